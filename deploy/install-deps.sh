@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages flashgate builds and tests with, only when missing.
+# Usage: deploy/install-deps.sh [build|test]
+set -euo pipefail
+want=(build-essential cmake pkg-config libwebsockets-dev libhiredis-dev libjansson-dev redis-server)
+if [[ "${1:-build}" == test ]]; then
+  want+=(clang libclang-rt-14-dev python3-numpy)
+fi
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,194 @@
+/* engine.c: opening a model and evaluating sessions synchronously (see engine.h). */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/forward.h"
+#include "engine/gguf.h"
+#include "engine/kv_store.h"
+#include "engine/model.h"
+#include "kernels/cpu/pool.h"
+
+struct fg_engine {
+    fg_engine_options opt;
+    fg_gguf_t *gguf;
+    fg_model *model;
+    fg_tokenizer_t *tok;
+    fg_kv_store_t *kv;
+    fg_pool_t *pool;
+    fg_forward_t *fwd;
+    int n_ctx;
+};
+
+struct fg_session {
+    fg_engine_t *e;
+    fg_kv_seq seq;
+};
+
+void fg_engine_options_default(fg_engine_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_format = -1;
+    o->kv_budget_bytes = (size_t)1 << 30;
+    o->max_batch_tokens = 256;
+}
+
+fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    if (!o->model_path)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "no model path given");
+    if (o->max_batch_tokens < 1 || o->max_batch_tokens > 65536)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_batch_tokens %d outside [1, 65536]", o->max_batch_tokens);
+    if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
+    if (!fg_isa_supported(o->isa))
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "instruction set %s is not available on this CPU",
+                           fg_isa_name(o->isa));
+    fg_engine_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+    e->opt = *o;
+    fg_err err;
+    if ((err = fg_gguf_open_file(o->model_path, &e->gguf, diag)))
+        goto fail;
+    if ((err = fg_model_load(e->gguf, &e->model, diag)))
+        goto fail;
+    if ((err = fg_tokenizer_create(e->gguf, &e->tok, diag)))
+        goto fail;
+    const fg_hparams *hp = &e->model->hp;
+    if (fg_tokenizer_vocab_size(e->tok) > hp->n_vocab) {
+        err = fg_diag_set(diag, FG_ERR_TOKENIZER, "tokenizer has %d tokens but the embedding only %d rows",
+                          fg_tokenizer_vocab_size(e->tok), hp->n_vocab);
+        goto fail;
+    }
+    e->n_ctx = o->max_context > 0 && o->max_context < hp->n_ctx_train ? o->max_context : hp->n_ctx_train;
+
+    int fmt = o->kv_format;
+    if (fmt < 0)
+        fmt = fg_kv_bytes(FG_KV_FP4, hp->kv_lora) && fg_kv_bytes(FG_KV_FP4, hp->n_rope) ? FG_KV_FP4 : FG_KV_F16;
+    fg_kv_geometry geo;
+    if ((err = fg_kv_geometry_init(&geo, hp, (fg_kv_format)fmt, diag)))
+        goto fail;
+    if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
+        goto fail;
+    int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    e->pool = fg_pool_create(nth);
+    if (!e->pool) {
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);
+        goto fail;
+    }
+    if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
+        goto fail;
+    *out = e;
+    return FG_OK;
+fail:
+    fg_engine_close(e);
+    return err;
+}
+
+void fg_engine_close(fg_engine_t *e)
+{
+    if (!e)
+        return;
+    fg_forward_destroy(e->fwd);
+    fg_pool_destroy(e->pool);
+    fg_kv_store_destroy(e->kv);
+    fg_tokenizer_destroy(e->tok);
+    fg_model_free(e->model);
+    fg_gguf_close(e->gguf);
+    free(e);
+}
+
+void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
+{
+    const fg_hparams *hp = &e->model->hp;
+    const fg_kv_geometry *geo = fg_kv_store_geometry(e->kv);
+    *info = (fg_engine_info){
+        .n_vocab = hp->n_vocab,
+        .n_ctx = e->n_ctx,
+        .n_layer = hp->n_layer,
+        .n_embd = hp->n_embd,
+        .kv_format = geo->format,
+        .kv_bytes_per_token = geo->bytes_per_token,
+        .kv_pages_total = fg_kv_store_pages_total(e->kv),
+        .weight_bytes_total = e->model->weight_bytes_total,
+        .weight_bytes_active = e->model->weight_bytes_active,
+        .n_threads = fg_pool_size(e->pool),
+        .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
+        .model_identity = e->model->identity,
+    };
+}
+
+const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
+
+fg_err fg_session_create(fg_engine_t *e, fg_session_t **out)
+{
+    *out = NULL;
+    fg_session_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return FG_ERR_NOMEM;
+    s->e = e;
+    if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
+        free(s);
+        return FG_ERR_NOMEM;
+    }
+    *out = s;
+    return FG_OK;
+}
+
+void fg_session_free(fg_session_t *s)
+{
+    if (!s)
+        return;
+    fg_kv_seq_free(s->e->kv, &s->seq);
+    free(s);
+}
+
+int fg_session_length(const fg_session_t *s) { return s->seq.n_tokens; }
+
+fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
+                       fg_diag *diag)
+{
+    fg_engine_t *e = s->e;
+    if (n < 0 || (n > 0 && !tokens))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bad token list");
+    if (n == 0)
+        return FG_OK;
+    const int start = s->seq.n_tokens;
+    if (n > s->seq.max_tokens - start)
+        return fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "%d + %d tokens exceed the context of %d", start, n,
+                           s->seq.max_tokens);
+    const int V = e->model->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d at index %d outside the vocabulary [0, %d)",
+                               tokens[i], i, V);
+    fg_err err = fg_kv_seq_reserve(e->kv, &s->seq, start + n);
+    if (err != FG_OK) {
+        fg_kv_seq_truncate(e->kv, &s->seq, start);
+        return fg_diag_set(diag, err, "cannot hold %d tokens: %s", start + n, fg_err_describe(err));
+    }
+    const int chunk = fg_forward_max_tokens(e->fwd);
+    for (int done = 0; done < n;) {
+        int m = n - done < chunk ? n - done : chunk;
+        bool last = done + m == n;
+        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL};
+        if (logits && logits_all) {
+            fs.n_logits = m;
+            fs.logits = logits + (size_t)done * V;
+        } else if (logits && last) {
+            fs.n_logits = 1;
+            fs.logits = logits;
+        }
+        err = fg_forward_run(e->fwd, tokens + done, &fs, 1, diag);
+        if (err != FG_OK) {
+            fg_kv_seq_truncate(e->kv, &s->seq, start);
+            return err;
+        }
+        done += m;
+    }
+    return FG_OK;
+}

@@ -1,0 +1,439 @@
+/* forward.c: the deepseek2 forward pass (see forward.h).
+ *
+ * Per layer, for the n tokens of the batch (shapes as [rows][cols], f32):
+ *   xn    = RMSNorm(x) * attn_norm                                [n][d]
+ *   q     = q_b(RMSNorm(q_a(xn)) * q_a_norm)   (or attn_q(xn))     [n][H * (nope + rope)]
+ *   kva   = kv_a_mqa(xn)                                           [n][kv_lora + rope]
+ *   c     = RMSNorm(kva[:kv_lora]) * kv_a_norm  -> cache latent     [n][kv_lora]
+ *   kr    = RoPE(kva[kv_lora:], pos)            -> cache rope key   [n][rope]
+ *   q_lat[h] = k_b[h] q_nope[h]   (absorb: nope -> kv_lora)        [n][H][kv_lora]
+ *   o_lat[h] = softmax(scale * (q_lat[h].c + RoPE(q_rope[h]).kr)) c  over the sequence's cache
+ *   o[h]  = v_b[h] o_lat[h]        (expand: kv_lora -> v)          [n][H * v]
+ *   x    += attn_output(o)
+ *   xn    = RMSNorm(x) * ffn_norm
+ *   x    += SwiGLU dense FFN(xn), or sum_k w_k expert_k(xn) + shared(xn)
+ * then logits = output(RMSNorm(x) * output_norm) for the rows asked for.
+ */
+#include "engine/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/moe_route.h"
+#include "engine/rope.h"
+#include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/mla_attn.h"
+#include "kernels/cpu/vecops.h"
+
+#define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
+
+struct fg_forward {
+    const fg_model *m;
+    fg_kv_geometry geo;
+    fg_pool_t *pool;
+    fg_isa isa;
+    int max_tokens;
+    fg_rope rope;
+    fg_moe_route_params route;
+
+    /* scratch, sized for max_tokens (T) tokens */
+    float *x, *xn;            /* [T][d] */
+    float *qa;                /* [T][q_lora] */
+    float *q;                 /* [T][H * qk] */
+    float *kva;               /* [T][kv_lora + rope] */
+    float *head_in;           /* [T][max(nope, kv_lora)] one head's gathered inputs */
+    float *head_out;          /* [T][max(kv_lora, v)] one head's outputs */
+    float *q_lat, *o_lat;     /* [T][H][kv_lora] */
+    float *q_rope;            /* [T][H][rope] */
+    float *o;                 /* [T][H * v] */
+    float *tmp_d;             /* [T][d] */
+    float *xe;                /* [T][d] one expert's gathered inputs */
+    float *ff_gate, *ff_up;   /* [T][F] */
+    float *router;            /* [T][E] */
+    int *sel_ids;             /* [T][k] */
+    float *sel_w;             /* [T][k] */
+    int *exp_count;           /* [E + 1] */
+    int *exp_list;            /* [T * k] token index per routed slot, grouped by expert */
+    float *exp_list_w;        /* [T * k] */
+    float *route_scratch;
+    float *logit_rows;        /* [LOGIT_CHUNK][d] */
+    float *logit_out;         /* [LOGIT_CHUNK][V] */
+    int *tok_pos;             /* [T] position of each token */
+    int *tok_seq;             /* [T] sequence index of each token */
+    float *attn_scratch;      /* [nth][attn_scratch_floats] */
+    size_t attn_scratch_floats;
+    void *mm_scratch;
+    size_t mm_scratch_bytes;
+
+    /* set per run, read by the attention job */
+    fg_fwd_seq *seqs;
+    int layer;
+    int n;
+};
+
+static void *xalloc(size_t n, int *failed)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+        *failed = 1;
+        return NULL;
+    }
+    return p;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool, fg_isa isa,
+                         fg_forward_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    if (max_tokens < 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max batch tokens must be >= 1");
+    fg_forward_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory");
+    const fg_hparams *hp = &m->hp;
+    f->m = m;
+    f->geo = *geo;
+    f->pool = pool;
+    f->isa = isa;
+    f->max_tokens = max_tokens;
+    fg_err e = fg_rope_init(&f->rope, hp, diag);
+    if (e != FG_OK) {
+        free(f);
+        return e;
+    }
+    f->route = (fg_moe_route_params){
+        .n_expert = hp->n_expert,
+        .n_used = hp->n_expert_used,
+        .gating = hp->gating,
+        .bias = NULL, /* per layer */
+        .n_group = hp->n_group,
+        .n_group_used = hp->n_group_used,
+        .norm = hp->expert_weights_norm,
+        .scale = hp->expert_weights_scale,
+    };
+
+    const size_t T = (size_t)max_tokens, d = (size_t)hp->n_embd, H = (size_t)hp->n_head;
+    const size_t qk = (size_t)(hp->n_nope + hp->n_rope), L = (size_t)hp->kv_lora, R = (size_t)hp->n_rope;
+    const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    size_t F = max_sz((size_t)hp->n_ff, (size_t)hp->n_ff_exp * max_sz(1, (size_t)hp->n_expert_shared));
+    const size_t fl = sizeof(float);
+    int failed = 0;
+    f->x = xalloc(T * d * fl, &failed);
+    f->xn = xalloc(T * d * fl, &failed);
+    f->qa = xalloc(T * (size_t)hp->q_lora * fl, &failed);
+    f->q = xalloc(T * H * qk * fl, &failed);
+    f->kva = xalloc(T * (L + R) * fl, &failed);
+    f->head_in = xalloc(T * max_sz((size_t)hp->n_nope, L) * fl, &failed);
+    f->head_out = xalloc(T * max_sz(L, (size_t)hp->n_v) * fl, &failed);
+    f->q_lat = xalloc(T * H * L * fl, &failed);
+    f->o_lat = xalloc(T * H * L * fl, &failed);
+    f->q_rope = xalloc(T * H * R * fl, &failed);
+    f->o = xalloc(T * H * (size_t)hp->n_v * fl, &failed);
+    f->tmp_d = xalloc(T * d * fl, &failed);
+    f->xe = xalloc(T * d * fl, &failed);
+    f->ff_gate = xalloc(T * F * fl, &failed);
+    f->ff_up = xalloc(T * F * fl, &failed);
+    f->router = xalloc(T * E * fl, &failed);
+    f->sel_ids = xalloc(T * K * sizeof(int), &failed);
+    f->sel_w = xalloc(T * K * fl, &failed);
+    f->exp_count = xalloc((E + 1) * sizeof(int), &failed);
+    f->exp_list = xalloc(T * K * sizeof(int), &failed);
+    f->exp_list_w = xalloc(T * K * fl, &failed);
+    f->route_scratch = xalloc((size_t)fg_moe_route_scratch_floats(&f->route) * fl, &failed);
+    f->logit_rows = xalloc(LOGIT_CHUNK * d * fl, &failed);
+    f->logit_out = xalloc(LOGIT_CHUNK * V * fl, &failed);
+    f->tok_pos = xalloc(T * sizeof(int), &failed);
+    f->tok_seq = xalloc(T * sizeof(int), &failed);
+
+    fg_mla_attn_params ap = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
+                             .format = geo->format, .row_bytes = geo->row_bytes, .n_kv = 1};
+    f->attn_scratch_floats = (fg_mla_attn_scratch_floats(&ap) + 15) & ~(size_t)15;
+    int nth = pool ? fg_pool_size(pool) : 1;
+    f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
+
+    /* Matmul scratch: the largest need over every product the pass makes. */
+    size_t mm = 0;
+    const int64_t rows = (int64_t)T;
+    const fg_weight *ws[] = {&m->output, &m->tok_embd};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        mm = max_sz(mm, fg_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, LOGIT_CHUNK));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const fg_layer *ly = &m->layers[il];
+        const fg_weight *lw[] = {&ly->q_a, &ly->q_b, &ly->kv_a, &ly->k_b, &ly->v_b, &ly->attn_out,
+                                 &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->router, &ly->gate_exps,
+                                 &ly->up_exps, &ly->down_exps, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp};
+        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++)
+            if (lw[i]->data)
+                mm = max_sz(mm, fg_matmul_scratch_bytes(lw[i]->type, lw[i]->n_in, rows));
+    }
+    f->mm_scratch_bytes = mm;
+    f->mm_scratch = xalloc(mm, &failed);
+    if (failed) {
+        fg_forward_destroy(f);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
+    }
+    *out = f;
+    return FG_OK;
+}
+
+void fg_forward_destroy(fg_forward_t *f)
+{
+    if (!f)
+        return;
+    void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->head_in, f->head_out, f->q_lat, f->o_lat, f->q_rope,
+                    f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
+                    f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
+                    f->tok_seq, f->attn_scratch, f->mm_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    free(f);
+}
+
+int fg_forward_max_tokens(const fg_forward_t *f) { return f->max_tokens; }
+
+/* y[n][w.n_out] = matrix `mat` of w applied to x[n][w.n_in]. */
+static void matmul(fg_forward_t *f, const fg_weight *w, int64_t mat, const float *x, int n, float *y)
+{
+    const uint8_t *data = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes;
+    /* Cannot fail: types and shapes were validated at model load. */
+    (void)fg_matmul(f->pool, f->isa, w->type, data, w->n_in, w->n_out, x, n, y, f->mm_scratch);
+}
+
+static void rmsnorm_rows(float *y, const float *x, const float *w, int n, int width, int y_stride, int x_stride,
+                         float eps)
+{
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(y + (size_t)t * y_stride, x + (size_t)t * x_stride, w, width, eps);
+}
+
+/* Copies column block [col, col + width) of src rows into dst rows (and back). */
+static void gather_cols(float *dst, const float *src, int n, int src_stride, int col, int width)
+{
+    for (int t = 0; t < n; t++)
+        memcpy(dst + (size_t)t * width, src + (size_t)t * src_stride + col, (size_t)width * sizeof(float));
+}
+
+static void scatter_cols(float *dst, const float *src, int n, int dst_stride, int col, int width)
+{
+    for (int t = 0; t < n; t++)
+        memcpy(dst + (size_t)t * dst_stride + col, src + (size_t)t * width, (size_t)width * sizeof(float));
+}
+
+static void attention_job(void *ctx, int ith, int nth)
+{
+    fg_forward_t *f = ctx;
+    const fg_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope;
+    long t0, t1;
+    fg_pool_split(f->n, 1, ith, nth, &t0, &t1);
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
+    for (long t = t0; t < t1; t++) {
+        const fg_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+        fg_mla_attn_params p = {
+            .n_head = H,
+            .kv_lora = L,
+            .n_rope = R,
+            .scale = f->rope.attn_scale,
+            .format = f->geo.format,
+            .pages = (const uint8_t *const *)s->kv->pages,
+            .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
+            .row_bytes = f->geo.row_bytes,
+            .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
+        };
+        fg_mla_attn(&p, f->q_lat + (size_t)t * H * L, f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L,
+                    scratch);
+    }
+}
+
+static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope, V = hp->n_v;
+    const int qk = nope + R;
+
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
+    if (hp->q_lora > 0) {
+        matmul(f, &ly->q_a, 0, f->xn, n, f->qa);
+        rmsnorm_rows(f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
+        matmul(f, &ly->q_b, 0, f->qa, n, f->q);
+    } else {
+        matmul(f, &ly->q_b, 0, f->xn, n, f->q);
+    }
+    matmul(f, &ly->kv_a, 0, f->xn, n, f->kva);
+
+    /* New cache rows: normalised latent and roped key, stored in the cache format. */
+    for (int t = 0; t < n; t++) {
+        float *kv = f->kva + (size_t)t * (L + R);
+        fg_rmsnorm(kv, kv, ly->kv_a_norm, L, hp->rms_eps);
+        fg_rope_apply(&f->rope, kv + L, f->tok_pos[t]);
+        uint8_t *row = fg_kv_row(&f->geo, f->seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
+        fg_kv_quantize(f->geo.format, kv, L, row);
+        fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
+    }
+
+    /* Queries: rope part roped per head; no-rope part absorbed into the latent space. */
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            float *qr = f->q_rope + ((size_t)t * H + h) * R;
+            memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
+            fg_rope_apply(&f->rope, qr, f->tok_pos[t]);
+        }
+    for (int h = 0; h < H; h++) {
+        gather_cols(f->head_in, f->q, n, H * qk, h * qk, nope);
+        matmul(f, &ly->k_b, h, f->head_in, n, f->head_out);
+        scatter_cols(f->q_lat, f->head_out, n, H * L, h * L, L);
+    }
+
+    f->layer = il;
+    fg_pool_run(f->pool, attention_job, f);
+
+    for (int h = 0; h < H; h++) {
+        gather_cols(f->head_in, f->o_lat, n, H * L, h * L, L);
+        matmul(f, &ly->v_b, h, f->head_in, n, f->head_out);
+        scatter_cols(f->o, f->head_out, n, H * V, h * V, V);
+    }
+    matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
+    for (size_t i = 0; i < (size_t)n * d; i++)
+        f->x[i] += f->tmp_d[i];
+}
+
+/* SwiGLU: y[n][d] = down(silu(gate(x)) * up(x)) with matrix `mat` of each. */
+static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, const fg_weight *down, int64_t mat,
+                   const float *x, int n, float *y)
+{
+    matmul(f, gate, mat, x, n, f->ff_gate);
+    matmul(f, up, mat, x, n, f->ff_up);
+    for (int t = 0; t < n; t++)
+        fg_silu_mul(f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out, (int)gate->n_out);
+    matmul(f, down, mat, f->ff_gate, n, y);
+}
+
+static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used;
+
+    matmul(f, &ly->router, 0, f->xn, n, f->router);
+    fg_moe_route_params rp = f->route;
+    rp.bias = ly->exp_probs_b;
+    for (int t = 0; t < n; t++)
+        fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
+                     f->route_scratch);
+
+    /* Group the routed (token, weight) slots by expert: a counting sort. */
+    memset(f->exp_count, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < n * K; i++)
+        f->exp_count[f->sel_ids[i] + 1]++;
+    for (int e = 0; e < E; e++)
+        f->exp_count[e + 1] += f->exp_count[e];
+    for (int i = 0; i < n * K; i++) {
+        int slot = f->exp_count[f->sel_ids[i]]++;
+        f->exp_list[slot] = i / K;
+        f->exp_list_w[slot] = f->sel_w[i];
+    }
+    /* exp_count[e] now holds the end of expert e's slots; its start is exp_count[e - 1]. */
+    for (int e = 0; e < E; e++) {
+        const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
+        if (m == 0)
+            continue;
+        for (int j = 0; j < m; j++)
+            memcpy(f->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
+        swiglu(f, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->xe, m, f->tmp_d);
+        for (int j = 0; j < m; j++)
+            fg_axpy(f->x + (size_t)f->exp_list[begin + j] * d, f->exp_list_w[begin + j], f->tmp_d + (size_t)j * d, d);
+    }
+    if (ly->gate_shexp.data) {
+        swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            f->x[i] += f->tmp_d[i];
+    }
+}
+
+static void ffn_block(fg_forward_t *f, const fg_layer *ly, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int d = hp->n_embd;
+    rmsnorm_rows(f->xn, f->x, ly->ffn_norm, n, d, d, d, hp->rms_eps);
+    if (ly->is_moe) {
+        moe_block(f, ly, n);
+        return;
+    }
+    swiglu(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, f->xn, n, f->tmp_d);
+    for (size_t i = 0; i < (size_t)n * d; i++)
+        f->x[i] += f->tmp_d[i];
+}
+
+/* Final norm and LM head for the rows that asked for logits, LOGIT_CHUNK rows per product. */
+static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int d = hp->n_embd, V = hp->n_vocab;
+    float *dst[LOGIT_CHUNK];
+    int rows = 0, first = 0;
+    for (int si = 0; si < n_seqs; si++) {
+        fg_fwd_seq *s = &seqs[si];
+        for (int j = 0; j < s->n_logits; j++) {
+            int t = first + s->n_tokens - s->n_logits + j;
+            fg_rmsnorm(f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d, hp->rms_eps);
+            dst[rows++] = s->logits + (size_t)j * V;
+            if (rows == LOGIT_CHUNK) {
+                matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
+                for (int r = 0; r < rows; r++)
+                    memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
+                rows = 0;
+            }
+        }
+        first += s->n_tokens;
+    }
+    if (rows) {
+        matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
+        for (int r = 0; r < rows; r++)
+            memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
+    }
+}
+
+fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    const fg_hparams *hp = &f->m->hp;
+    int n = 0;
+    for (int si = 0; si < n_seqs; si++) {
+        const fg_fwd_seq *s = &seqs[si];
+        if (s->n_tokens < 1 || s->n_tokens > f->max_tokens - n)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "batch exceeds %d tokens", f->max_tokens);
+        if (s->n_logits != 0 && s->n_logits != 1 && s->n_logits != s->n_tokens)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "n_logits must be 0, 1 or n_tokens");
+        if (s->n_logits && !s->logits)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "logits requested without a buffer");
+        int end = s->kv->n_tokens + s->n_tokens;
+        if (end > s->kv->n_pages * FG_KV_PAGE_TOKENS)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d has no cache pages for %d tokens", si, end);
+        for (int j = 0; j < s->n_tokens; j++) {
+            int32_t tok = tokens[n + j];
+            if (tok < 0 || tok >= hp->n_vocab)
+                return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d outside the vocabulary [0, %d)", tok,
+                                   hp->n_vocab);
+            f->tok_pos[n + j] = s->kv->n_tokens + j;
+            f->tok_seq[n + j] = si;
+        }
+        n += s->n_tokens;
+    }
+    if (n == 0)
+        return FG_OK;
+
+    const int d = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
+    f->seqs = seqs;
+    f->n = n;
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention_block(f, &f->m->layers[il], il, n);
+        ffn_block(f, &f->m->layers[il], n);
+    }
+    logits_block(f, seqs, n_seqs);
+    for (int si = 0; si < n_seqs; si++)
+        seqs[si].kv->n_tokens += seqs[si].n_tokens;
+    f->seqs = NULL;
+    return FG_OK;
+}

@@ -1,0 +1,50 @@
+/* forward.h: the deepseek2 forward pass over one batch of tokens from one or
+ * more sequences, on the CPU.
+ *
+ * One call is one engine step: every weight matrix is streamed once for the
+ * whole batch (a matrix product over all its tokens); MoE tokens are grouped
+ * by expert so each chosen expert is read once; attention runs per token over
+ * its own sequence's pages, in the absorbed MLA form.
+ *
+ * Owns: scratch buffers for up to max_tokens tokens, sized at create; a run
+ * allocates nothing.
+ * Thread safety: one caller at a time (the engine's step thread); the pool's
+ * workers are used inside a call.
+ */
+#ifndef FG_FORWARD_H
+#define FG_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config/fg_error.h"
+#include "engine/kv_store.h"
+#include "engine/model.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pool.h"
+
+typedef struct fg_forward fg_forward_t;
+
+/* One sequence's share of a batch; its tokens are contiguous in the batch. */
+typedef struct fg_fwd_seq {
+    fg_kv_seq *kv;      /* pages must exist for kv->n_tokens + n_tokens rows */
+    int n_tokens;       /* tokens of this sequence in the batch (>= 1) */
+    int n_logits;       /* 0, 1 (the last token) or n_tokens (every token) */
+    float *logits;      /* [n_logits][n_vocab] */
+} fg_fwd_seq;
+
+/* Errors: FG_ERR_INVALID_ARG (max_tokens < 1), FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM. */
+fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool, fg_isa isa,
+                         fg_forward_t **out, fg_diag *diag);
+void fg_forward_destroy(fg_forward_t *f);
+
+int fg_forward_max_tokens(const fg_forward_t *f);
+
+/* Runs the batch: writes each token's cache rows at positions kv->n_tokens..,
+ * advances kv->n_tokens, and fills the requested logits.
+ * Errors (nothing is written on error): FG_ERR_INVALID_ARG (batch larger than
+ * max_tokens, a sequence without pages for its rows, bad n_logits),
+ * FG_ERR_TOKEN_ID (a token outside the vocabulary). */
+fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+
+#endif

@@ -1,0 +1,29 @@
+/* rope.h: rotary position embedding as llama.cpp applies it to deepseek2
+ * ("normal" mode: adjacent pairs (x[2i], x[2i+1]) rotate by pos * theta_i,
+ * theta_i = base^(-2i/n)), with YaRN frequency blending and magnitude scaling
+ * when the model declares rope.scaling.type = yarn.
+ * Immutable after init; safe from any thread.
+ */
+#ifndef FG_ROPE_H
+#define FG_ROPE_H
+
+#include "engine/model.h"
+
+#define FG_ROPE_MAX_DIMS 512
+
+typedef struct fg_rope {
+    int n_dims;
+    double inv_freq[FG_ROPE_MAX_DIMS / 2];  /* per pair: effective frequency */
+    double ramp_mix[FG_ROPE_MAX_DIMS / 2];  /* YaRN: 1 = extrapolate (original), 0 = interpolate */
+    double freq_scale;                      /* 1 / yarn factor, 1 without YaRN */
+    float mscale;                           /* magnitude factor applied to cos/sin */
+    float attn_scale;                       /* softmax scale for q.k: mscale^2 / sqrt(nope + rope) style */
+} fg_rope;
+
+/* Errors: FG_ERR_MODEL_HPARAM when the rope width exceeds FG_ROPE_MAX_DIMS. */
+fg_err fg_rope_init(fg_rope *r, const fg_hparams *hp, fg_diag *diag);
+
+/* Rotates x[0..n_dims) in place for position pos. */
+void fg_rope_apply(const fg_rope *r, float *x, int pos);
+
+#endif

@@ -1,0 +1,142 @@
+/* sampler.c: greedy, top-k, temperature, top-p, min-p sampling (see sampler.h). */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/vecops.h"
+
+typedef struct candidate {
+    float logit;
+    int32_t id;
+} candidate;
+
+struct fg_sampler {
+    fg_sampling p;
+    int n_vocab;
+    uint64_t rng;
+    candidate *cand; /* [n_vocab] */
+    float *probs;    /* [n_vocab] */
+};
+
+fg_sampling fg_sampling_default(void)
+{
+    return (fg_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
+}
+
+fg_err fg_sampling_validate(const fg_sampling *p, fg_diag *diag)
+{
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "temperature %g outside [0, 100]", p->temperature);
+    if (p->top_k < 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "top_k %d must be >= 0", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "top_p %g outside (0, 1]", p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p < 1.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "min_p %g outside [0, 1)", p->min_p);
+    return FG_OK;
+}
+
+fg_err fg_sampler_create(int n_vocab, const fg_sampling *p, fg_sampler_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    fg_err e = fg_sampling_validate(p, diag);
+    if (e != FG_OK)
+        return e;
+    if (n_vocab < 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "vocabulary size %d", n_vocab);
+    fg_sampler_t *s = calloc(1, sizeof *s);
+    if (s) {
+        s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+        s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
+    }
+    if (!s || !s->cand || !s->probs) {
+        fg_sampler_destroy(s);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "sampler: out of memory");
+    }
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
+    *out = s;
+    return FG_OK;
+}
+
+void fg_sampler_destroy(fg_sampler_t *s)
+{
+    if (!s)
+        return;
+    free(s->cand);
+    free(s->probs);
+    free(s);
+}
+
+/* splitmix64: small, fast, and the same on every platform. */
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Descending logit, ties by ascending id, so the order is deterministic. */
+static int by_logit_desc(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t fg_sampler_sample(fg_sampler_t *s, const float *logits)
+{
+    const int V = s->n_vocab;
+    if (s->p.temperature == 0.0f) {
+        int best = fg_argmax(logits, V);
+        return best < 0 ? 0 : best;
+    }
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (!isnan(logits[i]))
+            s->cand[n++] = (candidate){logits[i], i};
+    if (n == 0)
+        return 0;
+    qsort(s->cand, (size_t)n, sizeof *s->cand, by_logit_desc);
+    if (s->p.top_k > 0 && s->p.top_k < n)
+        n = s->p.top_k;
+
+    const float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        s->probs[i] = expf((s->cand[i].logit - top) * inv_t);
+        sum += s->probs[i];
+    }
+    if (s->p.top_p < 1.0f) {
+        double acc = 0;
+        for (int i = 0; i < n; i++) {
+            acc += s->probs[i] / sum;
+            if (acc >= s->p.top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (s->p.min_p > 0.0f) {
+        /* probs[0] is the best (unnormalised, = 1). */
+        int keep = 1;
+        while (keep < n && s->probs[keep] >= s->p.min_p * s->probs[0])
+            keep++;
+        n = keep;
+    }
+    sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += s->probs[i];
+    double r = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += s->probs[i];
+        if (r < acc)
+            return s->cand[i].id;
+    }
+    return s->cand[n - 1].id;
+}

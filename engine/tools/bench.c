@@ -1,0 +1,170 @@
+/* flashgate-bench: single-sequence prefill and decode rates, reported against
+ * this machine's measured memory bandwidth.
+ *
+ * Decode of one sequence must read every active weight once per token, so
+ * tokens/s x active weight bytes / measured read bandwidth is the share of the
+ * machine's limit the engine reaches. Each figure is the median of --reps runs
+ * (the machine is shared and noisy).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "kernels/cpu/pool.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- memory bandwidth: every thread sums its share of a large buffer ---- */
+typedef struct bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sums[64];
+} bw_job;
+
+static void bw_read(void *ctx, int ith, int nth)
+{
+    bw_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->n, 64, ith, nth, &b, &e);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (long i = b; i < e; i += 4) {
+        s0 += j->buf[i];
+        s1 += j->buf[i + 1];
+        s2 += j->buf[i + 2];
+        s3 += j->buf[i + 3];
+    }
+    j->sums[ith & 63] = s0 ^ s1 ^ s2 ^ s3;
+}
+
+static double measure_bandwidth(fg_pool_t *pool, int reps)
+{
+    const size_t bytes = (size_t)1 << 30;
+    bw_job j = {.n = bytes / sizeof(uint64_t)};
+    uint64_t *buf = malloc(bytes);
+    if (!buf)
+        return 0;
+    memset(buf, 1, bytes);
+    j.buf = buf;
+    double r[32];
+    for (int i = 0; i < reps; i++) {
+        double t = now_s();
+        fg_pool_run(pool, bw_read, &j);
+        r[i] = bytes / (now_s() - t);
+    }
+    free(buf);
+    return median(r, reps);
+}
+
+int main(int argc, char **argv)
+{
+    fg_engine_options eo;
+    fg_engine_options_default(&eo);
+    eo.model_path = "models/flash-mini.gguf";
+    int reps = 5, n_prompt = 128, n_decode = 128;
+    static const struct option longs[] = {{"model", required_argument, 0, 'm'},  {"reps", required_argument, 0, 'r'},
+                                          {"prompt", required_argument, 0, 'p'}, {"decode", required_argument, 0, 'n'},
+                                          {"threads", required_argument, 0, 't'}, {"kv-format", required_argument, 0, 'k'},
+                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:r:p:n:t:k:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'm': eo.model_path = optarg; break;
+        case 'r': reps = atoi(optarg); break;
+        case 'p': n_prompt = atoi(optarg); break;
+        case 'n': n_decode = atoi(optarg); break;
+        case 't': eo.n_threads = atoi(optarg); break;
+        case 'k': eo.kv_format = fg_kv_format_parse(optarg); break;
+        case 'h':
+            printf("usage: flashgate-bench [--model PATH] [--reps N] [--prompt N] [--decode N] [--threads N] "
+                   "[--kv-format F]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (reps < 1 || reps > 32 || n_prompt < 1 || n_decode < 1 || eo.n_threads < 0 || eo.kv_format < -1) {
+        fprintf(stderr, "error: --reps 1..32, --prompt and --decode >= 1, valid --threads and --kv-format\n");
+        return 2;
+    }
+    fg_diag diag = {{0}};
+    fg_engine_t *eng;
+    fg_err e = fg_engine_open(&eo, &eng, &diag);
+    if (e != FG_OK) {
+        fprintf(stderr, "error: cannot load %s: %s\n", eo.model_path, diag.msg);
+        return 1;
+    }
+    fg_engine_info info;
+    fg_engine_get_info(eng, &info);
+    fg_pool_t *pool = fg_pool_create(info.n_threads);
+    double bw = measure_bandwidth(pool, reps);
+    fg_pool_destroy(pool);
+
+    int32_t *toks = malloc((size_t)(n_prompt + n_decode) * sizeof *toks);
+    float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
+    double pre[32], dec[32];
+    for (int r = 0; r < reps && toks && logits; r++) {
+        for (int i = 0; i < n_prompt; i++)
+            toks[i] = (int32_t)((i * 7919 + r * 104729) % info.n_vocab);
+        fg_session_t *s;
+        if (fg_session_create(eng, &s) != FG_OK)
+            return 1;
+        double t = now_s();
+        if ((e = fg_session_eval(s, toks, n_prompt, logits, false, &diag)) != FG_OK) {
+            fprintf(stderr, "error: %s\n", diag.msg);
+            return 1;
+        }
+        pre[r] = n_prompt / (now_s() - t);
+        t = now_s();
+        int32_t next = 0;
+        for (int i = 0; i < n_decode; i++) {
+            int best = 0;
+            for (int v = 1; v < info.n_vocab; v++)
+                best = logits[v] > logits[best] ? v : best;
+            next = best;
+            if ((e = fg_session_eval(s, &next, 1, logits, false, &diag)) != FG_OK) {
+                fprintf(stderr, "error: %s\n", diag.msg);
+                return 1;
+            }
+        }
+        dec[r] = n_decode / (now_s() - t);
+        fg_session_free(s);
+    }
+    double p = median(pre, reps), d = median(dec, reps);
+    double limit = bw / (double)info.weight_bytes_active;
+    printf("model                     %s\n", eo.model_path);
+    printf("threads / isa             %d / %s\n", info.n_threads, fg_isa_name(info.isa));
+    printf("weights total / active    %.1f MB / %.1f MB per token\n", info.weight_bytes_total / 1e6,
+           info.weight_bytes_active / 1e6);
+    printf("kv cache                  %s, %zu bytes/token\n", fg_kv_format_name(info.kv_format), info.kv_bytes_per_token);
+    printf("memory bandwidth (read)   %.2f GB/s (median of %d)\n", bw / 1e9, reps);
+    printf("decode limit              %.1f tokens/s (bandwidth / active bytes)\n", limit);
+    printf("prefill (%4d tokens)      %.1f tokens/s (median of %d)\n", n_prompt, p, reps);
+    printf("decode  (%4d tokens)      %.1f tokens/s (median of %d) = %.0f%% of the bandwidth limit\n", n_decode, d,
+           reps, 100.0 * d / limit);
+    free(toks);
+    free(logits);
+    fg_engine_close(eng);
+    return 0;
+}

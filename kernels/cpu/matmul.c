@@ -1,0 +1,342 @@
+/* matmul.c: dispatch, threading and the scalar reference of matmul.h.
+ *
+ * A call validates its arguments, picks the ISA, prepares Q8_0 activations
+ * (quantized once, before the row-parallel part, so every thread reads the same
+ * finished scratch: fg_pool_run's completion orders the two phases), then splits
+ * the output rows over the pool in chunks of MM_ROW_GRAIN. Each thread's kernel
+ * loops over the tokens inside its row loop, so a weight row is fetched from
+ * memory once per call whatever the batch.
+ *
+ * The scalar path is the reference that defines the results; it stays plain.
+ */
+#include "kernels/cpu/matmul.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/numeric.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+/* Output rows per scheduling unit: 16 f32 outputs fill one cache line of y,
+ * so two threads never write the same line of a token's output row. */
+#define MM_ROW_GRAIN 16
+/* Below this many multiply-adds a call runs on the caller alone: waking the
+ * pool would cost more than the work. */
+#define MM_MIN_PARALLEL_MACS 16384
+/* Quantize activations in parallel only when there are this many. */
+#define MM_MIN_PARALLEL_QUANT 32768
+
+/* ---- ISA detection ---- */
+
+enum {
+    CPU_AVX2 = 1 << 0,    /* AVX2 + FMA + F16C with OS-enabled YMM state */
+    CPU_AVX512 = 1 << 1,  /* AVX-512 F/BW/VL/DQ/VNNI with OS-enabled ZMM state */
+    CPU_DETECTED = 1 << 30,
+};
+
+static atomic_int cpu_flags; /* 0 until detected; detection is idempotent */
+
+#if defined(__x86_64__) || defined(__i386__)
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static int detect_cpu(void)
+{
+    unsigned a, b, c, d;
+    int flags = CPU_DETECTED;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return flags;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx)
+        return flags;
+    const uint64_t xcr0 = read_xcr0();
+    if ((xcr0 & 0x6) != 0x6) /* XMM and YMM state */
+        return flags;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return flags;
+    const int avx2 = (b >> 5) & 1;
+    const int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
+              avx512vl = (b >> 31) & 1, avx512vnni = (c >> 11) & 1;
+    if (avx2 && fma && f16c)
+        flags |= CPU_AVX2;
+    /* The AVX-512 kernels use F/BW/VL/DQ and VNNI (vpdpbusd), and the F16C/FMA
+     * forms of the AVX2 set. Without VNNI we fall back to AVX2 rather than keep
+     * a second AVX-512 Q8_0 kernel. AVX512-BF16 is in the file's compile flags
+     * but no instruction of it is used, so it is not required. */
+    if ((flags & CPU_AVX2) && (xcr0 & 0xe0) == 0xe0 && avx512f && avx512dq && avx512bw && avx512vl &&
+        avx512vnni)
+        flags |= CPU_AVX512;
+    return flags;
+}
+#else
+static int detect_cpu(void)
+{
+    return CPU_DETECTED;
+}
+#endif
+
+static int cpu_get(void)
+{
+    int f = atomic_load_explicit(&cpu_flags, memory_order_relaxed);
+    if (!f) {
+        f = detect_cpu();
+        atomic_store_explicit(&cpu_flags, f, memory_order_relaxed);
+    }
+    return f;
+}
+
+int fg_isa_supported(fg_isa isa)
+{
+    switch (isa) {
+    case FG_ISA_AUTO:
+    case FG_ISA_SCALAR:
+        return 1;
+    case FG_ISA_AVX2:
+        return (cpu_get() & CPU_AVX2) != 0;
+    case FG_ISA_AVX512:
+        return (cpu_get() & CPU_AVX512) != 0;
+    }
+    return 0;
+}
+
+fg_isa fg_isa_best(void)
+{
+    const int f = cpu_get();
+    if (f & CPU_AVX512)
+        return FG_ISA_AVX512;
+    if (f & CPU_AVX2)
+        return FG_ISA_AVX2;
+    return FG_ISA_SCALAR;
+}
+
+const char *fg_isa_name(fg_isa isa)
+{
+    switch (isa) {
+    case FG_ISA_AUTO:
+        return "auto";
+    case FG_ISA_SCALAR:
+        return "scalar";
+    case FG_ISA_AVX2:
+        return "avx2";
+    case FG_ISA_AVX512:
+        return "avx512";
+    }
+    return "unknown";
+}
+
+/* ---- sizes ---- */
+
+size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
+{
+    if (n_in <= 0)
+        return 0;
+    switch (wtype) {
+    case FG_WTYPE_F32:
+        return (size_t)n_in * 4;
+    case FG_WTYPE_F16:
+    case FG_WTYPE_BF16:
+        return (size_t)n_in * 2;
+    case FG_WTYPE_Q8_0:
+        if (n_in % FG_Q8_0_BLOCK)
+            return 0;
+        return (size_t)(n_in / FG_Q8_0_BLOCK) * sizeof(fg_block_q8_0);
+    }
+    return 0;
+}
+
+static int64_t round_up(int64_t v, int64_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+/* Lays out the fast kernels' activation buffers in scratch (scratch may be
+ * NULL to only size them); returns the bytes used. The scalar reference's
+ * [n_tok][n_in / 32] fg_block_q8_0 always fits in the same bytes. */
+static size_t q8_layout(int64_t n_in, int64_t n_tok, void *scratch, fg_q8_act *xq)
+{
+    const int64_t qs_stride = round_up(n_in, 64);
+    const int64_t corr_stride = round_up(n_in / 4, 16);
+    const int64_t d_stride = round_up(n_in / FG_Q8_0_BLOCK, 16);
+    const size_t qs_bytes = (size_t)(n_tok * qs_stride);
+    const size_t corr_bytes = (size_t)(n_tok * corr_stride) * sizeof(int32_t);
+    const size_t d_bytes = (size_t)(n_tok * d_stride) * sizeof(float);
+    if (xq) {
+        uint8_t *base = scratch;
+        xq->qs = (int8_t *)base;
+        xq->corr = (int32_t *)(base + qs_bytes);
+        xq->d = (float *)(base + qs_bytes + corr_bytes);
+        xq->qs_stride = qs_stride;
+        xq->corr_stride = corr_stride;
+        xq->d_stride = d_stride;
+    }
+    return qs_bytes + corr_bytes + d_bytes;
+}
+
+size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
+{
+    if (wtype != FG_WTYPE_Q8_0 || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
+        return 0;
+    return q8_layout(n_in, n_tok, NULL, NULL);
+}
+
+/* ---- scalar reference ---- */
+
+static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t n_in = a->n_in;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wrow = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t t = 0; t < a->n_tok; t++) {
+            const float *x = a->x + t * n_in;
+            float sum = 0.0f;
+            switch (a->wtype) {
+            case FG_WTYPE_F32: {
+                const float *w = (const float *)wrow;
+                for (int64_t i = 0; i < n_in; i++)
+                    sum += w[i] * x[i];
+                break;
+            }
+            case FG_WTYPE_F16: {
+                const uint16_t *w = (const uint16_t *)wrow;
+                for (int64_t i = 0; i < n_in; i++)
+                    sum += fg_f16_to_f32(w[i]) * x[i];
+                break;
+            }
+            case FG_WTYPE_BF16: {
+                const uint16_t *w = (const uint16_t *)wrow;
+                for (int64_t i = 0; i < n_in; i++)
+                    sum += fg_bf16_to_f32(w[i]) * x[i];
+                break;
+            }
+            case FG_WTYPE_Q8_0: {
+                const fg_block_q8_0 *wb = (const fg_block_q8_0 *)wrow;
+                const int64_t nb = n_in / FG_Q8_0_BLOCK;
+                const fg_block_q8_0 *xb = (const fg_block_q8_0 *)a->scratch + t * nb;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t isum = 0;
+                    for (int j = 0; j < FG_Q8_0_BLOCK; j++)
+                        isum += (int32_t)wb[b].qs[j] * (int32_t)xb[b].qs[j];
+                    sum += (float)isum * (fg_f16_to_f32(wb[b].d) * fg_f16_to_f32(xb[b].d));
+                }
+                break;
+            }
+            }
+            a->y[t * a->n_out + o] = sum;
+        }
+    }
+}
+
+static void quant_scalar(const fg_matmul_args *a, int64_t t_begin, int64_t t_end)
+{
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    for (int64_t t = t_begin; t < t_end; t++)
+        fg_quantize_row_q8_0(a->x + t * a->n_in, (fg_block_q8_0 *)a->scratch + t * nb, a->n_in);
+}
+
+/* ---- dispatch ---- */
+
+typedef struct mm_job {
+    fg_matmul_args args;
+    fg_isa isa;
+} mm_job;
+
+static void run_rows(const mm_job *j, int64_t ob, int64_t oe)
+{
+    if (ob >= oe)
+        return;
+    switch (j->isa) {
+    case FG_ISA_AVX2:
+        fg_matmul_rows_avx2(&j->args, ob, oe);
+        break;
+    case FG_ISA_AVX512:
+        fg_matmul_rows_avx512(&j->args, ob, oe);
+        break;
+    default:
+        rows_scalar(&j->args, ob, oe);
+        break;
+    }
+}
+
+static void run_quant(const mm_job *j, int64_t tb, int64_t te)
+{
+    if (tb >= te)
+        return;
+    switch (j->isa) {
+    case FG_ISA_AVX2:
+        fg_matmul_quant_q8_avx2(&j->args, tb, te);
+        break;
+    case FG_ISA_AVX512:
+        fg_matmul_quant_q8_avx512(&j->args, tb, te);
+        break;
+    default:
+        quant_scalar(&j->args, tb, te);
+        break;
+    }
+}
+
+static void rows_job(void *ctx, int ith, int nth)
+{
+    const mm_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->args.n_out, MM_ROW_GRAIN, ith, nth, &b, &e);
+    run_rows(j, b, e);
+}
+
+static void quant_job(void *ctx, int ith, int nth)
+{
+    const mm_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->args.n_tok, 1, ith, nth, &b, &e);
+    run_quant(j, b, e);
+}
+
+int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
+              const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (!fg_isa_supported(isa))
+        return -1;
+    const size_t row_bytes = fg_wtype_row_bytes(wtype, n_in);
+    if (row_bytes == 0 || n_out < 0 || n_tok < 0)
+        return -1;
+    if (n_out == 0 || n_tok == 0)
+        return 0;
+    if (!w || !x || !y || (wtype == FG_WTYPE_Q8_0 && !scratch))
+        return -1;
+
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.isa = isa;
+    j.args.wtype = wtype;
+    j.args.w = w;
+    j.args.row_bytes = row_bytes;
+    j.args.n_in = n_in;
+    j.args.n_out = n_out;
+    j.args.n_tok = n_tok;
+    j.args.x = x;
+    j.args.y = y;
+    j.args.scratch = scratch;
+
+    const int parallel = pool && fg_pool_size(pool) > 1 && n_in * n_out * n_tok >= MM_MIN_PARALLEL_MACS;
+    if (wtype == FG_WTYPE_Q8_0) {
+        q8_layout(n_in, n_tok, scratch, &j.args.xq);
+        if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
+            fg_pool_run(pool, quant_job, &j);
+        else
+            run_quant(&j, 0, n_tok);
+    }
+    if (parallel)
+        fg_pool_run(pool, rows_job, &j);
+    else
+        run_rows(&j, 0, n_out);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* matmul.h: dense products of a weight matrix with a batch of activation rows.
+ *
+ *   y[t, o] = sum_i W[o, i] * x[t, i]      t < n_tok, o < n_out, i < n_in
+ *
+ * W is row-major [n_out][n_in] in one of the weight types below (a ggml tensor
+ * with ne[0] = n_in, ne[1] = n_out has exactly this layout, as does one
+ * expert's slice of a 3-D expert tensor). x is [n_tok][n_in] f32, y is
+ * [n_tok][n_out] f32 (overwritten).
+ *
+ * Semantics per weight type (the scalar reference defines them; fast paths
+ * must agree within a per-type normalised error):
+ *   F32   : f32 products, f32 accumulation.
+ *   F16   : W widened to f32 exactly, then as F32.
+ *   BF16  : W widened to f32 exactly, then as F32.
+ *   Q8_0  : x is first quantized to Q8_0 per 32-block (fg_quantize_row_q8_0);
+ *           y = sum over blocks of d_w * d_x * (integer dot of the 32 int8 pairs),
+ *           as ggml's q8_0 x q8_0 dot does.
+ *
+ * Each weight row is read once per call for the whole batch (the batch loop is
+ * inside the row loop), which is what makes batching cheap.
+ *
+ * Thread safety: pure; the work is split over the pool's threads by output rows.
+ */
+#ifndef FG_MATMUL_H
+#define FG_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/pool.h"
+
+/* Weight type ids: identical to ggml's type ids. */
+enum fg_wtype {
+    FG_WTYPE_F32 = 0,
+    FG_WTYPE_F16 = 1,
+    FG_WTYPE_Q8_0 = 8,
+    FG_WTYPE_BF16 = 30,
+};
+
+/* Instruction sets a kernel can be asked to use; FG_ISA_AUTO picks the best
+ * the CPU supports (detected once). */
+typedef enum fg_isa {
+    FG_ISA_AUTO = 0,
+    FG_ISA_SCALAR,  /* the reference: plain C, never optimised */
+    FG_ISA_AVX2,    /* AVX2 + FMA + F16C */
+    FG_ISA_AVX512,  /* AVX-512 F/BW/VL (+VNNI, +BF16 where present) */
+} fg_isa;
+
+/* True when this CPU (and this build) can run the given ISA. */
+int fg_isa_supported(fg_isa isa);
+/* The ISA FG_ISA_AUTO resolves to. */
+fg_isa fg_isa_best(void);
+const char *fg_isa_name(fg_isa isa);
+
+/* Bytes of scratch fg_matmul needs for this call (Q8_0 needs room for the
+ * quantized activations; 0 for other types). */
+size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
+
+/* Returns 0, or -1 if wtype is unknown, n_in is not a multiple of the type's
+ * block, or the ISA is not supported. scratch: at least
+ * fg_matmul_scratch_bytes() bytes, 64-byte aligned (may be NULL if 0). */
+int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
+              const float *x, int64_t n_tok, float *y, void *scratch);
+
+/* Bytes of one weight row of n_in elements of wtype (0 if not a whole number of blocks). */
+size_t fg_wtype_row_bytes(int wtype, int64_t n_in);
+
+#endif

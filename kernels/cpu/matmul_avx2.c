@@ -1,0 +1,268 @@
+/* matmul_avx2.c: AVX2 + FMA + F16C kernels of matmul.h.
+ * Compiled with -mavx2 -mfma -mf16c; matmul.c calls in only after checking the CPU.
+ *
+ * Same tiling as matmul_avx512.c, with the 16 YMM registers in mind: float
+ * tiles of 4 rows x 2 tokens, Q8_0 tiles of 4 rows x 1 token (the 4 rows stay in
+ * L1 while the token loop passes over them again).
+ *
+ * Q8_0 without VNNI, ggml's way: |w| (unsigned, 128 for -128) times q with the
+ * sign of w applied (q is in [-127, 127], so the negation never overflows),
+ * vpmaddubsw into 16-bit pairs (at most 2 * 128 * 127 = 32512: no saturation),
+ * vpmaddwd by ones into 8 exact int32 lanes, then per block the f32 multiply-add
+ * with d_w * d_x.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/numeric.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---- activation quantization (bit-identical to fg_quantize_row_q8_0) ---- */
+
+/* q8_round of numeric.c on 8 lanes, int32 result */
+ALWAYS_INLINE __m256i q8_round8(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 r0 = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_sub_ps(v, r0);
+    const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, frac), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 away = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, v));
+    __m256 r = _mm256_add_ps(r0, _mm256_and_ps(up, away));
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    r = _mm256_and_ps(r, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    return _mm256_cvttps_epi32(r);
+}
+
+void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end)
+{
+    const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const float *x = a->x + t * n_in;
+        int8_t *qs = a->xq.qs + t * a->xq.qs_stride;
+        float *d = a->xq.d + t * a->xq.d_stride;
+        for (int64_t b = 0; b < nb; b++) {
+            __m256 v[4];
+            __m256 m = _mm256_setzero_ps();
+            for (int j = 0; j < 4; j++) {
+                v[j] = _mm256_loadu_ps(x + b * 32 + 8 * j);
+                m = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), m); /* NaN lanes keep m, like fmaxf */
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            const float amax = _mm_cvtss_f32(m4);
+            const float dd = amax / 127.0f;
+            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+            const __m256 vid = _mm256_set1_ps(id);
+            __m256i i0 = q8_round8(_mm256_mul_ps(v[0], vid));
+            __m256i i1 = q8_round8(_mm256_mul_ps(v[1], vid));
+            __m256i i2 = q8_round8(_mm256_mul_ps(v[2], vid));
+            __m256i i3 = q8_round8(_mm256_mul_ps(v[3], vid));
+            /* packs work per 128-bit lane; the permute restores element order */
+            const __m256i p01 = _mm256_packs_epi32(i0, i1);
+            const __m256i p23 = _mm256_packs_epi32(i2, i3);
+            const __m256i p = _mm256_packs_epi16(p01, p23);
+            const __m256i q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_store_si256((__m256i *)(qs + b * 32), q);
+        }
+        for (int64_t b = nb; b < a->xq.d_stride; b++)
+            d[b] = 0.0f; /* the kernels load scales 8 at a time */
+    }
+}
+
+/* ---- helpers ---- */
+
+ALWAYS_INLINE float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE __m256 load_w8(int wtype, const uint8_t *row, int64_t k)
+{
+    switch (wtype) {
+    case FG_WTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k)));
+    case FG_WTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * k))), 16));
+    default:
+        return _mm256_loadu_ps((const float *)(row + 4 * k));
+    }
+}
+
+ALWAYS_INLINE float load_w1(int wtype, const uint8_t *row, int64_t k)
+{
+    uint16_t h;
+    float f;
+    switch (wtype) {
+    case FG_WTYPE_F16:
+        memcpy(&h, row + 2 * k, 2);
+        return _cvtsh_ss(h);
+    case FG_WTYPE_BF16:
+        memcpy(&h, row + 2 * k, 2);
+        return fg_bf16_to_f32(h);
+    default:
+        memcpy(&f, row + 4 * k, 4);
+        return f;
+    }
+}
+
+/* ---- float-like weights ---- */
+
+ALWAYS_INLINE void tile_float(const fg_matmul_args *a, const int wtype, const int R, const int T, int64_t o,
+                              int64_t t0)
+{
+    const int64_t n_in = a->n_in;
+    const uint8_t *wr[4];
+    const float *xt[2];
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        wr[r] = (const uint8_t *)a->w + (size_t)(o + r) * a->row_bytes;
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        xt[t] = a->x + (t0 + t) * n_in;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+
+    int64_t k = 0;
+    for (; k + 8 <= n_in; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = load_w8(wtype, wr[r], k);
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            const __m256 xv = _mm256_loadu_ps(xt[t] + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            float sum = hsum256(acc[r][t]);
+            for (int64_t kk = k; kk < n_in; kk++)
+                sum += load_w1(wtype, wr[r], kk) * xt[t][kk];
+            a->y[(t0 + t) * a->n_out + o + r] = sum;
+        }
+}
+
+ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t o_begin, int64_t o_end)
+{
+    const int64_t n_tok = a->n_tok;
+    int64_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4) {
+        int64_t t = 0;
+        for (; t + 2 <= n_tok; t += 2)
+            tile_float(a, wtype, 4, 2, o, t);
+        for (; t < n_tok; t++)
+            tile_float(a, wtype, 4, 1, o, t);
+    }
+    for (; o < o_end; o++)
+        for (int64_t t = 0; t < n_tok; t++)
+            tile_float(a, wtype, 1, 1, o, t);
+}
+
+/* ---- Q8_0 ---- */
+
+ALWAYS_INLINE void tile_q8(const fg_matmul_args *a, const int R, int64_t o, int64_t t)
+{
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    const size_t bs = sizeof(fg_block_q8_0);
+    const uint8_t *wr[4];
+    __m256 acc[4];
+    float s[4][8] __attribute__((aligned(32))); /* d_w * d_x of 8 blocks, per row */
+    const int8_t *xs = a->xq.qs + t * a->xq.qs_stride;
+    const float *xd = a->xq.d + t * a->xq.d_stride;
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        wr[r] = (const uint8_t *)a->w + (size_t)(o + r) * a->row_bytes;
+        acc[r] = _mm256_setzero_ps();
+    }
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int cb = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        /* xd is padded with zeros to a multiple of 16 scales: 8 loads stay inside */
+        const __m256 dx = _mm256_load_ps(xd + b0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            uint16_t dh[8] = {0};
+            for (int i = 0; i < cb; i++)
+                memcpy(&dh[i], wr[r] + (b0 + i) * bs, 2);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+            _mm256_store_ps(s[r], _mm256_mul_ps(dw, dx));
+        }
+        for (int i = 0; i < cb; i++) {
+            const int64_t b = b0 + i;
+            const __m256i xv = _mm256_load_si256((const __m256i *)(xs + b * 32));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(wr[r] + b * bs + 2));
+                const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+                const __m256i p32 = _mm256_madd_epi16(p16, ones);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s[r][i]), acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        a->y[t * a->n_out + o + r] = hsum256(acc[r]);
+}
+
+static void rows_q8(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    int64_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4)
+        for (int64_t t = 0; t < a->n_tok; t++)
+            tile_q8(a, 4, o, t);
+    for (; o < o_end; o++)
+        for (int64_t t = 0; t < a->n_tok; t++)
+            tile_q8(a, 1, o, t);
+}
+
+static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
+{
+    rows_float(a, FG_WTYPE_F32, ob, oe);
+}
+
+static void rows_f16(const fg_matmul_args *a, int64_t ob, int64_t oe)
+{
+    rows_float(a, FG_WTYPE_F16, ob, oe);
+}
+
+static void rows_bf16(const fg_matmul_args *a, int64_t ob, int64_t oe)
+{
+    rows_float(a, FG_WTYPE_BF16, ob, oe);
+}
+
+void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    switch (a->wtype) {
+    case FG_WTYPE_F32:
+        rows_f32(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_F16:
+        rows_f16(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_BF16:
+        rows_bf16(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_Q8_0:
+        rows_q8(a, o_begin, o_end);
+        break;
+    }
+}

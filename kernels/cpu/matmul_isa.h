@@ -1,0 +1,43 @@
+/* matmul_isa.h: internal to matmul*.c. The interface between the dispatcher
+ * (matmul.c) and the ISA-specific kernels (matmul_avx2.c, matmul_avx512.c).
+ * Nothing outside kernels/cpu/matmul*.c includes this.
+ */
+#ifndef FG_MATMUL_ISA_H
+#define FG_MATMUL_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Q8_0-quantized activations as the fast kernels want them: the int8 values
+ * of each token contiguous, the block scales apart. Built in the caller's
+ * scratch by the ISA's quantizer, bit-identical to fg_quantize_row_q8_0. */
+typedef struct fg_q8_act {
+    int8_t *qs;        /* [n_tok][qs_stride] quantized x */
+    int32_t *corr;     /* [n_tok][corr_stride] -128 * (sum of qs[4j .. 4j+3]); AVX-512 only */
+    float *d;          /* [n_tok][d_stride] block scale, f16-rounded then widened */
+    int64_t qs_stride; /* elements; multiples of 64 bytes so every row is aligned */
+    int64_t corr_stride;
+    int64_t d_stride;
+} fg_q8_act;
+
+/* One matmul call, as validated by fg_matmul(). */
+typedef struct fg_matmul_args {
+    int wtype;
+    const void *w;     /* [n_out][row_bytes] */
+    size_t row_bytes;
+    int64_t n_in, n_out, n_tok;
+    const float *x;    /* [n_tok][n_in] */
+    float *y;          /* [n_tok][n_out] */
+    fg_q8_act xq;      /* Q8_0 only */
+    void *scratch;     /* scalar Q8_0: [n_tok][n_in / 32] fg_block_q8_0 */
+} fg_matmul_args;
+
+/* Quantize tokens [t_begin, t_end) of a->x into a->xq. */
+void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
+void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
+
+/* y[:, o_begin:o_end] for all tokens. */
+void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
+void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
+
+#endif

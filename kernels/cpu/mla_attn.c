@@ -1,0 +1,80 @@
+/* mla_attn.c: absorbed-MLA attention of mla_attn.h, one pass, online softmax.
+ *
+ * For each cached token the row is dequantized once into scratch (latent then
+ * rope part, contiguous), then every head updates its running maximum m, its
+ * running denominator l and its unnormalised output o (kept in out_lat):
+ *   s > m:  o = o * e^(m - s) + c,   l = l * e^(m - s) + 1,   m = s
+ *   else :  p = e^(s - m),  o += p * c,  l += p
+ * and at the end out = o / l. The first token initialises (m, l, o) = (s, 1, c),
+ * so no e^(-inf) is ever taken. The cost is one dequantization per row for all
+ * heads and one rescale of o per new maximum.
+ *
+ * Scratch, in floats: [kv_lora + n_rope] row, then [H] m, then [H] l.
+ */
+#include "kernels/cpu/mla_attn.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p)
+{
+    return (size_t)p->kv_lora + (size_t)p->n_rope + 2 * (size_t)p->n_head;
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
+                 float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    const size_t lat_bytes = fg_kv_bytes(p->format, L);
+    float *c = scratch;      /* [L] latent of the current row */
+    float *kr = scratch + L; /* [R] rope key of the current row */
+    float *m = kr + R;       /* [H] running max */
+    float *l = m + H;        /* [H] running denominator */
+
+    if (p->n_kv <= 0) { /* outside the contract; an empty attention is defined as 0 */
+        memset(out_lat, 0, (size_t)H * (size_t)L * sizeof *out_lat);
+        return;
+    }
+
+    for (int t = 0; t < p->n_kv; t++) {
+        const uint8_t *row = p->pages[t / FG_KV_PAGE_TOKENS] + p->layer_offset +
+                             (size_t)(t % FG_KV_PAGE_TOKENS) * p->row_bytes;
+        fg_kv_dequantize(p->format, row, L, c);
+        if (R > 0)
+            fg_kv_dequantize(p->format, row + lat_bytes, R, kr);
+        for (int h = 0; h < H; h++) {
+            float *o = out_lat + (size_t)h * L;
+            const float s = p->scale * (dot(q_lat + (size_t)h * L, c, L) + dot(q_rope + (size_t)h * R, kr, R));
+            if (t == 0) {
+                m[h] = s;
+                l[h] = 1.0f;
+                memcpy(o, c, (size_t)L * sizeof *o);
+            } else if (s > m[h]) {
+                const float corr = expf(m[h] - s);
+                for (int i = 0; i < L; i++)
+                    o[i] = o[i] * corr + c[i];
+                l[h] = l[h] * corr + 1.0f;
+                m[h] = s;
+            } else {
+                const float pr = expf(s - m[h]);
+                for (int i = 0; i < L; i++)
+                    o[i] += pr * c[i];
+                l[h] += pr;
+            }
+        }
+    }
+    for (int h = 0; h < H; h++) {
+        float *o = out_lat + (size_t)h * L;
+        const float inv = 1.0f / l[h];
+        for (int i = 0; i < L; i++)
+            o[i] *= inv;
+    }
+}

@@ -1,0 +1,48 @@
+/* mla_attn.h: multi-head latent attention, absorbed form, over a paged,
+ * quantized latent cache, for one query token.
+ *
+ * Cache layout (shared with the engine's KV store): a page holds
+ * FG_KV_PAGE_TOKENS tokens for every layer; inside a page, layer l's rows start
+ * at l * FG_KV_PAGE_TOKENS * row_bytes and token j's row is at j * row_bytes
+ * from there. A row is [latent: kv_lora channels][rope key: n_rope channels],
+ * each segment stored in `format` (kernels/cpu/kvquant.h).
+ *
+ * For each head h (q_lat is the no-RoPE query already absorbed through k_b):
+ *   s[h, t]   = scale * (q_lat[h] . c_t + q_rope[h] . kr_t)      t < n_kv
+ *   p[h, :]   = softmax(s[h, :])
+ *   out[h]    = sum_t p[h, t] * c_t                             (latent width)
+ * The caller expands out[h] through v_b. One pass over the cache with an
+ * online softmax: each row is dequantized once for all heads.
+ *
+ * Thread safety: pure; callers parallelise over query tokens or sessions.
+ */
+#ifndef FG_MLA_ATTN_H
+#define FG_MLA_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kvquant.h"
+
+#define FG_KV_PAGE_TOKENS 64
+
+typedef struct fg_mla_attn_params {
+    int n_head;                    /* H */
+    int kv_lora;                   /* latent width */
+    int n_rope;                    /* RoPE key width */
+    float scale;                   /* softmax scale */
+    fg_kv_format format;           /* storage of both row segments */
+    const uint8_t *const *pages;   /* page table: token t lives in pages[t / FG_KV_PAGE_TOKENS] */
+    size_t layer_offset;           /* byte offset of this layer's rows inside a page */
+    size_t row_bytes;              /* fg_kv_bytes(format, kv_lora) + fg_kv_bytes(format, n_rope) */
+    int n_kv;                      /* attend over tokens [0, n_kv); n_kv >= 1 */
+} fg_mla_attn_params;
+
+/* Floats of scratch needed by one call. */
+size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p);
+
+/* q_lat [H][kv_lora], q_rope [H][n_rope], out_lat [H][kv_lora]. */
+void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
+                 float *scratch);
+
+#endif

@@ -1,0 +1,72 @@
+/* vecops.c: the per-row vector operations of vecops.h, plain C.
+ * The compiler vectorises the simple loops; none of these is hot enough to
+ * deserve an ISA-specific version.
+ */
+#include "kernels/cpu/vecops.h"
+
+#include <math.h>
+
+void fg_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    /* the sum of squares in double, as ggml does: rows are thousands long */
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * (double)x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (n > 0 ? n : 1) + (double)eps));
+    if (w) {
+        for (int i = 0; i < n; i++)
+            y[i] = x[i] * scale * w[i];
+    } else {
+        for (int i = 0; i < n; i++)
+            y[i] = x[i] * scale;
+    }
+}
+
+void fg_softmax(float *x, int n)
+{
+    if (n <= 0)
+        return;
+    float max = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max)
+            max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void fg_silu_mul(float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        /* g / (1 + e^-g): for very negative g the denominator is +inf and the result -0 */
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void fg_axpy(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+int fg_argmax(const float *x, int n)
+{
+    if (n <= 0)
+        return -1;
+    /* NaN never wins; if every value is NaN the first index is returned */
+    int best = 0;
+    float bv = x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] > bv || (bv != bv && x[i] == x[i])) {
+            bv = x[i];
+            best = i;
+        }
+    }
+    return best;
+}

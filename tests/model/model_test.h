@@ -1,0 +1,68 @@
+/* model_test.h: helpers shared by the tests that run generated models.
+ * Models are made by tests/model/gen_models.sh (the ctest fixture "models")
+ * in $FG_TEST_DATA. */
+#ifndef FG_MODEL_TEST_H
+#define FG_MODEL_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/engine.h"
+#include "tests/unit/fg_test.h"
+
+/* Path of a generated test model; exits (as a failure) when FG_TEST_DATA is unset. */
+static inline const char *model_path(const char *file)
+{
+    static char buf[4096];
+    const char *dir = getenv("FG_TEST_DATA");
+    if (!dir) {
+        fprintf(stderr, "FG_TEST_DATA is not set (run through ctest)\n");
+        exit(1);
+    }
+    snprintf(buf, sizeof buf, "%s/%s", dir, file);
+    return buf;
+}
+
+/* Opens an engine on a test model; exits on failure (nothing else can run). */
+static inline fg_engine_t *open_engine(const char *file, int kv_format, int max_batch, int n_threads)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path(file);
+    o.kv_format = kv_format;
+    o.max_batch_tokens = max_batch;
+    o.n_threads = n_threads;
+    o.kv_budget_bytes = (size_t)64 << 20;
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    fg_err err = fg_engine_open(&o, &e, &d);
+    if (err != FG_OK) {
+        fprintf(stderr, "cannot open %s: %s\n", o.model_path, d.msg);
+        exit(1);
+    }
+    return e;
+}
+
+static inline float max_abs_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* A deterministic token sequence inside [1, n_vocab - 2] (avoids the special tokens at the end). */
+static inline void test_tokens(int32_t *t, int n, int n_vocab, unsigned seed)
+{
+    unsigned s = seed * 2654435761u + 12345u;
+    for (int i = 0; i < n; i++) {
+        s = s * 1103515245u + 12345u;
+        t[i] = 1 + (int32_t)((s >> 8) % (unsigned)(n_vocab - 3));
+    }
+}
+
+#endif

@@ -1,0 +1,237 @@
+/* Bad models and bad requests give a clear error, never a crash.
+ *
+ * Each case copies tiny.gguf with one edit (through the GGUF reader and
+ * writer), opens it as an engine and checks the error code and that the message
+ * names the culprit. Then requests: a prompt past the context, token ids
+ * outside the vocabulary, a full KV pool. */
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/gguf.h"
+#include "engine/gguf_writer.h"
+#include "tests/model/model_test.h"
+
+typedef struct edit {
+    const char *drop_key;       /* key left out */
+    const char *set_str_key;    /* string key replaced ... */
+    const char *set_str_val;    /* ... by this */
+    const char *set_u32_key;    /* integer key replaced ... */
+    uint32_t set_u32_val;       /* ... by this */
+    const char *drop_tensor;    /* tensor left out */
+    const char *q4_tensor;      /* tensor re-declared as Q4_0 (same element count) */
+} edit;
+
+static bool same(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+/* Writes src with the edit applied to path. Returns false if src has a key type this copier does not handle. */
+static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
+{
+    fg_gguf_writer_t *w;
+    fg_diag d;
+    if (fg_gguf_writer_create(path, 0, &w, &d) != FG_OK)
+        return false;
+    bool ok = true;
+    for (uint64_t i = 0; i < fg_gguf_key_count(g) && ok; i++) {
+        const char *k = fg_gguf_key_name(g, i);
+        if (same(k, ed->drop_key))
+            continue;
+        fg_gguf_str str;
+        uint32_t u32;
+        int64_t i64;
+        float f;
+        bool b;
+        fg_gguf_vtype et;
+        uint64_t n;
+        switch (fg_gguf_key_type(g, i)) {
+        case FG_GGUF_STRING:
+            fg_gguf_get_str(g, k, &str);
+            if (same(k, ed->set_str_key)) {
+                fg_gguf_writer_add_str(w, k, ed->set_str_val);
+            } else {
+                char *tmp = strndup(str.ptr, str.len);
+                fg_gguf_writer_add_str(w, k, tmp);
+                free(tmp);
+            }
+            break;
+        case FG_GGUF_UINT32:
+            fg_gguf_get_u32(g, k, &u32);
+            fg_gguf_writer_add_u32(w, k, same(k, ed->set_u32_key) ? ed->set_u32_val : u32);
+            break;
+        case FG_GGUF_INT32:
+            fg_gguf_get_i64(g, k, &i64);
+            fg_gguf_writer_add_i32(w, k, (int32_t)i64);
+            break;
+        case FG_GGUF_UINT64:
+            fg_gguf_get_i64(g, k, &i64);
+            fg_gguf_writer_add_u64(w, k, (uint64_t)i64);
+            break;
+        case FG_GGUF_FLOAT32:
+            fg_gguf_get_f32(g, k, &f);
+            fg_gguf_writer_add_f32(w, k, f);
+            break;
+        case FG_GGUF_BOOL:
+            fg_gguf_get_bool(g, k, &b);
+            fg_gguf_writer_add_bool(w, k, b);
+            break;
+        case FG_GGUF_ARRAY:
+            fg_gguf_get_arr(g, k, &et, &n);
+            if (et == FG_GGUF_STRING) {
+                const char **v = malloc(n * sizeof *v);
+                uint64_t *lens = malloc(n * sizeof *lens);
+                for (uint64_t j = 0; j < n; j++) {
+                    fg_gguf_get_arr_str(g, k, j, &str);
+                    v[j] = str.ptr;
+                    lens[j] = str.len;
+                }
+                fg_gguf_writer_add_arr_str(w, k, v, lens, n);
+                free(v);
+                free(lens);
+            } else if (et == FG_GGUF_INT32) {
+                int32_t *v = malloc(n * sizeof *v + 1);
+                for (uint64_t j = 0; j < n; j++) {
+                    fg_gguf_get_arr_i64(g, k, j, &i64);
+                    v[j] = (int32_t)i64;
+                }
+                fg_gguf_writer_add_arr_i32(w, k, v, n);
+                free(v);
+            } else {
+                ok = false;
+            }
+            break;
+        default:
+            ok = false;
+        }
+    }
+    for (uint64_t i = 0; i < fg_gguf_tensor_count(g) && ok; i++) {
+        const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
+        if (same(t->name, ed->drop_tensor))
+            continue;
+        fg_gguf_writer_add_tensor(w, t->name, same(t->name, ed->q4_tensor) ? 2u /* Q4_0 */ : t->type, t->n_dims,
+                                  t->ne);
+    }
+    ok = ok && fg_gguf_writer_begin_data(w, &d) == FG_OK;
+    for (uint64_t i = 0; i < fg_gguf_tensor_count(g) && ok; i++) {
+        const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
+        if (same(t->name, ed->drop_tensor))
+            continue;
+        /* Q4_0: 18 bytes per 32 elements; the bytes are whatever the F32 data held. */
+        uint64_t nb = same(t->name, ed->q4_tensor) ? t->nbytes / 4 / 32 * 18 : t->nbytes;
+        ok = fg_gguf_writer_write_tensor(w, t->data, nb, &d) == FG_OK;
+    }
+    ok = ok && fg_gguf_writer_finish(w, &d) == FG_OK;
+    fg_gguf_writer_destroy(w);
+    return ok;
+}
+
+static void expect_open_error(const fg_gguf_t *g, const char *dir, const edit *ed, fg_err want, const char *needle)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/edited.gguf", dir);
+    CHECK(copy_with_edit(g, ed, path));
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = path;
+    o.kv_budget_bytes = 16 << 20;
+    fg_engine_t *e = NULL;
+    fg_diag d = {{0}};
+    fg_err err = fg_engine_open(&o, &e, &d);
+    CHECK_MSG(err == want, "want %s, got %s (%s)", fg_err_name(want), fg_err_name(err), d.msg);
+    CHECK_MSG(strstr(d.msg, needle) != NULL, "message '%s' does not name '%s'", d.msg, needle);
+    fg_engine_close(e);
+    unlink(path);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/fg_model_errors_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    fg_gguf_t *g;
+    fg_diag d = {{0}};
+    if (fg_gguf_open_file(model_path("tiny.gguf"), &g, &d) != FG_OK) {
+        fprintf(stderr, "cannot read tiny.gguf: %s\n", d.msg);
+        return 1;
+    }
+    const edit none = {0};
+    expect_open_error(g, dir, &(edit){.set_str_key = "general.architecture", .set_str_val = "llama"},
+                      FG_ERR_MODEL_ARCH, "llama");
+    expect_open_error(g, dir, &(edit){.drop_key = "deepseek2.block_count"}, FG_ERR_MODEL_HPARAM, "block_count");
+    expect_open_error(g, dir, &(edit){.drop_tensor = "blk.1.attn_k_b.weight"}, FG_ERR_MODEL_TENSOR,
+                      "blk.1.attn_k_b.weight");
+    expect_open_error(g, dir, &(edit){.set_u32_key = "deepseek2.attention.kv_lora_rank", .set_u32_val = 48},
+                      FG_ERR_MODEL_SHAPE, "attn_kv_a_mqa");
+    expect_open_error(g, dir, &(edit){.set_u32_key = "deepseek2.expert_used_count", .set_u32_val = 99},
+                      FG_ERR_MODEL_HPARAM, "expert_used_count");
+    expect_open_error(g, dir, &(edit){.q4_tensor = "blk.2.ffn_down_exps.weight"}, FG_ERR_MODEL_TYPE,
+                      "blk.2.ffn_down_exps.weight");
+    expect_open_error(g, dir, &(edit){.set_str_key = "tokenizer.ggml.model", .set_str_val = "llama"},
+                      FG_ERR_TOKENIZER, "");
+
+    /* the unedited copy loads and matches the original's logits */
+    {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/copy.gguf", dir);
+        CHECK(copy_with_edit(g, &none, path));
+        fg_engine_options o;
+        fg_engine_options_default(&o);
+        o.model_path = path;
+        o.kv_budget_bytes = 16 << 20;
+        fg_engine_t *e = NULL;
+        CHECK(fg_engine_open(&o, &e, &d) == FG_OK);
+        fg_engine_close(e);
+        unlink(path);
+    }
+    fg_gguf_close(g);
+    rmdir(dir);
+
+    /* requests: context, token ids, a full page pool */
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.max_context = 70;
+    o.kv_budget_bytes = 1; /* below one page */
+    fg_engine_t *e = NULL;
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_INVALID_ARG);
+    o.kv_budget_bytes = 16 << 20;
+    CHECK(fg_engine_open(&o, &e, &d) == FG_OK);
+    fg_engine_info info;
+    fg_engine_get_info(e, &info);
+    int32_t toks[80];
+    test_tokens(toks, 80, info.n_vocab, 1);
+    fg_session_t *s;
+    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_eval(s, toks, 71, NULL, false, &d) == FG_ERR_CONTEXT_FULL);
+    CHECK(strstr(d.msg, "context") != NULL);
+    CHECK(fg_session_length(s) == 0);
+    CHECK(fg_session_eval(s, toks, 70, NULL, false, &d) == FG_OK);
+    CHECK(fg_session_eval(s, toks, 1, NULL, false, &d) == FG_ERR_CONTEXT_FULL);
+    fg_session_free(s);
+    CHECK(fg_session_create(e, &s) == FG_OK);
+    int32_t bad[3] = {1, info.n_vocab, 2};
+    CHECK(fg_session_eval(s, bad, 3, NULL, false, &d) == FG_ERR_TOKEN_ID);
+    bad[1] = -1;
+    CHECK(fg_session_eval(s, bad, 3, NULL, false, &d) == FG_ERR_TOKEN_ID);
+    CHECK(fg_session_length(s) == 0);
+    fg_session_free(s);
+
+    /* pool exhaustion: sessions take pages until none is left; the failing
+     * eval changes nothing and later succeeds once a session is freed. */
+    fg_session_t *held[4096];
+    int n_held = 0;
+    fg_err err = FG_OK;
+    while (n_held < 4096) {
+        CHECK(fg_session_create(e, &held[n_held]) == FG_OK);
+        err = fg_session_eval(held[n_held], toks, 65, NULL, false, &d); /* 2 pages each */
+        if (err != FG_OK)
+            break;
+        n_held++;
+    }
+    CHECK(err == FG_ERR_KV_FULL);
+    CHECK(fg_session_length(held[n_held]) == 0);
+    fg_session_free(held[0]);
+    CHECK(fg_session_eval(held[n_held], toks, 65, NULL, false, &d) == FG_OK);
+    for (int i = 1; i <= n_held; i++)
+        fg_session_free(held[i]);
+    fg_engine_close(e);
+    return TEST_DONE("test_model_errors");
+}

@@ -1,0 +1,20 @@
+# Tests that run generated models. The "models" fixture writes them into
+# ${FG_TEST_DATA} first (deterministic; nothing generated is committed).
+fg_add_test(gen_test_models COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/gen_models.sh
+            LABELS model FIXTURES_SETUP models TIMEOUT 300)
+
+file(GLOB FG_MODEL_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/model/test_*.c)
+foreach(src ${FG_MODEL_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE fg_engine)
+  fg_add_test(${name} COMMAND ${name} LABELS model FIXTURES_REQUIRED models TIMEOUT 300)
+endforeach()
+
+# The engine against the independent float64 numpy reference (non-absorbed MLA).
+fg_add_test(reference_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_reference_selfcheck.py
+            LABELS reference TIMEOUT 300)
+foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
+  fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
+              LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+endforeach()
