@@ -338,7 +338,7 @@ fg_err fg_gguf_writer_create(const char *path, uint32_t alignment, fg_gguf_write
         fg_gguf_writer_destroy(w);
         return fg_diag_set(diag, FG_ERR_NOMEM, "gguf writer: out of memory");
     }
-    sprintf(w->tmp_path, "%s.tmp", path);
+    snprintf(w->tmp_path, strlen(path) + 5, "%s.tmp", path);
     int fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
         fg_err e = fg_diag_set(diag, FG_ERR_IO, "gguf writer: create %s: %s", w->tmp_path, strerror(errno));

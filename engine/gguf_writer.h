@@ -27,6 +27,8 @@ fg_err fg_gguf_writer_create(const char *path, uint32_t alignment, fg_gguf_write
 /* Abandons the write (removes the temp file) if not finished. */
 void fg_gguf_writer_destroy(fg_gguf_writer_t *w);
 
+/* The add_* calls are valid only before begin_data. Errors: FG_ERR_INVALID_ARG
+ * (a NULL argument, or called after begin_data), FG_ERR_NOMEM. */
 fg_err fg_gguf_writer_add_u32(fg_gguf_writer_t *w, const char *key, uint32_t v);
 fg_err fg_gguf_writer_add_i32(fg_gguf_writer_t *w, const char *key, int32_t v);
 fg_err fg_gguf_writer_add_u64(fg_gguf_writer_t *w, const char *key, uint64_t v);
@@ -39,8 +41,10 @@ fg_err fg_gguf_writer_add_arr_str(fg_gguf_writer_t *w, const char *key, const ch
 fg_err fg_gguf_writer_add_arr_i32(fg_gguf_writer_t *w, const char *key, const int32_t *v, uint64_t n);
 fg_err fg_gguf_writer_add_arr_f32(fg_gguf_writer_t *w, const char *key, const float *v, uint64_t n);
 
-/* Declares a tensor; ne in ggml order (ne[0] contiguous). Offsets are assigned
- * here (each aligned). */
+/* Declares a tensor; ne in ggml order (ne[0] contiguous), n_dims entries are
+ * read. Offsets are assigned here (each aligned). A type or shape the reader
+ * would reject (unknown type, n_dims outside 1..4, ...) is written as given
+ * and declared with 0 data bytes. */
 fg_err fg_gguf_writer_add_tensor(fg_gguf_writer_t *w, const char *name, uint32_t ggml_type,
                                  uint32_t n_dims, const int64_t *ne);
 

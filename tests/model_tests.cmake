@@ -18,3 +18,11 @@ foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
+
+# Byte-exact greedy output of the tiny model (update with check_golden.sh --update).
+fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh
+            LABELS model FIXTURES_REQUIRED models)
+
+# Bad files and requests through the command line: clear errors, no crash.
+fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh
+            LABELS model FIXTURES_REQUIRED models)

@@ -477,7 +477,7 @@ static void writer_file(const char *name, rb *out, void (*fill)(fg_gguf_writer_t
         ; /* every tensor the fills declare is 16 bytes */
     CHECK_MSG(fg_gguf_writer_finish(w, &d) == FG_OK, "%s", d.msg);
     fg_gguf_writer_destroy(w);
-    size_t len;
+    size_t len = 0;
     uint8_t *p = read_file(path, &len);
     CHECK(p != NULL);
     out->p = p;

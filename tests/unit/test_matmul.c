@@ -1,0 +1,439 @@
+/* test_matmul.c: every fast ISA this CPU supports against the scalar reference
+ * of kernels/cpu/matmul.h, for every weight type, over many shapes, with pools
+ * of 1, 2 and 3 threads.
+ *
+ * Per case: normalised error max|y_fast - y_ref| / (max|y_ref| + tiny) under a
+ * per-type tolerance (see TOL_*); no NaN/Inf in any output for finite inputs
+ * (y is pre-filled with NaN, so an output never written shows up here too);
+ * canary floats before and after y untouched. The scalar reference run on a
+ * pool must equal the single-threaded one bit for bit. Separately: Q8_0
+ * activation quantization bit-exact across ISAs (one-hot weights read the
+ * quantized values back exactly), NaN propagation for float weights, error
+ * returns.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/numeric.h"
+#include "tests/unit/fg_test.h"
+
+/* Tolerances on max|y_fast - y_ref| / max|y_ref|.
+ *
+ * F32, F16, BF16: the same f32 products (F16/BF16 widen exactly), summed in
+ * another order and with fused multiply-adds. With the random signs used here
+ * each side's rounding error behaves like a random walk, ~sqrt(n) * 2^-24 times
+ * the size of the partial sums, i.e. ~1e-6 of |y| at n = 4096; the worst
+ * observed is 8e-6, in a 1-output case where max|y_ref| happens to be small
+ * through cancellation (0.4 against a typical 10). 5e-5 leaves 6x over that,
+ * while a single wrong term (~|y| / (3 sqrt(n)) >= 5e-3 of |y|) or x rounded
+ * to f16 on the way (~1.6e-4) still fails.
+ *
+ * Q8_0: both sides compute the same exact integer block dots (int32, no
+ * rounding) and the same f32 block scales d_w * d_x; only the f32 sum over the
+ * n/32 blocks (and the fast kernels' split of each block into 8 lanes) rounds
+ * differently: a few ulps of |y| (worst observed 7e-7). A quantized activation
+ * off by one moves y by ~1/(127 sqrt(n)) of |y| (> 1e-4 at n = 4096), so 1e-5
+ * still separates "exact up to summation order" from "quantized differently";
+ * test_q8_quant_exact checks the quantization bit for bit anyway. */
+#define TOL_FLOAT 5e-5
+#define TOL_Q8_0 1e-5
+
+#define GUARD 16
+#define CANARY 0x7fa5a5a5u
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+/* uniform in [-1, 1) */
+static float rng_f(void)
+{
+    return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static const int wtypes[4] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
+static const char *wtype_name(int t)
+{
+    switch (t) {
+    case FG_WTYPE_F32:
+        return "f32";
+    case FG_WTYPE_F16:
+        return "f16";
+    case FG_WTYPE_BF16:
+        return "bf16";
+    case FG_WTYPE_Q8_0:
+        return "q8_0";
+    }
+    return "?";
+}
+
+static fg_isa fast_isas[2];
+static int n_fast;
+static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
+static double worst[4][2];  /* observed max normalised error per type and ISA */
+
+/* Random weights of one type: floats in [-1, 1) or Q8_0 blocks with every
+ * int8 value possible (-128 included, which ggml's quantizer never makes but a
+ * file can hold) and varied scales. */
+static void *make_weights(int wtype, int64_t n_in, int64_t n_out, size_t *bytes)
+{
+    const size_t rb = fg_wtype_row_bytes(wtype, n_in);
+    *bytes = rb * (size_t)n_out;
+    uint8_t *w = malloc(*bytes + 1);
+    for (int64_t o = 0; o < n_out; o++) {
+        uint8_t *row = w + rb * (size_t)o;
+        for (int64_t i = 0; i < n_in; i++) {
+            const float f = rng_f();
+            if (wtype == FG_WTYPE_F32) {
+                memcpy(row + 4 * i, &f, 4);
+            } else if (wtype == FG_WTYPE_F16) {
+                const uint16_t h = fg_f32_to_f16(f);
+                memcpy(row + 2 * i, &h, 2);
+            } else if (wtype == FG_WTYPE_BF16) {
+                const uint16_t h = fg_f32_to_bf16(f);
+                memcpy(row + 2 * i, &h, 2);
+            }
+        }
+        if (wtype == FG_WTYPE_Q8_0) {
+            fg_block_q8_0 *b = (fg_block_q8_0 *)row;
+            for (int64_t k = 0; k < n_in / 32; k++) {
+                b[k].d = fg_f32_to_f16(0.001f + 0.02f * (rng_f() + 1.0f));
+                for (int j = 0; j < 32; j++)
+                    b[k].qs[j] = (int8_t)(rng_u32() & 0xff);
+            }
+        }
+    }
+    return w;
+}
+
+static float *alloc_y(int64_t n)
+{
+    float *y = malloc((size_t)(n + 2 * GUARD) * sizeof *y);
+    const uint32_t c = CANARY;
+    for (int64_t i = 0; i < n + 2 * GUARD; i++)
+        memcpy(&y[i], &c, 4); /* NaN pattern: unwritten outputs are caught as NaN */
+    return y;
+}
+
+static int guards_intact(const float *y, int64_t n)
+{
+    for (int i = 0; i < GUARD; i++) {
+        uint32_t a, b;
+        memcpy(&a, &y[i], 4);
+        memcpy(&b, &y[GUARD + n + i], 4);
+        if (a != CANARY || b != CANARY)
+            return 0;
+    }
+    return 1;
+}
+
+static void *alloc_scratch(int wtype, int64_t n_in, int64_t n_tok)
+{
+    size_t s = fg_matmul_scratch_bytes(wtype, n_in, n_tok);
+    if (s == 0)
+        return NULL;
+    return aligned_alloc(64, (s + 63) / 64 * 64);
+}
+
+static int type_index(int wtype)
+{
+    for (int i = 0; i < 4; i++)
+        if (wtypes[i] == wtype)
+            return i;
+    return 0;
+}
+
+/* One shape, one type: reference once, then every fast ISA on every pool. */
+static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
+{
+    size_t wbytes;
+    uint8_t *wbuf = make_weights(wtype, n_in, n_out, &wbytes);
+    const size_t shift = misalign && wtype != FG_WTYPE_Q8_0 ? 1 : 0; /* one element off 64-byte alignment */
+    uint8_t *wmem = malloc(wbytes + 8);
+    memcpy(wmem + shift * (wtype == FG_WTYPE_F32 ? 4 : 2), wbuf, wbytes);
+    const void *w = wmem + shift * (wtype == FG_WTYPE_F32 ? 4 : 2);
+    free(wbuf);
+
+    float *xmem = malloc((size_t)(n_in * n_tok + 1) * sizeof(float));
+    float *x = xmem + (misalign ? 1 : 0);
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = rng_f() * (1.0f + (float)((i / 32) % 5)); /* block magnitudes vary */
+
+    void *scratch = alloc_scratch(wtype, n_in, n_tok);
+    const int64_t ny = n_out * n_tok;
+    float *yref = alloc_y(ny), *y = alloc_y(ny);
+
+    int rc = fg_matmul(NULL, FG_ISA_SCALAR, wtype, w, n_in, n_out, x, n_tok, yref + GUARD, scratch);
+    CHECK(rc == 0);
+    double ymax = 0.0;
+    int bad_ref = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        bad_ref += !isfinite(yref[GUARD + i]);
+        ymax = fmax(ymax, fabs(yref[GUARD + i]));
+    }
+    CHECK_MSG(bad_ref == 0, "%s %lldx%lld tok %lld: scalar output not finite", wtype_name(wtype), (long long)n_out,
+              (long long)n_in, (long long)n_tok);
+    CHECK(guards_intact(yref, ny));
+
+    /* threading must not change the reference's arithmetic */
+    rc = fg_matmul(pools[3], FG_ISA_SCALAR, wtype, w, n_in, n_out, x, n_tok, y + GUARD, scratch);
+    CHECK(rc == 0 && memcmp(y + GUARD, yref + GUARD, (size_t)ny * sizeof *y) == 0);
+    CHECK(guards_intact(y, ny));
+
+    const double tol = wtype == FG_WTYPE_Q8_0 ? TOL_Q8_0 : TOL_FLOAT;
+    for (int k = 0; k < n_fast; k++) {
+        for (int p = 1; p <= 3; p++) {
+            const uint32_t c = CANARY;
+            for (int64_t i = 0; i < ny; i++)
+                memcpy(&y[GUARD + i], &c, 4);
+            rc = fg_matmul(pools[p], fast_isas[k], wtype, w, n_in, n_out, x, n_tok, y + GUARD, scratch);
+            CHECK(rc == 0);
+            double err = 0.0;
+            int nonfinite = 0;
+            for (int64_t i = 0; i < ny; i++) {
+                if (!isfinite(y[GUARD + i]))
+                    nonfinite++;
+                else
+                    err = fmax(err, fabs((double)y[GUARD + i] - (double)yref[GUARD + i]));
+            }
+            err /= ymax + 1e-30;
+            double *wst = &worst[type_index(wtype)][k];
+            if (err > *wst) {
+                *wst = err;
+                if (getenv("FG_TEST_VERBOSE"))
+                    fprintf(stderr, "  worst so far %s %s %lldx%lld tok %lld: %.3g (max|y| %.3g)\n",
+                            fg_isa_name(fast_isas[k]), wtype_name(wtype), (long long)n_out, (long long)n_in,
+                            (long long)n_tok, err, ymax);
+            }
+            CHECK_MSG(nonfinite == 0, "%s %s pool %d %lldx%lld tok %lld: %d outputs not finite",
+                      fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
+                      (long long)n_tok, nonfinite);
+            CHECK_MSG(err <= tol, "%s %s pool %d %lldx%lld tok %lld: normalised error %.3g > %.3g",
+                      fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
+                      (long long)n_tok, err, tol);
+            CHECK_MSG(guards_intact(y, ny), "%s %s pool %d %lldx%lld tok %lld: guard overwritten",
+                      fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
+                      (long long)n_tok);
+        }
+    }
+    free(yref);
+    free(y);
+    free(scratch);
+    free(xmem);
+    free(wmem);
+}
+
+static void test_shapes(void)
+{
+    int c = 0;
+    for (int ti = 0; ti < 4; ti++) {
+        const int wt = wtypes[ti];
+        /* every multiple of 32 up to 4096, 7 rows (a 4-row tile and 3 single rows) */
+        for (int64_t n_in = 32; n_in <= 4096; n_in += 32)
+            check_case(wt, n_in, 7, n_in % 96 == 0 ? 2 : 1, (c++) & 1);
+        /* batch sizes: tiles of 4 (and 2) tokens plus remainders */
+        const int64_t ins[3] = {32, 320, 1024}, outs[3] = {1, 7, 33};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                for (int64_t t = 1; t <= 17; t++)
+                    check_case(wt, ins[a], outs[b], t, (c++) & 1);
+                check_case(wt, ins[a], outs[b], 64, (c++) & 1);
+            }
+        /* row counts around the tile (4) and the thread grain (16) */
+        const int64_t rows[] = {1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 48, 64, 100};
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            check_case(wt, 256, rows[r], 1, (c++) & 1);
+            check_case(wt, 256, rows[r], 5, (c++) & 1);
+        }
+        /* larger */
+        check_case(wt, 4096, 64, 17, 0);
+        check_case(wt, 2816, 33, 64, 1);
+        check_case(wt, 1024, 256, 3, 0);
+        /* float types take any n_in: vector tails */
+        if (wt != FG_WTYPE_Q8_0) {
+            const int64_t odd[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000};
+            for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+                for (int64_t t = 1; t <= 5; t += 4)
+                    check_case(wt, odd[i], 9, t, (c++) & 1);
+        }
+    }
+}
+
+/* Q8_0 quantization of x, bit for bit: W's row o is one-hot at column o with
+ * q = 1 and d = 1, so y[t][o] = d_x(block) * q_x[t][o] exactly on every path. */
+static void test_q8_quant_exact(void)
+{
+    const int64_t n_in = 256, n_out = 256, n_tok = 9;
+    const int64_t nb = n_in / 32;
+    fg_block_q8_0 *w = calloc((size_t)(n_out * nb), sizeof *w);
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t b = 0; b < nb; b++)
+            w[o * nb + b].d = fg_f32_to_f16(1.0f);
+        w[o * nb + o / 32].qs[o % 32] = 1;
+    }
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = rng_f() * 3.0f;
+    /* token 0: amax 127 so d = 1 and every x.5 is an exact tie (away from zero) */
+    for (int64_t i = 0; i < n_in; i++)
+        x[i] = (float)((i % 64) - 32) + 0.5f;
+    for (int64_t b = 0; b < nb; b++)
+        x[b * 32] = 127.0f;
+    /* token 1: ties at other scales: amax 25.4 -> d = 0.2, 1/d = 5 */
+    for (int64_t i = 0; i < n_in; i++)
+        x[n_in + i] = ((float)(i % 11) - 5.0f) * 0.1f;
+    for (int64_t b = 0; b < nb; b++)
+        x[n_in + b * 32 + 31] = 25.4f;
+    /* token 2: a zero block, a block so small 1/d overflows, NaN and inf elements */
+    for (int64_t i = 0; i < 32; i++)
+        x[2 * n_in + i] = 0.0f;
+    for (int64_t i = 32; i < 64; i++)
+        x[2 * n_in + i] = (float)(i - 40) * 1e-39f;
+    x[2 * n_in + 70] = NAN;
+    x[2 * n_in + 100] = INFINITY;
+    x[2 * n_in + 101] = -INFINITY;
+    /* token 3: huge values: d overflows f16 */
+    for (int64_t i = 0; i < 32; i++)
+        x[3 * n_in + i] = 1e7f * (float)(i + 1);
+
+    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, n_in, n_tok);
+    float *yref = malloc((size_t)(n_out * n_tok) * sizeof *yref), *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
+    CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
+    /* spot-check the reference itself: token 0 holds the rounded halves */
+    CHECK(yref[1] == -31.0f && yref[33] == 2.0f && yref[32] == 127.0f && yref[31] == -1.0f);
+    for (int k = 0; k < n_fast; k++) {
+        CHECK(fg_matmul(pools[2], fast_isas[k], FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, y, scratch) == 0);
+        int bad = 0;
+        for (int64_t i = 0; i < n_out * n_tok; i++) {
+            /* exact, except that where d_x overflowed f16 (token 3) any non-finite result goes:
+             * the reference's inf * q against the fast paths' inf * 0 lanes */
+            const int same = (!isfinite(y[i]) && !isfinite(yref[i])) || y[i] == yref[i];
+            if (!same && bad++ < 5)
+                fprintf(stderr, "  %s: y[%lld][%lld] = %.9g, reference %.9g\n", fg_isa_name(fast_isas[k]),
+                        (long long)(i / n_out), (long long)(i % n_out), y[i], yref[i]);
+        }
+        CHECK_MSG(bad == 0, "%s: %d quantized activations differ from fg_quantize_row_q8_0", fg_isa_name(fast_isas[k]),
+                  bad);
+    }
+    free(yref);
+    free(y);
+    free(scratch);
+    free(x);
+    free(w);
+}
+
+/* A NaN in x propagates to that token's outputs for float weights; the other
+ * tokens are unaffected. Inf likewise gives non-finite outputs. */
+static void test_nan_propagation(void)
+{
+    const int64_t n_out = 7, n_tok = 3;
+    const int64_t ins[2] = {64, 100};
+    for (int ti = 0; ti < 3; ti++)
+        for (int a = 0; a < 2; a++) {
+            const int64_t n_in = ins[a];
+            size_t wb;
+            void *w = make_weights(wtypes[ti], n_in, n_out, &wb);
+            float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+            for (int64_t i = 0; i < n_in * n_tok; i++)
+                x[i] = rng_f();
+            x[n_in + n_in - 1] = NAN;  /* token 1, last element: in the tail for n_in = 100 */
+            x[2 * n_in + 3] = INFINITY; /* token 2 */
+            float y[21];
+            for (int k = -1; k < n_fast; k++) {
+                const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+                CHECK(fg_matmul(pools[2], isa, wtypes[ti], w, n_in, n_out, x, n_tok, y, NULL) == 0);
+                for (int64_t o = 0; o < n_out; o++) {
+                    CHECK_MSG(isfinite(y[o]), "%s %s: token 0 not finite", fg_isa_name(isa), wtype_name(wtypes[ti]));
+                    CHECK_MSG(isnan(y[n_out + o]), "%s %s: NaN did not propagate", fg_isa_name(isa),
+                              wtype_name(wtypes[ti]));
+                    CHECK_MSG(!isfinite(y[2 * n_out + o]), "%s %s: inf did not propagate", fg_isa_name(isa),
+                              wtype_name(wtypes[ti]));
+                }
+            }
+            free(x);
+            free(w);
+        }
+}
+
+static void test_errors(void)
+{
+    float x[64] = {0}, y[4 + 2 * GUARD];
+    const uint32_t c = CANARY;
+    for (int i = 0; i < 4 + 2 * GUARD; i++)
+        memcpy(&y[i], &c, 4);
+    float w[64 * 4] = {0};
+    fg_block_q8_0 wq[8];
+    memset(wq, 0, sizeof wq);
+    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, 64, 1);
+    float *yy = y + GUARD;
+
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 2, w, 64, 4, x, 1, yy, NULL) == -1);  /* Q4_1: not ours */
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 99, w, 64, 4, x, 1, yy, NULL) == -1); /* unknown */
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, -1, w, 64, 4, x, 1, yy, NULL) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q8_0, wq, 48, 4, x, 1, yy, scratch) == -1); /* not x32 */
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q8_0, wq, 31, 4, x, 1, yy, scratch) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q8_0, wq, 64, 4, x, 1, yy, NULL) == -1); /* no scratch */
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, 0, 4, x, 1, yy, NULL) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, -32, 4, x, 1, yy, NULL) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, 64, -1, x, 1, yy, NULL) == -1);
+    CHECK(fg_matmul(NULL, (fg_isa)42, FG_WTYPE_F32, w, 64, 4, x, 1, yy, NULL) == -1);
+    for (int i = 0; i < 4 + 2 * GUARD; i++) {
+        uint32_t v;
+        memcpy(&v, &y[i], 4);
+        CHECK_MSG(v == CANARY, "a failed call wrote y[%d]", i - GUARD);
+    }
+    /* empty products are no-ops */
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, 64, 0, x, 1, yy, NULL) == 0);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, 64, 4, x, 0, yy, NULL) == 0);
+
+    CHECK(fg_wtype_row_bytes(FG_WTYPE_F32, 64) == 256);
+    CHECK(fg_wtype_row_bytes(FG_WTYPE_F16, 64) == 128);
+    CHECK(fg_wtype_row_bytes(FG_WTYPE_BF16, 64) == 128);
+    CHECK(fg_wtype_row_bytes(FG_WTYPE_Q8_0, 64) == 68);
+    CHECK(fg_wtype_row_bytes(FG_WTYPE_Q8_0, 40) == 0);
+    CHECK(fg_wtype_row_bytes(7, 64) == 0);
+    CHECK(fg_matmul_scratch_bytes(FG_WTYPE_F32, 64, 4) == 0);
+    CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, 64, 4) >= 4 * 2 * sizeof(fg_block_q8_0));
+    CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, 48, 4) == 0);
+    CHECK(fg_isa_supported(FG_ISA_SCALAR) && fg_isa_supported(FG_ISA_AUTO));
+    CHECK(fg_isa_supported(fg_isa_best()));
+    CHECK(strcmp(fg_isa_name(FG_ISA_AVX512), "avx512") == 0);
+    free(scratch);
+}
+
+int main(void)
+{
+    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
+    for (int i = 0; i < 2; i++) {
+        if (fg_isa_supported(cand[i]))
+            fast_isas[n_fast++] = cand[i];
+        else
+            fprintf(stderr, "test_matmul: %s not supported here, skipped\n", fg_isa_name(cand[i]));
+    }
+    fprintf(stderr, "test_matmul: best ISA %s\n", fg_isa_name(fg_isa_best()));
+    pools[0] = NULL;
+    for (int p = 1; p <= 3; p++) {
+        pools[p] = fg_pool_create(p);
+        CHECK(pools[p] != NULL);
+    }
+
+    test_errors();
+    test_q8_quant_exact();
+    test_nan_propagation();
+    test_shapes();
+
+    for (int ti = 0; ti < 4; ti++)
+        for (int k = 0; k < n_fast; k++)
+            fprintf(stderr, "test_matmul: %-4s %-6s max normalised error %.3g\n", wtype_name(wtypes[ti]),
+                    fg_isa_name(fast_isas[k]), worst[ti][k]);
+    for (int p = 1; p <= 3; p++)
+        fg_pool_destroy(pools[p]);
+    return TEST_DONE("test_matmul");
+}

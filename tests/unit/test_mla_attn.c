@@ -1,0 +1,181 @@
+/* test_mla_attn.c: kernels/cpu/mla_attn.h against a straightforward reference
+ * written here: scores in double, a two-pass softmax in double, the weighted
+ * sum in double. The reference reads the cache through fg_kv_dequantize, so for
+ * every format the kernel is compared on the same dequantized rows and only its
+ * own float rounding remains.
+ *
+ * The cache is built as the engine lays it out: pages of FG_KV_PAGE_TOKENS
+ * tokens, several layers per page (we attend over layer 1, so layer_offset
+ * matters), pages allocated separately and listed out of address order. n_kv
+ * covers one token, both sides of a page boundary and several pages; scores are
+ * made to rise along the sequence in one case so the running maximum is
+ * replaced often (the online rescale), and flat in another.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/mla_attn.h"
+#include "tests/unit/fg_test.h"
+
+/* max|out - ref| / max|c|: the output is a convex combination of the cached
+ * latents, so its error is measured against their size. The kernel's float
+ * error: each score's dot product (kv_lora + n_rope terms) rounds by a few ulps
+ * of the sum of |terms|, an absolute score error that exp turns into a relative
+ * error of the weights; then the running sums over n_kv rows round. Worst
+ * observed 8e-7, in the "rising" cases whose scores reach ~20; 2e-6 keeps 2.5x
+ * of margin, while reading one wrong row or page moves the output by ~1e-2. */
+#define TOL 2e-6
+
+#define N_LAYERS 3
+#define LAYER 1
+#define GUARD 16
+
+static uint64_t rng_state = 0x8cb92ba72f3d8dd7ull;
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_f(void)
+{
+    return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising, float scale)
+{
+    const size_t lat_bytes = fg_kv_bytes(fmt, L), rope_bytes = fg_kv_bytes(fmt, R);
+    const size_t row_bytes = lat_bytes + rope_bytes;
+    const int n_pages = (n_kv + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    const size_t page_bytes = (size_t)N_LAYERS * FG_KV_PAGE_TOKENS * row_bytes;
+
+    /* pages, listed in reverse allocation order */
+    uint8_t **alloc = malloc((size_t)n_pages * sizeof *alloc);
+    const uint8_t **table = malloc((size_t)n_pages * sizeof *table);
+    for (int i = 0; i < n_pages; i++) {
+        alloc[i] = malloc(page_bytes);
+        memset(alloc[i], 0xee, page_bytes); /* other layers and unused slots: garbage */
+    }
+    for (int i = 0; i < n_pages; i++)
+        table[i] = alloc[n_pages - 1 - i];
+    const size_t layer_offset = (size_t)LAYER * FG_KV_PAGE_TOKENS * row_bytes;
+
+    float *q_lat = malloc((size_t)H * L * sizeof *q_lat), *q_rope = malloc((size_t)H * R * sizeof *q_rope);
+    for (int i = 0; i < H * L; i++)
+        q_lat[i] = rng_f();
+    for (int i = 0; i < H * R; i++)
+        q_rope[i] = rng_f();
+
+    /* write the rows; "rising" adds t/n_kv * q to every row so scores grow along the sequence */
+    float *row = malloc((size_t)(L + R) * sizeof *row);
+    for (int t = 0; t < n_kv; t++) {
+        for (int i = 0; i < L + R; i++)
+            row[i] = rng_f() * (1.0f + (float)((i / 16) % 3));
+        if (rising)
+            for (int i = 0; i < L; i++)
+                row[i] += 2.0f * (float)t / (float)n_kv * q_lat[i % L];
+        uint8_t *dst = (uint8_t *)table[t / FG_KV_PAGE_TOKENS] + layer_offset +
+                       (size_t)(t % FG_KV_PAGE_TOKENS) * row_bytes;
+        fg_kv_quantize(fmt, row, L, dst);
+        fg_kv_quantize(fmt, row + L, R, dst + lat_bytes);
+    }
+
+    /* reference, in double, on the dequantized rows */
+    float *c = malloc((size_t)n_kv * L * sizeof *c), *kr = malloc((size_t)n_kv * R * sizeof *kr);
+    double cmax = 0.0;
+    for (int t = 0; t < n_kv; t++) {
+        const uint8_t *src = table[t / FG_KV_PAGE_TOKENS] + layer_offset + (size_t)(t % FG_KV_PAGE_TOKENS) * row_bytes;
+        fg_kv_dequantize(fmt, src, L, c + (size_t)t * L);
+        fg_kv_dequantize(fmt, src + lat_bytes, R, kr + (size_t)t * R);
+        for (int i = 0; i < L; i++)
+            cmax = fmax(cmax, fabs(c[(size_t)t * L + i]));
+    }
+    double *ref = calloc((size_t)H * L, sizeof *ref), *s = malloc((size_t)n_kv * sizeof *s);
+    for (int h = 0; h < H; h++) {
+        double m = -INFINITY;
+        for (int t = 0; t < n_kv; t++) {
+            double d = 0.0;
+            for (int i = 0; i < L; i++)
+                d += (double)q_lat[h * L + i] * c[(size_t)t * L + i];
+            for (int i = 0; i < R; i++)
+                d += (double)q_rope[h * R + i] * kr[(size_t)t * R + i];
+            s[t] = scale * d;
+            m = fmax(m, s[t]);
+        }
+        double sum = 0.0;
+        for (int t = 0; t < n_kv; t++) {
+            s[t] = exp(s[t] - m);
+            sum += s[t];
+        }
+        for (int t = 0; t < n_kv; t++)
+            for (int i = 0; i < L; i++)
+                ref[h * L + i] += s[t] / sum * c[(size_t)t * L + i];
+    }
+
+    /* the kernel, with guard floats around its output and its scratch */
+    const fg_mla_attn_params p = {
+        .n_head = H, .kv_lora = L, .n_rope = R, .scale = scale, .format = fmt,
+        .pages = table, .layer_offset = layer_offset, .row_bytes = row_bytes, .n_kv = n_kv,
+    };
+    const size_t ns = fg_mla_attn_scratch_floats(&p);
+    float *scratch = malloc((ns + GUARD) * sizeof *scratch);
+    float *out = malloc(((size_t)H * L + 2 * GUARD) * sizeof *out);
+    for (size_t i = 0; i < ns + GUARD; i++)
+        scratch[i] = NAN; /* the kernel must not read scratch before writing it */
+    for (size_t i = 0; i < (size_t)H * L + 2 * GUARD; i++)
+        out[i] = -1234.5f;
+    fg_mla_attn(&p, q_lat, q_rope, out + GUARD, scratch);
+
+    double err = 0.0;
+    int nonfinite = 0, guards = 0;
+    for (int i = 0; i < H * L; i++) {
+        if (!isfinite(out[GUARD + i]))
+            nonfinite++;
+        err = fmax(err, fabs(out[GUARD + i] - ref[i]));
+    }
+    err /= cmax + 1e-30;
+    for (int i = 0; i < GUARD; i++) {
+        guards += out[i] != -1234.5f || out[GUARD + H * L + i] != -1234.5f;
+        guards += !isnan(scratch[ns + (size_t)i]);
+    }
+    CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0,
+              "%s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g (tol %.3g), %d non-finite, %d guards hit",
+              fg_kv_format_name(fmt), H, L, R, n_kv, rising, err, TOL, nonfinite, guards);
+    if (getenv("FG_TEST_VERBOSE"))
+        fprintf(stderr, "  %s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g\n", fg_kv_format_name(fmt), H, L, R, n_kv,
+                rising, err);
+
+    free(out);
+    free(scratch);
+    free(ref);
+    free(s);
+    free(c);
+    free(kr);
+    free(row);
+    free(q_lat);
+    free(q_rope);
+    for (int i = 0; i < n_pages; i++)
+        free(alloc[i]);
+    free(alloc);
+    free(table);
+}
+
+int main(void)
+{
+    const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200};
+    for (int f = 0; f < FG_KV__COUNT; f++)
+        for (size_t a = 0; a < sizeof n_kvs / sizeof n_kvs[0]; a++) {
+            run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 0, 1.0f / sqrtf(80.0f));
+            run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 1, 0.5f);
+        }
+    /* DeepSeek-V2-Lite's shape: 16 heads, latent 512, rope 64 */
+    for (int f = 0; f < FG_KV__COUNT; f++) {
+        run_case((fg_kv_format)f, 16, 512, 64, 65, 1, 1.0f / sqrtf(192.0f));
+        run_case((fg_kv_format)f, 16, 512, 64, 200, 0, 1.0f / sqrtf(192.0f));
+    }
+    return TEST_DONE("test_mla_attn");
+}
