@@ -34,6 +34,8 @@ static const struct {
     [FG_ERR_KV_FORMAT] = {"kv_format", "KV cache format not usable"},
     [FG_ERR_KV_FULL] = {"kv_full", "KV page pool is full"},
     [FG_ERR_CONFIG] = {"config", "invalid configuration"},
+    [FG_ERR_BUSY] = {"busy", "a response is already in progress"},
+    [FG_ERR_STATE] = {"bad_state", "not allowed in the current mode or state"},
 };
 
 const char *fg_err_name(fg_err e)

@@ -46,6 +46,8 @@ typedef enum fg_err {
     FG_ERR_KV_FORMAT,         /* unknown KV cache format or width not supported by it */
     FG_ERR_KV_FULL,           /* no free KV page in the pool now (work waits or retries) */
     FG_ERR_CONFIG,            /* a configuration value is invalid */
+    FG_ERR_BUSY,              /* the session already has a response in progress */
+    FG_ERR_STATE,             /* the call does not fit the object's mode or state */
     FG_ERR__COUNT
 } fg_err;
 

@@ -1,31 +1,11 @@
-/* engine.c: opening a model and evaluating sessions synchronously (see engine.h). */
+/* engine.c: opening a model, sessions, and direct-mode evaluation (see engine.h). */
 #include "engine/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
-#include "kernels/cpu/pool.h"
-
-struct fg_engine {
-    fg_engine_options opt;
-    fg_gguf_t *gguf;
-    fg_model *model;
-    fg_tokenizer_t *tok;
-    fg_kv_store_t *kv;
-    fg_pool_t *pool;
-    fg_forward_t *fwd;
-    int n_ctx;
-};
-
-struct fg_session {
-    fg_engine_t *e;
-    fg_kv_seq seq;
-};
+#include "engine/engine_internal.h"
 
 void fg_engine_options_default(fg_engine_options *o)
 {
@@ -33,6 +13,9 @@ void fg_engine_options_default(fg_engine_options *o)
     o->kv_format = -1;
     o->kv_budget_bytes = (size_t)1 << 30;
     o->max_batch_tokens = 256;
+    o->prefill_chunk = 128;
+    o->event_capacity = 64;
+    o->text_capacity = 2048;
 }
 
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
@@ -44,6 +27,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_batch_tokens %d outside [1, 65536]", o->max_batch_tokens);
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
+    if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
+                     o->text_capacity < 64 || o->text_capacity > (1 << 26)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
     if (!fg_isa_supported(o->isa))
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "instruction set %s is not available on this CPU",
                            fg_isa_name(o->isa));
@@ -82,6 +68,14 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     }
     if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
         goto fail;
+    for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
+        const char *p;
+        size_t n = 0;
+        if (fg_tokenizer_token_bytes(e->tok, id, false, &p, &n) == FG_OK && (int)n > e->max_token_bytes)
+            e->max_token_bytes = (int)n;
+    }
+    if (o->serve && (err = fg_engine_serve_start(e, diag)))
+        goto fail;
     *out = e;
     return FG_OK;
 fail:
@@ -93,6 +87,7 @@ void fg_engine_close(fg_engine_t *e)
 {
     if (!e)
         return;
+    fg_engine_serve_stop(e);
     fg_forward_destroy(e->fwd);
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
@@ -124,14 +119,23 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
 
-fg_err fg_session_create(fg_engine_t *e, fg_session_t **out)
+fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
 {
     *out = NULL;
+    fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
+    if (p.weight < 1 || p.weight > 1000 || p.priority < -1000 || p.priority > 1000)
+        return FG_ERR_INVALID_ARG;
     fg_session_t *s = calloc(1, sizeof *s);
     if (!s)
         return FG_ERR_NOMEM;
     s->e = e;
+    s->params = p;
     if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
+        free(s);
+        return FG_ERR_NOMEM;
+    }
+    if (e->opt.serve && fg_session_serve_init(s) != FG_OK) {
+        fg_kv_seq_free(e->kv, &s->seq);
         free(s);
         return FG_ERR_NOMEM;
     }
@@ -143,16 +147,30 @@ void fg_session_free(fg_session_t *s)
 {
     if (!s)
         return;
+    if (s->e->opt.serve) {
+        fg_session_serve_release(s); /* the step thread frees it */
+        return;
+    }
     fg_kv_seq_free(s->e->kv, &s->seq);
     free(s);
 }
 
-int fg_session_length(const fg_session_t *s) { return s->seq.n_tokens; }
+int fg_session_length(const fg_session_t *s)
+{
+    if (!s->e->opt.serve)
+        return s->seq.n_tokens;
+    pthread_mutex_lock(&s->e->mu);
+    int n = s->length_snapshot;
+    pthread_mutex_unlock(&s->e->mu);
+    return n;
+}
 
 fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                        fg_diag *diag)
 {
     fg_engine_t *e = s->e;
+    if (e->opt.serve)
+        return fg_diag_set(diag, FG_ERR_STATE, "fg_session_eval is for direct mode; this engine is serving");
     if (n < 0 || (n > 0 && !tokens))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bad token list");
     if (n == 0)

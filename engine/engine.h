@@ -4,13 +4,24 @@
  * store, a worker pool and the forward pass. A session is one conversation's
  * sequence: its KV pages and length. Many sessions share one engine.
  *
- * This version evaluates synchronously: fg_session_eval() runs the session's
- * new tokens through the model on the calling thread (using the pool) and
- * returns logits. The batching issue adds the engine's own step thread, which
- * batches every session's work into one forward pass per step.
+ * Two modes, chosen at open:
+ *  - direct (serve = false): fg_session_eval() runs tokens through the model
+ *    on the calling thread and returns logits. For tools, benchmarks and
+ *    numerics tests; calls on one engine must not overlap.
+ *  - serving (serve = true): the engine runs its own step thread. Any thread
+ *    may append input, start and cancel responses, and poll a session's
+ *    bounded output queue. Each step forms one batch from every session with
+ *    work (decode tokens first, then prefill chunks, shared across tenants by
+ *    weight) and runs one forward pass for all of it. After a step that
+ *    produced events the engine calls the owner's wakeup callback (from the
+ *    step thread; the gateway passes one that calls lws_cancel_service()), and
+ *    fg_engine_take_ready() names the sessions that have something to read.
+ *    A session whose output queue is full pauses until it is read; nothing is
+ *    dropped. When the KV pool is full, new work waits (the session gets a
+ *    WAITING event naming the reason) and resumes when pages free up.
  *
- * Thread safety: fg_engine_open/close from one thread. fg_session_eval calls on
- * one engine must not overlap (one forward pass at a time).
+ * Thread safety: open/close from one thread. In serving mode every fg_session_*
+ * call is thread-safe; a session must not be used after fg_session_free().
  */
 #ifndef FG_ENGINE_H
 #define FG_ENGINE_H
@@ -20,6 +31,7 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
+#include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
@@ -27,21 +39,33 @@
 typedef struct fg_engine fg_engine_t;
 typedef struct fg_session fg_session_t;
 
+typedef void (*fg_engine_wakeup_fn)(void *user);
+
 typedef struct fg_engine_options {
     const char *model_path;
     int kv_format;           /* fg_kv_format, or -1: FP4 when the widths allow it, else F16 */
     size_t kv_budget_bytes;  /* KV page pool size; default 1 GiB */
-    int max_batch_tokens;    /* tokens per forward pass; default 256 */
+    int max_batch_tokens;    /* tokens per forward pass (step budget); default 256 */
     int n_threads;           /* 0: one per online CPU */
     int max_context;         /* per session; 0: the model's context_length */
     fg_isa isa;              /* FG_ISA_AUTO unless testing a kernel path */
+    /* serving mode */
+    bool serve;
+    fg_engine_wakeup_fn wakeup;
+    void *wakeup_user;
+    int prefill_chunk;       /* max prompt tokens of one session per step; default 128 */
+    int event_capacity;      /* output queue events per session; default 64 */
+    int text_capacity;       /* output queue text bytes per session; default 2048 */
 } fg_engine_options;
 
 void fg_engine_options_default(fg_engine_options *o);
 
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
- * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options), FG_ERR_NOMEM. */
+ * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
+ * FG_ERR_UNSUPPORTED (ISA), FG_ERR_NOMEM. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
+/* Serving mode: stops the step thread (in-flight responses end unreported)
+ * and frees every session still open. */
 void fg_engine_close(fg_engine_t *e);
 
 typedef struct fg_engine_info {
@@ -62,18 +86,117 @@ typedef struct fg_engine_info {
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info);
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e);
 
-/* Errors: FG_ERR_NOMEM. */
-fg_err fg_session_create(fg_engine_t *e, fg_session_t **out);
-/* Releases the session's pages. */
+/* Counters since open (serving mode), read consistently under the engine lock. */
+typedef struct fg_engine_stats {
+    uint64_t steps;
+    uint64_t decode_tokens;        /* tokens evaluated as decode steps */
+    uint64_t prefill_tokens;       /* prompt tokens evaluated */
+    uint64_t sampled_tokens;       /* tokens produced for responses */
+    double step_seconds;           /* total time inside forward passes */
+    int sessions;                  /* open */
+    int responding;                /* with a response in progress */
+    int paused;                    /* responding but held by a full output queue */
+    int waiting_kv;                /* responding but waiting for KV pages */
+    size_t kv_pages_used;
+    size_t kv_pages_total;
+} fg_engine_stats;
+
+void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
+
+/* ---- sessions ---- */
+
+typedef struct fg_session_params {
+    uint32_t tenant;   /* scheduling group (the quota layer maps tenants to ids) */
+    int weight;        /* the tenant's share of each step, 1..1000 (default 1) */
+    int priority;      /* within a tenant, higher is scheduled first */
+    void *user;        /* the owner's pointer, returned by fg_engine_take_ready */
+} fg_session_params;
+
+/* params may be NULL (tenant 0, weight 1). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */
+fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out);
+/* Direct mode: releases the pages now. Serving mode: the session is detached
+ * at once (no more events, no more calls) and freed by the step thread. */
 void fg_session_free(fg_session_t *s);
-/* Tokens in the session's cache. */
+/* Tokens in the session's cache (direct mode; in serving mode a snapshot). */
 int fg_session_length(const fg_session_t *s);
 
-/* Appends n tokens: runs them through the model (in chunks of max_batch_tokens)
- * and stores their KV. logits: NULL, or [vocab] for the last token, or
- * [n][vocab] when logits_all. On error the session is unchanged.
- * Errors: FG_ERR_CONTEXT_FULL, FG_ERR_KV_FULL, FG_ERR_TOKEN_ID, FG_ERR_INVALID_ARG. */
+/* Direct mode only. Appends n tokens: runs them through the model (in chunks
+ * of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
+ * last token, or [n][vocab] when logits_all. On error the session is unchanged.
+ * Errors: FG_ERR_CONTEXT_FULL, FG_ERR_KV_FULL, FG_ERR_TOKEN_ID,
+ * FG_ERR_INVALID_ARG, FG_ERR_STATE (serving mode). */
 fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                        fg_diag *diag);
+
+/* ---- serving mode ---- */
+
+#define FG_MAX_STOPS 4
+#define FG_MAX_STOP_BYTES 64
+
+typedef struct fg_response_params {
+    fg_sampling sampling;
+    int max_tokens;                     /* >= 1 when generating */
+    bool generate;                      /* false: only prefill the pending input */
+    int n_stop;
+    char stop[FG_MAX_STOPS][FG_MAX_STOP_BYTES + 1]; /* NUL-terminated, 1..64 bytes */
+} fg_response_params;
+
+typedef enum fg_event_type {
+    FG_EVENT_TOKEN = 1,   /* a generated token, and the text it releases */
+    FG_EVENT_DONE,        /* the response ended: finish, usage, last text */
+    FG_EVENT_WAITING,     /* the response waits; error says why (FG_ERR_KV_FULL) */
+} fg_event_type;
+
+typedef enum fg_finish {
+    FG_FINISH_EOS = 1,    /* the model produced EOS */
+    FG_FINISH_STOP,       /* a stop string matched (its text is not released) */
+    FG_FINISH_LENGTH,     /* max_tokens reached */
+    FG_FINISH_CANCELLED,  /* fg_session_cancel */
+    FG_FINISH_PREFILLED,  /* generate = false: the input is in the cache */
+    FG_FINISH_CONTEXT,    /* the context is full */
+    FG_FINISH_ERROR,      /* see error */
+} fg_finish;
+
+typedef struct fg_usage {
+    int64_t input_tokens;   /* context the response was computed from (history + new input) */
+    int64_t cached_tokens;  /* of which already in the KV cache at the start */
+    int64_t output_tokens;  /* generated */
+} fg_usage;
+
+typedef struct fg_event {
+    fg_event_type type;
+    uint64_t response_id;
+    int32_t token;          /* TOKEN */
+    uint32_t text_off;      /* TOKEN and DONE: released text, in the poll's text buffer */
+    uint32_t text_len;
+    fg_finish finish;       /* DONE */
+    fg_err error;           /* DONE with FG_FINISH_ERROR, WAITING */
+    fg_usage usage;         /* DONE */
+} fg_event;
+
+/* Queues input tokens; they are prefilled by the next response.
+ * Errors: FG_ERR_TOKEN_ID, FG_ERR_CONTEXT_FULL (cache + queued input would
+ * exceed the context), FG_ERR_NOMEM, FG_ERR_STATE (direct mode). */
+fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag *diag);
+
+/* Starts a response over the queued input (and the cached history).
+ * Errors: FG_ERR_BUSY (a response is in progress), FG_ERR_INVALID_ARG (bad
+ * parameters, or nothing to respond to), FG_ERR_STATE (direct mode). */
+fg_err fg_session_respond(fg_session_t *s, const fg_response_params *p, uint64_t *response_id, fg_diag *diag);
+
+/* Ends the response in progress at the next step (DONE, CANCELLED); no-op without one. */
+void fg_session_cancel(fg_session_t *s);
+
+/* Pops up to max events; their text is copied into text[0..text_cap) and the
+ * events point into it. Stops early when the next event's text would not fit.
+ * Returns the number of events. */
+int fg_session_poll(fg_session_t *s, fg_event *ev, int max, char *text, size_t text_cap);
+
+/* True while the session has a response in progress (not yet DONE-polled or not). */
+bool fg_session_responding(fg_session_t *s);
+
+/* Writes the user pointers of up to max sessions that have events to poll and
+ * clears their ready mark. Returns the count. */
+int fg_engine_take_ready(fg_engine_t *e, void **users, int max);
 
 #endif

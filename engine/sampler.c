@@ -12,9 +12,7 @@ typedef struct candidate {
 } candidate;
 
 struct fg_sampler {
-    fg_sampling p;
     int n_vocab;
-    uint64_t rng;
     candidate *cand; /* [n_vocab] */
     float *probs;    /* [n_vocab] */
 };
@@ -37,12 +35,9 @@ fg_err fg_sampling_validate(const fg_sampling *p, fg_diag *diag)
     return FG_OK;
 }
 
-fg_err fg_sampler_create(int n_vocab, const fg_sampling *p, fg_sampler_t **out, fg_diag *diag)
+fg_err fg_sampler_create(int n_vocab, fg_sampler_t **out, fg_diag *diag)
 {
     *out = NULL;
-    fg_err e = fg_sampling_validate(p, diag);
-    if (e != FG_OK)
-        return e;
     if (n_vocab < 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "vocabulary size %d", n_vocab);
     fg_sampler_t *s = calloc(1, sizeof *s);
@@ -54,9 +49,7 @@ fg_err fg_sampler_create(int n_vocab, const fg_sampling *p, fg_sampler_t **out, 
         fg_sampler_destroy(s);
         return fg_diag_set(diag, FG_ERR_NOMEM, "sampler: out of memory");
     }
-    s->p = *p;
     s->n_vocab = n_vocab;
-    s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
     *out = s;
     return FG_OK;
 }
@@ -88,10 +81,15 @@ static int by_logit_desc(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-int32_t fg_sampler_sample(fg_sampler_t *s, const float *logits)
+uint64_t fg_sampler_rng_init(uint64_t seed)
+{
+    return seed ^ 0x9e3779b97f4a7c15ull;
+}
+
+int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits)
 {
     const int V = s->n_vocab;
-    if (s->p.temperature == 0.0f) {
+    if (p->temperature == 0.0f) {
         int best = fg_argmax(logits, V);
         return best < 0 ? 0 : best;
     }
@@ -102,36 +100,36 @@ int32_t fg_sampler_sample(fg_sampler_t *s, const float *logits)
     if (n == 0)
         return 0;
     qsort(s->cand, (size_t)n, sizeof *s->cand, by_logit_desc);
-    if (s->p.top_k > 0 && s->p.top_k < n)
-        n = s->p.top_k;
+    if (p->top_k > 0 && p->top_k < n)
+        n = p->top_k;
 
-    const float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
+    const float inv_t = 1.0f / p->temperature, top = s->cand[0].logit;
     double sum = 0;
     for (int i = 0; i < n; i++) {
         s->probs[i] = expf((s->cand[i].logit - top) * inv_t);
         sum += s->probs[i];
     }
-    if (s->p.top_p < 1.0f) {
+    if (p->top_p < 1.0f) {
         double acc = 0;
         for (int i = 0; i < n; i++) {
             acc += s->probs[i] / sum;
-            if (acc >= s->p.top_p) {
+            if (acc >= p->top_p) {
                 n = i + 1;
                 break;
             }
         }
     }
-    if (s->p.min_p > 0.0f) {
+    if (p->min_p > 0.0f) {
         /* probs[0] is the best (unnormalised, = 1). */
         int keep = 1;
-        while (keep < n && s->probs[keep] >= s->p.min_p * s->probs[0])
+        while (keep < n && s->probs[keep] >= p->min_p * s->probs[0])
             keep++;
         n = keep;
     }
     sum = 0;
     for (int i = 0; i < n; i++)
         sum += s->probs[i];
-    double r = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double r = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0;
     for (int i = 0; i < n; i++) {
         acc += s->probs[i];

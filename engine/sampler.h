@@ -6,8 +6,10 @@
  * drops tokens below min_p times the best probability), then one draw from a
  * seeded generator: the same seed and logits give the same tokens.
  *
- * Owns: its scratch ([n_vocab] ids and probabilities) and RNG state.
- * Thread safety: one sampler per sequence, used by one thread at a time.
+ * A sampler is scratch space ([n_vocab] candidates) for one thread; the
+ * parameters and the RNG state belong to each sequence, so one sampler serves
+ * every sequence of a step.
+ * Thread safety: a sampler is used by one thread at a time.
  */
 #ifndef FG_SAMPLER_H
 #define FG_SAMPLER_H
@@ -31,11 +33,15 @@ fg_err fg_sampling_validate(const fg_sampling *p, fg_diag *diag);
 
 typedef struct fg_sampler fg_sampler_t;
 
-/* Errors: FG_ERR_INVALID_ARG (bad parameters), FG_ERR_NOMEM. */
-fg_err fg_sampler_create(int n_vocab, const fg_sampling *p, fg_sampler_t **out, fg_diag *diag);
+/* Errors: FG_ERR_INVALID_ARG (n_vocab < 1), FG_ERR_NOMEM. */
+fg_err fg_sampler_create(int n_vocab, fg_sampler_t **out, fg_diag *diag);
 void fg_sampler_destroy(fg_sampler_t *s);
 
-/* Returns the chosen token id (logits are not modified). */
-int32_t fg_sampler_sample(fg_sampler_t *s, const float *logits);
+/* Initial RNG state of a sequence sampled with this seed. */
+uint64_t fg_sampler_rng_init(uint64_t seed);
+
+/* Returns the chosen token id; advances *rng when it draws (not for greedy).
+ * p must have passed fg_sampling_validate. Logits are not modified. */
+int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits);
 
 #endif

@@ -128,7 +128,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < n_prompt; i++)
             toks[i] = (int32_t)((i * 7919 + r * 104729) % info.n_vocab);
         fg_session_t *s;
-        if (fg_session_create(eng, &s) != FG_OK)
+        if (fg_session_create(eng, NULL, &s) != FG_OK)
             return 1;
         double t = now_s();
         if ((e = fg_session_eval(s, toks, n_prompt, logits, false, &diag)) != FG_OK) {

@@ -320,8 +320,8 @@ int main(int argc, char **argv)
         goto out;
     }
     logits = malloc((size_t)n_prompt * V * sizeof *logits);
-    if (!logits || fg_session_create(eng, &sess) != FG_OK ||
-        fg_sampler_create(V, &o.sampling, &smp, &diag) != FG_OK) {
+    if (!logits || fg_session_create(eng, NULL, &sess) != FG_OK ||
+        fg_sampler_create(V, &smp, &diag) != FG_OK) {
         fprintf(stderr, "error: out of memory\n");
         goto out;
     }
@@ -348,9 +348,10 @@ int main(int argc, char **argv)
         }
 
     double t1 = now_s();
+    uint64_t rng = fg_sampler_rng_init(o.sampling.seed);
     int stopped = 0;
     while (n_gen < o.n_predict && !stopped) {
-        int32_t next = fg_sampler_sample(smp, last);
+        int32_t next = fg_sampler_sample(smp, &o.sampling, &rng, last);
         n_gen++;
         if (next == fg_tokenizer_eos(tok) && !o.ignore_eos)
             stopped = 1;

@@ -25,13 +25,13 @@ int main(void)
 
     /* one pass over the whole sequence */
     fg_session_t *s;
-    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_create(e, NULL, &s) == FG_OK);
     CHECK(fg_session_eval(s, toks, N, all, true, &d) == FG_OK);
     CHECK(fg_session_length(s) == N);
     fg_session_free(s);
 
     /* token by token */
-    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_create(e, NULL, &s) == FG_OK);
     for (int i = 0; i < N; i++)
         CHECK(fg_session_eval(s, &toks[i], 1, step + (size_t)i * V, false, &d) == FG_OK);
     fg_session_free(s);
@@ -39,7 +39,7 @@ int main(void)
     CHECK_MSG(dstep <= 1e-5f, "token-by-token vs whole pass: max |dlogit| = %g", dstep);
 
     /* uneven chunks (3, 10, 1, 34) through an engine whose batch limit is 5 */
-    CHECK(fg_session_create(e_small, &s) == FG_OK);
+    CHECK(fg_session_create(e_small, NULL, &s) == FG_OK);
     const int parts[] = {3, 10, 1, 34};
     int at = 0;
     for (size_t p = 0; p < sizeof parts / sizeof *parts; p++) {
@@ -53,7 +53,7 @@ int main(void)
     /* fresh recompute of prefixes, last logits against the cached decode */
     const int lens[] = {1, 2, 17, 33, N};
     for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
-        CHECK(fg_session_create(e, &s) == FG_OK);
+        CHECK(fg_session_create(e, NULL, &s) == FG_OK);
         CHECK(fg_session_eval(s, toks, lens[k], one, false, &d) == FG_OK);
         float dd = max_abs_diff(one, step + (size_t)(lens[k] - 1) * V, (size_t)V);
         CHECK_MSG(dd <= 1e-5f, "recompute of %d tokens vs cached decode: max |dlogit| = %g", lens[k], dd);

@@ -74,7 +74,7 @@ static void greedy_run(fg_engine_t *e, const int32_t *prompt, int32_t *out, int 
     float *lg = malloc(sizeof(float) * V);
     fg_session_t *s;
     fg_diag d;
-    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_create(e, NULL, &s) == FG_OK);
     memcpy(out, prompt, P * sizeof *out);
     CHECK(fg_session_eval(s, prompt, P, lg, false, &d) == FG_OK);
     for (int i = 0; i < G; i++) {
@@ -113,7 +113,7 @@ int main(void)
     float *ref_lg = malloc(sizeof(float) * N * V), *lg = malloc(sizeof(float) * N * V);
     fg_session_t *s;
     fg_diag d;
-    CHECK(fg_session_create(ref, &s) == FG_OK);
+    CHECK(fg_session_create(ref, NULL, &s) == FG_OK);
     CHECK(fg_session_eval(s, ref_toks, N, ref_lg, true, &d) == FG_OK);
     fg_session_free(s);
     const float spread = stddev(ref_lg, (size_t)N * V);
@@ -123,7 +123,7 @@ int main(void)
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
         const variant *v = &variants[i];
         fg_engine_t *e = open_engine(v->model, v->kv_format, 64, 2);
-        CHECK(fg_session_create(e, &s) == FG_OK);
+        CHECK(fg_session_create(e, NULL, &s) == FG_OK);
         CHECK(fg_session_eval(s, ref_toks, N, lg, true, &d) == FG_OK);
         fg_session_free(s);
         stats st = compare(ref_lg, lg, V, spread);

@@ -199,14 +199,14 @@ int main(void)
     int32_t toks[80];
     test_tokens(toks, 80, info.n_vocab, 1);
     fg_session_t *s;
-    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_create(e, NULL, &s) == FG_OK);
     CHECK(fg_session_eval(s, toks, 71, NULL, false, &d) == FG_ERR_CONTEXT_FULL);
     CHECK(strstr(d.msg, "context") != NULL);
     CHECK(fg_session_length(s) == 0);
     CHECK(fg_session_eval(s, toks, 70, NULL, false, &d) == FG_OK);
     CHECK(fg_session_eval(s, toks, 1, NULL, false, &d) == FG_ERR_CONTEXT_FULL);
     fg_session_free(s);
-    CHECK(fg_session_create(e, &s) == FG_OK);
+    CHECK(fg_session_create(e, NULL, &s) == FG_OK);
     int32_t bad[3] = {1, info.n_vocab, 2};
     CHECK(fg_session_eval(s, bad, 3, NULL, false, &d) == FG_ERR_TOKEN_ID);
     bad[1] = -1;
@@ -220,7 +220,7 @@ int main(void)
     int n_held = 0;
     fg_err err = FG_OK;
     while (n_held < 4096) {
-        CHECK(fg_session_create(e, &held[n_held]) == FG_OK);
+        CHECK(fg_session_create(e, NULL, &held[n_held]) == FG_OK);
         err = fg_session_eval(held[n_held], toks, 65, NULL, false, &d); /* 2 pages each */
         if (err != FG_OK)
             break;

@@ -1,0 +1,268 @@
+/* Serving mode: many sessions batched into one forward pass per step produce
+ * exactly what each produces alone, through joins and leaves, cancels, a full
+ * KV pool and a reader that stops reading.
+ *
+ * The reference for every session is a direct-mode greedy run of the same
+ * tokens on its own. Tiny model, F32 weights and cache. */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/cpu/mla_attn.h"
+#include "kernels/cpu/vecops.h"
+#include "tests/model/model_test.h"
+
+#define MAXGEN 24
+
+typedef struct run {
+    fg_session_t *s;
+    int32_t prompt[200];
+    int n_prompt;
+    int max_tokens;
+    int32_t want[MAXGEN];  /* greedy tokens alone */
+    int n_want;
+    int32_t got[MAXGEN];
+    int n_got;
+    bool done;
+    fg_event last;
+    bool waited;
+} run;
+
+static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.kv_format = FG_KV_F32;
+    o.max_batch_tokens = max_batch;
+    o.prefill_chunk = 32;
+    o.n_threads = 2;
+    o.kv_budget_bytes = kv_budget;
+    o.serve = true;
+    o.event_capacity = 8; /* small, so an unread session pauses quickly */
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    if (fg_engine_open(&o, &e, &d) != FG_OK) {
+        fprintf(stderr, "cannot open serving engine: %s\n", d.msg);
+        exit(1);
+    }
+    return e;
+}
+
+/* Greedy tokens of a prompt on its own (direct mode), stopping at EOS like the engine. */
+static void alone(fg_engine_t *direct, run *r)
+{
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
+    float *lg = malloc(sizeof(float) * info.n_vocab);
+    fg_session_t *s;
+    fg_diag d;
+    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
+    CHECK(fg_session_eval(s, r->prompt, r->n_prompt, lg, false, &d) == FG_OK);
+    r->n_want = 0;
+    while (r->n_want < r->max_tokens) {
+        int32_t t = fg_argmax(lg, info.n_vocab);
+        r->want[r->n_want++] = t;
+        if (t == eos || r->n_want == r->max_tokens)
+            break;
+        CHECK(fg_session_eval(s, &t, 1, lg, false, &d) == FG_OK);
+    }
+    fg_session_free(s);
+    free(lg);
+}
+
+static fg_response_params greedy(int max_tokens)
+{
+    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
+    return p;
+}
+
+static void start(fg_engine_t *e, run *r, uint32_t tenant)
+{
+    fg_session_params sp = {.tenant = tenant, .weight = 1 + (int)tenant % 3, .user = r};
+    fg_diag d;
+    CHECK(fg_session_create(e, &sp, &r->s) == FG_OK);
+    CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
+    fg_response_params p = greedy(r->max_tokens);
+    CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+    r->n_got = 0;
+    r->done = false;
+}
+
+/* Drains one session's events. */
+static void drain(run *r)
+{
+    fg_event ev[16];
+    char text[8192];
+    int n;
+    while ((n = fg_session_poll(r->s, ev, 16, text, sizeof text)) > 0)
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == FG_EVENT_TOKEN && r->n_got < MAXGEN)
+                r->got[r->n_got++] = ev[i].token;
+            if (ev[i].type == FG_EVENT_WAITING)
+                r->waited = true;
+            if (ev[i].type == FG_EVENT_DONE) {
+                r->done = true;
+                r->last = ev[i];
+            }
+        }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Polls every unfinished run (except `skip`) until all are done; gives up
+ * after 240 s (sanitizer builds are slow; ctest's timeout is the backstop). */
+static bool wait_all(run *runs, int n, const run *skip)
+{
+    for (double t0 = now_s(); now_s() - t0 < 240;) {
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            if (&runs[i] != skip && !runs[i].done) {
+                drain(&runs[i]);
+                left += !runs[i].done;
+            }
+        if (!left)
+            return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+static void check_same(const run *r, const char *what, int i)
+{
+    int k = 0;
+    while (k < r->n_got && k < r->n_want && r->got[k] == r->want[k])
+        k++;
+    CHECK_MSG(r->n_got == r->n_want && k == r->n_got, "%s: session %d got %d tokens, alone %d, first difference at %d",
+              what, i, r->n_got, r->n_want, k);
+}
+
+int main(void)
+{
+    fg_engine_t *direct = open_engine("tiny.gguf", FG_KV_F32, 64, 2);
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    enum { N = 64 };
+    static run runs[N];
+    for (int i = 0; i < N; i++) {
+        runs[i].n_prompt = 3 + (i * 37) % 150;
+        test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 100 + (unsigned)i);
+        runs[i].max_tokens = 4 + i % (MAXGEN - 4);
+        alone(direct, &runs[i]);
+    }
+
+    /* 1. 64 sessions at once, three tenants, equal to alone */
+    fg_engine_t *e = open_serving(256, 64 << 20);
+    for (int i = 0; i < N; i++)
+        start(e, &runs[i], (uint32_t)(i % 3));
+    CHECK(wait_all(runs, N, NULL));
+    for (int i = 0; i < N; i++) {
+        check_same(&runs[i], "batched", i);
+        CHECK(runs[i].last.finish == FG_FINISH_LENGTH || runs[i].last.finish == FG_FINISH_EOS);
+        CHECK(runs[i].last.usage.input_tokens == runs[i].n_prompt && runs[i].last.usage.cached_tokens == 0);
+        CHECK(runs[i].last.usage.output_tokens == runs[i].n_got);
+    }
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(st.steps > 0 && st.steps < (uint64_t)N * MAXGEN); /* sessions shared steps */
+    fprintf(stderr, "batched: %llu steps for %d sessions\n", (unsigned long long)st.steps, N);
+
+    /* 2. a second turn reuses the cache: cached tokens = the whole history */
+    {
+        run *r = &runs[0];
+        int32_t more[5] = {11, 12, 13, 14, 15};
+        fg_diag d;
+        CHECK(fg_session_append(r->s, more, 5, &d) == FG_OK);
+        fg_response_params p = greedy(4);
+        CHECK(fg_session_respond(r->s, &p, NULL, &d) == FG_OK);
+        CHECK(fg_session_respond(r->s, &p, NULL, &d) == FG_ERR_BUSY);
+        r->done = false;
+        r->n_got = 0;
+        CHECK(wait_all(r, 1, NULL));
+        /* history = prompt + generated (the last generated token is evaluated now) */
+        int64_t hist = r->n_prompt + r->n_want;
+        CHECK_MSG(r->last.usage.cached_tokens == hist - 1 && r->last.usage.input_tokens == hist + 5,
+                  "turn 2 usage: input %lld cached %lld (history %lld)", (long long)r->last.usage.input_tokens,
+                  (long long)r->last.usage.cached_tokens, (long long)hist);
+    }
+    for (int i = 0; i < N; i++)
+        fg_session_free(runs[i].s);
+
+    /* 3. joins and leaves mid-run, and cancels at different points */
+    for (int i = 0; i < 16; i++)
+        start(e, &runs[i], 0);
+    for (int spin = 0; spin < 30; spin++) {
+        for (int i = 0; i < 16; i++)
+            drain(&runs[i]);
+        usleep(500);
+    }
+    for (int i = 16; i < 32; i++) /* joiners */
+        start(e, &runs[i], 1);
+    for (int i = 0; i < 4; i++) /* leavers: freed mid-response, never waited for */
+        fg_session_free(runs[i].s);
+    for (int i = 4; i < 8; i++)
+        fg_session_cancel(runs[i].s);
+    CHECK(wait_all(runs + 4, 28, NULL));
+    for (int i = 4; i < 8; i++) {
+        CHECK(runs[i].last.finish == FG_FINISH_CANCELLED || runs[i].n_got == runs[i].n_want);
+        /* what came before the cancel is a prefix of the alone run */
+        CHECK(runs[i].n_got <= runs[i].n_want && memcmp(runs[i].got, runs[i].want, sizeof(int32_t) * runs[i].n_got) == 0);
+    }
+    for (int i = 8; i < 32; i++)
+        check_same(&runs[i], "join/leave", i);
+    for (int i = 4; i < 32; i++)
+        fg_session_free(runs[i].s);
+    fg_engine_close(e);
+
+    /* 4. a KV pool too small for everyone at once: responses wait, then complete
+     *    as finished sessions are freed */
+    fg_engine_t *small = open_serving(64, (size_t)6 * info.n_layer * FG_KV_PAGE_TOKENS * (64 + 16) * 4);
+    for (int i = 0; i < 12; i++)
+        start(small, &runs[i], 0);
+    int finished = 0, waited = 0;
+    for (double t0 = now_s(); now_s() - t0 < 240 && finished < 12;) {
+        for (int i = 0; i < 12; i++) {
+            if (runs[i].done || !runs[i].s)
+                continue;
+            drain(&runs[i]);
+            if (runs[i].done) {
+                check_same(&runs[i], "full pool", i);
+                waited += runs[i].waited;
+                fg_session_free(runs[i].s);
+                runs[i].s = NULL;
+                finished++;
+            }
+        }
+        usleep(1000);
+    }
+    CHECK_MSG(finished == 12, "only %d of 12 finished with a small pool", finished);
+    CHECK_MSG(waited > 0, "no session was told to wait for KV pages");
+    fg_engine_close(small);
+
+    /* 5. a reader that stops reading pauses only its own session, and loses nothing */
+    e = open_serving(256, 64 << 20);
+    for (int i = 0; i < 8; i++) {
+        runs[i].s = NULL;
+        runs[i].max_tokens = MAXGEN; /* longer than the 8-event queue */
+        alone(direct, &runs[i]);
+        start(e, &runs[i], 0);
+    }
+    CHECK(wait_all(runs + 1, 7, NULL));
+    fg_engine_get_stats(e, &st);
+    CHECK_MSG(st.paused >= 1 || runs[0].n_want < 6, "the unread session did not pause (paused %d)", st.paused);
+    CHECK(!runs[0].done);
+    CHECK(wait_all(runs, 1, NULL)); /* now read it */
+    for (int i = 0; i < 8; i++) {
+        check_same(&runs[i], "slow reader", i);
+        fg_session_free(runs[i].s);
+    }
+    fg_engine_close(e);
+    fg_engine_close(direct);
+    return TEST_DONE("test_serve");
+}
