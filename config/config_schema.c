@@ -1,0 +1,534 @@
+/* config_schema.c: the configuration schema — every key of flashgate.json
+ * with its type, default, range and one-line doc — and what derives from the
+ * table alone: defaults, freeing, comparing, the reference text and the
+ * tenant lookup by api key.
+ *
+ * Design: one table drives every use of a key. Adding a key is one line here
+ * plus its field in fg_config.h; loading, env overrides, validation, the
+ * reference and docs/config.md (checked by tests/unit/test_config.c) follow.
+ * Defaults point at static storage so fg_config_init_defaults() allocates
+ * nothing and cannot fail; see config_schema.h for the ownership rule.
+ */
+#include "config/config_schema.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the tables ---- */
+
+static const char *const kv_format_names[] = {"auto", "f32", "f16", "int8", "fp8", "fp4", NULL};
+static const char *const backend_names[] = {"cpu", "cuda", NULL};
+static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+
+/* Enum fields are written through an int pointer: the enums must be int-sized
+ * and their values must be the positions of the names above. */
+_Static_assert(sizeof(fg_config_kv_format) == sizeof(int), "enum size");
+_Static_assert(sizeof(fg_config_backend) == sizeof(int), "enum size");
+_Static_assert(sizeof(fg_config_log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof kv_format_names / sizeof kv_format_names[0] == FG_CONFIG_KV_FP4 + 2, "kv names");
+_Static_assert(sizeof backend_names / sizeof backend_names[0] == FG_CONFIG_BACKEND_CUDA + 2, "backend names");
+_Static_assert(sizeof log_level_names / sizeof log_level_names[0] == FG_CONFIG_LOG_ERROR + 2, "log names");
+
+#define KIB INT64_C(1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+#define DAY_S INT64_C(86400)
+
+#define K_INT(S, p, f, def, lo, hi, d)                                                             \
+    {.path = p, .type = FG_CFG_INT, .offset = offsetof(S, f), .def_int = (def), .min_int = (lo),   \
+     .max_int = (hi), .doc = d}
+#define K_DOUBLE(S, p, f, def, lo, hi, d)                                                          \
+    {.path = p, .type = FG_CFG_DOUBLE, .offset = offsetof(S, f), .def_double = (def),              \
+     .min_double = (lo), .max_double = (hi), .doc = d}
+#define K_STR(S, p, f, def, fl, d)                                                                 \
+    {.path = p, .type = FG_CFG_STRING, .flags = (fl), .offset = offsetof(S, f), .def_str = (def), .doc = d}
+#define K_ENUM(S, p, f, nm, def, d)                                                                \
+    {.path = p, .type = FG_CFG_ENUM, .offset = offsetof(S, f), .names = nm, .def_enum = (def), .doc = d}
+#define K_LIST(S, p, f, fl, d)                                                                     \
+    {.path = p, .type = FG_CFG_STRLIST, .flags = (fl), .offset = offsetof(S, f), .doc = d}
+
+const fg_cfg_section fg_cfg_sections[] = {
+    {"server", "The listener: WebSocket sessions, the HTTP admin API, /metrics and the dashboard."},
+    {"model", "The model file and the in-process engine that runs it."},
+    {"sessions", "Agent sessions: how long they live, how much each may hold."},
+    {"limits", "Per-connection limits on what a client may send."},
+    {"auth", "Keys for the operator-facing endpoints (tenant keys are under tenants)."},
+    {"log", "Logging."},
+    {"redis", "The Redis server that holds every tenant's quotas."},
+    {"persistence", "Sessions written to disk when idle, under memory pressure, and across restarts."},
+};
+const size_t fg_cfg_n_sections = sizeof fg_cfg_sections / sizeof fg_cfg_sections[0];
+
+/* Grouped by section, sections in the order above: the reference prints in
+ * table order. */
+const fg_cfg_key fg_cfg_keys[] = {
+    K_STR(fg_config, "server.host", server.host, "127.0.0.1", FG_CFG_NONEMPTY,
+          "Address to listen on, an IP literal or host name; \"0.0.0.0\" or \"::\" listens on every "
+          "interface."),
+    K_INT(fg_config, "server.port", server.port, 8080, 1, 65535,
+          "TCP port for WebSocket sessions, the HTTP API, /metrics and the dashboard."),
+    K_INT(fg_config, "server.max_connections", server.max_connections, 20000, 1, 1000000,
+          "Most client connections open at once; further ones are refused."),
+    K_INT(fg_config, "server.drain_timeout_s", server.drain_timeout_s, 30, 0, 3600,
+          "Seconds a shutdown or an admin drain lets running responses finish before closing "
+          "connections; 0 closes at once."),
+
+    K_STR(fg_config, "model.path", model.path, "models/flash-mini.gguf", FG_CFG_NONEMPTY,
+          "GGUF model file (architecture deepseek2); a relative path is taken from the working "
+          "directory."),
+    K_ENUM(fg_config, "model.kv_format", model.kv_format, kv_format_names, FG_CONFIG_KV_AUTO,
+           "KV cache storage format: f32, f16 (the reference), int8, fp8 (E4M3) or fp4 (E2M1) with "
+           "per-token or per-block scales; auto lets the engine pick for the model and backend."),
+    K_INT(fg_config, "model.kv_budget_bytes", model.kv_budget_bytes, 2 * GIB, MIB, INT64_C(1) << 50,
+          "Bytes of KV cache kept resident for all sessions together (RAM on cpu, GPU memory on "
+          "cuda); beyond it sessions move to disk or new work waits."),
+    K_INT(fg_config, "model.threads", model.threads, 0, 0, 1024,
+          "Compute threads of the cpu backend; 0 uses one per online CPU."),
+    K_INT(fg_config, "model.max_batch_tokens", model.max_batch_tokens, 256, 1, 65536,
+          "Most tokens (decode and prefill, all sessions) in one engine step."),
+    K_INT(fg_config, "model.max_context", model.max_context, 0, 0, INT64_C(1) << 24,
+          "Longest sequence of one session in tokens; 0 uses the model's context length."),
+    K_INT(fg_config, "model.prefill_chunk", model.prefill_chunk, 128, 1, 65536,
+          "Prompt tokens of one session prefilled per step, so that a long prompt does not stall "
+          "other sessions' decoding; at most model.max_batch_tokens."),
+    K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
+           "Compute backend: cpu, or cuda (needs a CUDA build and a GPU)."),
+
+    K_INT(fg_config, "sessions.idle_timeout_s", sessions.idle_timeout_s, 600, 1, 30 * DAY_S,
+          "Seconds a session may sit unused (no request, no connection) before it ends and its "
+          "state is deleted."),
+    K_INT(fg_config, "sessions.resume_buffer_events", sessions.resume_buffer_events, 1024, 16, 1000000,
+          "Server events kept per session so that a reconnecting client can ask for those it "
+          "missed (by sequence_number)."),
+    K_INT(fg_config, "sessions.max_per_connection", sessions.max_per_connection, 16, 1, 10000,
+          "Most sessions one WebSocket connection may have open."),
+    K_INT(fg_config, "sessions.max_per_tenant", sessions.max_per_tenant, 1000, 1, 10000000,
+          "Most sessions one tenant may have open on this gateway, whatever its quota says."),
+    K_INT(fg_config, "sessions.output_buffer_bytes", sessions.output_buffer_bytes, 256 * KIB, 4 * KIB,
+          GIB,
+          "Bytes of output a connection may have queued unsent; above it generation for that "
+          "connection pauses until the client reads."),
+    K_INT(fg_config, "sessions.default_max_output_tokens", sessions.default_max_output_tokens, 512, 1,
+          INT64_C(1) << 24, "Output tokens per response when response.create gives no limit."),
+    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes, 64 * KIB, 0,
+          INT64_C(1) << 26,
+          "Longest instructions (system prompt) a session may set, in bytes; 0 refuses "
+          "instructions. At most limits.max_frame_bytes."),
+
+    K_INT(fg_config, "limits.max_frame_bytes", limits.max_frame_bytes, MIB, KIB, INT64_C(1) << 28,
+          "Largest message a client may send (WebSocket message or HTTP body), in bytes; larger "
+          "ones are refused with an error."),
+    K_DOUBLE(fg_config, "limits.messages_per_second", limits.messages_per_second, 50.0, 0.1, 1e6,
+             "Messages per second a connection may send, sustained (token bucket rate)."),
+    K_INT(fg_config, "limits.message_burst", limits.message_burst, 200, 1, 1000000,
+          "Messages a connection may send at once above the sustained rate (token bucket size)."),
+
+    K_STR(fg_config, "auth.admin_key", auth.admin_key, "", FG_CFG_SECRET,
+          "Key the HTTP admin API requires; empty disables the admin API. 16 to 256 printable "
+          "characters, no spaces, shared with no other key."),
+    K_STR(fg_config, "auth.dashboard_key", auth.dashboard_key, "", FG_CFG_SECRET,
+          "Key the dashboard page and its data require; empty asks for none (keep server.host on "
+          "loopback then). Same rules as auth.admin_key."),
+
+    K_ENUM(fg_config, "log.level", log.level, log_level_names, FG_CONFIG_LOG_INFO,
+           "Least severe log messages written: debug, info, warn or error."),
+
+    K_STR(fg_config, "redis.address", redis.address, "", 0,
+          "Redis server as host:port ([v6addr]:port for IPv6) or an absolute unix socket path; "
+          "empty starts a private redis-server on a unix socket."),
+    K_INT(fg_config, "redis.timeout_ms", redis.timeout_ms, 200, 1, 60000,
+          "Milliseconds to wait for Redis to connect or answer before treating it as unreachable."),
+
+    K_STR(fg_config, "persistence.dir", persistence.dir, "var/sessions", FG_CFG_NONEMPTY,
+          "Directory of session files (one per session); a relative path is taken from the "
+          "working directory."),
+    K_INT(fg_config, "persistence.idle_spill_s", persistence.idle_spill_s, 300, 0, 30 * DAY_S,
+          "Seconds of idleness after which a session's KV cache moves from memory to disk; 0 "
+          "moves it only under memory pressure."),
+};
+const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
+
+const fg_cfg_key fg_cfg_tenant_keys[] = {
+    K_STR(fg_config_tenant, "id", id, NULL, FG_CFG_REQUIRED | FG_CFG_NONEMPTY,
+          "Tenant id: 1 to 64 of A-Z a-z 0-9 _ -, unique; names the tenant in quotas, metrics and "
+          "logs."),
+    K_STR(fg_config_tenant, "name", name, NULL, 0, "Display name; the id when not given."),
+    K_LIST(fg_config_tenant, "api_keys", api_keys, FG_CFG_SECRET,
+           "Keys that authenticate the tenant's clients: each 16 to 256 printable characters, no "
+           "spaces, unique across all tenants. A tenant without keys cannot connect."),
+    K_INT(fg_config_tenant, "weight", weight, 1, 1, 1000,
+          "Share of engine steps relative to other tenants when the engine is busy (deficit round "
+          "robin weight)."),
+    K_INT(fg_config_tenant, "priority", priority, 0, -10, 10,
+          "Scheduling priority, -10 lowest to 10 highest; higher goes first when work waits."),
+};
+const size_t fg_cfg_n_tenant_keys = sizeof fg_cfg_tenant_keys / sizeof fg_cfg_tenant_keys[0];
+
+/* The built-in tenant list: a development key that the shipped
+ * config/flashgate.json repeats and every deployment should replace. */
+static const char *const default_api_keys[] = {"fg-dev-key-change-me-0001"};
+static const fg_config_tenant default_tenants[] = {{
+    .id = "default",
+    .name = "default",
+    .api_keys = {default_api_keys, 1},
+    .weight = 1,
+    .priority = 0,
+}};
+
+/* ---- per-field helpers ---- */
+
+static void *field(const fg_cfg_key *k, void *base)
+{
+    return (char *)base + k->offset;
+}
+
+static const void *cfield(const fg_cfg_key *k, const void *base)
+{
+    return (const char *)base + k->offset;
+}
+
+static void list_free(fg_config_strlist *l)
+{
+    for (size_t i = 0; i < l->count; i++)
+        free((void *)l->items[i]);
+    free((void *)l->items);
+    l->items = NULL;
+    l->count = 0;
+}
+
+void fg_cfg_set_defaults(const fg_cfg_key *keys, size_t n, void *base)
+{
+    for (size_t i = 0; i < n; i++) {
+        const fg_cfg_key *k = &keys[i];
+        void *p = field(k, base);
+        switch (k->type) {
+        case FG_CFG_BOOL: *(bool *)p = k->def_bool; break;
+        case FG_CFG_INT: *(int64_t *)p = k->def_int; break;
+        case FG_CFG_DOUBLE: *(double *)p = k->def_double; break;
+        case FG_CFG_STRING: *(const char **)p = k->def_str; break;
+        case FG_CFG_ENUM: *(int *)p = k->def_enum; break;
+        case FG_CFG_STRLIST: *(fg_config_strlist *)p = (fg_config_strlist){NULL, 0}; break;
+        }
+    }
+}
+
+fg_cfg_value fg_cfg_read(const fg_cfg_key *k, const void *base)
+{
+    const void *p = cfield(k, base);
+    fg_cfg_value v;
+    memset(&v, 0, sizeof v);
+    switch (k->type) {
+    case FG_CFG_BOOL: v.b = *(const bool *)p; break;
+    case FG_CFG_INT: v.i = *(const int64_t *)p; break;
+    case FG_CFG_DOUBLE: v.d = *(const double *)p; break;
+    case FG_CFG_STRING: v.s = *(const char *const *)p; break;
+    case FG_CFG_ENUM: v.e = *(const int *)p; break;
+    case FG_CFG_STRLIST: v.list = *(const fg_config_strlist *)p; break;
+    }
+    return v;
+}
+
+void fg_cfg_value_free(const fg_cfg_key *k, fg_cfg_value *v)
+{
+    if (k->type == FG_CFG_STRING) {
+        free((void *)v->s);
+        v->s = NULL;
+    } else if (k->type == FG_CFG_STRLIST) {
+        list_free(&v->list);
+    }
+}
+
+/* Frees what the field owns, without resetting it. */
+static void field_release(const fg_cfg_key *k, void *base)
+{
+    void *p = field(k, base);
+    if (k->type == FG_CFG_STRING) {
+        const char *s = *(const char **)p;
+        if (s != k->def_str)
+            free((void *)s);
+    } else if (k->type == FG_CFG_STRLIST) {
+        list_free(p);
+    }
+}
+
+void fg_cfg_store(const fg_cfg_key *k, void *base, fg_cfg_value *v)
+{
+    field_release(k, base);
+    void *p = field(k, base);
+    switch (k->type) {
+    case FG_CFG_BOOL: *(bool *)p = v->b; break;
+    case FG_CFG_INT: *(int64_t *)p = v->i; break;
+    case FG_CFG_DOUBLE: *(double *)p = v->d; break;
+    case FG_CFG_STRING: *(const char **)p = v->s; break;
+    case FG_CFG_ENUM: *(int *)p = v->e; break;
+    case FG_CFG_STRLIST: *(fg_config_strlist *)p = v->list; break;
+    }
+    memset(v, 0, sizeof *v); /* consumed: the field owns it now */
+}
+
+void fg_cfg_free_fields(const fg_cfg_key *keys, size_t n, void *base)
+{
+    for (size_t i = 0; i < n; i++)
+        field_release(&keys[i], base);
+    fg_cfg_set_defaults(keys, n, base);
+}
+
+static bool str_equal(const char *a, const char *b)
+{
+    if (!a || !b)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+bool fg_cfg_value_equal(const fg_cfg_key *k, const fg_cfg_value *a, const fg_cfg_value *b)
+{
+    switch (k->type) {
+    case FG_CFG_BOOL: return a->b == b->b;
+    case FG_CFG_INT: return a->i == b->i;
+    case FG_CFG_DOUBLE: return a->d == b->d;
+    case FG_CFG_STRING: return str_equal(a->s, b->s);
+    case FG_CFG_ENUM: return a->e == b->e;
+    case FG_CFG_STRLIST:
+        if (a->list.count != b->list.count)
+            return false;
+        for (size_t i = 0; i < a->list.count; i++)
+            if (!str_equal(a->list.items[i], b->list.items[i]))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+void fg_cfg_tenants_free(fg_config_tenant *t, size_t n)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < n; i++)
+        fg_cfg_free_fields(fg_cfg_tenant_keys, fg_cfg_n_tenant_keys, &t[i]);
+    free(t);
+}
+
+void fg_cfg_tenants_replace(fg_config *c, fg_config_tenant *t, size_t n)
+{
+    if (c->tenants != default_tenants)
+        fg_cfg_tenants_free((fg_config_tenant *)c->tenants, c->n_tenants);
+    c->tenants = t;
+    c->n_tenants = n;
+}
+
+/* ---- whole configs ---- */
+
+void fg_config_init_defaults(fg_config *c)
+{
+    memset(c, 0, sizeof *c);
+    fg_cfg_set_defaults(fg_cfg_keys, fg_cfg_n_keys, c);
+    c->tenants = default_tenants;
+    c->n_tenants = sizeof default_tenants / sizeof default_tenants[0];
+}
+
+void fg_config_free(fg_config *c)
+{
+    if (!c)
+        return;
+    fg_cfg_free_fields(fg_cfg_keys, fg_cfg_n_keys, c);
+    if (c->tenants != default_tenants)
+        fg_cfg_tenants_free((fg_config_tenant *)c->tenants, c->n_tenants);
+    fg_config_init_defaults(c);
+}
+
+static bool fields_equal(const fg_cfg_key *keys, size_t n, const void *a, const void *b)
+{
+    for (size_t i = 0; i < n; i++) {
+        fg_cfg_value va = fg_cfg_read(&keys[i], a), vb = fg_cfg_read(&keys[i], b);
+        if (!fg_cfg_value_equal(&keys[i], &va, &vb))
+            return false;
+    }
+    return true;
+}
+
+bool fg_config_equal(const fg_config *a, const fg_config *b)
+{
+    if (!fields_equal(fg_cfg_keys, fg_cfg_n_keys, a, b) || a->n_tenants != b->n_tenants)
+        return false;
+    for (size_t i = 0; i < a->n_tenants; i++)
+        if (!fields_equal(fg_cfg_tenant_keys, fg_cfg_n_tenant_keys, &a->tenants[i], &b->tenants[i]))
+            return false;
+    return true;
+}
+
+/* ---- tenant lookup ---- */
+
+/* Non-zero unless stored equals the candidate. The loop runs over the
+ * candidate's length whatever the bytes are, and folds differences with OR
+ * instead of returning at the first one, so that its time does not tell an
+ * attacker how long a prefix of a real key they guessed. */
+static unsigned key_differs(const char *stored, const unsigned char *cand, size_t cand_len)
+{
+    const size_t slen = strlen(stored);
+    unsigned diff = slen != cand_len;
+    for (size_t i = 0; i < cand_len; i++) {
+        const size_t j = i < slen ? i : 0; /* stays inside stored; lengths are not secret */
+        diff |= (unsigned)((unsigned char)stored[j] ^ cand[i]);
+    }
+    return diff;
+}
+
+const fg_config_tenant *fg_config_find_tenant_by_key(const fg_config *c, const char *api_key)
+{
+    if (!c || !api_key || !api_key[0])
+        return NULL;
+    const size_t len = strlen(api_key);
+    if (len > FG_CFG_API_KEY_MAX)
+        return NULL; /* no stored key is this long; bounds the work per attempt */
+    const fg_config_tenant *found = NULL;
+    for (size_t t = 0; t < c->n_tenants; t++)
+        for (size_t i = 0; i < c->tenants[t].api_keys.count; i++)
+            if (!key_differs(c->tenants[t].api_keys.items[i], (const unsigned char *)api_key, len) &&
+                !found)
+                found = &c->tenants[t];
+    return found;
+}
+
+/* ---- the reference text ---- */
+
+static void print_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* An integer, with its binary-unit size after it for byte counts
+ * ("2147483648 (2 GiB)"), since those are hard to read. */
+static void print_int(FILE *f, const fg_cfg_key *k, int64_t v)
+{
+    fprintf(f, "%" PRId64, v);
+    const size_t n = strlen(k->path);
+    if (n < 6 || strcmp(k->path + n - 6, "_bytes") != 0 || v < 1024)
+        return;
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = -1;
+    while (u < 4 && v % 1024 == 0 && v >= 1024) {
+        v /= 1024;
+        u++;
+    }
+    if (u >= 0)
+        fprintf(f, " (%" PRId64 " %s)", v, units[u]);
+}
+
+static void print_names(FILE *f, const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++)
+        fprintf(f, "%s%s", i ? "|" : "", names[i]);
+}
+
+/* "(integer 1..65535, default 8080; env `FLASHGATE_SERVER_PORT`)" */
+static void print_spec(FILE *f, const fg_cfg_key *k, bool with_env)
+{
+    fputc('(', f);
+    switch (k->type) {
+    case FG_CFG_BOOL: fprintf(f, "true or false, default %s", k->def_bool ? "true" : "false"); break;
+    case FG_CFG_INT:
+        fputs("integer ", f);
+        print_int(f, k, k->min_int);
+        fputs(" to ", f);
+        print_int(f, k, k->max_int);
+        fputs(", default ", f);
+        print_int(f, k, k->def_int);
+        break;
+    case FG_CFG_DOUBLE:
+        fprintf(f, "number %.15g to %.15g, default %.15g", k->min_double, k->max_double, k->def_double);
+        break;
+    case FG_CFG_STRING:
+        fputs("string", f);
+        if (k->flags & FG_CFG_REQUIRED)
+            fputs(", required", f);
+        if (k->def_str) {
+            fputs(", default ", f);
+            print_json_string(f, k->def_str);
+        }
+        break;
+    case FG_CFG_ENUM:
+        fputs("one of ", f);
+        print_names(f, k->names);
+        fprintf(f, ", default \"%s\"", k->names[k->def_enum]);
+        break;
+    case FG_CFG_STRLIST: fputs("list of strings, default []", f); break;
+    }
+    if (with_env) {
+        fputs("; env `FLASHGATE_", f);
+        for (const char *p = k->path; *p; p++)
+            fputc(*p == '.' ? '_' : (*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p), f);
+        fputc('`', f);
+    }
+    fputc(')', f);
+}
+
+static void print_tenant_json(FILE *f, const fg_config_tenant *t)
+{
+    fputs("{", f);
+    for (size_t i = 0; i < fg_cfg_n_tenant_keys; i++) {
+        const fg_cfg_key *k = &fg_cfg_tenant_keys[i];
+        const fg_cfg_value v = fg_cfg_read(k, t);
+        fprintf(f, "%s\"%s\": ", i ? ", " : "", k->path);
+        switch (k->type) {
+        case FG_CFG_BOOL: fputs(v.b ? "true" : "false", f); break;
+        case FG_CFG_INT: fprintf(f, "%" PRId64, v.i); break;
+        case FG_CFG_DOUBLE: fprintf(f, "%.17g", v.d); break;
+        case FG_CFG_STRING: print_json_string(f, v.s ? v.s : ""); break;
+        case FG_CFG_ENUM: print_json_string(f, k->names[v.e]); break;
+        case FG_CFG_STRLIST:
+            fputc('[', f);
+            for (size_t j = 0; j < v.list.count; j++) {
+                fputs(j ? ", " : "", f);
+                print_json_string(f, v.list.items[j]);
+            }
+            fputc(']', f);
+            break;
+        }
+    }
+    fputs("}", f);
+}
+
+void fg_config_print_reference(FILE *f)
+{
+    for (size_t s = 0; s < fg_cfg_n_sections; s++) {
+        const fg_cfg_section *sec = &fg_cfg_sections[s];
+        const size_t nlen = strlen(sec->name);
+        fprintf(f, "## %s\n\n%s\n\n", sec->name, sec->doc);
+        for (size_t i = 0; i < fg_cfg_n_keys; i++) {
+            const fg_cfg_key *k = &fg_cfg_keys[i];
+            if (strncmp(k->path, sec->name, nlen) != 0 || k->path[nlen] != '.')
+                continue;
+            fprintf(f, "- `%s` ", k->path);
+            print_spec(f, k, true);
+            fprintf(f, "\n  %s\n", k->doc);
+        }
+        fputc('\n', f);
+    }
+
+    fputs("## tenants\n\n"
+          "The tenants allowed to connect, as an array of objects, one per tenant. A `tenants`\n"
+          "array in the file replaces the built-in list as a whole; the environment cannot set it.\n"
+          "The built-in list:\n\n    [",
+          f);
+    for (size_t t = 0; t < sizeof default_tenants / sizeof default_tenants[0]; t++) {
+        fputs(t ? ", " : "", f);
+        print_tenant_json(f, &default_tenants[t]);
+    }
+    fputs("]\n\n", f);
+    for (size_t i = 0; i < fg_cfg_n_tenant_keys; i++) {
+        const fg_cfg_key *k = &fg_cfg_tenant_keys[i];
+        fprintf(f, "- `tenants[].%s` ", k->path);
+        print_spec(f, k, false);
+        fprintf(f, "\n  %s\n", k->doc);
+    }
+}

@@ -1,0 +1,233 @@
+/* flashgate-bench-serve: the serving engine under concurrency.
+ *
+ * For each concurrency level N: N sessions each get a prompt of --prompt
+ * tokens (prefilled together, generate=false, timed as prefill tokens/s), then
+ * all respond at once with --decode greedy tokens (aggregate decode tokens/s,
+ * and the time between consecutive tokens of each session, observed as the
+ * events are polled). Prints one table row per level plus the machine's
+ * measured read bandwidth and the single-sequence limit it implies. Each
+ * level runs --reps times; figures are medians.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "kernels/cpu/pool.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+/* The wakeup callback: the step thread says events are ready. */
+typedef struct waker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+} waker;
+
+static void wake(void *user)
+{
+    waker *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->pending = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+typedef struct client {
+    fg_session_t *s;
+    int done;
+    int tokens;
+    double last;
+} client;
+
+/* Polls until every client is done; collects inter-token gaps. */
+static void run_until_done(fg_engine_t *e, waker *w, client *c, int n, double *gaps, size_t *n_gaps, size_t cap)
+{
+    fg_event ev[64];
+    static char text[1 << 16];
+    void *ready[256];
+    int left = n;
+    while (left > 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->pending) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            break;
+        }
+        w->pending = 0;
+        pthread_mutex_unlock(&w->mu);
+        int k;
+        while ((k = fg_engine_take_ready(e, ready, 256)) > 0) {
+            for (int i = 0; i < k; i++) {
+                client *cl = ready[i];
+                int m;
+                while ((m = fg_session_poll(cl->s, ev, 64, text, sizeof text)) > 0) {
+                    double t = now_s();
+                    for (int j = 0; j < m; j++) {
+                        if (ev[j].type == FG_EVENT_TOKEN) {
+                            if (cl->tokens > 0 && *n_gaps < cap)
+                                gaps[(*n_gaps)++] = t - cl->last;
+                            cl->last = t;
+                            cl->tokens++;
+                        } else if (ev[j].type == FG_EVENT_DONE && !cl->done) {
+                            cl->done = 1;
+                            left--;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    fg_engine_options eo;
+    fg_engine_options_default(&eo);
+    eo.model_path = "models/flash-mini.gguf";
+    eo.serve = true;
+    eo.kv_budget_bytes = (size_t)2 << 30;
+    int n_prompt = 128, n_decode = 128, reps = 1;
+    char levels_arg[256] = "1,8,64,256,1024";
+    static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'},    {"sessions", required_argument, 0, 's'},
+        {"prompt", required_argument, 0, 'p'},   {"decode", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'},  {"batch", required_argument, 0, 'b'},
+        {"reps", required_argument, 0, 'r'},     {"kv-format", required_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'm': eo.model_path = optarg; break;
+        case 's': snprintf(levels_arg, sizeof levels_arg, "%s", optarg); break;
+        case 'p': n_prompt = atoi(optarg); break;
+        case 'n': n_decode = atoi(optarg); break;
+        case 't': eo.n_threads = atoi(optarg); break;
+        case 'b': eo.max_batch_tokens = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 'k': eo.kv_format = fg_kv_format_parse(optarg); break;
+        case 'h':
+            printf("usage: flashgate-bench-serve [--model PATH] [--sessions 1,8,64,256,1024] [--prompt 128] "
+                   "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (n_prompt < 1 || n_decode < 1 || reps < 1 || reps > 15 || eo.kv_format < -1) {
+        fprintf(stderr, "error: bad arguments (see --help)\n");
+        return 2;
+    }
+    waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    eo.wakeup = wake;
+    eo.wakeup_user = &w;
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    if (fg_engine_open(&eo, &e, &d) != FG_OK) {
+        fprintf(stderr, "error: %s\n", d.msg);
+        return 1;
+    }
+    fg_engine_info info;
+    fg_engine_get_info(e, &info);
+    printf("model %s: %.1f MB weights, %.1f MB active per token; kv %s %zu B/token; %d threads %s; batch %d\n",
+           eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
+           fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads, fg_isa_name(info.isa),
+           eo.max_batch_tokens);
+    printf("%8s %14s %14s %12s %12s %10s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
+           "itl p99 ms", "steps");
+
+    char *save, *tok = strtok_r(levels_arg, ",", &save);
+    while (tok) {
+        int n = atoi(tok);
+        tok = strtok_r(NULL, ",", &save);
+        if (n < 1)
+            continue;
+        double dec[16], pre[16], p50[16], p99[16];
+        uint64_t steps = 0;
+        for (int r = 0; r < reps; r++) {
+            client *cl = calloc((size_t)n, sizeof *cl);
+            size_t cap = (size_t)n * (size_t)n_decode, n_gaps = 0;
+            double *gaps = malloc(cap * sizeof *gaps);
+            int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+            fg_engine_stats st0, st1;
+            fg_engine_get_stats(e, &st0);
+            double t0 = now_s();
+            for (int i = 0; i < n; i++) {
+                fg_session_params sp = {.tenant = (uint32_t)(i % 4), .weight = 1, .user = &cl[i]};
+                for (int j = 0; j < n_prompt; j++)
+                    prompt[j] = (int32_t)(((unsigned)(i * 7919 + j * 104729 + r)) % (unsigned)(info.n_vocab - 2));
+                fg_response_params rp = {.sampling = fg_sampling_default(), .generate = false};
+                if (fg_session_create(e, &sp, &cl[i].s) != FG_OK ||
+                    fg_session_append(cl[i].s, prompt, n_prompt, &d) != FG_OK ||
+                    fg_session_respond(cl[i].s, &rp, NULL, &d) != FG_OK) {
+                    fprintf(stderr, "error: session %d: %s\n", i, d.msg);
+                    return 1;
+                }
+            }
+            run_until_done(e, &w, cl, n, gaps, &n_gaps, 0);
+            double t1 = now_s();
+            for (int i = 0; i < n; i++) {
+                fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = n_decode};
+                cl[i].done = 0;
+                cl[i].tokens = 0;
+                if (fg_session_respond(cl[i].s, &rp, NULL, &d) != FG_OK) {
+                    fprintf(stderr, "error: respond %d: %s\n", i, d.msg);
+                    return 1;
+                }
+            }
+            run_until_done(e, &w, cl, n, gaps, &n_gaps, cap);
+            double t2 = now_s();
+            long generated = 0;
+            for (int i = 0; i < n; i++) {
+                generated += cl[i].tokens;
+                fg_session_free(cl[i].s);
+            }
+            fg_engine_get_stats(e, &st1);
+            steps += st1.steps - st0.steps;
+            pre[r] = (double)n * n_prompt / (t1 - t0);
+            dec[r] = (double)generated / (t2 - t1);
+            p50[r] = 1e3 * pct(gaps, n_gaps, 0.50);
+            p99[r] = 1e3 * pct(gaps, n_gaps, 0.99);
+            free(gaps);
+            free(prompt);
+            free(cl);
+        }
+        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu\n", n, pct(dec, (size_t)reps, 0.5), pct(pre, (size_t)reps, 0.5),
+               pct(p50, (size_t)reps, 0.5), pct(p99, (size_t)reps, 0.5), (unsigned long long)(steps / (uint64_t)reps));
+        fflush(stdout);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("peak resident memory %.1f MB (model pages mapped from the file count when touched)\n", ru.ru_maxrss / 1024.0);
+    fg_engine_close(e);
+    return 0;
+}

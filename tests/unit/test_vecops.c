@@ -1,0 +1,108 @@
+/* test_vecops.c: kernels/cpu/vecops.h against double-precision formulas. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cpu/vecops.h"
+#include "tests/unit/fg_test.h"
+
+static uint64_t rng_state = 0x6a09e667f3bcc909ull;
+static float rng_f(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((uint32_t)(rng_state >> 16) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+#define N 1000
+
+int main(void)
+{
+    float x[N], w[N], y[N], g[N], u[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = rng_f() * 3.0f;
+        w[i] = rng_f();
+    }
+
+    /* rmsnorm, with and without gain, and in place */
+    double ss = 0.0;
+    for (int i = 0; i < N; i++)
+        ss += (double)x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / N + 1e-6);
+    fg_rmsnorm(y, x, w, N, 1e-6f);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += fabs(y[i] - x[i] * r * w[i]) > 1e-6 * (fabs(x[i] * r) + 1e-30);
+    fg_rmsnorm(y, x, NULL, N, 1e-6f);
+    for (int i = 0; i < N; i++)
+        bad += fabs(y[i] - x[i] * r) > 1e-6 * fabs(x[i] * r) + 1e-30;
+    for (int i = 0; i < N; i++)
+        g[i] = x[i];
+    fg_rmsnorm(g, g, NULL, N, 1e-6f);
+    for (int i = 0; i < N; i++)
+        bad += g[i] != y[i];
+    CHECK_MSG(bad == 0, "rmsnorm: %d mismatches", bad);
+
+    /* softmax: large values must not overflow (max-subtracted); sums to 1 */
+    for (int i = 0; i < N; i++)
+        g[i] = x[i] * 100.0f;
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < N; i++)
+        mx = fmax(mx, g[i]);
+    for (int i = 0; i < N; i++)
+        sum += exp(g[i] - mx);
+    double ref[N];
+    for (int i = 0; i < N; i++)
+        ref[i] = exp(g[i] - mx) / sum;
+    fg_softmax(g, N);
+    bad = 0;
+    double total = 0.0;
+    for (int i = 0; i < N; i++) {
+        bad += !(fabs(g[i] - ref[i]) <= 1e-5 * ref[i] + 1e-30);
+        total += g[i];
+    }
+    CHECK_MSG(bad == 0, "softmax: %d mismatches", bad);
+    CHECK(fabs(total - 1.0) < 1e-5);
+    float one = 42.0f;
+    fg_softmax(&one, 1);
+    CHECK(one == 1.0f);
+
+    /* silu(g) * u, including large negative gates (no NaN) */
+    for (int i = 0; i < N; i++) {
+        g[i] = x[i] * 10.0f;
+        u[i] = w[i];
+    }
+    g[0] = -200.0f;
+    g[1] = 200.0f;
+    float g0[N];
+    for (int i = 0; i < N; i++)
+        g0[i] = g[i];
+    fg_silu_mul(g, u, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        const double e = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        bad += !(fabs(g[i] - e) <= 1e-6 * fabs(e) + 1e-30);
+    }
+    CHECK_MSG(bad == 0, "silu_mul: %d mismatches", bad);
+
+    /* axpy */
+    for (int i = 0; i < N; i++)
+        y[i] = w[i];
+    fg_axpy(y, 0.5f, x, N);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += y[i] != w[i] + 0.5f * x[i];
+    CHECK(bad == 0);
+
+    /* argmax: first of ties, NaN never wins */
+    const float a[6] = {1.0f, 3.0f, NAN, 3.0f, -1.0f, 2.0f};
+    CHECK(fg_argmax(a, 6) == 1);
+    const float b[3] = {NAN, -5.0f, NAN};
+    CHECK(fg_argmax(b, 3) == 1);
+    const float c[2] = {NAN, NAN};
+    CHECK(fg_argmax(c, 2) == 0);
+    const float d[3] = {-INFINITY, -INFINITY, -3.0f};
+    CHECK(fg_argmax(d, 3) == 2);
+    CHECK(fg_argmax(a, 0) == -1);
+    return TEST_DONE("test_vecops");
+}
