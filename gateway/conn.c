@@ -1,0 +1,539 @@
+/* conn.c: one WebSocket connection: assembling client messages, the
+ * per-connection limits, the client events, and writing server events (one
+ * lws_write per writable callback). Service thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/log.h"
+
+#define OWN_QUEUE_EVENTS 64 /* connection-level events (errors before a session) kept unsent */
+
+void gw_conn_request_write(gw_conn *c)
+{
+    lws_callback_on_writable(c->wsi);
+}
+
+void gw_conn_push_own(gw_conn *c)
+{
+    fg_gateway_t *gw = c->gw;
+    gw_event dropped;
+    if (gw_ring_push(&c->own, OWN_QUEUE_EVENTS, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len, &dropped)) {
+        free(dropped.buf); /* a client that never reads its errors loses the oldest */
+        gw_conn_request_write(c);
+    }
+}
+
+/* Sends an error event: in the session's numbering when one is attached. */
+static void send_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after)
+{
+    fg_gateway_t *gw = c->gw;
+    gw_session *s = c->session;
+    uint64_t seq = s ? gw_session_take_seq(s) : 0;
+    uint64_t evt = s ? ++s->evt_counter : 0;
+    if (fg_proto_write_error(&gw->scratch, seq, evt, err, retry_after) != FG_OK)
+        return;
+    if (s)
+        gw_session_push(s, seq);
+    else
+        gw_conn_push_own(c);
+}
+
+static void fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, const char *param, const char *fmt,
+                 const char *detail)
+{
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, param, ev && ev->has_event_id ? ev->event_id.ptr : NULL, fmt, detail);
+    send_error(c, &err, 0);
+}
+
+void gw_conn_on_open(gw_conn *c)
+{
+    fg_gateway_t *gw = c->gw;
+    c->bucket = (double)gw->cfg->limits.message_burst;
+    c->bucket_time = gw_now();
+    c->all_next = gw->conns;
+    if (gw->conns)
+        gw->conns->all_prev = c;
+    gw->conns = c;
+    gw->n_conns++;
+}
+
+void gw_conn_on_close(gw_conn *c)
+{
+    fg_gateway_t *gw = c->gw;
+    if (c->session)
+        gw_session_detach(c->session); /* the session outlives the socket */
+    free(c->rx);
+    gw_ring_free(&c->own);
+    if (c->all_prev)
+        c->all_prev->all_next = c->all_next;
+    else if (gw->conns == c)
+        gw->conns = c->all_next;
+    if (c->all_next)
+        c->all_next->all_prev = c->all_prev;
+    gw->n_conns--;
+}
+
+/* ---- settings ---- */
+
+static void apply_sampling(gw_session *s, const fg_proto_sampling *p)
+{
+    if (p->has_temperature)
+        s->temperature = p->temperature;
+    if (p->has_top_p)
+        s->top_p = p->top_p;
+    if (p->has_top_k)
+        s->top_k = p->top_k;
+    if (p->has_min_p)
+        s->min_p = p->min_p;
+    if (p->has_seed) {
+        s->has_seed = true;
+        s->seed = p->seed;
+    }
+    if (p->has_max_output_tokens)
+        s->max_output_tokens = p->max_output_tokens;
+    if (p->has_stop) {
+        s->n_stop = p->n_stop;
+        for (uint32_t i = 0; i < p->n_stop; i++)
+            snprintf(s->stop[i], sizeof s->stop[i], "%s", p->stop[i].ptr);
+    }
+}
+
+static bool set_instructions(gw_session *s, const fg_proto_str *in)
+{
+    char *copy = malloc(in->len + 1);
+    if (!copy)
+        return false;
+    memcpy(copy, in->ptr, in->len + 1);
+    free(s->instructions);
+    s->instructions = copy;
+    s->instructions_len = in->len;
+    return true;
+}
+
+/* Appends tokens to the engine session; maps its errors to protocol codes. */
+static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
+{
+    fg_diag d;
+    fg_err e = fg_session_append(s->es, t, (int)n, &d);
+    if (e == FG_OK)
+        return FG_PROTO_OK;
+    return e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED : FG_PROTO_INTERNAL_ERROR;
+}
+
+/* Prefills the head (BOS and instructions) and the conversation into a fresh engine session. */
+static fg_proto_code rebuild_engine_session(gw_session *s)
+{
+    fg_gateway_t *gw = s->gw;
+    fg_tokens head = {0};
+    if (fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) != FG_OK) {
+        fg_tokens_free(&head);
+        return FG_PROTO_INTERNAL_ERROR;
+    }
+    fg_proto_code code = append_tokens(s, head.v, head.n);
+    if (code == FG_PROTO_OK && s->conv.n)
+        code = append_tokens(s, s->conv.v, s->conv.n);
+    fg_tokens_free(&head);
+    return code;
+}
+
+static void send_session_event(gw_session *s, int kind)
+{
+    fg_gateway_t *gw = s->gw;
+    fg_proto_session_info info;
+    gw_session_info(s, &info);
+    uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
+    fg_err e = kind == 0   ? fg_proto_write_session_created(&gw->scratch, seq, evt, &info)
+               : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, seq, evt, &info)
+                           : fg_proto_write_session_resumed(&gw->scratch, seq, evt, &info);
+    if (e == FG_OK)
+        gw_session_push(s, seq);
+}
+
+/* ---- client events ---- */
+
+static void on_session_create(gw_conn *c, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = c->gw;
+    const fg_proto_session_params *p = &ev->u.session;
+    if (c->session)
+        return fail(c, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
+    if (gw->draining)
+        return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    gw_session *src = NULL;
+    if (p->has_fork_from) {
+        src = gw_session_find(gw, p->fork_from.ptr, p->fork_from.len);
+        if (!src || src->tenant != c->tenant)
+            return fail(c, ev, FG_PROTO_SESSION_NOT_FOUND, "session.fork_from", "%s", "no such session");
+        if (src->responding)
+            return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
+                        "the session to fork has a response in progress");
+    }
+    if (gw->tenant_sessions[c->tenant] >= gw->cfg->sessions.max_per_tenant)
+        return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
+        return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
+                    "instructions are longer than the server allows");
+    fg_diag d;
+    gw_session *s = gw_session_new(gw, c->tenant, &d);
+    if (!s)
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot create a session");
+    if (src) {
+        fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
+        set_instructions(s, &ins);
+        s->temperature = src->temperature;
+        s->top_p = src->top_p;
+        s->top_k = src->top_k;
+        s->min_p = src->min_p;
+        s->has_seed = src->has_seed;
+        s->seed = src->seed;
+        s->max_output_tokens = src->max_output_tokens;
+        s->n_stop = src->n_stop;
+        memcpy(s->stop, src->stop, sizeof s->stop);
+        fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
+    }
+    if (p->has_instructions && !set_instructions(s, &p->instructions)) {
+        gw_session_destroy(s);
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    }
+    apply_sampling(s, &p->sampling);
+    fg_proto_code code = rebuild_engine_session(s);
+    if (code != FG_PROTO_OK) {
+        gw_session_destroy(s);
+        return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL, "%s",
+                    "the instructions do not fit the model's context");
+    }
+    gw_session_attach(s, c, 0);
+    send_session_event(s, 0);
+    char tid[140];
+    fg_log(FG_LOG_INFO, "session_created", "\"session\":\"%s\",\"tenant\":%s,\"fork\":%s", s->id,
+           fg_log_str(tid, sizeof tid, gw->cfg->tenants[c->tenant].id), src ? "true" : "false");
+}
+
+static void on_session_update(gw_conn *c, const fg_client_event *ev)
+{
+    gw_session *s = c->session;
+    const fg_proto_session_params *p = &ev->u.session;
+    if (p->has_instructions) {
+        if (p->instructions.len > (size_t)c->gw->cfg->sessions.max_instructions_bytes)
+            return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
+                        "instructions are longer than the server allows");
+        if (!set_instructions(s, &p->instructions))
+            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+        s->rebuild = true; /* the head changed: the whole conversation is prefilled again */
+    }
+    apply_sampling(s, &p->sampling);
+    send_session_event(s, 1);
+}
+
+static void on_session_resume(gw_conn *c, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = c->gw;
+    if (c->session)
+        return fail(c, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
+    gw_session *s = gw_session_find(gw, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len);
+    if (!s || s->tenant != c->tenant) /* the same answer for another tenant's session */
+        return fail(c, ev, FG_PROTO_SESSION_NOT_FOUND, "session_id", "%s", "no such session");
+    const uint64_t last = ev->u.resume.last_sequence_number, newest = s->next_seq - 1;
+    if (last > newest)
+        return fail(c, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
+                    "last_sequence_number is newer than the session's newest event");
+    uint64_t oldest = s->ring.count ? s->ring.ev[s->ring.head].seq : s->next_seq;
+    if (last + 1 < oldest && !ev->u.resume.allow_gap)
+        return fail(c, ev, FG_PROTO_SEQUENCE_EXPIRED, "last_sequence_number", "%s",
+                    "some events after last_sequence_number have left the resume buffer");
+    gw_session_attach(s, c, last);
+    send_session_event(s, 2);
+}
+
+static void on_item_create(gw_conn *c, const fg_client_event *ev)
+{
+    gw_session *s = c->session;
+    fg_proto_item item = ev->u.item;
+    fg_tokens t = {0};
+    if (fg_template_item(c->gw->tok, &item, &t) != FG_OK) {
+        fg_tokens_free(&t);
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
+    }
+    fg_proto_code code = s->rebuild ? FG_PROTO_OK : append_tokens(s, t.v, t.n);
+    if (code == FG_PROTO_OK && fg_tokens_push(&s->conv, t.v, t.n) != FG_OK)
+        code = FG_PROTO_INTERNAL_ERROR;
+    fg_tokens_free(&t);
+    if (code != FG_PROTO_OK)
+        return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "item" : NULL, "%s",
+                    code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the item does not fit the model's context"
+                                                             : "cannot add the item");
+    char id[32];
+    snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
+    item.id = (fg_proto_str){id, strlen(id)};
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_item_added(&c->gw->scratch, seq, ++s->evt_counter, &item) == FG_OK)
+        gw_session_push(s, seq);
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != sizeof v)
+        v = (uint64_t)(gw_now() * 1e9);
+    return v & ((UINT64_C(1) << 53) - 1);
+}
+
+static void on_response_create(gw_conn *c, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = c->gw;
+    gw_session *s = c->session;
+    if (s->responding)
+        return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
+    if (gw->draining)
+        return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    if (s->rebuild) {
+        fg_session_free(s->es);
+        const fg_config_tenant *t = &gw->cfg->tenants[s->tenant];
+        fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = (int)t->weight,
+                                .priority = (int)t->priority, .user = s};
+        if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK)
+            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+        s->rebuild = false;
+        fg_proto_code code = rebuild_engine_session(s);
+        if (code != FG_PROTO_OK)
+            return fail(c, ev, code, NULL, "%s", "the conversation does not fit the model's context");
+    }
+    const fg_proto_sampling *o = &ev->u.response.sampling;
+    fg_response_params rp = {.generate = ev->u.response.generate};
+    rp.sampling.temperature = (float)(o->has_temperature ? o->temperature : s->temperature);
+    rp.sampling.top_p = (float)(o->has_top_p ? o->top_p : s->top_p);
+    rp.sampling.top_k = (int)(o->has_top_k ? o->top_k : s->top_k);
+    rp.sampling.min_p = (float)(o->has_min_p ? o->min_p : s->min_p);
+    rp.sampling.seed = o->has_seed ? o->seed : s->has_seed ? s->seed : random_seed();
+    rp.max_tokens = (int)(o->has_max_output_tokens ? o->max_output_tokens : s->max_output_tokens);
+    if (o->has_stop) {
+        rp.n_stop = (int)o->n_stop;
+        for (uint32_t i = 0; i < o->n_stop; i++)
+            snprintf(rp.stop[i], sizeof rp.stop[i], "%s", o->stop[i].ptr);
+    } else {
+        rp.n_stop = (int)s->n_stop;
+        memcpy(rp.stop, s->stop, sizeof rp.stop);
+    }
+    if (rp.generate) {
+        fg_tokens t = {0};
+        fg_proto_code code = fg_template_reply(gw->tok, &t) == FG_OK ? append_tokens(s, t.v, t.n)
+                                                                      : FG_PROTO_INTERNAL_ERROR;
+        if (code == FG_PROTO_OK)
+            fg_tokens_push(&s->conv, t.v, t.n);
+        fg_tokens_free(&t);
+        if (code != FG_PROTO_OK)
+            return fail(c, ev, code, NULL, "%s", "no room left in the model's context for a reply");
+    }
+    fg_diag d;
+    fg_err e = fg_session_respond(s->es, &rp, &s->engine_response, &d);
+    if (e != FG_OK) {
+        fg_proto_code code = e == FG_ERR_BUSY          ? FG_PROTO_RESPONSE_IN_PROGRESS
+                             : e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
+                             : e == FG_ERR_INVALID_ARG  ? FG_PROTO_INVALID_VALUE
+                                                        : FG_PROTO_INTERNAL_ERROR;
+        return fail(c, ev, code, NULL, "%s", d.msg);
+    }
+    s->responding = true;
+    s->resp_tokens = 0;
+    snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
+    snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
+    memset(&s->carry, 0, sizeof s->carry);
+    s->pending_len = s->out_len = 0;
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_response_created(&gw->scratch, seq, ++s->evt_counter, s->resp_id) == FG_OK)
+        gw_session_push(s, seq);
+}
+
+static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
+{
+    gw_session *s = c->session;
+    if (!s->responding)
+        return fail(c, ev, FG_PROTO_NO_RESPONSE_IN_PROGRESS, NULL, "%s", "no response is in progress");
+    if (ev->u.cancel.has_response_id && strcmp(ev->u.cancel.response_id.ptr, s->resp_id) != 0)
+        return fail(c, ev, FG_PROTO_INVALID_VALUE, "response_id", "%s", "not the response in progress");
+    fg_session_cancel(s->es); /* response.done (cancelled) follows from the engine */
+}
+
+static void on_session_close(gw_conn *c, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = c->gw;
+    gw_session *s = c->session;
+    (void)ev;
+    /* The session goes now: its unwritten events, then session.closed (its last
+     * number), move to the connection's own queue, in order. */
+    gw_session_flush_delta(s);
+    if (s->responding) { /* the response ends with the session */
+        fg_proto_response_done d = {.id = s->resp_id, .status = FG_PROTO_RESPONSE_CANCELLED,
+                                    .reason = "session_closed", .usage = {.output_tokens = s->resp_tokens}};
+        uint64_t dseq = gw_session_take_seq(s);
+        if (fg_proto_write_response_done(&gw->scratch, dseq, ++s->evt_counter, &d) == FG_OK)
+            gw_session_push(s, dseq);
+    }
+    for (uint32_t i = 0; i < s->ring.count; i++) {
+        const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+        if (e->seq > s->sent_seq)
+            gw_ring_push(&c->own, UINT32_MAX, e->seq, e->buf + LWS_PRE, e->len, NULL);
+    }
+    uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
+    if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, "client_requested") == FG_OK)
+        gw_ring_push(&c->own, UINT32_MAX, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
+    fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"client_requested\"", s->id);
+    gw_session_destroy(s);
+    gw_conn_request_write(c);
+}
+
+static void dispatch(gw_conn *c, const fg_client_event *ev)
+{
+    if (!c->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
+        return fail(c, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
+    if (c->session)
+        c->session->last_activity = gw_now();
+    switch (ev->type) {
+    case FG_CLIENT_SESSION_CREATE: on_session_create(c, ev); break;
+    case FG_CLIENT_SESSION_UPDATE: on_session_update(c, ev); break;
+    case FG_CLIENT_SESSION_RESUME: on_session_resume(c, ev); break;
+    case FG_CLIENT_ITEM_CREATE: on_item_create(c, ev); break;
+    case FG_CLIENT_RESPONSE_CREATE: on_response_create(c, ev); break;
+    case FG_CLIENT_RESPONSE_CANCEL: on_response_cancel(c, ev); break;
+    case FG_CLIENT_SESSION_CLOSE: on_session_close(c, ev); break;
+    }
+}
+
+/* Token bucket: messages_per_second sustained, message_burst at once. */
+static bool rate_ok(gw_conn *c)
+{
+    const fg_config *cfg = c->gw->cfg;
+    double now = gw_now();
+    c->bucket += (now - c->bucket_time) * cfg->limits.messages_per_second;
+    if (c->bucket > (double)cfg->limits.message_burst)
+        c->bucket = (double)cfg->limits.message_burst;
+    c->bucket_time = now;
+    if (c->bucket >= 1.0) {
+        c->bucket -= 1.0;
+        return true;
+    }
+    if (now - c->last_rate_error >= 1.0) { /* at most one such error per second */
+        c->last_rate_error = now;
+        fg_proto_error err;
+        fg_proto_error_set(&err, FG_PROTO_RATE_LIMITED, NULL, NULL, "more than %g messages per second",
+                           cfg->limits.messages_per_second);
+        uint32_t retry = (uint32_t)(1.0 / cfg->limits.messages_per_second + 0.999);
+        send_error(c, &err, retry ? retry : 1);
+    }
+    return false;
+}
+
+void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
+{
+    fg_gateway_t *gw = c->gw;
+    if (lws_is_first_fragment(c->wsi)) {
+        c->rx_len = 0;
+        c->rx_too_big = false;
+        c->rx_binary = lws_frame_is_binary(c->wsi);
+    }
+    if (!c->rx_too_big && !c->rx_binary) {
+        if (c->rx_len + len > gw->limits.max_message_bytes) {
+            c->rx_too_big = true; /* the rest of this message is read and dropped */
+        } else {
+            if (c->rx_len + len + 1 > c->rx_cap) {
+                size_t cap = c->rx_cap ? c->rx_cap : 1024;
+                while (cap < c->rx_len + len + 1)
+                    cap *= 2;
+                char *p = realloc(c->rx, cap);
+                if (!p) {
+                    c->rx_too_big = true;
+                } else {
+                    c->rx = p;
+                    c->rx_cap = cap;
+                }
+            }
+            if (!c->rx_too_big) {
+                memcpy(c->rx + c->rx_len, in, len);
+                c->rx_len += len;
+            }
+        }
+    }
+    if (!lws_is_final_fragment(c->wsi) || lws_remaining_packet_payload(c->wsi) > 0)
+        return;
+    /* A whole message. */
+    if (!rate_ok(c))
+        return;
+    if (c->rx_binary)
+        return fail(c, NULL, FG_PROTO_BINARY_NOT_SUPPORTED, NULL, "%s", "binary messages are not supported");
+    if (c->rx_too_big) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "%zu bytes", gw->limits.max_message_bytes);
+        return fail(c, NULL, FG_PROTO_FRAME_TOO_LARGE, NULL, "messages are limited to %s", msg);
+    }
+    if (gw->draining)
+        return fail(c, NULL, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    fg_client_event ev;
+    fg_proto_error err;
+    fg_err e = fg_proto_parse(c->rx, c->rx_len, &gw->limits, &ev, &err);
+    if (c->rx_cap > 65536) { /* do not keep a big buffer per idle connection */
+        free(c->rx);
+        c->rx = NULL;
+        c->rx_cap = 0;
+    }
+    if (e != FG_OK) {
+        send_error(c, &err, 0);
+        return;
+    }
+    dispatch(c, &ev);
+    fg_client_event_free(&ev);
+}
+
+/* ---- writing ---- */
+
+static int write_event(gw_conn *c, const gw_event *e)
+{
+    int n = lws_write(c->wsi, (unsigned char *)e->buf + LWS_PRE, e->len, LWS_WRITE_TEXT);
+    return n < (int)e->len ? -1 : 0;
+}
+
+int gw_conn_on_writable(gw_conn *c)
+{
+    fg_gateway_t *gw = c->gw;
+    if (c->own.count) {
+        gw_event e = c->own.ev[c->own.head];
+        c->own.head = (c->own.head + 1) % c->own.cap;
+        c->own.count--;
+        int rc = write_event(c, &e);
+        free(e.buf);
+        if (rc)
+            return -1;
+        gw_conn_request_write(c);
+        return 0;
+    }
+    gw_session *s = c->session;
+    if (s) {
+        gw_session_flush_delta(s); /* every token since the last write, in one frame */
+        for (uint32_t i = 0; i < s->ring.count; i++) {
+            const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+            if (e->seq <= s->sent_seq)
+                continue;
+            if (write_event(c, e))
+                return -1;
+            s->sent_seq = e->seq;
+            s->unsent_bytes -= e->len;
+            s->unsent_events--;
+            if (s->output_paused && s->unsent_bytes * 2 <= (size_t)gw->cfg->sessions.output_buffer_bytes &&
+                s->unsent_events * 4 <= (uint32_t)gw->cfg->sessions.resume_buffer_events) {
+                s->output_paused = false; /* the client caught up: let the engine go on */
+                gw_session_drain_engine(s);
+            }
+            if (s->unsent_events || s->pending_len)
+                gw_conn_request_write(c);
+            return 0;
+        }
+    }
+    if (c->closing) {
+        lws_close_reason(c->wsi, (enum lws_close_status)c->close_code, NULL, 0);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,160 @@
+/* gateway_internal.h: the gateway's private state, shared by server.c (lws
+ * context, callbacks, HTTP), conn.c (WebSocket connections and client events)
+ * and gw_session.c (the session table, resume buffers, engine events).
+ * Everything here belongs to the service thread, except the fields marked
+ * [any thread].
+ */
+#ifndef FG_GATEWAY_INTERNAL_H
+#define FG_GATEWAY_INTERNAL_H
+
+#include <libwebsockets.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gateway/chat_template.h"
+#include "gateway/gateway.h"
+#include "gateway/protocol.h"
+
+typedef struct gw_conn gw_conn;
+typedef struct gw_session gw_session;
+
+/* One serialized server event, kept for sending and for replay. The JSON text
+ * sits after LWS_PRE bytes of headroom so lws_write can frame it in place. */
+typedef struct gw_event {
+    uint64_t seq;        /* 0: connection-level, not replayable */
+    char *buf;           /* LWS_PRE + len + 1 bytes */
+    size_t len;
+} gw_event;
+
+/* A FIFO of events: the session's resume buffer, or a connection's own queue. */
+typedef struct gw_ring {
+    gw_event *ev;
+    uint32_t cap, head, count;
+} gw_ring;
+
+struct gw_session {
+    fg_gateway_t *gw;
+    char id[48];                    /* "sess_" + 32 hex digits: 128 random bits */
+    int tenant;                     /* index into cfg->tenants */
+    fg_session_t *es;               /* the engine's session */
+    gw_conn *conn;                  /* attached connection, or NULL (detached) */
+
+    /* settings, as session.created shows them */
+    char *instructions;
+    size_t instructions_len;
+    double temperature, top_p, min_p;
+    uint32_t top_k;
+    bool has_seed;
+    uint64_t seed;
+    uint32_t max_output_tokens;
+    uint32_t n_stop;
+    char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+
+    /* the conversation after the head, as tokens (to rebuild on an instructions change) */
+    fg_tokens conv;
+    bool rebuild;                   /* instructions changed: re-prefill at the next response */
+
+    /* events */
+    uint64_t next_seq;              /* the next sequence number (the first event is 1) */
+    uint64_t evt_counter;           /* event ids "evt_<n>" */
+    gw_ring ring;                   /* the newest events (resume buffer) */
+    uint64_t sent_seq;              /* newest seq written to the attached connection */
+    size_t unsent_bytes;            /* bytes of ring events newer than sent_seq */
+    uint32_t unsent_events;
+    bool output_paused;             /* not draining the engine: the client is behind */
+
+    /* the response in progress */
+    bool responding;
+    uint64_t engine_response;       /* the engine's response id */
+    char resp_id[32];
+    char item_id[32];
+    uint64_t item_counter, resp_counter;
+    uint64_t resp_tokens;           /* tokens of the response in progress so far */
+    fg_proto_utf8_carry carry;
+    char *pending;                  /* delta text not yet made an event (coalesced per write) */
+    size_t pending_len, pending_cap;
+    char *out_text;                 /* the whole reply, for response.done's output item */
+    size_t out_len, out_cap;
+
+    double last_activity;           /* seconds (monotonic) */
+    gw_session *hash_next;
+    gw_session *all_next, *all_prev;
+};
+
+struct gw_conn {
+    fg_gateway_t *gw;
+    struct lws *wsi;
+    int tenant;                     /* authenticated at the handshake */
+    gw_session *session;
+    /* the message being received */
+    char *rx;
+    size_t rx_len, rx_cap;
+    bool rx_too_big, rx_binary;
+    /* message rate limit: token bucket */
+    double bucket, bucket_time, last_rate_error;
+    /* connection-level events (sequence number 0) */
+    gw_ring own;
+    bool closing;                   /* close with close_code once the queue is written */
+    int close_code;
+    gw_conn *all_next, *all_prev;
+};
+
+struct fg_gateway {
+    const fg_config *cfg;
+    fg_engine_t *engine;
+    const fg_tokenizer_t *tok;
+    struct lws_context *ctx;
+    struct lws_vhost *vhost;
+    int port;
+    fg_proto_limits limits;
+    fg_proto_buf scratch;           /* event serialization */
+
+    gw_session **table;             /* hash table of sessions by id */
+    size_t table_size;
+    gw_session *sessions;           /* all sessions */
+    size_t n_sessions;
+    int *tenant_sessions;           /* [n_tenants] */
+    gw_conn *conns;
+    size_t n_conns;
+
+    lws_sorted_usec_list_t sweep;   /* periodic idle-session sweep */
+    atomic_bool stop_requested;     /* [any thread] */
+    bool draining;
+    double drain_deadline;
+    bool done;
+};
+
+double gw_now(void);
+
+/* gw_session.c */
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag);
+void gw_session_destroy(gw_session *s);
+gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len);
+/* Serializes the event in gw->scratch into the session's ring with sequence
+ * number seq (already assigned) and asks for a write. */
+void gw_session_push(gw_session *s, uint64_t seq);
+uint64_t gw_session_take_seq(gw_session *s);
+void gw_session_info(const gw_session *s, fg_proto_session_info *info);
+/* Drains the engine's events of a session into protocol events. */
+void gw_session_drain_engine(gw_session *s);
+/* Turns coalesced delta text into one event (before a write or a done). */
+void gw_session_flush_delta(gw_session *s);
+void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq);
+void gw_session_detach(gw_session *s);
+void gw_sessions_sweep(fg_gateway_t *gw);
+
+/* conn.c */
+void gw_conn_on_open(gw_conn *c);
+void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
+int gw_conn_on_writable(gw_conn *c);
+void gw_conn_on_close(gw_conn *c);
+/* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
+void gw_conn_push_own(gw_conn *c);
+void gw_conn_request_write(gw_conn *c);
+
+/* rings */
+bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t seq, const char *json, size_t len, gw_event *dropped);
+void gw_ring_free(gw_ring *r);
+
+#endif

@@ -1,0 +1,415 @@
+/* gw_session.c: the gateway's sessions: the id table, resume buffers, and the
+ * translation of engine events into protocol events.
+ *
+ * Output path: TOKEN events append text to `pending` (through the UTF-8
+ * carry); the text becomes one response.output_text.delta event when the
+ * connection can take a write (so a slow step rate or a fast client both get
+ * one frame per write), when the response ends, or at once when no connection
+ * is attached (so the resume buffer holds it). Events stay in the ring after
+ * they are written, for replay.
+ *
+ * Backpressure: when a connection falls behind (unsent bytes above
+ * sessions.output_buffer_bytes, or half the ring unsent) the session stops
+ * draining the engine, whose bounded queue then pauses the generation; the
+ * drain resumes once the client has read half of it. Nothing is dropped.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/log.h"
+
+double gw_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- rings ---- */
+
+bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t seq, const char *json, size_t len, gw_event *dropped)
+{
+    if (dropped)
+        dropped->buf = NULL;
+    if (r->count == r->cap) {
+        if (r->cap < cap_limit) {
+            /* grow: rings start small so an idle session costs little */
+            uint32_t nc = r->cap ? r->cap * 2 : 8;
+            if (nc > cap_limit)
+                nc = cap_limit;
+            gw_event *ev = malloc(nc * sizeof *ev);
+            if (!ev)
+                return false;
+            for (uint32_t i = 0; i < r->count; i++)
+                ev[i] = r->ev[(r->head + i) % r->cap];
+            free(r->ev);
+            r->ev = ev;
+            r->cap = nc;
+            r->head = 0;
+        } else {
+            /* full: the oldest event leaves */
+            gw_event *old = &r->ev[r->head];
+            if (dropped)
+                *dropped = *old;
+            else
+                free(old->buf);
+            r->head = (r->head + 1) % r->cap;
+            r->count--;
+        }
+    }
+    char *buf = malloc(LWS_PRE + len + 1);
+    if (!buf)
+        return false;
+    memcpy(buf + LWS_PRE, json, len + 1);
+    r->ev[(r->head + r->count) % r->cap] = (gw_event){.seq = seq, .buf = buf, .len = len};
+    r->count++;
+    return true;
+}
+
+void gw_ring_free(gw_ring *r)
+{
+    for (uint32_t i = 0; i < r->count; i++)
+        free(r->ev[(r->head + i) % r->cap].buf);
+    free(r->ev);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- the table ---- */
+
+static size_t hash_id(const char *id, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)id[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len)
+{
+    for (gw_session *s = gw->table[hash_id(id, len) % gw->table_size]; s; s = s->hash_next)
+        if (strlen(s->id) == len && memcmp(s->id, id, len) == 0)
+            return s;
+    return NULL;
+}
+
+static void make_id(char *out)
+{
+    unsigned char r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    memcpy(out, "sess_", 5);
+    for (int i = 0; i < 16; i++) {
+        out[5 + 2 * i] = hex[r[i] >> 4];
+        out[6 + 2 * i] = hex[r[i] & 15];
+    }
+    out[37] = 0;
+}
+
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag)
+{
+    const fg_config *cfg = gw->cfg;
+    gw_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->gw = gw;
+    s->tenant = tenant;
+    do
+        make_id(s->id);
+    while (gw_session_find(gw, s->id, strlen(s->id)));
+    const fg_config_tenant *t = &cfg->tenants[tenant];
+    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = (int)t->weight, .priority = (int)t->priority,
+                            .user = s};
+    if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
+        free(s);
+        fg_diag_set(diag, FG_ERR_NOMEM, "engine session: out of memory");
+        return NULL;
+    }
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
+    s->next_seq = 1;
+    s->last_activity = gw_now();
+    size_t b = hash_id(s->id, strlen(s->id)) % gw->table_size;
+    s->hash_next = gw->table[b];
+    gw->table[b] = s;
+    s->all_next = gw->sessions;
+    if (gw->sessions)
+        gw->sessions->all_prev = s;
+    gw->sessions = s;
+    gw->n_sessions++;
+    gw->tenant_sessions[tenant]++;
+    return s;
+}
+
+void gw_session_destroy(gw_session *s)
+{
+    fg_gateway_t *gw = s->gw;
+    if (s->conn)
+        gw_session_detach(s);
+    fg_session_free(s->es);
+    gw_session **p = &gw->table[hash_id(s->id, strlen(s->id)) % gw->table_size];
+    while (*p && *p != s)
+        p = &(*p)->hash_next;
+    if (*p)
+        *p = s->hash_next;
+    if (s->all_prev)
+        s->all_prev->all_next = s->all_next;
+    else
+        gw->sessions = s->all_next;
+    if (s->all_next)
+        s->all_next->all_prev = s->all_prev;
+    gw->n_sessions--;
+    gw->tenant_sessions[s->tenant]--;
+    gw_ring_free(&s->ring);
+    fg_tokens_free(&s->conv);
+    free(s->instructions);
+    free(s->pending);
+    free(s->out_text);
+    free(s);
+}
+
+/* ---- events ---- */
+
+uint64_t gw_session_take_seq(gw_session *s)
+{
+    return s->next_seq++;
+}
+
+void gw_session_push(gw_session *s, uint64_t seq)
+{
+    fg_gateway_t *gw = s->gw;
+    const char *json = fg_proto_buf_text(&gw->scratch);
+    gw_event dropped;
+    if (!gw_ring_push(&s->ring, (uint32_t)gw->cfg->sessions.resume_buffer_events, seq, json, gw->scratch.len,
+                      &dropped)) {
+        fg_log(FG_LOG_ERROR, "event_dropped", "\"session\":\"%s\",\"reason\":\"out_of_memory\"", s->id);
+        return;
+    }
+    if (dropped.buf) {
+        if (dropped.seq > s->sent_seq) { /* never expected: backpressure pauses first */
+            s->unsent_bytes -= dropped.len;
+            s->unsent_events--;
+            fg_log(FG_LOG_WARN, "event_dropped", "\"session\":\"%s\",\"seq\":%llu", s->id,
+                   (unsigned long long)dropped.seq);
+        }
+        free(dropped.buf);
+    }
+    s->unsent_bytes += gw->scratch.len;
+    s->unsent_events++;
+    if (s->conn)
+        gw_conn_request_write(s->conn);
+}
+
+void gw_session_info(const gw_session *s, fg_proto_session_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->id = s->id;
+    info->instructions = (fg_proto_str){s->instructions ? s->instructions : "", s->instructions_len};
+    info->temperature = s->temperature;
+    info->top_p = s->top_p;
+    info->min_p = s->min_p;
+    info->top_k = s->top_k;
+    info->has_seed = s->has_seed;
+    info->seed = s->seed;
+    info->max_output_tokens = s->max_output_tokens;
+    info->n_stop = s->n_stop;
+    for (uint32_t i = 0; i < s->n_stop; i++)
+        info->stop[i] = (fg_proto_str){s->stop[i], strlen(s->stop[i])};
+}
+
+static bool append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return false;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, src, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
+void gw_session_flush_delta(gw_session *s)
+{
+    if (s->pending_len == 0)
+        return;
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_text_delta(&s->gw->scratch, seq, ++s->evt_counter, s->resp_id, s->item_id, s->pending,
+                                  s->pending_len) == FG_OK)
+        gw_session_push(s, seq);
+    s->pending_len = 0;
+}
+
+static void add_text(gw_session *s, const char *bytes, size_t n)
+{
+    char tmp[512 + 3];
+    while (n > 0) {
+        size_t k = n > 512 ? 512 : n;
+        size_t m = fg_proto_utf8_carry_feed(&s->carry, bytes, k, tmp);
+        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, tmp, m);
+        append_bytes(&s->out_text, &s->out_len, &s->out_cap, tmp, m);
+        bytes += k;
+        n -= k;
+    }
+}
+
+static void finish_response(gw_session *s, const fg_event *ev)
+{
+    char tail[3];
+    size_t m = fg_proto_utf8_carry_flush(&s->carry, tail);
+    if (m) {
+        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, tail, m);
+        append_bytes(&s->out_text, &s->out_len, &s->out_cap, tail, m);
+    }
+    gw_session_flush_delta(s);
+
+    fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
+                         .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
+    out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {s->out_text ? s->out_text : "", s->out_len}};
+    fg_proto_response_done d = {.id = s->resp_id, .output = &out, .n_output = ev->usage.output_tokens > 0 ? 1 : 0,
+                                .usage = {(uint64_t)ev->usage.input_tokens, (uint64_t)ev->usage.cached_tokens,
+                                          (uint64_t)ev->usage.output_tokens}};
+    switch (ev->finish) {
+    case FG_FINISH_EOS:
+    case FG_FINISH_STOP:
+    case FG_FINISH_PREFILLED:
+        d.status = FG_PROTO_RESPONSE_COMPLETED;
+        break;
+    case FG_FINISH_LENGTH:
+        d.status = FG_PROTO_RESPONSE_INCOMPLETE;
+        d.reason = "max_output_tokens";
+        break;
+    case FG_FINISH_CONTEXT:
+        d.status = FG_PROTO_RESPONSE_INCOMPLETE;
+        d.reason = "context_length";
+        break;
+    case FG_FINISH_CANCELLED:
+        d.status = FG_PROTO_RESPONSE_CANCELLED;
+        d.reason = "client_cancelled";
+        break;
+    case FG_FINISH_ERROR:
+        d.status = FG_PROTO_RESPONSE_FAILED;
+        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : FG_PROTO_INTERNAL_ERROR;
+        d.error_message = ev->error == FG_ERR_KV_FULL ? "the server's KV cache is full; retry later"
+                                                      : "the engine failed this response";
+        break;
+    }
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_response_done(&s->gw->scratch, seq, ++s->evt_counter, &d) == FG_OK)
+        gw_session_push(s, seq);
+    s->responding = false;
+    s->out_len = 0;
+    s->last_activity = gw_now();
+    fg_log(FG_LOG_DEBUG, "response_done",
+           "\"session\":\"%s\",\"response\":\"%s\",\"finish\":%d,\"input_tokens\":%lld,\"cached_tokens\":%lld,"
+           "\"output_tokens\":%lld",
+           s->id, s->resp_id, (int)ev->finish, (long long)ev->usage.input_tokens, (long long)ev->usage.cached_tokens,
+           (long long)ev->usage.output_tokens);
+}
+
+static bool behind(const gw_session *s)
+{
+    const fg_config *cfg = s->gw->cfg;
+    return s->unsent_bytes + s->pending_len > (size_t)cfg->sessions.output_buffer_bytes ||
+           s->unsent_events * 2 > (uint32_t)cfg->sessions.resume_buffer_events;
+}
+
+void gw_session_drain_engine(gw_session *s)
+{
+    fg_event ev[32];
+    char text[8192];
+    while (!s->output_paused) {
+        int n = fg_session_poll(s->es, ev, 32, text, sizeof text);
+        if (n <= 0)
+            break;
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == FG_EVENT_TOKEN) {
+                fg_tokens_push(&s->conv, &ev[i].token, 1);
+                s->resp_tokens++;
+                add_text(s, text + ev[i].text_off, ev[i].text_len);
+            } else if (ev[i].type == FG_EVENT_DONE) {
+                add_text(s, text + ev[i].text_off, ev[i].text_len);
+                finish_response(s, &ev[i]);
+            } else if (ev[i].type == FG_EVENT_WAITING) {
+                fg_log(FG_LOG_INFO, "response_waiting", "\"session\":\"%s\",\"reason\":\"kv_full\"", s->id);
+            }
+        }
+        if (!s->conn)
+            gw_session_flush_delta(s); /* nobody will ask for a write: keep it for replay */
+        if (behind(s)) {
+            s->output_paused = true;
+            fg_log(FG_LOG_DEBUG, "output_paused", "\"session\":\"%s\",\"unsent_bytes\":%zu", s->id,
+                   s->unsent_bytes + s->pending_len);
+        }
+    }
+    if (s->conn && (s->pending_len || s->unsent_events))
+        gw_conn_request_write(s->conn);
+}
+
+/* ---- attach and detach ---- */
+
+void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
+{
+    fg_gateway_t *gw = s->gw;
+    if (s->conn && s->conn != c) {
+        gw_conn *old = s->conn;
+        gw_session_detach(s);
+        if (fg_proto_write_session_closed(&gw->scratch, 0, 0, s->id, "resumed_elsewhere") == FG_OK)
+            gw_conn_push_own(old);
+    }
+    s->conn = c;
+    c->session = s;
+    s->sent_seq = last_seq;
+    s->unsent_bytes = 0;
+    s->unsent_events = 0;
+    for (uint32_t i = 0; i < s->ring.count; i++) {
+        const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+        if (e->seq > last_seq) {
+            s->unsent_bytes += e->len;
+            s->unsent_events++;
+        }
+    }
+    s->last_activity = gw_now();
+    gw_conn_request_write(c);
+}
+
+void gw_session_detach(gw_session *s)
+{
+    if (s->conn) {
+        s->conn->session = NULL;
+        s->conn = NULL;
+    }
+    s->last_activity = gw_now();
+    gw_session_flush_delta(s);
+}
+
+void gw_sessions_sweep(fg_gateway_t *gw)
+{
+    const double now = gw_now(), idle = (double)gw->cfg->sessions.idle_timeout_s;
+    gw_session *next;
+    for (gw_session *s = gw->sessions; s; s = next) {
+        next = s->all_next;
+        if (!s->conn && !s->responding && now - s->last_activity > idle) {
+            fg_log(FG_LOG_INFO, "session_expired", "\"session\":\"%s\",\"tenant\":\"%s\"", s->id,
+                   gw->cfg->tenants[s->tenant].id);
+            gw_session_destroy(s);
+        }
+    }
+}

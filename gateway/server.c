@@ -1,0 +1,349 @@
+/* server.c: the libwebsockets context, the protocol callback, the HTTP routes,
+ * the service loop, the idle sweep and the graceful drain.
+ *
+ * Threads: everything here runs on the service thread, except
+ * fg_gateway_wakeup and fg_gateway_request_stop, which only call
+ * lws_cancel_service() (documented as safe from other threads). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/log.h"
+
+#define SESSION_BUCKETS 65536
+#define SWEEP_US (1 * LWS_US_PER_SEC)
+#define DRAIN_SWEEP_US (100 * LWS_US_PER_MS)
+
+/* Per-connection storage: WebSocket state, or an HTTP response being written. */
+typedef struct gw_pss {
+    gw_conn conn;
+    int tenant;             /* from the handshake, before ESTABLISHED */
+    char *http_body;
+    size_t http_len;
+} gw_pss;
+
+static fg_gateway_t *gateway_of(struct lws *wsi)
+{
+    return lws_context_user(lws_get_context(wsi));
+}
+
+/* ---- HTTP ---- */
+
+static int http_reply(struct lws *wsi, gw_pss *pss, unsigned status, const char *body)
+{
+    unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
+    size_t len = strlen(body);
+    free(pss->http_body);
+    pss->http_body = malloc(LWS_PRE + len + 1);
+    if (!pss->http_body)
+        return -1;
+    memcpy(pss->http_body + LWS_PRE, body, len + 1);
+    pss->http_len = len;
+    if (lws_add_http_common_headers(wsi, status, "application/json", (lws_filepos_t)len, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p,
+                                     end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return 1;
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+static int on_http(struct lws *wsi, gw_pss *pss, const char *uri)
+{
+    fg_gateway_t *gw = gateway_of(wsi);
+    char body[512];
+    if (strcmp(uri, "/healthz") == 0) {
+        snprintf(body, sizeof body,
+                 "{\"status\":\"%s\",\"version\":\"" FG_PROTO_SUBPROTOCOL "\",\"sessions\":%zu,\"connections\":%zu}",
+                 gw->draining ? "draining" : "ok", gw->n_sessions, gw->n_conns);
+        return http_reply(wsi, pss, gw->draining ? 503 : 200, body);
+    }
+    snprintf(body, sizeof body, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such endpoint\"}}");
+    return http_reply(wsi, pss, 404, body);
+}
+
+/* ---- the handshake ---- */
+
+/* Checks path, drain state and API key; fills *tenant. Returns the HTTP status to refuse with, or 0. */
+static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
+{
+    char uri[256] = "", auth[512] = "";
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, FG_PROTO_PATH) != 0)
+        return 404;
+    if (gw->draining || !gw->engine)
+        return 503;
+    if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0 || strncmp(auth, "Bearer ", 7) != 0)
+        return 401;
+    const fg_config_tenant *t = fg_config_find_tenant_by_key(gw->cfg, auth + 7);
+    if (!t)
+        return 401;
+    if (gw->n_conns >= (size_t)gw->cfg->server.max_connections)
+        return 503;
+    *tenant = (int)(t - gw->cfg->tenants);
+    return 0;
+}
+
+/* ---- draining ---- */
+
+static void drain_step(fg_gateway_t *gw)
+{
+    for (gw_conn *c = gw->conns; c; c = c->all_next) {
+        if (c->closing || (c->session && c->session->responding))
+            continue; /* its response.done comes first */
+        fg_proto_error err;
+        fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, NULL, "%s", "the server is shutting down");
+        gw_session *s = c->session;
+        uint64_t seq = s ? gw_session_take_seq(s) : 0;
+        if (fg_proto_write_error(&gw->scratch, seq, s ? ++s->evt_counter : 0, &err, 0) == FG_OK) {
+            if (s)
+                gw_session_push(s, seq);
+            else
+                gw_conn_push_own(c);
+        }
+        c->closing = true;
+        c->close_code = FG_PROTO_CLOSE_GOING_AWAY;
+        gw_conn_request_write(c);
+    }
+    if (gw->n_conns == 0 || gw_now() > gw->drain_deadline) {
+        if (gw->n_conns)
+            fg_log(FG_LOG_WARN, "drain_timeout", "\"connections\":%zu", gw->n_conns);
+        gw->done = true;
+        lws_cancel_service(gw->ctx);
+    }
+}
+
+static void begin_drain(fg_gateway_t *gw)
+{
+    if (gw->draining)
+        return;
+    gw->draining = true;
+    gw->drain_deadline = gw_now() + (double)gw->cfg->server.drain_timeout_s;
+    int cancelled = 0;
+    for (gw_session *s = gw->sessions; s; s = s->all_next)
+        if (s->responding) {
+            fg_session_cancel(s->es); /* each ends with response.done (cancelled) */
+            cancelled++;
+        }
+    fg_log(FG_LOG_INFO, "draining", "\"connections\":%zu,\"responses_cancelled\":%d", gw->n_conns, cancelled);
+    drain_step(gw);
+}
+
+static void sweep_cb(lws_sorted_usec_list_t *sul)
+{
+    fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, sweep);
+    gw_sessions_sweep(gw);
+    if (gw->draining)
+        drain_step(gw);
+    lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, gw->draining ? DRAIN_SWEEP_US : SWEEP_US);
+}
+
+/* The engine has events, or a stop was requested. */
+static void on_wakeup(fg_gateway_t *gw)
+{
+    if (atomic_load(&gw->stop_requested))
+        begin_drain(gw);
+    if (!gw->engine)
+        return;
+    void *ready[256];
+    int n;
+    while ((n = fg_engine_take_ready(gw->engine, ready, 256)) > 0)
+        for (int i = 0; i < n; i++)
+            gw_session_drain_engine(ready[i]);
+    if (gw->draining)
+        drain_step(gw);
+}
+
+/* ---- the protocol callback ---- */
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+    gw_pss *pss = user;
+    fg_gateway_t *gw;
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+        gw = gateway_of(wsi);
+        int tenant = -1;
+        unsigned status = check_upgrade(wsi, gw, &tenant);
+        if (status) {
+            lws_return_http_status(wsi, status, status == 401 ? "missing or unknown API key" : NULL);
+            return -1;
+        }
+        if (!pss)
+            return -1;
+        pss->tenant = tenant;
+        return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED:
+        gw = gateway_of(wsi);
+        memset(&pss->conn, 0, sizeof pss->conn);
+        pss->conn.gw = gw;
+        pss->conn.wsi = wsi;
+        pss->conn.tenant = pss->tenant;
+        gw_conn_on_open(&pss->conn);
+        return 0;
+    /* A refused handshake gets CLOSED without ESTABLISHED: conn.gw is still NULL. */
+    case LWS_CALLBACK_RECEIVE:
+        if (pss && pss->conn.gw)
+            gw_conn_on_receive(&pss->conn, in, len);
+        return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return pss && pss->conn.gw ? gw_conn_on_writable(&pss->conn) : 0;
+    case LWS_CALLBACK_CLOSED:
+        if (pss && pss->conn.gw) {
+            gw_conn_on_close(&pss->conn);
+            pss->conn.gw = NULL;
+        }
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        gw = gateway_of(wsi);
+        if (gw)
+            on_wakeup(gw);
+        return 0;
+    case LWS_CALLBACK_HTTP:
+        return on_http(wsi, pss, in ? (const char *)in : "");
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (!pss->http_body)
+            return -1;
+        if (lws_write(wsi, (unsigned char *)pss->http_body + LWS_PRE, pss->http_len, LWS_WRITE_HTTP_FINAL) !=
+            (int)pss->http_len)
+            return -1;
+        free(pss->http_body);
+        pss->http_body = NULL;
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    case LWS_CALLBACK_CLOSED_HTTP:
+        free(pss->http_body);
+        pss->http_body = NULL;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static const struct lws_protocols protocols[] = {
+    /* First, so that a client offering no subprotocol gets v1; also serves plain HTTP. */
+    {FG_PROTO_SUBPROTOCOL, callback, sizeof(gw_pss), 16384, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void lws_log_bridge(int level, const char *line)
+{
+    char msg[600];
+    size_t n = strlen(line);
+    char trimmed[512];
+    snprintf(trimmed, sizeof trimmed, "%.*s", (int)(n && line[n - 1] == '\n' ? n - 1 : n), line);
+    fg_log(level == LLL_ERR ? FG_LOG_ERROR : FG_LOG_WARN, "lws", "\"message\":%s",
+           fg_log_str(msg, sizeof msg, trimmed));
+}
+
+/* ---- public ---- */
+
+void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine_options *o)
+{
+    static const int kv_formats[] = {-1, FG_KV_F32, FG_KV_F16, FG_KV_INT8, FG_KV_FP8, FG_KV_FP4};
+    fg_engine_options_default(o);
+    o->model_path = cfg->model.path;
+    o->kv_format = kv_formats[cfg->model.kv_format];
+    o->kv_budget_bytes = (size_t)cfg->model.kv_budget_bytes;
+    o->max_batch_tokens = (int)cfg->model.max_batch_tokens;
+    o->n_threads = (int)cfg->model.threads;
+    o->max_context = (int)cfg->model.max_context;
+    o->prefill_chunk = (int)cfg->model.prefill_chunk;
+    o->serve = true;
+    o->wakeup = fg_gateway_wakeup;
+    o->wakeup_user = gw;
+}
+
+fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    fg_gateway_t *gw = calloc(1, sizeof *gw);
+    if (!gw)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+    gw->cfg = cfg;
+    gw->table_size = SESSION_BUCKETS;
+    gw->table = calloc(gw->table_size, sizeof *gw->table);
+    gw->tenant_sessions = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof *gw->tenant_sessions);
+    if (!gw->table || !gw->tenant_sessions) {
+        fg_gateway_destroy(gw);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+    }
+    fg_proto_limits_default(&gw->limits);
+    gw->limits.max_message_bytes = (size_t)cfg->limits.max_frame_bytes;
+    gw->limits.max_instructions_bytes = (size_t)cfg->sessions.max_instructions_bytes;
+    fg_proto_buf_init(&gw->scratch, LWS_PRE);
+    atomic_init(&gw->stop_requested, false);
+
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_bridge);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = (int)cfg->server.port;
+    info.iface = cfg->server.host;
+    info.protocols = protocols;
+    info.user = gw;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 * 0; /* invalid UTF-8 gets an error event, not a close */
+    info.timeout_secs = 30;
+    info.ka_time = 60; /* TCP keepalive finds dead peers of detached sessions */
+    info.ka_probes = 3;
+    info.ka_interval = 10;
+    gw->ctx = lws_create_context(&info);
+    if (!gw->ctx) {
+        fg_gateway_destroy(gw);
+        return fg_diag_set(diag, FG_ERR_IO, "cannot listen on %s:%lld (address in use or not available)",
+                           cfg->server.host, (long long)cfg->server.port);
+    }
+    gw->vhost = lws_get_vhost_by_name(gw->ctx, "default");
+    gw->port = gw->vhost ? lws_get_vhost_listen_port(gw->vhost) : (int)cfg->server.port;
+    lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, SWEEP_US);
+    *out = gw;
+    return FG_OK;
+}
+
+void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine)
+{
+    gw->engine = engine;
+    gw->tok = fg_engine_tokenizer(engine);
+}
+
+void fg_gateway_wakeup(void *gateway)
+{
+    fg_gateway_t *gw = gateway;
+    if (gw && gw->ctx)
+        lws_cancel_service(gw->ctx);
+}
+
+int fg_gateway_port(const fg_gateway_t *gw) { return gw->port; }
+
+fg_err fg_gateway_run(fg_gateway_t *gw)
+{
+    while (!gw->done)
+        if (lws_service(gw->ctx, 0) < 0)
+            return FG_ERR_IO;
+    return FG_OK;
+}
+
+void fg_gateway_request_stop(fg_gateway_t *gw)
+{
+    atomic_store(&gw->stop_requested, true);
+    lws_cancel_service(gw->ctx);
+}
+
+void fg_gateway_close_sessions(fg_gateway_t *gw)
+{
+    while (gw->sessions)
+        gw_session_destroy(gw->sessions);
+}
+
+void fg_gateway_destroy(fg_gateway_t *gw)
+{
+    if (!gw)
+        return;
+    if (gw->sessions && gw->engine)
+        fg_gateway_close_sessions(gw);
+    if (gw->ctx)
+        lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
+    fg_proto_buf_free(&gw->scratch);
+    free(gw->table);
+    free(gw->tenant_sessions);
+    free(gw);
+}

@@ -1,0 +1,147 @@
+/* flashgate: the server. Loads the config (file, then FLASHGATE_* environment
+ * overrides), opens the engine in serving mode, and serves until SIGTERM or
+ * SIGINT, then drains: in-flight responses end with response.done and every
+ * socket closes with 1001. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/fg_config.h"
+#include "engine/engine.h"
+#include "gateway/gateway.h"
+#include "gateway/log.h"
+
+extern char **environ;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flashgate [--config FILE] [--check-config] [--help-config] [--help]\n"
+            "\n"
+            "Serves the flashgate WebSocket protocol (docs/protocol.md) on /v1/realtime and\n"
+            "HTTP (GET /healthz) on one port.\n"
+            "\n"
+            "  --config FILE    JSON config (default: $FLASHGATE_CONFIG, else built-in defaults)\n"
+            "  --check-config   load and validate the config, print the effective port, and exit\n"
+            "  --help-config    print every config key with its type, default and range\n"
+            "\n"
+            "Every key can be overridden by an environment variable FLASHGATE_<SECTION>_<KEY>,\n"
+            "e.g. FLASHGATE_SERVER_PORT=9000. SIGTERM or SIGINT drains and stops the server.\n");
+}
+
+typedef struct signal_thread {
+    sigset_t set;
+    fg_gateway_t *gw;
+} signal_thread;
+
+/* Waits for SIGTERM/SIGINT and asks the gateway to drain; a second signal exits at once. */
+static void *signal_main(void *arg)
+{
+    signal_thread *st = arg;
+    int sig, count = 0;
+    while (sigwait(&st->set, &sig) == 0) {
+        if (++count > 1) {
+            fg_log(FG_LOG_WARN, "forced_exit", "\"signal\":%d", sig);
+            _exit(1);
+        }
+        fg_log(FG_LOG_INFO, "stop_requested", "\"signal\":%d", sig);
+        fg_gateway_request_stop(st->gw);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config_path = getenv("FLASHGATE_CONFIG");
+    int check_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--help-config")) {
+            fg_config_print_reference(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config_path = argv[++i];
+        } else if (!strcmp(argv[i], "--check-config")) {
+            check_only = 1;
+        } else {
+            fprintf(stderr, "error: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+
+    fg_config cfg;
+    fg_config_init_defaults(&cfg);
+    fg_diag d = {{0}};
+    fg_err e = FG_OK;
+    if (config_path && *config_path)
+        e = fg_config_load_file(&cfg, config_path, &d);
+    if (e == FG_OK)
+        e = fg_config_apply_env(&cfg, environ, &d);
+    if (e == FG_OK)
+        e = fg_config_validate(&cfg, &d);
+    if (e != FG_OK) {
+        fprintf(stderr, "error: config: %s\n", d.msg);
+        fg_config_free(&cfg);
+        return 2;
+    }
+    fg_log_set_level((fg_log_level)cfg.log.level);
+    if (check_only) {
+        printf("config ok: %s:%lld, model %s\n", cfg.server.host, (long long)cfg.server.port, cfg.model.path);
+        fg_config_free(&cfg);
+        return 0;
+    }
+
+    /* Signals go to the signal thread only; SIGPIPE is ignored (lws handles EPIPE). */
+    signal(SIGPIPE, SIG_IGN);
+    signal_thread st;
+    sigemptyset(&st.set);
+    sigaddset(&st.set, SIGTERM);
+    sigaddset(&st.set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &st.set, NULL);
+
+    int rc = 1;
+    fg_gateway_t *gw = NULL;
+    fg_engine_t *engine = NULL;
+    if ((e = fg_gateway_create(&cfg, &gw, &d)) != FG_OK) {
+        fg_log(FG_LOG_ERROR, "startup_failed", "\"error\":\"%s\",\"message\":\"%s\"", fg_err_name(e), d.msg);
+        fprintf(stderr, "error: %s\n", d.msg);
+        goto out;
+    }
+    fg_engine_options eo;
+    fg_gateway_engine_options(&cfg, gw, &eo);
+    if ((e = fg_engine_open(&eo, &engine, &d)) != FG_OK) {
+        fprintf(stderr, "error: cannot load model %s: %s\n", cfg.model.path, d.msg);
+        fg_log(FG_LOG_ERROR, "startup_failed", "\"error\":\"%s\"", fg_err_name(e));
+        goto out;
+    }
+    fg_gateway_set_engine(gw, engine);
+    st.gw = gw;
+    pthread_t sig_thread;
+    if (pthread_create(&sig_thread, NULL, signal_main, &st) != 0) {
+        fprintf(stderr, "error: cannot start the signal thread\n");
+        goto out;
+    }
+    pthread_detach(sig_thread);
+    fg_engine_info info;
+    fg_engine_get_info(engine, &info);
+    fg_log(FG_LOG_INFO, "listening",
+           "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"kv_format\":\"%s\",\"kv_bytes_per_token\":%zu,"
+           "\"threads\":%d,\"pid\":%d",
+           cfg.server.host, fg_gateway_port(gw), cfg.model.path, fg_kv_format_name(info.kv_format),
+           info.kv_bytes_per_token, info.n_threads, (int)getpid());
+    rc = fg_gateway_run(gw) == FG_OK ? 0 : 1;
+    fg_log(FG_LOG_INFO, "stopped", NULL);
+out:
+    if (gw && engine)
+        fg_gateway_close_sessions(gw);
+    fg_engine_close(engine);
+    fg_gateway_destroy(gw);
+    fg_config_free(&cfg);
+    return rc;
+}
