@@ -156,6 +156,8 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
     memset(r, 0, sizeof *r);
     s->responding = false;
+    if (s->in_n)
+        mark_dirty(e, s); /* input that arrived during the response */
 }
 
 /* Restores the session to its state before a response that failed mid-way:
@@ -338,7 +340,8 @@ static void take_requests(fg_engine_t *e)
             s = next;
             continue;
         }
-        if (s->in_n) {
+        /* Input queued during a response waits for it to end: it belongs to the next turn. */
+        if (s->in_n && !s->resp.active) {
             if (grow_tokens(&s->todo, &s->todo_cap, s->todo_n + s->in_n) == 0) {
                 memcpy(s->todo + s->todo_n, s->in_tok, (size_t)s->in_n * sizeof *s->todo);
                 s->todo_n += s->in_n;

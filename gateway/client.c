@@ -418,8 +418,9 @@ void fg_client_loop_service(fg_client_loop_t *loop)
             loop->notify_tail = NULL;
         c->notify_queued = false;
         c->notified = true;
+        fg_client_close_info info = c->info; /* the handler may free c */
         if (c->h.on_close)
-            c->h.on_close(c, c->user, &c->info);
+            c->h.on_close(c, c->user, &info);
     }
 }
 
@@ -526,7 +527,7 @@ fg_err fg_client_conn_open(fg_client_loop_t *loop, const fg_client_conn_opts *op
         c->wsi = wsi;
     if (!wsi && c->state != CONN_CLOSED) {
         if (!c->info.reason[0])
-            snprintf(c->info.reason, sizeof c->info.reason, "could not start connecting to %s:%d", c->url.host,
+            snprintf(c->info.reason, sizeof c->info.reason, "could not start connecting to %.150s:%d", c->url.host,
                      c->url.port);
         conn_finish(c);
     }

@@ -526,8 +526,8 @@ int gw_conn_on_writable(gw_conn *c)
                 s->output_paused = false; /* the client caught up: let the engine go on */
                 gw_session_drain_engine(s);
             }
-            if (s->unsent_events || s->pending_len)
-                gw_conn_request_write(c);
+            if (s->unsent_events || s->pending_len || c->closing)
+                gw_conn_request_write(c); /* more to write, or the close frame */
             return 0;
         }
     }
