@@ -55,6 +55,8 @@ static uint32_t text_room(const fg_engine_t *e)
 
 static bool outq_has_room(const fg_engine_t *e, const fg_outq *q)
 {
+    if (!q->ev)
+        return false;
     return q->ev_cap - q->ev_count >= EVENTS_PER_STEP && q->text_cap - q->text_count >= text_room(e);
 }
 
@@ -577,19 +579,29 @@ void fg_engine_serve_stop(fg_engine_t *e)
 
 /* ---- the thread-safe session calls ---- */
 
+/* The output queue is allocated at the first response, so an idle session
+ * that never responded costs only its struct. [mu] */
+static fg_err outq_alloc(fg_session_t *s)
+{
+    fg_engine_t *e = s->e;
+    if (s->out.ev)
+        return FG_OK;
+    uint32_t room = 2 * text_room(e);
+    uint32_t text_cap = (uint32_t)e->opt.text_capacity > room ? (uint32_t)e->opt.text_capacity : room;
+    fg_event *ev = malloc((size_t)e->opt.event_capacity * sizeof *ev);
+    char *text = malloc(text_cap);
+    if (!ev || !text) {
+        free(ev);
+        free(text);
+        return FG_ERR_NOMEM;
+    }
+    s->out = (fg_outq){.ev = ev, .ev_cap = e->opt.event_capacity, .text = text, .text_cap = text_cap};
+    return FG_OK;
+}
+
 fg_err fg_session_serve_init(fg_session_t *s)
 {
     fg_engine_t *e = s->e;
-    uint32_t room = 2 * text_room(e);
-    s->out.ev_cap = e->opt.event_capacity;
-    s->out.text_cap = (uint32_t)e->opt.text_capacity > room ? (uint32_t)e->opt.text_capacity : room;
-    s->out.ev = malloc((size_t)s->out.ev_cap * sizeof *s->out.ev);
-    s->out.text = malloc(s->out.text_cap);
-    if (!s->out.ev || !s->out.text) {
-        free(s->out.ev);
-        free(s->out.text);
-        return FG_ERR_NOMEM;
-    }
     pthread_mutex_lock(&e->mu);
     s->order = e->session_order++;
     mark_dirty(e, s); /* the step thread adopts it */
@@ -669,6 +681,8 @@ fg_err fg_session_respond(fg_session_t *s, const fg_response_params *p, uint64_t
         err = fg_diag_set(diag, FG_ERR_INVALID_ARG, "nothing to respond to: the session has no input");
     } else if (p->generate && s->committed + 1 > e->n_ctx) {
         err = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "the context of %d tokens is full", e->n_ctx);
+    } else if (outq_alloc(s) != FG_OK) {
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for the output queue");
     } else {
         s->responding = true;
         s->respond_req = true;

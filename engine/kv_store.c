@@ -118,18 +118,15 @@ fg_err fg_kv_seq_init(fg_kv_seq *q, int max_tokens)
 {
     memset(q, 0, sizeof *q);
     q->max_tokens = max_tokens;
-    q->cap_pages = (max_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
-    q->pages = calloc((size_t)(q->cap_pages ? q->cap_pages : 1), sizeof *q->pages);
-    return q->pages ? FG_OK : FG_ERR_NOMEM;
+    return FG_OK; /* the page table grows with the sequence: an empty session costs nothing */
 }
 
 void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q)
 {
-    if (!q->pages)
-        return;
     fg_kv_seq_truncate(s, q, 0);
     free(q->pages);
     q->pages = NULL;
+    q->cap_pages = 0;
 }
 
 fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens)
@@ -137,6 +134,16 @@ fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens)
     if (n_tokens > q->max_tokens)
         return FG_ERR_CONTEXT_FULL;
     int need = (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    if (need > q->cap_pages) {
+        int cap = q->cap_pages ? q->cap_pages : 4;
+        while (cap < need)
+            cap *= 2;
+        uint8_t **pages = realloc(q->pages, (size_t)cap * sizeof *pages);
+        if (!pages)
+            return FG_ERR_NOMEM;
+        q->pages = pages;
+        q->cap_pages = cap;
+    }
     while (q->n_pages < need) {
         uint8_t *p = fg_kv_page_alloc(s);
         if (!p)

@@ -56,19 +56,20 @@ void fg_kv_page_release(fg_kv_store_t *s, uint8_t *page);
 
 /* One sequence's cache: its page table and length. */
 typedef struct fg_kv_seq {
-    uint8_t **pages;   /* [cap_pages]; the first ceil(n_tokens / 64) are allocated */
+    uint8_t **pages;   /* [cap_pages]; the first n_pages hold pages */
     int n_pages;
-    int cap_pages;     /* max_tokens / 64 rounded up */
+    int cap_pages;     /* grows by doubling as the sequence grows */
     int n_tokens;      /* rows written */
     int max_tokens;
 } fg_kv_seq;
 
-/* Errors: FG_ERR_NOMEM. */
+/* An empty sequence of at most max_tokens tokens; allocates nothing. Always FG_OK. */
 fg_err fg_kv_seq_init(fg_kv_seq *q, int max_tokens);
 /* Releases every page and the table. */
 void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q);
 /* Makes sure pages exist for n_tokens rows. Errors: FG_ERR_CONTEXT_FULL (past
- * max_tokens), FG_ERR_KV_FULL (pool empty; pages allocated so far are kept). */
+ * max_tokens), FG_ERR_KV_FULL (pool empty; pages allocated so far are kept),
+ * FG_ERR_NOMEM (the page table could not grow). */
 fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
 /* Drops rows from n_tokens on (and pages no longer needed). */
 void fg_kv_seq_truncate(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);

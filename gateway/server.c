@@ -222,7 +222,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 static const struct lws_protocols protocols[] = {
     /* First, so that a client offering no subprotocol gets v1; also serves plain HTTP. */
-    {FG_PROTO_SUBPROTOCOL, callback, sizeof(gw_pss), 16384, 0, NULL, 0},
+    {FG_PROTO_SUBPROTOCOL, callback, sizeof(gw_pss), 4096, 0, NULL, 0}, /* rx per read; messages are reassembled */
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
