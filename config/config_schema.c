@@ -101,8 +101,6 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_INT(fg_config, "sessions.resume_buffer_events", sessions.resume_buffer_events, 1024, 16, 1000000,
           "Server events kept per session so that a reconnecting client can ask for those it "
           "missed (by sequence_number)."),
-    K_INT(fg_config, "sessions.max_per_connection", sessions.max_per_connection, 16, 1, 10000,
-          "Most sessions one WebSocket connection may have open."),
     K_INT(fg_config, "sessions.max_per_tenant", sessions.max_per_tenant, 1000, 1, 10000000,
           "Most sessions one tenant may have open on this gateway, whatever its quota says."),
     K_INT(fg_config, "sessions.output_buffer_bytes", sessions.output_buffer_bytes, 256 * KIB, 4 * KIB,

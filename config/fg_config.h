@@ -84,7 +84,6 @@ typedef struct fg_config_model {
 typedef struct fg_config_sessions {
     int64_t idle_timeout_s;         /* seconds */
     int64_t resume_buffer_events;   /* server events kept per session */
-    int64_t max_per_connection;
     int64_t max_per_tenant;
     int64_t output_buffer_bytes;    /* bytes per connection */
     int64_t default_max_output_tokens;

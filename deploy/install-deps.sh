@@ -4,7 +4,7 @@
 set -euo pipefail
 want=(build-essential cmake pkg-config libwebsockets-dev libhiredis-dev libjansson-dev redis-server)
 if [[ "${1:-build}" == test ]]; then
-  want+=(clang libclang-rt-14-dev python3-numpy)
+  want+=(clang libclang-rt-14-dev python3-numpy python3-websockets)
 fi
 missing=()
 for p in "${want[@]}"; do

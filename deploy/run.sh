@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds flashgate (release), creates the default flash-mini model if it is
-# missing, and generates text from it. Extra arguments go to flashgate-generate.
-# Usage: deploy/run.sh [--prompt TEXT] [-n N] [...]
+# missing, and starts the server with config/flashgate.json (override with
+# FLASHGATE_CONFIG or FLASHGATE_<SECTION>_<KEY> variables). Extra arguments
+# go to flashgate. Stop it with Ctrl-C (it drains, then exits).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,7 +15,5 @@ if [[ ! -f $model ]]; then
   echo "creating $model (random weights, deterministic; about 400 MB)..."
   build/release/bin/flashgate-modelgen --preset flash-mini --out "$model"
 fi
-if (($# == 0)); then
-  set -- --prompt "An agent session keeps its cache" -n 64
-fi
-exec build/release/bin/flashgate-generate --model "$model" "$@"
+echo "flashgate: ws://127.0.0.1:8080/v1/realtime (try: build/release/bin/flashgate-cli chat --key fg-dev-key-change-me-0001)"
+exec build/release/bin/flashgate --config "${FLASHGATE_CONFIG:-config/flashgate.json}" "$@"

@@ -20,9 +20,18 @@ void gw_conn_push_own(gw_conn *c)
 {
     fg_gateway_t *gw = c->gw;
     gw_event dropped;
-    if (gw_ring_push(&c->own, OWN_QUEUE_EVENTS, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len, &dropped)) {
+    if (gw_ring_push(&c->own, OWN_QUEUE_EVENTS, UINT64_MAX, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len,
+                     &dropped)) {
         free(dropped.buf); /* a client that never reads its errors loses the oldest */
         gw_conn_request_write(c);
+    }
+}
+
+void gw_conn_rx_pause(gw_conn *c, bool pause)
+{
+    if (c->rx_paused != pause) {
+        c->rx_paused = pause;
+        lws_rx_flow_control(c->wsi, pause ? 0 : 1);
     }
 }
 
@@ -32,7 +41,7 @@ static void send_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_aft
     fg_gateway_t *gw = c->gw;
     gw_session *s = c->session;
     uint64_t seq = s ? gw_session_take_seq(s) : 0;
-    uint64_t evt = s ? ++s->evt_counter : 0;
+    uint64_t evt = s ? ++s->evt_counter : ++c->evt_counter;
     if (fg_proto_write_error(&gw->scratch, seq, evt, err, retry_after) != FG_OK)
         return;
     if (s)
@@ -259,7 +268,8 @@ static void on_item_create(gw_conn *c, const fg_client_event *ev)
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
     }
     fg_proto_code code = s->rebuild ? FG_PROTO_OK : append_tokens(s, t.v, t.n);
-    if (code == FG_PROTO_OK && fg_tokens_push(&s->conv, t.v, t.n) != FG_OK)
+    /* During a response the item follows its output (the engine queues it the same way). */
+    if (code == FG_PROTO_OK && fg_tokens_push(s->responding ? &s->deferred : &s->conv, t.v, t.n) != FG_OK)
         code = FG_PROTO_INTERNAL_ERROR;
     fg_tokens_free(&t);
     if (code != FG_PROTO_OK)
@@ -309,7 +319,8 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
     rp.sampling.top_k = (int)(o->has_top_k ? o->top_k : s->top_k);
     rp.sampling.min_p = (float)(o->has_min_p ? o->min_p : s->min_p);
     rp.sampling.seed = o->has_seed ? o->seed : s->has_seed ? s->seed : random_seed();
-    rp.max_tokens = (int)(o->has_max_output_tokens ? o->max_output_tokens : s->max_output_tokens);
+    uint32_t max_out = o->has_max_output_tokens ? o->max_output_tokens : s->max_output_tokens;
+    rp.max_tokens = max_out > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)max_out; /* "inf": until the context is full */
     if (o->has_stop) {
         rp.n_stop = (int)o->n_stop;
         for (uint32_t i = 0; i < o->n_stop; i++)
@@ -346,15 +357,23 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
     uint64_t seq = gw_session_take_seq(s);
     if (fg_proto_write_response_created(&gw->scratch, seq, ++s->evt_counter, s->resp_id) == FG_OK)
         gw_session_push(s, seq);
+    if (rp.generate) { /* the assistant message the deltas fill, empty for now */
+        fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
+                             .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
+        out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
+        seq = gw_session_take_seq(s);
+        if (fg_proto_write_item_added(&gw->scratch, seq, ++s->evt_counter, &out) == FG_OK)
+            gw_session_push(s, seq);
+    }
 }
 
 static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
 {
     gw_session *s = c->session;
-    if (!s->responding)
-        return fail(c, ev, FG_PROTO_NO_RESPONSE_IN_PROGRESS, NULL, "%s", "no response is in progress");
-    if (ev->u.cancel.has_response_id && strcmp(ev->u.cancel.response_id.ptr, s->resp_id) != 0)
-        return fail(c, ev, FG_PROTO_INVALID_VALUE, "response_id", "%s", "not the response in progress");
+    const bool named = ev->u.cancel.has_response_id;
+    if (!s->responding || (named && strcmp(ev->u.cancel.response_id.ptr, s->resp_id) != 0))
+        return fail(c, ev, FG_PROTO_NO_RESPONSE_IN_PROGRESS, named ? "response_id" : NULL, "%s",
+                    named ? "that response is not in progress" : "no response is in progress");
     fg_session_cancel(s->es); /* response.done (cancelled) follows from the engine */
 }
 
@@ -376,11 +395,11 @@ static void on_session_close(gw_conn *c, const fg_client_event *ev)
     for (uint32_t i = 0; i < s->ring.count; i++) {
         const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
         if (e->seq > s->sent_seq)
-            gw_ring_push(&c->own, UINT32_MAX, e->seq, e->buf + LWS_PRE, e->len, NULL);
+            gw_ring_push(&c->own, UINT32_MAX, 0, e->seq, e->buf + LWS_PRE, e->len, NULL);
     }
     uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, "client_requested") == FG_OK)
-        gw_ring_push(&c->own, UINT32_MAX, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
+        gw_ring_push(&c->own, UINT32_MAX, 0, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
     fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"client_requested\"", s->id);
     gw_session_destroy(s);
     gw_conn_request_write(c);
@@ -524,6 +543,7 @@ int gw_conn_on_writable(gw_conn *c)
             if (s->output_paused && s->unsent_bytes * 2 <= (size_t)gw->cfg->sessions.output_buffer_bytes &&
                 s->unsent_events * 4 <= (uint32_t)gw->cfg->sessions.resume_buffer_events) {
                 s->output_paused = false; /* the client caught up: let the engine go on */
+                gw_conn_rx_pause(c, false);
                 gw_session_drain_engine(s);
             }
             if (s->unsent_events || s->pending_len || c->closing)

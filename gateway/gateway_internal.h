@@ -53,6 +53,7 @@ struct gw_session {
 
     /* the conversation after the head, as tokens (to rebuild on an instructions change) */
     fg_tokens conv;
+    fg_tokens deferred;             /* items added during a response: they follow its output */
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
 
     /* events */
@@ -71,6 +72,7 @@ struct gw_session {
     char item_id[32];
     uint64_t item_counter, resp_counter;
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
+    const char *cancel_reason;      /* set when the server cancels ("server_shutdown") */
     fg_proto_utf8_carry carry;
     char *pending;                  /* delta text not yet made an event (coalesced per write) */
     size_t pending_len, pending_cap;
@@ -95,6 +97,8 @@ struct gw_conn {
     double bucket, bucket_time, last_rate_error;
     /* connection-level events (sequence number 0) */
     gw_ring own;
+    uint64_t evt_counter;           /* event ids of sequence-0 events */
+    bool rx_paused;                 /* reading stopped while the client is behind */
     bool closing;                   /* close with close_code once the queue is written */
     int close_code;
     gw_conn *all_next, *all_prev;
@@ -104,6 +108,7 @@ struct fg_gateway {
     const fg_config *cfg;
     fg_engine_t *engine;
     const fg_tokenizer_t *tok;
+    int n_ctx;                      /* the engine's context per session */
     struct lws_context *ctx;
     struct lws_vhost *vhost;
     int port;
@@ -151,10 +156,16 @@ int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
+/* Stops or restarts reading a client whose output is paused. */
+void gw_conn_rx_pause(gw_conn *c, bool pause);
 void gw_conn_request_write(gw_conn *c);
 
 /* rings */
-bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t seq, const char *json, size_t len, gw_event *dropped);
+/* Appends an event. When the ring is at cap_limit the oldest event leaves
+ * (into *dropped, or freed) unless its seq > keep_after: events a connected
+ * client has not been sent yet are never dropped, the ring grows instead. */
+bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t keep_after, uint64_t seq, const char *json, size_t len,
+                  gw_event *dropped);
 void gw_ring_free(gw_ring *r);
 
 #endif

@@ -31,15 +31,18 @@ double gw_now(void)
 
 /* ---- rings ---- */
 
-bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t seq, const char *json, size_t len, gw_event *dropped)
+bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t keep_after, uint64_t seq, const char *json, size_t len,
+                  gw_event *dropped)
 {
     if (dropped)
         dropped->buf = NULL;
     if (r->count == r->cap) {
-        if (r->cap < cap_limit) {
-            /* grow: rings start small so an idle session costs little */
+        const bool oldest_unsent = r->count && r->ev[r->head].seq > keep_after;
+        if (r->cap < cap_limit || oldest_unsent) {
+            /* grow: rings start small so an idle session costs little, and
+             * never drop what an attached client has not been sent */
             uint32_t nc = r->cap ? r->cap * 2 : 8;
-            if (nc > cap_limit)
+            if (nc > cap_limit && !oldest_unsent)
                 nc = cap_limit;
             gw_event *ev = malloc(nc * sizeof *ev);
             if (!ev)
@@ -173,6 +176,7 @@ void gw_session_destroy(gw_session *s)
     gw->tenant_sessions[s->tenant]--;
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
+    fg_tokens_free(&s->deferred);
     free(s->instructions);
     free(s->pending);
     free(s->out_text);
@@ -191,17 +195,18 @@ void gw_session_push(gw_session *s, uint64_t seq)
     fg_gateway_t *gw = s->gw;
     const char *json = fg_proto_buf_text(&gw->scratch);
     gw_event dropped;
-    if (!gw_ring_push(&s->ring, (uint32_t)gw->cfg->sessions.resume_buffer_events, seq, json, gw->scratch.len,
-                      &dropped)) {
+    /* Attached: nothing unsent may leave. Detached: the oldest events go (a
+     * resume then needs allow_gap), so a session nobody reads stays bounded. */
+    uint64_t keep_after = s->conn ? s->sent_seq : UINT64_MAX;
+    if (!gw_ring_push(&s->ring, (uint32_t)gw->cfg->sessions.resume_buffer_events, keep_after, seq, json,
+                      gw->scratch.len, &dropped)) {
         fg_log(FG_LOG_ERROR, "event_dropped", "\"session\":\"%s\",\"reason\":\"out_of_memory\"", s->id);
         return;
     }
     if (dropped.buf) {
-        if (dropped.seq > s->sent_seq) { /* never expected: backpressure pauses first */
+        if (dropped.seq > s->sent_seq) { /* detached: it leaves the resume buffer unsent */
             s->unsent_bytes -= dropped.len;
             s->unsent_events--;
-            fg_log(FG_LOG_WARN, "event_dropped", "\"session\":\"%s\",\"seq\":%llu", s->id,
-                   (unsigned long long)dropped.seq);
         }
         free(dropped.buf);
     }
@@ -302,7 +307,7 @@ static void finish_response(gw_session *s, const fg_event *ev)
         break;
     case FG_FINISH_CANCELLED:
         d.status = FG_PROTO_RESPONSE_CANCELLED;
-        d.reason = "client_cancelled";
+        d.reason = s->cancel_reason ? s->cancel_reason : "client_cancelled";
         break;
     case FG_FINISH_ERROR:
         d.status = FG_PROTO_RESPONSE_FAILED;
@@ -316,7 +321,11 @@ static void finish_response(gw_session *s, const fg_event *ev)
         gw_session_push(s, seq);
     s->responding = false;
     s->out_len = 0;
+    s->cancel_reason = NULL;
     s->last_activity = gw_now();
+    /* Items added during the response come after its output, as in the engine. */
+    fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
+    s->deferred.n = 0;
     fg_log(FG_LOG_DEBUG, "response_done",
            "\"session\":\"%s\",\"response\":\"%s\",\"finish\":%d,\"input_tokens\":%lld,\"cached_tokens\":%lld,"
            "\"output_tokens\":%lld",
@@ -324,11 +333,14 @@ static void finish_response(gw_session *s, const fg_event *ev)
            (long long)ev->usage.output_tokens);
 }
 
+/* An attached client is behind when its unsent output passes the buffer
+ * limit or half the resume buffer. (A detached session never is: its oldest
+ * events leave the buffer instead, so it cannot hold a response forever.) */
 static bool behind(const gw_session *s)
 {
     const fg_config *cfg = s->gw->cfg;
-    return s->unsent_bytes + s->pending_len > (size_t)cfg->sessions.output_buffer_bytes ||
-           s->unsent_events * 2 > (uint32_t)cfg->sessions.resume_buffer_events;
+    return s->conn && (s->unsent_bytes + s->pending_len > (size_t)cfg->sessions.output_buffer_bytes ||
+                       s->unsent_events * 2 > (uint32_t)cfg->sessions.resume_buffer_events);
 }
 
 void gw_session_drain_engine(gw_session *s)
@@ -355,6 +367,7 @@ void gw_session_drain_engine(gw_session *s)
             gw_session_flush_delta(s); /* nobody will ask for a write: keep it for replay */
         if (behind(s)) {
             s->output_paused = true;
+            gw_conn_rx_pause(s->conn, true); /* and stop reading it: its requests would queue more output */
             fg_log(FG_LOG_DEBUG, "output_paused", "\"session\":\"%s\",\"unsent_bytes\":%zu", s->id,
                    s->unsent_bytes + s->pending_len);
         }
@@ -371,7 +384,7 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
     if (s->conn && s->conn != c) {
         gw_conn *old = s->conn;
         gw_session_detach(s);
-        if (fg_proto_write_session_closed(&gw->scratch, 0, 0, s->id, "resumed_elsewhere") == FG_OK)
+        if (fg_proto_write_session_closed(&gw->scratch, 0, ++old->evt_counter, s->id, "resumed_elsewhere") == FG_OK)
             gw_conn_push_own(old);
     }
     s->conn = c;
@@ -393,8 +406,14 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
 void gw_session_detach(gw_session *s)
 {
     if (s->conn) {
+        if (s->output_paused)
+            gw_conn_rx_pause(s->conn, false);
         s->conn->session = NULL;
         s->conn = NULL;
+    }
+    if (s->output_paused) { /* nobody to wait for now: go on, into the resume buffer */
+        s->output_paused = false;
+        gw_session_drain_engine(s);
     }
     s->last_activity = gw_now();
     gw_session_flush_delta(s);

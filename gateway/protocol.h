@@ -324,7 +324,7 @@ typedef struct fg_proto_usage {
 typedef struct fg_proto_response_done {
     const char *id;                  /* "resp_..." */
     fg_proto_response_status status;
-    /* cancelled: "client_cancelled" | "session_closed"; incomplete:
+    /* cancelled: "client_cancelled" | "session_closed" | "server_shutdown"; incomplete:
      * "max_output_tokens" | "context_length" | "content_filter"; NULL = no status_details */
     const char *reason;
     /* failed: status_details.error = {type, code, message} of this code */

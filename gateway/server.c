@@ -4,6 +4,7 @@
  * Threads: everything here runs on the service thread, except
  * fg_gateway_wakeup and fg_gateway_request_stop, which only call
  * lws_cancel_service() (documented as safe from other threads). */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,28 @@ static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
     return 0;
 }
 
+/* Answers a refused upgrade with an HTTP/1.1 status and a JSON body
+ * (lws_return_http_status writes an HTTP/1.0 status line that some WebSocket
+ * clients reject instead of reporting the status). */
+static void refuse_upgrade(struct lws *wsi, unsigned status)
+{
+    const char *reason = status == 401 ? "Unauthorized" : status == 404 ? "Not Found" : "Service Unavailable";
+    const char *code = status == 401 ? "unauthorized" : status == 404 ? "not_found" : "unavailable";
+    const char *msg = status == 401   ? "missing or unknown API key (Authorization: Bearer KEY)"
+                      : status == 404 ? "the WebSocket endpoint is " FG_PROTO_PATH
+                                      : "the server is draining or at its connection limit";
+    char body[256];
+    int blen = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}", code, msg);
+    unsigned char buf[LWS_PRE + 640];
+    char *p = (char *)buf + LWS_PRE;
+    int n = snprintf(p, sizeof buf - LWS_PRE,
+                     "HTTP/1.1 %u %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s"
+                     "connection: close\r\n\r\n%s",
+                     status, reason, blen, status == 401 ? "www-authenticate: Bearer\r\n" : "", body);
+    if (n > 0 && n < (int)(sizeof buf - LWS_PRE))
+        lws_write(wsi, (unsigned char *)p, (size_t)n, LWS_WRITE_HTTP_HEADERS);
+}
+
 /* ---- draining ---- */
 
 static void drain_step(fg_gateway_t *gw)
@@ -95,7 +118,7 @@ static void drain_step(fg_gateway_t *gw)
         fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, NULL, "%s", "the server is shutting down");
         gw_session *s = c->session;
         uint64_t seq = s ? gw_session_take_seq(s) : 0;
-        if (fg_proto_write_error(&gw->scratch, seq, s ? ++s->evt_counter : 0, &err, 0) == FG_OK) {
+        if (fg_proto_write_error(&gw->scratch, seq, s ? ++s->evt_counter : ++c->evt_counter, &err, 0) == FG_OK) {
             if (s)
                 gw_session_push(s, seq);
             else
@@ -122,6 +145,7 @@ static void begin_drain(fg_gateway_t *gw)
     int cancelled = 0;
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         if (s->responding) {
+            s->cancel_reason = "server_shutdown";
             fg_session_cancel(s->es); /* each ends with response.done (cancelled) */
             cancelled++;
         }
@@ -166,7 +190,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         int tenant = -1;
         unsigned status = check_upgrade(wsi, gw, &tenant);
         if (status) {
-            lws_return_http_status(wsi, status, status == 401 ? "missing or unknown API key" : NULL);
+            refuse_upgrade(wsi, status);
             return -1;
         }
         if (!pss)
@@ -212,8 +236,10 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->http_body = NULL;
         return lws_http_transaction_completed(wsi) ? -1 : 0;
     case LWS_CALLBACK_CLOSED_HTTP:
-        free(pss->http_body);
-        pss->http_body = NULL;
+        if (pss) { /* NULL for a connection that never finished a request (closed at shutdown) */
+            free(pss->http_body);
+            pss->http_body = NULL;
+        }
         return 0;
     default:
         return 0;
@@ -281,7 +307,11 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     info.iface = cfg->server.host;
     info.protocols = protocols;
     info.user = gw;
-    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 * 0; /* invalid UTF-8 gets an error event, not a close */
+    /* No LWS_SERVER_OPTION_VALIDATE_UTF8: invalid UTF-8 gets an error event, not a close.
+     * lws binds every interface for an IPv4 literal when IPv6 is on: keep it to the address asked for. */
+    struct in_addr v4;
+    if (cfg->server.host && inet_pton(AF_INET, cfg->server.host, &v4) == 1)
+        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.timeout_secs = 30;
     info.ka_time = 60; /* TCP keepalive finds dead peers of detached sessions */
     info.ka_probes = 3;
@@ -301,8 +331,11 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
 
 void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine)
 {
+    fg_engine_info info;
+    fg_engine_get_info(engine, &info);
     gw->engine = engine;
     gw->tok = fg_engine_tokenizer(engine);
+    gw->n_ctx = info.n_ctx;
 }
 
 void fg_gateway_wakeup(void *gateway)

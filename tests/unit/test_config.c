@@ -179,7 +179,7 @@ static const bad_case bad_cases[] = {
     {"{\"server\": {\"kv_format\": \"f16\"}}", "unknown key 'server.kv_format' (did you mean 'model.kv_format'?)",
      NULL},
     {"{\"model\": {\"kv_fmt\": \"f16\"}}", "(did you mean 'model.kv_format'?)", NULL},
-    {"{\"sessions\": {\"max_per_conn\": 4}}", "(did you mean 'sessions.max_per_connection'?)", NULL},
+    {"{\"sessions\": {\"max_per_tenan\": 4}}", "(did you mean 'sessions.max_per_tenant'?)", NULL},
     {"{\"server\": {\"idle_timeout_s\": 5}}", "(did you mean 'sessions.idle_timeout_s'?)", NULL},
     {"{\"server\": {\"foo\": 1}}", "unknown key 'server.foo'", "did you mean"},
     {"{\"bogus\": 1}", "unknown key 'bogus'", "did you mean"},

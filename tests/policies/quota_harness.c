@@ -1,0 +1,180 @@
+/* quota_harness.c: see quota_harness.h. */
+#include "quota_harness.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis_fixture.h"
+
+static void notify(void *user)
+{
+    qh *h = user;
+    pthread_mutex_lock(&h->mu);
+    h->notified++;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+bool qh_open(qh *h, const char *address, int timeout_ms, int lease_ttl_ms, int instances, const char *journal)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    fg_quota_options o = {
+        .redis_address = address,
+        .timeout_ms = timeout_ms,
+        .lease_ttl_ms = lease_ttl_ms,
+        .expected_instances = instances,
+        .journal_path = journal,
+        .notify = notify,
+        .notify_user = h,
+    };
+    fg_diag d = {{0}};
+    if (fg_quota_create(&o, &h->q, &d) != FG_OK) {
+        fprintf(stderr, "fg_quota_create: %s\n", d.msg);
+        return false;
+    }
+    return true;
+}
+
+void qh_close(qh *h)
+{
+    fg_quota_destroy(h->q);
+    h->q = NULL;
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+}
+
+void qh_on_result(void *user, const fg_quota_result *r)
+{
+    qh_wait *w = user;
+    w->r = *r;
+    w->done = true;
+    w->done_ms = fg_now_ms();
+}
+
+void qh_on_usage(void *user, bool ok, const fg_tenant_usage *u)
+{
+    qh_wait *w = user;
+    w->usage_ok = ok;
+    w->usage = *u;
+    w->done = true;
+    w->done_ms = fg_now_ms();
+}
+
+void qh_pump(qh *h, double ms)
+{
+    pthread_mutex_lock(&h->mu);
+    unsigned long seen = h->notified;
+    if (ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long long ns = ts.tv_nsec + (long long)(ms * 1e6);
+        ts.tv_sec += (time_t)(ns / 1000000000LL);
+        ts.tv_nsec = (long)(ns % 1000000000LL);
+        while (h->notified == seen)
+            if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) != 0)
+                break;
+    }
+    pthread_mutex_unlock(&h->mu);
+    fg_quota_poll(h->q);
+}
+
+bool qh_wait_for(qh *h, qh_wait *w, double timeout_ms)
+{
+    double end = fg_now_ms() + timeout_ms;
+    fg_quota_poll(h->q);
+    while (!w->done) {
+        double left = end - fg_now_ms();
+        if (left <= 0)
+            return false;
+        qh_pump(h, left < 5 ? left : 5);
+    }
+    return true;
+}
+
+static fg_quota_result timed_out(void)
+{
+    fg_quota_result r;
+    memset(&r, 0, sizeof r);
+    r.verdict = (fg_quota_verdict)-1;
+    return r;
+}
+
+fg_quota_result qh_session_open(qh *h, const char *tenant, const char *sid)
+{
+    qh_wait w = {.issued_ms = fg_now_ms()};
+    fg_quota_session_open(h->q, tenant, sid, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r : timed_out();
+}
+
+fg_quota_result qh_reserve(qh *h, const char *tenant, const char *key, long long tokens, long long kv,
+                           long long ctx, long long max_out)
+{
+    qh_wait w = {.issued_ms = fg_now_ms()};
+    fg_quota_response_reserve(h->q, tenant, key, tokens, kv, ctx, max_out, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r : timed_out();
+}
+
+fg_quota_verdict qh_put(qh *h, const fg_tenant_record *t)
+{
+    qh_wait w = {0};
+    fg_quota_tenant_put(h->q, t, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r.verdict : (fg_quota_verdict)-1;
+}
+
+fg_quota_verdict qh_delete(qh *h, const char *tenant)
+{
+    qh_wait w = {0};
+    fg_quota_tenant_delete(h->q, tenant, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r.verdict : (fg_quota_verdict)-1;
+}
+
+fg_quota_verdict qh_key_add(qh *h, const char *tenant, const char *key)
+{
+    qh_wait w = {0};
+    fg_quota_key_add(h->q, tenant, key, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r.verdict : (fg_quota_verdict)-1;
+}
+
+fg_quota_verdict qh_key_revoke(qh *h, const char *tenant, const char *key)
+{
+    qh_wait w = {0};
+    fg_quota_key_revoke(h->q, tenant, key, qh_on_result, &w);
+    return qh_wait_for(h, &w, 10000) ? w.r.verdict : (fg_quota_verdict)-1;
+}
+
+bool qh_usage(qh *h, const char *tenant, fg_tenant_usage *u)
+{
+    qh_wait w = {0};
+    fg_quota_tenant_usage(h->q, tenant, qh_on_usage, &w);
+    if (!qh_wait_for(h, &w, 10000))
+        return false;
+    *u = w.usage;
+    return w.usage_ok;
+}
+
+bool qh_wait_connected(qh *h, bool journal_empty, double timeout_ms)
+{
+    double end = fg_now_ms() + timeout_ms;
+    for (;;) {
+        fg_quota_stats st;
+        fg_quota_get_stats(h->q, &st);
+        if (st.connected && (!journal_empty || st.journal_entries == 0))
+            return true;
+        if (fg_now_ms() > end)
+            return false;
+        qh_pump(h, 10);
+    }
+}
+
+fg_tenant_record qh_record(const char *id)
+{
+    fg_tenant_record t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.id, sizeof t.id, "%s", id);
+    snprintf(t.name, sizeof t.name, "tenant %s", id);
+    t.limits.weight = 1;
+    return t;
+}
