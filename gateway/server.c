@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gateway/gateway_internal.h"
+#include "gateway/http_internal.h"
 #include "gateway/log.h"
 
 #define SESSION_BUCKETS 65536
@@ -20,48 +21,12 @@
 typedef struct gw_pss {
     gw_conn conn;
     int tenant;             /* from the handshake, before ESTABLISHED */
-    char *http_body;
-    size_t http_len;
+    gw_http_req *http;      /* the HTTP request in progress */
 } gw_pss;
 
 static fg_gateway_t *gateway_of(struct lws *wsi)
 {
     return lws_context_user(lws_get_context(wsi));
-}
-
-/* ---- HTTP ---- */
-
-static int http_reply(struct lws *wsi, gw_pss *pss, unsigned status, const char *body)
-{
-    unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
-    size_t len = strlen(body);
-    free(pss->http_body);
-    pss->http_body = malloc(LWS_PRE + len + 1);
-    if (!pss->http_body)
-        return -1;
-    memcpy(pss->http_body + LWS_PRE, body, len + 1);
-    pss->http_len = len;
-    if (lws_add_http_common_headers(wsi, status, "application/json", (lws_filepos_t)len, &p, end) ||
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p,
-                                     end) ||
-        lws_finalize_write_http_header(wsi, start, &p, end))
-        return 1;
-    lws_callback_on_writable(wsi);
-    return 0;
-}
-
-static int on_http(struct lws *wsi, gw_pss *pss, const char *uri)
-{
-    fg_gateway_t *gw = gateway_of(wsi);
-    char body[512];
-    if (strcmp(uri, "/healthz") == 0) {
-        snprintf(body, sizeof body,
-                 "{\"status\":\"%s\",\"version\":\"" FG_PROTO_SUBPROTOCOL "\",\"sessions\":%zu,\"connections\":%zu}",
-                 gw->draining ? "draining" : "ok", gw->n_sessions, gw->n_conns);
-        return http_reply(wsi, pss, gw->draining ? 503 : 200, body);
-    }
-    snprintf(body, sizeof body, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such endpoint\"}}");
-    return http_reply(wsi, pss, 404, body);
 }
 
 /* ---- the handshake ---- */
@@ -225,20 +190,35 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             on_wakeup(gw);
         return 0;
     case LWS_CALLBACK_HTTP:
-        return on_http(wsi, pss, in ? (const char *)in : "");
-    case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (!pss->http_body)
+        pss->http = gw_http_begin(gateway_of(wsi), wsi, in ? (const char *)in : "");
+        if (!pss->http)
             return -1;
-        if (lws_write(wsi, (unsigned char *)pss->http_body + LWS_PRE, pss->http_len, LWS_WRITE_HTTP_FINAL) !=
-            (int)pss->http_len)
-            return -1;
-        free(pss->http_body);
-        pss->http_body = NULL;
-        return lws_http_transaction_completed(wsi) ? -1 : 0;
+        if (!gw_http_has_body(pss->http))
+            gw_http_dispatch(pss->http);
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY:
+        if (pss && pss->http)
+            gw_http_body_chunk(pss->http, in, len);
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (pss && pss->http)
+            gw_http_dispatch(pss->http);
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE: {
+        if (!pss || !pss->http)
+            return 0;
+        int r = gw_http_writable(pss->http);
+        if (r == 1) {
+            gw_http_finished(pss->http);
+            pss->http = NULL;
+            return lws_http_transaction_completed(wsi) ? -1 : 0;
+        }
+        return r;
+    }
     case LWS_CALLBACK_CLOSED_HTTP:
-        if (pss) { /* NULL for a connection that never finished a request (closed at shutdown) */
-            free(pss->http_body);
-            pss->http_body = NULL;
+        if (pss && pss->http) { /* NULL pss: a connection that never finished a request (closed at shutdown) */
+            gw_http_closed(pss->http);
+            pss->http = NULL;
         }
         return 0;
     default:
