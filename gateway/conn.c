@@ -27,8 +27,10 @@ void gw_conn_push_own(gw_conn *c)
     }
 }
 
-void gw_conn_rx_pause(gw_conn *c, bool pause)
+void gw_conn_rx_update(gw_conn *c)
 {
+    const gw_session *s = c->session;
+    bool pause = s && (s->output_paused || s->quota_pending);
     if (c->rx_paused != pause) {
         c->rx_paused = pause;
         lws_rx_flow_control(c->wsi, pause ? 0 : 1);
@@ -128,8 +130,10 @@ static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
 {
     fg_diag d;
     fg_err e = fg_session_append(s->es, t, (int)n, &d);
-    if (e == FG_OK)
+    if (e == FG_OK) {
+        s->new_input += (int64_t)n;
         return FG_PROTO_OK;
+    }
     return e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED : FG_PROTO_INTERNAL_ERROR;
 }
 
@@ -164,6 +168,108 @@ static void send_session_event(gw_session *s, int kind)
 
 /* ---- client events ---- */
 
+/* Ends a session.create that cannot go on: the session was never shown to
+ * the client, so the error carries sequence number 0. */
+static void create_failed(gw_conn *c, gw_session *s, fg_proto_code code, const char *param, const char *event_id,
+                          const char *msg, uint32_t retry_after)
+{
+    gw_session_destroy(s);
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, param, event_id, "%s", msg);
+    send_error(c, &err, retry_after);
+}
+
+/* The second half of session.create, once the quota lease is held (or there is no quota). */
+static void create_complete(gw_conn *c, gw_session *s, const char *event_id)
+{
+    fg_proto_code code = rebuild_engine_session(s);
+    if (code != FG_PROTO_OK)
+        return create_failed(c, s, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL,
+                             event_id, "the instructions do not fit the model's context", 0);
+    send_session_event(s, 0);
+    char tid[140];
+    fg_log(FG_LOG_INFO, "session_created", "\"session\":\"%s\",\"tenant\":%s", s->id,
+           fg_log_str(tid, sizeof tid, gw_tenant_at(c->gw, s->tenant)->rec.id));
+}
+
+/* A pending quota call, found again by session id: the session may be gone by the answer. */
+typedef struct quota_ctx {
+    fg_gateway_t *gw;
+    char session_id[48];
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+    bool has_event_id;
+    fg_response_params rp;   /* response.create: the engine parameters */
+    bool generate;
+} quota_ctx;
+
+static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
+{
+    quota_ctx *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->gw = s->gw;
+    snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
+    if (ev->has_event_id) {
+        q->has_event_id = true;
+        snprintf(q->event_id, sizeof q->event_id, "%s", ev->event_id.ptr);
+    }
+    return q;
+}
+
+/* Protocol code and param for a quota refusal. */
+static fg_proto_code quota_code(fg_quota_verdict v, const char **param)
+{
+    *param = NULL;
+    switch (v) {
+    case FG_QUOTA_SESSIONS: return FG_PROTO_TOO_MANY_SESSIONS;
+    case FG_QUOTA_RESPONSES:
+    case FG_QUOTA_TOKENS_PER_MINUTE: return FG_PROTO_RATE_LIMIT_EXCEEDED;
+    case FG_QUOTA_DAILY_TOKENS: return FG_PROTO_INSUFFICIENT_QUOTA;
+    case FG_QUOTA_KV_BYTES: return FG_PROTO_KV_UNAVAILABLE;
+    case FG_QUOTA_CONTEXT: return FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
+    case FG_QUOTA_OUTPUT: *param = "response.max_output_tokens"; return FG_PROTO_INVALID_VALUE;
+    case FG_QUOTA_UNAVAILABLE: return FG_PROTO_QUOTA_UNAVAILABLE;
+    default: return FG_PROTO_INTERNAL_ERROR;
+    }
+}
+
+static uint32_t retry_seconds(double s)
+{
+    return s <= 0 ? 0 : s < 1 ? 1 : (uint32_t)(s + 0.999);
+}
+
+static void on_session_lease(void *user, const fg_quota_result *r)
+{
+    quota_ctx *q = user;
+    gw_session *s = gw_session_find(q->gw, q->session_id, strlen(q->session_id));
+    if (!s) { /* gone meanwhile: give the lease back */
+        free(q);
+        return;
+    }
+    s->quota_pending = false;
+    gw_conn *c = s->conn;
+    if (r->verdict == FG_QUOTA_OK) {
+        s->leased = true;
+        if (c) {
+            gw_conn_rx_update(c);
+            create_complete(c, s, q->has_event_id ? q->event_id : NULL);
+        } else {
+            gw_session_destroy(s); /* the client left before its session existed */
+        }
+    } else if (c) {
+        const char *param;
+        fg_proto_code code = quota_code(r->verdict, &param);
+        create_failed(c, s, code, param, q->has_event_id ? q->event_id : NULL,
+                      r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
+                                                         : "the tenant's concurrent-session quota is reached",
+                      retry_seconds(r->retry_after));
+        gw_conn_rx_update(c);
+    } else {
+        gw_session_destroy(s);
+    }
+    free(q);
+}
+
 static void on_session_create(gw_conn *c, const fg_client_event *ev)
 {
     fg_gateway_t *gw = c->gw;
@@ -181,7 +287,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
             return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
                         "the session to fork has a response in progress");
     }
-    if (gw->tenant_sessions[c->tenant] >= gw->cfg->sessions.max_per_tenant)
+    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
         return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
     if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
         return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
@@ -209,17 +315,13 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     }
     apply_sampling(s, &p->sampling);
-    fg_proto_code code = rebuild_engine_session(s);
-    if (code != FG_PROTO_OK) {
-        gw_session_destroy(s);
-        return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL, "%s",
-                    "the instructions do not fit the model's context");
-    }
     gw_session_attach(s, c, 0);
-    send_session_event(s, 0);
-    char tid[140];
-    fg_log(FG_LOG_INFO, "session_created", "\"session\":\"%s\",\"tenant\":%s,\"fork\":%s", s->id,
-           fg_log_str(tid, sizeof tid, gw->cfg->tenants[c->tenant].id), src ? "true" : "false");
+    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
+    if (!q)
+        return create_complete(c, s, ev->has_event_id ? ev->event_id.ptr : NULL);
+    s->quota_pending = true; /* session.created waits for the lease */
+    gw_conn_rx_update(c);
+    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
 static void on_session_update(gw_conn *c, const fg_client_event *ev)
@@ -292,19 +394,141 @@ static uint64_t random_seed(void)
     return v & ((UINT64_C(1) << 53) - 1);
 }
 
+/* Sends rate_limits.updated with the quota's view at response start. */
+static void send_rate_limits(gw_session *s, const fg_quota_result *r)
+{
+    fg_proto_rate_limit rl[FG_QUOTA_MAX_STATES];
+    size_t n = 0;
+    for (int i = 0; i < r->n_states && n < FG_QUOTA_MAX_STATES; i++) {
+        const fg_quota_limit_state *st = &r->states[i];
+        /* the protocol names the per-minute token limit "tokens" */
+        const char *name = st->name && !strcmp(st->name, "tokens_per_minute") ? "tokens" : st->name;
+        if (!name)
+            continue;
+        rl[n++] = (fg_proto_rate_limit){name, (uint64_t)(st->limit > 0 ? st->limit : 0),
+                                        (uint64_t)(st->remaining > 0 ? st->remaining : 0), st->reset_seconds};
+    }
+    if (!n)
+        return;
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_rate_limits(&s->gw->scratch, seq, ++s->evt_counter, rl, n) == FG_OK)
+        gw_session_push(s, seq);
+}
+
+/* The second half of response.create, once the quota admitted it (or there is no quota). */
+static void respond_complete(gw_session *s, fg_response_params *rp, const char *event_id, const fg_quota_result *qr)
+{
+    fg_gateway_t *gw = s->gw;
+    gw_conn *c = s->conn;
+    fg_proto_error err;
+    fg_proto_code code = FG_PROTO_OK;
+    const char *msg = NULL;
+    if (rp->generate) {
+        fg_tokens t = {0};
+        code = fg_template_reply(gw->tok, &t) == FG_OK ? append_tokens(s, t.v, t.n) : FG_PROTO_INTERNAL_ERROR;
+        if (code == FG_PROTO_OK)
+            fg_tokens_push(&s->conv, t.v, t.n);
+        fg_tokens_free(&t);
+        msg = "no room left in the model's context for a reply";
+    }
+    fg_diag d;
+    if (code == FG_PROTO_OK) {
+        fg_err e = fg_session_respond(s->es, rp, &s->engine_response, &d);
+        code = e == FG_OK                  ? FG_PROTO_OK
+               : e == FG_ERR_BUSY          ? FG_PROTO_RESPONSE_IN_PROGRESS
+               : e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
+               : e == FG_ERR_INVALID_ARG  ? FG_PROTO_INVALID_VALUE
+                                          : FG_PROTO_INTERNAL_ERROR;
+        msg = d.msg;
+    }
+    if (code != FG_PROTO_OK) {
+        if (gw->quota && s->reserved) /* give the reservation back */
+            fg_quota_response_settle(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved, 0);
+        s->reserved = 0;
+        if (c) {
+            fg_proto_error_set(&err, code, NULL, event_id, "%s", msg);
+            send_error(c, &err, 0);
+        }
+        return;
+    }
+    s->new_input = 0;
+    s->responding = true;
+    s->resp_tokens = 0;
+    snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
+    snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
+    memset(&s->carry, 0, sizeof s->carry);
+    s->pending_len = s->out_len = 0;
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_response_created(&gw->scratch, seq, ++s->evt_counter, s->resp_id) == FG_OK)
+        gw_session_push(s, seq);
+    if (qr)
+        send_rate_limits(s, qr);
+    if (rp->generate) { /* the assistant message the deltas fill, empty for now */
+        fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
+                             .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
+        out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
+        seq = gw_session_take_seq(s);
+        if (fg_proto_write_item_added(&gw->scratch, seq, ++s->evt_counter, &out) == FG_OK)
+            gw_session_push(s, seq);
+    }
+}
+
+static void on_reserved(void *user, const fg_quota_result *r)
+{
+    quota_ctx *q = user;
+    fg_gateway_t *gw = q->gw;
+    gw_session *s = gw_session_find(gw, q->session_id, strlen(q->session_id));
+    if (!s) {
+        free(q);
+        return; /* the session closed meanwhile; its destroy settled the reservation */
+    }
+    s->quota_pending = false;
+    const char *event_id = q->has_event_id ? q->event_id : NULL;
+    if (r->verdict == FG_QUOTA_OK) {
+        respond_complete(s, &q->rp, event_id, r);
+    } else {
+        s->reserved = 0;
+        if (s->conn) {
+            const char *param;
+            fg_proto_code code = quota_code(r->verdict, &param);
+            char msg[160];
+            snprintf(msg, sizeof msg, "over the tenant's %s quota%s", fg_quota_verdict_name(r->verdict),
+                     r->degraded ? " (local backstop: Redis unreachable)" : "");
+            fg_proto_error err;
+            fg_proto_error_set(&err, code, param, event_id, "%s", msg);
+            send_error(s->conn, &err, retry_seconds(r->retry_after));
+        }
+        fg_log(FG_LOG_INFO, "quota_rejected", "\"session\":\"%s\",\"tenant\":\"%s\",\"limit\":\"%s\"", s->id,
+               gw_tenant_at(gw, s->tenant)->rec.id, fg_quota_verdict_name(r->verdict));
+    }
+    if (s->conn)
+        gw_conn_rx_update(s->conn);
+    free(q);
+}
+
+/* Resident KV bytes of a tenant's sessions on this gateway, for its quota. */
+static int64_t tenant_kv_bytes(fg_gateway_t *gw, int tenant)
+{
+    int64_t tokens = 0;
+    for (gw_session *s = gw->sessions; s; s = s->all_next)
+        if (s->tenant == tenant)
+            tokens += fg_session_length(s->es);
+    return tokens * (int64_t)gw->kv_bytes_per_token;
+}
+
 static void on_response_create(gw_conn *c, const fg_client_event *ev)
 {
     fg_gateway_t *gw = c->gw;
     gw_session *s = c->session;
-    if (s->responding)
+    if (s->responding || s->quota_pending)
         return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
     if (gw->draining)
         return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     if (s->rebuild) {
         fg_session_free(s->es);
-        const fg_config_tenant *t = &gw->cfg->tenants[s->tenant];
-        fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = (int)t->weight,
-                                .priority = (int)t->priority, .user = s};
+        int64_t w = gw_tenant_at(gw, s->tenant)->rec.limits.weight;
+        fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                                .user = s};
         if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK)
             return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
         s->rebuild = false;
@@ -329,42 +553,20 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         rp.n_stop = (int)s->n_stop;
         memcpy(rp.stop, s->stop, sizeof rp.stop);
     }
-    if (rp.generate) {
-        fg_tokens t = {0};
-        fg_proto_code code = fg_template_reply(gw->tok, &t) == FG_OK ? append_tokens(s, t.v, t.n)
-                                                                      : FG_PROTO_INTERNAL_ERROR;
-        if (code == FG_PROTO_OK)
-            fg_tokens_push(&s->conv, t.v, t.n);
-        fg_tokens_free(&t);
-        if (code != FG_PROTO_OK)
-            return fail(c, ev, code, NULL, "%s", "no room left in the model's context for a reply");
-    }
-    fg_diag d;
-    fg_err e = fg_session_respond(s->es, &rp, &s->engine_response, &d);
-    if (e != FG_OK) {
-        fg_proto_code code = e == FG_ERR_BUSY          ? FG_PROTO_RESPONSE_IN_PROGRESS
-                             : e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
-                             : e == FG_ERR_INVALID_ARG  ? FG_PROTO_INVALID_VALUE
-                                                        : FG_PROTO_INTERNAL_ERROR;
-        return fail(c, ev, code, NULL, "%s", d.msg);
-    }
-    s->responding = true;
-    s->resp_tokens = 0;
-    snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
-    snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
-    memset(&s->carry, 0, sizeof s->carry);
-    s->pending_len = s->out_len = 0;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_response_created(&gw->scratch, seq, ++s->evt_counter, s->resp_id) == FG_OK)
-        gw_session_push(s, seq);
-    if (rp.generate) { /* the assistant message the deltas fill, empty for now */
-        fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
-                             .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
-        out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
-        seq = gw_session_take_seq(s);
-        if (fg_proto_write_item_added(&gw->scratch, seq, ++s->evt_counter, &out) == FG_OK)
-            gw_session_push(s, seq);
-    }
+    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
+    if (!q)
+        return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
+    /* Reserve the new input (plus the reply marker) and the whole output budget;
+     * response.done settles to what was used. */
+    q->rp = rp;
+    const int64_t out_budget = rp.generate ? rp.max_tokens : 0;
+    s->reserved = s->new_input + (rp.generate ? 8 : 0) + out_budget;
+    snprintf(s->quota_key, sizeof s->quota_key, "%s:%llu", s->id, (unsigned long long)s->resp_counter + 1);
+    s->quota_pending = true;
+    gw_conn_rx_update(c);
+    fg_quota_response_reserve(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved,
+                              tenant_kv_bytes(gw, s->tenant), (int64_t)s->conv.n + out_budget, out_budget,
+                              on_reserved, q);
 }
 
 static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
@@ -543,7 +745,7 @@ int gw_conn_on_writable(gw_conn *c)
             if (s->output_paused && s->unsent_bytes * 2 <= (size_t)gw->cfg->sessions.output_buffer_bytes &&
                 s->unsent_events * 4 <= (uint32_t)gw->cfg->sessions.resume_buffer_events) {
                 s->output_paused = false; /* the client caught up: let the engine go on */
-                gw_conn_rx_pause(c, false);
+                gw_conn_rx_update(c);
                 gw_session_drain_engine(s);
             }
             if (s->unsent_events || s->pending_len || c->closing)

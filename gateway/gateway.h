@@ -15,6 +15,7 @@
 #include "config/fg_config.h"
 #include "config/fg_error.h"
 #include "engine/engine.h"
+#include "policies/quota.h"
 
 typedef struct fg_gateway fg_gateway_t;
 
@@ -25,7 +26,11 @@ typedef struct fg_gateway fg_gateway_t;
 fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag);
 /* Hands the gateway its engine (opened after create, with the wakeup hook). */
 void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine);
-/* The wakeup hook for fg_engine_options (thread-safe). */
+/* Enforces tenant quotas with this quota module (its notify hook must be
+ * fg_gateway_wakeup with the gateway); without one, only the config's limits
+ * apply and the config's tenants and keys are used. */
+void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota);
+/* The wakeup hook for fg_engine_options and fg_quota_options (thread-safe). */
 void fg_gateway_wakeup(void *gateway);
 /* Fills the engine options from the config, with the wakeup hook pointing at gw. */
 void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine_options *o);

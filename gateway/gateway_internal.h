@@ -15,6 +15,8 @@
 #include "gateway/chat_template.h"
 #include "gateway/gateway.h"
 #include "gateway/protocol.h"
+#include "gateway/tenants.h"
+#include "policies/quota.h"
 
 typedef struct gw_conn gw_conn;
 typedef struct gw_session gw_session;
@@ -36,7 +38,7 @@ typedef struct gw_ring {
 struct gw_session {
     fg_gateway_t *gw;
     char id[48];                    /* "sess_" + 32 hex digits: 128 random bits */
-    int tenant;                     /* index into cfg->tenants */
+    int tenant;                     /* index into gw->tenants */
     fg_session_t *es;               /* the engine's session */
     gw_conn *conn;                  /* attached connection, or NULL (detached) */
 
@@ -72,6 +74,11 @@ struct gw_session {
     char item_id[32];
     uint64_t item_counter, resp_counter;
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
+    int64_t new_input;              /* tokens appended since the last response started (uncached work) */
+    int64_t reserved;               /* tokens the quota reserved for the response in progress */
+    bool quota_pending;             /* a quota answer is awaited: the client is not read meanwhile */
+    char quota_key[96];             /* the response's lease in the quota module */
+    bool leased;                    /* holds a session lease in the quota module */
     const char *cancel_reason;      /* set when the server cancels ("server_shutdown") */
     fg_proto_utf8_carry carry;
     char *pending;                  /* delta text not yet made an event (coalesced per write) */
@@ -119,7 +126,10 @@ struct fg_gateway {
     size_t table_size;
     gw_session *sessions;           /* all sessions */
     size_t n_sessions;
-    int *tenant_sessions;           /* [n_tenants] */
+    gw_tenant *tenants;             /* see tenants.h */
+    int n_tenants, cap_tenants;
+    fg_quota_t *quota;              /* NULL: no Redis, limits are the config's only */
+    size_t kv_bytes_per_token;
     gw_conn *conns;
     size_t n_conns;
 
@@ -156,8 +166,9 @@ int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
-/* Stops or restarts reading a client whose output is paused. */
-void gw_conn_rx_pause(gw_conn *c, bool pause);
+/* Stops reading a client while its session's output is paused or a quota
+ * answer is awaited, and reads again when neither holds. */
+void gw_conn_rx_update(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
 
 /* rings */

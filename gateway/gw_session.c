@@ -130,9 +130,9 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag)
     do
         make_id(s->id);
     while (gw_session_find(gw, s->id, strlen(s->id)));
-    const fg_config_tenant *t = &cfg->tenants[tenant];
-    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = (int)t->weight, .priority = (int)t->priority,
-                            .user = s};
+    const gw_tenant *t = gw_tenant_at(gw, tenant);
+    int64_t w = t->rec.limits.weight;
+    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w, .user = s};
     if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
         free(s);
         fg_diag_set(diag, FG_ERR_NOMEM, "engine session: out of memory");
@@ -151,7 +151,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag)
         gw->sessions->all_prev = s;
     gw->sessions = s;
     gw->n_sessions++;
-    gw->tenant_sessions[tenant]++;
+    gw_tenant_at(gw, tenant)->sessions++;
     return s;
 }
 
@@ -173,7 +173,12 @@ void gw_session_destroy(gw_session *s)
     if (s->all_next)
         s->all_next->all_prev = s->all_prev;
     gw->n_sessions--;
-    gw->tenant_sessions[s->tenant]--;
+    gw_tenant *t = gw_tenant_at(gw, s->tenant);
+    t->sessions--;
+    if (gw->quota && s->leased)
+        fg_quota_session_close(gw->quota, t->rec.id, s->id);
+    if (gw->quota && s->reserved) /* a response the engine will not finish now */
+        fg_quota_response_settle(gw->quota, t->rec.id, s->quota_key, s->reserved, (int64_t)s->resp_tokens);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
     fg_tokens_free(&s->deferred);
@@ -319,6 +324,13 @@ static void finish_response(gw_session *s, const fg_event *ev)
     uint64_t seq = gw_session_take_seq(s);
     if (fg_proto_write_response_done(&s->gw->scratch, seq, ++s->evt_counter, &d) == FG_OK)
         gw_session_push(s, seq);
+    if (s->gw->quota && s->reserved) {
+        /* work done: the new input prefilled plus the output */
+        int64_t used = ev->usage.input_tokens - ev->usage.cached_tokens + ev->usage.output_tokens;
+        fg_quota_response_settle(s->gw->quota, gw_tenant_at(s->gw, s->tenant)->rec.id, s->quota_key, s->reserved,
+                                 used);
+    }
+    s->reserved = 0;
     s->responding = false;
     s->out_len = 0;
     s->cancel_reason = NULL;
@@ -367,7 +379,7 @@ void gw_session_drain_engine(gw_session *s)
             gw_session_flush_delta(s); /* nobody will ask for a write: keep it for replay */
         if (behind(s)) {
             s->output_paused = true;
-            gw_conn_rx_pause(s->conn, true); /* and stop reading it: its requests would queue more output */
+            gw_conn_rx_update(s->conn); /* and stop reading it: its requests would queue more output */
             fg_log(FG_LOG_DEBUG, "output_paused", "\"session\":\"%s\",\"unsent_bytes\":%zu", s->id,
                    s->unsent_bytes + s->pending_len);
         }
@@ -406,10 +418,10 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
 void gw_session_detach(gw_session *s)
 {
     if (s->conn) {
-        if (s->output_paused)
-            gw_conn_rx_pause(s->conn, false);
+        gw_conn *c = s->conn;
         s->conn->session = NULL;
         s->conn = NULL;
+        gw_conn_rx_update(c);
     }
     if (s->output_paused) { /* nobody to wait for now: go on, into the resume buffer */
         s->output_paused = false;
@@ -427,7 +439,7 @@ void gw_sessions_sweep(fg_gateway_t *gw)
         next = s->all_next;
         if (!s->conn && !s->responding && now - s->last_activity > idle) {
             fg_log(FG_LOG_INFO, "session_expired", "\"session\":\"%s\",\"tenant\":\"%s\"", s->id,
-                   gw->cfg->tenants[s->tenant].id);
+                   gw_tenant_at(gw, s->tenant)->rec.id);
             gw_session_destroy(s);
         }
     }

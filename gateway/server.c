@@ -41,12 +41,12 @@ static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
         return 503;
     if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0 || strncmp(auth, "Bearer ", 7) != 0)
         return 401;
-    const fg_config_tenant *t = fg_config_find_tenant_by_key(gw->cfg, auth + 7);
-    if (!t)
+    int t = gw_tenant_by_key(gw, auth + 7);
+    if (t < 0)
         return 401;
     if (gw->n_conns >= (size_t)gw->cfg->server.max_connections)
         return 503;
-    *tenant = (int)(t - gw->cfg->tenants);
+    *tenant = t;
     return 0;
 }
 
@@ -132,6 +132,8 @@ static void on_wakeup(fg_gateway_t *gw)
 {
     if (atomic_load(&gw->stop_requested))
         begin_drain(gw);
+    if (gw->quota)
+        fg_quota_poll(gw->quota); /* quota answers continue session.create and response.create */
     if (!gw->engine)
         return;
     void *ready[256];
@@ -269,8 +271,7 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->cfg = cfg;
     gw->table_size = SESSION_BUCKETS;
     gw->table = calloc(gw->table_size, sizeof *gw->table);
-    gw->tenant_sessions = calloc(cfg->n_tenants ? cfg->n_tenants : 1, sizeof *gw->tenant_sessions);
-    if (!gw->table || !gw->tenant_sessions) {
+    if (!gw->table) {
         fg_gateway_destroy(gw);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
     }
@@ -316,6 +317,12 @@ void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine)
     gw->engine = engine;
     gw->tok = fg_engine_tokenizer(engine);
     gw->n_ctx = info.n_ctx;
+    gw->kv_bytes_per_token = info.kv_bytes_per_token;
+}
+
+void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota)
+{
+    gw->quota = quota;
 }
 
 void fg_gateway_wakeup(void *gateway)
@@ -357,6 +364,6 @@ void fg_gateway_destroy(fg_gateway_t *gw)
         lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
     fg_proto_buf_free(&gw->scratch);
     free(gw->table);
-    free(gw->tenant_sessions);
+    gw_tenants_free(gw);
     free(gw);
 }

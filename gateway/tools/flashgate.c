@@ -14,6 +14,8 @@
 #include "engine/engine.h"
 #include "gateway/gateway.h"
 #include "gateway/log.h"
+#include "gateway/redis_local.h"
+#include "policies/quota.h"
 
 extern char **environ;
 
@@ -52,6 +54,44 @@ static void *signal_main(void *arg)
         fg_gateway_request_stop(st->gw);
     }
     return NULL;
+}
+
+/* Redis: the configured one, or our own redis-server under persistence.dir
+ * (one per port, so several gateways can share a directory); then the quota
+ * module, seeded with the config's tenants and keys. */
+static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t **redis, fg_quota_t **quota)
+{
+    fg_diag d = {{0}};
+    char dir[512], journal[600];
+    snprintf(dir, sizeof dir, "%s/redis-%d", cfg->persistence.dir, fg_gateway_port(gw));
+    const char *address = cfg->redis.address;
+    if (!address || !*address) {
+        if (fg_redis_local_start(dir, redis, &d) != FG_OK) {
+            fprintf(stderr, "error: %s\n", d.msg);
+            return -1;
+        }
+        address = fg_redis_local_socket(*redis);
+        fg_log(FG_LOG_INFO, "redis_started", "\"socket\":\"%s\"", address);
+    }
+    snprintf(journal, sizeof journal, "%s/quota-%d.journal", cfg->persistence.dir, fg_gateway_port(gw));
+    fg_quota_options qo = {.redis_address = address, .timeout_ms = (int)cfg->redis.timeout_ms,
+                           .expected_instances = 1, .journal_path = journal, .notify = fg_gateway_wakeup,
+                           .notify_user = gw};
+    if (fg_quota_create(&qo, quota, &d) != FG_OK) {
+        fprintf(stderr, "error: quotas: %s\n", d.msg);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->n_tenants; i++) {
+        const fg_config_tenant *t = &cfg->tenants[i];
+        fg_tenant_record rec;
+        memset(&rec, 0, sizeof rec);
+        snprintf(rec.id, sizeof rec.id, "%s", t->id);
+        snprintf(rec.name, sizeof rec.name, "%s", t->name ? t->name : t->id);
+        rec.limits.weight = t->weight;
+        fg_quota_tenant_seed(*quota, &rec, t->api_keys.items, t->api_keys.count);
+    }
+    fg_gateway_set_quota(gw, *quota);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -108,11 +148,15 @@ int main(int argc, char **argv)
     int rc = 1;
     fg_gateway_t *gw = NULL;
     fg_engine_t *engine = NULL;
+    fg_redis_local_t *redis = NULL;
+    fg_quota_t *quota = NULL;
     if ((e = fg_gateway_create(&cfg, &gw, &d)) != FG_OK) {
         fg_log(FG_LOG_ERROR, "startup_failed", "\"error\":\"%s\",\"message\":\"%s\"", fg_err_name(e), d.msg);
         fprintf(stderr, "error: %s\n", d.msg);
         goto out;
     }
+    if (start_quota(&cfg, gw, &redis, &quota) != 0)
+        goto out;
     fg_engine_options eo;
     fg_gateway_engine_options(&cfg, gw, &eo);
     if ((e = fg_engine_open(&eo, &engine, &d)) != FG_OK) {
@@ -142,6 +186,8 @@ out:
         fg_gateway_close_sessions(gw);
     fg_engine_close(engine);
     fg_gateway_destroy(gw);
+    fg_quota_destroy(quota);
+    fg_redis_local_stop(redis);
     fg_config_free(&cfg);
     return rc;
 }

@@ -162,22 +162,34 @@ static int64_t round_up(int64_t v, int64_t m)
  * [n_tok][n_in / 32] fg_block_q8_0 always fits in the same bytes. */
 static size_t q8_layout(int64_t n_in, int64_t n_tok, void *scratch, fg_q8_act *xq)
 {
+    const int64_t nb = n_in / FG_Q8_0_BLOCK;
     const int64_t qs_stride = round_up(n_in, 64);
     const int64_t corr_stride = round_up(n_in / 4, 16);
-    const int64_t d_stride = round_up(n_in / FG_Q8_0_BLOCK, 16);
+    const int64_t d_stride = round_up(nb, 16);
+    const int64_t n_groups = (n_tok + FG_Q8_PANEL_TOKENS - 1) / FG_Q8_PANEL_TOKENS;
     const size_t qs_bytes = (size_t)(n_tok * qs_stride);
     const size_t corr_bytes = (size_t)(n_tok * corr_stride) * sizeof(int32_t);
     const size_t d_bytes = (size_t)(n_tok * d_stride) * sizeof(float);
+    const size_t pq_bytes = (size_t)(n_groups * nb * FG_Q8_PANEL_TOKENS * FG_Q8_0_BLOCK);
+    const size_t pd_bytes = (size_t)(n_groups * nb * FG_Q8_PANEL_TOKENS) * sizeof(float);
+    const size_t pc_bytes = (size_t)(n_groups * nb * FG_Q8_PANEL_TOKENS) * sizeof(int32_t);
+    /* every part starts on a 64-byte boundary: all sizes above are multiples of 32 */
+    const size_t off_corr = qs_bytes, off_d = off_corr + corr_bytes, off_pq = off_d + d_bytes;
+    const size_t off_pd = (off_pq + pq_bytes + 63) / 64 * 64, off_pc = (off_pd + pd_bytes + 63) / 64 * 64;
+    const size_t total = (off_pc + pc_bytes + 63) / 64 * 64;
     if (xq) {
         uint8_t *base = scratch;
         xq->qs = (int8_t *)base;
-        xq->corr = (int32_t *)(base + qs_bytes);
-        xq->d = (float *)(base + qs_bytes + corr_bytes);
+        xq->corr = (int32_t *)(base + off_corr);
+        xq->d = (float *)(base + off_d);
         xq->qs_stride = qs_stride;
         xq->corr_stride = corr_stride;
         xq->d_stride = d_stride;
+        xq->pq = (int8_t *)(base + off_pq);
+        xq->pd = (float *)(base + off_pd);
+        xq->pc = (int32_t *)(base + off_pc);
     }
-    return qs_bytes + corr_bytes + d_bytes;
+    return total;
 }
 
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)

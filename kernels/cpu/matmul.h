@@ -43,7 +43,7 @@ typedef enum fg_isa {
     FG_ISA_AUTO = 0,
     FG_ISA_SCALAR,  /* the reference: plain C, never optimised */
     FG_ISA_AVX2,    /* AVX2 + FMA + F16C */
-    FG_ISA_AVX512,  /* AVX-512 F/BW/VL (+VNNI, +BF16 where present) */
+    FG_ISA_AVX512,  /* AVX-512 F/BW/VL/DQ + VNNI (without VNNI, AUTO picks AVX2) */
 } fg_isa;
 
 /* True when this CPU (and this build) can run the given ISA. */

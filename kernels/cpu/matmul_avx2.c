@@ -1,9 +1,11 @@
 /* matmul_avx2.c: AVX2 + FMA + F16C kernels of matmul.h.
  * Compiled with -mavx2 -mfma -mf16c; matmul.c calls in only after checking the CPU.
  *
- * Same tiling as matmul_avx512.c, with the 16 YMM registers in mind: float
- * tiles of 4 rows x 2 tokens, Q8_0 tiles of 4 rows x 1 token (the 4 rows stay in
- * L1 while the token loop passes over them again).
+ * Same plan as matmul_avx512.c with the 16 YMM registers in mind. Decode and
+ * tiny batches (n_tok < 4) go row by row, one sequential stream per thread,
+ * four accumulators per row. Float batches use tiles of 4 rows x 2 tokens;
+ * Q8_0 goes row by row for every batch, the row staying in L1 while the token
+ * loop passes over it again.
  *
  * Q8_0 without VNNI, ggml's way: |w| (unsigned, 128 for -128) times q with the
  * sign of w applied (q is in [-127, 127], so the negation never overflows),
@@ -161,9 +163,41 @@ ALWAYS_INLINE void tile_float(const fg_matmul_args *a, const int wtype, const in
         }
 }
 
+/* One row against one token, four accumulators: the decode case. Rows one
+ * after another make each thread's share of W a single sequential stream,
+ * which the hardware prefetchers follow far better than interleaved rows. */
+ALWAYS_INLINE float row_float_1(const fg_matmul_args *a, const int wtype, int64_t o, int64_t t)
+{
+    const int64_t n_in = a->n_in;
+    const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+    const float *x = a->x + t * n_in;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+           acc3 = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= n_in; k += 32) {
+        acc0 = _mm256_fmadd_ps(load_w8(wtype, wr, k), _mm256_loadu_ps(x + k), acc0);
+        acc1 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 8), _mm256_loadu_ps(x + k + 8), acc1);
+        acc2 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 16), _mm256_loadu_ps(x + k + 16), acc2);
+        acc3 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 24), _mm256_loadu_ps(x + k + 24), acc3);
+    }
+    for (; k + 8 <= n_in; k += 8)
+        acc0 = _mm256_fmadd_ps(load_w8(wtype, wr, k), _mm256_loadu_ps(x + k), acc0);
+    float sum = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; k < n_in; k++)
+        sum += load_w1(wtype, wr, k) * x[k];
+    return sum;
+}
+
 ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t o_begin, int64_t o_end)
 {
     const int64_t n_tok = a->n_tok;
+    if (n_tok < 4) {
+        /* decode and tiny batches: row by row; a row stays in L1 for its next tokens */
+        for (int64_t o = o_begin; o < o_end; o++)
+            for (int64_t t = 0; t < n_tok; t++)
+                a->y[t * a->n_out + o] = row_float_1(a, wtype, o, t);
+        return;
+    }
     int64_t o = o_begin;
     for (; o + 4 <= o_end; o += 4) {
         int64_t t = 0;
@@ -174,64 +208,55 @@ ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t 
     }
     for (; o < o_end; o++)
         for (int64_t t = 0; t < n_tok; t++)
-            tile_float(a, wtype, 1, 1, o, t);
+            a->y[t * a->n_out + o] = row_float_1(a, wtype, o, t);
 }
 
 /* ---- Q8_0 ---- */
 
-ALWAYS_INLINE void tile_q8(const fg_matmul_args *a, const int R, int64_t o, int64_t t)
+/* One Q8_0 block against one token, the sign trick (see the top of the file). */
+ALWAYS_INLINE __m256 q8_block_1(const uint8_t *wr, const int8_t *xs, const float *xd, int64_t b, __m256 acc)
 {
-    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
     const size_t bs = sizeof(fg_block_q8_0);
-    const uint8_t *wr[4];
-    __m256 acc[4];
-    float s[4][8] __attribute__((aligned(32))); /* d_w * d_x of 8 blocks, per row */
-    const int8_t *xs = a->xq.qs + t * a->xq.qs_stride;
-    const float *xd = a->xq.d + t * a->xq.d_stride;
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        wr[r] = (const uint8_t *)a->w + (size_t)(o + r) * a->row_bytes;
-        acc[r] = _mm256_setzero_ps();
-    }
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        const int cb = nb - b0 < 8 ? (int)(nb - b0) : 8;
-        /* xd is padded with zeros to a multiple of 16 scales: 8 loads stay inside */
-        const __m256 dx = _mm256_load_ps(xd + b0);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            uint16_t dh[8] = {0};
-            for (int i = 0; i < cb; i++)
-                memcpy(&dh[i], wr[r] + (b0 + i) * bs, 2);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
-            _mm256_store_ps(s[r], _mm256_mul_ps(dw, dx));
-        }
-        for (int i = 0; i < cb; i++) {
-            const int64_t b = b0 + i;
-            const __m256i xv = _mm256_load_si256((const __m256i *)(xs + b * 32));
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m256i wv = _mm256_loadu_si256((const __m256i *)(wr[r] + b * bs + 2));
-                const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
-                const __m256i p32 = _mm256_madd_epi16(p16, ones);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s[r][i]), acc[r]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        a->y[t * a->n_out + o + r] = hsum256(acc[r]);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(wr + b * bs + 2));
+    const __m256i q = _mm256_load_si256((const __m256i *)(xs + b * 32));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w));
+    const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    uint16_t dh;
+    memcpy(&dh, wr + b * bs, 2);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)dh)), _mm256_set1_ps(xd[b]));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc);
 }
 
+/* One row against one token, four accumulators. */
+static float row_q8_1(const fg_matmul_args *a, int64_t o, int64_t t)
+{
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+    const int8_t *xs = a->xq.qs + t * a->xq.qs_stride;
+    const float *xd = a->xq.d + t * a->xq.d_stride;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+           acc3 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        acc0 = q8_block_1(wr, xs, xd, b, acc0);
+        acc1 = q8_block_1(wr, xs, xd, b + 1, acc1);
+        acc2 = q8_block_1(wr, xs, xd, b + 2, acc2);
+        acc3 = q8_block_1(wr, xs, xd, b + 3, acc3);
+    }
+    for (; b < nb; b++)
+        acc0 = q8_block_1(wr, xs, xd, b, acc0);
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+}
+
+/* Row by row for every batch size: a row stays in L1 while the token loop
+ * passes over it again. (A 4-row x 1-token tile measured slower here: it
+ * gains nothing from sharing the activations, and its block scales went
+ * through memory.) */
 static void rows_q8(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
 {
-    int64_t o = o_begin;
-    for (; o + 4 <= o_end; o += 4)
+    for (int64_t o = o_begin; o < o_end; o++)
         for (int64_t t = 0; t < a->n_tok; t++)
-            tile_q8(a, 4, o, t);
-    for (; o < o_end; o++)
-        for (int64_t t = 0; t < a->n_tok; t++)
-            tile_q8(a, 1, o, t);
+            a->y[t * a->n_out + o] = row_q8_1(a, o, t);
 }
 
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)

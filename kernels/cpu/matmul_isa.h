@@ -13,12 +13,21 @@
  * scratch by the ISA's quantizer, bit-identical to fg_quantize_row_q8_0. */
 typedef struct fg_q8_act {
     int8_t *qs;        /* [n_tok][qs_stride] quantized x */
-    int32_t *corr;     /* [n_tok][corr_stride] -128 * (sum of qs[4j .. 4j+3]); AVX-512 only */
+    int32_t *corr;     /* [n_tok][corr_stride] -128 * (sum of qs[4j .. 4j+3]); AVX-512 tiles only (n_tok >= 4) */
     float *d;          /* [n_tok][d_stride] block scale, f16-rounded then widened */
     int64_t qs_stride; /* elements; multiples of 64 bytes so every row is aligned */
     int64_t corr_stride;
     int64_t d_stride;
+    /* The same data interleaved by groups of 8 tokens (FG_Q8_PANEL_TOKENS), for
+     * the AVX-512 panel kernel (n_tok >= 8): for token group g and block b, the
+     * 8 tokens' values sit side by side, so one pointer reaches all of them at
+     * constant offsets. Tokens past n_tok in the last group are zero. */
+    int8_t *pq;        /* [n_groups][nb][8][32] */
+    float *pd;         /* [n_groups][nb][8] block scales */
+    int32_t *pc;       /* [n_groups][nb][8] -128 * (sum of the block's 32 qs) */
 } fg_q8_act;
+
+#define FG_Q8_PANEL_TOKENS 8
 
 /* One matmul call, as validated by fg_matmul(). */
 typedef struct fg_matmul_args {
