@@ -26,6 +26,7 @@
 #include "kernels/cpu/vecops.h"
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
+#define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
 
 struct fg_forward {
     const fg_model *m;
@@ -62,6 +63,8 @@ struct fg_forward {
     int *tok_seq;             /* [T] sequence index of each token */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
+    float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
+    bool split_kv;            /* this layer: one token, its cache split over the threads */
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
@@ -152,6 +155,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->attn_scratch_floats = (fg_mla_attn_scratch_floats(&ap) + 15) & ~(size_t)15;
     int nth = pool ? fg_pool_size(pool) : 1;
     f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
+    f->part = xalloc((size_t)nth * (H * L + 2 * H) * fl, &failed);
 
     /* Matmul scratch: the largest need over every product the pass makes. */
     size_t mm = 0;
@@ -185,7 +189,7 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->head_in, f->head_out, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->attn_scratch, f->mm_scratch};
+                    f->tok_seq, f->attn_scratch, f->part, f->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(f);
@@ -221,27 +225,43 @@ static void scatter_cols(float *dst, const float *src, int n, int dst_stride, in
         memcpy(dst + (size_t)t * dst_stride + col, src + (size_t)t * width, (size_t)width * sizeof(float));
 }
 
+static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const fg_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+    return (fg_mla_attn_params){
+        .n_head = hp->n_head,
+        .kv_lora = hp->kv_lora,
+        .n_rope = hp->n_rope,
+        .scale = f->rope.attn_scale,
+        .format = f->geo.format,
+        .pages = (const uint8_t *const *)s->kv->pages,
+        .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
+        .row_bytes = f->geo.row_bytes,
+        .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
+    };
+}
+
+/* Several tokens: one token per thread at a time. One token (a lone decode):
+ * its cache is split over the threads and the parts merged afterwards. */
 static void attention_job(void *ctx, int ith, int nth)
 {
     fg_forward_t *f = ctx;
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope;
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
+    if (f->split_kv) {
+        fg_mla_attn_params p = attn_params(f, 0);
+        long b, e;
+        fg_pool_split(p.n_kv, 16, ith, nth, &b, &e);
+        float *part = f->part + (size_t)ith * (H * L + 2 * H);
+        fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
+        return;
+    }
     long t0, t1;
     fg_pool_split(f->n, 1, ith, nth, &t0, &t1);
-    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
     for (long t = t0; t < t1; t++) {
-        const fg_fwd_seq *s = &f->seqs[f->tok_seq[t]];
-        fg_mla_attn_params p = {
-            .n_head = H,
-            .kv_lora = L,
-            .n_rope = R,
-            .scale = f->rope.attn_scale,
-            .format = f->geo.format,
-            .pages = (const uint8_t *const *)s->kv->pages,
-            .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
-            .row_bytes = f->geo.row_bytes,
-            .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
-        };
+        fg_mla_attn_params p = attn_params(f, t);
         fg_mla_attn(&p, f->q_lat + (size_t)t * H * L, f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L,
                     scratch);
     }
@@ -287,7 +307,19 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     }
 
     f->layer = il;
+    const int nth = f->pool ? fg_pool_size(f->pool) : 1;
+    f->split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     fg_pool_run(f->pool, attention_job, f);
+    if (f->split_kv) {
+        float *o[FG_MAX_POOL_PARTS], *m[FG_MAX_POOL_PARTS], *l[FG_MAX_POOL_PARTS];
+        int parts = nth < FG_MAX_POOL_PARTS ? nth : FG_MAX_POOL_PARTS;
+        for (int k = 0; k < parts; k++) {
+            o[k] = f->part + (size_t)k * (H * L + 2 * H);
+            m[k] = o[k] + H * L;
+            l[k] = m[k] + H;
+        }
+        fg_mla_attn_merge(H, L, parts, o, m, l, f->o_lat);
+    }
 
     for (int h = 0; h < H; h++) {
         gather_cols(f->head_in, f->o_lat, n, H * L, h * L, L);

@@ -579,11 +579,15 @@ static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
     fg_session_cancel(s->es); /* response.done (cancelled) follows from the engine */
 }
 
-static void on_session_close(gw_conn *c, const fg_client_event *ev)
+void gw_session_close(gw_session *s, const char *reason)
 {
-    fg_gateway_t *gw = c->gw;
-    gw_session *s = c->session;
-    (void)ev;
+    fg_gateway_t *gw = s->gw;
+    gw_conn *c = s->conn;
+    if (!c) { /* detached: nobody to tell */
+        fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"%s\"", s->id, reason);
+        gw_session_destroy(s);
+        return;
+    }
     /* The session goes now: its unwritten events, then session.closed (its last
      * number), move to the connection's own queue, in order. */
     gw_session_flush_delta(s);
@@ -600,11 +604,17 @@ static void on_session_close(gw_conn *c, const fg_client_event *ev)
             gw_ring_push(&c->own, UINT32_MAX, 0, e->seq, e->buf + LWS_PRE, e->len, NULL);
     }
     uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
-    if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, "client_requested") == FG_OK)
+    if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
         gw_ring_push(&c->own, UINT32_MAX, 0, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
-    fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"client_requested\"", s->id);
+    fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"%s\"", s->id, reason);
     gw_session_destroy(s);
     gw_conn_request_write(c);
+}
+
+static void on_session_close(gw_conn *c, const fg_client_event *ev)
+{
+    (void)ev;
+    gw_session_close(c->session, "client_requested");
 }
 
 static void dispatch(gw_conn *c, const fg_client_event *ev)

@@ -134,6 +134,7 @@ struct fg_gateway {
     size_t n_conns;
 
     lws_sorted_usec_list_t sweep;   /* periodic idle-session sweep */
+    lws_sorted_usec_list_t admin_drain; /* POST /admin/drain: starts the drain once its reply is out */
     atomic_bool stop_requested;     /* [any thread] */
     bool draining;
     double drain_deadline;
@@ -170,6 +171,10 @@ void gw_conn_push_own(gw_conn *c);
  * answer is awaited, and reads again when neither holds. */
 void gw_conn_rx_update(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
+/* Closes a session for good: an attached client gets its unwritten events, a
+ * cancelled response.done if it was responding, then session.closed with
+ * reason ("client_requested", "evicted"); then the session is destroyed. */
+void gw_session_close(gw_session *s, const char *reason);
 
 /* rings */
 /* Appends an event. When the ring is at cap_limit the oldest event leaves

@@ -36,31 +36,36 @@ static float dot(const float *a, const float *b, int n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
-                 float *scratch)
+void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                      const float *q_rope, float *o_all, float *m, float *l, float *scratch)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
     const size_t lat_bytes = fg_kv_bytes(p->format, L);
     float *c = scratch;      /* [L] latent of the current row */
     float *kr = scratch + L; /* [R] rope key of the current row */
-    float *m = kr + R;       /* [H] running max */
-    float *l = m + H;        /* [H] running denominator */
 
-    if (p->n_kv <= 0) { /* outside the contract; an empty attention is defined as 0 */
-        memset(out_lat, 0, (size_t)H * (size_t)L * sizeof *out_lat);
+    if (t_begin < 0)
+        t_begin = 0;
+    if (t_end > p->n_kv)
+        t_end = p->n_kv;
+    if (t_end <= t_begin) { /* an empty part: weight 0 in the merge */
+        memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
+        for (int h = 0; h < H; h++) {
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+        }
         return;
     }
-
-    for (int t = 0; t < p->n_kv; t++) {
+    for (int t = t_begin; t < t_end; t++) {
         const uint8_t *row = p->pages[t / FG_KV_PAGE_TOKENS] + p->layer_offset +
                              (size_t)(t % FG_KV_PAGE_TOKENS) * p->row_bytes;
         fg_kv_dequantize(p->format, row, L, c);
         if (R > 0)
             fg_kv_dequantize(p->format, row + lat_bytes, R, kr);
         for (int h = 0; h < H; h++) {
-            float *o = out_lat + (size_t)h * L;
+            float *o = o_all + (size_t)h * L;
             const float s = p->scale * (dot(q_lat + (size_t)h * L, c, L) + dot(q_rope + (size_t)h * R, kr, R));
-            if (t == 0) {
+            if (t == t_begin) {
                 m[h] = s;
                 l[h] = 1.0f;
                 memcpy(o, c, (size_t)L * sizeof *o);
@@ -78,6 +83,44 @@ void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q
             }
         }
     }
+}
+
+void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
+                       float *out_lat)
+{
+    for (int h = 0; h < n_head; h++) {
+        float mx = -INFINITY;
+        for (int k = 0; k < n_parts; k++)
+            mx = m[k][h] > mx ? m[k][h] : mx;
+        float *out = out_lat + (size_t)h * kv_lora;
+        memset(out, 0, (size_t)kv_lora * sizeof *out);
+        float denom = 0.0f;
+        for (int k = 0; k < n_parts; k++) {
+            if (l[k][h] == 0.0f)
+                continue; /* an empty part */
+            const float w = expf(m[k][h] - mx);
+            denom += w * l[k][h];
+            const float *ok = o[k] + (size_t)h * kv_lora;
+            for (int i = 0; i < kv_lora; i++)
+                out[i] += w * ok[i];
+        }
+        const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+        for (int i = 0; i < kv_lora; i++)
+            out[i] *= inv;
+    }
+}
+
+void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
+                 float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    float *m = scratch + L + R; /* [H] running max */
+    float *l = m + H;           /* [H] running denominator */
+    if (p->n_kv <= 0) { /* outside the contract; an empty attention is defined as 0 */
+        memset(out_lat, 0, (size_t)H * (size_t)L * sizeof *out_lat);
+        return;
+    }
+    fg_mla_attn_part(p, 0, p->n_kv, q_lat, q_rope, out_lat, m, l, scratch);
     for (int h = 0; h < H; h++) {
         float *o = out_lat + (size_t)h * L;
         const float inv = 1.0f / l[h];

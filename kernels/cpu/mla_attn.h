@@ -41,6 +41,16 @@ typedef struct fg_mla_attn_params {
 /* Floats of scratch needed by one call. */
 size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p);
 
+/* Part of one attention, over cached tokens [t_begin, t_end) only, so that
+ * several threads can share one long sequence (decode): writes the
+ * unnormalised output o[H][kv_lora], the running maximum m[H] and the
+ * denominator l[H] (l = 0 for an empty range). Scratch: fg_mla_attn_scratch_floats. */
+void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                      const float *q_rope, float *o, float *m, float *l, float *scratch);
+/* Combines n_parts parts into out_lat[H][kv_lora] (the same softmax as one pass). */
+void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
+                       float *out_lat);
+
 /* q_lat [H][kv_lora], q_rope [H][n_rope], out_lat [H][kv_lora]. */
 void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
                  float *scratch);
