@@ -17,29 +17,8 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "engine/tools/bench_common.h"
 #include "kernels/cpu/pool.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(double *v, size_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i];
-}
 
 /* The wakeup callback: the step thread says events are ready. */
 typedef struct waker {
@@ -162,6 +141,13 @@ int main(int argc, char **argv)
            eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
            fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads, fg_isa_name(info.isa),
            eo.max_batch_tokens);
+    {
+        fg_pool_t *pool = fg_pool_create(info.n_threads);
+        double bw = measure_bandwidth(pool, 3);
+        fg_pool_destroy(pool);
+        printf("read bandwidth %.2f GB/s: single-sequence decode limit %.1f tokens/s\n", bw / 1e9,
+               bw / (double)info.weight_bytes_active);
+    }
     printf("%8s %14s %14s %12s %12s %10s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
            "itl p99 ms", "steps");
 
@@ -215,14 +201,14 @@ int main(int argc, char **argv)
             steps += st1.steps - st0.steps;
             pre[r] = (double)n * n_prompt / (t1 - t0);
             dec[r] = (double)generated / (t2 - t1);
-            p50[r] = 1e3 * pct(gaps, n_gaps, 0.50);
-            p99[r] = 1e3 * pct(gaps, n_gaps, 0.99);
+            p50[r] = 1e3 * percentile(gaps, n_gaps, 0.50);
+            p99[r] = 1e3 * percentile(gaps, n_gaps, 0.99);
             free(gaps);
             free(prompt);
             free(cl);
         }
-        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu\n", n, pct(dec, (size_t)reps, 0.5), pct(pre, (size_t)reps, 0.5),
-               pct(p50, (size_t)reps, 0.5), pct(p99, (size_t)reps, 0.5), (unsigned long long)(steps / (uint64_t)reps));
+        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu\n", n, percentile(dec, (size_t)reps, 0.5), percentile(pre, (size_t)reps, 0.5),
+               percentile(p50, (size_t)reps, 0.5), percentile(p99, (size_t)reps, 0.5), (unsigned long long)(steps / (uint64_t)reps));
         fflush(stdout);
     }
     struct rusage ru;

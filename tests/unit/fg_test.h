@@ -3,6 +3,7 @@
 #ifndef FG_TEST_H
 #define FG_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,6 +26,19 @@ static int fg_test_failures;
             fg_test_failures++;                                                  \
         }                                                                        \
     } while (0)
+
+/* A small deterministic generator for test data (xorshift64). */
+static uint64_t fg_test_rng_state = 0x2545f4914f6cdd1dull;
+static inline void rng_seed(uint64_t seed) { fg_test_rng_state = seed ? seed : 1; }
+static inline uint32_t rng_u32(void)
+{
+    fg_test_rng_state ^= fg_test_rng_state << 13;
+    fg_test_rng_state ^= fg_test_rng_state >> 7;
+    fg_test_rng_state ^= fg_test_rng_state << 17;
+    return (uint32_t)(fg_test_rng_state >> 16);
+}
+/* uniform in [-1, 1) */
+static inline float rng_f(void) { return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
 
 /* Ends main(): prints a summary line and returns the exit status. */
 #define TEST_DONE(name)                                                          \

@@ -44,19 +44,6 @@
 #define GUARD 16
 #define CANARY 0x7fa5a5a5u
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-/* uniform in [-1, 1) */
-static float rng_f(void)
-{
-    return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 static const int wtypes[4] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
 static const char *wtype_name(int t)
@@ -410,6 +397,7 @@ static void test_errors(void)
 
 int main(void)
 {
+    rng_seed(0x2545f4914f6cdd1dull);
     const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
     for (int i = 0; i < 2; i++) {
         if (fg_isa_supported(cand[i]))

@@ -33,18 +33,6 @@
 #define LAYER 1
 #define GUARD 16
 
-static uint64_t rng_state = 0x8cb92ba72f3d8dd7ull;
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_f(void)
-{
-    return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising, float scale)
 {
@@ -166,6 +154,7 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
 
 int main(void)
 {
+    rng_seed(0x8cb92ba72f3d8dd7ull);
     const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200};
     for (int f = 0; f < FG_KV__COUNT; f++)
         for (size_t a = 0; a < sizeof n_kvs / sizeof n_kvs[0]; a++) {

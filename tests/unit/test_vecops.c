@@ -5,19 +5,12 @@
 #include "kernels/cpu/vecops.h"
 #include "tests/unit/fg_test.h"
 
-static uint64_t rng_state = 0x6a09e667f3bcc909ull;
-static float rng_f(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((uint32_t)(rng_state >> 16) >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 #define N 1000
 
 int main(void)
 {
+    rng_seed(0x6a09e667f3bcc909ull);
     float x[N], w[N], y[N], g[N], u[N];
     for (int i = 0; i < N; i++) {
         x[i] = rng_f() * 3.0f;

@@ -1,0 +1,85 @@
+/* bench_common.h: what the benchmark tools share: a clock, medians and
+ * percentiles, and the machine's read bandwidth measured with the engine's
+ * own worker pool (the limit decode is compared with). Header-only because
+ * each file in engine/tools/ is its own program. */
+#ifndef FG_BENCH_COMMON_H
+#define FG_BENCH_COMMON_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/pool.h"
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- memory bandwidth: every thread sums its share of a large buffer ---- */
+typedef struct bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sums[64];
+} bw_job;
+
+static inline void bw_read(void *ctx, int ith, int nth)
+{
+    bw_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->n, 64, ith, nth, &b, &e);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (long i = b; i < e; i += 4) {
+        s0 += j->buf[i];
+        s1 += j->buf[i + 1];
+        s2 += j->buf[i + 2];
+        s3 += j->buf[i + 3];
+    }
+    j->sums[ith & 63] = s0 ^ s1 ^ s2 ^ s3;
+}
+
+static inline double measure_bandwidth(fg_pool_t *pool, int reps)
+{
+    const size_t bytes = (size_t)1 << 30;
+    bw_job j = {.n = bytes / sizeof(uint64_t)};
+    uint64_t *buf = malloc(bytes);
+    if (!buf)
+        return 0;
+    memset(buf, 1, bytes);
+    j.buf = buf;
+    double r[32];
+    for (int i = 0; i < reps; i++) {
+        double t = now_s();
+        fg_pool_run(pool, bw_read, &j);
+        r[i] = bytes / (now_s() - t);
+    }
+    free(buf);
+    return median(r, reps);
+}
+
+
+/* The p-quantile (0..1) of v (sorted in place); 0 when n is 0. */
+static inline double percentile(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return v[(size_t)(p * (double)(n - 1) + 0.5)];
+}
+
+#endif
