@@ -147,6 +147,8 @@ const fg_cfg_key fg_cfg_keys[] = {
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 
+static const char *const fail_mode_names[] = {"open", "closed", NULL};
+
 const fg_cfg_key fg_cfg_tenant_keys[] = {
     K_STR(fg_config_tenant, "id", id, NULL, FG_CFG_REQUIRED | FG_CFG_NONEMPTY,
           "Tenant id: 1 to 64 of A-Z a-z 0-9 _ -, unique; names the tenant in quotas, metrics and "
@@ -160,6 +162,23 @@ const fg_cfg_key fg_cfg_tenant_keys[] = {
           "robin weight)."),
     K_INT(fg_config_tenant, "priority", priority, 0, -10, 10,
           "Scheduling priority, -10 lowest to 10 highest; higher goes first when work waits."),
+    K_INT(fg_config_tenant, "max_sessions", max_sessions, 0, 0, INT64_C(1) << 40,
+          "Quota: concurrent sessions over every gateway (0: unlimited). Seeded into Redis when the tenant is new."),
+    K_INT(fg_config_tenant, "max_responses", max_responses, 0, 0, INT64_C(1) << 40,
+          "Quota: concurrent responses (0: unlimited)."),
+    K_INT(fg_config_tenant, "tokens_per_minute", tokens_per_minute, 0, 0, INT64_C(1) << 40,
+          "Quota: input plus output tokens per minute, GCRA on Redis's clock (0: unlimited)."),
+    K_INT(fg_config_tenant, "daily_tokens", daily_tokens, 0, 0, INT64_C(1) << 50,
+          "Quota: input plus output tokens per UTC day (0: unlimited)."),
+    K_INT(fg_config_tenant, "max_kv_bytes", max_kv_bytes, 0, 0, INT64_C(1) << 50,
+          "Quota: resident KV cache bytes, checked when a response starts (0: unlimited)."),
+    K_INT(fg_config_tenant, "max_context_tokens", max_context_tokens, 0, 0, INT64_C(1) << 30,
+          "Quota: tokens per session (0: the model's context)."),
+    K_INT(fg_config_tenant, "max_output_tokens", max_output_tokens, 0, 0, INT64_C(1) << 30,
+          "Quota: output tokens per response (0: unlimited)."),
+    K_ENUM(fg_config_tenant, "fail_mode", fail_mode, fail_mode_names, FG_CONFIG_FAIL_OPEN,
+           "When Redis is unreachable: open admits within a local per-gateway backstop and journals usage; "
+           "closed refuses new sessions and responses while running ones finish."),
 };
 const size_t fg_cfg_n_tenant_keys = sizeof fg_cfg_tenant_keys / sizeof fg_cfg_tenant_keys[0];
 

@@ -50,6 +50,11 @@ typedef enum fg_config_log_level {
 } fg_config_log_level;
 
 /* A list of NUL-terminated strings. */
+typedef enum fg_config_fail_mode {
+    FG_CONFIG_FAIL_OPEN,   /* Redis unreachable: admit within a local backstop */
+    FG_CONFIG_FAIL_CLOSED, /* Redis unreachable: refuse new sessions and responses */
+} fg_config_fail_mode;
+
 typedef struct fg_config_strlist {
     const char *const *items;
     size_t count;
@@ -61,6 +66,15 @@ typedef struct fg_config_tenant {
     fg_config_strlist api_keys; /* secrets: never log them */
     int64_t weight;             /* scheduling share, 1..1000 */
     int64_t priority;           /* -10..10, higher first */
+    /* quota limits seeded into Redis when the tenant is not there yet; 0 = unlimited */
+    int64_t max_sessions;       /* concurrent sessions */
+    int64_t max_responses;      /* concurrent responses */
+    int64_t tokens_per_minute;  /* input + output tokens */
+    int64_t daily_tokens;       /* input + output tokens per UTC day */
+    int64_t max_kv_bytes;       /* resident KV cache bytes */
+    int64_t max_context_tokens; /* per session */
+    int64_t max_output_tokens;  /* per response */
+    fg_config_fail_mode fail_mode;
 } fg_config_tenant;
 
 typedef struct fg_config_server {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/fg_config.h"
@@ -73,6 +74,16 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
         address = fg_redis_local_socket(*redis);
         fg_log(FG_LOG_INFO, "redis_started", "\"socket\":\"%s\"", address);
     }
+    /* The journal lives in persistence.dir, which nothing has created yet when Redis is external. */
+    char parent[512];
+    snprintf(parent, sizeof parent, "%s", cfg->persistence.dir);
+    for (char *p = parent + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            (void)mkdir(parent, 0700); /* mkdir -p; a real failure shows at the journal's open */
+            *p = '/';
+        }
+    (void)mkdir(parent, 0700);
     snprintf(journal, sizeof journal, "%s/quota-%d.journal", cfg->persistence.dir, fg_gateway_port(gw));
     fg_quota_options qo = {.redis_address = address, .timeout_ms = (int)cfg->redis.timeout_ms,
                            .expected_instances = 1, .journal_path = journal, .notify = fg_gateway_wakeup,
@@ -87,7 +98,11 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
         memset(&rec, 0, sizeof rec);
         snprintf(rec.id, sizeof rec.id, "%s", t->id);
         snprintf(rec.name, sizeof rec.name, "%s", t->name ? t->name : t->id);
-        rec.limits.weight = t->weight;
+        rec.limits = (fg_tenant_limits){.max_sessions = t->max_sessions, .max_responses = t->max_responses,
+                                        .tokens_per_minute = t->tokens_per_minute, .daily_tokens = t->daily_tokens,
+                                        .max_kv_bytes = t->max_kv_bytes, .max_context_tokens = t->max_context_tokens,
+                                        .max_output_tokens = t->max_output_tokens, .weight = t->weight,
+                                        .fail_closed = t->fail_mode == FG_CONFIG_FAIL_CLOSED};
         fg_quota_tenant_seed(*quota, &rec, t->api_keys.items, t->api_keys.count);
     }
     fg_gateway_set_quota(gw, *quota);
