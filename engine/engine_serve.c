@@ -62,7 +62,9 @@ static bool outq_has_room(const fg_engine_t *e, const fg_outq *q)
 
 static void mark_ready(fg_engine_t *e, fg_session_t *s)
 {
-    if (!s->ready) {
+    /* Not a freed one: the owner may free a session while its step runs
+     * (unlocked), and must not hear of it again (its user pointer is gone). */
+    if (!s->ready && !s->freed) {
         s->ready = true;
         s->ready_next = e->ready_head;
         e->ready_head = s;

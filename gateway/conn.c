@@ -238,6 +238,24 @@ static uint32_t retry_seconds(double s)
     return s <= 0 ? 0 : s < 1 ? 1 : (uint32_t)(s + 0.999);
 }
 
+/* retry_after of a quota refusal as the protocol has it: none for the codes
+ * without one (too_many_sessions, invalid_value, context_length_exceeded), at
+ * least 1 s for the others (quota_unavailable's verdict carries 0). */
+static uint32_t quota_retry(const fg_quota_result *r)
+{
+    const char *param;
+    switch (quota_code(r->verdict, &param)) {
+    case FG_PROTO_RATE_LIMIT_EXCEEDED:
+    case FG_PROTO_INSUFFICIENT_QUOTA:
+    case FG_PROTO_KV_UNAVAILABLE:
+    case FG_PROTO_QUOTA_UNAVAILABLE: {
+        uint32_t s = retry_seconds(r->retry_after);
+        return s ? s : 1;
+    }
+    default: return 0;
+    }
+}
+
 static void on_session_lease(void *user, const fg_quota_result *r)
 {
     quota_ctx *q = user;
@@ -262,7 +280,7 @@ static void on_session_lease(void *user, const fg_quota_result *r)
         create_failed(c, s, code, param, q->has_event_id ? q->event_id : NULL,
                       r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
                                                          : "the tenant's concurrent-session quota is reached",
-                      retry_seconds(r->retry_after));
+                      quota_retry(r));
         gw_conn_rx_update(c);
     } else {
         gw_session_destroy(s);
@@ -496,7 +514,7 @@ static void on_reserved(void *user, const fg_quota_result *r)
                      r->degraded ? " (local backstop: Redis unreachable)" : "");
             fg_proto_error err;
             fg_proto_error_set(&err, code, param, event_id, "%s", msg);
-            send_error(s->conn, &err, retry_seconds(r->retry_after));
+            send_error(s->conn, &err, quota_retry(r));
         }
         fg_log(FG_LOG_INFO, "quota_rejected", "\"session\":\"%s\",\"tenant\":\"%s\",\"limit\":\"%s\"", s->id,
                gw_tenant_at(gw, s->tenant)->rec.id, fg_quota_verdict_name(r->verdict));
