@@ -317,6 +317,8 @@ out:
 /* host:port, [v6]:port or an absolute unix socket path. */
 static bool redis_address_ok(const char *a)
 {
+    if (!strcmp(a, "off"))
+        return true; /* no Redis: the config's tenants and keys, no quotas */
     if (a[0] == '\0' || a[0] == '/')
         return true;
     const char *colon = strrchr(a, ':');
@@ -398,6 +400,6 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
 
     if (!redis_address_ok(c->redis.address))
         return fg_diag_set(d, FG_ERR_CONFIG,
-                           "redis.address must be host:port, [ipv6]:port, an absolute unix socket path, or empty");
+                           "redis.address must be host:port, [ipv6]:port, an absolute unix socket path, off, or empty");
     return FG_OK;
 }

@@ -134,7 +134,8 @@ const fg_cfg_key fg_cfg_keys[] = {
 
     K_STR(fg_config, "redis.address", redis.address, "", 0,
           "Redis server as host:port ([v6addr]:port for IPv6) or an absolute unix socket path; "
-          "empty starts a private redis-server on a unix socket."),
+          "empty starts a private redis-server on a unix socket; off runs without Redis (the config's "
+          "tenants and keys, no quotas)."),
     K_INT(fg_config, "redis.timeout_ms", redis.timeout_ms, 200, 1, 60000,
           "Milliseconds to wait for Redis to connect or answer before treating it as unreachable."),
 

@@ -66,6 +66,8 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
     char dir[512], journal[600];
     snprintf(dir, sizeof dir, "%s/redis-%d", cfg->persistence.dir, fg_gateway_port(gw));
     const char *address = cfg->redis.address;
+    if (address && !strcmp(address, "off"))
+        return 0; /* no quotas: tenants and keys come from the config */
     if (!address || !*address) {
         if (fg_redis_local_start(dir, redis, &d) != FG_OK) {
             fprintf(stderr, "error: %s\n", d.msg);
