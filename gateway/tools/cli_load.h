@@ -741,7 +741,7 @@ static int load_main(int argc, char **argv)
     for (int i = 0; i < argc && rc < 0; i++) {
         const char *v;
         int r;
-        uint64_t n;
+        uint64_t n = 0;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             load_usage(stdout);
             rc = CLI_EXIT_OK;
