@@ -292,11 +292,15 @@ async def test_two_gateways_one_limit_then_redis_killed():
         ob = await open_session(b, open_key)
         ca = await open_session(a, closed_key)
 
+        open_used = [0]  # tokens the open tenant used, before, during and after the outage
+
         async def keep_going(c, until, out):
             while time.monotonic() < until:
                 await c.add_user("x")
                 st, ev, done = await response_or_error(c, {"max_output_tokens": 4}, timeout=10)
                 out.append(st if st == "ok" else ev["error"]["code"])
+                if st == "ok":
+                    open_used[0] += used_tokens(done)
 
         until = time.monotonic() + 3
         res_a, res_b = [], []
@@ -312,8 +316,9 @@ async def test_two_gateways_one_limit_then_redis_killed():
         # the open tenant still opens sessions; the closed one is refused, quickly
         o2 = await open_session(b, open_key)
         await o2.add_user("hi")
-        st, _, _ = await response_or_error(o2, {"max_output_tokens": 4}, timeout=10)
+        st, _, done = await response_or_error(o2, {"max_output_tokens": 4}, timeout=10)
         eq(st, "ok", "open tenant served while Redis is down")
+        open_used[0] += used_tokens(done)
         t1 = time.monotonic()
         await ca.add_user("hi")
         st, ev, _ = await response_or_error(ca, {"max_output_tokens": 4}, timeout=10)
@@ -337,6 +342,16 @@ async def test_two_gateways_one_limit_then_redis_killed():
             await asyncio.sleep(0.5)
         await c2.create_session()
         log(f"    service resumed {time.monotonic() - deadline + 15:.1f}s after the restart")
+        # ---- the journals of both gateways are replayed: the open tenant's lifetime usage in
+        # Redis equals the tokens its responses actually used, outage included
+        deadline = time.monotonic() + 15
+        while True:
+            total = int(redis.cli("GET", "{tenant:openT}:usage:total").strip() or 0)
+            if total == open_used[0] or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        eq(total, open_used[0], "the open tenant's usage:total after the replay vs the tokens used")
+        log(f"    usage after the replay: {total} tokens = the {open_used[0]} tokens used")
         for c in (oa, ob, ca, o2, c2):
             await c.close()
         await a.stop()
