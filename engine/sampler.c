@@ -81,6 +81,58 @@ static int by_logit_desc(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* True when a ranks after b (lower logit, or equal logit and higher id). */
+static int after(const candidate *a, const candidate *b)
+{
+    return a->logit < b->logit || (a->logit == b->logit && a->id > b->id);
+}
+
+static void sift_down(candidate *h, int n, int i)
+{
+    for (;;) {
+        int w = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && after(&h[l], &h[w]))
+            w = l;
+        if (r < n && after(&h[r], &h[w]))
+            w = r;
+        if (w == i)
+            return;
+        candidate t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* The k best non-NaN logits into s->cand (unordered): a heap whose root is the
+ * worst kept candidate. The same set as the first k of a full sort. */
+static int select_top_k(fg_sampler_t *s, const float *logits, int k)
+{
+    candidate *h = s->cand;
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        if (isnan(logits[i]))
+            continue;
+        candidate c = {logits[i], i};
+        if (n < k) {
+            h[n++] = c;
+            for (int j = n - 1; j > 0;) { /* sift up */
+                int parent = (j - 1) / 2;
+                if (!after(&h[j], &h[parent]))
+                    break;
+                candidate t = h[j];
+                h[j] = h[parent];
+                h[parent] = t;
+                j = parent;
+            }
+        } else if (after(&h[0], &c)) {
+            h[0] = c;
+            sift_down(h, n, 0);
+        }
+    }
+    return n;
+}
+
 uint64_t fg_sampler_rng_init(uint64_t seed)
 {
     return seed ^ 0x9e3779b97f4a7c15ull;
@@ -94,14 +146,16 @@ int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, 
         return best < 0 ? 0 : best;
     }
     int n = 0;
-    for (int i = 0; i < V; i++)
-        if (!isnan(logits[i]))
-            s->cand[n++] = (candidate){logits[i], i};
+    if (p->top_k > 0 && p->top_k < V) {
+        n = select_top_k(s, logits, p->top_k); /* per token: O(V log k), not a full sort */
+    } else {
+        for (int i = 0; i < V; i++)
+            if (!isnan(logits[i]))
+                s->cand[n++] = (candidate){logits[i], i};
+    }
     if (n == 0)
         return 0;
     qsort(s->cand, (size_t)n, sizeof *s->cand, by_logit_desc);
-    if (p->top_k > 0 && p->top_k < n)
-        n = p->top_k;
 
     const float inv_t = 1.0f / p->temperature, top = s->cand[0].logit;
     double sum = 0;

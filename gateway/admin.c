@@ -450,19 +450,25 @@ static bool random_key(char *out, size_t cap)
     return true;
 }
 
-static void key_add(fg_gateway_t *gw, gw_http_req *req, const char *id)
+/* For endpoints that take no fields: an empty body or {}. Replies and returns
+ * false otherwise. */
+static bool expect_no_fields(gw_http_req *req)
 {
     json_t *root = parse_body(req, true);
     if (!root)
-        return;
+        return false;
     static const char *const none[] = {NULL};
     const char *bad = unknown_member(root, none);
-    if (bad) {
+    if (bad)
         reply_unknown_field(req, "", bad);
-        json_decref(root);
-        return;
-    }
     json_decref(root);
+    return bad == NULL;
+}
+
+static void key_add(fg_gateway_t *gw, gw_http_req *req, const char *id)
+{
+    if (!expect_no_fields(req))
+        return;
     fg_tenant_record t;
     if (!fg_quota_tenant_get(gw->quota, id, &t))
         return reply_error(req, 404, "tenant_not_found", NULL, "no tenant '%s'", id);
@@ -554,17 +560,8 @@ static void drain_cb(lws_sorted_usec_list_t *sul)
 
 static void drain(fg_gateway_t *gw, gw_http_req *req)
 {
-    json_t *root = parse_body(req, true);
-    if (!root)
+    if (!expect_no_fields(req))
         return;
-    static const char *const none[] = {NULL};
-    const char *bad = unknown_member(root, none);
-    if (bad) {
-        reply_unknown_field(req, "", bad);
-        json_decref(root);
-        return;
-    }
-    json_decref(root);
     const bool already = gw->draining || atomic_load(&gw->stop_requested);
     reply_json(req, 202, json_pack("{s:b}", "draining", 1));
     if (!already) {

@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 
 #include "gateway/client_stats.h"
+#include "gateway/log.h"
 #include "gateway/tools/cli_common.h"
 
 #define LOAD_MAX_SESSIONS 1000000
@@ -490,19 +491,11 @@ static void load_report_table(const load *L, FILE *f)
     }
 }
 
-/* A JSON string literal of s (server-made codes and the URL: escape all). */
+/* A JSON string literal of s (server-made codes and the URL), escaped like the logs. */
 static void load_json_str(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
+    char buf[2048];
+    fputs(fg_log_str(buf, sizeof buf, s), f);
 }
 
 static void load_json_rss(FILE *f, const char *name, long before, long after, double n)
