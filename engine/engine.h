@@ -99,6 +99,19 @@ typedef struct fg_engine_stats {
     int waiting_kv;                /* responding but waiting for KV pages */
     size_t kv_pages_used;
     size_t kv_pages_total;
+    /* KV tiers and prefix sharing (filled by the persistence layer) */
+    size_t kv_pages_shared;        /* resident pages with more than one holder */
+    size_t kv_pages_cached;        /* resident pages held only by the prefix cache */
+    uint64_t prefix_lookups;       /* full pages looked up in the prefix cache */
+    uint64_t prefix_hits;          /* of which found: shared instead of computed */
+    uint64_t spills;               /* sessions written to disk and released from memory */
+    uint64_t restores;             /* sessions loaded back from disk */
+    uint64_t saves;                /* session files written (end of turn, spill, shutdown) */
+    uint64_t save_errors;          /* writes that failed (disk full, I/O) */
+    double spill_seconds;          /* total time writing spilled sessions */
+    double restore_seconds;        /* total time loading sessions back */
+    int sessions_on_disk;          /* open sessions whose KV is on disk only */
+    uint64_t disk_bytes;           /* bytes of session files under the persistence dir */
 } fg_engine_stats;
 
 void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
