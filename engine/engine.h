@@ -86,6 +86,9 @@ typedef struct fg_engine_info {
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info);
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e);
 
+#define FG_ENGINE_HIST_BUCKETS 16
+#define FG_ENGINE_STEP_HIST_BASE_S 0.0005 /* the first step-time bucket's bound, seconds */
+
 /* Counters since open (serving mode), read consistently under the engine lock. */
 typedef struct fg_engine_stats {
     uint64_t steps;
@@ -112,6 +115,13 @@ typedef struct fg_engine_stats {
     double restore_seconds;        /* total time loading sessions back */
     int sessions_on_disk;          /* open sessions whose KV is on disk only */
     uint64_t disk_bytes;           /* bytes of session files under the persistence dir */
+    /* Per-step histograms (counts per bucket, not cumulative; the last bucket
+     * counts the rest): step time, bucket i <= FG_ENGINE_STEP_HIST_BASE_S * 2^i
+     * seconds; batch tokens and batch sessions, bucket i <= 2^i. */
+    uint64_t step_time_hist[FG_ENGINE_HIST_BUCKETS];
+    uint64_t batch_tokens_hist[FG_ENGINE_HIST_BUCKETS];
+    uint64_t batch_sessions_hist[FG_ENGINE_HIST_BUCKETS];
+    uint64_t batch_sessions_sum;   /* sessions over all steps (batch tokens sum: decode + prefill) */
 } fg_engine_stats;
 
 void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);

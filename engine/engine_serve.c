@@ -31,6 +31,15 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The stats histogram bucket of v (fg_engine_stats): the smallest i with v <= 2^i, the last bucket above. */
+static int pow2_bucket(double v)
+{
+    int i = 0;
+    for (double bound = 1.0; i < FG_ENGINE_HIST_BUCKETS - 1 && v > bound; bound *= 2.0)
+        i++;
+    return i;
+}
+
 static int grow_tokens(int32_t **arr, int *cap, int need)
 {
     if (need <= *cap)
@@ -511,6 +520,10 @@ static void *step_main(void *arg)
         e->stats.decode_tokens += (uint64_t)dec_tok;
         e->stats.prefill_tokens += (uint64_t)pre_tok;
         e->stats.step_seconds += dt;
+        e->stats.step_time_hist[pow2_bucket(dt / FG_ENGINE_STEP_HIST_BASE_S)]++;
+        e->stats.batch_tokens_hist[pow2_bucket((double)(dec_tok + pre_tok))]++;
+        e->stats.batch_sessions_hist[pow2_bucket((double)n)]++;
+        e->stats.batch_sessions_sum += (uint64_t)n;
         e->stats.kv_pages_used = fg_kv_store_pages_total(e->kv) - fg_kv_store_pages_free(e->kv);
         if (e->wake_owner)
             wake_owner(e);

@@ -69,19 +69,6 @@ static void reply_unavailable(gw_http_req *req)
 
 /* ---- helpers ---- */
 
-/* Constant-time comparison (the time depends on the lengths only). */
-static bool key_equal(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    volatile unsigned char diff = (unsigned char)(la != lb);
-    size_t n = la > lb ? la : lb;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = i < la ? (unsigned char)a[i] : 0, y = i < lb ? (unsigned char)b[i] : 0;
-        diff |= (unsigned char)(x ^ y);
-    }
-    return diff == 0;
-}
-
 /* [A-Za-z0-9_-]{1,64} */
 static bool valid_id(const char *s, size_t len)
 {
@@ -609,7 +596,7 @@ int gw_admin_route(fg_gateway_t *gw, gw_http_req *req)
         gw_http_error(req, 404, "not_found", "no such endpoint");
         return 1;
     }
-    if (!key_equal(gw_http_bearer(req), admin_key)) {
+    if (!gw_http_key_equal(gw_http_bearer(req), admin_key)) {
         reply_error(req, 401, "unauthorized", NULL, "%s", "missing or wrong admin key (Authorization: Bearer ADMIN_KEY)");
         return 1;
     }

@@ -70,6 +70,7 @@ void gw_conn_on_open(gw_conn *c)
         gw->conns->all_prev = c;
     gw->conns = c;
     gw->n_conns++;
+    gw->metrics.connections_opened++;
 }
 
 void gw_conn_on_close(gw_conn *c)
@@ -187,6 +188,7 @@ static void create_complete(gw_conn *c, gw_session *s, const char *event_id)
         return create_failed(c, s, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL,
                              event_id, "the instructions do not fit the model's context", 0);
     send_session_event(s, 0);
+    gw_tenant_at(c->gw, s->tenant)->m.sessions_opened++;
     char tid[140];
     fg_log(FG_LOG_INFO, "session_created", "\"session\":\"%s\",\"tenant\":%s", s->id,
            fg_log_str(tid, sizeof tid, gw_tenant_at(c->gw, s->tenant)->rec.id));
@@ -275,6 +277,7 @@ static void on_session_lease(void *user, const fg_quota_result *r)
             gw_session_destroy(s); /* the client left before its session existed */
         }
     } else if (c) {
+        gw_tenant_at(q->gw, s->tenant)->m.quota_rejections[r->verdict]++;
         const char *param;
         fg_proto_code code = quota_code(r->verdict, &param);
         create_failed(c, s, code, param, q->has_event_id ? q->event_id : NULL,
@@ -305,8 +308,10 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
             return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
                         "the session to fork has a response in progress");
     }
-    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
+    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
+        gw_tenant_at(gw, c->tenant)->m.quota_rejections[FG_QUOTA_SESSIONS]++; /* this gateway's own session cap */
         return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    }
     if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
         return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
                     "instructions are longer than the server allows");
@@ -472,6 +477,9 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     s->new_input = 0;
     s->responding = true;
     s->resp_tokens = 0;
+    s->resp_last_token_at = 0;
+    gw_hist_observe(&gw->metrics.queue, gw_now() - s->resp_created_at);
+    gw_tenant_at(gw, s->tenant)->m.responses_started++;
     snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
     snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
     memset(&s->carry, 0, sizeof s->carry);
@@ -516,6 +524,7 @@ static void on_reserved(void *user, const fg_quota_result *r)
             fg_proto_error_set(&err, code, param, event_id, "%s", msg);
             send_error(s->conn, &err, quota_retry(r));
         }
+        gw_tenant_at(gw, s->tenant)->m.quota_rejections[r->verdict]++;
         fg_log(FG_LOG_INFO, "quota_rejected", "\"session\":\"%s\",\"tenant\":\"%s\",\"limit\":\"%s\"", s->id,
                gw_tenant_at(gw, s->tenant)->rec.id, fg_quota_verdict_name(r->verdict));
     }
@@ -542,6 +551,7 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
     if (gw->draining)
         return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    s->resp_created_at = gw_now();
     if (s->rebuild) {
         fg_session_free(s->es);
         int64_t w = gw_tenant_at(gw, s->tenant)->rec.limits.weight;

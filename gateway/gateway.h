@@ -7,7 +7,8 @@
  * callbacks. No lws call is made from any other thread.
  *
  * Serves on one port: the WebSocket protocol (docs/protocol.md) on
- * /v1/realtime, and HTTP: GET /healthz.
+ * /v1/realtime, and HTTP: GET /healthz, the admin API (docs/admin.md),
+ * GET /metrics, GET /v1/status and the dashboard page (docs/metrics.md).
  */
 #ifndef FG_GATEWAY_H
 #define FG_GATEWAY_H

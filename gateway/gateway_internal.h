@@ -14,6 +14,7 @@
 
 #include "gateway/chat_template.h"
 #include "gateway/gateway.h"
+#include "gateway/metrics.h"
 #include "gateway/protocol.h"
 #include "gateway/tenants.h"
 #include "policies/quota.h"
@@ -87,6 +88,9 @@ struct gw_session {
     size_t out_len, out_cap;
 
     double last_activity;           /* seconds (monotonic) */
+    /* latency marks of the response in progress, seconds (monotonic), for metrics.h */
+    double resp_created_at;         /* response.create received */
+    double resp_last_token_at;      /* the previous output token; 0 before the first */
     gw_session *hash_next;
     gw_session *all_next, *all_prev;
 };
@@ -132,6 +136,10 @@ struct fg_gateway {
     size_t kv_bytes_per_token;
     gw_conn *conns;
     size_t n_conns;
+
+    gw_metrics metrics;             /* metrics.h */
+    struct gw_status *status;       /* status.h: the sampled history; NULL on out of memory */
+    struct gw_dashboard *dashboard; /* dashboard.h: the page's files; NULL when not found */
 
     lws_sorted_usec_list_t sweep;   /* periodic idle-session sweep */
     lws_sorted_usec_list_t admin_drain; /* POST /admin/drain: starts the drain once its reply is out */

@@ -280,6 +280,21 @@ static void add_text(gw_session *s, const char *bytes, size_t n)
     }
 }
 
+/* Metrics of a finished response (metrics.h). */
+static void record_done(gw_session *s, fg_proto_response_status status, const fg_usage *u)
+{
+    gw_tenant_counters *m = &gw_tenant_at(s->gw, s->tenant)->m;
+    const gw_resp_status st = status == FG_PROTO_RESPONSE_COMPLETED    ? GW_RESP_COMPLETED
+                              : status == FG_PROTO_RESPONSE_INCOMPLETE ? GW_RESP_INCOMPLETE
+                              : status == FG_PROTO_RESPONSE_CANCELLED  ? GW_RESP_CANCELLED
+                                                                       : GW_RESP_FAILED;
+    m->responses_finished[st]++;
+    m->input_tokens += (uint64_t)(u->input_tokens > 0 ? u->input_tokens : 0);
+    m->cached_input_tokens += (uint64_t)(u->cached_tokens > 0 ? u->cached_tokens : 0);
+    m->output_tokens += (uint64_t)(u->output_tokens > 0 ? u->output_tokens : 0);
+    gw_hist_observe(&s->gw->metrics.e2e, gw_now() - s->resp_created_at);
+}
+
 static void finish_response(gw_session *s, const fg_event *ev)
 {
     char tail[3];
@@ -324,6 +339,7 @@ static void finish_response(gw_session *s, const fg_event *ev)
     uint64_t seq = gw_session_take_seq(s);
     if (fg_proto_write_response_done(&s->gw->scratch, seq, ++s->evt_counter, &d) == FG_OK)
         gw_session_push(s, seq);
+    record_done(s, d.status, &ev->usage);
     if (s->gw->quota && s->reserved) {
         /* work done: the new input prefilled plus the output */
         int64_t used = ev->usage.input_tokens - ev->usage.cached_tokens + ev->usage.output_tokens;
@@ -365,6 +381,14 @@ void gw_session_drain_engine(gw_session *s)
             break;
         for (int i = 0; i < n; i++) {
             if (ev[i].type == FG_EVENT_TOKEN) {
+                const double now = gw_now();
+                gw_metrics *m = &s->gw->metrics;
+                if (s->resp_last_token_at > 0)
+                    gw_hist_observe(&m->inter_token, now - s->resp_last_token_at);
+                else
+                    gw_hist_observe(&m->ttft, now - s->resp_created_at);
+                s->resp_last_token_at = now;
+                m->output_tokens++;
                 fg_tokens_push(&s->conv, &ev[i].token, 1);
                 s->resp_tokens++;
                 add_text(s, text + ev[i].text_off, ev[i].text_len);
@@ -379,6 +403,7 @@ void gw_session_drain_engine(gw_session *s)
             gw_session_flush_delta(s); /* nobody will ask for a write: keep it for replay */
         if (behind(s)) {
             s->output_paused = true;
+            s->gw->metrics.backpressure_pauses++;
             gw_conn_rx_update(s->conn); /* and stop reading it: its requests would queue more output */
             fg_log(FG_LOG_DEBUG, "output_paused", "\"session\":\"%s\",\"unsent_bytes\":%zu", s->id,
                    s->unsent_bytes + s->pending_len);

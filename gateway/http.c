@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/dashboard.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
+#include "gateway/metrics.h"
+#include "gateway/status.h"
 
 struct gw_http_req {
     fg_gateway_t *gw;
@@ -25,7 +28,8 @@ struct gw_http_req {
     /* the reply */
     bool replied;
     unsigned status;
-    char *reply;            /* LWS_PRE + JSON */
+    char content_type[48];
+    char *reply;            /* LWS_PRE + body */
     size_t reply_len;
     int stage;              /* 0 nothing to write, 1 headers, 2 body */
 };
@@ -116,9 +120,83 @@ static void healthz(fg_gateway_t *gw, gw_http_req *req)
     gw_http_reply(req, gw->draining ? 503 : 200, body);
 }
 
+bool gw_http_key_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    volatile unsigned char diff = (unsigned char)(la != lb);
+    size_t n = la > lb ? la : lb;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < la ? (unsigned char)a[i] : 0, y = i < lb ? (unsigned char)b[i] : 0;
+        diff |= (unsigned char)(x ^ y);
+    }
+    return diff == 0;
+}
+
+/* The observation routes' key: none when auth.dashboard_key is empty, else the
+ * dashboard key or the admin key as a bearer token. */
+static bool observer_authorized(const fg_gateway_t *gw, const gw_http_req *req)
+{
+    const char *dash = gw->cfg->auth.dashboard_key, *admin = gw->cfg->auth.admin_key;
+    if (!dash || !*dash)
+        return true;
+    /* both compared, so the time does not tell which key matched */
+    const bool d = gw_http_key_equal(req->bearer, dash);
+    const bool a = admin && *admin && gw_http_key_equal(req->bearer, admin);
+    return d || a;
+}
+
+static void unauthorized(gw_http_req *req)
+{
+    gw_http_error(req, 401, "unauthorized",
+                  "missing or wrong key (Authorization: Bearer DASHBOARD_KEY or ADMIN_KEY)");
+}
+
+static void metrics(fg_gateway_t *gw, gw_http_req *req)
+{
+    if (!observer_authorized(gw, req))
+        return unauthorized(req);
+    char *text;
+    size_t len;
+    if (gw_metrics_render(gw, &text, &len) != FG_OK)
+        return gw_http_error(req, 500, "internal_error", "out of memory");
+    gw_http_reply_as(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+static void status(fg_gateway_t *gw, gw_http_req *req)
+{
+    if (!observer_authorized(gw, req))
+        return unauthorized(req);
+    char *json = gw_status_render(gw);
+    if (!json)
+        return gw_http_error(req, 500, "internal_error", "out of memory");
+    gw_http_reply(req, 200, json);
+    free(json);
+}
+
+/* The page's files. The page itself without the key is answered 401 with the
+ * same HTML, which holds no figures and asks for the key; its script and style
+ * are plain code, served to anyone. */
+static void dashboard(fg_gateway_t *gw, gw_http_req *req)
+{
+    const char *name = req->path + strlen("/dashboard");
+    if (!*name || !strcmp(name, "/"))
+        name = "/index.html";
+    const gw_dashboard_file *f = gw_dashboard_find(gw->dashboard, name + 1);
+    if (!f) {
+        if (!gw->dashboard)
+            return gw_http_error(req, 503, "dashboard_missing",
+                                 "the dashboard's files were not found next to the binary (share/flashgate/dashboard)");
+        return gw_http_error(req, 404, "not_found", "no such endpoint");
+    }
+    const bool page = !strcmp(name, "/index.html");
+    gw_http_reply_as(req, page && !observer_authorized(gw, req) ? 401 : 200, f->content_type, f->data, f->len);
+}
+
 void gw_http_dispatch(gw_http_req *req)
 {
     fg_gateway_t *gw = req->gw;
+    gw->metrics.http_requests++;
     if (req->chunked)
         return gw_http_error(req, 411, "length_required", "send the body with Content-Length (chunked bodies are not supported)");
     if (req->body_too_big)
@@ -128,12 +206,24 @@ void gw_http_dispatch(gw_http_req *req)
             return gw_http_error(req, 405, "method_not_allowed", "use GET");
         return healthz(gw, req);
     }
+    const bool get = !strcmp(req->method, "GET");
+    if (!strcmp(req->path, "/metrics"))
+        return get ? metrics(gw, req) : gw_http_error(req, 405, "method_not_allowed", "use GET");
+    if (!strcmp(req->path, "/v1/status"))
+        return get ? status(gw, req) : gw_http_error(req, 405, "method_not_allowed", "use GET");
+    if (!strcmp(req->path, "/dashboard") || !strncmp(req->path, "/dashboard/", 11))
+        return get ? dashboard(gw, req) : gw_http_error(req, 405, "method_not_allowed", "use GET");
     if (gw_admin_route(gw, req))
         return;
     gw_http_error(req, 404, "not_found", "no such endpoint");
 }
 
 void gw_http_reply(gw_http_req *req, unsigned status, const char *json)
+{
+    gw_http_reply_as(req, status, "application/json", json, strlen(json));
+}
+
+void gw_http_reply_as(gw_http_req *req, unsigned status, const char *content_type, const char *body, size_t len)
 {
     if (req->replied)
         return;
@@ -142,13 +232,14 @@ void gw_http_reply(gw_http_req *req, unsigned status, const char *json)
         req_free(req);
         return;
     }
-    size_t len = strlen(json);
     req->reply = malloc(LWS_PRE + len + 1);
     if (!req->reply) {
         lws_set_timeout(req->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
         return;
     }
-    memcpy(req->reply + LWS_PRE, json, len + 1);
+    memcpy(req->reply + LWS_PRE, body, len);
+    req->reply[LWS_PRE + len] = 0;
+    snprintf(req->content_type, sizeof req->content_type, "%s", content_type);
     req->reply_len = len;
     req->status = status;
     req->stage = 1;
@@ -167,7 +258,7 @@ int gw_http_writable(gw_http_req *req)
     struct lws *wsi = req->wsi;
     if (req->stage == 1) {
         unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
-        if (lws_add_http_common_headers(wsi, req->status, "application/json", (lws_filepos_t)req->reply_len, &p,
+        if (lws_add_http_common_headers(wsi, req->status, req->content_type, (lws_filepos_t)req->reply_len, &p,
                                         end) ||
             lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
                                          &p, end) ||

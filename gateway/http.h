@@ -1,6 +1,9 @@
 /* http.h: plain HTTP requests on the gateway's port (everything that is not the
- * WebSocket upgrade): GET /healthz here, the admin API (admin.c) and later
- * /metrics and the dashboard.
+ * WebSocket upgrade): GET /healthz here, the admin API (admin.c), and the
+ * observation routes: GET /metrics (metrics.c), GET /v1/status (status.c) and
+ * the dashboard page under /dashboard (dashboard.c). Those three need the
+ * dashboard key or the admin key as a bearer token when auth.dashboard_key is
+ * set (docs/metrics.md).
  *
  * A request may be answered at once or later (after an asynchronous quota
  * call): the handler keeps the gw_http_req and calls gw_http_reply exactly
@@ -10,6 +13,7 @@
 #ifndef FG_GATEWAY_HTTP_H
 #define FG_GATEWAY_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct fg_gateway fg_gateway_t;
@@ -29,8 +33,13 @@ const char *gw_http_bearer(const gw_http_req *req);
 
 /* Sends status and a JSON body (copied), then ends the request. */
 void gw_http_reply(gw_http_req *req, unsigned status, const char *json);
+/* Sends status and a body of len bytes (copied) with that Content-Type, then ends the request. */
+void gw_http_reply_as(gw_http_req *req, unsigned status, const char *content_type, const char *body, size_t len);
 /* Sends {"error":{"code":code,"message":message}} with status. */
 void gw_http_error(gw_http_req *req, unsigned status, const char *code, const char *message);
+
+/* Compares two keys in constant time (the time depends on the lengths only). */
+bool gw_http_key_equal(const char *a, const char *b);
 
 /* The admin API (admin.c): returns 1 when the path is an admin path (the
  * request is then answered, now or later), 0 otherwise. */

@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/dashboard.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
+#include "gateway/status.h"
 
 #define SESSION_BUCKETS 65536
 #define SWEEP_US (1 * LWS_US_PER_SEC)
@@ -122,6 +124,8 @@ static void sweep_cb(lws_sorted_usec_list_t *sul)
 {
     fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, sweep);
     gw_sessions_sweep(gw);
+    if (!gw->draining) /* once a second: the dashboard's history (status.h) */
+        gw_status_sample(gw);
     if (gw->draining)
         drain_step(gw);
     lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, gw->draining ? DRAIN_SWEEP_US : SWEEP_US);
@@ -157,6 +161,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         int tenant = -1;
         unsigned status = check_upgrade(wsi, gw, &tenant);
         if (status) {
+            gw->metrics.connections_refused++;
             refuse_upgrade(wsi, status);
             return -1;
         }
@@ -279,6 +284,8 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->limits.max_message_bytes = (size_t)cfg->limits.max_frame_bytes;
     gw->limits.max_instructions_bytes = (size_t)cfg->sessions.max_instructions_bytes;
     fg_proto_buf_init(&gw->scratch, LWS_PRE);
+    gw->status = gw_status_create();
+    gw->dashboard = gw_dashboard_load();
     atomic_init(&gw->stop_requested, false);
 
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_bridge);
@@ -363,6 +370,8 @@ void fg_gateway_destroy(fg_gateway_t *gw)
     if (gw->ctx)
         lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
     fg_proto_buf_free(&gw->scratch);
+    gw_status_destroy(gw->status);
+    gw_dashboard_free(gw->dashboard);
     free(gw->table);
     gw_tenants_free(gw);
     free(gw);

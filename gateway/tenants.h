@@ -6,6 +6,7 @@
 #ifndef FG_GATEWAY_TENANTS_H
 #define FG_GATEWAY_TENANTS_H
 
+#include "gateway/metrics.h"
 #include "policies/quota.h"
 
 typedef struct fg_gateway fg_gateway_t;
@@ -13,6 +14,7 @@ typedef struct fg_gateway fg_gateway_t;
 typedef struct gw_tenant {
     fg_tenant_record rec;   /* refreshed from the quota cache at each handshake */
     int sessions;           /* open on this gateway */
+    gw_tenant_counters m;   /* metrics.h */
 } gw_tenant;
 
 /* Index of the tenant with rec->id, added or updated; -1 on out of memory. */

@@ -171,6 +171,9 @@ void fg_quota_tenant_usage(fg_quota_t *q, const char *tenant_id, fg_quota_usage_
 
 /* ---- health ---- */
 
+#define FG_QUOTA_RTT_BUCKETS 16
+#define FG_QUOTA_RTT_BASE_S 0.0001 /* the first round-trip bucket's bound, seconds */
+
 typedef struct fg_quota_stats {
     bool connected;
     uint64_t calls, errors, reconnects;  /* calls: Redis commands sent */
@@ -178,6 +181,10 @@ typedef struct fg_quota_stats {
     uint64_t journal_entries;    /* usage waiting for replay */
     uint64_t degraded;           /* session opens and reserves decided locally (Redis unreachable) */
     double last_call_ms;         /* duration of the last round trip */
+    /* round-trip times: counts per bucket (not cumulative), bucket i <=
+     * FG_QUOTA_RTT_BASE_S * 2^i seconds, the last bucket the rest */
+    uint64_t rtt_hist[FG_QUOTA_RTT_BUCKETS];
+    double rtt_seconds_sum;
     char last_error[128];        /* the last Redis problem, "" if none */
 } fg_quota_stats;
 void fg_quota_get_stats(fg_quota_t *q, fg_quota_stats *st);

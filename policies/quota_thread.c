@@ -28,6 +28,11 @@ void fg_quota_stat_calls(struct fg_quota *q, uint64_t commands, double ms)
     q->stats.calls += commands;
     q->stats.round_trips++;
     q->stats.last_call_ms = ms;
+    int b = 0; /* the smallest bucket whose bound holds ms */
+    for (double bound_ms = FG_QUOTA_RTT_BASE_S * 1e3; b < FG_QUOTA_RTT_BUCKETS - 1 && ms > bound_ms; bound_ms *= 2.0)
+        b++;
+    q->stats.rtt_hist[b]++;
+    q->stats.rtt_seconds_sum += ms * 1e-3;
     pthread_mutex_unlock(&q->mu);
 }
 
