@@ -286,14 +286,14 @@ static void on_admin_done(void *user, const fg_quota_result *r)
     case FG_QUOTA_OK:
         if (x->kind == CTX_PUT) {
             reply_json(req, x->ok_status, record_json(&x->rec));
-            fg_log(FG_LOG_INFO, "admin_tenant_put", "\"tenant\":\"%s\"", x->rec.id);
+            fg_log_at(FG_LOG_INFO, "admin_tenant_put", x->rec.id, NULL, NULL);
         } else if (x->kind == CTX_KEY_ADD) {
             reply_json(req, 201, json_pack("{s:s, s:s}", "tenant", x->rec.id, "key", x->key));
-            fg_log(FG_LOG_INFO, "admin_key_added", "\"tenant\":\"%s\"", x->rec.id);
+            fg_log_at(FG_LOG_INFO, "admin_key_added", x->rec.id, NULL, NULL);
         } else {
             reply_no_content(req);
-            fg_log(FG_LOG_INFO, x->kind == CTX_DELETE ? "admin_tenant_deleted" : "admin_key_revoked",
-                   "\"tenant\":\"%s\"", x->rec.id);
+            fg_log_at(FG_LOG_INFO, x->kind == CTX_DELETE ? "admin_tenant_deleted" : "admin_key_revoked",
+                      x->rec.id, NULL, NULL);
         }
         break;
     case FG_QUOTA_UNAVAILABLE: reply_unavailable(req); break;

@@ -189,9 +189,7 @@ static void create_complete(gw_conn *c, gw_session *s, const char *event_id)
                              event_id, "the instructions do not fit the model's context", 0);
     send_session_event(s, 0);
     gw_tenant_at(c->gw, s->tenant)->m.sessions_opened++;
-    char tid[140];
-    fg_log(FG_LOG_INFO, "session_created", "\"session\":\"%s\",\"tenant\":%s", s->id,
-           fg_log_str(tid, sizeof tid, gw_tenant_at(c->gw, s->tenant)->rec.id));
+    fg_log_at(FG_LOG_INFO, "session_created", gw_session_tenant(s), s->id, NULL);
 }
 
 /* A pending quota call, found again by session id: the session may be gone by the answer. */
@@ -525,8 +523,8 @@ static void on_reserved(void *user, const fg_quota_result *r)
             send_error(s->conn, &err, quota_retry(r));
         }
         gw_tenant_at(gw, s->tenant)->m.quota_rejections[r->verdict]++;
-        fg_log(FG_LOG_INFO, "quota_rejected", "\"session\":\"%s\",\"tenant\":\"%s\",\"limit\":\"%s\"", s->id,
-               gw_tenant_at(gw, s->tenant)->rec.id, fg_quota_verdict_name(r->verdict));
+        fg_log_at(FG_LOG_INFO, "quota_rejected", gw_session_tenant(s), s->id, "\"limit\":\"%s\"",
+                  fg_quota_verdict_name(r->verdict));
     }
     if (s->conn)
         gw_conn_rx_update(s->conn);
@@ -612,7 +610,7 @@ void gw_session_close(gw_session *s, const char *reason)
     fg_gateway_t *gw = s->gw;
     gw_conn *c = s->conn;
     if (!c) { /* detached: nobody to tell */
-        fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"%s\"", s->id, reason);
+        fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
         gw_session_destroy(s);
         return;
     }
@@ -634,7 +632,7 @@ void gw_session_close(gw_session *s, const char *reason)
     uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
         gw_ring_push(&c->own, UINT32_MAX, 0, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
-    fg_log(FG_LOG_INFO, "session_closed", "\"session\":\"%s\",\"reason\":\"%s\"", s->id, reason);
+    fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
     gw_session_destroy(s);
     gw_conn_request_write(c);
 }

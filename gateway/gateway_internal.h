@@ -150,6 +150,12 @@ struct fg_gateway {
 };
 
 double gw_now(void);
+/* The session's tenant id (for logs). */
+static inline const char *gw_session_tenant(gw_session *s)
+{
+    const gw_tenant *t = gw_tenant_at(s->gw, s->tenant);
+    return t ? t->rec.id : NULL;
+}
 
 /* gw_session.c */
 gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag);

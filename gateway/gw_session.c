@@ -205,7 +205,7 @@ void gw_session_push(gw_session *s, uint64_t seq)
     uint64_t keep_after = s->conn ? s->sent_seq : UINT64_MAX;
     if (!gw_ring_push(&s->ring, (uint32_t)gw->cfg->sessions.resume_buffer_events, keep_after, seq, json,
                       gw->scratch.len, &dropped)) {
-        fg_log(FG_LOG_ERROR, "event_dropped", "\"session\":\"%s\",\"reason\":\"out_of_memory\"", s->id);
+        fg_log_at(FG_LOG_ERROR, "event_dropped", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
         return;
     }
     if (dropped.buf) {
@@ -354,10 +354,10 @@ static void finish_response(gw_session *s, const fg_event *ev)
     /* Items added during the response come after its output, as in the engine. */
     fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
     s->deferred.n = 0;
-    fg_log(FG_LOG_DEBUG, "response_done",
-           "\"session\":\"%s\",\"response\":\"%s\",\"finish\":%d,\"input_tokens\":%lld,\"cached_tokens\":%lld,"
+    fg_log_at(FG_LOG_DEBUG, "response_done", gw_session_tenant(s), s->id,
+           "\"response\":\"%s\",\"finish\":%d,\"input_tokens\":%lld,\"cached_tokens\":%lld,"
            "\"output_tokens\":%lld",
-           s->id, s->resp_id, (int)ev->finish, (long long)ev->usage.input_tokens, (long long)ev->usage.cached_tokens,
+           s->resp_id, (int)ev->finish, (long long)ev->usage.input_tokens, (long long)ev->usage.cached_tokens,
            (long long)ev->usage.output_tokens);
 }
 
@@ -396,7 +396,7 @@ void gw_session_drain_engine(gw_session *s)
                 add_text(s, text + ev[i].text_off, ev[i].text_len);
                 finish_response(s, &ev[i]);
             } else if (ev[i].type == FG_EVENT_WAITING) {
-                fg_log(FG_LOG_INFO, "response_waiting", "\"session\":\"%s\",\"reason\":\"kv_full\"", s->id);
+                fg_log_at(FG_LOG_INFO, "response_waiting", gw_session_tenant(s), s->id, "\"reason\":\"kv_full\"");
             }
         }
         if (!s->conn)
@@ -405,7 +405,7 @@ void gw_session_drain_engine(gw_session *s)
             s->output_paused = true;
             s->gw->metrics.backpressure_pauses++;
             gw_conn_rx_update(s->conn); /* and stop reading it: its requests would queue more output */
-            fg_log(FG_LOG_DEBUG, "output_paused", "\"session\":\"%s\",\"unsent_bytes\":%zu", s->id,
+            fg_log_at(FG_LOG_DEBUG, "output_paused", gw_session_tenant(s), s->id, "\"unsent_bytes\":%zu",
                    s->unsent_bytes + s->pending_len);
         }
     }
@@ -463,8 +463,7 @@ void gw_sessions_sweep(fg_gateway_t *gw)
     for (gw_session *s = gw->sessions; s; s = next) {
         next = s->all_next;
         if (!s->conn && !s->responding && now - s->last_activity > idle) {
-            fg_log(FG_LOG_INFO, "session_expired", "\"session\":\"%s\",\"tenant\":\"%s\"", s->id,
-                   gw_tenant_at(gw, s->tenant)->rec.id);
+            fg_log_at(FG_LOG_INFO, "session_expired", gw_session_tenant(s), s->id, NULL);
             gw_session_destroy(s);
         }
     }

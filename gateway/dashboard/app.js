@@ -43,13 +43,14 @@
     const g = canvas.getContext("2d");
     g.setTransform(ratio, 0, 0, ratio, 0, 0);
     g.clearRect(0, 0, w, h);
-    const left = 56, right = 8, top = 8, bottom = 20;
+    const left = 70, right = 10, top = 8, bottom = 20;
     const pw = w - left - right, ph = h - top - bottom;
     let max = 0;
     for (const s of series) for (const v of s.values) if (v > max) max = v;
     max = niceMax(max);
     const now = t.length ? t[t.length - 1] : Date.now() / 1000;
-    const span = 600; // seconds shown: the server keeps ten minutes
+    // the span shown grows with the history the server holds: 1 to 10 minutes
+    const span = Math.min(600, Math.max(60, t.length ? now - t[0] : 0));
     const x = (ts) => left + pw * (1 - (now - ts) / span);
     const y = (v) => top + ph * (1 - v / max);
 
@@ -64,9 +65,10 @@
       g.fillText(fmt(v), left - 6, yy);
     }
     g.textAlign = "center"; g.textBaseline = "top";
-    for (let m = 10; m >= 0; m -= 2) {
-      const xx = x(now - m * 60);
-      g.fillText(m ? "-" + m + "m" : "now", Math.min(Math.max(xx, left + 10), w - right - 12), h - bottom + 5);
+    const step = span <= 120 ? 15 : span <= 300 ? 60 : 120; // seconds between time labels
+    for (let ago = Math.floor(span / step) * step; ago >= 0; ago -= step) {
+      const label = ago === 0 ? "now" : ago < 60 || ago % 60 ? "-" + ago + "s" : "-" + ago / 60 + "m";
+      g.fillText(label, Math.min(Math.max(x(now - ago), left + 10), w - right - 12), h - bottom + 5);
     }
     for (const s of series) {
       g.strokeStyle = s.color;
@@ -91,7 +93,7 @@
   function niceMax(v) {
     if (!(v > 0)) return 1;
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    for (const m of [1, 2, 4, 6, 8, 10]) if (v <= m * p) return m * p;
     return 10 * p;
   }
 
@@ -224,5 +226,10 @@
   });
   window.addEventListener("resize", () => { clearTimeout(timer); poll(); });
 
-  poll();
+  // The server answers this page 401 when it wants a key and none came with the request
+  // (a browser's navigation never carries one): then ask for it before fetching anything,
+  // unless this tab already holds one.
+  const nav = performance.getEntriesByType("navigation")[0];
+  if (nav && nav.responseStatus === 401 && !sessionStorage.getItem(KEY_STORE)) askKey("");
+  else poll();
 })();

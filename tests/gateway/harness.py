@@ -194,7 +194,8 @@ class Server:
         return "\n".join(self.lines[-n:])
 
     def log_events(self, event=None):
-        """The JSON log lines (optionally only those with "event" == event)."""
+        """The JSON log lines (optionally only those with "event" == event), each flattened:
+        the members of "fields" beside time, level, event, tenant and session."""
         out = []
         for line in list(self.lines):
             if not line.startswith("{"):
@@ -204,7 +205,10 @@ class Server:
             except ValueError:
                 continue
             if event is None or obj.get("event") == event:
-                out.append(obj)
+                # the event's own fields alongside time, level, event, tenant and session
+                flat = dict(obj.get("fields") or {})
+                flat.update({k: v for k, v in obj.items() if k != "fields"})
+                out.append(flat)
         return out
 
     def rss_kb(self):
