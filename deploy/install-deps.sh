@@ -4,7 +4,8 @@
 set -euo pipefail
 want=(build-essential cmake pkg-config libwebsockets-dev libhiredis-dev libjansson-dev redis-server)
 if [[ "${1:-build}" == test ]]; then
-  want+=(clang libclang-rt-14-dev python3-numpy python3-websockets)
+  # chromium (+ its driver) for the dashboard test, python3-prometheus-client to parse /metrics
+  want+=(clang libclang-rt-14-dev python3-numpy python3-websockets python3-prometheus-client chromium chromium-driver)
 fi
 missing=()
 for p in "${want[@]}"; do

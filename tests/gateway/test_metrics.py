@@ -7,11 +7,12 @@ counts), the other tenant's must not move, and no session id may appear in it.
 """
 import asyncio
 import json
+import os
 import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import KEYS, Conn, Server, check, eq, http_get, run_tests
+from harness import KEYS, SOURCE_DIR, Conn, Server, check, eq, http_get, run_tests
 
 DASH_KEY = "dash-test-key-0123456789abcdef"
 ADMIN_KEY = "admin-test-key-0123456789abcdef"
@@ -246,6 +247,27 @@ async def test_status_history():
         eq(acme["output_tokens"], resp["usage"]["output_tokens"], "acme output tokens")
         check(c.session_id not in body.decode(), "no session id in the status document")
         await c.close()
+
+
+async def test_grafana_dashboard_uses_real_families():
+    """deploy/grafana-flashgate.json: valid JSON, and every series its queries name exists."""
+    path = os.path.join(SOURCE_DIR, "deploy", "grafana-flashgate.json")
+    with open(path) as f:
+        dash = json.load(f)
+    async with Server(auth=AUTH) as srv:
+        fams, _ = scrape(srv)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    check(len(exprs) >= 20, f"queries in the Grafana dashboard: {len(exprs)}")
+    ids = [p["id"] for p in dash["panels"]]
+    eq(len(ids), len(set(ids)), "unique panel ids")
+    for name in set(re.findall(r"flashgate_[a-z_]+", " ".join(exprs))):
+        base, ok = name, False
+        for suffix, typ in (("_bucket", "histogram"), ("_sum", "histogram"), ("_count", "histogram"),
+                            ("_total", "counter")):
+            if name.endswith(suffix) and fams.get(name[: -len(suffix)], ("",))[0] == typ:
+                ok = True
+        ok = ok or fams.get(base, ("",))[0] == "gauge"
+        check(ok, f"the Grafana dashboard queries {name}, which /metrics does not serve")
 
 
 if __name__ == "__main__":
