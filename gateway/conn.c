@@ -275,7 +275,7 @@ static void on_session_lease(void *user, const fg_quota_result *r)
             gw_session_destroy(s); /* the client left before its session existed */
         }
     } else if (c) {
-        gw_tenant_at(q->gw, s->tenant)->m.quota_rejections[r->verdict]++;
+        gw_metrics_count_rejection(gw_tenant_at(q->gw, s->tenant), r->verdict);
         const char *param;
         fg_proto_code code = quota_code(r->verdict, &param);
         create_failed(c, s, code, param, q->has_event_id ? q->event_id : NULL,
@@ -307,7 +307,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
                         "the session to fork has a response in progress");
     }
     if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
-        gw_tenant_at(gw, c->tenant)->m.quota_rejections[FG_QUOTA_SESSIONS]++; /* this gateway's own session cap */
+        gw_metrics_count_rejection(gw_tenant_at(gw, c->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
         return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
     }
     if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
@@ -522,7 +522,7 @@ static void on_reserved(void *user, const fg_quota_result *r)
             fg_proto_error_set(&err, code, param, event_id, "%s", msg);
             send_error(s->conn, &err, quota_retry(r));
         }
-        gw_tenant_at(gw, s->tenant)->m.quota_rejections[r->verdict]++;
+        gw_metrics_count_rejection(gw_tenant_at(gw, s->tenant), r->verdict);
         fg_log_at(FG_LOG_INFO, "quota_rejected", gw_session_tenant(s), s->id, "\"limit\":\"%s\"",
                   fg_quota_verdict_name(r->verdict));
     }

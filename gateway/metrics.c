@@ -48,6 +48,12 @@ double gw_hist_quantile_delta(const gw_hist *now, const gw_hist *before, double 
     return gw_latency_bounds[GW_LAT_BUCKETS - 1];
 }
 
+void gw_metrics_count_rejection(gw_tenant *t, fg_quota_verdict verdict)
+{
+    if (t && verdict > FG_QUOTA_OK && verdict <= FG_QUOTA_INVALID)
+        t->m.quota_rejections[verdict]++;
+}
+
 /* ---- the output buffer ---- */
 
 typedef struct text {

@@ -74,6 +74,10 @@ typedef struct gw_metrics {
     gw_hist e2e;                           /* response.create received -> response.done */
 } gw_metrics;
 
+typedef struct gw_tenant gw_tenant;
+/* Counts a refusal of tenant t (may be NULL: ignored) by verdict (out-of-range verdicts ignored). */
+void gw_metrics_count_rejection(gw_tenant *t, fg_quota_verdict verdict);
+
 /* Writes the whole exposition into a new malloc'd NUL-terminated string
  * (*len bytes). Service thread. Errors: FG_ERR_NOMEM. */
 fg_err gw_metrics_render(fg_gateway_t *gw, char **text, size_t *len);

@@ -65,7 +65,7 @@
       g.fillText(fmt(v), left - 6, yy);
     }
     g.textAlign = "center"; g.textBaseline = "top";
-    const step = span <= 120 ? 15 : span <= 300 ? 60 : 120; // seconds between time labels
+    const step = [15, 30, 60, 120, 180].find((st) => span / st <= 5) || 180; // seconds between time labels
     for (let ago = Math.floor(span / step) * step; ago >= 0; ago -= step) {
       const label = ago === 0 ? "now" : ago < 60 || ago % 60 ? "-" + ago + "s" : "-" + ago / 60 + "m";
       g.fillText(label, Math.min(Math.max(x(now - ago), left + 10), w - right - 12), h - bottom + 5);
@@ -115,7 +115,7 @@
     setText("quota-rejections", fmtInt(n.quota_rejections));
     setText("engine-steps", fmtInt(n.engine_steps));
     setText("prefix-hits", kv.prefix_lookups ? ((100 * kv.prefix_hits) / kv.prefix_lookups).toFixed(0) + " %" : "–");
-    setText("redis-state", !r.enabled ? "off" : r.up ? "up · " + fmtNum(r.last_round_trip_ms) + " ms" : "DOWN");
+    setText("redis-state", !r.enabled ? "off" : r.up ? "up " + Number(r.last_round_trip_ms || 0).toFixed(2) + " ms" : "DOWN");
     $("redis-state").className = "value" + (r.enabled && !r.up ? " bad" : "");
 
     const t = s.t || [];
