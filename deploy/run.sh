@@ -16,4 +16,5 @@ if [[ ! -f $model ]]; then
   build/release/bin/flashgate-modelgen --preset flash-mini --out "$model"
 fi
 echo "flashgate: ws://127.0.0.1:8080/v1/realtime (try: build/release/bin/flashgate-cli chat --key fg-dev-key-change-me-0001)"
+echo "dashboard: http://127.0.0.1:8080/dashboard · metrics: http://127.0.0.1:8080/metrics (docs/metrics.md)"
 exec build/release/bin/flashgate --config "${FLASHGATE_CONFIG:-config/flashgate.json}" "$@"
