@@ -1,5 +1,6 @@
-/* Expert parallelism equals one rank: the tiny model (F32 weights and cache)
- * runs the same sessions — a batched prefill of 8 sequences, then greedy
+/* Expert parallelism equals one rank: the tiny model (F32 cache; sigmoid,
+ * softmax and group-limited routing; F32 and Q8_0 weights) runs the same
+ * sessions — a batched prefill of 8 sequences, then greedy
  * decode steps, the last one with a single sequence so most ranks have no
  * tokens of their own — through the plain forward pass and through 1, 2 and
  * 4 in-process ranks (contiguous and strided placement, with and without
@@ -122,14 +123,15 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
     fg_ep_ranks_destroy(r.ep);
 }
 
-int main(void)
+/* All configurations on one model; returns through CHECK. */
+static void check_model(const char *file)
 {
     fg_gguf_t *g;
     fg_model *m;
     fg_diag d = {{0}};
-    if (fg_gguf_open_file(model_path("tiny.gguf"), &g, &d) != FG_OK || fg_model_load(g, &m, &d) != FG_OK) {
-        fprintf(stderr, "%s\n", d.msg);
-        return 1;
+    if (fg_gguf_open_file(model_path(file), &g, &d) != FG_OK || fg_model_load(g, &m, &d) != FG_OK) {
+        CHECK_MSG(false, "%s: %s", file, d.msg);
+        return;
     }
     const int V = m->hp.n_vocab;
     fg_kv_geometry geo;
@@ -142,13 +144,13 @@ int main(void)
         {1, 0, FG_EP_CONTIGUOUS}, {2, 0, FG_EP_CONTIGUOUS}, {4, 0, FG_EP_CONTIGUOUS},
         {2, 0, FG_EP_STRIDED},    {4, 4, FG_EP_STRIDED},    {2, 6, FG_EP_CONTIGUOUS},
     };
-    const int nc = (int)(sizeof configs / sizeof configs[0]);
-    static result res[sizeof configs / sizeof configs[0]];
-    for (int c = 0; c < nc; c++) {
+    enum { NC = sizeof configs / sizeof configs[0] };
+    static result res[NC];
+    for (int c = 0; c < NC; c++) {
         res[c].logits = malloc(sizeof(float) * NSEQ * POS * (size_t)V);
         run(m, &geo, kv, configs[c], &res[c]);
     }
-    for (int c = 1; c < nc; c++) {
+    for (int c = 1; c < NC; c++) {
         float worst = 0;
         for (size_t i = 0; i < (size_t)NSEQ * POS * V; i++) {
             const float a = res[0].logits[i], b = res[c].logits[i];
@@ -160,11 +162,11 @@ int main(void)
                 worst = fabsf(a - b);
         }
         const bool same = memcmp(res[0].gen, res[c].gen, sizeof res[0].gen) == 0;
-        fprintf(stderr, "ranks %d, redundant %d, %s: max |dlogit| = %g, greedy tokens %s\n", configs[c].ranks,
-                configs[c].redundant, configs[c].placement == FG_EP_STRIDED ? "strided" : "contiguous", worst,
-                same ? "same" : "DIFFER");
-        CHECK_MSG(worst <= 1e-4f, "ranks %d: max |dlogit| %g > 1e-4", configs[c].ranks, worst);
-        CHECK_MSG(same, "ranks %d: greedy tokens differ from one rank", configs[c].ranks);
+        fprintf(stderr, "%s: ranks %d, redundant %d, %s: max |dlogit| = %g, greedy tokens %s\n", file,
+                configs[c].ranks, configs[c].redundant,
+                configs[c].placement == FG_EP_STRIDED ? "strided" : "contiguous", worst, same ? "same" : "DIFFER");
+        CHECK_MSG(worst <= 1e-4f, "%s, ranks %d: max |dlogit| %g > 1e-4", file, configs[c].ranks, worst);
+        CHECK_MSG(same, "%s, ranks %d: greedy tokens differ from one rank", file, configs[c].ranks);
     }
     CHECK(res[0].gen[0][DECODE - 1] >= 0 && res[0].gen[1][DECODE - 2] >= 0); /* the decode steps ran */
 
@@ -173,11 +175,19 @@ int main(void)
     fg_ep_ranks_options o = {.n_ranks = 3, .max_tokens = 8, .n_threads = 1};
     CHECK(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks"));
 
-    for (int c = 0; c < nc; c++)
+    for (int c = 0; c < NC; c++)
         free(res[c].logits);
     CHECK(fg_kv_store_pages_free(kv) == fg_kv_store_pages_total(kv));
     fg_kv_store_destroy(kv);
     fg_model_free(m);
     fg_gguf_close(g);
+}
+
+int main(void)
+{
+    /* sigmoid routing with a bias; softmax; group-limited routing; Q8_0 weights */
+    static const char *const models[] = {"tiny.gguf", "tiny-softmax.gguf", "tiny-groups.gguf", "tiny-q8_0.gguf"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        check_model(models[i]);
     return TEST_DONE("test_ep_logits");
 }
