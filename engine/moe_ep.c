@@ -239,33 +239,62 @@ static void combine(fg_moe_ep_t *ep, int n, const int *ids, const float *w, floa
 fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *ids, const float *w,
                          const float *xn, float *x, fg_diag *diag)
 {
+    /* Every step below runs whatever failed before it, so that the peers, which
+     * cannot know, complete their exchanges too; the first error is the one
+     * reported (later ones go to a scratch message). */
     const int R = ep->R;
-    fg_err err = FG_OK, e2;
+    fg_err err = FG_OK;
+    fg_diag later;
+#define FIRST() (err == FG_OK ? diag : &later)
+#define KEEP(call)                                                                                                     \
+    do {                                                                                                               \
+        fg_err e_ = (call);                                                                                            \
+        if (e_ != FG_OK && err == FG_OK)                                                                               \
+            err = e_;                                                                                                  \
+    } while (0)
     if (n < 0 || n > ep->T) {
-        err = fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert parallelism: %d tokens, at most %d per rank", n, ep->T);
+        KEEP(fg_diag_set(FIRST(), FG_ERR_INVALID_ARG, "expert parallelism: %d tokens, at most %d per rank", n, ep->T));
         n = 0; /* still serve the peers */
     }
     pack(ep, n, ids, xn);
-    if ((e2 = fg_ep_alltoall_counts(ep->t, ep->send_count, ep->recv_count, diag)) != FG_OK)
-        return e2;
+    fg_err ce = fg_ep_alltoall_counts(ep->t, ep->send_count, ep->recv_count, FIRST());
+    KEEP(ce);
     int64_t rows = 0;
+    for (int p = 0; p < R; p++) {
+        if (ce != FG_OK)
+            ep->recv_count[p] = 0; /* unknown: receive nothing */
+        rows += ep->recv_count[p];
+    }
+    if (rows > (int64_t)R * ep->T * ep->K) {
+        /* A peer made with a larger max_tokens: receive nothing rather than overrun; the transport reports the
+         * size mismatch to both sides. */
+        KEEP(fg_diag_set(FIRST(), FG_ERR_INVALID_ARG,
+                         "rank %d would receive %lld rows, room for %lld: every rank needs the same max tokens",
+                         ep->rank, (long long)rows, (long long)R * ep->T * ep->K));
+        for (int p = 0; p < R; p++)
+            ep->recv_count[p] = 0;
+        rows = 0;
+    }
     for (int p = 0; p < R; p++) {
         ep->send_bytes[p] = (size_t)ep->send_count[p] * ep->rec * sizeof(float);
         ep->recv_bytes[p] = (size_t)ep->recv_count[p] * ep->rec * sizeof(float);
-        rows += ep->recv_count[p];
     }
-    /* Every peer sends at most T * K rows (its own check above), so rows fits. */
-    if ((e2 = fg_ep_alltoallv(ep->t, ep->send_rows, ep->send_bytes, ep->recv_rows, ep->recv_bytes, diag)) != FG_OK)
-        return e2;
-    if ((e2 = compute(ep, ly, (int)rows, diag)) != FG_OK && err == FG_OK)
-        err = e2;
+    fg_err pe = fg_ep_alltoallv(ep->t, ep->send_rows, ep->send_bytes, ep->recv_rows, ep->recv_bytes, FIRST());
+    KEEP(pe);
+    if (pe != FG_OK) { /* what arrived is not to be trusted: compute nothing, send nothing back */
+        for (int p = 0; p < R; p++)
+            ep->recv_count[p] = 0;
+        rows = 0;
+    }
+    KEEP(compute(ep, ly, (int)rows, FIRST()));
     /* Results go back the way the rows came: the counts swap roles. */
     for (int p = 0; p < R; p++) {
         ep->recv_bytes[p] = (size_t)ep->recv_count[p] * ep->d * sizeof(float);
         ep->send_bytes[p] = (size_t)ep->send_count[p] * ep->d * sizeof(float);
     }
-    if ((e2 = fg_ep_alltoallv(ep->t, ep->out_rows, ep->recv_bytes, ep->back_rows, ep->send_bytes, diag)) != FG_OK)
-        return e2;
+    KEEP(fg_ep_alltoallv(ep->t, ep->out_rows, ep->recv_bytes, ep->back_rows, ep->send_bytes, FIRST()));
+#undef KEEP
+#undef FIRST
     if (err == FG_OK)
         combine(ep, n, ids, w, x);
     return err;

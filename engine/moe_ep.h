@@ -32,7 +32,8 @@
 typedef struct fg_moe_ep fg_moe_ep_t;
 
 /* The model, shard and transport must outlive the object; the shard's rank
- * count must equal the transport's size. pool may be NULL (single thread).
+ * count must equal the transport's size, and every rank of the group must
+ * be made with the same shard options and max_tokens. pool may be NULL (single thread).
  * Errors: FG_ERR_INVALID_ARG (max_tokens < 1, shard and transport disagree,
  * the shard's expert count is not the model's), FG_ERR_UNSUPPORTED (more
  * than 64 experts per token), FG_ERR_NOMEM. */

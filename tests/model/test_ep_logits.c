@@ -6,10 +6,13 @@
  * 4 in-process ranks (contiguous and strided placement, with and without
  * replicated experts). Every configuration must pick the same greedy tokens
  * and give every logit within 1e-4 of the plain pass. A batch with a bad
- * token on one rank is refused while the other ranks complete (no hang). */
+ * token on one rank is refused while the other ranks complete (no hang), and
+ * so is an exchange between ranks made with different batch sizes. */
+#include <pthread.h>
 #include <string.h>
 
 #include "engine/ep_ranks.h"
+#include "engine/moe_ep.h"
 #include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/kv_store.h"
@@ -123,6 +126,76 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
     fg_ep_ranks_destroy(r.ep);
 }
 
+/* Two ranks made with different max tokens (a misconfigured job): rank 1
+ * sends rank 0 more rows than it has room for. Both get an error, rank 0's
+ * names the cause, nothing overruns (ASan) and nobody hangs. */
+typedef struct mismatch_rank {
+    fg_moe_ep_t *ep;
+    const fg_layer *ly;
+    int n;
+    int ids[64 * 4];
+    float w[64 * 4];
+    float *xn, *x;
+    fg_err err;
+    fg_diag diag;
+} mismatch_rank;
+
+static void *mismatch_main(void *arg)
+{
+    mismatch_rank *r = arg;
+    r->err = fg_moe_ep_experts(r->ep, r->ly, r->n, r->ids, r->w, r->xn, r->x, &r->diag);
+    return NULL;
+}
+
+static void check_mismatched_ranks(const fg_model *m)
+{
+    const fg_layer *ly = NULL;
+    for (int il = 0; il < m->hp.n_layer && !ly; il++)
+        if (m->layers[il].is_moe)
+            ly = &m->layers[il];
+    CHECK(ly != NULL && m->hp.n_expert_used == 4);
+    if (!ly || m->hp.n_expert_used != 4)
+        return;
+    fg_diag d = {{0}};
+    fg_ep_shard_t *shard;
+    fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = 2};
+    fg_ep_inproc_group_t *g;
+    CHECK(fg_ep_shard_create(&so, &shard, &d) == FG_OK && fg_ep_inproc_group_create(2, &g, &d) == FG_OK);
+    static mismatch_rank r[2];
+    fg_ep_transport_t *t[2];
+    const int max_tokens[2] = {1, 64};
+    const size_t dsz = (size_t)m->hp.n_embd;
+    for (int i = 0; i < 2; i++) {
+        CHECK(fg_ep_inproc_transport_create(g, i, &t[i], &d) == FG_OK);
+        CHECK(fg_moe_ep_create(m, shard, t[i], max_tokens[i], NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
+        r[i].ly = ly;
+        r[i].xn = calloc(64 * dsz, sizeof(float));
+        r[i].x = calloc(64 * dsz, sizeof(float));
+    }
+    r[0].n = 0;
+    r[1].n = 64; /* every token's 4 experts are rank 0's (contiguous: 0..7) */
+    for (int i = 0; i < 64 * 4; i++) {
+        r[1].ids[i] = i % 4;
+        r[1].w[i] = 0.25f;
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&th[i], NULL, mismatch_main, &r[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_MSG(r[0].err == FG_ERR_INVALID_ARG && strstr(r[0].diag.msg, "same max tokens"), "rank 0: %s",
+              r[0].diag.msg);
+    CHECK_MSG(r[1].err == FG_ERR_INVALID_ARG, "rank 1: %s", r[1].diag.msg);
+    for (int i = 0; i < 2; i++) {
+        fg_moe_ep_destroy(r[i].ep);
+        fg_ep_transport_destroy(t[i]);
+        free(r[i].xn);
+        free(r[i].x);
+    }
+    fg_ep_inproc_group_destroy(g);
+    fg_ep_shard_destroy(shard);
+}
+
 /* All configurations on one model; returns through CHECK. */
 static void check_model(const char *file)
 {
@@ -174,6 +247,8 @@ static void check_model(const char *file)
     fg_ep_ranks_t *bad;
     fg_ep_ranks_options o = {.n_ranks = 3, .max_tokens = 8, .n_threads = 1};
     CHECK(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks"));
+    if (strcmp(file, "tiny.gguf") == 0)
+        check_mismatched_ranks(m);
 
     for (int c = 0; c < NC; c++)
         free(res[c].logits);
