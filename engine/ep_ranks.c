@@ -45,6 +45,53 @@ struct fg_ep_ranks {
     bool stop;                /* [mu] */
 };
 
+/* NCCL: every rank must be inside ncclCommInitRank at once, so each joins from its own thread. */
+typedef struct nccl_join {
+    fg_ep_nccl_options o;
+    fg_ep_transport_t *t;
+    fg_err err;
+    fg_diag diag;
+} nccl_join;
+
+static void *nccl_join_main(void *arg)
+{
+    nccl_join *j = arg;
+    j->err = fg_ep_nccl_transport_create(&j->o, &j->t, &j->diag);
+    return NULL;
+}
+
+static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, fg_diag *diag)
+{
+    /* The largest all-to-all: a rank receives up to n * max_tokens * k rows of 1 + d floats. */
+    const size_t cap = (size_t)r->n * (size_t)r->max_tokens * (size_t)m->hp.n_expert_used *
+                       (1 + (size_t)m->hp.n_embd) * sizeof(float);
+    nccl_join *j = calloc((size_t)r->n, sizeof *j);
+    pthread_t *th = calloc((size_t)r->n, sizeof *th);
+    bool *started = calloc((size_t)r->n, sizeof *started);
+    fg_err err = FG_OK;
+    if (!j || !th || !started)
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+    for (int i = 0; err == FG_OK && i < r->n; i++) {
+        j[i].o = (fg_ep_nccl_options){.n_ranks = r->n, .rank = i, .device = i, .id = id, .max_bytes = cap};
+        started[i] = pthread_create(&th[i], NULL, nccl_join_main, &j[i]) == 0;
+        if (!started[i])
+            err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start the NCCL join thread of rank %d", i);
+    }
+    /* A failed start leaves the others blocked in ncclCommInitRank: NCCL's own timeout ends them. */
+    for (int i = 0; j && th && started && i < r->n; i++) {
+        if (!started[i])
+            continue;
+        pthread_join(th[i], NULL);
+        r->ranks[i].t = j[i].t;
+        if (err == FG_OK && j[i].err != FG_OK)
+            err = fg_diag_set(diag, j[i].err, "rank %d: %s", i, j[i].diag.msg);
+    }
+    free(j);
+    free(th);
+    free(started);
+    return err;
+}
+
 static void run_rank(rank *k)
 {
     k->err = fg_forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag);
@@ -103,7 +150,8 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         fg_ep_ranks_destroy(r);
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
     }
-    if ((err = fg_ep_inproc_group_create(r->n, &r->group, diag))) {
+    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, diag)
+                          : fg_ep_inproc_group_create(r->n, &r->group, diag))) {
         fg_ep_ranks_destroy(r);
         return err;
     }
@@ -122,7 +170,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
         }
         if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag)) ||
-            (err = fg_ep_inproc_transport_create(r->group, i, &k->t, diag)) ||
+            (!o->nccl_id && (err = fg_ep_inproc_transport_create(r->group, i, &k->t, diag))) ||
             (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, k->pool, o->isa, &k->ep, diag))) {
             fg_ep_ranks_destroy(r);
             return err;

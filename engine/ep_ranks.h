@@ -2,7 +2,8 @@
  * together — the serving engine's CPU form of expert parallelism.
  *
  * Each rank is a thread with its own forward pass (scratch), worker pool and
- * end of an in-process transport; the model weights (memory-mapped) and the
+ * end of an in-process transport (or of NCCL, one GPU per rank, to check the
+ * NCCL path on one node); the model weights (memory-mapped) and the
  * KV store are shared. Attention is data-parallel: a sequence runs on the
  * rank the caller names (the engine assigns each session one rank for its
  * life, so its KV pages are only ever written by that rank). MoE layers are
@@ -34,11 +35,16 @@ typedef struct fg_ep_ranks_options {
     int experts_per_rank;     /* 0: derived; see fg_ep_shard_options */
     int redundant;            /* replica slots over all ranks */
     fg_ep_placement placement;
+    /* NULL: the in-process transport. Else the job's ncclUniqueId
+     * [FG_EP_NCCL_ID_BYTES]: the ranks talk over NCCL, rank i on CUDA device
+     * i of this node (one node; the compute stays on the CPU). */
+    const uint8_t *nccl_id;
 } fg_ep_ranks_options;
 
 /* Errors: FG_ERR_CONFIG (the placement does not fit the model: see
  * fg_ep_shard_create), FG_ERR_INVALID_ARG (n_ranks outside 1..FG_EP_MAX_RANKS,
- * max_tokens < 1), FG_ERR_NOMEM (also: a thread could not start). */
+ * max_tokens < 1), FG_ERR_UNSUPPORTED and FG_ERR_IO (NCCL: see
+ * fg_ep_nccl_transport_create), FG_ERR_NOMEM (also: a thread could not start). */
 fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
                           fg_ep_ranks_t **out, fg_diag *diag);
 void fg_ep_ranks_destroy(fg_ep_ranks_t *r);
