@@ -18,8 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* nccl.h declares some functions with "()" (not prototypes in C). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <cuda_runtime.h>
 #include <nccl.h>
+#pragma GCC diagnostic pop
 
 _Static_assert(sizeof(ncclUniqueId) == FG_EP_NCCL_ID_BYTES, "ncclUniqueId size");
 
