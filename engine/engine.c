@@ -83,6 +83,14 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
             goto fail;
         }
     } else {
+        if (o->ep_experts_per_rank || o->ep_redundant) { /* one rank: still say when the numbers do not fit */
+            fg_ep_shard_t *shard;
+            fg_ep_shard_options so = {.n_expert = hp->n_expert, .n_ranks = 1,
+                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant};
+            if ((err = fg_ep_shard_create(&so, &shard, diag)))
+                goto fail;
+            fg_ep_shard_destroy(shard);
+        }
         e->pool = fg_pool_create(nth);
         if (!e->pool) {
             err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);

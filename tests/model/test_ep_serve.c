@@ -167,6 +167,9 @@ int main(void)
     fg_engine_options o;
     fg_engine_options_default(&o);
     o.model_path = model_path("tiny.gguf");
+    o.ep_experts_per_rank = 8; /* one rank holds all 16 */
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.experts_per_rank (8)"));
+    o.ep_experts_per_rank = 0;
     o.ep_ranks = 2;
     o.ep_transport = 1;
     CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_UNSUPPORTED && strstr(d.msg, "nccl"));
