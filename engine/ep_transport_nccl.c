@@ -148,7 +148,7 @@ fg_err fg_ep_nccl_transport_create(const fg_ep_nccl_options *o, fg_ep_transport_
     cudaError_t ce;
     if ((ce = cudaSetDevice(o->device)) || (ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
         (ce = cudaMalloc((void **)&c->d_send, c->cap)) || (ce = cudaMalloc((void **)&c->d_recv, c->cap)) ||
-        (ce = cudaMalloc((void **)&c->d_one, sizeof(int)))) {
+        (ce = cudaMalloc((void **)&c->d_one, sizeof(int))) || (ce = cudaMemset(c->d_one, 0, sizeof(int)))) {
         err = cuda_fail(diag, "nccl transport: CUDA set-up", ce);
         nccl_destroy(&c->base);
         return err;
