@@ -392,8 +392,8 @@ static fg_err check_topology(const fg_config *c, fg_diag *d)
                            t->experts_per_rank, t->redundant_experts / t->ranks);
     if (t->transport == FG_CONFIG_TRANSPORT_INPROC && per_node != t->ranks)
         return fg_diag_set(d, FG_ERR_CONFIG,
-                           "topology.transport inproc runs every rank in this process: topology.ranks_per_node (%" PRId64
-                           ") must be 0 or topology.ranks (%" PRId64 "); use nccl across nodes",
+                           "topology.transport inproc runs every rank in this process: topology.ranks_per_node "
+                           "(%" PRId64 ") must be 0 or topology.ranks (%" PRId64 "); use nccl across nodes",
                            t->ranks_per_node, t->ranks);
     if (t->transport == FG_CONFIG_TRANSPORT_NCCL) {
 #ifndef FG_HAVE_NCCL

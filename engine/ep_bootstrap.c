@@ -90,8 +90,9 @@ static fg_err publish(redisContext *c, const fg_ep_bootstrap_options *o, const c
     if ((r = command(c, diag, "DEL %s %s", id_key, taken_key)))
         freeReplyObject(r);
     if (taken < o->n_nodes - 1)
-        return fg_diag_set(diag, FG_ERR_IO, "bootstrap: only %lld of %d other nodes took the id under '%s' within %d ms",
-                           taken, o->n_nodes - 1, id_key, o->timeout_ms);
+        return fg_diag_set(diag, FG_ERR_IO,
+                           "bootstrap: only %lld of %d other nodes took the id under '%s' within %d ms", taken,
+                           o->n_nodes - 1, id_key, o->timeout_ms);
     return FG_OK;
 }
 
@@ -130,8 +131,8 @@ fg_err fg_ep_bootstrap_exchange(const fg_ep_bootstrap_options *o, uint8_t *blob,
 {
     if (!o->redis_address || !o->redis_address[0] || !o->prefix || !o->prefix[0] || o->n_nodes < 1 || o->node < 0 ||
         o->node >= o->n_nodes || o->timeout_ms <= 0 || !blob || len == 0)
-        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bootstrap: bad options (node %d of %d, %d ms, %zu bytes)", o->node,
-                           o->n_nodes, o->timeout_ms, len);
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bootstrap: bad options (node %d of %d, %d ms, %zu bytes)",
+                           o->node, o->n_nodes, o->timeout_ms, len);
     if (o->n_nodes == 1)
         return FG_OK; /* nobody to tell */
     char id_key[256], taken_key[256];

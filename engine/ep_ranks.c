@@ -161,7 +161,8 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         k->id = i;
         if (r->threads_per_rank > 1 && !(k->pool = fg_pool_create(r->threads_per_rank))) {
             fg_ep_ranks_destroy(r);
-            return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads for rank %d", r->threads_per_rank, i);
+            return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads for rank %d", r->threads_per_rank,
+                               i);
         }
         k->tok = malloc((size_t)r->max_tokens * sizeof *k->tok);
         k->seqs = malloc((size_t)r->max_tokens * sizeof *k->seqs);

@@ -43,8 +43,8 @@ fg_err fg_ep_shard_create(const fg_ep_shard_options *o, fg_ep_shard_t **out, fg_
                            o->redundant, rep, E - own);
     if (o->experts_per_rank != 0 && o->experts_per_rank != own + rep)
         return fg_diag_set(diag, FG_ERR_CONFIG,
-                           "topology.experts_per_rank (%d) does not match topology.ranks (%d): %d experts over %d ranks "
-                           "plus %d replicas per rank make %d",
+                           "topology.experts_per_rank (%d) does not match topology.ranks (%d): %d experts over %d "
+                           "ranks plus %d replicas per rank make %d",
                            o->experts_per_rank, R, E, R, rep, own + rep);
     if (o->hot) {
         bool *seen = calloc((size_t)E, sizeof *seen);

@@ -83,8 +83,9 @@ static fg_err inproc_alltoallv(fg_ep_transport_t *t, const void *send, const siz
         if (len != recv_bytes[p]) {
             /* Keep going to the second barrier: the peers must not wait for us. */
             if (err == FG_OK)
-                err = fg_diag_set(diag, FG_ERR_INVALID_ARG, "all-to-all: rank %d sends %zu bytes to rank %d, which expects %zu",
-                                  p, len, r, recv_bytes[p]);
+                err = fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                                  "all-to-all: rank %d sends %zu bytes to rank %d, which expects %zu", p, len, r,
+                                  recv_bytes[p]);
         } else if (len) {
             memcpy((uint8_t *)recv + at, s->send + off, len);
         }

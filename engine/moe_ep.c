@@ -236,6 +236,16 @@ static void combine(fg_moe_ep_t *ep, int n, const int *ids, const float *w, floa
     }
 }
 
+/* Keeps the first error of a sequence of steps. */
+static void keep(fg_err *first, fg_err e)
+{
+    if (e != FG_OK && *first == FG_OK)
+        *first = e;
+}
+
+/* Where a step writes its message: the caller's diag until an error is kept, then scratch. */
+static fg_diag *msg(fg_err first, fg_diag *diag, fg_diag *scratch) { return first == FG_OK ? diag : scratch; }
+
 fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *ids, const float *w,
                          const float *xn, float *x, fg_diag *diag)
 {
@@ -245,20 +255,14 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
     const int R = ep->R;
     fg_err err = FG_OK;
     fg_diag later;
-#define FIRST() (err == FG_OK ? diag : &later)
-#define KEEP(call)                                                                                                     \
-    do {                                                                                                               \
-        fg_err e_ = (call);                                                                                            \
-        if (e_ != FG_OK && err == FG_OK)                                                                               \
-            err = e_;                                                                                                  \
-    } while (0)
     if (n < 0 || n > ep->T) {
-        KEEP(fg_diag_set(FIRST(), FG_ERR_INVALID_ARG, "expert parallelism: %d tokens, at most %d per rank", n, ep->T));
+        keep(&err, fg_diag_set(msg(err, diag, &later), FG_ERR_INVALID_ARG,
+                               "expert parallelism: %d tokens, at most %d per rank", n, ep->T));
         n = 0; /* still serve the peers */
     }
     pack(ep, n, ids, xn);
-    fg_err ce = fg_ep_alltoall_counts(ep->t, ep->send_count, ep->recv_count, FIRST());
-    KEEP(ce);
+    fg_err ce = fg_ep_alltoall_counts(ep->t, ep->send_count, ep->recv_count, msg(err, diag, &later));
+    keep(&err, ce);
     int64_t rows = 0;
     for (int p = 0; p < R; p++) {
         if (ce != FG_OK)
@@ -268,9 +272,9 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
     if (rows > (int64_t)R * ep->T * ep->K) {
         /* A peer made with a larger max_tokens: receive nothing rather than overrun; the transport reports the
          * size mismatch to both sides. */
-        KEEP(fg_diag_set(FIRST(), FG_ERR_INVALID_ARG,
-                         "rank %d would receive %lld rows, room for %lld: every rank needs the same max tokens",
-                         ep->rank, (long long)rows, (long long)R * ep->T * ep->K));
+        keep(&err, fg_diag_set(msg(err, diag, &later), FG_ERR_INVALID_ARG,
+                               "rank %d would receive %lld rows, room for %lld: every rank needs the same max tokens",
+                               ep->rank, (long long)rows, (long long)R * ep->T * ep->K));
         for (int p = 0; p < R; p++)
             ep->recv_count[p] = 0;
         rows = 0;
@@ -279,22 +283,22 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
         ep->send_bytes[p] = (size_t)ep->send_count[p] * ep->rec * sizeof(float);
         ep->recv_bytes[p] = (size_t)ep->recv_count[p] * ep->rec * sizeof(float);
     }
-    fg_err pe = fg_ep_alltoallv(ep->t, ep->send_rows, ep->send_bytes, ep->recv_rows, ep->recv_bytes, FIRST());
-    KEEP(pe);
+    fg_err pe =
+        fg_ep_alltoallv(ep->t, ep->send_rows, ep->send_bytes, ep->recv_rows, ep->recv_bytes, msg(err, diag, &later));
+    keep(&err, pe);
     if (pe != FG_OK) { /* what arrived is not to be trusted: compute nothing, send nothing back */
         for (int p = 0; p < R; p++)
             ep->recv_count[p] = 0;
         rows = 0;
     }
-    KEEP(compute(ep, ly, (int)rows, FIRST()));
+    keep(&err, compute(ep, ly, (int)rows, msg(err, diag, &later)));
     /* Results go back the way the rows came: the counts swap roles. */
     for (int p = 0; p < R; p++) {
         ep->recv_bytes[p] = (size_t)ep->recv_count[p] * ep->d * sizeof(float);
         ep->send_bytes[p] = (size_t)ep->send_count[p] * ep->d * sizeof(float);
     }
-    KEEP(fg_ep_alltoallv(ep->t, ep->out_rows, ep->recv_bytes, ep->back_rows, ep->send_bytes, FIRST()));
-#undef KEEP
-#undef FIRST
+    keep(&err,
+         fg_ep_alltoallv(ep->t, ep->out_rows, ep->recv_bytes, ep->back_rows, ep->send_bytes, msg(err, diag, &later)));
     if (err == FG_OK)
         combine(ep, n, ids, w, x);
     return err;
