@@ -364,6 +364,52 @@ static fg_err check_operator_key(const fg_config *c, const char *name, const cha
     return FG_OK;
 }
 
+/* The topology rules that need no model; the ones that do (ranks dividing
+ * the experts, experts_per_rank matching) run when the engine opens. */
+static fg_err check_topology(const fg_config *c, fg_diag *d)
+{
+    const fg_config_topology *t = &c->topology;
+    const int64_t per_node = t->ranks_per_node ? t->ranks_per_node : t->ranks;
+    if (t->ranks % per_node != 0)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.ranks_per_node (%" PRId64 ") does not divide topology.ranks (%" PRId64
+                           "): every node runs as many ranks",
+                           t->ranks_per_node, t->ranks);
+    if (t->node >= t->ranks / per_node)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.node (%" PRId64 ") is outside the %" PRId64 " nodes that topology.ranks (%" PRId64
+                           ") / topology.ranks_per_node (%" PRId64 ") make",
+                           t->node, t->ranks / per_node, t->ranks, per_node);
+    if (t->redundant_experts % t->ranks != 0)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.redundant_experts (%" PRId64 ") must be a multiple of topology.ranks (%" PRId64
+                           "): each rank holds as many replicas",
+                           t->redundant_experts, t->ranks);
+    if (t->experts_per_rank > 0 && t->experts_per_rank <= t->redundant_experts / t->ranks)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.experts_per_rank (%" PRId64 ") leaves no slot for owned experts next to %" PRId64
+                           " replicas per rank (topology.redundant_experts / topology.ranks)",
+                           t->experts_per_rank, t->redundant_experts / t->ranks);
+    if (t->transport == FG_CONFIG_TRANSPORT_INPROC && per_node != t->ranks)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.transport inproc runs every rank in this process: topology.ranks_per_node "
+                           "(%" PRId64 ") must be 0 or topology.ranks (%" PRId64 "); use nccl across nodes",
+                           t->ranks_per_node, t->ranks);
+    if (t->transport == FG_CONFIG_TRANSPORT_NCCL) {
+#ifndef FG_HAVE_NCCL
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "topology.transport is nccl, but this build has no NCCL (CUDA and NCCL were not found when "
+                           "it was built); use inproc or a CUDA build");
+#endif
+        if (c->model.backend != FG_CONFIG_BACKEND_CUDA)
+            return fg_diag_set(d, FG_ERR_CONFIG, "topology.transport nccl needs model.backend cuda (one rank per GPU)");
+        if (strcmp(c->redis.address, "off") == 0)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "topology.transport nccl needs Redis to exchange the NCCL id; redis.address is off");
+    }
+    return FG_OK;
+}
+
 fg_err fg_config_validate(const fg_config *c, fg_diag *d)
 {
     fg_err e;
@@ -397,6 +443,9 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
     if (c->auth.admin_key[0] && strcmp(c->auth.admin_key, c->auth.dashboard_key) == 0)
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "auth.dashboard_key equals auth.admin_key; the dashboard key must not open the admin API");
+
+    if ((e = check_topology(c, d)))
+        return e;
 
     if (!redis_address_ok(c->redis.address))
         return fg_diag_set(d, FG_ERR_CONFIG,

@@ -20,12 +20,18 @@
 static const char *const kv_format_names[] = {"auto", "f32", "f16", "int8", "fp8", "fp4", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const placement_names[] = {"contiguous", "strided", NULL};
+static const char *const transport_names[] = {"inproc", "nccl", NULL};
 
 /* Enum fields are written through an int pointer: the enums must be int-sized
  * and their values must be the positions of the names above. */
 _Static_assert(sizeof(fg_config_kv_format) == sizeof(int), "enum size");
 _Static_assert(sizeof(fg_config_backend) == sizeof(int), "enum size");
 _Static_assert(sizeof(fg_config_log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(fg_config_placement) == sizeof(int), "enum size");
+_Static_assert(sizeof(fg_config_transport) == sizeof(int), "enum size");
+_Static_assert(sizeof placement_names / sizeof placement_names[0] == FG_CONFIG_PLACEMENT_STRIDED + 2, "placement names");
+_Static_assert(sizeof transport_names / sizeof transport_names[0] == FG_CONFIG_TRANSPORT_NCCL + 2, "transport names");
 _Static_assert(sizeof kv_format_names / sizeof kv_format_names[0] == FG_CONFIG_KV_FP4 + 2, "kv names");
 _Static_assert(sizeof backend_names / sizeof backend_names[0] == FG_CONFIG_BACKEND_CUDA + 2, "backend names");
 _Static_assert(sizeof log_level_names / sizeof log_level_names[0] == FG_CONFIG_LOG_ERROR + 2, "log names");
@@ -51,6 +57,8 @@ _Static_assert(sizeof log_level_names / sizeof log_level_names[0] == FG_CONFIG_L
 const fg_cfg_section fg_cfg_sections[] = {
     {"server", "The listener: WebSocket sessions, the HTTP admin API, /metrics and the dashboard."},
     {"model", "The model file and the in-process engine that runs it."},
+    {"topology", "Expert parallelism: the MoE experts sharded over ranks (threads on the cpu, one GPU each over NCCL); "
+                 "attention stays per session on one rank."},
     {"sessions", "Agent sessions: how long they live, how much each may hold."},
     {"limits", "Per-connection limits on what a client may send."},
     {"auth", "Keys for the operator-facing endpoints (tenant keys are under tenants)."},
@@ -94,6 +102,35 @@ const fg_cfg_key fg_cfg_keys[] = {
           "other sessions' decoding; at most model.max_batch_tokens."),
     K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
            "Compute backend: cpu, or cuda (needs a CUDA build and a GPU)."),
+
+    K_INT(fg_config, "topology.ranks", topology.ranks, 1, 1, 1024,
+          "Expert-parallel ranks over all nodes (72 on an NVL72 rack); 1 runs every expert in one place "
+          "without exchanges. Must divide the model's expert count."),
+    K_INT(fg_config, "topology.ranks_per_node", topology.ranks_per_node, 0, 0, 1024,
+          "Ranks this process runs (one per GPU with nccl); 0 runs all topology.ranks here, as the "
+          "inproc transport requires."),
+    K_INT(fg_config, "topology.node", topology.node, 0, 0, 1023,
+          "This process's node index; its ranks are node * ranks_per_node onwards, and node 0 "
+          "publishes the NCCL id."),
+    K_INT(fg_config, "topology.experts_per_rank", topology.experts_per_rank, 0, 0, 65536,
+          "Expert slots per rank, replicas included; 0 derives it (experts / ranks + "
+          "redundant_experts / ranks), any other value must equal that."),
+    K_INT(fg_config, "topology.redundant_experts", topology.redundant_experts, 0, 0, 65536,
+          "Extra replicas of hot experts over all ranks, a multiple of topology.ranks; each rank holds "
+          "its share of replicas of experts it does not own."),
+    K_ENUM(fg_config, "topology.placement", topology.placement, placement_names, FG_CONFIG_PLACEMENT_CONTIGUOUS,
+           "Which experts a rank owns: contiguous (a block of neighbouring ids) or strided (every "
+           "ranks-th id)."),
+    K_ENUM(fg_config, "topology.transport", topology.transport, transport_names, FG_CONFIG_TRANSPORT_INPROC,
+           "How ranks exchange tokens: inproc (threads of this process, shared memory) or nccl (one "
+           "rank per GPU; needs a CUDA build with NCCL, model.backend cuda and Redis; the engine refuses "
+           "it until it runs ranks on GPUs, see docs/parallel.md)."),
+    K_STR(fg_config, "topology.bootstrap", topology.bootstrap, "flashgate:ep", FG_CFG_NONEMPTY,
+          "Redis key prefix under which node 0 publishes the NCCL unique id for the other nodes; give "
+          "each launch its own (a job id) so no node reads a stale one."),
+    K_INT(fg_config, "topology.bootstrap_timeout_ms", topology.bootstrap_timeout_ms, 60000, 100, 3600000,
+          "Milliseconds a node waits for the NCCL id (and node 0 for every node to take it) before "
+          "giving up."),
 
     K_INT(fg_config, "sessions.idle_timeout_s", sessions.idle_timeout_s, 600, 1, 30 * DAY_S,
           "Seconds a session may sit unused (no request, no connection) before it ends and its "

@@ -49,6 +49,18 @@ typedef enum fg_config_log_level {
     FG_CONFIG_LOG_ERROR,
 } fg_config_log_level;
 
+/* How experts are laid out over ranks (topology.placement). */
+typedef enum fg_config_placement {
+    FG_CONFIG_PLACEMENT_CONTIGUOUS, /* rank r owns experts [r*E/R, (r+1)*E/R) */
+    FG_CONFIG_PLACEMENT_STRIDED,    /* rank r owns experts e with e % R == r */
+} fg_config_placement;
+
+/* How expert-parallel ranks talk (topology.transport). */
+typedef enum fg_config_transport {
+    FG_CONFIG_TRANSPORT_INPROC, /* threads of this process */
+    FG_CONFIG_TRANSPORT_NCCL,   /* one rank per GPU over NCCL (CUDA builds) */
+} fg_config_transport;
+
 /* A list of NUL-terminated strings. */
 typedef enum fg_config_fail_mode {
     FG_CONFIG_FAIL_OPEN,   /* Redis unreachable: admit within a local backstop */
@@ -129,9 +141,22 @@ typedef struct fg_config_persistence {
     int64_t idle_spill_s;           /* seconds; 0: spill only under memory pressure */
 } fg_config_persistence;
 
+typedef struct fg_config_topology {
+    int64_t ranks;                  /* expert-parallel ranks over all nodes; 1: no expert parallelism */
+    int64_t ranks_per_node;         /* ranks this process runs; 0: all of them */
+    int64_t node;                   /* this process's node index: its ranks start at node * ranks_per_node */
+    int64_t experts_per_rank;       /* expert slots per rank, replicas included; 0: derived from the model */
+    int64_t redundant_experts;      /* replica slots over all ranks, a multiple of ranks */
+    fg_config_placement placement;
+    fg_config_transport transport;
+    const char *bootstrap;          /* Redis key prefix of the NCCL id exchange */
+    int64_t bootstrap_timeout_ms;   /* milliseconds */
+} fg_config_topology;
+
 typedef struct fg_config {
     fg_config_server server;
     fg_config_model model;
+    fg_config_topology topology;
     fg_config_sessions sessions;
     fg_config_limits limits;
     fg_config_auth auth;

@@ -1,6 +1,7 @@
 /* engine.c: opening a model, sessions, and direct-mode evaluation (see engine.h). */
 #include "engine/engine.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +28,14 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_batch_tokens %d outside [1, 65536]", o->max_batch_tokens);
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
+    if (o->ep_ranks < 0 || o->ep_ranks > FG_EP_MAX_RANKS || o->ep_experts_per_rank < 0 || o->ep_redundant < 0 ||
+        o->ep_placement < FG_EP_CONTIGUOUS || o->ep_placement > FG_EP_STRIDED || o->ep_transport < 0 ||
+        o->ep_transport > 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel options out of range");
+    if (o->ep_transport == 1)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           "topology.transport nccl: the engine runs its ranks with the inproc transport only so far "
+                           "(NCCL ranks need the cuda backend); see docs/parallel.md");
     if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
                      o->text_capacity < 64 || o->text_capacity > (1 << 26)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
@@ -61,13 +70,35 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    e->pool = fg_pool_create(nth);
-    if (!e->pool) {
-        err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);
-        goto fail;
+    if (o->ep_ranks > 1) {
+        /* Each rank has its own forward pass and share of the threads. */
+        fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .max_tokens = o->max_batch_tokens, .n_threads = nth,
+                                  .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
+                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement};
+        if ((err = fg_ep_ranks_create(e->model, &geo, &eo, &e->ep, diag)))
+            goto fail;
+        e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);
+        if (!e->seq_rank) {
+            err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+    } else {
+        if (o->ep_experts_per_rank || o->ep_redundant) { /* one rank: still say when the numbers do not fit */
+            fg_ep_shard_t *shard;
+            fg_ep_shard_options so = {.n_expert = hp->n_expert, .n_ranks = 1,
+                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant};
+            if ((err = fg_ep_shard_create(&so, &shard, diag)))
+                goto fail;
+            fg_ep_shard_destroy(shard);
+        }
+        e->pool = fg_pool_create(nth);
+        if (!e->pool) {
+            err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);
+            goto fail;
+        }
+        if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
+            goto fail;
     }
-    if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
-        goto fail;
     for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
         const char *p;
         size_t n = 0;
@@ -89,6 +120,8 @@ void fg_engine_close(fg_engine_t *e)
         return;
     fg_engine_serve_stop(e);
     fg_forward_destroy(e->fwd);
+    fg_ep_ranks_destroy(e->ep);
+    free(e->seq_rank);
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
     fg_tokenizer_destroy(e->tok);
@@ -111,7 +144,7 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .kv_pages_total = fg_kv_store_pages_total(e->kv),
         .weight_bytes_total = e->model->weight_bytes_total,
         .weight_bytes_active = e->model->weight_bytes_active,
-        .n_threads = fg_pool_size(e->pool),
+        .n_threads = e->ep ? fg_ep_ranks_count(e->ep) * fg_ep_ranks_threads(e->ep) : fg_pool_size(e->pool),
         .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
         .model_identity = e->model->identity,
     };
@@ -130,6 +163,7 @@ fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_ses
         return FG_ERR_NOMEM;
     s->e = e;
     s->params = p;
+    s->ep_rank = e->ep ? (int)(atomic_fetch_add(&e->ep_next_rank, 1u) % (unsigned)fg_ep_ranks_count(e->ep)) : 0;
     if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
         free(s);
         return FG_ERR_NOMEM;
@@ -189,7 +223,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
         fg_kv_seq_truncate(e->kv, &s->seq, start);
         return fg_diag_set(diag, err, "cannot hold %d tokens: %s", start + n, fg_err_describe(err));
     }
-    const int chunk = fg_forward_max_tokens(e->fwd);
+    const int chunk = e->opt.max_batch_tokens;
     for (int done = 0; done < n;) {
         int m = n - done < chunk ? n - done : chunk;
         bool last = done + m == n;
@@ -201,7 +235,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
             fs.n_logits = 1;
             fs.logits = logits;
         }
-        err = fg_forward_run(e->fwd, tokens + done, &fs, 1, diag);
+        err = fg_engine_forward(e, tokens + done, &fs, &s, 1, diag);
         if (err != FG_OK) {
             fg_kv_seq_truncate(e->kv, &s->seq, start);
             return err;
@@ -209,4 +243,14 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
         done += m;
     }
     return FG_OK;
+}
+
+fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,
+                         int n, fg_diag *diag)
+{
+    if (!e->ep)
+        return fg_forward_run(e->fwd, tokens, seqs, n, diag);
+    for (int i = 0; i < n; i++)
+        e->seq_rank[i] = sessions[i]->ep_rank;
+    return fg_ep_ranks_run(e->ep, tokens, seqs, e->seq_rank, n, diag);
 }

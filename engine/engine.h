@@ -56,13 +56,23 @@ typedef struct fg_engine_options {
     int prefill_chunk;       /* max prompt tokens of one session per step; default 128 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */
+    /* expert parallelism (docs/parallel.md): 0 or 1 rank runs every expert
+     * in one forward pass; N > 1 runs N ranks, each session's attention on
+     * one rank (assigned round robin at creation), the routed experts
+     * sharded over all of them */
+    int ep_ranks;
+    int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
+    int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
+    int ep_placement;        /* 0 contiguous, 1 strided */
+    int ep_transport;        /* 0 in-process (threads); 1 NCCL (not yet run by this engine) */
 } fg_engine_options;
 
 void fg_engine_options_default(fg_engine_options *o);
 
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
  * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
- * FG_ERR_UNSUPPORTED (ISA), FG_ERR_NOMEM. */
+ * FG_ERR_CONFIG (an expert placement that does not fit the model, naming the
+ * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport), FG_ERR_NOMEM. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
  * and frees every session still open. */

@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "engine/engine.h"
+#include "engine/ep_ranks.h"
 #include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/kv_store.h"
@@ -51,6 +52,7 @@ struct fg_session {
     fg_engine_t *e;                 /* [const] */
     fg_session_params params;       /* [const] */
     uint64_t order;                 /* [const] creation order, for scheduling */
+    int ep_rank;                    /* [const] expert parallelism: the rank its KV and attention live on */
 
     /* [mu] requests from API threads */
     int32_t *in_tok;
@@ -90,7 +92,10 @@ struct fg_engine {
     fg_tokenizer_t *tok;
     fg_kv_store_t *kv;
     fg_pool_t *pool;
-    fg_forward_t *fwd;
+    fg_forward_t *fwd;              /* NULL with expert parallelism */
+    fg_ep_ranks_t *ep;              /* expert parallelism: the in-process ranks; NULL without */
+    int *seq_rank;                  /* [max_batch_tokens] rank of each sequence of a step (with ep) */
+    _Atomic unsigned ep_next_rank;  /* round-robin rank for the next session */
     int n_ctx;
     int max_token_bytes;            /* longest token text, for output-queue room */
 
@@ -118,6 +123,12 @@ struct fg_engine {
     float *logits;                  /* [max_batch_tokens][n_vocab] */
     char *text_scratch;             /* [FG_MAX_STOP_BYTES + max_token_bytes] */
 };
+
+/* engine.c: one forward pass over seqs[n], the sequences of sessions[n],
+ * through the plain pass or the expert-parallel ranks. Errors: as
+ * fg_forward_run / fg_ep_ranks_run. */
+fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,
+                         int n, fg_diag *diag);
 
 /* engine_serve.c */
 fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/moe_ep.h"
 #include "engine/moe_route.h"
 #include "engine/rope.h"
 #include "kernels/cpu/kvquant.h"
@@ -67,6 +68,10 @@ struct fg_forward {
     bool split_kv;            /* this layer: one token, its cache split over the threads */
     void *mm_scratch;
     size_t mm_scratch_bytes;
+
+    fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
+    fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
+    fg_diag ep_diag;
 
     /* set per run, read by the attention job */
     fg_fwd_seq *seqs;
@@ -353,6 +358,12 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
     for (int t = 0; t < n; t++)
         fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
                      f->route_scratch);
+    if (f->ep) {
+        fg_err err = fg_moe_ep_experts(f->ep, ly, n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
+        if (err != FG_OK && f->ep_err == FG_OK)
+            f->ep_err = err;
+        goto shared;
+    }
 
     /* Group the routed (token, weight) slots by expert: a counting sort. */
     memset(f->exp_count, 0, (size_t)(E + 1) * sizeof(int));
@@ -376,6 +387,7 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         for (int j = 0; j < m; j++)
             fg_axpy(f->x + (size_t)f->exp_list[begin + j] * d, f->exp_list_w[begin + j], f->tmp_d + (size_t)j * d, d);
     }
+shared:
     if (ly->gate_shexp.data) {
         swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
         for (size_t i = 0; i < (size_t)n * d; i++)
@@ -426,10 +438,15 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
     }
 }
 
-fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep) { f->ep = ep; }
+
+/* Checks the batch and sets each token's position and sequence; *n_out gets the token count. */
+static fg_err plan_batch(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, int *n_out,
+                         fg_diag *diag)
 {
     const fg_hparams *hp = &f->m->hp;
     int n = 0;
+    *n_out = 0;
     for (int si = 0; si < n_seqs; si++) {
         const fg_fwd_seq *s = &seqs[si];
         if (s->n_tokens < 1 || s->n_tokens > f->max_tokens - n)
@@ -451,10 +468,27 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         }
         n += s->n_tokens;
     }
-    if (n == 0)
-        return FG_OK;
+    *n_out = n;
+    return FG_OK;
+}
+
+fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    const fg_hparams *hp = &f->m->hp;
+    int n;
+    fg_err err = plan_batch(f, tokens, seqs, n_seqs, &n, diag);
+    if (err != FG_OK || n == 0) {
+        if (f->ep) { /* the peers still exchange with us at every MoE layer */
+            fg_diag idle_diag;
+            fg_err e2 = fg_moe_ep_idle(f->ep, &idle_diag);
+            if (err == FG_OK && e2 != FG_OK)
+                err = fg_diag_set(diag, e2, "%s", idle_diag.msg);
+        }
+        return err;
+    }
 
     const int d = hp->n_embd;
+    f->ep_err = FG_OK;
     for (int t = 0; t < n; t++)
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
     f->seqs = seqs;
@@ -463,9 +497,11 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         attention_block(f, &f->m->layers[il], il, n);
         ffn_block(f, &f->m->layers[il], n);
     }
+    f->seqs = NULL;
+    if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
+        return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
     logits_block(f, seqs, n_seqs);
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;
-    f->seqs = NULL;
     return FG_OK;
 }

@@ -20,6 +20,7 @@
 #include "config/fg_error.h"
 #include "engine/kv_store.h"
 #include "engine/model.h"
+#include "engine/moe_ep.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -40,11 +41,21 @@ void fg_forward_destroy(fg_forward_t *f);
 
 int fg_forward_max_tokens(const fg_forward_t *f);
 
+/* Expert parallelism: from now on the routed experts of every MoE layer run
+ * through ep (dispatched to the ranks that hold them, combined back) instead
+ * of here; NULL switches back. With ep set, a run is collective: every rank
+ * of ep's group must call fg_forward_run once per step, a rank with no
+ * tokens with n_seqs = 0; a rejected batch still takes part in the
+ * exchanges. ep must outlive its use. */
+void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep);
+
 /* Runs the batch: writes each token's cache rows at positions kv->n_tokens..,
  * advances kv->n_tokens, and fills the requested logits.
  * Errors (nothing is written on error): FG_ERR_INVALID_ARG (batch larger than
  * max_tokens, a sequence without pages for its rows, bad n_logits),
- * FG_ERR_TOKEN_ID (a token outside the vocabulary). */
+ * FG_ERR_TOKEN_ID (a token outside the vocabulary); with expert parallelism
+ * also the exchange's errors (cache rows may then be written, but no
+ * sequence advances). */
 fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 
 #endif

@@ -262,6 +262,11 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->n_threads = (int)cfg->model.threads;
     o->max_context = (int)cfg->model.max_context;
     o->prefill_chunk = (int)cfg->model.prefill_chunk;
+    o->ep_ranks = (int)cfg->topology.ranks;
+    o->ep_experts_per_rank = (int)cfg->topology.experts_per_rank;
+    o->ep_redundant = (int)cfg->topology.redundant_experts;
+    o->ep_placement = cfg->topology.placement == FG_CONFIG_PLACEMENT_STRIDED ? 1 : 0;
+    o->ep_transport = cfg->topology.transport == FG_CONFIG_TRANSPORT_NCCL ? 1 : 0;
     o->serve = true;
     o->wakeup = fg_gateway_wakeup;
     o->wakeup_user = gw;

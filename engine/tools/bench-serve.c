@@ -103,9 +103,10 @@ int main(int argc, char **argv)
         {"prompt", required_argument, 0, 'p'},   {"decode", required_argument, 0, 'n'},
         {"threads", required_argument, 0, 't'},  {"batch", required_argument, 0, 'b'},
         {"reps", required_argument, 0, 'r'},     {"kv-format", required_argument, 0, 'k'},
+        {"ep-ranks", required_argument, 0, 'E'}, {"ep-redundant", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': snprintf(levels_arg, sizeof levels_arg, "%s", optarg); break;
@@ -115,9 +116,12 @@ int main(int argc, char **argv)
         case 'b': eo.max_batch_tokens = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'k': eo.kv_format = fg_kv_format_parse(optarg); break;
+        case 'E': eo.ep_ranks = atoi(optarg); break; /* in-process expert-parallel ranks (docs/parallel.md) */
+        case 'R': eo.ep_redundant = atoi(optarg); break;
         case 'h':
             printf("usage: flashgate-bench-serve [--model PATH] [--sessions 1,8,64,256,1024] [--prompt 128] "
-                   "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F]\n");
+                   "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F] [--ep-ranks N] "
+                   "[--ep-redundant N]\n");
             return 0;
         default: return 2;
         }

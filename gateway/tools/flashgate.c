@@ -195,9 +195,9 @@ int main(int argc, char **argv)
     fg_engine_get_info(engine, &info);
     fg_log(FG_LOG_INFO, "listening",
            "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"kv_format\":\"%s\",\"kv_bytes_per_token\":%zu,"
-           "\"threads\":%d,\"pid\":%d",
+           "\"threads\":%d,\"ranks\":%d,\"pid\":%d",
            cfg.server.host, fg_gateway_port(gw), cfg.model.path, fg_kv_format_name(info.kv_format),
-           info.kv_bytes_per_token, info.n_threads, (int)getpid());
+           info.kv_bytes_per_token, info.n_threads, (int)cfg.topology.ranks, (int)getpid());
     rc = fg_gateway_run(gw) == FG_OK ? 0 : 1;
     fg_log(FG_LOG_INFO, "stopped", NULL);
 out:

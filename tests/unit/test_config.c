@@ -20,6 +20,7 @@
 
 #include "config/config_schema.h"
 #include "config/fg_config.h"
+#include "engine/ep_transport.h"
 #include "tests/unit/fg_test.h"
 
 #define DEV_KEY "fg-dev-key-change-me-0001"
@@ -483,6 +484,66 @@ static void test_env_types(void)
 
 /* ---- rules between keys ---- */
 
+/* The topology rules that need no model (the ones that do are in test_ep_shard). */
+static void test_topology(void)
+{
+    const char *no_nccl = "this build has no NCCL";
+    const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"topology\": {\"ranks\": 8, \"ranks_per_node\": 3, \"transport\": \"nccl\"}}",
+         "topology.ranks_per_node (3) does not divide topology.ranks (8)"},
+        {"{\"topology\": {\"ranks\": 8, \"ranks_per_node\": 4, \"node\": 2, \"transport\": \"nccl\"}}",
+         "topology.node (2) is outside the 2 nodes"},
+        {"{\"topology\": {\"ranks\": 4, \"redundant_experts\": 6}}",
+         "topology.redundant_experts (6) must be a multiple of topology.ranks (4)"},
+        {"{\"topology\": {\"ranks\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 2}}",
+         "topology.experts_per_rank (2) leaves no slot for owned experts next to 2 replicas per rank"},
+        {"{\"topology\": {\"ranks\": 8, \"ranks_per_node\": 4}}",
+         "topology.transport inproc runs every rank in this process"},
+        {"{\"topology\": {\"ranks\": 0}}", "topology.ranks: 0 is out of range [1, 1024]"},
+        {"{\"topology\": {\"transport\": \"mpi\"}}", "'mpi' is not allowed; use one of inproc, nccl"},
+        {"{\"topology\": {\"placement\": \"random\"}}", "use one of contiguous, strided"},
+        {"{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, \"node\": 17}, "
+         "\"redis\": {\"address\": \"off\"}, \"model\": {\"backend\": \"cuda\"}}",
+         fg_ep_nccl_available() ? "needs Redis to exchange the NCCL id" : no_nccl},
+        {"{\"topology\": {\"transport\": \"nccl\"}}",
+         fg_ep_nccl_available() ? "needs model.backend cuda" : no_nccl},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fg_config c;
+        fg_config_init_defaults(&c);
+        fg_diag d = {{0}};
+        fg_err e = load(&c, bad[i].json, &d);
+        if (e == FG_OK)
+            e = fg_config_validate(&c, &d);
+        CHECK_MSG(e == FG_ERR_CONFIG && strstr(d.msg, bad[i].want), "%s:\n  got %s '%s'\n  want '%s'", bad[i].json,
+                  fg_err_name(e), d.msg, bad[i].want);
+        fg_config_free(&c);
+    }
+    static const char *const good[] = {
+        "{\"topology\": {\"ranks\": 4}}",
+        "{\"topology\": {\"ranks\": 4, \"ranks_per_node\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 6, "
+        "\"placement\": \"strided\"}}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fg_config c;
+        fg_config_init_defaults(&c);
+        fg_diag d = {{0}};
+        CHECK_MSG(load(&c, good[i], &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s: %s", good[i], d.msg);
+        fg_config_free(&c);
+    }
+    if (fg_ep_nccl_available()) { /* 72 ranks, 4 GPUs per node: the NVL72 layout validates */
+        fg_config c;
+        fg_config_init_defaults(&c);
+        fg_diag d = {{0}};
+        const char *j = "{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, "
+                        "\"node\": 17}, \"model\": {\"backend\": \"cuda\"}}";
+        CHECK_MSG(load(&c, j, &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s", d.msg);
+        fg_config_free(&c);
+    }
+}
+
 static void test_validate(void)
 {
     static const struct {
@@ -727,6 +788,7 @@ int main(void)
     test_env();
     test_env_types();
     test_validate();
+    test_topology();
     test_reference(src && src[0] ? src : NULL);
     test_find_tenant();
     test_files();

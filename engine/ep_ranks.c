@@ -1,0 +1,260 @@
+/* ep_ranks.c: in-process expert-parallel ranks (see ep_ranks.h).
+ *
+ * Step protocol: the caller splits the batch per rank, bumps a generation
+ * number under the lock and wakes the rank threads; rank 0's share runs on
+ * the caller; the caller waits until every other rank has reported done.
+ * The ranks meet each other only inside the MoE exchanges.
+ */
+#include "engine/ep_ranks.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/ep_transport.h"
+#include "engine/moe_ep.h"
+#include "kernels/cpu/pool.h"
+
+typedef struct rank {
+    struct fg_ep_ranks *owner;
+    int id;
+    fg_pool_t *pool;          /* NULL: one thread */
+    fg_forward_t *fwd;
+    fg_ep_transport_t *t;
+    fg_moe_ep_t *ep;
+    pthread_t thread;
+    bool started;
+    /* this step's share */
+    int32_t *tok;             /* [max_tokens] */
+    fg_fwd_seq *seqs;         /* [max_tokens] */
+    int n_seqs, n_tok;
+    fg_err err;
+    fg_diag diag;
+} rank;
+
+struct fg_ep_ranks {
+    int n, max_tokens, threads_per_rank;
+    fg_ep_shard_t *shard;
+    fg_ep_inproc_group_t *group;
+    rank *ranks;              /* [n] */
+    pthread_mutex_t mu;
+    pthread_cond_t go_cv, done_cv;
+    uint64_t gen;             /* [mu] step number */
+    int pending;              /* [mu] ranks 1..n-1 still running this step */
+    bool stop;                /* [mu] */
+};
+
+/* NCCL: every rank must be inside ncclCommInitRank at once, so each joins from its own thread. */
+typedef struct nccl_join {
+    fg_ep_nccl_options o;
+    fg_ep_transport_t *t;
+    fg_err err;
+    fg_diag diag;
+} nccl_join;
+
+static void *nccl_join_main(void *arg)
+{
+    nccl_join *j = arg;
+    j->err = fg_ep_nccl_transport_create(&j->o, &j->t, &j->diag);
+    return NULL;
+}
+
+static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, fg_diag *diag)
+{
+    /* The largest all-to-all: a rank receives up to n * max_tokens * k rows of 1 + d floats. */
+    const size_t cap = (size_t)r->n * (size_t)r->max_tokens * (size_t)m->hp.n_expert_used *
+                       (1 + (size_t)m->hp.n_embd) * sizeof(float);
+    nccl_join *j = calloc((size_t)r->n, sizeof *j);
+    pthread_t *th = calloc((size_t)r->n, sizeof *th);
+    bool *started = calloc((size_t)r->n, sizeof *started);
+    fg_err err = FG_OK;
+    if (!j || !th || !started)
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+    for (int i = 0; err == FG_OK && i < r->n; i++) {
+        j[i].o = (fg_ep_nccl_options){.n_ranks = r->n, .rank = i, .device = i, .id = id, .max_bytes = cap};
+        started[i] = pthread_create(&th[i], NULL, nccl_join_main, &j[i]) == 0;
+        if (!started[i])
+            err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start the NCCL join thread of rank %d", i);
+    }
+    /* A failed start leaves the others blocked in ncclCommInitRank: NCCL's own timeout ends them. */
+    for (int i = 0; j && th && started && i < r->n; i++) {
+        if (!started[i])
+            continue;
+        pthread_join(th[i], NULL);
+        r->ranks[i].t = j[i].t;
+        if (err == FG_OK && j[i].err != FG_OK)
+            err = fg_diag_set(diag, j[i].err, "rank %d: %s", i, j[i].diag.msg);
+    }
+    free(j);
+    free(th);
+    free(started);
+    return err;
+}
+
+static void run_rank(rank *k)
+{
+    k->err = fg_forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag);
+}
+
+static void *rank_main(void *arg)
+{
+    rank *k = arg;
+    fg_ep_ranks_t *r = k->owner;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->stop && r->gen == seen)
+            pthread_cond_wait(&r->go_cv, &r->mu);
+        if (r->stop)
+            break;
+        seen = r->gen;
+        pthread_mutex_unlock(&r->mu);
+        run_rank(k);
+        pthread_mutex_lock(&r->mu);
+        if (--r->pending == 0)
+            pthread_cond_signal(&r->done_cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
+                          fg_ep_ranks_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    if (o->n_ranks < 1 || o->n_ranks > FG_EP_MAX_RANKS || o->max_tokens < 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: %d ranks (1 to %d), %d tokens per step",
+                           o->n_ranks, FG_EP_MAX_RANKS, o->max_tokens);
+    fg_ep_shard_t *shard;
+    fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = o->n_ranks,
+                              .experts_per_rank = o->experts_per_rank, .redundant = o->redundant,
+                              .placement = o->placement};
+    fg_err err = fg_ep_shard_create(&so, &shard, diag);
+    if (err)
+        return err;
+    fg_ep_ranks_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        fg_ep_shard_destroy(shard);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+    }
+    r->n = o->n_ranks;
+    r->max_tokens = o->max_tokens;
+    r->shard = shard;
+    r->threads_per_rank = o->n_threads / o->n_ranks > 1 ? o->n_threads / o->n_ranks : 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->go_cv, NULL);
+    pthread_cond_init(&r->done_cv, NULL);
+    r->ranks = calloc((size_t)r->n, sizeof *r->ranks);
+    if (!r->ranks) {
+        fg_ep_ranks_destroy(r);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+    }
+    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, diag)
+                          : fg_ep_inproc_group_create(r->n, &r->group, diag))) {
+        fg_ep_ranks_destroy(r);
+        return err;
+    }
+    for (int i = 0; i < r->n; i++) {
+        rank *k = &r->ranks[i];
+        k->owner = r;
+        k->id = i;
+        if (r->threads_per_rank > 1 && !(k->pool = fg_pool_create(r->threads_per_rank))) {
+            fg_ep_ranks_destroy(r);
+            return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads for rank %d", r->threads_per_rank,
+                               i);
+        }
+        k->tok = malloc((size_t)r->max_tokens * sizeof *k->tok);
+        k->seqs = malloc((size_t)r->max_tokens * sizeof *k->seqs);
+        if (!k->tok || !k->seqs) {
+            fg_ep_ranks_destroy(r);
+            return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+        }
+        if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag)) ||
+            (!o->nccl_id && (err = fg_ep_inproc_transport_create(r->group, i, &k->t, diag))) ||
+            (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, k->pool, o->isa, &k->ep, diag))) {
+            fg_ep_ranks_destroy(r);
+            return err;
+        }
+        fg_forward_set_ep(k->fwd, k->ep);
+    }
+    for (int i = 1; i < r->n; i++) {
+        if (pthread_create(&r->ranks[i].thread, NULL, rank_main, &r->ranks[i]) != 0) {
+            fg_ep_ranks_destroy(r);
+            return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start the thread of rank %d", i);
+        }
+        r->ranks[i].started = true;
+    }
+    *out = r;
+    return FG_OK;
+}
+
+void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_broadcast(&r->go_cv);
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; r->ranks && i < r->n; i++) {
+        rank *k = &r->ranks[i];
+        if (k->started)
+            pthread_join(k->thread, NULL);
+        fg_forward_destroy(k->fwd);
+        fg_moe_ep_destroy(k->ep);
+        fg_ep_transport_destroy(k->t);
+        fg_pool_destroy(k->pool);
+        free(k->tok);
+        free(k->seqs);
+    }
+    fg_ep_inproc_group_destroy(r->group);
+    fg_ep_shard_destroy(r->shard);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->go_cv);
+    pthread_cond_destroy(&r->done_cv);
+    free(r->ranks);
+    free(r);
+}
+
+int fg_ep_ranks_count(const fg_ep_ranks_t *r) { return r->n; }
+int fg_ep_ranks_threads(const fg_ep_ranks_t *r) { return r->threads_per_rank; }
+
+fg_err fg_ep_ranks_run(fg_ep_ranks_t *r, const int32_t *tokens, const fg_fwd_seq *seqs, const int *seq_rank,
+                       int n_seqs, fg_diag *diag)
+{
+    /* Check everything first: once the ranks start, they must all finish. */
+    int total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (seq_rank[i] < 0 || seq_rank[i] >= r->n)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d names rank %d of %d", i, seq_rank[i], r->n);
+        if (seqs[i].n_tokens < 1 || seqs[i].n_tokens > r->max_tokens - total)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "batch exceeds %d tokens", r->max_tokens);
+        total += seqs[i].n_tokens;
+    }
+    for (int i = 0; i < r->n; i++)
+        r->ranks[i].n_seqs = r->ranks[i].n_tok = 0;
+    for (int i = 0, at = 0; i < n_seqs; i++) {
+        rank *k = &r->ranks[seq_rank[i]];
+        memcpy(k->tok + k->n_tok, tokens + at, (size_t)seqs[i].n_tokens * sizeof *tokens);
+        k->seqs[k->n_seqs++] = seqs[i];
+        k->n_tok += seqs[i].n_tokens;
+        at += seqs[i].n_tokens;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->pending = r->n - 1;
+    r->gen++;
+    pthread_cond_broadcast(&r->go_cv);
+    pthread_mutex_unlock(&r->mu);
+    run_rank(&r->ranks[0]);
+    pthread_mutex_lock(&r->mu);
+    while (r->pending > 0)
+        pthread_cond_wait(&r->done_cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+
+    /* The forwards advanced copies of the sequences; their kv pointers are the caller's, so nothing to copy back. */
+    for (int i = 0; i < r->n; i++)
+        if (r->ranks[i].err != FG_OK)
+            return fg_diag_set(diag, r->ranks[i].err, "rank %d: %s", i, r->ranks[i].diag.msg);
+    return FG_OK;
+}

@@ -1,0 +1,180 @@
+/* The serving engine with expert parallelism: 12 sessions served at once by
+ * 2 and by 4 in-process ranks (threads; sessions spread over the ranks,
+ * experts sharded, strided with replicas for 4) produce exactly the greedy
+ * tokens each session produces alone on the plain engine; the direct mode
+ * over 2 ranks does too. Engine options whose placement does not fit the
+ * model are refused with the topology key named, and the NCCL transport is
+ * refused as not run by this engine. Tiny model, F32 weights and cache. */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/cpu/vecops.h"
+#include "tests/model/model_test.h"
+
+#define N 12
+#define MAXGEN 10
+
+typedef struct run {
+    fg_session_t *s;
+    int32_t prompt[64];
+    int n_prompt, max_tokens;
+    int32_t want[MAXGEN], got[MAXGEN];
+    int n_want, n_got;
+    bool done;
+} run;
+
+static fg_err open_ep(int ranks, int redundant, int placement, bool serve, fg_engine_t **e, fg_diag *d)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.kv_format = FG_KV_F32;
+    o.max_batch_tokens = 128;
+    o.prefill_chunk = 32;
+    o.n_threads = 2;
+    o.kv_budget_bytes = (size_t)32 << 20;
+    o.serve = serve;
+    o.ep_ranks = ranks;
+    o.ep_redundant = redundant;
+    o.ep_placement = placement;
+    return fg_engine_open(&o, e, d);
+}
+
+/* Greedy tokens of r's prompt on its own in a direct-mode engine, stopping at EOS like the engine. */
+static void greedy_alone(fg_engine_t *direct, const run *r, int32_t *out, int *n_out)
+{
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
+    float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
+    fg_session_t *s;
+    fg_diag d;
+    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
+    CHECK_MSG(fg_session_eval(s, r->prompt, r->n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
+    *n_out = 0;
+    while (*n_out < r->max_tokens) {
+        const int32_t t = fg_argmax(lg, info.n_vocab);
+        out[(*n_out)++] = t;
+        if (t == eos || *n_out == r->max_tokens)
+            break;
+        CHECK(fg_session_eval(s, &t, 1, lg, false, &d) == FG_OK);
+    }
+    fg_session_free(s);
+    free(lg);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void serve_all(fg_engine_t *e, run *runs, const char *what)
+{
+    fg_diag d;
+    for (int i = 0; i < N; i++) {
+        run *r = &runs[i];
+        CHECK(fg_session_create(e, NULL, &r->s) == FG_OK);
+        CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
+        fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = r->max_tokens, .generate = true};
+        CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+        r->n_got = 0;
+        r->done = false;
+    }
+    /* Backstop only (sanitizer builds are slow); ctest's timeout is the real one. */
+    for (double t0 = now_s(); now_s() - t0 < 240;) {
+        int left = 0;
+        for (int i = 0; i < N; i++) {
+            fg_event ev[16];
+            char text[4096];
+            int n;
+            while (!runs[i].done && (n = fg_session_poll(runs[i].s, ev, 16, text, sizeof text)) > 0)
+                for (int k = 0; k < n; k++) {
+                    if (ev[k].type == FG_EVENT_TOKEN && runs[i].n_got < MAXGEN)
+                        runs[i].got[runs[i].n_got++] = ev[k].token;
+                    if (ev[k].type == FG_EVENT_DONE)
+                        runs[i].done = true;
+                }
+            left += !runs[i].done;
+        }
+        if (!left)
+            break;
+        usleep(1000);
+    }
+    for (int i = 0; i < N; i++) {
+        const run *r = &runs[i];
+        CHECK_MSG(r->done && r->n_got == r->n_want && memcmp(r->got, r->want, sizeof(int32_t) * (size_t)r->n_got) == 0,
+                  "%s: session %d: %d tokens, alone %d, or they differ", what, i, r->n_got, r->n_want);
+        fg_session_free(r->s);
+    }
+}
+
+int main(void)
+{
+    fg_engine_t *plain;
+    fg_diag d = {{0}};
+    CHECK(open_ep(0, 0, 0, false, &plain, &d) == FG_OK);
+    fg_engine_info info;
+    fg_engine_get_info(plain, &info);
+    static run runs[N];
+    for (int i = 0; i < N; i++) {
+        runs[i].n_prompt = 2 + (i * 13) % 60;
+        test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 300 + (unsigned)i);
+        runs[i].max_tokens = 3 + i % (MAXGEN - 3);
+        greedy_alone(plain, &runs[i], runs[i].want, &runs[i].n_want);
+    }
+    fg_engine_close(plain);
+
+    /* Direct mode over 2 ranks (sessions alternate ranks). */
+    fg_engine_t *e;
+    fg_err err = open_ep(2, 0, 0, false, &e, &d);
+    CHECK_MSG(err == FG_OK, "%s", d.msg);
+    if (err == FG_OK) {
+        fg_engine_get_info(e, &info);
+        CHECK(info.n_threads == 2); /* one per rank */
+        for (int i = 0; i < N; i++) {
+            int32_t got[MAXGEN];
+            int n;
+            greedy_alone(e, &runs[i], got, &n);
+            CHECK_MSG(n == runs[i].n_want && memcmp(got, runs[i].want, sizeof(int32_t) * (size_t)n) == 0,
+                      "direct, 2 ranks: session %d differs", i);
+        }
+        fg_engine_close(e);
+    }
+
+    /* Serving: 2 ranks contiguous, 4 ranks strided with replicas. */
+    const struct {
+        int ranks, redundant, placement;
+        const char *what;
+    } cfg[] = {{2, 0, 0, "serving, 2 ranks"}, {4, 4, 1, "serving, 4 ranks strided, 4 replicas"}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        err = open_ep(cfg[c].ranks, cfg[c].redundant, cfg[c].placement, true, &e, &d);
+        CHECK_MSG(err == FG_OK, "%s: %s", cfg[c].what, d.msg);
+        if (err != FG_OK)
+            continue;
+        serve_all(e, runs, cfg[c].what);
+        fg_engine_stats st;
+        fg_engine_get_stats(e, &st);
+        fprintf(stderr, "%s: %llu steps for %d sessions\n", cfg[c].what, (unsigned long long)st.steps, N);
+        fg_engine_close(e);
+    }
+
+    /* Placements that do not fit the tiny model's 16 experts. */
+    CHECK(open_ep(3, 0, 0, true, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks (3) does not divide"));
+    CHECK(open_ep(4, 2, 0, true, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.redundant_experts (2)"));
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.ep_experts_per_rank = 8; /* one rank holds all 16 */
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.experts_per_rank (8)"));
+    o.ep_experts_per_rank = 0;
+    o.ep_ranks = 2;
+    o.ep_transport = 1;
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_UNSUPPORTED && strstr(d.msg, "nccl"));
+    o.ep_transport = 0;
+    o.ep_placement = 7;
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_INVALID_ARG);
+    return TEST_DONE("test_ep_serve");
+}
