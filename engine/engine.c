@@ -27,6 +27,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_batch_tokens %d outside [1, 65536]", o->max_batch_tokens);
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
+    if ((o->backend != FG_ENGINE_BACKEND_CPU && o->backend != FG_ENGINE_BACKEND_CUDA) || o->gpu_device < 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "backend %d or gpu_device %d out of range", o->backend,
+                           o->gpu_device);
     if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
                      o->text_capacity < 64 || o->text_capacity > (1 << 26)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
@@ -66,7 +69,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);
         goto fail;
     }
-    if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
+    fg_backend_options bo = {.kind = (fg_backend_kind)o->backend, .model = e->model, .geo = &geo, .kv = e->kv,
+                             .max_tokens = o->max_batch_tokens, .pool = e->pool, .isa = o->isa,
+                             .device = o->gpu_device};
+    if ((err = fg_backend_open(&bo, &e->backend, diag)))
         goto fail;
     for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
         const char *p;
@@ -88,7 +94,7 @@ void fg_engine_close(fg_engine_t *e)
     if (!e)
         return;
     fg_engine_serve_stop(e);
-    fg_forward_destroy(e->fwd);
+    fg_backend_close(e->backend);
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
     fg_tokenizer_destroy(e->tok);
@@ -113,6 +119,7 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .weight_bytes_active = e->model->weight_bytes_active,
         .n_threads = fg_pool_size(e->pool),
         .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
+        .backend = fg_backend_kind_name(fg_backend_kind_of(e->backend)),
         .model_identity = e->model->identity,
     };
 }
@@ -189,7 +196,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
         fg_kv_seq_truncate(e->kv, &s->seq, start);
         return fg_diag_set(diag, err, "cannot hold %d tokens: %s", start + n, fg_err_describe(err));
     }
-    const int chunk = fg_forward_max_tokens(e->fwd);
+    const int chunk = fg_backend_max_tokens(e->backend);
     for (int done = 0; done < n;) {
         int m = n - done < chunk ? n - done : chunk;
         bool last = done + m == n;
@@ -201,7 +208,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
             fs.n_logits = 1;
             fs.logits = logits;
         }
-        err = fg_forward_run(e->fwd, tokens + done, &fs, 1, diag);
+        err = fg_backend_run(e->backend, tokens + done, &fs, 1, diag);
         if (err != FG_OK) {
             fg_kv_seq_truncate(e->kv, &s->seq, start);
             return err;

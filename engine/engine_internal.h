@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/gguf.h"
@@ -90,7 +91,7 @@ struct fg_engine {
     fg_tokenizer_t *tok;
     fg_kv_store_t *kv;
     fg_pool_t *pool;
-    fg_forward_t *fwd;
+    fg_backend_t *backend;          /* runs the forward pass (cpu or cuda) */
     int n_ctx;
     int max_token_bytes;            /* longest token text, for output-queue room */
 

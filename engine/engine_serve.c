@@ -470,7 +470,7 @@ static void *step_main(void *arg)
 
         fg_diag diag;
         double t0 = now_s();
-        fg_err err = fg_forward_run(e->fwd, e->btok, e->fseqs, n, &diag);
+        fg_err err = fg_backend_run(e->backend, e->btok, e->fseqs, n, &diag);
         double dt = now_s() - t0;
         int64_t dec_tok = 0, pre_tok = 0;
         for (int i = 0; i < n; i++) {

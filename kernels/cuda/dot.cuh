@@ -5,8 +5,10 @@
 #ifndef FG_CUDA_DOT_CUH
 #define FG_CUDA_DOT_CUH
 
+extern "C" { /* plain C headers without their own linkage guards */
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
+}
 #include "kernels/cuda/convert.cuh"
 
 #define FG_MM_TILE 8 /* activation rows per warp pass: each weight element is loaded once for them */

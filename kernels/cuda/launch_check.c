@@ -167,10 +167,11 @@ fg_cuda_status fg_cuda_moe_route_check(const fg_cuda_moe_route_params *p, int sm
 
 fg_cuda_status fg_cuda_moe_group_check(const fg_cuda_moe_group_params *p, int sm)
 {
-    if (p->n_slots < 1 || p->n_slots > MAX_ROWS || p->n_expert < 1 || p->n_expert > FG_CUDA_MOE_MAX_EXPERTS)
+    if (p->n_tok < 1 || p->n_tok > MAX_ROWS / FG_CUDA_MOE_MAX_USED || p->n_used < 1 ||
+        p->n_used > FG_CUDA_MOE_MAX_USED || p->n_expert < 1 || p->n_expert > FG_CUDA_MOE_MAX_EXPERTS)
         return FG_CUDA_BAD_SHAPE;
     if (!fg_cuda_aligned(p->ids, sizeof(int)) || !fg_cuda_aligned(p->seg, sizeof(int)) ||
-        !fg_cuda_aligned(p->sorted_slot, sizeof(int)) || !fg_cuda_aligned(p->slot_pos, sizeof(int)))
+        !fg_cuda_aligned(p->sorted_tok, sizeof(int)) || !fg_cuda_aligned(p->slot_pos, sizeof(int)))
         return FG_CUDA_BAD_POINTER;
     return fg_cuda_arch_supported(sm) ? FG_CUDA_OK : FG_CUDA_BAD_ARCH;
 }

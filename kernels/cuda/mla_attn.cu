@@ -9,7 +9,9 @@
  * run close together, so those reads mostly hit L2. */
 #include "kernels/cuda/mla_attn.cuh"
 
+extern "C" {
 #include "kernels/cpu/mla_attn.h"
+}
 #include "kernels/cuda/convert.cuh"
 
 #define ATT_THREADS 128

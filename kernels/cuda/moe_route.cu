@@ -117,7 +117,8 @@ __global__ void moe_group_kernel(fg_cuda_moe_group_params p)
         return;
     for (int e = 0; e <= p.n_expert; e++)
         p.seg[e] = 0;
-    for (int s = 0; s < p.n_slots; s++) {
+    const int n_slots = p.n_tok * p.n_used;
+    for (int s = 0; s < n_slots; s++) {
         const int e = p.ids[s];
         if (e >= 0 && e < p.n_expert)
             p.seg[e + 1]++;
@@ -127,7 +128,7 @@ __global__ void moe_group_kernel(fg_cuda_moe_group_params p)
         cursor[e] = 0;
     }
     /* Fill in slot order, so each expert's slots stay in slot order. */
-    for (int s = 0; s < p.n_slots; s++) {
+    for (int s = 0; s < n_slots; s++) {
         const int e = p.ids[s];
         if (e < 0 || e >= p.n_expert) {
             p.slot_pos[s] = -1; /* never produced by routing; the combine skips it */
@@ -135,7 +136,7 @@ __global__ void moe_group_kernel(fg_cuda_moe_group_params p)
         }
         const int pos = p.seg[e] + cursor[e]++;
         p.slot_pos[s] = pos;
-        p.sorted_slot[pos] = s;
+        p.sorted_tok[pos] = s / p.n_used;
     }
 }
 

@@ -45,12 +45,13 @@ fg_cuda_status fg_cuda_moe_route_check(const fg_cuda_moe_route_params *p, int sm
 fg_cuda_status fg_cuda_moe_route(const fg_cuda_moe_route_params *p, const fg_cuda_launch *l);
 
 typedef struct fg_cuda_moe_group_params {
-    const int *ids;        /* [n_slots] expert of each routed slot, slot = t * k + j (device) */
-    int n_slots;           /* n_tok * k, >= 1 */
+    const int *ids;        /* [n_tok][k] expert of each routed slot, slot = t * k + j (device) */
+    int n_tok;             /* >= 1 */
+    int n_used;            /* k, 1 .. FG_CUDA_MOE_MAX_USED */
     int n_expert;
     int *seg;              /* [n_expert + 1] out: expert e's sorted slots are [seg[e], seg[e+1]) */
-    int *sorted_slot;      /* [n_slots] out: the slot at each sorted position */
-    int *slot_pos;         /* [n_slots] out: the sorted position of each slot */
+    int *sorted_tok;       /* [n_tok * k] out: the token of the slot at each sorted position */
+    int *slot_pos;         /* [n_tok * k] out: the sorted position of each slot */
 } fg_cuda_moe_group_params;
 
 fg_cuda_status fg_cuda_moe_group_check(const fg_cuda_moe_group_params *p, int sm);

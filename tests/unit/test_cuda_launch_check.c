@@ -203,11 +203,13 @@ static void test_moe(void)
     p.ids = ODD;
     CHECK(fg_cuda_moe_route_check(&p, SM) == FG_CUDA_BAD_POINTER);
 
-    const fg_cuda_moe_group_params g_ok = {.ids = A(0), .n_slots = 24, .n_expert = 64, .seg = A(128),
-                                           .sorted_slot = A(512), .slot_pos = A(640)};
+    const fg_cuda_moe_group_params g_ok = {.ids = A(0), .n_tok = 4, .n_used = 6, .n_expert = 64, .seg = A(128),
+                                           .sorted_tok = A(512), .slot_pos = A(640)};
     fg_cuda_moe_group_params g = g_ok;
     CHECK(fg_cuda_moe_group_check(&g, SM) == FG_CUDA_OK);
-    g.n_slots = 0;
+    g.n_used = 0;
+    CHECK(fg_cuda_moe_group_check(&g, SM) == FG_CUDA_BAD_SHAPE);
+    g = g_ok, g.n_tok = 0;
     CHECK(fg_cuda_moe_group_check(&g, SM) == FG_CUDA_BAD_SHAPE);
     g = g_ok, g.seg = NULL;
     CHECK(fg_cuda_moe_group_check(&g, SM) == FG_CUDA_BAD_POINTER);
