@@ -31,9 +31,8 @@ fg_err fg_cuda_launched(fg_cuda_status s, const char *op, fg_diag *diag)
         return FG_OK;
     case FG_CUDA_BAD_ARCH:
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "cuda: %s: no kernels for this GPU architecture", op);
-    case FG_CUDA_LAUNCH_FAILED:
-        return fg_cuda_rt(cudaGetLastError(), op, diag) ? FG_ERR_IO
-                                                         : fg_diag_set(diag, FG_ERR_IO, "cuda: %s: launch failed", op);
+    case FG_CUDA_LAUNCH_FAILED: /* the launcher consumed the runtime's error code */
+        return fg_diag_set(diag, FG_ERR_IO, "cuda: %s: the CUDA runtime rejected the launch", op);
     default:
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cuda: %s: rejected before launch (%s)", op,
                            fg_cuda_status_name(s));
