@@ -126,7 +126,7 @@ static void cuda_close(fg_backend_t *b)
     if (c->h_rows)
         cudaFreeHost(c->h_rows);
     if (c->h_pages)
-        cudaFreeHost((void *)c->h_pages);
+        cudaFreeHost(c->h_pages);
     if (c->h_logits)
         cudaFreeHost(c->h_logits);
     if (c->stream)
@@ -327,6 +327,10 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
         err = fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: cannot allocate scratch for %d tokens", o->max_tokens);
         goto fail;
     }
+    _Static_assert(sizeof(int) == sizeof(int32_t) && sizeof(uintptr_t) == sizeof(uint8_t *), "batch layout");
+    c->batch = (fg_device_batch){.tok = c->h_ints, .pos = c->h_ints + T, .page0 = c->h_ints + 2 * T,
+                                 .n_kv = c->h_ints + 3 * T, .logit_row = c->h_ints + 4 * T, .rows = c->h_rows,
+                                 .pages = c->h_pages, .cap_pages = c->cap_pages, .max_tokens = o->max_tokens};
     *out = &c->base;
     return FG_OK;
 fail:

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/backend_impl.h"
+#include "engine/device_batch.h"
 #include "engine/rope.h"
 #include "kernels/cuda/launch_check.h"
 
@@ -71,9 +72,12 @@ typedef struct cuda_backend {
     /* per batch: ints [5][T] (tokens, positions, first page, n_kv, logit rows), row
      * addresses [T] and the page list [cap_pages], staged in pinned host memory */
     int *d_ints, *h_ints;
-    uint8_t **d_rows, **h_rows;
-    const uint8_t **d_pages, **h_pages;
+    uint8_t **d_rows;
+    uintptr_t *h_rows;
+    const uint8_t **d_pages;
+    uintptr_t *h_pages;
     size_t cap_pages;
+    fg_device_batch batch;  /* views of h_ints, h_rows, h_pages */
     float *h_logits;        /* [T][V] pinned */
 } cuda_backend;
 

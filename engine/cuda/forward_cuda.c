@@ -24,7 +24,8 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/vecops.cuh"
 
-/* Offsets of the int arrays inside d_ints / h_ints, each [max_tokens]. */
+/* Offsets of the int arrays inside d_ints / h_ints, each [max_tokens], in the
+ * order backend_cuda.c points the fg_device_batch views at them. */
 enum { I_TOK, I_POS, I_PAGE0, I_NKV, I_LOGIT_ROW };
 
 #define TRY(expr, op)                                                \
@@ -192,62 +193,38 @@ static fg_err ffn_block(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *di
     return FG_OK;
 }
 
-/* The batch description in pinned memory, then on the device. Grows the page
- * list when a batch's sequences hold more pages than it has room for. */
-static fg_err stage_batch(cuda_backend *c, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, int n,
-                          int *n_logit_rows, fg_diag *diag)
+/* The batch description in pinned memory (engine/device_batch.h), then on the
+ * device. Grows the page list when the batch's sequences hold more pages than
+ * it has room for (the only allocation a step can make). */
+static fg_err stage_batch(cuda_backend *c, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
 {
-    const int T = c->base.max_tokens;
-    size_t need = 0;
-    for (int si = 0; si < n_seqs; si++)
-        need += (size_t)seqs[si].kv->n_pages;
+    const size_t need = fg_device_batch_pages(seqs, n_seqs);
     if (need > c->cap_pages) {
-        const uint8_t **hp = NULL;
+        uintptr_t *hp = NULL;
         const uint8_t **dp = NULL;
         if (cudaMallocHost((void **)&hp, need * sizeof *hp) != cudaSuccess ||
             cudaMalloc((void **)&dp, need * sizeof *dp) != cudaSuccess) {
             if (hp)
-                cudaFreeHost((void *)hp);
+                cudaFreeHost(hp);
             cudaGetLastError();
             return fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: cannot grow the page list to %zu pages", need);
         }
         cudaStreamSynchronize(c->stream);
-        cudaFreeHost((void *)c->h_pages);
+        cudaFreeHost(c->h_pages);
         cudaFree((void *)c->d_pages);
-        c->h_pages = hp;
+        c->h_pages = c->batch.pages = hp;
         c->d_pages = dp;
-        c->cap_pages = need;
+        c->cap_pages = c->batch.cap_pages = need;
     }
-    int *tok = c->h_ints + (size_t)I_TOK * T, *pos = c->h_ints + (size_t)I_POS * T;
-    int *page0 = c->h_ints + (size_t)I_PAGE0 * T, *nkv = c->h_ints + (size_t)I_NKV * T;
-    int *lrow = c->h_ints + (size_t)I_LOGIT_ROW * T;
-    size_t np = 0;
-    int t = 0, nl = 0;
-    for (int si = 0; si < n_seqs; si++) {
-        const fg_kv_seq *kv = seqs[si].kv;
-        const int first_page = (int)np;
-        for (int pi = 0; pi < kv->n_pages; pi++)
-            c->h_pages[np++] = c->d_kv + fg_kv_store_page_index(c->kv, kv->pages[pi]) * c->geo.page_bytes;
-        for (int j = 0; j < seqs[si].n_tokens; j++, t++) {
-            const int p = kv->n_tokens + j;
-            tok[t] = tokens[t];
-            pos[t] = p;
-            page0[t] = first_page;
-            nkv[t] = p + 1; /* causal: itself and everything before */
-            c->h_rows[t] = (uint8_t *)c->h_pages[first_page + p / FG_KV_PAGE_TOKENS] +
-                           (size_t)(p % FG_KV_PAGE_TOKENS) * c->geo.row_bytes;
-            if (j >= seqs[si].n_tokens - seqs[si].n_logits)
-                lrow[nl++] = t;
-        }
-    }
-    (void)n;
-    *n_logit_rows = nl;
-    fg_err e;
+    fg_err e = fg_device_batch_plan(&c->batch, c->kv, (uintptr_t)c->d_kv, tokens, seqs, n_seqs, diag);
+    if (e)
+        return e;
+    const int T = c->base.max_tokens;
     if ((e = fg_cuda_rt(cudaMemcpyAsync(c->d_ints, c->h_ints, 5 * (size_t)T * sizeof(int), cudaMemcpyHostToDevice,
                                         c->stream), "stage batch", diag)) ||
-        (e = fg_cuda_rt(cudaMemcpyAsync(c->d_rows, c->h_rows, (size_t)t * sizeof(uint8_t *), cudaMemcpyHostToDevice,
-                                        c->stream), "stage rows", diag)) ||
-        (e = fg_cuda_rt(cudaMemcpyAsync((void *)c->d_pages, (const void *)c->h_pages, np * sizeof(uint8_t *),
+        (e = fg_cuda_rt(cudaMemcpyAsync(c->d_rows, c->h_rows, (size_t)c->batch.n_tok * sizeof(uintptr_t),
+                                        cudaMemcpyHostToDevice, c->stream), "stage rows", diag)) ||
+        (e = fg_cuda_rt(cudaMemcpyAsync((void *)c->d_pages, c->h_pages, c->batch.n_pages * sizeof(uintptr_t),
                                         cudaMemcpyHostToDevice, c->stream), "stage pages", diag)))
         return e;
     return FG_OK;
@@ -258,30 +235,15 @@ fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *s
     const fg_hparams *hp = &c->m->hp;
     const int T = c->base.max_tokens;
     int n = 0;
-    for (int si = 0; si < n_seqs; si++) { /* the checks of fg_forward_run, same messages */
-        const fg_fwd_seq *s = &seqs[si];
-        if (s->n_tokens < 1 || s->n_tokens > T - n)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "batch exceeds %d tokens", T);
-        if (s->n_logits != 0 && s->n_logits != 1 && s->n_logits != s->n_tokens)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "n_logits must be 0, 1 or n_tokens");
-        if (s->n_logits && !s->logits)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "logits requested without a buffer");
-        const int end = s->kv->n_tokens + s->n_tokens;
-        if (end > s->kv->n_pages * FG_KV_PAGE_TOKENS)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d has no cache pages for %d tokens", si, end);
-        for (int j = 0; j < s->n_tokens; j++)
-            if (tokens[n + j] < 0 || tokens[n + j] >= hp->n_vocab)
-                return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d outside the vocabulary [0, %d)", tokens[n + j],
-                                   hp->n_vocab);
-        n += s->n_tokens;
-    }
+    fg_err e = fg_device_batch_check(tokens, seqs, n_seqs, T, hp->n_vocab, &n, diag);
+    if (e)
+        return e;
     if (n == 0)
         return FG_OK;
 
-    int nl = 0;
-    fg_err e = stage_batch(c, tokens, seqs, n_seqs, n, &nl, diag);
-    if (e)
+    if ((e = stage_batch(c, tokens, seqs, n_seqs, diag)))
         return e;
+    const int nl = c->batch.n_logit_rows;
     const int d = hp->n_embd, V = hp->n_vocab;
     fg_cuda_get_rows_params emb = {.wtype = c->tok_embd.type, .w = c->tok_embd.d, .n_rows = c->tok_embd.n_out,
                                    .n = d, .ids = c->d_ints + (size_t)I_TOK * T, .out = c->x, .n_tok = n};
