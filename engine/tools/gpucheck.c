@@ -38,6 +38,7 @@
 #define MAX_MODELS 8
 
 static FILE *g_out;
+static int g_device; /* --device */
 
 /* printf to stdout and the --out file. */
 __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
@@ -128,6 +129,7 @@ static fg_err open_engine(const char *path, int backend, int kv_format, int max_
     o.max_batch_tokens = max_batch;
     o.kv_budget_bytes = (size_t)1 << 30;
     o.backend = backend;
+    o.gpu_device = g_device;
     return fg_engine_open(&o, e, d);
 }
 
@@ -231,7 +233,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
         goto done;
     }
     fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = &geo, .kv = kv,
-                             .max_tokens = B > P ? B : P, .device = 0};
+                             .max_tokens = B > P ? B : P, .device = g_device};
     if (fg_backend_open(&bo, &be, &d) || !(logits = malloc(sizeof(float) * (size_t)B * m->hp.n_vocab))) {
         say("bench    %s: cannot open the cuda backend: %s\n", path, d.msg);
         rc = -1;
@@ -335,6 +337,7 @@ int main(int argc, char **argv)
 #else
     device_info di;
     memset(&di, 0, sizeof di);
+    g_device = device;
     if (!device_probe(device, &di))
         return 2;
     if (out && !(g_out = fopen(out, "w"))) {
