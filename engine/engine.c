@@ -36,6 +36,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
                            "topology.transport nccl: the engine runs its ranks with the inproc transport only so far "
                            "(NCCL ranks need the cuda backend); see docs/parallel.md");
+    if ((o->backend != FG_ENGINE_BACKEND_CPU && o->backend != FG_ENGINE_BACKEND_CUDA) || o->gpu_device < 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "backend %d or gpu_device %d out of range", o->backend,
+                           o->gpu_device);
     if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
                      o->text_capacity < 64 || o->text_capacity > (1 << 26)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
@@ -70,6 +73,12 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->ep_ranks > 1 && o->backend != FG_ENGINE_BACKEND_CPU) {
+        err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                          "expert parallelism (topology.ranks %d) runs on the cpu backend only so far; see docs/parallel.md",
+                          o->ep_ranks);
+        goto fail;
+    }
     if (o->ep_ranks > 1) {
         /* Each rank has its own forward pass and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .max_tokens = o->max_batch_tokens, .n_threads = nth,
@@ -96,7 +105,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
             err = fg_diag_set(diag, FG_ERR_NOMEM, "cannot start %d worker threads", nth);
             goto fail;
         }
-        if ((err = fg_forward_create(e->model, &geo, o->max_batch_tokens, e->pool, o->isa, &e->fwd, diag)))
+        fg_backend_options bo = {.kind = (fg_backend_kind)o->backend, .model = e->model, .geo = &geo, .kv = e->kv,
+                                 .max_tokens = o->max_batch_tokens, .pool = e->pool, .isa = o->isa,
+                                 .device = o->gpu_device};
+        if ((err = fg_backend_open(&bo, &e->backend, diag)))
             goto fail;
     }
     for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
@@ -119,7 +131,7 @@ void fg_engine_close(fg_engine_t *e)
     if (!e)
         return;
     fg_engine_serve_stop(e);
-    fg_forward_destroy(e->fwd);
+    fg_backend_close(e->backend);
     fg_ep_ranks_destroy(e->ep);
     free(e->seq_rank);
     fg_pool_destroy(e->pool);
@@ -146,6 +158,7 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .weight_bytes_active = e->model->weight_bytes_active,
         .n_threads = e->ep ? fg_ep_ranks_count(e->ep) * fg_ep_ranks_threads(e->ep) : fg_pool_size(e->pool),
         .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
+        .backend = e->backend ? fg_backend_kind_name(fg_backend_kind_of(e->backend)) : "cpu",
         .model_identity = e->model->identity,
     };
 }
@@ -249,7 +262,7 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
                          int n, fg_diag *diag)
 {
     if (!e->ep)
-        return fg_forward_run(e->fwd, tokens, seqs, n, diag);
+        return fg_backend_run(e->backend, tokens, seqs, n, diag);
     for (int i = 0; i < n; i++)
         e->seq_rank[i] = sessions[i]->ep_rank;
     return fg_ep_ranks_run(e->ep, tokens, seqs, e->seq_rank, n, diag);

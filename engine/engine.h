@@ -41,6 +41,9 @@ typedef struct fg_session fg_session_t;
 
 typedef void (*fg_engine_wakeup_fn)(void *user);
 
+/* Where the forward pass runs (fg_engine_options.backend; engine/backend.h). */
+enum { FG_ENGINE_BACKEND_CPU = 0, FG_ENGINE_BACKEND_CUDA = 1 };
+
 typedef struct fg_engine_options {
     const char *model_path;
     int kv_format;           /* fg_kv_format, or -1: FP4 when the widths allow it, else F16 */
@@ -49,6 +52,8 @@ typedef struct fg_engine_options {
     int n_threads;           /* 0: one per online CPU */
     int max_context;         /* per session; 0: the model's context_length */
     fg_isa isa;              /* FG_ISA_AUTO unless testing a kernel path */
+    int backend;             /* FG_ENGINE_BACKEND_CPU (default) or FG_ENGINE_BACKEND_CUDA */
+    int gpu_device;          /* cuda backend: device ordinal; default 0 */
     /* serving mode */
     bool serve;
     fg_engine_wakeup_fn wakeup;
@@ -72,7 +77,9 @@ void fg_engine_options_default(fg_engine_options *o);
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
  * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
  * FG_ERR_CONFIG (an expert placement that does not fit the model, naming the
- * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport), FG_ERR_NOMEM. */
+ * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport; backend cuda in
+ * a build without CUDA, on a machine without a usable GPU, or with expert
+ * parallelism, with a message saying which), FG_ERR_NOMEM. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
  * and frees every session still open. */
@@ -90,6 +97,7 @@ typedef struct fg_engine_info {
     uint64_t weight_bytes_active; /* weight bytes read per decoded token */
     int n_threads;
     fg_isa isa;
+    const char *backend;          /* "cpu" or "cuda" */
     const char *model_identity;   /* hash of the GGUF header */
 } fg_engine_info;
 

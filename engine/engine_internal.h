@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/ep_ranks.h"
 #include "engine/forward.h"
@@ -92,7 +93,7 @@ struct fg_engine {
     fg_tokenizer_t *tok;
     fg_kv_store_t *kv;
     fg_pool_t *pool;
-    fg_forward_t *fwd;              /* NULL with expert parallelism */
+    fg_backend_t *backend;          /* runs the forward pass (cpu or cuda); NULL with expert parallelism */
     fg_ep_ranks_t *ep;              /* expert parallelism: the in-process ranks; NULL without */
     int *seq_rank;                  /* [max_batch_tokens] rank of each sequence of a step (with ep) */
     _Atomic unsigned ep_next_rank;  /* round-robin rank for the next session */

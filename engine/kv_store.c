@@ -72,6 +72,11 @@ fg_err fg_kv_store_create(const fg_kv_geometry *geo, size_t budget_bytes, fg_kv_
     return FG_OK;
 }
 
+size_t fg_kv_store_page_index(const fg_kv_store_t *s, const uint8_t *page)
+{
+    return (size_t)(page - s->base) / s->geo.page_bytes;
+}
+
 void fg_kv_store_destroy(fg_kv_store_t *s)
 {
     if (!s)

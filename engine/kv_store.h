@@ -48,6 +48,10 @@ const fg_kv_geometry *fg_kv_store_geometry(const fg_kv_store_t *s);
 size_t fg_kv_store_pages_total(const fg_kv_store_t *s);
 size_t fg_kv_store_pages_free(const fg_kv_store_t *s);
 
+/* The index in [0, fg_kv_store_pages_total) of a page of this store: a backend
+ * keeping the resident copy of each page elsewhere (GPU memory) keys it by this. */
+size_t fg_kv_store_page_index(const fg_kv_store_t *s, const uint8_t *page);
+
 /* A page with one reference, or NULL when the pool is empty. */
 uint8_t *fg_kv_page_alloc(fg_kv_store_t *s);
 void fg_kv_page_retain(fg_kv_store_t *s, uint8_t *page);

@@ -260,6 +260,7 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->kv_budget_bytes = (size_t)cfg->model.kv_budget_bytes;
     o->max_batch_tokens = (int)cfg->model.max_batch_tokens;
     o->n_threads = (int)cfg->model.threads;
+    o->backend = cfg->model.backend == FG_CONFIG_BACKEND_CUDA ? FG_ENGINE_BACKEND_CUDA : FG_ENGINE_BACKEND_CPU;
     o->max_context = (int)cfg->model.max_context;
     o->prefill_chunk = (int)cfg->model.prefill_chunk;
     o->ep_ranks = (int)cfg->topology.ranks;

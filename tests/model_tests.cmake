@@ -26,3 +26,8 @@ fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.
 # Bad files and requests through the command line: clear errors, no crash.
 fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh
             LABELS model FIXTURES_REQUIRED models)
+
+# The GPU self-check: a clear exit 2 where there is no GPU (CI); the op and
+# forward checks where there is one.
+fg_add_test(gpucheck_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_gpucheck.sh
+            LABELS "model;gpu" FIXTURES_REQUIRED models)

@@ -1,0 +1,81 @@
+/* backend.h: where the forward pass runs. One small interface at
+ * forward-pass granularity, so the engine, the scheduler and sessions do not
+ * change with the device:
+ *   - open for a model, a KV geometry and a batch size;
+ *   - run one batch (the contract of engine/forward.h fg_forward_run);
+ *   - the KV page pool: pages are allocated and freed by the host store
+ *     (engine/kv_store.h, reference counts and page tables unchanged); a
+ *     backend keeps the resident copy of each page where it computes. The CPU
+ *     backend computes in the host pages themselves; the CUDA backend keeps a
+ *     device pool mirroring the store page for page, and the host page is the
+ *     next tier: kv_page_to_host / kv_page_to_device move one page between them
+ *     (for spilling to disk and restoring).
+ *
+ * Backends: "cpu" (engine/forward.c, always built, the reference) and "cuda"
+ * (engine/cuda/, built when CMake finds nvcc). Expert-parallel work (issue 8
+ * part 3) plugs in at each backend's MoE layer step.
+ *
+ * Thread safety: a backend belongs to the engine's step thread (or the
+ * direct-mode caller); one call at a time.
+ */
+#ifndef FG_BACKEND_H
+#define FG_BACKEND_H
+
+#include <stdint.h>
+
+#include "config/fg_error.h"
+#include "engine/forward.h"
+#include "engine/kv_store.h"
+#include "engine/model.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pool.h"
+
+typedef enum fg_backend_kind {
+    FG_BACKEND_CPU = 0,
+    FG_BACKEND_CUDA = 1,
+} fg_backend_kind;
+
+/* "cpu", "cuda"; NULL when out of range. */
+const char *fg_backend_kind_name(fg_backend_kind k);
+
+/* 1 when this build has the backend's code (CUDA: nvcc was found at build time). */
+int fg_backend_compiled(fg_backend_kind k);
+
+typedef struct fg_backend_options {
+    fg_backend_kind kind;
+    const fg_model *model;
+    const fg_kv_geometry *geo;
+    fg_kv_store_t *kv;     /* the host page store; its pages are the ones in fg_kv_seq tables */
+    int max_tokens;        /* tokens per run, >= 1 */
+    /* cpu */
+    fg_pool_t *pool;
+    fg_isa isa;
+    /* cuda */
+    int device;            /* CUDA device ordinal, >= 0 */
+} fg_backend_options;
+
+typedef struct fg_backend fg_backend_t;
+
+/* Errors: FG_ERR_UNSUPPORTED (a backend this build lacks, no usable GPU, a
+ * GPU architecture without kernels here, a weight type or KV format the
+ * backend cannot run; the message says which and what to do),
+ * FG_ERR_INVALID_ARG, FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM (host or device). */
+fg_err fg_backend_open(const fg_backend_options *o, fg_backend_t **out, fg_diag *diag);
+void fg_backend_close(fg_backend_t *b);
+
+fg_backend_kind fg_backend_kind_of(const fg_backend_t *b);
+int fg_backend_max_tokens(const fg_backend_t *b);
+
+/* One batch, as fg_forward_run (engine/forward.h): writes each token's cache
+ * rows, advances kv->n_tokens, fills the requested logits (host memory).
+ * Errors: those of fg_forward_run; FG_ERR_IO when the device failed (the
+ * message has the CUDA error). */
+fg_err fg_backend_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+
+/* Copies a page's resident contents into its host page (next tier), or back.
+ * No-ops on the CPU backend. Errors: FG_ERR_INVALID_ARG (not a page of the
+ * store), FG_ERR_IO (device copy failed). */
+fg_err fg_backend_kv_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag);
+fg_err fg_backend_kv_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag *diag);
+
+#endif
