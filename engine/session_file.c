@@ -30,14 +30,15 @@ static void wr64(uint8_t *p, uint64_t v)
     wr32(p + 4, (uint32_t)(v >> 32));
 }
 
-uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, uint32_t meta_len)
+uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, int n_pending, uint32_t meta_len)
 {
-    return FG_SFILE_HEADER_BYTES + (uint64_t)n_tokens * (4 + geo->bytes_per_token) + meta_len + 8;
+    return FG_SFILE_HEADER_BYTES + (uint64_t)n_tokens * (4 + geo->bytes_per_token) + (uint64_t)n_pending * 4 +
+           meta_len + 8;
 }
 
 uint64_t fg_sfile_max_size(const fg_sfile_expect *ex)
 {
-    return fg_sfile_size(&ex->geo, ex->max_tokens, FG_SFILE_META_MAX);
+    return fg_sfile_size(&ex->geo, ex->max_tokens, 0, FG_SFILE_META_MAX);
 }
 
 fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex, fg_sfile_view *v, fg_diag *diag)
@@ -55,11 +56,11 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "format version %u, this engine reads %d", version,
                            FG_SFILE_VERSION);
     uint32_t n_tokens = rd32(buf + 52), meta_len = rd32(buf + 56), row_bytes = rd32(buf + 44);
-    uint32_t n_layer = rd32(buf + 32);
+    uint32_t n_layer = rd32(buf + 32), n_pending = rd32(buf + 60);
     uint64_t kv_bytes = rd64(buf + 64);
-    if (n_tokens > (uint32_t)ex->max_tokens)
-        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "%u tokens exceed the context of %d", n_tokens,
-                           ex->max_tokens);
+    if (n_tokens > (uint32_t)ex->max_tokens || n_pending > (uint32_t)ex->max_tokens - n_tokens)
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "%u + %u tokens exceed the context of %d", n_tokens,
+                           n_pending, ex->max_tokens);
     if (meta_len > FG_SFILE_META_MAX)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "meta of %u bytes exceeds %d", meta_len, FG_SFILE_META_MAX);
     /* Sizes are bounded by the engine's geometry before any arithmetic with them. */
@@ -70,7 +71,7 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
     if (kv_bytes != want_kv)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "KV size %llu does not match %u tokens x %u layers x %u bytes",
                            (unsigned long long)kv_bytes, n_tokens, n_layer, row_bytes);
-    uint64_t total = FG_SFILE_HEADER_BYTES + (uint64_t)n_tokens * 4 + meta_len + kv_bytes + 8;
+    uint64_t total = FG_SFILE_HEADER_BYTES + ((uint64_t)n_tokens + n_pending) * 4 + meta_len + kv_bytes + 8;
     if (len < total)
         return fg_diag_set(diag, FG_ERR_SESSION_TRUNCATED, "file of %zu bytes, its header says %llu", len,
                            (unsigned long long)total);
@@ -92,11 +93,12 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
                            format < FG_KV__COUNT ? fg_kv_format_name((fg_kv_format)format) : "unknown", row_bytes,
                            fg_kv_format_name(ex->geo.format));
     v->n_tokens = (int)n_tokens;
+    v->n_pending = (int)n_pending;
     v->tokens = buf + FG_SFILE_HEADER_BYTES;
-    v->meta = v->tokens + (size_t)n_tokens * 4;
+    v->meta = v->tokens + ((size_t)n_tokens + n_pending) * 4;
     v->meta_len = meta_len;
     v->rows = v->meta + meta_len;
-    for (int i = 0; i < v->n_tokens; i++) {
+    for (int i = 0; i < v->n_tokens + v->n_pending; i++) {
         int32_t t = fg_sfile_token(v, i);
         if (t < 0 || t >= ex->n_vocab) {
             memset(v, 0, sizeof *v);
@@ -241,9 +243,10 @@ fg_err fg_sfile_write(const char *dir, const char *name, const fg_sfile_content 
     wr32(hdr + 48, FG_KV_PAGE_TOKENS);
     wr32(hdr + 52, (uint32_t)c->n_tokens);
     wr32(hdr + 56, c->meta_len);
+    wr32(hdr + 60, (uint32_t)c->n_pending);
     wr64(hdr + 64, (uint64_t)c->n_tokens * geo->bytes_per_token);
     wb_put(w, hdr, sizeof hdr);
-    wb_put(w, c->tokens, (size_t)c->n_tokens * 4);
+    wb_put(w, c->tokens, ((size_t)c->n_tokens + (size_t)c->n_pending) * 4);
     if (c->meta_len)
         wb_put(w, c->meta, c->meta_len);
     fg_kv_seq q = {.pages = (uint8_t **)c->pages, .n_pages = (c->n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS,

@@ -6,9 +6,10 @@
  *     0  magic "FGSESS\r\n"     8  u32 format version    12 u32 KV cache format
  *     16 model identity (16 hex chars, fg_engine_info.model_identity)
  *     32 u32 n_layer  36 u32 kv_lora  40 u32 n_rope  44 u32 row_bytes
- *     48 u32 page tokens (64)  52 u32 n_tokens  56 u32 meta_len  60 u32 0
+ *     48 u32 page tokens (64)  52 u32 n_tokens  56 u32 meta_len  60 u32 n_pending
  *     64 u64 KV bytes (n_tokens * n_layer * row_bytes)   72..95 zero
- *   tokens   [n_tokens] i32: the history whose KV follows
+ *   tokens   [n_tokens + n_pending] i32: the history whose KV follows, then
+ *            input queued but not yet evaluated (e.g. the last sampled token)
  *   meta     [meta_len] bytes: the owner's blob
  *   KV rows  [n_tokens][n_layer][row_bytes], as stored in the pages
  *   checksum u64: fg_hash64 of every byte before it (seed FG_SFILE_MAGIC_SEED)
@@ -43,15 +44,16 @@ typedef struct fg_sfile_expect {
 
 /* A validated file in memory; pointers into the caller's buffer. */
 typedef struct fg_sfile_view {
-    int n_tokens;
-    const uint8_t *tokens;       /* [n_tokens] little-endian i32 */
+    int n_tokens;                /* with KV rows */
+    int n_pending;               /* queued after them, without KV */
+    const uint8_t *tokens;       /* [n_tokens + n_pending] little-endian i32 */
     const uint8_t *meta;
     uint32_t meta_len;
     const uint8_t *rows;         /* [n_tokens][n_layer][row_bytes] */
 } fg_sfile_view;
 
-/* Bytes of a file with n_tokens and meta_len. */
-uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, uint32_t meta_len);
+/* Bytes of a file with n_tokens (with KV), n_pending and meta_len. */
+uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, int n_pending, uint32_t meta_len);
 
 /* The largest file the reader accepts for this engine. */
 uint64_t fg_sfile_max_size(const fg_sfile_expect *ex);
@@ -81,8 +83,9 @@ fg_err fg_sfile_read(const char *path, uint64_t max_bytes, uint8_t **buf, size_t
 typedef struct fg_sfile_content {
     const char *model_identity;
     const fg_kv_geometry *geo;
-    const int32_t *tokens;
+    const int32_t *tokens;       /* [n_tokens + n_pending] */
     int n_tokens;
+    int n_pending;
     const void *meta;
     uint32_t meta_len;
     uint8_t *const *pages;       /* [ceil(n_tokens / 64)] */

@@ -38,11 +38,11 @@ static uint8_t *make_file(const fg_kv_geometry *g, const char *id, int32_t tok0,
         for (size_t i = 0; i < g->page_bytes; i++)
             pages[p][i] = (uint8_t)(i * 7 + (size_t)p * 13);
     }
-    int32_t tokens[N_TOK];
-    for (int i = 0; i < N_TOK; i++)
+    int32_t tokens[N_TOK + 2];
+    for (int i = 0; i < N_TOK + 2; i++)
         tokens[i] = tok0 + i;
     const char meta[] = "{\"instructions\":\"be brief\"}";
-    fg_sfile_content c = {.model_identity = id, .geo = g, .tokens = tokens, .n_tokens = N_TOK, .meta = meta,
+    fg_sfile_content c = {.model_identity = id, .geo = g, .tokens = tokens, .n_tokens = N_TOK, .n_pending = 2, .meta = meta,
                           .meta_len = sizeof meta - 1, .pages = pages};
     fg_diag d = {{0}};
     CHECK_MSG(fg_sfile_write(dir, "s1", &c, &d) == FG_OK, "%s", d.msg);
@@ -50,14 +50,14 @@ static uint8_t *make_file(const fg_kv_geometry *g, const char *id, int32_t tok0,
     snprintf(path, sizeof path, "%s/s1.fgs", dir);
     uint8_t *buf;
     CHECK(fg_sfile_read(path, 1 << 30, &buf, len, &d) == FG_OK);
-    CHECK(*len == fg_sfile_size(g, N_TOK, sizeof meta - 1));
+    CHECK(*len == fg_sfile_size(g, N_TOK, 2, sizeof meta - 1));
     /* The round trip: tokens, meta and every row come back. */
     fg_sfile_expect ex = expect_of(g, id);
     fg_sfile_view v;
-    if (tok0 + N_TOK <= 500) {
+    if (tok0 + N_TOK + 2 <= 500) {
         CHECK_MSG(fg_sfile_parse(buf, *len, &ex, &v, &d) == FG_OK, "%s", d.msg);
-        CHECK(v.n_tokens == N_TOK && v.meta_len == sizeof meta - 1 && memcmp(v.meta, meta, v.meta_len) == 0);
-        CHECK(fg_sfile_token(&v, 0) == tok0 && fg_sfile_token(&v, N_TOK - 1) == tok0 + N_TOK - 1);
+        CHECK(v.n_tokens == N_TOK && v.n_pending == 2 && v.meta_len == sizeof meta - 1 && memcmp(v.meta, meta, v.meta_len) == 0);
+        CHECK(fg_sfile_token(&v, 0) == tok0 && fg_sfile_token(&v, N_TOK + 1) == tok0 + N_TOK + 1);
         uint8_t *back[3];
         for (int p = 0; p < 3; p++)
             back[p] = calloc(1, g->page_bytes);
@@ -132,6 +132,7 @@ int main(void)
             fg_err want = off >= 8 && off < 12 ? FG_ERR_SESSION_VERSION : FG_ERR_SESSION_CORRUPT;
             /* A flip in the size fields can also make the file look short. */
             bool ok = e == want || (off >= 44 && off < 72 && e == FG_ERR_SESSION_TRUNCATED);
+            /* The pending count: a flip can also push it past the context. */
             CHECK_MSG(ok, "bit %d of byte %zu: %s", bit, off, fg_err_name(e));
             buf[off] ^= (uint8_t)(1u << bit);
         }
@@ -170,6 +171,10 @@ int main(void)
     memset(buf + 56, 0xff, 4);
     CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_CORRUPT);
     memcpy(buf + 56, save, 4);
+    memcpy(save, buf + 60, 4);
+    memset(buf + 60, 0xff, 4);
+    CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_CORRUPT); /* pending tokens past the context */
+    memcpy(buf + 60, save, 4);
     memcpy(buf, "GGUF", 4);
     CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_CORRUPT);
     free(buf);
