@@ -157,6 +157,7 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         memmove(s->todo + 1, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         s->todo[0] = r->next_token;
         s->todo_n++;
+        s->todo_sampled = true;
     }
     if (r->admitted)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
@@ -178,6 +179,7 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
     if (extra > 0 && grow_tokens(&s->todo, &s->todo_cap, s->todo_n + extra) == 0) {
         memmove(s->todo + extra, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         memcpy(s->todo, s->hist + keep, (size_t)extra * sizeof *s->todo);
+        s->todo_sampled = false;
         s->todo_n += extra;
         s->hist_n = keep;
         fg_kv_seq_truncate(e->kv, &s->seq, keep);
@@ -548,6 +550,7 @@ static void *step_main(void *arg)
                 s->hist_n += s->batch_tokens;
                 memmove(s->todo, s->todo + s->batch_tokens, (size_t)(s->todo_n - s->batch_tokens) * sizeof *s->todo);
                 s->todo_n -= s->batch_tokens;
+                s->todo_sampled = false;
                 pre_tok += s->batch_tokens;
             } else {
                 s->hist[s->hist_n++] = s->resp.next_token;
