@@ -231,7 +231,11 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         fg_diag d;
         fg_err err = fg_tier_load(e, s, &d);
         if (err == FG_ERR_KV_FULL) {
+            /* Dropping cold pages frees memory at once: then try again now. */
             fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
+            err = fg_tier_load(e, s, &d);
+        }
+        if (err == FG_ERR_KV_FULL) {
             note_waiting(e, s);
             return false;
         }
@@ -244,14 +248,21 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     }
     fg_tier_attach_hits(e, s); /* shared pages need no reservation */
     need = reserve_need(e, s);
-    fg_err err = fg_kv_seq_reserve(e->kv, &s->seq, need);
-    /* The page the response writes first must be its own (copy-on-write). */
-    if (err == FG_OK)
-        err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
-    if (err != FG_OK) {
-        size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS - (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
+    fg_err err = FG_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        err = fg_kv_seq_reserve(e->kv, &s->seq, need);
+        /* The page the response writes first must be its own (copy-on-write). */
+        if (err == FG_OK)
+            err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
+        if (err == FG_OK)
+            break;
+        size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS -
+                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* keep nothing half-reserved */
-        fg_tier_relieve(e, want, s);
+        if (attempt == 0)
+            fg_tier_relieve(e, want, s); /* cold pages go at once, spills later */
+    }
+    if (err != FG_OK) {
         note_waiting(e, s);
         return false;
     }
