@@ -384,8 +384,9 @@ static void test_damage(int n_vocab)
 #define NS 100
 
 /* Greedy tokens with sharing equal those without: a few sessions with one
- * 300-token prefix (4 shared pages), each computed alone in a cache-less engine. */
-static void test_sharing_exact(int n_vocab)
+ * 300-token prefix (4 shared pages), each computed alone in a cache-less
+ * engine. Then two tenants hold two copies, and a fork shares copy-on-write. */
+static void test_sharing_exact(int n_vocab, size_t page_bytes)
 {
     enum { K = 3, PRE = 300, SUF = 10 };
     int32_t prompt[K][PRE + SUF];
@@ -411,9 +412,48 @@ static void test_sharing_exact(int n_vocab)
     }
     for (int i = 0; i < K; i++)
         fg_session_free(s[i]);
+
+    /* The cache keeps the shared pages after their sessions end; another
+     * tenant with the same prompt gets no hit and holds its own copy. */
+    const int shared = 256 / FG_KV_PAGE_TOKENS;
+    fg_session_t *a = named(e, "t2", "a");
+    turn ta = run_turn(a, prompt[0], PRE + SUF, 8);
+    CHECK(same_tokens(&ta, &want[0]) && ta.last.usage.cached_tokens == 0);
+    fg_tenant_kv_usage u1, u2;
+    CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK && fg_engine_tenant_usage(e, "t2", &u2) == FG_OK);
+    CHECK_MSG(u1.resident_kv_bytes == (uint64_t)shared * page_bytes, "t1 keeps %llu bytes",
+              (unsigned long long)u1.resident_kv_bytes);
+    CHECK(u2.resident_kv_bytes == (uint64_t)(shared + 1) * page_bytes);
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(st.kv_pages_cached == (size_t)shared); /* t1's pages, held by the cache alone */
+
+    /* A fork shares every page; each side then writes its own copy of the last one. */
+    size_t before = st.kv_pages_used;
+    fg_session_t *f = NULL;
+    fg_diag d;
+    fg_session_params fp = {.weight = 1, .tenant_name = "t2"};
+    CHECK(fg_session_fork(a, &fp, &f, &d) == FG_OK);
+    fg_engine_get_stats(e, &st);
+    CHECK(st.kv_pages_used == before);
+    CHECK(fg_session_length(f) == fg_session_length(a));
+    const int fork_full = fg_session_length(a) / FG_KV_PAGE_TOKENS; /* full pages at the fork: stay shared */
+    (void)before;
+    int32_t more[3] = {3, 4, 5};
+    turn fa = run_turn(a, more, 3, 4), ff = run_turn(f, more, 3, 4);
+    CHECK(same_tokens(&fa, &ff));
+    fg_engine_get_stats(e, &st);
+    /* t1's cached pages, plus each side's pages, less the full pages both still share. */
+    int each = (fg_session_length(a) + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    size_t want_used = (size_t)(shared + 2 * each - fork_full);
+    CHECK_MSG(st.kv_pages_used == want_used, "%zu pages after the fork's copy-on-write, want %zu", st.kv_pages_used,
+              want_used);
+    fg_session_free(f);
+    fg_session_free(a);
     fg_engine_close(e);
 }
 
+/* 100 sessions with one system prompt hold one copy of its pages. */
 static void test_sharing(int n_vocab, size_t page_bytes)
 {
     static int32_t prompt[NS][SYS + 1];
@@ -444,41 +484,11 @@ static void test_sharing(int n_vocab, size_t page_bytes)
     CHECK_MSG(st.kv_pages_used == (size_t)(shared + NS), "%zu pages used, want %d", st.kv_pages_used, shared + NS);
     CHECK(st.kv_pages_shared == (size_t)shared);
     CHECK(st.prefix_hits >= (uint64_t)(NS - 1) * shared);
-    fg_tenant_kv_usage u1, u2;
+    fg_tenant_kv_usage u1;
     CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK);
     CHECK(u1.resident_kv_bytes == (uint64_t)(shared + NS) * page_bytes && u1.sessions_resident == NS);
     for (int i = 0; i < NS; i++)
         fg_session_free(s[i]);
-
-    /* The cache keeps the system prompt after its sessions end; another
-     * tenant with the same prompt gets no hit and holds its own copy. */
-    fg_session_t *a = named(e, "t2", "a");
-    turn ta = run_turn(a, prompt[0], SYS + 1, 1);
-    CHECK(same_tokens(&ta, &t[0]) && ta.last.usage.cached_tokens == 0);
-    CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK && fg_engine_tenant_usage(e, "t2", &u2) == FG_OK);
-    CHECK_MSG(u1.resident_kv_bytes == (uint64_t)shared * page_bytes, "t1 keeps %llu bytes",
-              (unsigned long long)u1.resident_kv_bytes);
-    CHECK(u2.resident_kv_bytes == (uint64_t)(shared + 1) * page_bytes);
-    fg_engine_get_stats(e, &st);
-    CHECK(st.kv_pages_cached == (size_t)shared); /* t1's pages, held by the cache alone */
-
-    /* A fork shares every page; each side then writes its own copy of the last one. */
-    size_t before = st.kv_pages_used;
-    fg_session_t *f = NULL;
-    fg_diag d;
-    fg_session_params fp = {.weight = 1, .tenant_name = "t2"};
-    CHECK(fg_session_fork(a, &fp, &f, &d) == FG_OK);
-    fg_engine_get_stats(e, &st);
-    CHECK(st.kv_pages_used == before);
-    CHECK(fg_session_length(f) == fg_session_length(a));
-    int32_t more[3] = {3, 4, 5};
-    turn fa = run_turn(a, more, 3, 4), ff = run_turn(f, more, 3, 4);
-    CHECK(same_tokens(&fa, &ff));
-    fg_engine_get_stats(e, &st);
-    CHECK_MSG(st.kv_pages_used == before + 1, "%zu pages after the fork's copy-on-write, want %zu", st.kv_pages_used,
-              before + 1);
-    fg_session_free(f);
-    fg_session_free(a);
     fg_engine_close(e);
 }
 
@@ -578,7 +588,7 @@ int main(void)
     if (!only || strcmp(only, "damage") == 0)
         test_damage(info.n_vocab);
     if (!only || strcmp(only, "sharing") == 0) {
-        test_sharing_exact(info.n_vocab);
+        test_sharing_exact(info.n_vocab, page_bytes);
         test_sharing(info.n_vocab, page_bytes);
     }
     if (!only || strcmp(only, "budget") == 0)
