@@ -290,6 +290,13 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         return;
     if (s->hist_n != s->seq.n_tokens)
         return; /* mid-response: cannot happen for idle sessions */
+    if (spill && s->gen == s->file_gen && s->saves_inflight == 0) {
+        /* The file on disk is this very state: release the pages without writing again. */
+        fg_kv_seq_truncate(e->kv, &s->seq, 0);
+        s->on_disk = true;
+        e->stats.spills++;
+        return;
+    }
     fg_save_job *j = calloc(1, sizeof *j);
     int n_pages = (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (!j)

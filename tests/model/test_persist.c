@@ -223,7 +223,7 @@ static void test_restore_and_spill(int n_vocab)
     CHECK(wait_on_disk(s)); /* idle spill */
     fg_engine_stats st;
     fg_engine_get_stats(e, &st);
-    CHECK(st.spills >= 1 && st.restores >= 1 && st.sessions_on_disk == 1 && st.saves >= 2);
+    CHECK(st.spills >= 1 && st.restores >= 1 && st.sessions_on_disk == 1 && st.saves >= 1);
     /* A fork of the spilled session shares its history and continues like it. */
     fg_session_t *f = NULL;
     fg_session_params fp = {.weight = 1, .name = "alpha-fork", .tenant_name = "acme"};
