@@ -7,6 +7,8 @@
 
 #include "engine/engine_internal.h"
 
+_Static_assert(FG_SFILE_META_MAX == FG_SESSION_META_MAX, "the file holds any blob the API accepts");
+
 static const char *tenant_or_default(const char *t) { return t ? t : "default"; }
 
 fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session_t **out, fg_diag *diag)
