@@ -192,6 +192,7 @@ struct fg_engine {
     bool writer_stop;               /* [mu] */
     fg_save_job *job_head, *job_tail;   /* [mu] queued for the writer */
     fg_save_job *done_jobs;         /* [mu] written, for the step thread */
+    const fg_save_job *job_running; /* [mu] the one the writer is on */
     uint64_t jobs_queued, jobs_done;    /* [mu] */
     bool save_all_req;              /* [mu] */
     uint64_t save_all_target;       /* [mu] jobs_queued when save_all's jobs were queued */
@@ -225,10 +226,12 @@ void fg_tier_close(fg_engine_t *e);
 /* Frees the prefix cache (releasing its pages) and the tables; after the sessions. */
 void fg_tier_destroy(fg_engine_t *e);
 /* Reads and validates <persist_dir>/<tenant>/<name>.fgs into *buf (the caller
- * frees it). A damaged file is moved aside; diag names the session [mu or
- * before the session exists]. */
-fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
-                          size_t *len, fg_sfile_view *v, fg_diag *diag);
+ * frees it). A damaged file is moved aside; diag names the session. locked:
+ * the caller holds mu (else it is taken for the disk accounting). */
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked,
+                          uint8_t **buf, size_t *len, fg_sfile_view *v, fg_diag *diag);
+/* True while a write or removal of that session's file is queued or running [mu]. */
+bool fg_tier_writing(const fg_engine_t *e, const char *tenant, const char *name);
 /* Index of a tenant name in e->tenants, added when new; -1 when the table is full [mu]. */
 int fg_tier_tenant(fg_engine_t *e, const char *name);
 /* Queues a save of s (a snapshot; pages by reference) unless its file is

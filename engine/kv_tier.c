@@ -128,9 +128,11 @@ static void *writer_main(void *arg)
         e->job_head = j->next;
         if (!e->job_head)
             e->job_tail = NULL;
+        e->job_running = j;
         pthread_mutex_unlock(&e->mu);
         run_job(e, j);
         pthread_mutex_lock(&e->mu);
+        e->job_running = NULL;
         if (j->err != FG_OK && e->save_all_err == FG_OK) {
             e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
             snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
@@ -595,20 +597,37 @@ static bool damage(fg_err err)
            err == FG_ERR_SESSION_VERSION;
 }
 
-/* Moves a damaged file aside (<name>.fgs.damaged); it no longer counts as a session file. */
-static void move_aside(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix)
+/* Moves a damaged file aside (<name>.fgs.damaged); it no longer counts as a
+ * session file. locked: the caller holds mu. */
+static void move_aside(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked)
 {
     char path[4096], aside[4096];
     if (!fg_tier_path(e, tenant, name, ".fgs", path, sizeof path) ||
         !fg_tier_path(e, tenant, name, ".fgs.damaged", aside, sizeof aside))
         return;
     int64_t size = file_size(path);
-    if (rename(path, aside) == 0)
+    if (rename(path, aside) == 0) {
+        if (!locked)
+            pthread_mutex_lock(&e->mu);
         disk_add(e, tenant_ix, -size);
+        if (!locked)
+            pthread_mutex_unlock(&e->mu);
+    }
 }
 
-fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
-                          size_t *len, fg_sfile_view *v, fg_diag *diag)
+bool fg_tier_writing(const fg_engine_t *e, const char *tenant, const char *name)
+{
+    const fg_save_job *r = e->job_running;
+    if (r && strcmp(r->tenant, tenant) == 0 && strcmp(r->name, name) == 0)
+        return true;
+    for (const fg_save_job *j = e->job_head; j; j = j->next)
+        if (strcmp(j->tenant, tenant) == 0 && strcmp(j->name, name) == 0)
+            return true;
+    return false;
+}
+
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked,
+                          uint8_t **buf, size_t *len, fg_sfile_view *v, fg_diag *diag)
 {
     char path[4096];
     *buf = NULL;
@@ -622,7 +641,7 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
         free(*buf);
         *buf = NULL;
         if (damage(err)) {
-            move_aside(e, tenant, name, tenant_ix);
+            move_aside(e, tenant, name, tenant_ix, locked);
             return fg_diag_set(diag, err, "session %s/%s: %s (file moved to %s.fgs.damaged)", tenant, name, d.msg,
                                name);
         }
@@ -649,7 +668,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
     uint8_t *buf;
     size_t len;
     fg_sfile_view v;
-    fg_err err = fg_tier_check_file(e, s->tenant_name, s->load_name, s->tenant_ix, &buf, &len, &v, diag);
+    fg_err err = fg_tier_check_file(e, s->tenant_name, s->load_name, s->tenant_ix, true, &buf, &len, &v, diag);
     if (err != FG_OK)
         return err;
     bool match = v.n_tokens >= n;
@@ -657,7 +676,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         match = fg_sfile_token(&v, i) == s->hist[i];
     if (!match) {
         free(buf);
-        move_aside(e, s->tenant_name, s->load_name, s->tenant_ix);
+        move_aside(e, s->tenant_name, s->load_name, s->tenant_ix, true);
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
                            s->tenant_name, s->load_name);
     }

@@ -239,7 +239,15 @@ static void test_restore_and_spill(int n_vocab)
         CHECK_MSG(same_tokens(&f3, &r3), "fork diverged (%d tokens)", f3.n);
         fg_session_delete(f);
     }
+    /* Freed and restored at once: the save of its last turn lands before the read. */
+    int len3 = fg_session_length(s);
     fg_session_free(s);
+    err = fg_session_restore(e, &rp, &s, &d);
+    CHECK_MSG(err == FG_OK, "restore after free: %s", d.msg);
+    if (err == FG_OK) {
+        CHECK_MSG(fg_session_length(s) == len3, "restored %d tokens, had %d", fg_session_length(s), len3);
+        fg_session_free(s);
+    }
     fg_engine_close(e);
     char fpath[600];
     path_of(fpath, sizeof fpath, dir, "acme", "alpha-fork", ".fgs");
