@@ -172,6 +172,18 @@ static void test_restore_and_spill(int n_vocab)
     fg_session_free(r);
     fg_engine_close(ref);
 
+    /* Without persist_dir there is nothing to restore from. */
+    fg_session_t *none = NULL;
+    fg_diag d0 = {{0}};
+    fg_session_params np = {.weight = 1, .name = "alpha", .tenant_name = "acme"};
+    ref = open_e((eng_opts){.prefix = true});
+    CHECK(fg_session_restore(ref, &np, &none, &d0) == FG_ERR_STATE && none == NULL);
+    np.name = "bad/name";
+    CHECK(fg_session_restore(ref, &np, &none, &d0) == FG_ERR_STATE); /* persist_dir is checked first */
+    fg_session_params bad = {.weight = 1, .name = "bad/name"};
+    CHECK(fg_session_create(ref, &bad, &none) == FG_ERR_INVALID_ARG && none == NULL);
+    fg_engine_close(ref);
+
     /* Turn 1, saved, then the engine goes away. */
     fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true});
     fg_session_t *s = named(e, "acme", "alpha");
