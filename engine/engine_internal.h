@@ -101,8 +101,8 @@ struct fg_session {
     bool spill_inflight;            /* [mu] */
     char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
     double last_used;               /* [step] end of its last response (monotonic seconds) */
-    uint64_t *phash;                /* [step] keys of its full pages [n_ctx / 64 + 1] */
-    int phash_n;                    /* [step] valid keys */
+    uint64_t *phash;                /* [step] keys of its full pages [phash_cap] */
+    int phash_n, phash_cap;         /* [step] valid keys, room */
     int reg_n;                      /* [step] full pages offered to the prefix cache */
     int miss_at;                    /* [step] token count of the last prefix miss (-1 none) */
     bool todo_sampled;              /* [step] todo[0] is the last response's sampled token (forks keep it) */

@@ -488,14 +488,29 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
 
 /* ---- prefix sharing ---- */
 
+/* Room for n page keys; the array grows by doubling, so a short session holds a short one. */
+static bool phash_room(const fg_engine_t *e, fg_session_t *s, int n)
+{
+    if (n <= s->phash_cap)
+        return true;
+    int cap = s->phash_cap ? s->phash_cap : 8, most = e->n_ctx / FG_KV_PAGE_TOKENS + 2;
+    while (cap < n)
+        cap *= 2;
+    if (cap > most)
+        cap = most > n ? most : n;
+    uint64_t *p = realloc(s->phash, (size_t)cap * sizeof *p);
+    if (!p)
+        return false;
+    s->phash = p;
+    s->phash_cap = cap;
+    return true;
+}
+
+/* Makes the keys of pages 0..upto valid, computed from the history. */
 static bool ensure_phash(fg_engine_t *e, fg_session_t *s, int upto)
 {
-    if (!s->phash) {
-        s->phash = malloc(((size_t)e->n_ctx / FG_KV_PAGE_TOKENS + 2) * sizeof *s->phash);
-        if (!s->phash)
-            return false;
-        s->phash_n = 0;
-    }
+    if (!phash_room(e, s, upto + 2))
+        return false;
     uint64_t salt = e->tenants[s->tenant_ix].salt;
     while (s->phash_n <= upto) {
         int k = s->phash_n;
@@ -744,7 +759,7 @@ fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     }
     memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
     dst->hist_n = n;
-    if (src->phash_n > 0 && ensure_phash(e, dst, -1) && dst->phash) {
+    if (src->phash_n > 0 && phash_room(e, dst, src->phash_n + 1)) {
         memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
         dst->phash_n = src->phash_n;
     }
