@@ -100,6 +100,12 @@ struct fg_session {
     int saves_inflight;             /* [mu] writer jobs for it */
     bool spill_inflight;            /* [mu] */
     char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
+    bool load_inflight;             /* [mu] the writer thread is reading its file */
+    uint8_t *load_buf;              /* [mu] the file, read and validated, until its KV is in pages */
+    fg_sfile_view load_view;        /* [mu] into load_buf */
+    fg_err load_err;                /* [mu] the read failed: why */
+    char load_msg[320];             /* [mu] */
+    double load_seconds;            /* [mu] time the read took */
     double last_used;               /* [step] end of its last response (monotonic seconds) */
     uint64_t *phash;                /* [step] keys of its full pages [phash_cap] */
     int phash_n, phash_cap;         /* [step] valid keys, room */
@@ -116,6 +122,10 @@ struct fg_session {
 typedef struct fg_save_job {
     struct fg_save_job *next;
     bool remove;                    /* unlink the file instead of writing it */
+    bool read;                      /* read and validate the file (a load back) instead */
+    uint8_t *buf;                   /* read: the file */
+    size_t len;
+    fg_sfile_view v;
     bool spill;                     /* release the session's pages when written */
     uint64_t uid, gen;
     int tenant_ix;
@@ -248,9 +258,11 @@ void fg_tier_save_all(fg_engine_t *e);
 /* Frees cold cached pages, then starts spills, aiming for need_pages free
  * pages; `except` is not spilled [mu]. */
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except);
-/* Loads an on-disk session's KV back. FG_ERR_KV_FULL: not enough pages now
- * (retry after relieving); FG_ERR_SESSION_* / NOT_FOUND / IO: the file is
- * unusable (moved aside when damaged; the caller empties the session) [mu]. */
+/* Loads an on-disk session's KV back. The file is read and validated on the
+ * writer thread first: FG_ERR_BUSY while that runs (try again when woken).
+ * FG_ERR_KV_FULL: not enough pages now (retry after relieving);
+ * FG_ERR_SESSION_* / NOT_FOUND / IO: the file is unusable (moved aside when
+ * damaged; the caller empties the session) [mu]. */
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag);
 /* Empties a session whose file was lost [mu]. */
 void fg_tier_lose(fg_engine_t *e, fg_session_t *s);

@@ -230,6 +230,8 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         /* Its KV comes back from the file first. */
         fg_diag d;
         fg_err err = fg_tier_load(e, s, &d);
+        if (err == FG_ERR_BUSY)
+            return false; /* its file is being read; the writer wakes the step when done */
         if (err == FG_ERR_KV_FULL) {
             /* Dropping cold pages frees memory at once: then try again now. */
             fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
@@ -297,8 +299,8 @@ static void admit_waiting(fg_engine_t *e)
         oldest->resp.considered = true;
         if (blocked)
             note_waiting(e, oldest);
-        else if (!admit(e, oldest) && oldest->resp.active)
-            blocked = true;
+        else if (!admit(e, oldest) && oldest->resp.active && !oldest->load_inflight)
+            blocked = true; /* (one whose file is being read holds nobody up) */
     }
 }
 

@@ -80,6 +80,10 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
         j->err = fg_diag_set(&d, FG_ERR_IO, "session path too long under %s", e->persist_dir);
         goto out;
     }
+    if (j->read) {
+        j->err = fg_tier_check_file(e, j->tenant, j->name, j->tenant_ix, false, &j->buf, &j->len, &j->v, &d);
+        goto out;
+    }
     int64_t old = file_size(path);
     if (j->remove) {
         if (unlink(path) == 0) {
@@ -133,7 +137,7 @@ static void *writer_main(void *arg)
         run_job(e, j);
         pthread_mutex_lock(&e->mu);
         e->job_running = NULL;
-        if (j->err != FG_OK && e->save_all_err == FG_OK) {
+        if (j->err != FG_OK && !j->read && e->save_all_err == FG_OK) {
             e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
             snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
         }
@@ -150,6 +154,7 @@ static void *writer_main(void *arg)
 
 static void free_job(fg_engine_t *e, fg_save_job *j)
 {
+    free(j->buf);
     for (int i = 0; i < j->n_pages; i++)
         fg_kv_page_release(e->kv, j->pages[i]);
     free(j->pages);
@@ -379,6 +384,21 @@ void fg_tier_reap(fg_engine_t *e)
         fg_save_job *j = e->done_jobs;
         e->done_jobs = j->next;
         fg_session_t *s = j->remove ? NULL : by_uid(e, j->uid);
+        if (j->read) {
+            if (s) {
+                s->load_inflight = false;
+                if (s->on_disk && !s->load_buf) {
+                    s->load_buf = j->buf;
+                    s->load_view = j->v;
+                    j->buf = NULL;
+                    s->load_err = j->err;
+                    snprintf(s->load_msg, sizeof s->load_msg, "%s", j->msg);
+                    s->load_seconds = j->seconds;
+                }
+            }
+            free_job(e, j);
+            continue;
+        }
         if (!j->remove) {
             if (j->err == FG_OK)
                 e->stats.saves++;
@@ -665,8 +685,37 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
     return FG_OK;
 }
 
+static void drop_load(fg_session_t *s)
+{
+    free(s->load_buf);
+    s->load_buf = NULL;
+    memset(&s->load_view, 0, sizeof s->load_view);
+    s->load_err = FG_OK;
+}
+
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
 {
+    if (!s->load_buf && s->load_err == FG_OK) {
+        /* The writer thread reads and validates the file; the step goes on meanwhile. */
+        if (!s->load_inflight) {
+            fg_save_job *j = calloc(1, sizeof *j);
+            if (!j)
+                return FG_ERR_KV_FULL; /* out of memory: retried like a full pool */
+            j->read = true;
+            j->uid = s->uid;
+            j->tenant_ix = s->tenant_ix;
+            strcpy(j->tenant, s->tenant_name);
+            strcpy(j->name, s->load_name);
+            s->load_inflight = true;
+            push_job(e, j);
+        }
+        return FG_ERR_BUSY;
+    }
+    if (s->load_err != FG_OK) {
+        fg_err err = fg_diag_set(diag, s->load_err, "%s", s->load_msg);
+        drop_load(s);
+        return err;
+    }
     double t0 = fg_now_s();
     const int n = s->hist_n;
     const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
@@ -677,20 +726,15 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
             hits += fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
                                          s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
     if (fg_kv_store_pages_free(e->kv) < (size_t)(n_pages - hits))
-        return FG_ERR_KV_FULL;
+        return FG_ERR_KV_FULL; /* the file stays read until pages free up */
     if (fg_kv_seq_grow_table(&s->seq, n_pages) != FG_OK)
         return FG_ERR_KV_FULL; /* out of memory for the table: retried like a full pool */
-    uint8_t *buf;
-    size_t len;
-    fg_sfile_view v;
-    fg_err err = fg_tier_check_file(e, s->tenant_name, s->load_name, s->tenant_ix, true, &buf, &len, &v, diag);
-    if (err != FG_OK)
-        return err;
+    const fg_sfile_view v = s->load_view;
     bool match = v.n_tokens >= n;
     for (int i = 0; match && i < n; i++)
         match = fg_sfile_token(&v, i) == s->hist[i];
     if (!match) {
-        free(buf);
+        drop_load(s);
         move_aside(e, s->tenant_name, s->load_name, s->tenant_ix, true);
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
                            s->tenant_name, s->load_name);
@@ -715,13 +759,13 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         s->seq.pages[s->seq.n_pages++] = page;
     }
     s->seq.n_tokens = n;
-    free(buf);
+    drop_load(s);
     s->on_disk = false;
     strcpy(s->load_name, s->name);
     s->reg_n = 0;
     fg_tier_register(e, s);
     e->stats.restores++;
-    e->stats.restore_seconds += fg_now_s() - t0;
+    e->stats.restore_seconds += s->load_seconds + (fg_now_s() - t0);
     return FG_OK;
 }
 
@@ -731,6 +775,7 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
     s->hist_n = 0;
     s->todo_n = 0;
     s->todo_sampled = false;
+    drop_load(s);
     fg_kv_seq_truncate(e->kv, &s->seq, 0);
     fg_tier_truncated(s, 0);
     s->on_disk = false;
