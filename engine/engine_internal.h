@@ -266,16 +266,21 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag);
 /* Empties a session whose file was lost [mu]. */
 void fg_tier_lose(fg_engine_t *e, fg_session_t *s);
-/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
-void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s);
-/* Offers s's newly full pages to the prefix cache [mu]. */
-void fg_tier_register(fg_engine_t *e, fg_session_t *s);
-/* After s's cache was cut to n tokens: forgets keys of pages past it. */
-void fg_tier_truncated(fg_session_t *s, int n_tokens);
-/* Makes a fork of src in dst (both adopted, src idle) [mu]. */
-fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src);
 /* <persist_dir>/<tenant> and the file path of a session; false when too long. */
 bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
                   size_t cap);
+
+/* kv_share.c */
+/* Makes the keys of s's pages 0..upto valid (from its history); false when
+ * the history is shorter or out of memory [step]. */
+bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto);
+/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
+void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
+/* Offers s's newly full pages to the prefix cache [mu]. */
+void fg_share_register(fg_engine_t *e, fg_session_t *s);
+/* After s's cache was cut to n tokens: forgets keys of pages past it. */
+void fg_share_truncated(fg_session_t *s, int n_tokens);
+/* Makes a fork of src in dst (both adopted, src idle) [mu]. */
+fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src);
 
 #endif

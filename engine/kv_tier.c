@@ -1,6 +1,6 @@
-/* kv_tier.c: the disk tier and prefix sharing of the serving engine: the
- * writer thread, spills and loads, eviction under memory pressure, prefix
- * cache hits and registration, forks. See docs/engine.md ("Persistence").
+/* kv_tier.c: the disk tier of the serving engine: the writer thread, saves,
+ * spills and loads, eviction under memory pressure (prefix sharing and forks
+ * are in kv_share.c). See docs/engine.md ("Persistence").
  *
  * The step thread decides and the writer thread writes: a save is a snapshot
  * (a copy of the tokens and meta, and one reference to each KV page), so the
@@ -506,124 +506,6 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
     }
 }
 
-/* ---- prefix sharing ---- */
-
-/* Room for n page keys; the array grows by doubling, so a short session holds a short one. */
-static bool phash_room(const fg_engine_t *e, fg_session_t *s, int n)
-{
-    if (n <= s->phash_cap)
-        return true;
-    int cap = s->phash_cap ? s->phash_cap : 8, most = e->n_ctx / FG_KV_PAGE_TOKENS + 2;
-    while (cap < n)
-        cap *= 2;
-    if (cap > most)
-        cap = most > n ? most : n;
-    uint64_t *p = realloc(s->phash, (size_t)cap * sizeof *p);
-    if (!p)
-        return false;
-    s->phash = p;
-    s->phash_cap = cap;
-    return true;
-}
-
-/* Makes the keys of pages 0..upto valid, computed from the history. */
-static bool ensure_phash(fg_engine_t *e, fg_session_t *s, int upto)
-{
-    if (!phash_room(e, s, upto + 2))
-        return false;
-    uint64_t salt = e->tenants[s->tenant_ix].salt;
-    while (s->phash_n <= upto) {
-        int k = s->phash_n;
-        if ((k + 1) * FG_KV_PAGE_TOKENS > s->hist_n)
-            return false;
-        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist + (size_t)k * FG_KV_PAGE_TOKENS);
-        s->phash_n++;
-    }
-    return true;
-}
-
-void fg_tier_truncated(fg_session_t *s, int n_tokens)
-{
-    int full = n_tokens / FG_KV_PAGE_TOKENS;
-    if (s->phash_n > full)
-        s->phash_n = full;
-    if (s->reg_n > full)
-        s->reg_n = full;
-}
-
-static int grow_tokens(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
-
-void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s)
-{
-    if (!e->pc || s->on_disk)
-        return;
-    fg_response *r = &s->resp;
-    /* A generating response keeps at least one input token to evaluate: its logits are needed. */
-    const int keep = r->active && r->p.generate ? 1 : 0;
-    while (s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
-           s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
-        int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-        if (!ensure_phash(e, s, k - 1))
-            return; /* also allocates the key array */
-        uint64_t prev = k ? s->phash[k - 1] : 0;
-        uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
-        e->stats.prefix_lookups++;
-        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
-        if (!page) {
-            s->miss_at = s->seq.n_tokens;
-            return;
-        }
-        if (grow_tokens(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
-            fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
-            return;
-        e->stats.prefix_hits++;
-        fg_kv_page_retain(e->kv, page);
-        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
-        s->seq.n_tokens += FG_KV_PAGE_TOKENS;
-        memcpy(s->hist + s->hist_n, s->todo, FG_KV_PAGE_TOKENS * sizeof *s->todo);
-        s->hist_n += FG_KV_PAGE_TOKENS;
-        memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
-        s->todo_n -= FG_KV_PAGE_TOKENS;
-        s->todo_sampled = false;
-        s->phash[k] = key;
-        s->phash_n = k + 1;
-        s->reg_n = k + 1;
-        if (r->active)
-            r->cached_tokens += FG_KV_PAGE_TOKENS; /* served from the cache, not computed */
-        s->length_snapshot = s->seq.n_tokens;
-        s->gen++;
-    }
-}
-
-void fg_tier_register(fg_engine_t *e, fg_session_t *s)
-{
-    if (!e->pc || s->on_disk)
-        return;
-    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-    if (full > s->hist_n / FG_KV_PAGE_TOKENS)
-        full = s->hist_n / FG_KV_PAGE_TOKENS;
-    if (s->reg_n >= full || !ensure_phash(e, s, full - 1))
-        return;
-    double now = fg_now_s();
-    for (int k = s->reg_n; k < full; k++)
-        fg_prefix_cache_insert(e->pc, e->kv, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
-                               s->hist + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
-    s->reg_n = full;
-}
-
 /* ---- loads ---- */
 
 static bool damage(fg_err err)
@@ -721,7 +603,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
     const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     /* Pages the cache already holds (full pages the session had before it spilled). */
     int hits = 0;
-    if (e->pc && n >= FG_KV_PAGE_TOKENS && ensure_phash(e, s, n / FG_KV_PAGE_TOKENS - 1))
+    if (e->pc && n >= FG_KV_PAGE_TOKENS && fg_share_page_keys(e, s, n / FG_KV_PAGE_TOKENS - 1))
         for (int k = 0; k < n / FG_KV_PAGE_TOKENS; k++)
             hits += fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
                                          s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
@@ -763,7 +645,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
     s->on_disk = false;
     strcpy(s->load_name, s->name);
     s->reg_n = 0;
-    fg_tier_register(e, s);
+    fg_share_register(e, s);
     e->stats.restores++;
     e->stats.restore_seconds += s->load_seconds + (fg_now_s() - t0);
     return FG_OK;
@@ -777,52 +659,10 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
     s->todo_sampled = false;
     drop_load(s);
     fg_kv_seq_truncate(e->kv, &s->seq, 0);
-    fg_tier_truncated(s, 0);
+    fg_share_truncated(s, 0);
     s->on_disk = false;
     s->length_snapshot = 0;
     strcpy(s->load_name, s->name);
     s->gen++;
     s->file_gen = s->gen; /* nothing to save: the file is gone */
-}
-
-/* ---- forks ---- */
-
-fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
-{
-    if (src->resp.active || src->respond_req || src->responding)
-        return FG_ERR_BUSY; /* its partial page is being written */
-    const int n = src->hist_n;
-    if (grow_tokens(&dst->hist, &dst->hist_cap, n + 1) != 0)
-        return FG_ERR_NOMEM;
-    if (src->on_disk) {
-        dst->on_disk = true;
-        strcpy(dst->load_name, src->load_name);
-    } else {
-        fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
-        if (err != FG_OK)
-            return err;
-    }
-    memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
-    dst->hist_n = n;
-    if (src->phash_n > 0 && phash_room(e, dst, src->phash_n + 1)) {
-        memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
-        dst->phash_n = src->phash_n;
-    }
-    dst->reg_n = src->reg_n;
-    dst->committed = n;
-    /* The token the source's last response sampled is part of the conversation, not queued input. */
-    if (src->todo_sampled && src->todo_n > 0 && grow_tokens(&dst->todo, &dst->todo_cap, 1) == 0) {
-        dst->todo[0] = src->todo[0];
-        dst->todo_n = 1;
-        dst->todo_sampled = true;
-        dst->committed++;
-    }
-    dst->length_snapshot = n;
-    dst->gen = 1;
-    dst->file_gen = 0;
-    if (src->meta_len && (dst->meta = malloc(src->meta_len))) {
-        memcpy(dst->meta, src->meta, src->meta_len);
-        dst->meta_len = src->meta_len;
-    }
-    return FG_OK;
 }
