@@ -123,6 +123,8 @@ typedef struct fg_save_job {
     struct fg_save_job *next;
     bool remove;                    /* unlink the file instead of writing it */
     bool read;                      /* read and validate the file (a load back) instead */
+    bool from_file;                 /* save: the KV rows come from the file load_name (session on disk) */
+    char load_name[FG_SESSION_NAME_MAX + 1];
     uint8_t *buf;                   /* read: the file */
     size_t len;
     fg_sfile_view v;

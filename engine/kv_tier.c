@@ -94,6 +94,22 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
         goto out;
     }
     const fg_kv_geometry *geo = &e->expect.geo;
+    fg_sfile_view fv = {0};
+    if (j->from_file) {
+        /* A session on disk whose meta or queued input changed: its rows come from its file. */
+        j->err = fg_tier_check_file(e, j->tenant, j->load_name, j->tenant_ix, false, &j->buf, &j->len, &fv, &d);
+        if (j->err != FG_OK)
+            goto out;
+        bool match = fv.n_tokens >= j->n_tokens;
+        for (int i = 0; match && i < j->n_tokens; i++)
+            match = fg_sfile_token(&fv, i) == j->tokens[i];
+        if (!match) {
+            j->err = fg_diag_set(&d, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
+                                 j->tenant, j->load_name);
+            goto out;
+        }
+        old = file_size(path);
+    }
     uint64_t size = fg_sfile_size(geo, j->n_tokens, j->n_pending, j->meta_len);
     pthread_mutex_lock(&e->mu);
     bool over = e->opt.disk_budget_bytes && e->disk_bytes - (uint64_t)old + size > e->opt.disk_budget_bytes;
@@ -107,7 +123,7 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
     }
     fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
                           .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
-                          .meta_len = j->meta_len, .pages = j->pages};
+                          .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
     j->err = fg_sfile_write(dir, j->name, &c, &d);
     if (j->err == FG_OK) {
         pthread_mutex_lock(&e->mu);
@@ -293,9 +309,13 @@ void fg_tier_destroy(fg_engine_t *e)
 
 void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
 {
-    if (!e->persist || !s->name[0] || s->on_disk || s->freed || (s->gen == s->file_gen && !spill))
+    if (!e->persist || !s->name[0] || s->freed || (s->gen == s->file_gen && !spill))
         return;
-    if (s->hist_n != s->seq.n_tokens)
+    if (s->on_disk) {
+        if (s->gen == s->file_gen || s->load_inflight || s->load_buf)
+            return;
+        spill = false; /* only its meta or queued input changed: rewrite the file from itself */
+    } else if (s->hist_n != s->seq.n_tokens)
         return; /* mid-response: cannot happen for idle sessions */
     if (spill && s->gen == s->file_gen && s->saves_inflight == 0) {
         /* The file on disk is this very state: release the pages without writing again. */
@@ -305,9 +325,11 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         return;
     }
     fg_save_job *j = calloc(1, sizeof *j);
-    int n_pages = (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    int n_pages = s->on_disk ? 0 : (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (!j)
         return;
+    j->from_file = s->on_disk;
+    strcpy(j->load_name, s->load_name);
     j->tokens = malloc(((size_t)s->hist_n + (size_t)s->todo_n + 1) * sizeof *j->tokens);
     j->pages = malloc(((size_t)n_pages + 1) * sizeof *j->pages);
     j->meta = s->meta_len ? malloc(s->meta_len) : NULL;
@@ -427,6 +449,8 @@ void fg_tier_reap(fg_engine_t *e)
             } else {
                 if (j->gen > s->file_gen)
                     s->file_gen = j->gen;
+                if (j->from_file && s->on_disk)
+                    strcpy(s->load_name, s->name); /* its own file now holds its rows */
                 if (j->spill && quiet(s) && s->gen == j->gen && !s->on_disk) {
                     fg_kv_seq_truncate(e->kv, &s->seq, 0);
                     s->on_disk = true;
@@ -442,7 +466,7 @@ void fg_tier_reap(fg_engine_t *e)
 void fg_tier_save_all(fg_engine_t *e)
 {
     for (fg_session_t *s = e->all_head; s; s = s->all_next)
-        if (!s->resp.active)
+        if (!s->resp.active || (s->on_disk && !s->resp.admitted))
             fg_tier_save(e, s, false);
     /* Sessions not adopted yet (on the dirty list) have nothing computed to save. */
 }

@@ -258,6 +258,22 @@ static void test_restore_and_spill(int n_vocab)
     CHECK_MSG(err == FG_OK, "restore after free: %s", d.msg);
     if (err == FG_OK) {
         CHECK_MSG(fg_session_length(s) == len3, "restored %d tokens, had %d", fg_session_length(s), len3);
+        /* On disk, its meta changes: shutdown's save_all rewrites the file from itself. */
+        CHECK(fg_session_on_disk(s));
+        CHECK(fg_session_set_meta(s, "v2", 2, &d) == FG_OK);
+        CHECK(fg_engine_save_all(e, &d) == FG_OK);
+        fg_session_free(s);
+    }
+    fg_engine_close(e);
+    e = open_e((eng_opts){.dir = dir, .prefix = true});
+    err = fg_session_restore(e, &rp, &s, &d);
+    CHECK_MSG(err == FG_OK, "restore after a meta change on disk: %s", d.msg);
+    if (err == FG_OK) {
+        char m2[8] = {0};
+        CHECK(fg_session_get_meta(s, m2, sizeof m2) == 2 && memcmp(m2, "v2", 2) == 0);
+        CHECK(fg_session_length(s) == len3);
+        turn p4 = run_turn(s, in2, 5, 4); /* and its KV still loads */
+        CHECK(p4.done && p4.last.finish == FG_FINISH_LENGTH && p4.last.usage.cached_tokens == len3);
         fg_session_free(s);
     }
     fg_engine_close(e);
