@@ -492,6 +492,7 @@ void fg_tier_idle(fg_engine_t *e)
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)
 {
     static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
+    static fg_session_t *cand_s[MAX_EVICT];    /* sessions by candidate id */
     double now = fg_now_s();
     size_t free_pages = fg_kv_store_pages_free(e->kv);
     if (free_pages >= need_pages)
@@ -514,20 +515,20 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
     for (fg_session_t *s = e->all_head; s; s = s->all_next) {
         if (s->spill_inflight)
             coming += (size_t)s->seq.n_pages;
-        else if (s != except && spillable(e, s) && n < MAX_EVICT)
-            cand[n++] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->last_used,
-                                             .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
-                                             .id = (uint32_t)s->uid};
+        else if (s != except && spillable(e, s) && n < MAX_EVICT) {
+            cand_s[n] = s;
+            cand[n] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->last_used,
+                                           .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
+                                           .id = (uint32_t)n};
+            n++;
+        }
     }
     if (free_pages + coming >= need_pages)
         return;
     fg_kv_evict_order(cand, n);
     int take = fg_kv_evict_take(cand, n, need_pages - free_pages - coming);
-    for (int i = 0; i < take; i++) {
-        fg_session_t *s = by_uid(e, cand[i].id);
-        if (s)
-            fg_tier_save(e, s, true);
-    }
+    for (int i = 0; i < take; i++)
+        fg_tier_save(e, cand_s[cand[i].id], true);
 }
 
 /* ---- loads ---- */
