@@ -153,6 +153,13 @@ static void *writer_main(void *arg)
         run_job(e, j);
         pthread_mutex_lock(&e->mu);
         e->job_running = NULL;
+        if (!j->read && !j->remove) {
+            /* Counted here, so the counters are current when fg_engine_save_all returns. */
+            if (j->err == FG_OK)
+                e->stats.saves++;
+            else
+                e->stats.save_errors++;
+        }
         if (j->err != FG_OK && !j->read && e->save_all_err == FG_OK) {
             e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
             snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
@@ -420,12 +427,6 @@ void fg_tier_reap(fg_engine_t *e)
             }
             free_job(e, j);
             continue;
-        }
-        if (!j->remove) {
-            if (j->err == FG_OK)
-                e->stats.saves++;
-            else
-                e->stats.save_errors++;
         }
         if (s) {
             s->saves_inflight--;
