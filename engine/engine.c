@@ -17,6 +17,7 @@ void fg_engine_options_default(fg_engine_options *o)
     o->prefill_chunk = 128;
     o->event_capacity = 64;
     o->text_capacity = 2048;
+    o->prefix_cache = true;
 }
 
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
@@ -119,6 +120,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     }
     if (o->serve && (err = fg_engine_serve_start(e, diag)))
         goto fail;
+
     *out = e;
     return FG_OK;
 fail:
@@ -165,11 +167,13 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
 
-fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
+fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
 {
     *out = NULL;
     fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
     if (p.weight < 1 || p.weight > 1000 || p.priority < -1000 || p.priority > 1000)
+        return FG_ERR_INVALID_ARG;
+    if ((p.name && !fg_session_name_valid(p.name)) || (p.tenant_name && !fg_session_name_valid(p.tenant_name)))
         return FG_ERR_INVALID_ARG;
     fg_session_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -177,14 +181,54 @@ fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_ses
     s->e = e;
     s->params = p;
     s->ep_rank = e->ep ? (int)(atomic_fetch_add(&e->ep_next_rank, 1u) % (unsigned)fg_ep_ranks_count(e->ep)) : 0;
-    if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
-        free(s);
-        return FG_ERR_NOMEM;
+    /* The names are copied: the caller's strings need not outlive the call. */
+    if (p.name) {
+        strcpy(s->name, p.name);
+        s->params.name = s->name;
     }
-    if (e->opt.serve && fg_session_serve_init(s) != FG_OK) {
-        fg_kv_seq_free(e->kv, &s->seq);
-        free(s);
-        return FG_ERR_NOMEM;
+    strcpy(s->tenant_name, p.tenant_name ? p.tenant_name : "default");
+    s->params.tenant_name = s->tenant_name;
+    strcpy(s->load_name, s->name);
+    s->miss_at = -1;
+    if (e->opt.serve) {
+        pthread_mutex_lock(&e->mu);
+        s->tenant_ix = fg_tier_tenant(e, s->tenant_name);
+        s->uid = ++e->next_uid;
+        pthread_mutex_unlock(&e->mu);
+        if (s->tenant_ix < 0) {
+            free(s);
+            return FG_ERR_NOMEM; /* more tenants than the KV store can count */
+        }
+    }
+    fg_kv_seq_init(&s->seq, e->n_ctx);
+    s->seq.owner = s->tenant_ix;
+    *out = s;
+    return FG_OK;
+}
+
+void fg_session_dealloc(fg_session_t *s)
+{
+    fg_kv_seq_free(s->e->kv, &s->seq);
+    free(s->in_tok);
+    free(s->todo);
+    free(s->hist);
+    free(s->phash);
+    free(s->meta);
+    free(s->load_buf);
+    free(s->out.ev);
+    free(s->out.text);
+    free(s);
+}
+
+fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
+{
+    fg_session_t *s;
+    fg_err err = fg_session_alloc(e, params, &s);
+    if (err != FG_OK)
+        return err;
+    if (e->opt.serve && (err = fg_session_serve_init(s)) != FG_OK) {
+        fg_session_dealloc(s);
+        return err;
     }
     *out = s;
     return FG_OK;
@@ -198,8 +242,19 @@ void fg_session_free(fg_session_t *s)
         fg_session_serve_release(s); /* the step thread frees it */
         return;
     }
-    fg_kv_seq_free(s->e->kv, &s->seq);
-    free(s);
+    fg_session_dealloc(s);
+}
+
+bool fg_session_name_valid(const char *name)
+{
+    size_t n = 0;
+    for (; name[n]; n++) {
+        char c = name[n];
+        if (n >= FG_SESSION_NAME_MAX ||
+            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return n > 0;
 }
 
 int fg_session_length(const fg_session_t *s)
