@@ -239,6 +239,7 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
         .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
         .row_bytes = f->geo.row_bytes,
         .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
+        .isa = f->isa,
     };
 }
 
