@@ -16,6 +16,7 @@
  */
 #include "engine/forward.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,14 @@ struct fg_forward {
     int *exp_count;           /* [E + 1] */
     int *exp_list;            /* [T * k] token index per routed slot, grouped by expert */
     float *exp_list_w;        /* [T * k] */
+    /* Experts run in parallel, one expert (or the shared expert) per task: */
+    float *exp_out;           /* [T * k][d] each routed slot's expert output, in exp_list order */
+    float *shared_out;        /* [T][d] the shared expert's output */
+    int *exp_tasks;           /* [E + 1] the tasks of a layer: -1 the shared expert, else an expert id */
+    int n_exp_tasks;
+    atomic_int exp_next;      /* next task to take */
+    const fg_layer *exp_layer;
+    struct fg_expert_scratch *exp_scratch; /* [nth] one per thread */
     float *route_scratch;
     float *logit_rows;        /* [LOGIT_CHUNK][d] */
     float *logit_out;         /* [LOGIT_CHUNK][V] */
@@ -78,6 +87,13 @@ struct fg_forward {
     int layer;
     int n;
 };
+
+/* One thread's buffers for the expert tasks, sized for max_tokens (T) tokens. */
+typedef struct fg_expert_scratch {
+    float *xe;                /* [T][d] the task's gathered inputs */
+    float *gate, *up;         /* [T][F] */
+    void *mm;                 /* matmul scratch */
+} fg_expert_scratch;
 
 static void *xalloc(size_t n, int *failed)
 {
@@ -154,6 +170,9 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->logit_out = xalloc(LOGIT_CHUNK * V * fl, &failed);
     f->tok_pos = xalloc(T * sizeof(int), &failed);
     f->tok_seq = xalloc(T * sizeof(int), &failed);
+    f->exp_out = xalloc(T * K * d * fl, &failed);
+    f->shared_out = xalloc(T * d * fl, &failed);
+    f->exp_tasks = xalloc((E + 1) * sizeof(int), &failed);
 
     fg_mla_attn_params ap = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
                              .format = geo->format, .row_bytes = geo->row_bytes, .n_kv = 1};
@@ -179,6 +198,15 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     }
     f->mm_scratch_bytes = mm;
     f->mm_scratch = xalloc(mm, &failed);
+    f->exp_scratch = calloc((size_t)nth, sizeof *f->exp_scratch);
+    if (!f->exp_scratch)
+        failed = 1;
+    for (int i = 0; f->exp_scratch && i < nth; i++) {
+        f->exp_scratch[i].xe = xalloc(T * d * fl, &failed);
+        f->exp_scratch[i].gate = xalloc(T * F * fl, &failed);
+        f->exp_scratch[i].up = xalloc(T * F * fl, &failed);
+        f->exp_scratch[i].mm = xalloc(mm, &failed);
+    }
     if (failed) {
         fg_forward_destroy(f);
         return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
@@ -194,9 +222,18 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->head_in, f->head_out, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->attn_scratch, f->part, f->mm_scratch};
+                    f->tok_seq, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
+                    f->exp_tasks};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    const int nth = f->pool ? fg_pool_size(f->pool) : 1;
+    for (int i = 0; f->exp_scratch && i < nth; i++) {
+        free(f->exp_scratch[i].xe);
+        free(f->exp_scratch[i].gate);
+        free(f->exp_scratch[i].up);
+        free(f->exp_scratch[i].mm);
+    }
+    free(f->exp_scratch);
     free(f);
 }
 
@@ -244,6 +281,7 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
         .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
         .row_bytes = f->geo.row_bytes,
         .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
+        .isa = f->isa,
     };
 }
 
@@ -347,10 +385,108 @@ static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, 
     matmul(f, down, mat, f->ff_gate, n, y);
 }
 
+/* SwiGLU of one expert task on the calling thread alone: y[n][d] = down(silu(gate(x)) * up(x)). */
+static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
+                       const fg_weight *down, int64_t mat, const float *x, int n, float *y)
+{
+    const fg_weight *w[3] = {gate, up, down};
+    const uint8_t *data[3];
+    for (int i = 0; i < 3; i++)
+        data[i] = (const uint8_t *)w[i]->data + (size_t)mat * w[i]->mat_bytes;
+    /* Cannot fail: types and shapes were validated at model load. */
+    (void)fg_matmul(NULL, f->isa, gate->type, data[0], gate->n_in, gate->n_out, x, n, sc->gate, sc->mm);
+    (void)fg_matmul(NULL, f->isa, up->type, data[1], up->n_in, up->n_out, x, n, sc->up, sc->mm);
+    for (int t = 0; t < n; t++)
+        fg_silu_mul(sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out, (int)gate->n_out);
+    (void)fg_matmul(NULL, f->isa, down->type, data[2], down->n_in, down->n_out, sc->gate, n, y, sc->mm);
+}
+
+/* Each thread takes tasks until none are left: task -1 is the shared expert
+ * over all n tokens (into shared_out), task e routed expert e over its slots
+ * (into exp_out, at the slots' positions). Tasks write disjoint rows. */
+static void experts_job(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    fg_forward_t *f = ctx;
+    const fg_layer *ly = f->exp_layer;
+    const int d = f->m->hp.n_embd;
+    fg_expert_scratch *sc = &f->exp_scratch[ith];
+    for (;;) {
+        const int k = atomic_fetch_add_explicit(&f->exp_next, 1, memory_order_relaxed);
+        if (k >= f->n_exp_tasks)
+            return;
+        const int e = f->exp_tasks[k];
+        if (e < 0) {
+            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, f->n, f->shared_out);
+            continue;
+        }
+        const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
+        for (int j = 0; j < m; j++)
+            memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
+        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, sc->xe, m, f->exp_out + (size_t)begin * d);
+    }
+}
+
+/* The routed experts and the shared one for the n tokens of xn, added into x.
+ * With enough tasks to share (two per thread), each expert runs whole on one
+ * thread, so the layer has one pool barrier instead of several per expert;
+ * otherwise each expert's products are split over the threads by rows. The
+ * outputs are added to x in the same order either way (experts by id, then
+ * the shared one) and every product gives the same bits on one thread as on
+ * several, so both ways give identical x. Needs exp_count (slot ends),
+ * exp_list and exp_list_w from the routing. */
+/* x += the shared expert of every token (layers that have one). */
+static void add_shared_expert(fg_forward_t *f, const fg_layer *ly, int n)
+{
+    const int d = f->m->hp.n_embd;
+    if (!ly->gate_shexp.data)
+        return;
+    swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
+    for (size_t i = 0; i < (size_t)n * d; i++)
+        f->x[i] += f->tmp_d[i];
+}
+
+static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
+{
+    const int d = f->m->hp.n_embd, E = f->m->hp.n_expert;
+    const int nth = f->pool ? fg_pool_size(f->pool) : 1;
+    int n_tasks = 0;
+    if (ly->gate_shexp.data)
+        f->exp_tasks[n_tasks++] = -1; /* the largest task first: the others fill in around it */
+    for (int e = 0; e < E; e++)
+        if (f->exp_count[e] - (e ? f->exp_count[e - 1] : 0) > 0)
+            f->exp_tasks[n_tasks++] = e;
+
+    if (nth > 1 && n_tasks >= 2 * nth) {
+        f->n_exp_tasks = n_tasks;
+        f->exp_layer = ly;
+        atomic_store_explicit(&f->exp_next, 0, memory_order_relaxed); /* published by fg_pool_run */
+        fg_pool_run(f->pool, experts_job, f);
+        for (int e = 0; e < E; e++)
+            for (int slot = e ? f->exp_count[e - 1] : 0; slot < f->exp_count[e]; slot++)
+                fg_axpy(f->x + (size_t)f->exp_list[slot] * d, f->exp_list_w[slot], f->exp_out + (size_t)slot * d, d);
+        if (ly->gate_shexp.data)
+            for (size_t i = 0; i < (size_t)n * d; i++)
+                f->x[i] += f->shared_out[i];
+        return;
+    }
+    for (int e = 0; e < E; e++) {
+        const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
+        if (m == 0)
+            continue;
+        for (int j = 0; j < m; j++)
+            memcpy(f->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
+        swiglu(f, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->xe, m, f->tmp_d);
+        for (int j = 0; j < m; j++)
+            fg_axpy(f->x + (size_t)f->exp_list[begin + j] * d, f->exp_list_w[begin + j], f->tmp_d + (size_t)j * d, d);
+    }
+    add_shared_expert(f, ly, n);
+}
+
 static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
 {
     const fg_hparams *hp = &f->m->hp;
-    const int d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used;
+    const int E = hp->n_expert, K = hp->n_expert_used;
 
     matmul(f, &ly->router, 0, f->xn, n, f->router);
     fg_moe_route_params rp = f->route;
@@ -362,7 +498,8 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         fg_err err = fg_moe_ep_experts(f->ep, ly, n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
         if (err != FG_OK && f->ep_err == FG_OK)
             f->ep_err = err;
-        goto shared;
+        add_shared_expert(f, ly, n); /* the shared expert runs where the token is */
+        return;
     }
 
     /* Group the routed (token, weight) slots by expert: a counting sort. */
@@ -377,22 +514,7 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         f->exp_list_w[slot] = f->sel_w[i];
     }
     /* exp_count[e] now holds the end of expert e's slots; its start is exp_count[e - 1]. */
-    for (int e = 0; e < E; e++) {
-        const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
-        if (m == 0)
-            continue;
-        for (int j = 0; j < m; j++)
-            memcpy(f->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
-        swiglu(f, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->xe, m, f->tmp_d);
-        for (int j = 0; j < m; j++)
-            fg_axpy(f->x + (size_t)f->exp_list[begin + j] * d, f->exp_list_w[begin + j], f->tmp_d + (size_t)j * d, d);
-    }
-shared:
-    if (ly->gate_shexp.data) {
-        swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
-        for (size_t i = 0; i < (size_t)n * d; i++)
-            f->x[i] += f->tmp_d[i];
-    }
+    run_experts(f, ly, n);
 }
 
 static void ffn_block(fg_forward_t *f, const fg_layer *ly, int n)

@@ -6,7 +6,11 @@
  * and the time between consecutive tokens of each session, observed as the
  * events are polled). Prints one table row per level plus the machine's
  * measured read bandwidth and the single-sequence limit it implies. Each
- * level runs --reps times; figures are medians.
+ * level runs --reps times; figures are medians. "cpu ms/tok" is the process's
+ * CPU time (all threads, waiting workers' polling included) over the decode
+ * phase per generated token: on a shared machine it moves far less than the
+ * wall-clock rates when neighbours take the cores, so it is the figure to
+ * compare two builds by.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -34,6 +38,14 @@ static void wake(void *user)
     w->pending = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+/* CPU seconds used by the whole process so far (every thread). */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 typedef struct client {
@@ -152,8 +164,8 @@ int main(int argc, char **argv)
         printf("read bandwidth %.2f GB/s: single-sequence decode limit %.1f tokens/s\n", bw / 1e9,
                bw / (double)info.weight_bytes_active);
     }
-    printf("%8s %14s %14s %12s %12s %10s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
-           "itl p99 ms", "steps");
+    printf("%8s %14s %14s %12s %12s %10s %12s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
+           "itl p99 ms", "steps", "cpu ms/tok");
 
     char *save, *tok = strtok_r(levels_arg, ",", &save);
     while (tok) {
@@ -161,7 +173,7 @@ int main(int argc, char **argv)
         tok = strtok_r(NULL, ",", &save);
         if (n < 1)
             continue;
-        double dec[16], pre[16], p50[16], p99[16];
+        double dec[16], pre[16], p50[16], p99[16], cpu[16];
         uint64_t steps = 0;
         for (int r = 0; r < reps; r++) {
             client *cl = calloc((size_t)n, sizeof *cl);
@@ -184,7 +196,7 @@ int main(int argc, char **argv)
                 }
             }
             run_until_done(e, &w, cl, n, gaps, &n_gaps, 0);
-            double t1 = now_s();
+            double t1 = now_s(), c1 = cpu_s();
             for (int i = 0; i < n; i++) {
                 fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = n_decode};
                 cl[i].done = 0;
@@ -195,7 +207,7 @@ int main(int argc, char **argv)
                 }
             }
             run_until_done(e, &w, cl, n, gaps, &n_gaps, cap);
-            double t2 = now_s();
+            double t2 = now_s(), c2 = cpu_s();
             long generated = 0;
             for (int i = 0; i < n; i++) {
                 generated += cl[i].tokens;
@@ -205,14 +217,16 @@ int main(int argc, char **argv)
             steps += st1.steps - st0.steps;
             pre[r] = (double)n * n_prompt / (t1 - t0);
             dec[r] = (double)generated / (t2 - t1);
+            cpu[r] = generated ? 1e3 * (c2 - c1) / (double)generated : 0.0;
             p50[r] = 1e3 * percentile(gaps, n_gaps, 0.50);
             p99[r] = 1e3 * percentile(gaps, n_gaps, 0.99);
             free(gaps);
             free(prompt);
             free(cl);
         }
-        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu\n", n, percentile(dec, (size_t)reps, 0.5), percentile(pre, (size_t)reps, 0.5),
-               percentile(p50, (size_t)reps, 0.5), percentile(p99, (size_t)reps, 0.5), (unsigned long long)(steps / (uint64_t)reps));
+        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu %12.3f\n", n, percentile(dec, (size_t)reps, 0.5),
+               percentile(pre, (size_t)reps, 0.5), percentile(p50, (size_t)reps, 0.5), percentile(p99, (size_t)reps, 0.5),
+               (unsigned long long)(steps / (uint64_t)reps), percentile(cpu, (size_t)reps, 0.5));
         fflush(stdout);
     }
     struct rusage ru;

@@ -3,7 +3,8 @@
  * A call validates its arguments, picks the ISA, prepares Q8_0 activations
  * (quantized once, before the row-parallel part, so every thread reads the same
  * finished scratch: fg_pool_run's completion orders the two phases), then splits
- * the output rows over the pool in chunks of MM_ROW_GRAIN. Each thread's kernel
+ * the output rows over the pool in multiples of MM_ROW_GRAIN (statically for
+ * one token, chunk by chunk from a counter for batches). Each thread's kernel
  * loops over the tokens inside its row loop, so a weight row is fetched from
  * memory once per call whatever the batch.
  *
@@ -258,6 +259,8 @@ static void quant_scalar(const fg_matmul_args *a, int64_t t_begin, int64_t t_end
 typedef struct mm_job {
     fg_matmul_args args;
     fg_isa isa;
+    long chunk;        /* > 0: rows are taken chunk by chunk from `next` (batches) */
+    atomic_long next;  /* the first row not yet taken */
 } mm_job;
 
 static void run_rows(const mm_job *j, int64_t ob, int64_t oe)
@@ -294,12 +297,29 @@ static void run_quant(const mm_job *j, int64_t tb, int64_t te)
     }
 }
 
+/* Decode (one token) splits the rows statically: each thread then reads its
+ * share of W as one sequential stream, which is what reaches the machine's
+ * bandwidth. Batches are compute-bound and take chunks of rows from a shared
+ * counter instead, so a thread that was descheduled for a while (a shared
+ * machine) or started late does fewer chunks rather than holding up the
+ * barrier. Chunks are multiples of MM_ROW_GRAIN, so every row is computed by
+ * the same kernel either way and the results do not change. */
 static void rows_job(void *ctx, int ith, int nth)
 {
-    const mm_job *j = ctx;
-    long b, e;
-    fg_pool_split((long)j->args.n_out, MM_ROW_GRAIN, ith, nth, &b, &e);
-    run_rows(j, b, e);
+    mm_job *j = ctx;
+    const long n_out = (long)j->args.n_out;
+    if (j->chunk <= 0) {
+        long b, e;
+        fg_pool_split(n_out, MM_ROW_GRAIN, ith, nth, &b, &e);
+        run_rows(j, b, e);
+        return;
+    }
+    for (;;) {
+        const long b = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (b >= n_out)
+            return;
+        run_rows(j, b, b + j->chunk < n_out ? b + j->chunk : n_out);
+    }
 }
 
 static void quant_job(void *ctx, int ith, int nth)
@@ -346,8 +366,15 @@ int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_i
         else
             run_quant(&j, 0, n_tok);
     }
-    if (parallel)
+    if (parallel) {
+        if (n_tok > 1) {
+            /* about 8 chunks per thread: enough to even out, few enough atomics */
+            const long per = (long)n_out / (8L * fg_pool_size(pool));
+            j.chunk = per < MM_ROW_GRAIN ? MM_ROW_GRAIN : per / MM_ROW_GRAIN * MM_ROW_GRAIN;
+            atomic_init(&j.next, 0); /* published to the workers by fg_pool_run */
+        }
         fg_pool_run(pool, rows_job, &j);
+    }
     else
         run_rows(&j, 0, n_out);
     return 0;

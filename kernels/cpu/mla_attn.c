@@ -9,16 +9,35 @@
  * so no e^(-inf) is ever taken. The cost is one dequantization per row for all
  * heads and one rescale of o per new maximum.
  *
- * Scratch, in floats: [kv_lora + n_rope] row, then [H] m, then [H] l.
+ * This file is also the dispatcher: fg_mla_attn_part hands the call to the
+ * AVX-512 kernel (mla_attn_avx512.c) when the params' isa resolves to it.
+ *
+ * Scratch, in floats: the part's (reference: [kv_lora + n_rope] row; AVX-512:
+ * [FG_MLA_ATTN_CHUNK][row stride] rows and [H][FG_MLA_ATTN_CHUNK] scores), and
+ * at the end [H] m, then [H] l for fg_mla_attn.
  */
 #include "kernels/cpu/mla_attn.h"
+
+#include "kernels/cpu/mla_attn_isa.h"
 
 #include <math.h>
 #include <string.h>
 
+/* Floats the part needs (the AVX-512 kernel's need covers the reference's row). */
+static size_t part_scratch_floats(const fg_mla_attn_params *p)
+{
+    return (size_t)FG_MLA_ATTN_CHUNK * (size_t)fg_mla_attn_row_stride(p) + (size_t)p->n_head * FG_MLA_ATTN_CHUNK;
+}
+
 size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p)
 {
-    return (size_t)p->kv_lora + (size_t)p->n_rope + 2 * (size_t)p->n_head;
+    return part_scratch_floats(p) + 2 * (size_t)p->n_head;
+}
+
+static int use_avx512(const fg_mla_attn_params *p)
+{
+    const fg_isa isa = p->isa == FG_ISA_AUTO ? fg_isa_best() : p->isa;
+    return isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
 }
 
 /* Eight interleaved partial sums: the compiler can keep them in vector
@@ -36,26 +55,15 @@ static float dot(const float *a, const float *b, int n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
-                      const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+/* The reference: one online-softmax update per cached row. */
+static void part_scalar(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                        const float *q_rope, float *o_all, float *m, float *l, float *scratch)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
     const size_t lat_bytes = fg_kv_bytes(p->format, L);
     float *c = scratch;      /* [L] latent of the current row */
     float *kr = scratch + L; /* [R] rope key of the current row */
 
-    if (t_begin < 0)
-        t_begin = 0;
-    if (t_end > p->n_kv)
-        t_end = p->n_kv;
-    if (t_end <= t_begin) { /* an empty part: weight 0 in the merge */
-        memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
-        for (int h = 0; h < H; h++) {
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
-        }
-        return;
-    }
     for (int t = t_begin; t < t_end; t++) {
         const uint8_t *row = p->pages[t / FG_KV_PAGE_TOKENS] + p->layer_offset +
                              (size_t)(t % FG_KV_PAGE_TOKENS) * p->row_bytes;
@@ -83,6 +91,28 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
             }
         }
     }
+}
+
+void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                      const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora;
+    if (t_begin < 0)
+        t_begin = 0;
+    if (t_end > p->n_kv)
+        t_end = p->n_kv;
+    if (t_end <= t_begin) { /* an empty part: weight 0 in the merge */
+        memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
+        for (int h = 0; h < H; h++) {
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+        }
+        return;
+    }
+    if (use_avx512(p))
+        fg_mla_attn_part_avx512(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
+    else
+        part_scalar(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
 }
 
 void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
@@ -113,9 +143,9 @@ void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, fl
 void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
                  float *scratch)
 {
-    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
-    float *m = scratch + L + R; /* [H] running max */
-    float *l = m + H;           /* [H] running denominator */
+    const int H = p->n_head, L = p->kv_lora;
+    float *m = scratch + part_scratch_floats(p); /* [H] running max */
+    float *l = m + H;                            /* [H] running denominator */
     if (p->n_kv <= 0) { /* outside the contract; an empty attention is defined as 0 */
         memset(out_lat, 0, (size_t)H * (size_t)L * sizeof *out_lat);
         return;

@@ -14,6 +14,10 @@
  * The caller expands out[h] through v_b. One pass over the cache with an
  * online softmax: each row is dequantized once for all heads.
  *
+ * Kernels: the scalar reference (mla_attn.c) and an AVX-512 path
+ * (mla_attn_avx512.c, chunks of rows, vector dequantization); `isa` in the
+ * params chooses. The two agree to float rounding (tests/unit/test_mla_attn.c).
+ *
  * Thread safety: pure; callers parallelise over query tokens or sessions.
  */
 #ifndef FG_MLA_ATTN_H
@@ -23,6 +27,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/matmul.h" /* fg_isa */
 
 #define FG_KV_PAGE_TOKENS 64
 
@@ -36,9 +41,12 @@ typedef struct fg_mla_attn_params {
     size_t layer_offset;           /* byte offset of this layer's rows inside a page */
     size_t row_bytes;              /* fg_kv_bytes(format, kv_lora) + fg_kv_bytes(format, n_rope) */
     int n_kv;                      /* attend over tokens [0, n_kv); n_kv >= 1 */
+    fg_isa isa;                    /* FG_ISA_AUTO (0): the best this CPU runs; an ISA
+                                      without its own attention kernel (AVX2), or one the
+                                      CPU lacks, runs the scalar reference */
 } fg_mla_attn_params;
 
-/* Floats of scratch needed by one call. */
+/* Floats of scratch needed by one call (of either function, whatever the isa). */
 size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p);
 
 /* Part of one attention, over cached tokens [t_begin, t_end) only, so that

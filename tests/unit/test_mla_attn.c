@@ -34,6 +34,8 @@
 #define GUARD 16
 
 
+static fg_isa g_isa; /* the kernel under test */
+
 static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising, float scale)
 {
     const size_t lat_bytes = fg_kv_bytes(fmt, L), rope_bytes = fg_kv_bytes(fmt, R);
@@ -107,7 +109,7 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
     /* the kernel, with guard floats around its output and its scratch */
     const fg_mla_attn_params p = {
         .n_head = H, .kv_lora = L, .n_rope = R, .scale = scale, .format = fmt,
-        .pages = table, .layer_offset = layer_offset, .row_bytes = row_bytes, .n_kv = n_kv,
+        .pages = table, .layer_offset = layer_offset, .row_bytes = row_bytes, .n_kv = n_kv, .isa = g_isa,
     };
     const size_t ns = fg_mla_attn_scratch_floats(&p);
     float *scratch = malloc((ns + GUARD) * sizeof *scratch);
@@ -131,11 +133,11 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
         guards += !isnan(scratch[ns + (size_t)i]);
     }
     CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0,
-              "%s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g (tol %.3g), %d non-finite, %d guards hit",
-              fg_kv_format_name(fmt), H, L, R, n_kv, rising, err, TOL, nonfinite, guards);
+              "%s %s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g (tol %.3g), %d non-finite, %d guards hit",
+              fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, n_kv, rising, err, TOL, nonfinite, guards);
     if (getenv("FG_TEST_VERBOSE"))
-        fprintf(stderr, "  %s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g\n", fg_kv_format_name(fmt), H, L, R, n_kv,
-                rising, err);
+        fprintf(stderr, "  %s %s H=%d L=%d R=%d n_kv=%d rising=%d: err %.3g\n", fg_isa_name(g_isa),
+                fg_kv_format_name(fmt), H, L, R, n_kv, rising, err);
 
     free(out);
     free(scratch);
@@ -154,17 +156,32 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
 
 int main(void)
 {
-    rng_seed(0x8cb92ba72f3d8dd7ull);
-    const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200};
-    for (int f = 0; f < FG_KV__COUNT; f++)
-        for (size_t a = 0; a < sizeof n_kvs / sizeof n_kvs[0]; a++) {
-            run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 0, 1.0f / sqrtf(80.0f));
-            run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 1, 0.5f);
+    const fg_isa isas[] = {FG_ISA_SCALAR, FG_ISA_AVX512};
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        g_isa = isas[k];
+        if (!fg_isa_supported(g_isa)) {
+            fprintf(stderr, "  skip %s (not on this CPU)\n", fg_isa_name(g_isa));
+            continue;
         }
-    /* DeepSeek-V2-Lite's shape: 16 heads, latent 512, rope 64 */
-    for (int f = 0; f < FG_KV__COUNT; f++) {
-        run_case((fg_kv_format)f, 16, 512, 64, 65, 1, 1.0f / sqrtf(192.0f));
-        run_case((fg_kv_format)f, 16, 512, 64, 200, 0, 1.0f / sqrtf(192.0f));
+        rng_seed(0x8cb92ba72f3d8dd7ull);
+        const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200};
+        for (int f = 0; f < FG_KV__COUNT; f++)
+            for (size_t a = 0; a < sizeof n_kvs / sizeof n_kvs[0]; a++) {
+                run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 0, 1.0f / sqrtf(80.0f));
+                run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 1, 0.5f);
+            }
+        /* DeepSeek-V2-Lite's shape: 16 heads, latent 512, rope 64 */
+        for (int f = 0; f < FG_KV__COUNT; f++) {
+            run_case((fg_kv_format)f, 16, 512, 64, 65, 1, 1.0f / sqrtf(192.0f));
+            run_case((fg_kv_format)f, 16, 512, 64, 200, 0, 1.0f / sqrtf(192.0f));
+        }
+        /* flash-mini's shape (latent 160: a 32-float tail after 64-float column blocks) */
+        for (int f = 0; f < FG_KV__COUNT; f++)
+            run_case((fg_kv_format)f, 8, 160, 32, 130, 1, 1.0f / sqrtf(96.0f));
+        /* widths that are not multiples of 16 (every format but FP4): masked tails */
+        for (int f = 0; f < FG_KV__COUNT; f++)
+            if (f != FG_KV_FP4)
+                run_case((fg_kv_format)f, 3, 40, 8, 70, 1, 0.5f);
     }
     return TEST_DONE("test_mla_attn");
 }
