@@ -36,6 +36,11 @@ static const struct {
     [FG_ERR_CONFIG] = {"config", "invalid configuration"},
     [FG_ERR_BUSY] = {"busy", "a response is already in progress"},
     [FG_ERR_STATE] = {"bad_state", "not allowed in the current mode or state"},
+    [FG_ERR_SESSION_TRUNCATED] = {"session_truncated", "session file is truncated"},
+    [FG_ERR_SESSION_CORRUPT] = {"session_corrupt", "session file is corrupt (checksum or structure)"},
+    [FG_ERR_SESSION_MODEL] = {"session_model", "session file was saved by another model"},
+    [FG_ERR_SESSION_VERSION] = {"session_version", "session file format version or KV cache format differs"},
+    [FG_ERR_DISK_FULL] = {"disk_full", "disk full or disk budget exceeded"},
 };
 
 const char *fg_err_name(fg_err e)

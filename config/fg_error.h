@@ -48,6 +48,12 @@ typedef enum fg_err {
     FG_ERR_CONFIG,            /* a configuration value is invalid */
     FG_ERR_BUSY,              /* the session already has a response in progress */
     FG_ERR_STATE,             /* the call does not fit the object's mode or state */
+    /* session files (persistence) */
+    FG_ERR_SESSION_TRUNCATED, /* a session file ends before its header's sizes say */
+    FG_ERR_SESSION_CORRUPT,   /* a session file's checksum or structure is wrong */
+    FG_ERR_SESSION_MODEL,     /* a session file was saved by another model */
+    FG_ERR_SESSION_VERSION,   /* a session file's format version or KV cache format differs */
+    FG_ERR_DISK_FULL,         /* a write would pass the disk budget, or ENOSPC/EDQUOT/EFBIG */
     FG_ERR__COUNT
 } fg_err;
 

@@ -16,6 +16,7 @@ void fg_engine_options_default(fg_engine_options *o)
     o->prefill_chunk = 128;
     o->event_capacity = 64;
     o->text_capacity = 2048;
+    o->prefix_cache = true;
 }
 
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
@@ -125,11 +126,20 @@ fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_ses
     fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
     if (p.weight < 1 || p.weight > 1000 || p.priority < -1000 || p.priority > 1000)
         return FG_ERR_INVALID_ARG;
+    if ((p.name && !fg_session_name_valid(p.name)) || (p.tenant_name && !fg_session_name_valid(p.tenant_name)))
+        return FG_ERR_INVALID_ARG;
     fg_session_t *s = calloc(1, sizeof *s);
     if (!s)
         return FG_ERR_NOMEM;
     s->e = e;
     s->params = p;
+    /* The names are copied: the caller's strings need not outlive the call. */
+    if (p.name) {
+        strcpy(s->name, p.name);
+        s->params.name = s->name;
+    }
+    strcpy(s->tenant_name, p.tenant_name ? p.tenant_name : "default");
+    s->params.tenant_name = s->tenant_name;
     if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
         free(s);
         return FG_ERR_NOMEM;
@@ -153,6 +163,18 @@ void fg_session_free(fg_session_t *s)
     }
     fg_kv_seq_free(s->e->kv, &s->seq);
     free(s);
+}
+
+bool fg_session_name_valid(const char *name)
+{
+    size_t n = 0;
+    for (; name[n]; n++) {
+        char c = name[n];
+        if (n >= FG_SESSION_NAME_MAX ||
+            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return n > 0;
 }
 
 int fg_session_length(const fg_session_t *s)

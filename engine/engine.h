@@ -56,13 +56,21 @@ typedef struct fg_engine_options {
     int prefill_chunk;       /* max prompt tokens of one session per step; default 128 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */
+    /* persistence and sharing (see docs/engine.md, "Persistence") */
+    const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
+    bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
+    double idle_spill_seconds;   /* idle named sessions move to disk after this; 0: only under pressure */
+    uint64_t disk_budget_bytes;  /* session files in all; 0: unlimited; a write past it fails FG_ERR_DISK_FULL */
 } fg_engine_options;
 
 void fg_engine_options_default(fg_engine_options *o);
 
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
  * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
- * FG_ERR_UNSUPPORTED (ISA), FG_ERR_NOMEM. */
+ * FG_ERR_UNSUPPORTED (ISA), FG_ERR_NOMEM. With persist_dir set, the
+ * directory is created if missing, its session files are counted per tenant
+ * (disk_bytes) and leftover temporary files are removed; FG_ERR_IO when it
+ * cannot be created or read. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
  * and frees every session still open. */
@@ -118,18 +126,33 @@ void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
 
 /* ---- sessions ---- */
 
+#define FG_SESSION_NAME_MAX 64     /* bytes of a session or tenant name: [A-Za-z0-9_-] */
+#define FG_SESSION_META_MAX 65536  /* bytes of an owner's meta blob */
+
 typedef struct fg_session_params {
     uint32_t tenant;   /* scheduling group (the quota layer maps tenants to ids) */
     int weight;        /* the tenant's share of each step, 1..1000 (default 1) */
     int priority;      /* within a tenant, higher is scheduled first */
     void *user;        /* the owner's pointer, returned by fg_engine_take_ready */
+    /* Copied at create. name: the session's stable id, 1..64 of [A-Za-z0-9_-];
+     * NULL: anonymous, never written to disk. tenant_name: 1..64 of
+     * [A-Za-z0-9_-], NULL means "default"; names the directory
+     * <persist_dir>/<tenant_name>/ and salts the page hashes, so pages are
+     * never shared across tenants. */
+    const char *name;
+    const char *tenant_name;
 } fg_session_params;
 
-/* params may be NULL (tenant 0, weight 1). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */
+/* params may be NULL (tenant 0, weight 1, anonymous, tenant "default").
+ * Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG (weight, priority or a name out of
+ * range), FG_ERR_STATE (a session of that name and tenant is open). */
 fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out);
 /* Direct mode: releases the pages now. Serving mode: the session is detached
- * at once (no more events, no more calls) and freed by the step thread. */
+ * at once (no more events, no more calls) and freed by the step thread. Its
+ * session file (if any) stays on disk. */
 void fg_session_free(fg_session_t *s);
+/* Like fg_session_free, and removes the session's file (explicit close, expiry). */
+void fg_session_delete(fg_session_t *s);
 /* Tokens in the session's cache (direct mode; in serving mode a snapshot). */
 int fg_session_length(const fg_session_t *s);
 
@@ -158,6 +181,8 @@ typedef enum fg_event_type {
     FG_EVENT_TOKEN = 1,   /* a generated token, and the text it releases */
     FG_EVENT_DONE,        /* the response ended: finish, usage, last text */
     FG_EVENT_WAITING,     /* the response waits; error says why (FG_ERR_KV_FULL) */
+    FG_EVENT_SAVE_FAILED, /* the session file could not be written (error: FG_ERR_DISK_FULL
+                             or FG_ERR_IO); the session stays resident and usable */
 } fg_event_type;
 
 typedef enum fg_finish {
@@ -211,5 +236,64 @@ bool fg_session_responding(fg_session_t *s);
 /* Writes the user pointers of up to max sessions that have events to poll and
  * clears their ready mark. Returns the count. */
 int fg_engine_take_ready(fg_engine_t *e, void **users, int max);
+
+/* ---- persistence, forks, tenants ----
+ *
+ * With persist_dir set (serving mode), a named session's file
+ * <persist_dir>/<tenant_name>/<name>.fgs is rewritten atomically (temp file,
+ * fsync, rename, fsync of the directory) after every completed response and
+ * before the session spills to disk, on a writer thread against a snapshot.
+ * A failed write leaves the session resident, counts save_errors and queues a
+ * FG_EVENT_SAVE_FAILED event. A spilled session that gets work is loaded back
+ * before it runs; if its file turns out damaged then, the response ends with
+ * DONE, FG_FINISH_ERROR and the FG_ERR_SESSION_* code, and the session is
+ * empty. */
+
+/* A new session whose cache starts as src's cached tokens, sharing its pages
+ * copy-on-write. Input queued in src but not yet prefilled is not part of it.
+ * Works on a source whose KV is on disk. p: as for fg_session_create; its
+ * tenant_name must equal src's. Errors: FG_ERR_INVALID_ARG (other tenant, bad
+ * params), FG_ERR_BUSY (src has a response in progress), FG_ERR_STATE (direct
+ * mode, or the name is open), FG_ERR_NOMEM, FG_ERR_SESSION_* (src's file was
+ * damaged when loaded back). */
+fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session_t **out, fg_diag *diag);
+
+/* The owner's blob saved in the session file with the KV (at most
+ * FG_SESSION_META_MAX bytes; FG_ERR_INVALID_ARG above). len 0 clears it.
+ * Errors: FG_ERR_INVALID_ARG, FG_ERR_NOMEM. */
+fg_err fg_session_set_meta(fg_session_t *s, const void *meta, size_t len, fg_diag *diag);
+/* Copies up to cap bytes of the blob into buf; returns its full length. */
+size_t fg_session_get_meta(fg_session_t *s, void *buf, size_t cap);
+
+/* Opens the session saved as <persist_dir>/<tenant_name>/<name>.fgs (p->name
+ * required). The whole file is validated before this returns (magic, format
+ * version, model identity, KV cache format, sizes, checksum); the session
+ * then continues exactly as if it had never left. Errors: FG_ERR_NOT_FOUND,
+ * FG_ERR_SESSION_TRUNCATED, FG_ERR_SESSION_CORRUPT, FG_ERR_SESSION_MODEL,
+ * FG_ERR_SESSION_VERSION, FG_ERR_IO, FG_ERR_INVALID_ARG (params), FG_ERR_STATE
+ * (a session of that name is open, persist_dir unset, or direct mode). On a
+ * damage error the file is renamed to <name>.fgs.damaged and diag names the
+ * session and what is wrong. */
+fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session_t **out, fg_diag *diag);
+
+/* Blocking: writes every named session whose file is not current and waits
+ * for the writer (for shutdown, after responses have drained). Tries every
+ * session; returns the first error (FG_ERR_DISK_FULL, FG_ERR_IO), FG_OK
+ * without persist_dir. */
+fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag);
+
+/* Snapshot: true when the session's KV is on disk only. */
+bool fg_session_on_disk(fg_session_t *s);
+
+typedef struct fg_tenant_kv_usage {
+    uint64_t resident_kv_bytes;  /* resident pages held by its sessions or cached for it, each counted once */
+    uint64_t disk_bytes;         /* its session files, including ones found at open */
+    int sessions_resident;
+    int sessions_on_disk;
+} fg_tenant_kv_usage;
+
+/* Thread-safe. tenant_name NULL means "default". An unknown tenant reads as
+ * zeros. Errors: FG_ERR_INVALID_ARG (a bad name). */
+fg_err fg_engine_tenant_usage(fg_engine_t *e, const char *tenant_name, fg_tenant_kv_usage *u);
 
 #endif

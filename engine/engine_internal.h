@@ -49,7 +49,9 @@ typedef struct fg_response {
 
 struct fg_session {
     fg_engine_t *e;                 /* [const] */
-    fg_session_params params;       /* [const] */
+    fg_session_params params;       /* [const]; name and tenant_name point at the copies below */
+    char name[FG_SESSION_NAME_MAX + 1];        /* [const] "" when anonymous */
+    char tenant_name[FG_SESSION_NAME_MAX + 1]; /* [const] */
     uint64_t order;                 /* [const] creation order, for scheduling */
 
     /* [mu] requests from API threads */
@@ -118,6 +120,10 @@ struct fg_engine {
     float *logits;                  /* [max_batch_tokens][n_vocab] */
     char *text_scratch;             /* [FG_MAX_STOP_BYTES + max_token_bytes] */
 };
+
+/* engine.c */
+/* True when name is 1..FG_SESSION_NAME_MAX bytes of [A-Za-z0-9_-]. */
+bool fg_session_name_valid(const char *name);
 
 /* engine_serve.c */
 fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag);
