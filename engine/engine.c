@@ -77,6 +77,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     }
     if (o->serve && (err = fg_engine_serve_start(e, diag)))
         goto fail;
+
     *out = e;
     return FG_OK;
 fail:
@@ -120,7 +121,7 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
 
-fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
+fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
 {
     *out = NULL;
     fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
@@ -140,14 +141,46 @@ fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_ses
     }
     strcpy(s->tenant_name, p.tenant_name ? p.tenant_name : "default");
     s->params.tenant_name = s->tenant_name;
-    if (fg_kv_seq_init(&s->seq, e->n_ctx) != FG_OK) {
-        free(s);
-        return FG_ERR_NOMEM;
+    strcpy(s->load_name, s->name);
+    s->miss_at = -1;
+    if (e->opt.serve) {
+        pthread_mutex_lock(&e->mu);
+        s->tenant_ix = fg_tier_tenant(e, s->tenant_name);
+        s->uid = ++e->next_uid;
+        pthread_mutex_unlock(&e->mu);
+        if (s->tenant_ix < 0) {
+            free(s);
+            return FG_ERR_NOMEM; /* more tenants than the KV store can count */
+        }
     }
-    if (e->opt.serve && fg_session_serve_init(s) != FG_OK) {
-        fg_kv_seq_free(e->kv, &s->seq);
-        free(s);
-        return FG_ERR_NOMEM;
+    fg_kv_seq_init(&s->seq, e->n_ctx);
+    s->seq.owner = s->tenant_ix;
+    *out = s;
+    return FG_OK;
+}
+
+void fg_session_dealloc(fg_session_t *s)
+{
+    fg_kv_seq_free(s->e->kv, &s->seq);
+    free(s->in_tok);
+    free(s->todo);
+    free(s->hist);
+    free(s->phash);
+    free(s->meta);
+    free(s->out.ev);
+    free(s->out.text);
+    free(s);
+}
+
+fg_err fg_session_create(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
+{
+    fg_session_t *s;
+    fg_err err = fg_session_alloc(e, params, &s);
+    if (err != FG_OK)
+        return err;
+    if (e->opt.serve && (err = fg_session_serve_init(s)) != FG_OK) {
+        fg_session_dealloc(s);
+        return err;
     }
     *out = s;
     return FG_OK;
@@ -161,8 +194,7 @@ void fg_session_free(fg_session_t *s)
         fg_session_serve_release(s); /* the step thread frees it */
         return;
     }
-    fg_kv_seq_free(s->e->kv, &s->seq);
-    free(s);
+    fg_session_dealloc(s);
 }
 
 bool fg_session_name_valid(const char *name)

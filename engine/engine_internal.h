@@ -16,6 +16,8 @@
 #include "engine/gguf.h"
 #include "engine/kv_store.h"
 #include "engine/model.h"
+#include "engine/prefix_cache.h"
+#include "engine/session_file.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kernels/cpu/pool.h"
@@ -73,7 +75,7 @@ struct fg_session {
     int64_t committed;              /* tokens in the cache, queued, or sampled: bounded by the context */
 
     /* [step] */
-    fg_kv_seq seq;
+    fg_kv_seq seq;                  /* empty while on_disk */
     int32_t *todo;                  /* tokens to prefill */
     int todo_n, todo_cap;
     int32_t *hist;                  /* token ids whose KV is in seq, in order */
@@ -83,7 +85,59 @@ struct fg_session {
     fg_session_t *all_next, *all_prev;
     int batch_tokens;               /* this step: tokens in the batch */
     int batch_logits;               /* this step: 1 when the step samples for it */
+
+    /* persistence and sharing */
+    int tenant_ix;                  /* [const] index in e->tenants: KV page owner, hash salt */
+    uint64_t uid;                   /* [const] engine-unique, names it in writer jobs */
+    fg_session_t *open_next;        /* [mu] on e->open_head while not freed */
+    void *meta;                     /* [mu] the owner's blob */
+    uint32_t meta_len;              /* [mu] */
+    uint64_t gen;                   /* [mu] bumped when what a file holds changes */
+    uint64_t file_gen;              /* [mu] gen of the newest file written (0: none) */
+    uint64_t failed_gen;            /* [mu] gen whose save failed: not retried by spills */
+    bool on_disk;                   /* [mu] KV only in the file; hist and todo stay in memory */
+    bool delete_file;               /* [mu] fg_session_delete: remove the file when freed */
+    int saves_inflight;             /* [mu] writer jobs for it */
+    bool spill_inflight;            /* [mu] */
+    char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
+    double last_used;               /* [step] end of its last response (monotonic seconds) */
+    uint64_t *phash;                /* [step] keys of its full pages [n_ctx / 64 + 1] */
+    int phash_n;                    /* [step] valid keys */
+    int reg_n;                      /* [step] full pages offered to the prefix cache */
+    int miss_at;                    /* [step] token count of the last prefix miss (-1 none) */
+    /* fork (the forking thread waits on e->done_cv) */
+    fg_session_t *fork_src;         /* [mu] */
+    bool fork_done;                 /* [mu] */
+    fg_err fork_err;                /* [mu] */
 };
+
+/* A writer job: save a snapshot, or remove a file. */
+typedef struct fg_save_job {
+    struct fg_save_job *next;
+    bool remove;                    /* unlink the file instead of writing it */
+    bool spill;                     /* release the session's pages when written */
+    uint64_t uid, gen;
+    int tenant_ix;
+    char tenant[FG_SESSION_NAME_MAX + 1], name[FG_SESSION_NAME_MAX + 1];
+    int32_t *tokens;                /* [n_tokens + n_pending] */
+    int n_tokens, n_pending;
+    void *meta;
+    uint32_t meta_len;
+    uint8_t **pages;                /* [n_pages], one reference each, released by the step thread */
+    int n_pages;
+    fg_err err;                     /* result */
+    char msg[320];
+    double seconds;
+} fg_save_job;
+
+/* Per tenant: disk bytes and session counts [mu]; resident bytes come from
+ * the KV store's owner counts. */
+typedef struct fg_tenant_rec {
+    char name[FG_SESSION_NAME_MAX + 1];
+    uint64_t salt;
+    uint64_t disk_bytes;
+    int sessions_resident, sessions_on_disk;
+} fg_tenant_rec;
 
 struct fg_engine {
     fg_engine_options opt;          /* [const] */
@@ -119,16 +173,93 @@ struct fg_engine {
     int32_t *btok;                  /* [max_batch_tokens] */
     float *logits;                  /* [max_batch_tokens][n_vocab] */
     char *text_scratch;             /* [FG_MAX_STOP_BYTES + max_token_bytes] */
+
+    /* persistence and sharing */
+    bool persist;                   /* [const] persist_dir set (serving mode) */
+    char *persist_dir;              /* [const] copy */
+    fg_sfile_expect expect;         /* [const] what a session file must match */
+    fg_prefix_cache_t *pc;          /* [step] NULL when prefix_cache is off */
+    fg_tenant_rec *tenants;         /* [mu] */
+    int n_tenants, cap_tenants;
+    uint64_t disk_bytes;            /* [mu] all session files */
+    uint64_t next_uid;              /* [mu] */
+    fg_session_t *open_head;        /* [mu] sessions not freed (names are unique among them) */
+    pthread_cond_t done_cv;         /* forks, save_all and the writer report here */
+    pthread_t writer;
+    bool writer_started;
+    pthread_cond_t writer_cv;
+    bool writer_stop;               /* [mu] */
+    fg_save_job *job_head, *job_tail;   /* [mu] queued for the writer */
+    fg_save_job *done_jobs;         /* [mu] written, for the step thread */
+    uint64_t jobs_queued, jobs_done;    /* [mu] */
+    bool save_all_req;              /* [mu] */
+    uint64_t save_all_target;       /* [mu] jobs_queued when save_all's jobs were queued */
+    bool save_all_queued;           /* [mu] */
+    fg_err save_all_err;            /* [mu] */
+    char save_all_msg[320];         /* [mu] */
 };
 
 /* engine.c */
 /* True when name is 1..FG_SESSION_NAME_MAX bytes of [A-Za-z0-9_-]. */
 bool fg_session_name_valid(const char *name);
 
+/* Allocates a session (not yet known to the step thread). Errors:
+ * FG_ERR_INVALID_ARG, FG_ERR_NOMEM. */
+fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out);
+void fg_session_dealloc(fg_session_t *s);
+
 /* engine_serve.c */
 fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag);
 void fg_engine_serve_stop(fg_engine_t *e);
+/* Hands a session to the step thread. FG_ERR_STATE: its name is open. */
 fg_err fg_session_serve_init(fg_session_t *s);
 void fg_session_serve_release(fg_session_t *s);
+double fg_now_s(void);
+
+/* kv_tier.c: the disk tier and prefix sharing, on the step thread unless said. */
+/* Opens persist_dir (scan, temp files removed) and starts the writer; at open. */
+fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag);
+/* Stops the writer (queued jobs are written first); later removals unlink directly. */
+void fg_tier_close(fg_engine_t *e);
+/* Frees the prefix cache (releasing its pages) and the tables; after the sessions. */
+void fg_tier_destroy(fg_engine_t *e);
+/* Reads and validates <persist_dir>/<tenant>/<name>.fgs into *buf (the caller
+ * frees it). A damaged file is moved aside; diag names the session [mu or
+ * before the session exists]. */
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
+                          size_t *len, fg_sfile_view *v, fg_diag *diag);
+/* Index of a tenant name in e->tenants, added when new; -1 when the table is full [mu]. */
+int fg_tier_tenant(fg_engine_t *e, const char *name);
+/* Queues a save of s (a snapshot; pages by reference) unless its file is
+ * current or it is anonymous or on disk [mu]. */
+void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill);
+/* Queues the removal of a session's file [mu]. */
+void fg_tier_remove(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix);
+/* Applies finished writer jobs: releases snapshots, spills, counts, reports failures [mu]. */
+void fg_tier_reap(fg_engine_t *e);
+/* Spills sessions idle for idle_spill_seconds [mu]. */
+void fg_tier_idle(fg_engine_t *e);
+/* Queues saves for fg_engine_save_all [mu]. */
+void fg_tier_save_all(fg_engine_t *e);
+/* Frees cold cached pages, then starts spills, aiming for need_pages free
+ * pages; `except` is not spilled [mu]. */
+void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except);
+/* Loads an on-disk session's KV back. FG_ERR_KV_FULL: not enough pages now
+ * (retry after relieving); FG_ERR_SESSION_* / NOT_FOUND / IO: the file is
+ * unusable (moved aside when damaged; the caller empties the session) [mu]. */
+fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag);
+/* Empties a session whose file was lost [mu]. */
+void fg_tier_lose(fg_engine_t *e, fg_session_t *s);
+/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
+void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s);
+/* Offers s's newly full pages to the prefix cache [mu]. */
+void fg_tier_register(fg_engine_t *e, fg_session_t *s);
+/* After s's cache was cut to n tokens: forgets keys of pages past it. */
+void fg_tier_truncated(fg_session_t *s, int n_tokens);
+/* Makes a fork of src in dst (both adopted, src idle) [mu]. */
+fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src);
+/* <persist_dir>/<tenant> and the file path of a session; false when too long. */
+bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
+                  size_t cap);
 
 #endif

@@ -24,7 +24,7 @@
 #define SCHED_QUANTUM 16 /* tokens of credit per unit of tenant weight per DRR round */
 #define EVENTS_PER_STEP 3 /* TOKEN, DONE and WAITING at most, per session and step */
 
-static double now_s(void)
+double fg_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -123,20 +123,22 @@ static void free_session(fg_engine_t *e, fg_session_t *s)
     }
     if (s->ready)
         ready_unlink(e, s);
-    fg_kv_seq_free(e->kv, &s->seq);
-    free(s->in_tok);
-    free(s->todo);
-    free(s->hist);
-    free(s->out.ev);
-    free(s->out.text);
-    free(s);
+    if (s->delete_file)
+        fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
+    fg_session_dealloc(s);
+}
+
+/* Tokens whose KV the session holds, resident or on disk. */
+static int cache_len(const fg_session_t *s)
+{
+    return s->on_disk ? s->hist_n : s->seq.n_tokens;
 }
 
 /* ---- responses [step, under mu where they queue events] ---- */
 
 static int reserve_need(const fg_engine_t *e, const fg_session_t *s)
 {
-    long need = (long)s->seq.n_tokens + s->todo_n + (s->resp.p.generate ? s->resp.p.max_tokens : 0);
+    long need = (long)cache_len(s) + s->todo_n + (s->resp.p.generate ? s->resp.p.max_tokens : 0);
     return need > e->n_ctx ? e->n_ctx : (int)need;
 }
 
@@ -160,6 +162,10 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
     memset(r, 0, sizeof *r);
     s->responding = false;
+    s->last_used = fg_now_s();
+    s->gen++;
+    if (s->hist_n > 0 || s->todo_n > 0)
+        fg_tier_save(e, s, false); /* the file follows every completed response */
     if (s->in_n)
         mark_dirty(e, s); /* input that arrived during the response */
 }
@@ -175,6 +181,7 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
         s->todo_n += extra;
         s->hist_n = keep;
         fg_kv_seq_truncate(e->kv, &s->seq, keep);
+        fg_tier_truncated(s, keep);
     }
 }
 
@@ -189,16 +196,18 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     r->order = e->session_order++; /* request order: oldest is admitted first */
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
-    if (r->p.generate && s->todo_n == 0 && s->seq.n_tokens > 0) {
+    if (r->p.generate && s->todo_n == 0 && s->hist_n > 0) {
         if (grow_tokens(&s->todo, &s->todo_cap, 1) == 0) {
             s->todo[0] = s->hist[s->hist_n - 1];
             s->todo_n = 1;
             s->hist_n--;
-            fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
+            if (!s->on_disk)
+                fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
+            fg_tier_truncated(s, s->hist_n);
         }
     }
-    r->cached_tokens = s->seq.n_tokens;
-    r->input_tokens = (int64_t)s->seq.n_tokens + s->todo_n;
+    r->cached_tokens = cache_len(s);
+    r->input_tokens = (int64_t)cache_len(s) + s->todo_n;
 }
 
 static void note_waiting(fg_engine_t *e, fg_session_t *s);
@@ -215,8 +224,32 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     }
     if (grow_tokens(&s->hist, &s->hist_cap, need + 1) != 0)
         return false; /* out of memory: try again next step */
-    if (fg_kv_seq_reserve(e->kv, &s->seq, need) != FG_OK) {
+    if (s->on_disk) {
+        /* Its KV comes back from the file first. */
+        fg_diag d;
+        fg_err err = fg_tier_load(e, s, &d);
+        if (err == FG_ERR_KV_FULL) {
+            fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
+            note_waiting(e, s);
+            return false;
+        }
+        if (err != FG_OK) {
+            /* The file is unusable: the session is lost; the response says why. */
+            fg_tier_lose(e, s);
+            finish(e, s, FG_FINISH_ERROR, err);
+            return false;
+        }
+    }
+    fg_tier_attach_hits(e, s); /* shared pages need no reservation */
+    need = reserve_need(e, s);
+    fg_err err = fg_kv_seq_reserve(e->kv, &s->seq, need);
+    /* The page the response writes first must be its own (copy-on-write). */
+    if (err == FG_OK)
+        err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
+    if (err != FG_OK) {
+        size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS - (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* keep nothing half-reserved */
+        fg_tier_relieve(e, want, s);
         note_waiting(e, s);
         return false;
     }
@@ -344,12 +377,21 @@ static void take_requests(fg_engine_t *e)
             s = next;
             continue;
         }
+        if (s->fork_src && !s->fork_done) {
+            s->fork_err = fg_tier_fork(e, s, s->fork_src);
+            s->fork_done = true;
+            s->last_used = fg_now_s();
+            pthread_cond_broadcast(&e->done_cv);
+        }
+        if (!s->last_used)
+            s->last_used = fg_now_s();
         /* Input queued during a response waits for it to end: it belongs to the next turn. */
         if (s->in_n && !s->resp.active) {
             if (grow_tokens(&s->todo, &s->todo_cap, s->todo_n + s->in_n) == 0) {
                 memcpy(s->todo + s->todo_n, s->in_tok, (size_t)s->in_n * sizeof *s->todo);
                 s->todo_n += s->in_n;
                 s->in_n = 0;
+                s->gen++;
             } else {
                 mark_dirty(e, s); /* retry next step */
             }
@@ -392,6 +434,8 @@ static int plan_step(fg_engine_t *e)
             paused++;
             continue;
         }
+        if (s->todo_n > 0)
+            fg_tier_attach_hits(e, s);
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = s->order};
         if (s->todo_n > 0 && n_pre < T) {
@@ -453,15 +497,36 @@ static void *step_main(void *arg)
     fg_engine_t *e = arg;
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
+        fg_tier_reap(e);
         take_requests(e);
+        if (e->save_all_req) {
+            fg_tier_save_all(e);
+            e->save_all_req = false;
+            e->save_all_target = e->jobs_queued;
+            e->save_all_queued = true;
+            pthread_cond_broadcast(&e->done_cv);
+        }
+        fg_tier_idle(e);
         int n = plan_step(e);
         if (n == 0) {
             if (e->wake_owner) {
                 wake_owner(e);
                 continue;
             }
-            while (!e->work && !e->stop)
-                pthread_cond_wait(&e->work_cv, &e->mu);
+            if (e->persist && e->opt.idle_spill_seconds > 0) {
+                /* Idle spills are due without any event: look again now and then. */
+                double wait = e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait;
+                ts.tv_sec = (time_t)t;
+                ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+                if (!e->work && !e->stop)
+                    pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+            } else {
+                while (!e->work && !e->stop)
+                    pthread_cond_wait(&e->work_cv, &e->mu);
+            }
             e->work = false;
             continue;
         }
@@ -469,9 +534,9 @@ static void *step_main(void *arg)
         pthread_mutex_unlock(&e->mu);
 
         fg_diag diag;
-        double t0 = now_s();
+        double t0 = fg_now_s();
         fg_err err = fg_forward_run(e->fwd, e->btok, e->fseqs, n, &diag);
-        double dt = now_s() - t0;
+        double dt = fg_now_s() - t0;
         int64_t dec_tok = 0, pre_tok = 0;
         for (int i = 0; i < n; i++) {
             fg_session_t *s = e->cand[i];
@@ -503,6 +568,8 @@ static void *step_main(void *arg)
                 finish(e, s, FG_FINISH_ERROR, err);
                 continue;
             }
+            fg_tier_register(e, s); /* pages that became full */
+            s->gen++;
             if (s->batch_logits)
                 emit_token(e, s, s->resp.next_token);
             s->length_snapshot = s->seq.n_tokens;
@@ -538,7 +605,19 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     e->stats.kv_pages_total = fg_kv_store_pages_total(e->kv);
+    e->thread_started = false;
+    fg_err terr = fg_tier_open(e, diag);
+    if (terr != FG_OK) {
+        fg_tier_close(e);
+        fg_tier_destroy(e);
+        pthread_cond_destroy(&e->work_cv);
+        pthread_mutex_destroy(&e->mu);
+        e->opt.serve = false; /* nothing of serving mode is left to stop */
+        return terr;
+    }
     if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
+        fg_tier_close(e);
+        fg_tier_destroy(e);
         pthread_cond_destroy(&e->work_cv);
         pthread_mutex_destroy(&e->mu);
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: cannot start the step thread");
@@ -556,6 +635,7 @@ void fg_engine_serve_stop(fg_engine_t *e)
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
         e->thread_started = false;
+        fg_tier_close(e); /* queued writes finish; their snapshots are released */
         /* Sessions the owner never freed, adopted or not. */
         while (e->dirty_head) {
             fg_session_t *s = e->dirty_head;
@@ -566,6 +646,7 @@ void fg_engine_serve_stop(fg_engine_t *e)
         }
         while (e->all_head)
             free_session(e, e->all_head);
+        fg_tier_destroy(e);
         pthread_cond_destroy(&e->work_cv);
         pthread_mutex_destroy(&e->mu);
     }
@@ -605,6 +686,14 @@ fg_err fg_session_serve_init(fg_session_t *s)
 {
     fg_engine_t *e = s->e;
     pthread_mutex_lock(&e->mu);
+    if (s->name[0])
+        for (fg_session_t *o = e->open_head; o; o = o->open_next)
+            if (o->tenant_ix == s->tenant_ix && strcmp(o->name, s->name) == 0) {
+                pthread_mutex_unlock(&e->mu);
+                return FG_ERR_STATE;
+            }
+    s->open_next = e->open_head;
+    e->open_head = s;
     s->order = e->session_order++;
     mark_dirty(e, s); /* the step thread adopts it */
     pthread_mutex_unlock(&e->mu);
@@ -615,6 +704,11 @@ void fg_session_serve_release(fg_session_t *s)
 {
     fg_engine_t *e = s->e;
     pthread_mutex_lock(&e->mu);
+    for (fg_session_t **p = &e->open_head; *p; p = &(*p)->open_next)
+        if (*p == s) {
+            *p = s->open_next;
+            break;
+        }
     s->freed = true;
     if (s->ready)
         ready_unlink(e, s); /* the owner must not hear of it again */
@@ -781,5 +875,12 @@ void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st)
     }
     pthread_mutex_lock(&e->mu);
     *st = e->stats;
+    st->kv_pages_used = fg_kv_store_pages_total(e->kv) - fg_kv_store_pages_free(e->kv);
+    st->kv_pages_shared = fg_kv_pages_shared(e->kv);
+    st->kv_pages_cached = e->pc ? fg_prefix_cache_cold_count(e->pc, e->kv) : 0;
+    st->disk_bytes = e->disk_bytes;
+    st->sessions_on_disk = 0;
+    for (fg_session_t *s = e->open_head; s; s = s->open_next)
+        st->sessions_on_disk += s->on_disk;
     pthread_mutex_unlock(&e->mu);
 }

@@ -118,6 +118,11 @@ void fg_sfile_copy_rows(const fg_sfile_view *v, const fg_kv_geometry *geo, const
             memcpy(fg_kv_row(geo, q, il, t), src, geo->row_bytes);
 }
 
+const uint8_t *fg_sfile_row(const fg_sfile_view *v, const fg_kv_geometry *geo, int il, int t)
+{
+    return v->rows + ((size_t)t * (size_t)geo->n_layer + (size_t)il) * geo->row_bytes;
+}
+
 fg_err fg_sfile_read(const char *path, uint64_t max_bytes, uint8_t **buf, size_t *len, fg_diag *diag)
 {
     *buf = NULL;

@@ -74,6 +74,9 @@ int32_t fg_sfile_token(const fg_sfile_view *v, int i);
  * (reserved for at least n tokens). */
 void fg_sfile_copy_rows(const fg_sfile_view *v, const fg_kv_geometry *geo, const fg_kv_seq *q, int n);
 
+/* The stored row of token t (< n_tokens) in layer il of a parsed file. */
+const uint8_t *fg_sfile_row(const fg_sfile_view *v, const fg_kv_geometry *geo, int il, int t);
+
 /* Reads a whole file into a malloc'd buffer (the caller frees it). Errors:
  * FG_ERR_NOT_FOUND (no such file), FG_ERR_SESSION_CORRUPT (larger than
  * max_bytes), FG_ERR_IO, FG_ERR_NOMEM. */

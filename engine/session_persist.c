@@ -1,65 +1,218 @@
 /* session_persist.c: the persistence calls of engine.h (fork, meta, restore,
- * save_all, delete, tenant usage). Filled in step by step; until then the
- * calls not yet written return FG_ERR_UNSUPPORTED. */
+ * save_all, delete, on_disk, tenant usage). They run on the caller's thread
+ * and hand work that touches pages to the step thread (engine_serve.c,
+ * kv_tier.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
 
+static const char *tenant_or_default(const char *t) { return t ? t : "default"; }
+
 fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session_t **out, fg_diag *diag)
 {
-    (void)src;
-    (void)p;
+    fg_engine_t *e = src->e;
     *out = NULL;
-    return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "fg_session_fork is not written yet");
+    if (!e->opt.serve)
+        return fg_diag_set(diag, FG_ERR_STATE, "fg_session_fork needs a serving engine");
+    fg_session_params sp = p ? *p : (fg_session_params){.weight = 1};
+    if (strcmp(tenant_or_default(sp.tenant_name), src->tenant_name) != 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "a fork stays in its source's tenant %s", src->tenant_name);
+    fg_session_t *s;
+    fg_err err = fg_session_alloc(e, &sp, &s);
+    if (err != FG_OK)
+        return fg_diag_set(diag, err, "fork: %s", err == FG_ERR_INVALID_ARG ? "bad session parameters" : fg_err_describe(err));
+    pthread_mutex_lock(&e->mu);
+    bool busy = src->responding;
+    pthread_mutex_unlock(&e->mu);
+    if (busy) {
+        fg_session_dealloc(s);
+        return fg_diag_set(diag, FG_ERR_BUSY, "the source session has a response in progress");
+    }
+    s->fork_src = src;
+    if ((err = fg_session_serve_init(s)) != FG_OK) {
+        fg_session_dealloc(s);
+        return fg_diag_set(diag, err, "a session named %s is open", sp.name ? sp.name : "");
+    }
+    pthread_mutex_lock(&e->mu);
+    while (!s->fork_done)
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    err = s->fork_err;
+    s->fork_src = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (err != FG_OK) {
+        fg_session_free(s);
+        return fg_diag_set(diag, err, "fork: %s", fg_err_describe(err));
+    }
+    *out = s;
+    return FG_OK;
 }
 
 fg_err fg_session_set_meta(fg_session_t *s, const void *meta, size_t len, fg_diag *diag)
 {
-    (void)s;
-    (void)meta;
-    (void)len;
-    return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "fg_session_set_meta is not written yet");
+    fg_engine_t *e = s->e;
+    if (len > FG_SESSION_META_MAX)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "meta of %zu bytes exceeds %d", len, FG_SESSION_META_MAX);
+    if (len && !meta)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "meta is NULL");
+    void *copy = NULL;
+    if (len && !(copy = malloc(len)))
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for %zu bytes of meta", len);
+    if (len)
+        memcpy(copy, meta, len);
+    if (e->opt.serve)
+        pthread_mutex_lock(&e->mu);
+    free(s->meta);
+    s->meta = copy;
+    s->meta_len = (uint32_t)len;
+    s->gen++;
+    if (e->opt.serve)
+        pthread_mutex_unlock(&e->mu);
+    return FG_OK;
 }
 
 size_t fg_session_get_meta(fg_session_t *s, void *buf, size_t cap)
 {
-    (void)s;
-    (void)buf;
-    (void)cap;
-    return 0;
+    fg_engine_t *e = s->e;
+    if (e->opt.serve)
+        pthread_mutex_lock(&e->mu);
+    size_t n = s->meta_len;
+    if (buf && cap)
+        memcpy(buf, s->meta, n < cap ? n : cap);
+    if (e->opt.serve)
+        pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session_t **out, fg_diag *diag)
 {
-    (void)e;
-    (void)p;
     *out = NULL;
-    return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "fg_session_restore is not written yet");
+    if (!e->opt.serve)
+        return fg_diag_set(diag, FG_ERR_STATE, "fg_session_restore needs a serving engine");
+    if (!e->persist_dir)
+        return fg_diag_set(diag, FG_ERR_STATE, "no persist_dir: sessions are not saved");
+    if (!p || !p->name)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_session_restore needs a session name");
+    fg_session_t *s;
+    fg_err err = fg_session_alloc(e, p, &s);
+    if (err != FG_OK)
+        return fg_diag_set(diag, err, "restore: %s", err == FG_ERR_INVALID_ARG ? "bad session name or parameters"
+                                                                              : fg_err_describe(err));
+    pthread_mutex_lock(&e->mu);
+    for (fg_session_t *o = e->open_head; o; o = o->open_next)
+        if (o->tenant_ix == s->tenant_ix && strcmp(o->name, s->name) == 0) {
+            pthread_mutex_unlock(&e->mu);
+            fg_session_dealloc(s);
+            return fg_diag_set(diag, FG_ERR_STATE, "session %s/%s is open", p->tenant_name ? p->tenant_name : "default",
+                               p->name);
+        }
+    uint8_t *buf;
+    size_t len;
+    fg_sfile_view v;
+    err = fg_tier_check_file(e, s->tenant_name, s->name, s->tenant_ix, &buf, &len, &v, diag);
+    pthread_mutex_unlock(&e->mu);
+    if (err != FG_OK) {
+        fg_session_dealloc(s);
+        return err;
+    }
+    int n = v.n_tokens, m = v.n_pending;
+    s->hist = malloc(((size_t)n + 1) * sizeof *s->hist);
+    s->todo = malloc(((size_t)m + 1) * sizeof *s->todo);
+    s->meta = v.meta_len ? malloc(v.meta_len) : NULL;
+    if (!s->hist || !s->todo || (v.meta_len && !s->meta)) {
+        free(buf);
+        fg_session_dealloc(s);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory restoring %s", p->name);
+    }
+    for (int i = 0; i < n; i++)
+        s->hist[i] = fg_sfile_token(&v, i);
+    for (int i = 0; i < m; i++)
+        s->todo[i] = fg_sfile_token(&v, n + i);
+    s->hist_n = n;
+    s->hist_cap = n + 1;
+    s->todo_n = m;
+    s->todo_cap = m + 1;
+    if (v.meta_len)
+        memcpy(s->meta, v.meta, v.meta_len);
+    s->meta_len = v.meta_len;
+    free(buf);
+    /* The KV stays in the file until the session gets work. */
+    s->on_disk = true;
+    s->committed = n + m;
+    s->length_snapshot = n;
+    s->gen = s->file_gen = 1;
+    if ((err = fg_session_serve_init(s)) != FG_OK) {
+        fg_session_dealloc(s);
+        return fg_diag_set(diag, err, "session %s is open", p->name);
+    }
+    *out = s;
+    return FG_OK;
 }
 
 fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag)
 {
-    (void)e;
-    return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "fg_engine_save_all is not written yet");
+    if (!e->opt.serve || !e->persist)
+        return FG_OK;
+    pthread_mutex_lock(&e->mu);
+    e->save_all_err = FG_OK;
+    e->save_all_msg[0] = 0;
+    e->save_all_queued = false;
+    e->save_all_req = true;
+    e->work = true;
+    pthread_cond_signal(&e->work_cv);
+    while (!e->save_all_queued || e->jobs_done < e->save_all_target)
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    fg_err err = e->save_all_err;
+    if (err != FG_OK)
+        fg_diag_set(diag, err, "%s", e->save_all_msg);
+    pthread_mutex_unlock(&e->mu);
+    return err;
 }
 
 bool fg_session_on_disk(fg_session_t *s)
 {
-    (void)s;
-    return false;
+    fg_engine_t *e = s->e;
+    if (!e->opt.serve)
+        return false;
+    pthread_mutex_lock(&e->mu);
+    bool d = s->on_disk;
+    pthread_mutex_unlock(&e->mu);
+    return d;
 }
 
 void fg_session_delete(fg_session_t *s)
 {
+    if (!s)
+        return;
+    fg_engine_t *e = s->e;
+    if (e->opt.serve) {
+        pthread_mutex_lock(&e->mu);
+        s->delete_file = true;
+        pthread_mutex_unlock(&e->mu);
+    }
     fg_session_free(s);
 }
 
 fg_err fg_engine_tenant_usage(fg_engine_t *e, const char *tenant_name, fg_tenant_kv_usage *u)
 {
-    (void)e;
     memset(u, 0, sizeof *u);
-    if (tenant_name && !fg_session_name_valid(tenant_name))
+    const char *t = tenant_or_default(tenant_name);
+    if (!fg_session_name_valid(t))
         return FG_ERR_INVALID_ARG;
-    return FG_ERR_UNSUPPORTED;
+    if (!e->opt.serve)
+        return FG_OK;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_tenants; i++)
+        if (strcmp(e->tenants[i].name, t) == 0) {
+            u->resident_kv_bytes = (uint64_t)fg_kv_owner_pages(e->kv, i) * fg_kv_store_geometry(e->kv)->page_bytes;
+            u->disk_bytes = e->tenants[i].disk_bytes;
+            for (fg_session_t *s = e->open_head; s; s = s->open_next)
+                if (s->tenant_ix == i) {
+                    u->sessions_on_disk += s->on_disk;
+                    u->sessions_resident += !s->on_disk;
+                }
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return FG_OK;
 }

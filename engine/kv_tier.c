@@ -1,0 +1,730 @@
+/* kv_tier.c: the disk tier and prefix sharing of the serving engine: the
+ * writer thread, spills and loads, eviction under memory pressure, prefix
+ * cache hits and registration, forks. See docs/engine.md ("Persistence").
+ *
+ * The step thread decides and the writer thread writes: a save is a snapshot
+ * (a copy of the tokens and meta, and one reference to each KV page), so the
+ * step thread never waits for the disk, and a page the session writes later
+ * is copied first (it is shared with the snapshot). Finished jobs come back
+ * to the step thread (fg_tier_reap), which releases the snapshot and, for a
+ * spill, the session's pages. Loads read the file on the step thread.
+ *
+ * Everything here runs under engine->mu unless it says otherwise.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine_internal.h"
+#include "policies/kv_evict.h"
+
+#define MAX_EVICT 4096 /* candidates considered per relief */
+
+bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
+                  size_t cap)
+{
+    int n = name ? snprintf(out, cap, "%s/%s/%s%s", e->persist_dir, tenant, name, suffix)
+                 : snprintf(out, cap, "%s/%s", e->persist_dir, tenant);
+    return n > 0 && (size_t)n < cap;
+}
+
+int fg_tier_tenant(fg_engine_t *e, const char *name)
+{
+    for (int i = 0; i < e->n_tenants; i++)
+        if (strcmp(e->tenants[i].name, name) == 0)
+            return i;
+    if (e->n_tenants >= FG_KV_MAX_OWNERS)
+        return -1;
+    if (e->n_tenants == e->cap_tenants) {
+        int cap = e->cap_tenants ? 2 * e->cap_tenants : 16;
+        fg_tenant_rec *t = realloc(e->tenants, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        e->tenants = t;
+        e->cap_tenants = cap;
+    }
+    fg_tenant_rec *t = &e->tenants[e->n_tenants];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->salt = fg_tenant_salt(name);
+    return e->n_tenants++;
+}
+
+static void disk_add(fg_engine_t *e, int tenant_ix, int64_t delta)
+{
+    e->disk_bytes = (uint64_t)((int64_t)e->disk_bytes + delta);
+    if (tenant_ix >= 0 && tenant_ix < e->n_tenants)
+        e->tenants[tenant_ix].disk_bytes = (uint64_t)((int64_t)e->tenants[tenant_ix].disk_bytes + delta);
+}
+
+/* ---- the writer thread (takes mu only around bookkeeping) ---- */
+
+static int64_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+static void run_job(fg_engine_t *e, fg_save_job *j)
+{
+    double t0 = fg_now_s();
+    char dir[4096], path[4096];
+    fg_diag d = {{0}};
+    j->err = FG_OK;
+    if (!fg_tier_path(e, j->tenant, NULL, "", dir, sizeof dir) ||
+        !fg_tier_path(e, j->tenant, j->name, ".fgs", path, sizeof path)) {
+        j->err = fg_diag_set(&d, FG_ERR_IO, "session path too long under %s", e->persist_dir);
+        goto out;
+    }
+    int64_t old = file_size(path);
+    if (j->remove) {
+        if (unlink(path) == 0) {
+            pthread_mutex_lock(&e->mu);
+            disk_add(e, j->tenant_ix, -old);
+            pthread_mutex_unlock(&e->mu);
+        }
+        goto out;
+    }
+    const fg_kv_geometry *geo = &e->expect.geo;
+    uint64_t size = fg_sfile_size(geo, j->n_tokens, j->n_pending, j->meta_len);
+    pthread_mutex_lock(&e->mu);
+    bool over = e->opt.disk_budget_bytes && e->disk_bytes - (uint64_t)old + size > e->opt.disk_budget_bytes;
+    uint64_t have = e->disk_bytes;
+    pthread_mutex_unlock(&e->mu);
+    if (over) {
+        j->err = fg_diag_set(&d, FG_ERR_DISK_FULL, "session %s/%s: %llu bytes would pass the disk budget of %llu (%llu used)",
+                             j->tenant, j->name, (unsigned long long)size, (unsigned long long)e->opt.disk_budget_bytes,
+                             (unsigned long long)have);
+        goto out;
+    }
+    fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
+                          .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
+                          .meta_len = j->meta_len, .pages = j->pages};
+    j->err = fg_sfile_write(dir, j->name, &c, &d);
+    if (j->err == FG_OK) {
+        pthread_mutex_lock(&e->mu);
+        disk_add(e, j->tenant_ix, (int64_t)size - old);
+        pthread_mutex_unlock(&e->mu);
+    }
+out:
+    snprintf(j->msg, sizeof j->msg, "%s", d.msg);
+    j->seconds = fg_now_s() - t0;
+}
+
+static void *writer_main(void *arg)
+{
+    fg_engine_t *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->job_head && !e->writer_stop)
+            pthread_cond_wait(&e->writer_cv, &e->mu);
+        fg_save_job *j = e->job_head;
+        if (!j)
+            break;
+        e->job_head = j->next;
+        if (!e->job_head)
+            e->job_tail = NULL;
+        pthread_mutex_unlock(&e->mu);
+        run_job(e, j);
+        pthread_mutex_lock(&e->mu);
+        if (j->err != FG_OK && e->save_all_err == FG_OK) {
+            e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
+            snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
+        }
+        j->next = e->done_jobs;
+        e->done_jobs = j;
+        e->jobs_done++;
+        e->work = true;
+        pthread_cond_signal(&e->work_cv);
+        pthread_cond_broadcast(&e->done_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+static void free_job(fg_engine_t *e, fg_save_job *j)
+{
+    for (int i = 0; i < j->n_pages; i++)
+        fg_kv_page_release(e->kv, j->pages[i]);
+    free(j->pages);
+    free(j->tokens);
+    free(j->meta);
+    free(j);
+}
+
+static void push_job(fg_engine_t *e, fg_save_job *j)
+{
+    j->next = NULL;
+    if (e->job_tail)
+        e->job_tail->next = j;
+    else
+        e->job_head = j;
+    e->job_tail = j;
+    e->jobs_queued++;
+    pthread_cond_signal(&e->writer_cv);
+}
+
+/* ---- open and close ---- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Counts session files per tenant and removes temp files left by a crash. */
+static fg_err scan_dir(fg_engine_t *e, fg_diag *diag)
+{
+    DIR *top = opendir(e->persist_dir);
+    if (!top)
+        return fg_diag_set(diag, FG_ERR_IO, "persist_dir %s: %s", e->persist_dir, strerror(errno));
+    struct dirent *te;
+    while ((te = readdir(top))) {
+        if (!fg_session_name_valid(te->d_name))
+            continue;
+        char dir[4096];
+        if (!fg_tier_path(e, te->d_name, NULL, "", dir, sizeof dir))
+            continue;
+        DIR *sub = opendir(dir);
+        if (!sub)
+            continue; /* a file, or unreadable: not a tenant directory */
+        int ix = fg_tier_tenant(e, te->d_name);
+        struct dirent *fe;
+        while ((fe = readdir(sub))) {
+            char path[4096];
+            if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, fe->d_name) >= sizeof path)
+                continue;
+            if (ends_with(fe->d_name, ".fgs.tmp"))
+                unlink(path);
+            else if (ends_with(fe->d_name, ".fgs") && ix >= 0)
+                disk_add(e, ix, file_size(path));
+        }
+        closedir(sub);
+    }
+    closedir(top);
+    return FG_OK;
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+        return -1;
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag)
+{
+    const fg_kv_geometry *geo = fg_kv_store_geometry(e->kv);
+    e->expect = (fg_sfile_expect){.model_identity = e->model->identity, .geo = *geo, .max_tokens = e->n_ctx,
+                                  .n_vocab = e->model->hp.n_vocab};
+    pthread_cond_init(&e->done_cv, NULL);
+    pthread_cond_init(&e->writer_cv, NULL);
+    if (e->opt.prefix_cache && fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->pc) != FG_OK)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the prefix cache");
+    if (fg_tier_tenant(e, "default") < 0)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the tenant table");
+    if (!e->opt.persist_dir || !e->opt.persist_dir[0])
+        return FG_OK;
+    e->persist_dir = strdup(e->opt.persist_dir);
+    if (!e->persist_dir)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+    if (mkdir_p(e->persist_dir) != 0)
+        return fg_diag_set(diag, FG_ERR_IO, "cannot create persist_dir %s: %s", e->persist_dir, strerror(errno));
+    fg_err err = scan_dir(e, diag);
+    if (err != FG_OK)
+        return err;
+    if (pthread_create(&e->writer, NULL, writer_main, e) != 0)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "engine: cannot start the session writer thread");
+    e->writer_started = true;
+    e->persist = true;
+    return FG_OK;
+}
+
+void fg_tier_close(fg_engine_t *e)
+{
+    if (e->writer_started) {
+        pthread_mutex_lock(&e->mu);
+        e->writer_stop = true;
+        pthread_cond_signal(&e->writer_cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->writer, NULL); /* queued jobs are written first */
+        e->writer_started = false;
+    }
+    while (e->done_jobs) {
+        fg_save_job *j = e->done_jobs;
+        e->done_jobs = j->next;
+        free_job(e, j);
+    }
+    e->persist = false; /* later removals unlink directly */
+}
+
+void fg_tier_destroy(fg_engine_t *e)
+{
+    fg_prefix_cache_destroy(e->pc, e->kv);
+    e->pc = NULL;
+    free(e->tenants);
+    e->tenants = NULL;
+    free(e->persist_dir);
+    e->persist_dir = NULL;
+    pthread_cond_destroy(&e->done_cv);
+    pthread_cond_destroy(&e->writer_cv);
+}
+
+/* ---- saves ---- */
+
+void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
+{
+    if (!e->persist || !s->name[0] || s->on_disk || s->freed || (s->gen == s->file_gen && !spill))
+        return;
+    if (s->hist_n != s->seq.n_tokens)
+        return; /* mid-response: cannot happen for idle sessions */
+    fg_save_job *j = calloc(1, sizeof *j);
+    int n_pages = (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    if (!j)
+        return;
+    j->tokens = malloc(((size_t)s->hist_n + (size_t)s->todo_n + 1) * sizeof *j->tokens);
+    j->pages = malloc(((size_t)n_pages + 1) * sizeof *j->pages);
+    j->meta = s->meta_len ? malloc(s->meta_len) : NULL;
+    if (!j->tokens || !j->pages || (s->meta_len && !j->meta)) {
+        free_job(e, j);
+        return; /* out of memory: the file stays as it was; the next save retries */
+    }
+    memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
+    memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
+    j->n_tokens = s->hist_n;
+    j->n_pending = s->todo_n;
+    if (s->meta_len)
+        memcpy(j->meta, s->meta, s->meta_len);
+    j->meta_len = s->meta_len;
+    for (int i = 0; i < n_pages; i++) {
+        fg_kv_page_retain(e->kv, s->seq.pages[i]);
+        j->pages[i] = s->seq.pages[i];
+    }
+    j->n_pages = n_pages;
+    j->uid = s->uid;
+    j->gen = s->gen;
+    j->spill = spill;
+    j->tenant_ix = s->tenant_ix;
+    strcpy(j->tenant, s->tenant_name);
+    strcpy(j->name, s->name);
+    s->saves_inflight++;
+    if (spill)
+        s->spill_inflight = true;
+    push_job(e, j);
+}
+
+void fg_tier_remove(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix)
+{
+    if (!e->persist_dir || !name[0])
+        return;
+    if (!e->persist) {
+        char path[4096];
+        if (fg_tier_path(e, tenant, name, ".fgs", path, sizeof path)) {
+            int64_t old = file_size(path);
+            if (unlink(path) == 0)
+                disk_add(e, tenant_ix, -old);
+        }
+        return;
+    }
+    fg_save_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->remove = true;
+    j->tenant_ix = tenant_ix;
+    strcpy(j->tenant, tenant);
+    strcpy(j->name, name);
+    push_job(e, j); /* after any save of the same session: the queue is in order */
+}
+
+static fg_session_t *by_uid(fg_engine_t *e, uint64_t uid)
+{
+    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+        if (s->uid == uid)
+            return s;
+    return NULL;
+}
+
+static bool idle(const fg_session_t *s)
+{
+    return !s->resp.active && !s->respond_req && !s->responding && !s->freed && !s->fork_src;
+}
+
+void fg_tier_reap(fg_engine_t *e)
+{
+    while (e->done_jobs) {
+        fg_save_job *j = e->done_jobs;
+        e->done_jobs = j->next;
+        fg_session_t *s = j->remove ? NULL : by_uid(e, j->uid);
+        if (!j->remove) {
+            if (j->err == FG_OK)
+                e->stats.saves++;
+            else
+                e->stats.save_errors++;
+        }
+        if (s) {
+            s->saves_inflight--;
+            if (j->spill)
+                s->spill_inflight = false;
+            if (j->err != FG_OK) {
+                s->failed_gen = j->gen;
+                if (s->out.ev && s->out.ev_count < s->out.ev_cap) {
+                    fg_outq *q = &s->out;
+                    q->ev[(q->ev_head + q->ev_count) % q->ev_cap] =
+                        (fg_event){.type = FG_EVENT_SAVE_FAILED, .error = j->err,
+                                   .text_off = (q->text_head + q->text_count) % q->text_cap};
+                    q->ev_count++;
+                    if (!s->ready) {
+                        s->ready = true;
+                        s->ready_next = e->ready_head;
+                        e->ready_head = s;
+                    }
+                    e->wake_owner = true;
+                }
+            } else {
+                if (j->gen > s->file_gen)
+                    s->file_gen = j->gen;
+                if (j->spill && idle(s) && s->gen == j->gen && !s->on_disk) {
+                    fg_kv_seq_truncate(e->kv, &s->seq, 0);
+                    s->on_disk = true;
+                    e->stats.spills++;
+                    e->stats.spill_seconds += j->seconds;
+                }
+            }
+        }
+        free_job(e, j);
+    }
+}
+
+void fg_tier_save_all(fg_engine_t *e)
+{
+    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+        if (!s->resp.active)
+            fg_tier_save(e, s, false);
+    /* Sessions not adopted yet (on the dirty list) have nothing computed to save. */
+}
+
+/* ---- spills ---- */
+
+static bool spillable(const fg_engine_t *e, const fg_session_t *s)
+{
+    return e->persist && s->name[0] && !s->on_disk && idle(s) && !s->spill_inflight && s->seq.n_pages > 0 &&
+           s->failed_gen != s->gen;
+}
+
+void fg_tier_idle(fg_engine_t *e)
+{
+    if (!e->persist || e->opt.idle_spill_seconds <= 0)
+        return;
+    double now = fg_now_s();
+    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+        if (spillable(e, s) && now - s->last_used >= e->opt.idle_spill_seconds)
+            fg_tier_save(e, s, true);
+}
+
+void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)
+{
+    static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
+    double now = fg_now_s();
+    size_t free_pages = fg_kv_store_pages_free(e->kv);
+    if (free_pages >= need_pages)
+        return;
+    /* Cold cached pages first: dropping one loses only a possible future hit. */
+    if (e->pc) {
+        int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, now);
+        fg_kv_evict_order(cand, n);
+        for (int i = 0; i < n && fg_kv_store_pages_free(e->kv) < need_pages; i++)
+            fg_prefix_cache_drop(e->pc, e->kv, cand[i].id);
+        free_pages = fg_kv_store_pages_free(e->kv);
+        if (free_pages >= need_pages)
+            return;
+    }
+    if (!e->persist)
+        return;
+    /* Then idle sessions to disk, in the policy's order; spills in flight count as coming. */
+    size_t coming = 0;
+    int n = 0;
+    for (fg_session_t *s = e->all_head; s; s = s->all_next) {
+        if (s->spill_inflight)
+            coming += (size_t)s->seq.n_pages;
+        else if (s != except && spillable(e, s) && n < MAX_EVICT)
+            cand[n++] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->last_used,
+                                             .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
+                                             .id = (uint32_t)s->uid};
+    }
+    if (free_pages + coming >= need_pages)
+        return;
+    fg_kv_evict_order(cand, n);
+    int take = fg_kv_evict_take(cand, n, need_pages - free_pages - coming);
+    for (int i = 0; i < take; i++) {
+        fg_session_t *s = by_uid(e, cand[i].id);
+        if (s)
+            fg_tier_save(e, s, true);
+    }
+}
+
+/* ---- prefix sharing ---- */
+
+static bool ensure_phash(fg_engine_t *e, fg_session_t *s, int upto)
+{
+    if (!s->phash) {
+        s->phash = malloc(((size_t)e->n_ctx / FG_KV_PAGE_TOKENS + 2) * sizeof *s->phash);
+        if (!s->phash)
+            return false;
+        s->phash_n = 0;
+    }
+    uint64_t salt = e->tenants[s->tenant_ix].salt;
+    while (s->phash_n <= upto) {
+        int k = s->phash_n;
+        if ((k + 1) * FG_KV_PAGE_TOKENS > s->hist_n)
+            return false;
+        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist + (size_t)k * FG_KV_PAGE_TOKENS);
+        s->phash_n++;
+    }
+    return true;
+}
+
+void fg_tier_truncated(fg_session_t *s, int n_tokens)
+{
+    int full = n_tokens / FG_KV_PAGE_TOKENS;
+    if (s->phash_n > full)
+        s->phash_n = full;
+    if (s->reg_n > full)
+        s->reg_n = full;
+}
+
+static int grow_tokens(int32_t **arr, int *cap, int need)
+{
+    if (need <= *cap)
+        return 0;
+    int c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s)
+{
+    if (!e->pc || s->on_disk)
+        return;
+    fg_response *r = &s->resp;
+    /* A generating response keeps at least one input token to evaluate: its logits are needed. */
+    const int keep = r->active && r->p.generate ? 1 : 0;
+    while (s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
+           s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
+        int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+        if (!ensure_phash(e, s, k - 1))
+            return; /* also allocates the key array */
+        uint64_t prev = k ? s->phash[k - 1] : 0;
+        uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
+        e->stats.prefix_lookups++;
+        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
+        if (!page) {
+            s->miss_at = s->seq.n_tokens;
+            return;
+        }
+        if (grow_tokens(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
+            fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
+            return;
+        e->stats.prefix_hits++;
+        fg_kv_page_retain(e->kv, page);
+        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
+        s->seq.n_tokens += FG_KV_PAGE_TOKENS;
+        memcpy(s->hist + s->hist_n, s->todo, FG_KV_PAGE_TOKENS * sizeof *s->todo);
+        s->hist_n += FG_KV_PAGE_TOKENS;
+        memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
+        s->todo_n -= FG_KV_PAGE_TOKENS;
+        s->phash[k] = key;
+        s->phash_n = k + 1;
+        s->reg_n = k + 1;
+        if (r->active)
+            r->cached_tokens += FG_KV_PAGE_TOKENS; /* served from the cache, not computed */
+        s->length_snapshot = s->seq.n_tokens;
+        s->gen++;
+    }
+}
+
+void fg_tier_register(fg_engine_t *e, fg_session_t *s)
+{
+    if (!e->pc || s->on_disk)
+        return;
+    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    if (full > s->hist_n / FG_KV_PAGE_TOKENS)
+        full = s->hist_n / FG_KV_PAGE_TOKENS;
+    if (s->reg_n >= full || !ensure_phash(e, s, full - 1))
+        return;
+    double now = fg_now_s();
+    for (int k = s->reg_n; k < full; k++)
+        fg_prefix_cache_insert(e->pc, e->kv, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
+                               s->hist + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
+    s->reg_n = full;
+}
+
+/* ---- loads ---- */
+
+static bool damage(fg_err err)
+{
+    return err == FG_ERR_SESSION_TRUNCATED || err == FG_ERR_SESSION_CORRUPT || err == FG_ERR_SESSION_MODEL ||
+           err == FG_ERR_SESSION_VERSION;
+}
+
+/* Moves a damaged file aside (<name>.fgs.damaged); it no longer counts as a session file. */
+static void move_aside(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix)
+{
+    char path[4096], aside[4096];
+    if (!fg_tier_path(e, tenant, name, ".fgs", path, sizeof path) ||
+        !fg_tier_path(e, tenant, name, ".fgs.damaged", aside, sizeof aside))
+        return;
+    int64_t size = file_size(path);
+    if (rename(path, aside) == 0)
+        disk_add(e, tenant_ix, -size);
+}
+
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
+                          size_t *len, fg_sfile_view *v, fg_diag *diag)
+{
+    char path[4096];
+    *buf = NULL;
+    if (!fg_tier_path(e, tenant, name, ".fgs", path, sizeof path))
+        return fg_diag_set(diag, FG_ERR_IO, "session path too long under %s", e->persist_dir);
+    fg_diag d = {{0}};
+    fg_err err = fg_sfile_read(path, fg_sfile_max_size(&e->expect), buf, len, &d);
+    if (err == FG_OK)
+        err = fg_sfile_parse(*buf, *len, &e->expect, v, &d);
+    if (err != FG_OK) {
+        free(*buf);
+        *buf = NULL;
+        if (damage(err)) {
+            move_aside(e, tenant, name, tenant_ix);
+            return fg_diag_set(diag, err, "session %s/%s: %s (file moved to %s.fgs.damaged)", tenant, name, d.msg,
+                               name);
+        }
+        return fg_diag_set(diag, err, "session %s/%s: %s", tenant, name, d.msg);
+    }
+    return FG_OK;
+}
+
+fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
+{
+    double t0 = fg_now_s();
+    const int n = s->hist_n;
+    const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    /* Pages the cache already holds (full pages the session had before it spilled). */
+    int hits = 0;
+    if (e->pc && n >= FG_KV_PAGE_TOKENS && ensure_phash(e, s, n / FG_KV_PAGE_TOKENS - 1))
+        for (int k = 0; k < n / FG_KV_PAGE_TOKENS; k++)
+            hits += fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
+                                         s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
+    if (fg_kv_store_pages_free(e->kv) < (size_t)(n_pages - hits))
+        return FG_ERR_KV_FULL;
+    if (fg_kv_seq_grow_table(&s->seq, n_pages) != FG_OK)
+        return FG_ERR_KV_FULL; /* out of memory for the table: retried like a full pool */
+    uint8_t *buf;
+    size_t len;
+    fg_sfile_view v;
+    fg_err err = fg_tier_check_file(e, s->tenant_name, s->load_name, s->tenant_ix, &buf, &len, &v, diag);
+    if (err != FG_OK)
+        return err;
+    bool match = v.n_tokens >= n;
+    for (int i = 0; match && i < n; i++)
+        match = fg_sfile_token(&v, i) == s->hist[i];
+    if (!match) {
+        free(buf);
+        move_aside(e, s->tenant_name, s->load_name, s->tenant_ix);
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
+                           s->tenant_name, s->load_name);
+    }
+    const fg_kv_geometry *geo = &e->expect.geo;
+    fg_kv_seq_truncate(e->kv, &s->seq, 0);
+    for (int k = 0; k < n_pages; k++) {
+        uint8_t *page = NULL;
+        if (e->pc && (k + 1) * FG_KV_PAGE_TOKENS <= n && k < s->phash_n)
+            page = fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
+                                        s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0);
+        if (page) {
+            fg_kv_page_retain(e->kv, page);
+        } else {
+            page = fg_kv_page_alloc_for(e->kv, s->tenant_ix); /* counted free above */
+            int t_end = (k + 1) * FG_KV_PAGE_TOKENS < n ? (k + 1) * FG_KV_PAGE_TOKENS : n;
+            for (int t = k * FG_KV_PAGE_TOKENS; t < t_end; t++)
+                for (int il = 0; il < geo->n_layer; il++)
+                    memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)(t % FG_KV_PAGE_TOKENS)) * geo->row_bytes,
+                           fg_sfile_row(&v, geo, il, t), geo->row_bytes);
+        }
+        s->seq.pages[s->seq.n_pages++] = page;
+    }
+    s->seq.n_tokens = n;
+    free(buf);
+    s->on_disk = false;
+    strcpy(s->load_name, s->name);
+    s->reg_n = 0;
+    fg_tier_register(e, s);
+    e->stats.restores++;
+    e->stats.restore_seconds += fg_now_s() - t0;
+    return FG_OK;
+}
+
+void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
+{
+    s->committed -= s->hist_n + s->todo_n;
+    s->hist_n = 0;
+    s->todo_n = 0;
+    fg_kv_seq_truncate(e->kv, &s->seq, 0);
+    fg_tier_truncated(s, 0);
+    s->on_disk = false;
+    s->length_snapshot = 0;
+    strcpy(s->load_name, s->name);
+    s->gen++;
+    s->file_gen = s->gen; /* nothing to save: the file is gone */
+}
+
+/* ---- forks ---- */
+
+fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
+{
+    if (src->resp.active || src->respond_req || src->responding)
+        return FG_ERR_BUSY; /* its partial page is being written */
+    const int n = src->hist_n;
+    if (grow_tokens(&dst->hist, &dst->hist_cap, n + 1) != 0)
+        return FG_ERR_NOMEM;
+    if (src->on_disk) {
+        dst->on_disk = true;
+        strcpy(dst->load_name, src->load_name);
+    } else {
+        fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        if (err != FG_OK)
+            return err;
+    }
+    memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
+    dst->hist_n = n;
+    if (src->phash_n > 0 && ensure_phash(e, dst, -1) && dst->phash) {
+        memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
+        dst->phash_n = src->phash_n;
+    }
+    dst->reg_n = src->reg_n;
+    dst->committed = n;
+    dst->length_snapshot = n;
+    dst->gen = 1;
+    dst->file_gen = 0;
+    if (src->meta_len && (dst->meta = malloc(src->meta_len))) {
+        memcpy(dst->meta, src->meta, src->meta_len);
+        dst->meta_len = src->meta_len;
+    }
+    return FG_OK;
+}
