@@ -141,8 +141,9 @@ const fg_cfg_key fg_cfg_keys[] = {
           "Milliseconds to wait for Redis to connect or answer before treating it as unreachable."),
 
     K_STR(fg_config, "persistence.dir", persistence.dir, "var/sessions", FG_CFG_NONEMPTY,
-          "Directory of session files (one per session); a relative path is taken from the "
-          "working directory."),
+          "Directory of session files (tenants/<tenant>/<session id>.fgs, one per session, kept "
+          "across restarts), the private Redis's data and the quota journals; a relative path is "
+          "taken from the working directory."),
     K_INT(fg_config, "persistence.idle_spill_s", persistence.idle_spill_s, 300, 0, 30 * DAY_S,
           "Seconds of idleness after which a session's KV cache moves from memory to disk; 0 "
           "moves it only under memory pressure."),
