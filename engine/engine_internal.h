@@ -105,6 +105,7 @@ struct fg_session {
     int phash_n;                    /* [step] valid keys */
     int reg_n;                      /* [step] full pages offered to the prefix cache */
     int miss_at;                    /* [step] token count of the last prefix miss (-1 none) */
+    bool todo_sampled;              /* [step] todo[0] is the last response's sampled token (forks keep it) */
     /* fork (the forking thread waits on e->done_cv) */
     fg_session_t *fork_src;         /* [mu] */
     bool fork_done;                 /* [mu] */

@@ -157,6 +157,7 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         memmove(s->todo + 1, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         s->todo[0] = r->next_token;
         s->todo_n++;
+        s->todo_sampled = true;
     }
     if (r->admitted)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
@@ -178,6 +179,7 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
     if (extra > 0 && grow_tokens(&s->todo, &s->todo_cap, s->todo_n + extra) == 0) {
         memmove(s->todo + extra, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         memcpy(s->todo, s->hist + keep, (size_t)extra * sizeof *s->todo);
+        s->todo_sampled = false;
         s->todo_n += extra;
         s->hist_n = keep;
         fg_kv_seq_truncate(e->kv, &s->seq, keep);
@@ -229,7 +231,11 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         fg_diag d;
         fg_err err = fg_tier_load(e, s, &d);
         if (err == FG_ERR_KV_FULL) {
+            /* Dropping cold pages frees memory at once: then try again now. */
             fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
+            err = fg_tier_load(e, s, &d);
+        }
+        if (err == FG_ERR_KV_FULL) {
             note_waiting(e, s);
             return false;
         }
@@ -242,14 +248,21 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     }
     fg_tier_attach_hits(e, s); /* shared pages need no reservation */
     need = reserve_need(e, s);
-    fg_err err = fg_kv_seq_reserve(e->kv, &s->seq, need);
-    /* The page the response writes first must be its own (copy-on-write). */
-    if (err == FG_OK)
-        err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
-    if (err != FG_OK) {
-        size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS - (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
+    fg_err err = FG_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        err = fg_kv_seq_reserve(e->kv, &s->seq, need);
+        /* The page the response writes first must be its own (copy-on-write). */
+        if (err == FG_OK)
+            err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
+        if (err == FG_OK)
+            break;
+        size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS -
+                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* keep nothing half-reserved */
-        fg_tier_relieve(e, want, s);
+        if (attempt == 0)
+            fg_tier_relieve(e, want, s); /* cold pages go at once, spills later */
+    }
+    if (err != FG_OK) {
         note_waiting(e, s);
         return false;
     }
@@ -548,6 +561,7 @@ static void *step_main(void *arg)
                 s->hist_n += s->batch_tokens;
                 memmove(s->todo, s->todo + s->batch_tokens, (size_t)(s->todo_n - s->batch_tokens) * sizeof *s->todo);
                 s->todo_n -= s->batch_tokens;
+                s->todo_sampled = false;
                 pre_tok += s->batch_tokens;
             } else {
                 s->hist[s->hist_n++] = s->resp.next_token;

@@ -290,6 +290,13 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         return;
     if (s->hist_n != s->seq.n_tokens)
         return; /* mid-response: cannot happen for idle sessions */
+    if (spill && s->gen == s->file_gen && s->saves_inflight == 0) {
+        /* The file on disk is this very state: release the pages without writing again. */
+        fg_kv_seq_truncate(e->kv, &s->seq, 0);
+        s->on_disk = true;
+        e->stats.spills++;
+        return;
+    }
     fg_save_job *j = calloc(1, sizeof *j);
     int n_pages = (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (!j)
@@ -356,9 +363,12 @@ static fg_session_t *by_uid(fg_engine_t *e, uint64_t uid)
     return NULL;
 }
 
-static bool idle(const fg_session_t *s)
+/* Its KV is not being written: no admitted response (one that waits for
+ * pages may be spilled, or waiting sessions could hold the pool among
+ * themselves), no fork in progress. */
+static bool quiet(const fg_session_t *s)
 {
-    return !s->resp.active && !s->respond_req && !s->responding && !s->freed && !s->fork_src;
+    return !(s->resp.active && s->resp.admitted) && !s->freed && !s->fork_src;
 }
 
 void fg_tier_reap(fg_engine_t *e)
@@ -395,7 +405,7 @@ void fg_tier_reap(fg_engine_t *e)
             } else {
                 if (j->gen > s->file_gen)
                     s->file_gen = j->gen;
-                if (j->spill && idle(s) && s->gen == j->gen && !s->on_disk) {
+                if (j->spill && quiet(s) && s->gen == j->gen && !s->on_disk) {
                     fg_kv_seq_truncate(e->kv, &s->seq, 0);
                     s->on_disk = true;
                     e->stats.spills++;
@@ -419,7 +429,7 @@ void fg_tier_save_all(fg_engine_t *e)
 
 static bool spillable(const fg_engine_t *e, const fg_session_t *s)
 {
-    return e->persist && s->name[0] && !s->on_disk && idle(s) && !s->spill_inflight && s->seq.n_pages > 0 &&
+    return e->persist && s->name[0] && !s->on_disk && quiet(s) && !s->spill_inflight && s->seq.n_pages > 0 &&
            s->failed_gen != s->gen;
 }
 
@@ -429,7 +439,7 @@ void fg_tier_idle(fg_engine_t *e)
         return;
     double now = fg_now_s();
     for (fg_session_t *s = e->all_head; s; s = s->all_next)
-        if (spillable(e, s) && now - s->last_used >= e->opt.idle_spill_seconds)
+        if (spillable(e, s) && !s->responding && now - s->last_used >= e->opt.idle_spill_seconds)
             fg_tier_save(e, s, true);
 }
 
@@ -550,6 +560,7 @@ void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s)
         s->hist_n += FG_KV_PAGE_TOKENS;
         memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
         s->todo_n -= FG_KV_PAGE_TOKENS;
+        s->todo_sampled = false;
         s->phash[k] = key;
         s->phash_n = k + 1;
         s->reg_n = k + 1;
@@ -685,6 +696,7 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
     s->committed -= s->hist_n + s->todo_n;
     s->hist_n = 0;
     s->todo_n = 0;
+    s->todo_sampled = false;
     fg_kv_seq_truncate(e->kv, &s->seq, 0);
     fg_tier_truncated(s, 0);
     s->on_disk = false;
@@ -719,6 +731,13 @@ fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     }
     dst->reg_n = src->reg_n;
     dst->committed = n;
+    /* The token the source's last response sampled is part of the conversation, not queued input. */
+    if (src->todo_sampled && src->todo_n > 0 && grow_tokens(&dst->todo, &dst->todo_cap, 1) == 0) {
+        dst->todo[0] = src->todo[0];
+        dst->todo_n = 1;
+        dst->todo_sampled = true;
+        dst->committed++;
+    }
     dst->length_snapshot = n;
     dst->gen = 1;
     dst->file_gen = 0;

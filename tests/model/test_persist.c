@@ -1,0 +1,598 @@
+/* Persistence at engine level, on the tiny model with an F32 cache:
+ *  - a session saved, the engine closed, and restored in a fresh engine
+ *    continues with exactly the tokens of a session that never left; so does
+ *    one spilled to disk when idle, and a fork of a spilled session;
+ *  - damaged files (truncated, bit-flipped, another model, another format
+ *    version, another KV format) each give their named error, are moved
+ *    aside, and leave other sessions alone; a full disk leaves the session
+ *    resident and usable with a SAVE_FAILED event;
+ *  - 100 sessions with one 2,000-token system prompt hold one copy of its
+ *    pages, two tenants two copies, forks share, and greedy tokens equal
+ *    those computed without sharing;
+ *  - a pool smaller than the working set: sessions spill and come back with
+ *    the tokens of a large-pool run, and the pool is never exceeded.
+ */
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
+#include "tests/model/model_test.h"
+
+#define MAXGEN 16
+
+static char root[256];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct eng_opts {
+    const char *model;
+    int kv_format;
+    size_t kv_budget;
+    const char *dir;        /* NULL: no persistence */
+    bool prefix;
+    double idle_spill;
+    uint64_t disk_budget;
+} eng_opts;
+
+static fg_engine_t *open_e(eng_opts x)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path(x.model ? x.model : "tiny.gguf");
+    o.kv_format = x.kv_format ? x.kv_format : FG_KV_F32;
+    o.max_batch_tokens = 256;
+    o.prefill_chunk = 128;
+    o.n_threads = 2;
+    o.kv_budget_bytes = x.kv_budget ? x.kv_budget : (size_t)64 << 20;
+    o.serve = true;
+    o.persist_dir = x.dir;
+    o.prefix_cache = x.prefix;
+    o.idle_spill_seconds = x.idle_spill;
+    o.disk_budget_bytes = x.disk_budget;
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    if (fg_engine_open(&o, &e, &d) != FG_OK) {
+        fprintf(stderr, "cannot open engine: %s\n", d.msg);
+        exit(1);
+    }
+    return e;
+}
+
+static fg_session_t *named(fg_engine_t *e, const char *tenant, const char *name)
+{
+    fg_session_params p = {.weight = 1, .name = name, .tenant_name = tenant};
+    fg_session_t *s = NULL;
+    fg_err err = fg_session_create(e, &p, &s);
+    CHECK_MSG(err == FG_OK, "create %s: %s", name ? name : "(anonymous)", fg_err_name(err));
+    return s;
+}
+
+/* The outcome of one turn. */
+typedef struct turn {
+    int32_t tok[MAXGEN];
+    int n;
+    bool done;
+    fg_event last;
+    fg_err save_failed;    /* error of a SAVE_FAILED event seen, or FG_OK */
+} turn;
+
+static void drain(fg_session_t *s, turn *t)
+{
+    fg_event ev[16];
+    char text[8192];
+    int n;
+    while ((n = fg_session_poll(s, ev, 16, text, sizeof text)) > 0)
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == FG_EVENT_TOKEN && t->n < MAXGEN)
+                t->tok[t->n++] = ev[i].token;
+            if (ev[i].type == FG_EVENT_DONE) {
+                t->done = true;
+                t->last = ev[i];
+            }
+            if (ev[i].type == FG_EVENT_SAVE_FAILED)
+                t->save_failed = ev[i].error;
+        }
+}
+
+static void start(fg_session_t *s, const int32_t *in, int n, int max_tokens, turn *t)
+{
+    memset(t, 0, sizeof *t);
+    fg_diag d = {{0}};
+    if (n)
+        CHECK_MSG(fg_session_append(s, in, n, &d) == FG_OK, "append: %s", d.msg);
+    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
+    CHECK_MSG(fg_session_respond(s, &p, NULL, &d) == FG_OK, "respond: %s", d.msg);
+}
+
+/* Polls until every turn is done; 240 s is only a backstop for slow sanitizer builds. */
+static bool wait_turns(fg_session_t **s, turn *t, int n)
+{
+    for (double t0 = now_s(); now_s() - t0 < 240;) {
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            if (!t[i].done) {
+                drain(s[i], &t[i]);
+                left += !t[i].done;
+            }
+        if (!left)
+            return true;
+        usleep(500);
+    }
+    return false;
+}
+
+static turn run_turn(fg_session_t *s, const int32_t *in, int n, int max_tokens)
+{
+    turn t;
+    start(s, in, n, max_tokens, &t);
+    CHECK(wait_turns(&s, &t, 1));
+    return t;
+}
+
+static bool same_tokens(const turn *a, const turn *b)
+{
+    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0;
+}
+
+static bool wait_on_disk(fg_session_t *s)
+{
+    for (double t0 = now_s(); now_s() - t0 < 240; usleep(1000))
+        if (fg_session_on_disk(s))
+            return true;
+    return false;
+}
+
+static void path_of(char *out, size_t cap, const char *dir, const char *tenant, const char *name, const char *suffix)
+{
+    snprintf(out, cap, "%s/%s/%s%s", dir, tenant, name, suffix);
+}
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* ---- 1. restore after a restart, idle spill, fork of a spilled session ---- */
+
+static void test_restore_and_spill(int n_vocab)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/restore", root);
+    int32_t prompt[150], in2[5] = {7, 8, 9, 10, 11}, in3[4] = {21, 22, 23, 24};
+    test_tokens(prompt, 150, n_vocab, 11);
+
+    /* The reference: one session that never leaves memory. */
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    fg_session_t *r = named(ref, NULL, NULL);
+    turn r1 = run_turn(r, prompt, 150, 8), r2 = run_turn(r, in2, 5, 8), r3 = run_turn(r, in3, 4, 8);
+    fg_session_free(r);
+    fg_engine_close(ref);
+
+    /* Turn 1, saved, then the engine goes away. */
+    fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true});
+    fg_session_t *s = named(e, "acme", "alpha");
+    const char meta[] = "{\"instructions\":\"terse\"}";
+    fg_diag d = {{0}};
+    CHECK(fg_session_set_meta(s, meta, sizeof meta, &d) == FG_OK);
+    static char big[FG_SESSION_META_MAX + 1];
+    CHECK(fg_session_set_meta(s, big, sizeof big, &d) == FG_ERR_INVALID_ARG);
+    turn p1 = run_turn(s, prompt, 150, 8);
+    CHECK(same_tokens(&p1, &r1));
+    CHECK(fg_engine_save_all(e, &d) == FG_OK);
+    char path[600];
+    path_of(path, sizeof path, dir, "acme", "alpha", ".fgs");
+    CHECK(exists(path));
+    fg_tenant_kv_usage u;
+    CHECK(fg_engine_tenant_usage(e, "acme", &u) == FG_OK);
+    CHECK(u.disk_bytes > 0 && u.resident_kv_bytes > 0 && u.sessions_resident == 1);
+    /* A second session of that name cannot be opened. */
+    fg_session_t *dup = NULL;
+    fg_session_params dp = {.weight = 1, .name = "alpha", .tenant_name = "acme"};
+    CHECK(fg_session_create(e, &dp, &dup) == FG_ERR_STATE && dup == NULL);
+    CHECK(fg_session_restore(e, &dp, &dup, &d) == FG_ERR_STATE);
+    fg_session_free(s);
+    fg_engine_close(e);
+
+    /* A temp file left by a crash mid-write is removed at open. */
+    char stray[600];
+    path_of(stray, sizeof stray, dir, "acme", "crashed", ".fgs.tmp");
+    FILE *sf = fopen(stray, "wb");
+    CHECK(sf != NULL);
+    if (sf)
+        fclose(sf);
+    /* A fresh engine on the same directory: restore, continue, idle spill, continue. */
+    e = open_e((eng_opts){.dir = dir, .prefix = true, .idle_spill = 0.05});
+    CHECK(fg_engine_tenant_usage(e, "acme", &u) == FG_OK && u.disk_bytes > 0); /* counted at open */
+    CHECK(!exists(stray));
+    fg_session_params rp = {.weight = 1, .name = "alpha", .tenant_name = "acme"};
+    fg_err err = fg_session_restore(e, &rp, &s, &d);
+    CHECK_MSG(err == FG_OK, "restore: %s", d.msg);
+    if (err != FG_OK) {
+        fg_engine_close(e);
+        return;
+    }
+    char got[128] = {0};
+    CHECK(fg_session_get_meta(s, got, sizeof got) == sizeof meta && memcmp(got, meta, sizeof meta) == 0);
+    CHECK(fg_session_length(s) == 150 + 8 - 1); /* the last sampled token waits as input */
+    turn p2 = run_turn(s, in2, 5, 8);
+    CHECK_MSG(same_tokens(&p2, &r2), "restored session diverged (%d tokens)", p2.n);
+    CHECK(wait_on_disk(s)); /* idle spill */
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(st.spills >= 1 && st.restores >= 1 && st.sessions_on_disk == 1 && st.saves >= 1);
+    /* A fork of the spilled session shares its history and continues like it. */
+    fg_session_t *f = NULL;
+    fg_session_params fp = {.weight = 1, .name = "alpha-fork", .tenant_name = "acme"};
+    err = fg_session_fork(s, &fp, &f, &d);
+    CHECK_MSG(err == FG_OK, "fork of a spilled session: %s", d.msg);
+    fg_session_params other = {.weight = 1, .name = "x", .tenant_name = "other"};
+    fg_session_t *g = NULL;
+    CHECK(fg_session_fork(s, &other, &g, &d) == FG_ERR_INVALID_ARG && g == NULL);
+    turn p3 = run_turn(s, in3, 4, 8);
+    CHECK_MSG(same_tokens(&p3, &r3), "spilled session diverged (%d tokens)", p3.n);
+    if (f) {
+        turn f3 = run_turn(f, in3, 4, 8);
+        CHECK_MSG(same_tokens(&f3, &r3), "fork diverged (%d tokens)", f3.n);
+        fg_session_delete(f);
+    }
+    fg_session_free(s);
+    fg_engine_close(e);
+    char fpath[600];
+    path_of(fpath, sizeof fpath, dir, "acme", "alpha-fork", ".fgs");
+    CHECK(exists(path) && !exists(fpath)); /* free keeps the file, delete removes it */
+}
+
+/* ---- 2. damaged files and a full disk ---- */
+
+static void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    if (xor_mask) {
+        fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, -1, SEEK_CUR);
+        fputc(c ^ xor_mask, f);
+    }
+    fclose(f);
+    if (truncate_to >= 0)
+        CHECK(truncate(path, truncate_to) == 0);
+}
+
+static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
+{
+    fg_engine_t *e = open_e(x);
+    fg_session_t *s = named(e, "acme", name);
+    run_turn(s, prompt, n, 4);
+    fg_diag d;
+    CHECK(fg_engine_save_all(e, &d) == FG_OK);
+    fg_session_free(s);
+    fg_engine_close(e);
+}
+
+static void test_damage(int n_vocab)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/damage", root);
+    int32_t prompt[100], in2[3] = {5, 6, 7};
+    test_tokens(prompt, 100, n_vocab, 22);
+    eng_opts x = {.dir = dir, .prefix = true};
+    const char *names[] = {"truncated", "bitflip", "version", "model", "format", "healthy", "spilled"};
+    for (int i = 0; i < 7; i++) {
+        eng_opts y = x;
+        if (strcmp(names[i], "model") == 0)
+            y.model = "tiny-softmax.gguf"; /* same shapes, another model */
+        if (strcmp(names[i], "format") == 0)
+            y.kv_format = FG_KV_F16;
+        save_one(y, names[i], prompt, 100);
+    }
+    char p[600];
+    path_of(p, sizeof p, dir, "acme", "truncated", ".fgs");
+    corrupt(p, 0, 0, 3000);
+    path_of(p, sizeof p, dir, "acme", "bitflip", ".fgs");
+    corrupt(p, 5000, 0x10, -1);
+    path_of(p, sizeof p, dir, "acme", "version", ".fgs");
+    corrupt(p, 8, 0x04, -1);
+
+    /* The reference continuation of the healthy one. */
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    fg_session_t *r = named(ref, NULL, NULL);
+    run_turn(r, prompt, 100, 4);
+    turn r2 = run_turn(r, in2, 3, 4);
+    fg_session_free(r);
+    fg_engine_close(ref);
+
+    fg_engine_t *e = open_e(x);
+    struct {
+        const char *name;
+        fg_err want;
+    } cases[] = {{"truncated", FG_ERR_SESSION_TRUNCATED}, {"bitflip", FG_ERR_SESSION_CORRUPT},
+                 {"version", FG_ERR_SESSION_VERSION},     {"model", FG_ERR_SESSION_MODEL},
+                 {"format", FG_ERR_SESSION_VERSION},      {"missing", FG_ERR_NOT_FOUND}};
+    for (int i = 0; i < 6; i++) {
+        fg_session_params sp = {.weight = 1, .name = cases[i].name, .tenant_name = "acme"};
+        fg_session_t *s = NULL;
+        fg_diag d = {{0}};
+        fg_err err = fg_session_restore(e, &sp, &s, &d);
+        CHECK_MSG(err == cases[i].want && s == NULL, "%s: got %s (%s), want %s", cases[i].name, fg_err_name(err),
+                  d.msg, fg_err_name(cases[i].want));
+        CHECK_MSG(strstr(d.msg, cases[i].name) != NULL, "the message names the session: %s", d.msg);
+        char fgs[600], aside[600];
+        path_of(fgs, sizeof fgs, dir, "acme", cases[i].name, ".fgs");
+        path_of(aside, sizeof aside, dir, "acme", cases[i].name, ".fgs.damaged");
+        if (cases[i].want != FG_ERR_NOT_FOUND)
+            CHECK_MSG(!exists(fgs) && exists(aside), "%s was not moved aside", cases[i].name);
+    }
+    /* The healthy session is unaffected. */
+    fg_session_params hp = {.weight = 1, .name = "healthy", .tenant_name = "acme"};
+    fg_session_t *h = NULL;
+    fg_diag d = {{0}};
+    CHECK(fg_session_restore(e, &hp, &h, &d) == FG_OK);
+    if (h) {
+        turn h2 = run_turn(h, in2, 3, 4);
+        CHECK(same_tokens(&h2, &r2));
+        fg_session_free(h);
+    }
+    /* A session on disk whose file is damaged before it is loaded back: the
+     * response ends with the error and the session is empty. */
+    fg_session_params spp = {.weight = 1, .name = "spilled", .tenant_name = "acme"};
+    fg_session_t *sp = NULL;
+    CHECK(fg_session_restore(e, &spp, &sp, &d) == FG_OK);
+    if (sp) {
+        CHECK(fg_session_on_disk(sp));
+        path_of(p, sizeof p, dir, "acme", "spilled", ".fgs");
+        corrupt(p, -20, 0x01, -1);
+        turn t = run_turn(sp, in2, 3, 4);
+        CHECK(t.done && t.last.finish == FG_FINISH_ERROR && t.last.error == FG_ERR_SESSION_CORRUPT);
+        CHECK(fg_session_length(sp) == 0 && !fg_session_on_disk(sp));
+        fg_session_free(sp);
+    }
+    fg_engine_close(e);
+
+    /* A full disk: the save fails, the session stays resident and usable. */
+    char dir2[512];
+    snprintf(dir2, sizeof dir2, "%s/full", root);
+    e = open_e((eng_opts){.dir = dir2, .prefix = true, .disk_budget = 4096});
+    fg_session_t *s = named(e, "acme", "big");
+    turn t1 = run_turn(s, prompt, 100, 4);
+    CHECK(t1.done && t1.last.finish == FG_FINISH_LENGTH);
+    for (double t0 = now_s(); t1.save_failed == FG_OK && now_s() - t0 < 240; usleep(1000))
+        drain(s, &t1);
+    CHECK_MSG(t1.save_failed == FG_ERR_DISK_FULL, "save failure: %s", fg_err_name(t1.save_failed));
+    CHECK(!fg_session_on_disk(s));
+    turn t2 = run_turn(s, in2, 3, 4);
+    CHECK(same_tokens(&t2, &r2));
+    CHECK(fg_engine_save_all(e, &d) == FG_ERR_DISK_FULL);
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(st.save_errors >= 2 && st.disk_bytes == 0);
+    path_of(p, sizeof p, dir2, "acme", "big", ".fgs");
+    CHECK(!exists(p));
+    fg_session_free(s);
+    fg_engine_close(e);
+}
+
+/* ---- 3. sharing ---- */
+
+#define SYS 2048 /* a 2,000-token system prompt, rounded to whole pages (32) */
+#define NS 100
+
+/* Greedy tokens with sharing equal those without: a few sessions with one
+ * 300-token prefix (4 shared pages), each computed alone in a cache-less
+ * engine. Then two tenants hold two copies, and a fork shares copy-on-write. */
+static void test_sharing_exact(int n_vocab, size_t page_bytes)
+{
+    enum { K = 3, PRE = 300, SUF = 10 };
+    int32_t prompt[K][PRE + SUF];
+    for (int i = 0; i < K; i++) {
+        test_tokens(prompt[i], PRE, n_vocab, 44);
+        test_tokens(prompt[i] + PRE, SUF, n_vocab, 45 + (unsigned)i);
+    }
+    turn want[K], got[K];
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    for (int i = 0; i < K; i++) {
+        fg_session_t *r = named(ref, NULL, NULL);
+        want[i] = run_turn(r, prompt[i], PRE + SUF, 8);
+        fg_session_free(r);
+    }
+    fg_engine_close(ref);
+    fg_engine_t *e = open_e((eng_opts){.prefix = true});
+    fg_session_t *s[K];
+    for (int i = 0; i < K; i++) {
+        s[i] = named(e, "t1", NULL);
+        got[i] = run_turn(s[i], prompt[i], PRE + SUF, 8);
+        CHECK_MSG(same_tokens(&got[i], &want[i]), "session %d: tokens differ with sharing", i);
+        CHECK(got[i].last.usage.cached_tokens == (i ? 256 : 0));
+    }
+    for (int i = 0; i < K; i++)
+        fg_session_free(s[i]);
+
+    /* The cache keeps the shared pages after their sessions end; another
+     * tenant with the same prompt gets no hit and holds its own copy. */
+    const int shared = 256 / FG_KV_PAGE_TOKENS;
+    fg_session_t *a = named(e, "t2", "a");
+    turn ta = run_turn(a, prompt[0], PRE + SUF, 8);
+    CHECK(same_tokens(&ta, &want[0]) && ta.last.usage.cached_tokens == 0);
+    fg_tenant_kv_usage u1, u2;
+    CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK && fg_engine_tenant_usage(e, "t2", &u2) == FG_OK);
+    CHECK_MSG(u1.resident_kv_bytes == (uint64_t)shared * page_bytes, "t1 keeps %llu bytes",
+              (unsigned long long)u1.resident_kv_bytes);
+    CHECK(u2.resident_kv_bytes == (uint64_t)(shared + 1) * page_bytes);
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(st.kv_pages_cached == (size_t)shared); /* t1's pages, held by the cache alone */
+
+    /* A fork shares every page; each side then writes its own copy of the last one. */
+    size_t before = st.kv_pages_used;
+    fg_session_t *f = NULL;
+    fg_diag d;
+    fg_session_params fp = {.weight = 1, .tenant_name = "t2"};
+    CHECK(fg_session_fork(a, &fp, &f, &d) == FG_OK);
+    fg_engine_get_stats(e, &st);
+    CHECK(st.kv_pages_used == before);
+    CHECK(fg_session_length(f) == fg_session_length(a));
+    const int fork_full = fg_session_length(a) / FG_KV_PAGE_TOKENS; /* full pages at the fork: stay shared */
+    (void)before;
+    int32_t more[3] = {3, 4, 5};
+    turn fa = run_turn(a, more, 3, 4), ff = run_turn(f, more, 3, 4);
+    CHECK(same_tokens(&fa, &ff));
+    fg_engine_get_stats(e, &st);
+    /* t1's cached pages, plus each side's pages, less the full pages both still share. */
+    int each = (fg_session_length(a) + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    size_t want_used = (size_t)(shared + 2 * each - fork_full);
+    CHECK_MSG(st.kv_pages_used == want_used, "%zu pages after the fork's copy-on-write, want %zu", st.kv_pages_used,
+              want_used);
+    fg_session_free(f);
+    fg_session_free(a);
+    fg_engine_close(e);
+}
+
+/* 100 sessions with one system prompt hold one copy of its pages. */
+static void test_sharing(int n_vocab, size_t page_bytes)
+{
+    static int32_t prompt[NS][SYS + 1];
+    int32_t sys[SYS];
+    test_tokens(sys, SYS, n_vocab, 33);
+    for (int i = 0; i < NS; i++) {
+        memcpy(prompt[i], sys, sizeof sys);
+        prompt[i][SYS] = 1 + i; /* each its own question */
+    }
+    fg_engine_t *e = open_e((eng_opts){.prefix = true});
+    static fg_session_t *s[NS];
+    static turn t[NS];
+    for (int i = 0; i < NS; i++)
+        s[i] = named(e, "t1", NULL);
+    /* The first computes the system prompt; the others find its pages. */
+    start(s[0], prompt[0], SYS + 1, 1, &t[0]);
+    CHECK(wait_turns(s, t, 1));
+    for (int i = 1; i < NS; i++)
+        start(s[i], prompt[i], SYS + 1, 1, &t[i]);
+    CHECK(wait_turns(s, t, NS));
+    const int shared = SYS / FG_KV_PAGE_TOKENS;
+    for (int i = 1; i < NS; i++)
+        CHECK_MSG(t[i].last.usage.cached_tokens == SYS, "session %d: %lld cached", i,
+                  (long long)t[i].last.usage.cached_tokens);
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    /* One copy of the 32 shared pages, plus each session's own last page. */
+    CHECK_MSG(st.kv_pages_used == (size_t)(shared + NS), "%zu pages used, want %d", st.kv_pages_used, shared + NS);
+    CHECK(st.kv_pages_shared == (size_t)shared);
+    CHECK(st.prefix_hits >= (uint64_t)(NS - 1) * shared);
+    fg_tenant_kv_usage u1;
+    CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK);
+    CHECK(u1.resident_kv_bytes == (uint64_t)(shared + NS) * page_bytes && u1.sessions_resident == NS);
+    for (int i = 0; i < NS; i++)
+        fg_session_free(s[i]);
+    fg_engine_close(e);
+}
+
+/* ---- 4. a pool smaller than the working set ---- */
+
+static void test_budget(int n_vocab, size_t page_bytes)
+{
+    enum { N = 6, TURNS = 3 };
+    int32_t prompt[N][150], in[TURNS][4];
+    for (int i = 0; i < N; i++)
+        test_tokens(prompt[i], 150, n_vocab, 500 + (unsigned)i);
+    for (int k = 0; k < TURNS; k++)
+        test_tokens(in[k], 4, n_vocab, 900 + (unsigned)k);
+    static turn want[TURNS][N], got[TURNS][N];
+    fg_session_t *s[N];
+    char names[N][16];
+    for (int i = 0; i < N; i++)
+        snprintf(names[i], sizeof names[i], "b%d", i);
+
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    for (int i = 0; i < N; i++)
+        s[i] = named(ref, NULL, NULL);
+    for (int k = 0; k < TURNS; k++) {
+        for (int i = 0; i < N; i++)
+            start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &want[k][i]);
+        CHECK(wait_turns(s, want[k], N));
+    }
+    for (int i = 0; i < N; i++)
+        fg_session_free(s[i]);
+    fg_engine_close(ref);
+
+    /* 3 pages per session, 18 in all; the pool holds 8. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/budget", root);
+    fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true, .kv_budget = 8 * page_bytes});
+    for (int i = 0; i < N; i++)
+        s[i] = named(e, "acme", names[i]);
+    size_t max_used = 0, total = 0;
+    for (int k = 0; k < TURNS; k++) {
+        for (int i = 0; i < N; i++)
+            start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &got[k][i]);
+        for (double t0 = now_s(); now_s() - t0 < 240; usleep(500)) {
+            int left = 0;
+            for (int i = 0; i < N; i++)
+                if (!got[k][i].done) {
+                    drain(s[i], &got[k][i]);
+                    left += !got[k][i].done;
+                }
+            fg_engine_stats st;
+            fg_engine_get_stats(e, &st);
+            if (st.kv_pages_used > max_used)
+                max_used = st.kv_pages_used;
+            total = st.kv_pages_total;
+            if (!left)
+                break;
+            if (getenv("FG_TEST_VERBOSE") && now_s() - t0 > 5)
+                fprintf(stderr, "turn %d: %d left, responding %d waiting %d used %zu spills %llu restores %llu\n", k, left,
+                        st.responding, st.waiting_kv, st.kv_pages_used, (unsigned long long)st.spills,
+                        (unsigned long long)st.restores);
+        }
+        for (int i = 0; i < N; i++)
+            CHECK_MSG(same_tokens(&got[k][i], &want[k][i]), "turn %d session %d differs from the large pool", k, i);
+    }
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    CHECK(total == 8 && max_used <= total);
+    CHECK_MSG(st.spills > 0 && st.restores > 0, "spills %llu restores %llu", (unsigned long long)st.spills,
+              (unsigned long long)st.restores);
+    fprintf(stderr, "budget: %llu spills, %llu restores, %.4f s spilling, %.4f s restoring, %zu of %zu pages at most\n",
+            (unsigned long long)st.spills, (unsigned long long)st.restores, st.spill_seconds, st.restore_seconds,
+            max_used, total);
+    for (int i = 0; i < N; i++)
+        fg_session_delete(s[i]);
+    fg_engine_close(e);
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", path);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/fg_test_persist.%d", (int)getpid());
+    mkdir(root, 0755);
+    fg_engine_t *probe = open_e((eng_opts){.prefix = false});
+    fg_engine_info info;
+    fg_engine_get_info(probe, &info);
+    fg_engine_close(probe);
+    size_t page_bytes = info.kv_bytes_per_token * FG_KV_PAGE_TOKENS;
+    const char *only = getenv("FG_TEST_ONLY"); /* for debugging one part */
+    if (!only || strcmp(only, "restore") == 0)
+        test_restore_and_spill(info.n_vocab);
+    if (!only || strcmp(only, "damage") == 0)
+        test_damage(info.n_vocab);
+    if (!only || strcmp(only, "sharing") == 0) {
+        test_sharing_exact(info.n_vocab, page_bytes);
+        test_sharing(info.n_vocab, page_bytes);
+    }
+    if (!only || strcmp(only, "budget") == 0)
+        test_budget(info.n_vocab, page_bytes);
+    rm_rf(root);
+    return fg_test_failures ? 1 : 0;
+}
