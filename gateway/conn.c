@@ -350,25 +350,14 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
         s->n_stop = src->n_stop;
         memcpy(s->stop, src->stop, sizeof s->stop);
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
-        /* The engine's fork holds src's cache only: what src had queued (its items since
-         * the last response, and the last generated token, which is evaluated with the
-         * next input) follows it, from the conversation. */
-        fg_tokens head = {0};
-        size_t missing = 0;
-        if (s->cache_built) {
-            int len = fg_session_length(s->es);
-            if (fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) ==
-                    FG_OK &&
-                len >= 0 && (size_t)len >= head.n && (size_t)len - head.n <= s->conv.n)
-                missing = s->conv.n - ((size_t)len - head.n);
-            else
-                missing = SIZE_MAX;
-        }
-        fg_tokens_free(&head);
-        if (missing == SIZE_MAX ||
-            (missing && append_tokens(s, s->conv.v + s->conv.n - missing, missing) != FG_PROTO_OK)) {
+        /* The engine's fork holds src's conversation (its cache and the token its last
+         * response sampled) but not src's queued input: the items src received since its
+         * last response follow, from the conversation. */
+        size_t queued = (size_t)src->new_input <= src->conv.n ? (size_t)src->new_input : 0;
+        if (s->cache_built && queued &&
+            append_tokens(s, s->conv.v + s->conv.n - queued, queued) != FG_PROTO_OK) {
             gw_session_destroy(s, false);
-            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot copy the session's history");
+            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot copy the session's queued items");
         }
     }
     if (p->has_instructions && s->cache_built && s->conv.n) {

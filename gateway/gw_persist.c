@@ -153,13 +153,14 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
         return NULL;
     }
     apply_meta(s, &m);
-    /* The history's tokens are known when the cache is exactly the head and them. */
+    /* The history's tokens are known when the cache is exactly the head and them (or all
+     * but the last: the token a response sampled last is evaluated with the next input). */
     fg_tokens head = {0};
     int len = fg_session_length(es);
     s->conv_known = false;
     if (m.conv_known &&
         (m.rebuild || (fg_template_head(gw->tok, s->instructions, s->instructions_len, &head) == FG_OK &&
-                       (size_t)len == head.n + m.conv.n))) {
+                       ((size_t)len == head.n + m.conv.n || (size_t)len + 1 == head.n + m.conv.n)))) {
         s->conv = m.conv; /* ownership moves */
         m.conv = (fg_tokens){0};
         s->conv_known = true;

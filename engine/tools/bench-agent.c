@@ -201,6 +201,7 @@ static void print_turns(const bench *b, int from, int to)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows as they come: long runs */
     fg_engine_options eo;
     fg_engine_options_default(&eo);
     eo.model_path = "models/flash-mini.gguf";

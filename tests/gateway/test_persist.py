@@ -5,7 +5,8 @@ socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persis
 - restart: a session whose server stopped with SIGTERM and started again on the same
   persistence.dir is resumed by id and continues exactly (greedy) as the same session on a
   server that never stopped, with its settings, from its cache (cached_tokens), and with
-  sequence numbers that continue the client's;
+  sequence numbers that continue the client's; its instructions can still change (the
+  record kept the conversation's tokens);
 - SIGKILL during a response: the session resumes at its last completed turn (the same
   turn again gives the never-killed run's reply);
 - damage table: a truncated, a bit-flipped, a foreign-model and a wrong-version file each
@@ -133,6 +134,11 @@ async def test_restart_continues_identically():
             eq(out, ref[3][0], "the reply after the restart equals the never-restarted session's")
             eq(done["usage"]["input_tokens"], ref[3][1]["usage"]["input_tokens"], "the same context")
             eq(uncached(done), uncached(ref[3][1]), "only the new turn was prefilled (the history came from the file)")
+            # the record held the conversation's tokens: new instructions prefill it all again
+            await c2.update({"instructions": "You are a verbose agent."})
+            out, done = await turn(c2, "Go on.")
+            eq(done["usage"]["input_token_details"]["cached_tokens"], 0, "rebuilt from the restored history")
+            check(done["usage"]["input_tokens"] > ref[3][1]["usage"]["input_tokens"], f"the whole history: {done}")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
@@ -214,7 +220,8 @@ async def test_damage_table():
                 check(os.path.exists(session_file(pdir, ids[name]) + ".damaged"), f"{name}: moved aside")
                 check(not os.path.exists(session_file(pdir, ids[name])), f"{name}: not left in place")
                 await c.close()
-            lost = [e for e in srv.log_events("session_lost")]
+            await wait_for(lambda: len(srv.log_events("session_lost")) >= 4, "four session_lost log lines")
+            lost = srv.log_events("session_lost")
             eq(sorted(e["session"] for e in lost), sorted(ids[n] for n in ("truncated", "flipped", "version", "foreign")),
                "each loss logged")
             # unknown ids and another tenant's session: not found, as before restarts existed
