@@ -167,6 +167,7 @@ void fg_session_dealloc(fg_session_t *s)
     free(s->hist);
     free(s->phash);
     free(s->meta);
+    free(s->load_buf);
     free(s->out.ev);
     free(s->out.text);
     free(s);

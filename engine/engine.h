@@ -17,8 +17,11 @@
  *    step thread; the gateway passes one that calls lws_cancel_service()), and
  *    fg_engine_take_ready() names the sessions that have something to read.
  *    A session whose output queue is full pauses until it is read; nothing is
- *    dropped. When the KV pool is full, new work waits (the session gets a
- *    WAITING event naming the reason) and resumes when pages free up.
+ *    dropped. When the KV pool is full, cold cached pages are dropped and idle
+ *    named sessions spill to disk (with persist_dir); until pages free up, new
+ *    work waits (the session gets a WAITING event naming the reason).
+ *    Full pages are shared between sessions of one tenant with the same
+ *    prefix (copy-on-write; see "persistence, forks, tenants" below).
  *
  * Thread safety: open/close from one thread. In serving mode every fg_session_*
  * call is thread-safe; a session must not be used after fg_session_free().

@@ -100,9 +100,15 @@ struct fg_session {
     int saves_inflight;             /* [mu] writer jobs for it */
     bool spill_inflight;            /* [mu] */
     char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
+    bool load_inflight;             /* [mu] the writer thread is reading its file */
+    uint8_t *load_buf;              /* [mu] the file, read and validated, until its KV is in pages */
+    fg_sfile_view load_view;        /* [mu] into load_buf */
+    fg_err load_err;                /* [mu] the read failed: why */
+    char load_msg[320];             /* [mu] */
+    double load_seconds;            /* [mu] time the read took */
     double last_used;               /* [step] end of its last response (monotonic seconds) */
-    uint64_t *phash;                /* [step] keys of its full pages [n_ctx / 64 + 1] */
-    int phash_n;                    /* [step] valid keys */
+    uint64_t *phash;                /* [step] keys of its full pages [phash_cap] */
+    int phash_n, phash_cap;         /* [step] valid keys, room */
     int reg_n;                      /* [step] full pages offered to the prefix cache */
     int miss_at;                    /* [step] token count of the last prefix miss (-1 none) */
     bool todo_sampled;              /* [step] todo[0] is the last response's sampled token (forks keep it) */
@@ -116,6 +122,12 @@ struct fg_session {
 typedef struct fg_save_job {
     struct fg_save_job *next;
     bool remove;                    /* unlink the file instead of writing it */
+    bool read;                      /* read and validate the file (a load back) instead */
+    bool from_file;                 /* save: the KV rows come from the file load_name (session on disk) */
+    char load_name[FG_SESSION_NAME_MAX + 1];
+    uint8_t *buf;                   /* read: the file */
+    size_t len;
+    fg_sfile_view v;
     bool spill;                     /* release the session's pages when written */
     uint64_t uid, gen;
     int tenant_ix;
@@ -192,6 +204,7 @@ struct fg_engine {
     bool writer_stop;               /* [mu] */
     fg_save_job *job_head, *job_tail;   /* [mu] queued for the writer */
     fg_save_job *done_jobs;         /* [mu] written, for the step thread */
+    const fg_save_job *job_running; /* [mu] the one the writer is on */
     uint64_t jobs_queued, jobs_done;    /* [mu] */
     bool save_all_req;              /* [mu] */
     uint64_t save_all_target;       /* [mu] jobs_queued when save_all's jobs were queued */
@@ -225,10 +238,12 @@ void fg_tier_close(fg_engine_t *e);
 /* Frees the prefix cache (releasing its pages) and the tables; after the sessions. */
 void fg_tier_destroy(fg_engine_t *e);
 /* Reads and validates <persist_dir>/<tenant>/<name>.fgs into *buf (the caller
- * frees it). A damaged file is moved aside; diag names the session [mu or
- * before the session exists]. */
-fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
-                          size_t *len, fg_sfile_view *v, fg_diag *diag);
+ * frees it). A damaged file is moved aside; diag names the session. locked:
+ * the caller holds mu (else it is taken for the disk accounting). */
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked,
+                          uint8_t **buf, size_t *len, fg_sfile_view *v, fg_diag *diag);
+/* True while a write or removal of that session's file is queued or running [mu]. */
+bool fg_tier_writing(const fg_engine_t *e, const char *tenant, const char *name);
 /* Index of a tenant name in e->tenants, added when new; -1 when the table is full [mu]. */
 int fg_tier_tenant(fg_engine_t *e, const char *name);
 /* Queues a save of s (a snapshot; pages by reference) unless its file is
@@ -245,22 +260,29 @@ void fg_tier_save_all(fg_engine_t *e);
 /* Frees cold cached pages, then starts spills, aiming for need_pages free
  * pages; `except` is not spilled [mu]. */
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except);
-/* Loads an on-disk session's KV back. FG_ERR_KV_FULL: not enough pages now
- * (retry after relieving); FG_ERR_SESSION_* / NOT_FOUND / IO: the file is
- * unusable (moved aside when damaged; the caller empties the session) [mu]. */
+/* Loads an on-disk session's KV back. The file is read and validated on the
+ * writer thread first: FG_ERR_BUSY while that runs (try again when woken).
+ * FG_ERR_KV_FULL: not enough pages now (retry after relieving);
+ * FG_ERR_SESSION_* / NOT_FOUND / IO: the file is unusable (moved aside when
+ * damaged; the caller empties the session) [mu]. */
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag);
 /* Empties a session whose file was lost [mu]. */
 void fg_tier_lose(fg_engine_t *e, fg_session_t *s);
-/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
-void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s);
-/* Offers s's newly full pages to the prefix cache [mu]. */
-void fg_tier_register(fg_engine_t *e, fg_session_t *s);
-/* After s's cache was cut to n tokens: forgets keys of pages past it. */
-void fg_tier_truncated(fg_session_t *s, int n_tokens);
-/* Makes a fork of src in dst (both adopted, src idle) [mu]. */
-fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src);
 /* <persist_dir>/<tenant> and the file path of a session; false when too long. */
 bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
                   size_t cap);
+
+/* kv_share.c */
+/* Makes the keys of s's pages 0..upto valid (from its history); false when
+ * the history is shorter or out of memory [step]. */
+bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto);
+/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
+void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
+/* Offers s's newly full pages to the prefix cache [mu]. */
+void fg_share_register(fg_engine_t *e, fg_session_t *s);
+/* After s's cache was cut to n tokens: forgets keys of pages past it. */
+void fg_share_truncated(fg_session_t *s, int n_tokens);
+/* Makes a fork of src in dst (both adopted, src idle) [mu]. */
+fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src);
 
 #endif

@@ -183,7 +183,7 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
         s->todo_n += extra;
         s->hist_n = keep;
         fg_kv_seq_truncate(e->kv, &s->seq, keep);
-        fg_tier_truncated(s, keep);
+        fg_share_truncated(s, keep);
     }
 }
 
@@ -205,7 +205,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
             s->hist_n--;
             if (!s->on_disk)
                 fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
-            fg_tier_truncated(s, s->hist_n);
+            fg_share_truncated(s, s->hist_n);
         }
     }
     r->cached_tokens = cache_len(s);
@@ -230,6 +230,8 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         /* Its KV comes back from the file first. */
         fg_diag d;
         fg_err err = fg_tier_load(e, s, &d);
+        if (err == FG_ERR_BUSY)
+            return false; /* its file is being read; the writer wakes the step when done */
         if (err == FG_ERR_KV_FULL) {
             /* Dropping cold pages frees memory at once: then try again now. */
             fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
@@ -246,7 +248,7 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
             return false;
         }
     }
-    fg_tier_attach_hits(e, s); /* shared pages need no reservation */
+    fg_share_attach_hits(e, s); /* shared pages need no reservation */
     need = reserve_need(e, s);
     fg_err err = FG_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -297,8 +299,8 @@ static void admit_waiting(fg_engine_t *e)
         oldest->resp.considered = true;
         if (blocked)
             note_waiting(e, oldest);
-        else if (!admit(e, oldest) && oldest->resp.active)
-            blocked = true;
+        else if (!admit(e, oldest) && oldest->resp.active && !oldest->load_inflight)
+            blocked = true; /* (one whose file is being read holds nobody up) */
     }
 }
 
@@ -391,7 +393,7 @@ static void take_requests(fg_engine_t *e)
             continue;
         }
         if (s->fork_src && !s->fork_done) {
-            s->fork_err = fg_tier_fork(e, s, s->fork_src);
+            s->fork_err = fg_share_fork(e, s, s->fork_src);
             s->fork_done = true;
             s->last_used = fg_now_s();
             pthread_cond_broadcast(&e->done_cv);
@@ -448,7 +450,7 @@ static int plan_step(fg_engine_t *e)
             continue;
         }
         if (s->todo_n > 0)
-            fg_tier_attach_hits(e, s);
+            fg_share_attach_hits(e, s);
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = s->order};
         if (s->todo_n > 0 && n_pre < T) {
@@ -582,7 +584,7 @@ static void *step_main(void *arg)
                 finish(e, s, FG_FINISH_ERROR, err);
                 continue;
             }
-            fg_tier_register(e, s); /* pages that became full */
+            fg_share_register(e, s); /* pages that became full */
             s->gen++;
             if (s->batch_logits)
                 emit_token(e, s, s->resp.next_token);

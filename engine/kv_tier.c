@@ -1,6 +1,6 @@
-/* kv_tier.c: the disk tier and prefix sharing of the serving engine: the
- * writer thread, spills and loads, eviction under memory pressure, prefix
- * cache hits and registration, forks. See docs/engine.md ("Persistence").
+/* kv_tier.c: the disk tier of the serving engine: the writer thread, saves,
+ * spills and loads, eviction under memory pressure (prefix sharing and forks
+ * are in kv_share.c). See docs/engine.md ("Persistence").
  *
  * The step thread decides and the writer thread writes: a save is a snapshot
  * (a copy of the tokens and meta, and one reference to each KV page), so the
@@ -80,6 +80,10 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
         j->err = fg_diag_set(&d, FG_ERR_IO, "session path too long under %s", e->persist_dir);
         goto out;
     }
+    if (j->read) {
+        j->err = fg_tier_check_file(e, j->tenant, j->name, j->tenant_ix, false, &j->buf, &j->len, &j->v, &d);
+        goto out;
+    }
     int64_t old = file_size(path);
     if (j->remove) {
         if (unlink(path) == 0) {
@@ -90,6 +94,22 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
         goto out;
     }
     const fg_kv_geometry *geo = &e->expect.geo;
+    fg_sfile_view fv = {0};
+    if (j->from_file) {
+        /* A session on disk whose meta or queued input changed: its rows come from its file. */
+        j->err = fg_tier_check_file(e, j->tenant, j->load_name, j->tenant_ix, false, &j->buf, &j->len, &fv, &d);
+        if (j->err != FG_OK)
+            goto out;
+        bool match = fv.n_tokens >= j->n_tokens;
+        for (int i = 0; match && i < j->n_tokens; i++)
+            match = fg_sfile_token(&fv, i) == j->tokens[i];
+        if (!match) {
+            j->err = fg_diag_set(&d, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
+                                 j->tenant, j->load_name);
+            goto out;
+        }
+        old = file_size(path);
+    }
     uint64_t size = fg_sfile_size(geo, j->n_tokens, j->n_pending, j->meta_len);
     pthread_mutex_lock(&e->mu);
     bool over = e->opt.disk_budget_bytes && e->disk_bytes - (uint64_t)old + size > e->opt.disk_budget_bytes;
@@ -103,7 +123,7 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
     }
     fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
                           .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
-                          .meta_len = j->meta_len, .pages = j->pages};
+                          .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
     j->err = fg_sfile_write(dir, j->name, &c, &d);
     if (j->err == FG_OK) {
         pthread_mutex_lock(&e->mu);
@@ -128,10 +148,19 @@ static void *writer_main(void *arg)
         e->job_head = j->next;
         if (!e->job_head)
             e->job_tail = NULL;
+        e->job_running = j;
         pthread_mutex_unlock(&e->mu);
         run_job(e, j);
         pthread_mutex_lock(&e->mu);
-        if (j->err != FG_OK && e->save_all_err == FG_OK) {
+        e->job_running = NULL;
+        if (!j->read && !j->remove) {
+            /* Counted here, so the counters are current when fg_engine_save_all returns. */
+            if (j->err == FG_OK)
+                e->stats.saves++;
+            else
+                e->stats.save_errors++;
+        }
+        if (j->err != FG_OK && !j->read && e->save_all_err == FG_OK) {
             e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
             snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
         }
@@ -148,6 +177,7 @@ static void *writer_main(void *arg)
 
 static void free_job(fg_engine_t *e, fg_save_job *j)
 {
+    free(j->buf);
     for (int i = 0; i < j->n_pages; i++)
         fg_kv_page_release(e->kv, j->pages[i]);
     free(j->pages);
@@ -286,9 +316,13 @@ void fg_tier_destroy(fg_engine_t *e)
 
 void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
 {
-    if (!e->persist || !s->name[0] || s->on_disk || s->freed || (s->gen == s->file_gen && !spill))
+    if (!e->persist || !s->name[0] || s->freed || (s->gen == s->file_gen && !spill))
         return;
-    if (s->hist_n != s->seq.n_tokens)
+    if (s->on_disk) {
+        if (s->gen == s->file_gen || s->load_inflight || s->load_buf)
+            return;
+        spill = false; /* only its meta or queued input changed: rewrite the file from itself */
+    } else if (s->hist_n != s->seq.n_tokens)
         return; /* mid-response: cannot happen for idle sessions */
     if (spill && s->gen == s->file_gen && s->saves_inflight == 0) {
         /* The file on disk is this very state: release the pages without writing again. */
@@ -298,9 +332,11 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         return;
     }
     fg_save_job *j = calloc(1, sizeof *j);
-    int n_pages = (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    int n_pages = s->on_disk ? 0 : (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (!j)
         return;
+    j->from_file = s->on_disk;
+    strcpy(j->load_name, s->load_name);
     j->tokens = malloc(((size_t)s->hist_n + (size_t)s->todo_n + 1) * sizeof *j->tokens);
     j->pages = malloc(((size_t)n_pages + 1) * sizeof *j->pages);
     j->meta = s->meta_len ? malloc(s->meta_len) : NULL;
@@ -308,10 +344,8 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         free_job(e, j);
         return; /* out of memory: the file stays as it was; the next save retries */
     }
-    if (s->hist_n) /* an empty session has no arrays: memcpy from NULL is undefined even for 0 bytes */
-        memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
-    if (s->todo_n)
-        memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
+    memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
+    memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
     j->n_tokens = s->hist_n;
     j->n_pending = s->todo_n;
     if (s->meta_len)
@@ -379,11 +413,20 @@ void fg_tier_reap(fg_engine_t *e)
         fg_save_job *j = e->done_jobs;
         e->done_jobs = j->next;
         fg_session_t *s = j->remove ? NULL : by_uid(e, j->uid);
-        if (!j->remove) {
-            if (j->err == FG_OK)
-                e->stats.saves++;
-            else
-                e->stats.save_errors++;
+        if (j->read) {
+            if (s) {
+                s->load_inflight = false;
+                if (s->on_disk && !s->load_buf) {
+                    s->load_buf = j->buf;
+                    s->load_view = j->v;
+                    j->buf = NULL;
+                    s->load_err = j->err;
+                    snprintf(s->load_msg, sizeof s->load_msg, "%s", j->msg);
+                    s->load_seconds = j->seconds;
+                }
+            }
+            free_job(e, j);
+            continue;
         }
         if (s) {
             s->saves_inflight--;
@@ -407,6 +450,8 @@ void fg_tier_reap(fg_engine_t *e)
             } else {
                 if (j->gen > s->file_gen)
                     s->file_gen = j->gen;
+                if (j->from_file && s->on_disk)
+                    strcpy(s->load_name, s->name); /* its own file now holds its rows */
                 if (j->spill && quiet(s) && s->gen == j->gen && !s->on_disk) {
                     fg_kv_seq_truncate(e->kv, &s->seq, 0);
                     s->on_disk = true;
@@ -422,7 +467,7 @@ void fg_tier_reap(fg_engine_t *e)
 void fg_tier_save_all(fg_engine_t *e)
 {
     for (fg_session_t *s = e->all_head; s; s = s->all_next)
-        if (!s->resp.active)
+        if (!s->resp.active || (s->on_disk && !s->resp.admitted))
             fg_tier_save(e, s, false);
     /* Sessions not adopted yet (on the dirty list) have nothing computed to save. */
 }
@@ -448,6 +493,7 @@ void fg_tier_idle(fg_engine_t *e)
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)
 {
     static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
+    static fg_session_t *cand_s[MAX_EVICT];    /* sessions by candidate id */
     double now = fg_now_s();
     size_t free_pages = fg_kv_store_pages_free(e->kv);
     if (free_pages >= need_pages)
@@ -470,123 +516,20 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
     for (fg_session_t *s = e->all_head; s; s = s->all_next) {
         if (s->spill_inflight)
             coming += (size_t)s->seq.n_pages;
-        else if (s != except && spillable(e, s) && n < MAX_EVICT)
-            cand[n++] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->last_used,
-                                             .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
-                                             .id = (uint32_t)s->uid};
+        else if (s != except && spillable(e, s) && n < MAX_EVICT) {
+            cand_s[n] = s;
+            cand[n] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->last_used,
+                                           .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
+                                           .id = (uint32_t)n};
+            n++;
+        }
     }
     if (free_pages + coming >= need_pages)
         return;
     fg_kv_evict_order(cand, n);
     int take = fg_kv_evict_take(cand, n, need_pages - free_pages - coming);
-    for (int i = 0; i < take; i++) {
-        fg_session_t *s = by_uid(e, cand[i].id);
-        if (s)
-            fg_tier_save(e, s, true);
-    }
-}
-
-/* ---- prefix sharing ---- */
-
-static bool ensure_phash(fg_engine_t *e, fg_session_t *s, int upto)
-{
-    if (!s->phash) {
-        s->phash = malloc(((size_t)e->n_ctx / FG_KV_PAGE_TOKENS + 2) * sizeof *s->phash);
-        if (!s->phash)
-            return false;
-        s->phash_n = 0;
-    }
-    uint64_t salt = e->tenants[s->tenant_ix].salt;
-    while (s->phash_n <= upto) {
-        int k = s->phash_n;
-        if ((k + 1) * FG_KV_PAGE_TOKENS > s->hist_n)
-            return false;
-        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist + (size_t)k * FG_KV_PAGE_TOKENS);
-        s->phash_n++;
-    }
-    return true;
-}
-
-void fg_tier_truncated(fg_session_t *s, int n_tokens)
-{
-    int full = n_tokens / FG_KV_PAGE_TOKENS;
-    if (s->phash_n > full)
-        s->phash_n = full;
-    if (s->reg_n > full)
-        s->reg_n = full;
-}
-
-static int grow_tokens(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
-
-void fg_tier_attach_hits(fg_engine_t *e, fg_session_t *s)
-{
-    if (!e->pc || s->on_disk)
-        return;
-    fg_response *r = &s->resp;
-    /* A generating response keeps at least one input token to evaluate: its logits are needed. */
-    const int keep = r->active && r->p.generate ? 1 : 0;
-    while (s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
-           s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
-        int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-        if (!ensure_phash(e, s, k - 1))
-            return; /* also allocates the key array */
-        uint64_t prev = k ? s->phash[k - 1] : 0;
-        uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
-        e->stats.prefix_lookups++;
-        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
-        if (!page) {
-            s->miss_at = s->seq.n_tokens;
-            return;
-        }
-        if (grow_tokens(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
-            fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
-            return;
-        e->stats.prefix_hits++;
-        fg_kv_page_retain(e->kv, page);
-        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
-        s->seq.n_tokens += FG_KV_PAGE_TOKENS;
-        memcpy(s->hist + s->hist_n, s->todo, FG_KV_PAGE_TOKENS * sizeof *s->todo);
-        s->hist_n += FG_KV_PAGE_TOKENS;
-        memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
-        s->todo_n -= FG_KV_PAGE_TOKENS;
-        s->todo_sampled = false;
-        s->phash[k] = key;
-        s->phash_n = k + 1;
-        s->reg_n = k + 1;
-        if (r->active)
-            r->cached_tokens += FG_KV_PAGE_TOKENS; /* served from the cache, not computed */
-        s->length_snapshot = s->seq.n_tokens;
-        s->gen++;
-    }
-}
-
-void fg_tier_register(fg_engine_t *e, fg_session_t *s)
-{
-    if (!e->pc || s->on_disk)
-        return;
-    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-    if (full > s->hist_n / FG_KV_PAGE_TOKENS)
-        full = s->hist_n / FG_KV_PAGE_TOKENS;
-    if (s->reg_n >= full || !ensure_phash(e, s, full - 1))
-        return;
-    double now = fg_now_s();
-    for (int k = s->reg_n; k < full; k++)
-        fg_prefix_cache_insert(e->pc, e->kv, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
-                               s->hist + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
-    s->reg_n = full;
+    for (int i = 0; i < take; i++)
+        fg_tier_save(e, cand_s[cand[i].id], true);
 }
 
 /* ---- loads ---- */
@@ -597,20 +540,37 @@ static bool damage(fg_err err)
            err == FG_ERR_SESSION_VERSION;
 }
 
-/* Moves a damaged file aside (<name>.fgs.damaged); it no longer counts as a session file. */
-static void move_aside(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix)
+/* Moves a damaged file aside (<name>.fgs.damaged); it no longer counts as a
+ * session file. locked: the caller holds mu. */
+static void move_aside(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked)
 {
     char path[4096], aside[4096];
     if (!fg_tier_path(e, tenant, name, ".fgs", path, sizeof path) ||
         !fg_tier_path(e, tenant, name, ".fgs.damaged", aside, sizeof aside))
         return;
     int64_t size = file_size(path);
-    if (rename(path, aside) == 0)
+    if (rename(path, aside) == 0) {
+        if (!locked)
+            pthread_mutex_lock(&e->mu);
         disk_add(e, tenant_ix, -size);
+        if (!locked)
+            pthread_mutex_unlock(&e->mu);
+    }
 }
 
-fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, uint8_t **buf,
-                          size_t *len, fg_sfile_view *v, fg_diag *diag)
+bool fg_tier_writing(const fg_engine_t *e, const char *tenant, const char *name)
+{
+    const fg_save_job *r = e->job_running;
+    if (r && strcmp(r->tenant, tenant) == 0 && strcmp(r->name, name) == 0)
+        return true;
+    for (const fg_save_job *j = e->job_head; j; j = j->next)
+        if (strcmp(j->tenant, tenant) == 0 && strcmp(j->name, name) == 0)
+            return true;
+    return false;
+}
+
+fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix, bool locked,
+                          uint8_t **buf, size_t *len, fg_sfile_view *v, fg_diag *diag)
 {
     char path[4096];
     *buf = NULL;
@@ -624,7 +584,7 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
         free(*buf);
         *buf = NULL;
         if (damage(err)) {
-            move_aside(e, tenant, name, tenant_ix);
+            move_aside(e, tenant, name, tenant_ix, locked);
             return fg_diag_set(diag, err, "session %s/%s: %s (file moved to %s.fgs.damaged)", tenant, name, d.msg,
                                name);
         }
@@ -633,33 +593,57 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
     return FG_OK;
 }
 
+static void drop_load(fg_session_t *s)
+{
+    free(s->load_buf);
+    s->load_buf = NULL;
+    memset(&s->load_view, 0, sizeof s->load_view);
+    s->load_err = FG_OK;
+}
+
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
 {
+    if (!s->load_buf && s->load_err == FG_OK) {
+        /* The writer thread reads and validates the file; the step goes on meanwhile. */
+        if (!s->load_inflight) {
+            fg_save_job *j = calloc(1, sizeof *j);
+            if (!j)
+                return FG_ERR_KV_FULL; /* out of memory: retried like a full pool */
+            j->read = true;
+            j->uid = s->uid;
+            j->tenant_ix = s->tenant_ix;
+            strcpy(j->tenant, s->tenant_name);
+            strcpy(j->name, s->load_name);
+            s->load_inflight = true;
+            push_job(e, j);
+        }
+        return FG_ERR_BUSY;
+    }
+    if (s->load_err != FG_OK) {
+        fg_err err = fg_diag_set(diag, s->load_err, "%s", s->load_msg);
+        drop_load(s);
+        return err;
+    }
     double t0 = fg_now_s();
     const int n = s->hist_n;
     const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     /* Pages the cache already holds (full pages the session had before it spilled). */
     int hits = 0;
-    if (e->pc && n >= FG_KV_PAGE_TOKENS && ensure_phash(e, s, n / FG_KV_PAGE_TOKENS - 1))
+    if (e->pc && n >= FG_KV_PAGE_TOKENS && fg_share_page_keys(e, s, n / FG_KV_PAGE_TOKENS - 1))
         for (int k = 0; k < n / FG_KV_PAGE_TOKENS; k++)
             hits += fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
                                          s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
     if (fg_kv_store_pages_free(e->kv) < (size_t)(n_pages - hits))
-        return FG_ERR_KV_FULL;
+        return FG_ERR_KV_FULL; /* the file stays read until pages free up */
     if (fg_kv_seq_grow_table(&s->seq, n_pages) != FG_OK)
         return FG_ERR_KV_FULL; /* out of memory for the table: retried like a full pool */
-    uint8_t *buf;
-    size_t len;
-    fg_sfile_view v;
-    fg_err err = fg_tier_check_file(e, s->tenant_name, s->load_name, s->tenant_ix, &buf, &len, &v, diag);
-    if (err != FG_OK)
-        return err;
+    const fg_sfile_view v = s->load_view;
     bool match = v.n_tokens >= n;
     for (int i = 0; match && i < n; i++)
         match = fg_sfile_token(&v, i) == s->hist[i];
     if (!match) {
-        free(buf);
-        move_aside(e, s->tenant_name, s->load_name, s->tenant_ix);
+        drop_load(s);
+        move_aside(e, s->tenant_name, s->load_name, s->tenant_ix, true);
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history differs from the session's",
                            s->tenant_name, s->load_name);
     }
@@ -683,13 +667,13 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         s->seq.pages[s->seq.n_pages++] = page;
     }
     s->seq.n_tokens = n;
-    free(buf);
+    drop_load(s);
     s->on_disk = false;
     strcpy(s->load_name, s->name);
     s->reg_n = 0;
-    fg_tier_register(e, s);
+    fg_share_register(e, s);
     e->stats.restores++;
-    e->stats.restore_seconds += fg_now_s() - t0;
+    e->stats.restore_seconds += s->load_seconds + (fg_now_s() - t0);
     return FG_OK;
 }
 
@@ -699,54 +683,12 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
     s->hist_n = 0;
     s->todo_n = 0;
     s->todo_sampled = false;
+    drop_load(s);
     fg_kv_seq_truncate(e->kv, &s->seq, 0);
-    fg_tier_truncated(s, 0);
+    fg_share_truncated(s, 0);
     s->on_disk = false;
     s->length_snapshot = 0;
     strcpy(s->load_name, s->name);
     s->gen++;
     s->file_gen = s->gen; /* nothing to save: the file is gone */
-}
-
-/* ---- forks ---- */
-
-fg_err fg_tier_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
-{
-    if (src->resp.active || src->respond_req || src->responding)
-        return FG_ERR_BUSY; /* its partial page is being written */
-    const int n = src->hist_n;
-    if (grow_tokens(&dst->hist, &dst->hist_cap, n + 1) != 0)
-        return FG_ERR_NOMEM;
-    if (src->on_disk) {
-        dst->on_disk = true;
-        strcpy(dst->load_name, src->load_name);
-    } else {
-        fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
-        if (err != FG_OK)
-            return err;
-    }
-    if (n)
-        memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
-    dst->hist_n = n;
-    if (src->phash_n > 0 && ensure_phash(e, dst, -1) && dst->phash) {
-        memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
-        dst->phash_n = src->phash_n;
-    }
-    dst->reg_n = src->reg_n;
-    dst->committed = n;
-    /* The token the source's last response sampled is part of the conversation, not queued input. */
-    if (src->todo_sampled && src->todo_n > 0 && grow_tokens(&dst->todo, &dst->todo_cap, 1) == 0) {
-        dst->todo[0] = src->todo[0];
-        dst->todo_n = 1;
-        dst->todo_sampled = true;
-        dst->committed++;
-    }
-    dst->length_snapshot = n;
-    dst->gen = 1;
-    dst->file_gen = 0;
-    if (src->meta_len && (dst->meta = malloc(src->meta_len))) {
-        memcpy(dst->meta, src->meta, src->meta_len);
-        dst->meta_len = src->meta_len;
-    }
-    return FG_OK;
 }

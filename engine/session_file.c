@@ -256,9 +256,12 @@ fg_err fg_sfile_write(const char *dir, const char *name, const fg_sfile_content 
         wb_put(w, c->meta, c->meta_len);
     fg_kv_seq q = {.pages = (uint8_t **)c->pages, .n_pages = (c->n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS,
                    .n_tokens = c->n_tokens, .max_tokens = c->n_tokens};
-    for (int t = 0; t < c->n_tokens; t++)
-        for (int il = 0; il < geo->n_layer; il++)
-            wb_put(w, fg_kv_row(geo, &q, il, t), geo->row_bytes);
+    if (c->rows)
+        wb_put(w, c->rows, (size_t)c->n_tokens * geo->bytes_per_token); /* already in file order */
+    else
+        for (int t = 0; t < c->n_tokens; t++)
+            for (int il = 0; il < geo->n_layer; il++)
+                wb_put(w, fg_kv_row(geo, &q, il, t), geo->row_bytes);
     uint8_t sum[8];
     wr64(sum, fg_hash64_final(&w->h));
     wb_put(w, sum, 8);

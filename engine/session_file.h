@@ -91,7 +91,8 @@ typedef struct fg_sfile_content {
     int n_pending;
     const void *meta;
     uint32_t meta_len;
-    uint8_t *const *pages;       /* [ceil(n_tokens / 64)] */
+    uint8_t *const *pages;       /* [ceil(n_tokens / 64)], or NULL with rows */
+    const uint8_t *rows;         /* instead of pages: [n_tokens][n_layer][row_bytes], as in a file */
 } fg_sfile_content;
 
 /* Writes <dir>/<name>.fgs atomically: <name>.fgs.tmp, fsync, rename, fsync

@@ -7,6 +7,8 @@
 
 #include "engine/engine_internal.h"
 
+_Static_assert(FG_SFILE_META_MAX == FG_SESSION_META_MAX, "the file holds any blob the API accepts");
+
 static const char *tenant_or_default(const char *t) { return t ? t : "default"; }
 
 fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session_t **out, fg_diag *diag)
@@ -106,11 +108,14 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
             return fg_diag_set(diag, FG_ERR_STATE, "session %s/%s is open", p->tenant_name ? p->tenant_name : "default",
                                p->name);
         }
+    /* A save of the same name still queued (its session just freed) lands first. */
+    while (fg_tier_writing(e, s->tenant_name, s->name))
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
     uint8_t *buf;
     size_t len;
     fg_sfile_view v;
-    err = fg_tier_check_file(e, s->tenant_name, s->name, s->tenant_ix, &buf, &len, &v, diag);
-    pthread_mutex_unlock(&e->mu);
+    err = fg_tier_check_file(e, s->tenant_name, s->name, s->tenant_ix, false, &buf, &len, &v, diag);
     if (err != FG_OK) {
         fg_session_dealloc(s);
         return err;

@@ -3,13 +3,16 @@
  * Parses the input as a session file of a small fixed geometry. When it
  * parses, every token, the meta blob and every KV row the view hands out are
  * read (they must lie inside the input) and copied into pages, as a restore
- * does. A failed parse must say why in the diag. The seed corpus is
+ * does. A failed parse must say why in the diag. When bit 0 of header byte
+ * 72 (reserved, unchecked) is set, the trailing checksum is recomputed first,
+ * so mutations reach the checks behind it. The seed corpus is
  * tests/fuzz/corpus/fuzz_session_file/ (a file written by the writer).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/hash64.h"
 #include "engine/session_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -27,6 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A private copy, so reads past the end are caught by the sanitizer. */
     uint8_t *buf = malloc(size ? size : 1);
     memcpy(buf, data, size);
+    if (size >= FG_SFILE_HEADER_BYTES + 8 && (buf[72] & 1)) {
+        uint64_t sum = fg_hash64(buf, size - 8, FG_SFILE_MAGIC_SEED);
+        memcpy(buf + size - 8, &sum, 8); /* little-endian host, like the writer */
+    }
     fg_sfile_view v;
     fg_diag d = {{0}};
     fg_err e = fg_sfile_parse(buf, size, &ex, &v, &d);

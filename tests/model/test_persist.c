@@ -172,6 +172,18 @@ static void test_restore_and_spill(int n_vocab)
     fg_session_free(r);
     fg_engine_close(ref);
 
+    /* Without persist_dir there is nothing to restore from. */
+    fg_session_t *none = NULL;
+    fg_diag d0 = {{0}};
+    fg_session_params np = {.weight = 1, .name = "alpha", .tenant_name = "acme"};
+    ref = open_e((eng_opts){.prefix = true});
+    CHECK(fg_session_restore(ref, &np, &none, &d0) == FG_ERR_STATE && none == NULL);
+    np.name = "bad/name";
+    CHECK(fg_session_restore(ref, &np, &none, &d0) == FG_ERR_STATE); /* persist_dir is checked first */
+    fg_session_params bad = {.weight = 1, .name = "bad/name"};
+    CHECK(fg_session_create(ref, &bad, &none) == FG_ERR_INVALID_ARG && none == NULL);
+    fg_engine_close(ref);
+
     /* Turn 1, saved, then the engine goes away. */
     fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true});
     fg_session_t *s = named(e, "acme", "alpha");
@@ -239,7 +251,31 @@ static void test_restore_and_spill(int n_vocab)
         CHECK_MSG(same_tokens(&f3, &r3), "fork diverged (%d tokens)", f3.n);
         fg_session_delete(f);
     }
+    /* Freed and restored at once: the save of its last turn lands before the read. */
+    int len3 = fg_session_length(s);
     fg_session_free(s);
+    err = fg_session_restore(e, &rp, &s, &d);
+    CHECK_MSG(err == FG_OK, "restore after free: %s", d.msg);
+    if (err == FG_OK) {
+        CHECK_MSG(fg_session_length(s) == len3, "restored %d tokens, had %d", fg_session_length(s), len3);
+        /* On disk, its meta changes: shutdown's save_all rewrites the file from itself. */
+        CHECK(fg_session_on_disk(s));
+        CHECK(fg_session_set_meta(s, "v2", 2, &d) == FG_OK);
+        CHECK(fg_engine_save_all(e, &d) == FG_OK);
+        fg_session_free(s);
+    }
+    fg_engine_close(e);
+    e = open_e((eng_opts){.dir = dir, .prefix = true});
+    err = fg_session_restore(e, &rp, &s, &d);
+    CHECK_MSG(err == FG_OK, "restore after a meta change on disk: %s", d.msg);
+    if (err == FG_OK) {
+        char m2[8] = {0};
+        CHECK(fg_session_get_meta(s, m2, sizeof m2) == 2 && memcmp(m2, "v2", 2) == 0);
+        CHECK(fg_session_length(s) == len3);
+        turn p4 = run_turn(s, in2, 5, 4); /* and its KV still loads */
+        CHECK(p4.done && p4.last.finish == FG_FINISH_LENGTH && p4.last.usage.cached_tokens == len3);
+        fg_session_free(s);
+    }
     fg_engine_close(e);
     char fpath[600];
     path_of(fpath, sizeof fpath, dir, "acme", "alpha-fork", ".fgs");

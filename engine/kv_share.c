@@ -1,0 +1,165 @@
+/* kv_share.c: prefix sharing and forks in the serving engine: a session's
+ * chained page keys, prefix-cache hits for its input, listing of its full
+ * pages, and forks that share a source's pages copy-on-write. Step thread,
+ * under engine->mu (see engine_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* Room for n page keys; the array grows by doubling, so a short session holds a short one. */
+static bool phash_room(const fg_engine_t *e, fg_session_t *s, int n)
+{
+    if (n <= s->phash_cap)
+        return true;
+    int cap = s->phash_cap ? s->phash_cap : 8, most = e->n_ctx / FG_KV_PAGE_TOKENS + 2;
+    while (cap < n)
+        cap *= 2;
+    if (cap > most)
+        cap = most > n ? most : n;
+    uint64_t *p = realloc(s->phash, (size_t)cap * sizeof *p);
+    if (!p)
+        return false;
+    s->phash = p;
+    s->phash_cap = cap;
+    return true;
+}
+
+bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto)
+{
+    if (!phash_room(e, s, upto + 2))
+        return false;
+    uint64_t salt = e->tenants[s->tenant_ix].salt;
+    while (s->phash_n <= upto) {
+        int k = s->phash_n;
+        if ((k + 1) * FG_KV_PAGE_TOKENS > s->hist_n)
+            return false;
+        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist + (size_t)k * FG_KV_PAGE_TOKENS);
+        s->phash_n++;
+    }
+    return true;
+}
+
+void fg_share_truncated(fg_session_t *s, int n_tokens)
+{
+    int full = n_tokens / FG_KV_PAGE_TOKENS;
+    if (s->phash_n > full)
+        s->phash_n = full;
+    if (s->reg_n > full)
+        s->reg_n = full;
+}
+
+static int grow_tokens(int32_t **arr, int *cap, int need)
+{
+    if (need <= *cap)
+        return 0;
+    int c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
+{
+    if (!e->pc || s->on_disk)
+        return;
+    fg_response *r = &s->resp;
+    /* A generating response keeps at least one input token to evaluate: its logits are needed. */
+    const int keep = r->active && r->p.generate ? 1 : 0;
+    while (s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
+           s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
+        int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+        if (!fg_share_page_keys(e, s, k - 1))
+            return; /* also allocates the key array */
+        uint64_t prev = k ? s->phash[k - 1] : 0;
+        uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
+        e->stats.prefix_lookups++;
+        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
+        if (!page) {
+            s->miss_at = s->seq.n_tokens;
+            return;
+        }
+        if (grow_tokens(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
+            fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
+            return;
+        e->stats.prefix_hits++;
+        fg_kv_page_retain(e->kv, page);
+        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
+        s->seq.n_tokens += FG_KV_PAGE_TOKENS;
+        memcpy(s->hist + s->hist_n, s->todo, FG_KV_PAGE_TOKENS * sizeof *s->todo);
+        s->hist_n += FG_KV_PAGE_TOKENS;
+        memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
+        s->todo_n -= FG_KV_PAGE_TOKENS;
+        s->todo_sampled = false;
+        s->phash[k] = key;
+        s->phash_n = k + 1;
+        s->reg_n = k + 1;
+        if (r->active)
+            r->cached_tokens += FG_KV_PAGE_TOKENS; /* served from the cache, not computed */
+        s->length_snapshot = s->seq.n_tokens;
+        s->gen++;
+    }
+}
+
+void fg_share_register(fg_engine_t *e, fg_session_t *s)
+{
+    if (!e->pc || s->on_disk)
+        return;
+    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    if (full > s->hist_n / FG_KV_PAGE_TOKENS)
+        full = s->hist_n / FG_KV_PAGE_TOKENS;
+    if (s->reg_n >= full || !fg_share_page_keys(e, s, full - 1))
+        return;
+    double now = fg_now_s();
+    for (int k = s->reg_n; k < full; k++)
+        fg_prefix_cache_insert(e->pc, e->kv, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
+                               s->hist + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
+    s->reg_n = full;
+}
+
+/* ---- forks ---- */
+
+fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
+{
+    if (src->resp.active || src->respond_req || src->responding)
+        return FG_ERR_BUSY; /* its partial page is being written */
+    const int n = src->hist_n;
+    if (grow_tokens(&dst->hist, &dst->hist_cap, n + 1) != 0)
+        return FG_ERR_NOMEM;
+    if (src->on_disk) {
+        dst->on_disk = true;
+        strcpy(dst->load_name, src->load_name);
+    } else {
+        fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        if (err != FG_OK)
+            return err;
+    }
+    memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
+    dst->hist_n = n;
+    if (src->phash_n > 0 && phash_room(e, dst, src->phash_n + 1)) {
+        memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
+        dst->phash_n = src->phash_n;
+    }
+    dst->reg_n = src->reg_n;
+    dst->committed = n;
+    /* The token the source's last response sampled is part of the conversation, not queued input. */
+    if (src->todo_sampled && src->todo_n > 0 && grow_tokens(&dst->todo, &dst->todo_cap, 1) == 0) {
+        dst->todo[0] = src->todo[0];
+        dst->todo_n = 1;
+        dst->todo_sampled = true;
+        dst->committed++;
+    }
+    dst->length_snapshot = n;
+    dst->gen = 1;
+    dst->file_gen = 0;
+    if (src->meta_len && (dst->meta = malloc(src->meta_len))) {
+        memcpy(dst->meta, src->meta, src->meta_len);
+        dst->meta_len = src->meta_len;
+    }
+    return FG_OK;
+}
