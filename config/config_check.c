@@ -436,6 +436,13 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
                            "sessions.max_instructions_bytes (%" PRId64 ") exceeds limits.max_frame_bytes (%" PRId64
                            "): instructions arrive in one message",
                            c->sessions.max_instructions_bytes, c->limits.max_frame_bytes);
+    /* The instructions are part of the settings kept in the session file, whose owner record the
+     * engine limits to 64 KiB; 4 KiB stay for the other settings and the history's tokens. */
+    if (c->sessions.max_instructions_bytes > FG_CONFIG_MAX_INSTRUCTIONS_BYTES)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "sessions.max_instructions_bytes (%" PRId64 ") exceeds %d: a session's settings must fit "
+                           "its session file",
+                           c->sessions.max_instructions_bytes, FG_CONFIG_MAX_INSTRUCTIONS_BYTES);
 
     if ((e = check_operator_key(c, "auth.admin_key", c->auth.admin_key, d)) ||
         (e = check_operator_key(c, "auth.dashboard_key", c->auth.dashboard_key, d)))

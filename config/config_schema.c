@@ -146,10 +146,11 @@ const fg_cfg_key fg_cfg_keys[] = {
           "connection pauses until the client reads."),
     K_INT(fg_config, "sessions.default_max_output_tokens", sessions.default_max_output_tokens, 512, 1,
           INT64_C(1) << 24, "Output tokens per response when response.create gives no limit."),
-    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes, 64 * KIB, 0,
+    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes, 60 * KIB, 0,
           INT64_C(1) << 26,
           "Longest instructions (system prompt) a session may set, in bytes; 0 refuses "
-          "instructions. At most limits.max_frame_bytes."),
+          "instructions. At most limits.max_frame_bytes, and at most 61440, so that a session's "
+          "settings fit its session file."),
 
     K_INT(fg_config, "limits.max_frame_bytes", limits.max_frame_bytes, MIB, KIB, INT64_C(1) << 28,
           "Largest message a client may send (WebSocket message or HTTP body), in bytes; larger "
@@ -177,11 +178,15 @@ const fg_cfg_key fg_cfg_keys[] = {
           "Milliseconds to wait for Redis to connect or answer before treating it as unreachable."),
 
     K_STR(fg_config, "persistence.dir", persistence.dir, "var/sessions", FG_CFG_NONEMPTY,
-          "Directory of session files (one per session); a relative path is taken from the "
-          "working directory."),
+          "Directory of session files (tenants/<tenant>/<session id>.fgs, one per session, kept "
+          "across restarts), the private Redis's data and the quota journals; a relative path is "
+          "taken from the working directory."),
     K_INT(fg_config, "persistence.idle_spill_s", persistence.idle_spill_s, 300, 0, 30 * DAY_S,
           "Seconds of idleness after which a session's KV cache moves from memory to disk; 0 "
           "moves it only under memory pressure."),
+    K_INT(fg_config, "persistence.disk_budget_bytes", persistence.disk_budget_bytes, 0, 0, INT64_C(1) << 50,
+          "Most bytes of session files under persistence.dir (0: unlimited); a save that would pass "
+          "it fails like a full disk: the session stays in memory and its client gets persist_failed."),
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 

@@ -25,6 +25,10 @@
 
 #include "config/fg_error.h"
 
+/* Most bytes of instructions a session may hold: its settings travel in the
+ * session file's owner record (64 KiB at most), with room for the rest. */
+#define FG_CONFIG_MAX_INSTRUCTIONS_BYTES 61440
+
 /* Enum-valued keys store the index of the value in the schema's list of
  * names, so the order here is the order of the names there. */
 typedef enum fg_config_kv_format {
@@ -139,6 +143,7 @@ typedef struct fg_config_redis {
 typedef struct fg_config_persistence {
     const char *dir;
     int64_t idle_spill_s;           /* seconds; 0: spill only under memory pressure */
+    int64_t disk_budget_bytes;      /* bytes of session files; 0: unlimited */
 } fg_config_persistence;
 
 typedef struct fg_config_topology {

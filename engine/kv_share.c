@@ -139,7 +139,8 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
         if (err != FG_OK)
             return err;
     }
-    memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
+    if (n) /* an empty source has no array */
+        memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
     dst->hist_n = n;
     if (src->phash_n > 0 && phash_room(e, dst, src->phash_n + 1)) {
         memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);

@@ -344,8 +344,10 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         free_job(e, j);
         return; /* out of memory: the file stays as it was; the next save retries */
     }
-    memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
-    memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
+    if (s->hist_n) /* an empty session has no arrays: memcpy from NULL is undefined even for 0 bytes */
+        memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
+    if (s->todo_n)
+        memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
     j->n_tokens = s->hist_n;
     j->n_pending = s->todo_n;
     if (s->meta_len)

@@ -394,6 +394,15 @@ static void on_usage(void *user, bool ok, const fg_tenant_usage *u)
     json_object_set_new(body, "usage", usage);
     int idx = local_tenant(x->gw, x->rec.id);
     json_object_set_new(body, "gateway_sessions", json_integer(idx >= 0 ? x->gw->tenants[idx].sessions : 0));
+    /* The engine's count of this tenant's KV: shared pages once, session files on disk. */
+    fg_tenant_kv_usage ku;
+    if (x->gw->engine && fg_engine_tenant_usage(x->gw->engine, x->rec.id, &ku) == FG_OK)
+        json_object_set_new(body, "gateway_kv",
+                            json_pack("{s:I, s:I, s:i, s:i}", "resident_kv_bytes", (json_int_t)ku.resident_kv_bytes,
+                                      "disk_bytes", (json_int_t)ku.disk_bytes, "sessions_resident",
+                                      ku.sessions_resident, "sessions_on_disk", ku.sessions_on_disk));
+    else
+        json_object_set_new(body, "gateway_kv", json_null());
     reply_json(x->req, 200, body);
     free(x);
 }
@@ -521,9 +530,11 @@ static void sessions_list(fg_gateway_t *gw, gw_http_req *req, const char *id)
         if (s->tenant != idx)
             continue;
         double idle = now - s->last_activity;
-        json_array_append_new(arr, json_pack("{s:s, s:b, s:b, s:i, s:f}", "id", s->id, "attached", s->conn != NULL,
-                                             "responding", s->responding, "tokens", fg_session_length(s->es),
-                                             "idle_seconds", idle < 0 ? 0.0 : (double)(int64_t)(idle * 1000) / 1000));
+        json_array_append_new(arr, json_pack("{s:s, s:b, s:b, s:i, s:f, s:b}", "id", s->id, "attached",
+                                             s->conn != NULL, "responding", s->responding, "tokens",
+                                             fg_session_length(s->es), "idle_seconds",
+                                             idle < 0 ? 0.0 : (double)(int64_t)(idle * 1000) / 1000, "on_disk",
+                                             fg_session_on_disk(s->es)));
     }
     reply_json(req, 200, json_pack("{s:o}", "sessions", arr));
 }

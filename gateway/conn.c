@@ -174,7 +174,7 @@ static void send_session_event(gw_session *s, int kind)
 static void create_failed(gw_conn *c, gw_session *s, fg_proto_code code, const char *param, const char *event_id,
                           const char *msg, uint32_t retry_after)
 {
-    gw_session_destroy(s);
+    gw_session_destroy(s, false);
     fg_proto_error err;
     fg_proto_error_set(&err, code, param, event_id, "%s", msg);
     send_error(c, &err, retry_after);
@@ -183,7 +183,8 @@ static void create_failed(gw_conn *c, gw_session *s, fg_proto_code code, const c
 /* The second half of session.create, once the quota lease is held (or there is no quota). */
 static void create_complete(gw_conn *c, gw_session *s, const char *event_id)
 {
-    fg_proto_code code = rebuild_engine_session(s);
+    /* A fork or restore holds its cache already; a pending rebuild runs at the first response. */
+    fg_proto_code code = s->cache_built || s->rebuild ? FG_PROTO_OK : rebuild_engine_session(s);
     if (code != FG_PROTO_OK)
         return create_failed(c, s, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL,
                              event_id, "the instructions do not fit the model's context", 0);
@@ -200,6 +201,7 @@ typedef struct quota_ctx {
     bool has_event_id;
     fg_response_params rp;   /* response.create: the engine parameters */
     bool generate;
+    bool resume;             /* session.open for a session restored from disk: answer session.resumed */
 } quota_ctx;
 
 static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
@@ -270,10 +272,24 @@ static void on_session_lease(void *user, const fg_quota_result *r)
         s->leased = true;
         if (c) {
             gw_conn_rx_update(c);
-            create_complete(c, s, q->has_event_id ? q->event_id : NULL);
+            if (q->resume)
+                send_session_event(s, 2);
+            else
+                create_complete(c, s, q->has_event_id ? q->event_id : NULL);
         } else {
-            gw_session_destroy(s); /* the client left before its session existed */
+            gw_session_destroy(s, q->resume); /* the client left before its session existed */
         }
+    } else if (c && q->resume) {
+        /* A restored session refused by the quota: it goes back to disk, untouched. */
+        const char *param;
+        fg_proto_code code = quota_code(r->verdict, &param);
+        gw_session_destroy(s, true);
+        fg_proto_error err;
+        fg_proto_error_set(&err, code, param, q->has_event_id ? q->event_id : NULL, "%s",
+                           r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
+                                                              : "the tenant's concurrent-session quota is reached");
+        send_error(c, &err, quota_retry(r));
+        gw_conn_rx_update(c);
     } else if (c) {
         gw_metrics_count_rejection(gw_tenant_at(q->gw, s->tenant), r->verdict);
         const char *param;
@@ -284,7 +300,7 @@ static void on_session_lease(void *user, const fg_quota_result *r)
                       quota_retry(r));
         gw_conn_rx_update(c);
     } else {
-        gw_session_destroy(s);
+        gw_session_destroy(s, q->resume);
     }
     free(q);
 }
@@ -313,10 +329,17 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
     if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
         return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
                     "instructions are longer than the server allows");
-    fg_diag d;
-    gw_session *s = gw_session_new(gw, c->tenant, &d);
-    if (!s)
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot create a session");
+    fg_diag d = {{0}};
+    fg_err e;
+    gw_session *s = gw_session_new(gw, c->tenant, src, NULL, &e, &d);
+    if (!s) {
+        fg_proto_code code = src ? gw_persist_code(e) : FG_PROTO_INTERNAL_ERROR;
+        if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
+            fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
+        return fail(c, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code,
+                    src ? "session.fork_from" : NULL, "%s",
+                    code == FG_PROTO_SESSION_LOST ? d.msg : "cannot create a session");
+    }
     if (src) {
         fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
         set_instructions(s, &ins);
@@ -330,9 +353,21 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
         s->n_stop = src->n_stop;
         memcpy(s->stop, src->stop, sizeof s->stop);
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
+        /* The engine's fork holds src's conversation (its cache and the token its last
+         * response sampled) but not src's queued input: the items src received since its
+         * last response follow, from the conversation. */
+        size_t queued = (size_t)src->new_input <= src->conv.n ? (size_t)src->new_input : 0;
+        if (s->cache_built && queued &&
+            append_tokens(s, s->conv.v + s->conv.n - queued, queued) != FG_PROTO_OK) {
+            gw_session_destroy(s, false);
+            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot copy the session's queued items");
+        }
+    }
+    if (p->has_instructions && s->cache_built && s->conv.n) {
+        s->rebuild = true; /* new instructions over the shared history: prefilled again at the first response */
     }
     if (p->has_instructions && !set_instructions(s, &p->instructions)) {
-        gw_session_destroy(s);
+        gw_session_destroy(s, false);
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     }
     apply_sampling(s, &p->sampling);
@@ -358,7 +393,34 @@ static void on_session_update(gw_conn *c, const fg_client_event *ev)
         s->rebuild = true; /* the head changed: the whole conversation is prefilled again */
     }
     apply_sampling(s, &p->sampling);
+    gw_session_store_meta(s);
     send_session_event(s, 1);
+}
+
+/* session.resume of a session this process does not hold: restored from its
+ * file (after a restart). Nothing is replayed (the resume buffer is not
+ * saved); numbering continues above both the saved number and the client's. */
+static void resume_from_disk(gw_conn *c, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = c->gw;
+    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
+        return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    fg_proto_code code;
+    char msg[400];
+    gw_session *s = gw_session_restore(gw, c->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len,
+                                       &code, msg, sizeof msg);
+    if (!s)
+        return fail(c, ev, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", "%s", msg);
+    if (ev->u.resume.last_sequence_number >= s->next_seq)
+        s->next_seq = ev->u.resume.last_sequence_number + 1;
+    gw_session_attach(s, c, s->next_seq - 1);
+    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
+    if (!q)
+        return send_session_event(s, 2);
+    q->resume = true;
+    s->quota_pending = true; /* session.resumed waits for the lease */
+    gw_conn_rx_update(c);
+    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
 static void on_session_resume(gw_conn *c, const fg_client_event *ev)
@@ -367,8 +429,10 @@ static void on_session_resume(gw_conn *c, const fg_client_event *ev)
     if (c->session)
         return fail(c, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
     gw_session *s = gw_session_find(gw, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len);
-    if (!s || s->tenant != c->tenant) /* the same answer for another tenant's session */
+    if (s && s->tenant != c->tenant) /* the same answer for another tenant's session */
         return fail(c, ev, FG_PROTO_SESSION_NOT_FOUND, "session_id", "%s", "no such session");
+    if (!s)
+        return resume_from_disk(c, ev);
     const uint64_t last = ev->u.resume.last_sequence_number, newest = s->next_seq - 1;
     if (last > newest)
         return fail(c, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
@@ -454,6 +518,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     }
     fg_diag d;
     if (code == FG_PROTO_OK) {
+        gw_session_store_meta(s); /* saved with the cache once this response completes */
         fg_err e = fg_session_respond(s->es, rp, &s->engine_response, &d);
         code = e == FG_OK                  ? FG_PROTO_OK
                : e == FG_ERR_BUSY          ? FG_PROTO_RESPONSE_IN_PROGRESS
@@ -531,16 +596,6 @@ static void on_reserved(void *user, const fg_quota_result *r)
     free(q);
 }
 
-/* Resident KV bytes of a tenant's sessions on this gateway, for its quota. */
-static int64_t tenant_kv_bytes(fg_gateway_t *gw, int tenant)
-{
-    int64_t tokens = 0;
-    for (gw_session *s = gw->sessions; s; s = s->all_next)
-        if (s->tenant == tenant)
-            tokens += fg_session_length(s->es);
-    return tokens * (int64_t)gw->kv_bytes_per_token;
-}
-
 static void on_response_create(gw_conn *c, const fg_client_event *ev)
 {
     fg_gateway_t *gw = c->gw;
@@ -551,12 +606,26 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     s->resp_created_at = gw_now();
     if (s->rebuild) {
-        fg_session_free(s->es);
-        int64_t w = gw_tenant_at(gw, s->tenant)->rec.limits.weight;
+        if (!s->conv_known)
+            return fail(c, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
+                        "this session was restored without its token history, so its instructions cannot change; "
+                        "start a new session");
+        /* The old cache goes with its file; the new session of the same name writes it again. */
+        fg_session_delete(s->es);
+        const gw_tenant *t = gw_tenant_at(gw, s->tenant);
+        int64_t w = t->rec.limits.weight;
         fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                                .user = s};
-        if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK)
-            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+                                .user = s, .name = s->id, .tenant_name = t->rec.id};
+        if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
+            /* the name may not be free yet: an anonymous session works, unsaved until the next rebuild */
+            sp.name = NULL;
+            if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
+                s->es = NULL;
+                fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+                return gw_session_close(s, "evicted");
+            }
+            fg_log_at(FG_LOG_WARN, "session_unnamed", gw_session_tenant(s), s->id, NULL);
+        }
         s->rebuild = false;
         fg_proto_code code = rebuild_engine_session(s);
         if (code != FG_PROTO_OK)
@@ -591,7 +660,10 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
     s->quota_pending = true;
     gw_conn_rx_update(c);
     fg_quota_response_reserve(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved,
-                              tenant_kv_bytes(gw, s->tenant), (int64_t)s->conv.n + out_budget, out_budget,
+                              gw_tenant_kv_bytes(gw, s->tenant),
+                              (s->conv_known ? (int64_t)s->conv.n : fg_session_length(s->es) + s->new_input) +
+                                  out_budget,
+                              out_budget,
                               on_reserved, q);
 }
 
@@ -611,7 +683,7 @@ void gw_session_close(gw_session *s, const char *reason)
     gw_conn *c = s->conn;
     if (!c) { /* detached: nobody to tell */
         fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-        gw_session_destroy(s);
+        gw_session_destroy(s, false);
         return;
     }
     /* The session goes now: its unwritten events, then session.closed (its last
@@ -633,14 +705,14 @@ void gw_session_close(gw_session *s, const char *reason)
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
         gw_ring_push(&c->own, UINT32_MAX, 0, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
     fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-    gw_session_destroy(s);
+    gw_session_destroy(s, false);
     gw_conn_request_write(c);
 }
 
 static void on_session_close(gw_conn *c, const fg_client_event *ev)
 {
     (void)ev;
-    gw_session_close(c->session, "client_requested");
+    gw_session_close(c->session, "client_requested"); /* and its file goes */
 }
 
 static void dispatch(gw_conn *c, const fg_client_event *ev)

@@ -47,9 +47,15 @@ fg_err fg_gateway_run(fg_gateway_t *gw);
  * response.done, then every socket is closed with 1001. */
 void fg_gateway_request_stop(fg_gateway_t *gw);
 
-/* Shutdown order: fg_gateway_close_sessions (frees every session, while the
- * engine still runs), then fg_engine_close (no more wakeups), then
- * fg_gateway_destroy (closes the sockets). */
+/* After fg_gateway_run returned (the drain is over): writes every session's
+ * settings and KV to its file (fg_engine_save_all), blocking, so that each can
+ * be resumed after a restart. Errors: FG_ERR_DISK_FULL, FG_ERR_IO (the first
+ * failure; every session is tried). */
+fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag);
+/* Shutdown order: fg_gateway_save_sessions, fg_gateway_close_sessions (frees
+ * every session, keeping their files, while the engine still runs), then
+ * fg_engine_close (no more wakeups), then fg_gateway_destroy (closes the
+ * sockets). */
 void fg_gateway_close_sessions(fg_gateway_t *gw);
 void fg_gateway_destroy(fg_gateway_t *gw);
 

@@ -58,6 +58,8 @@ struct gw_session {
     fg_tokens conv;
     fg_tokens deferred;             /* items added during a response: they follow its output */
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
+    bool cache_built;               /* the engine session already holds head + conv (a fork, a restore) */
+    bool conv_known;                /* conv is the whole conversation (false after some restores) */
 
     /* events */
     uint64_t next_seq;              /* the next sequence number (the first event is 1) */
@@ -133,6 +135,8 @@ struct fg_gateway {
     gw_tenant *tenants;             /* see tenants.h */
     int n_tenants, cap_tenants;
     fg_quota_t *quota;              /* NULL: no Redis, limits are the config's only */
+    char persist_dir[4096];         /* the engine's session files: <persistence.dir>/tenants */
+    uint8_t *meta_buf;              /* FG_SESSION_META_MAX_BYTES: a session record being written */
     size_t kv_bytes_per_token;
     gw_conn *conns;
     size_t n_conns;
@@ -158,8 +162,17 @@ static inline const char *gw_session_tenant(gw_session *s)
 }
 
 /* gw_session.c */
-gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag);
-void gw_session_destroy(gw_session *s);
+/* A new session of tenant. restore_id: the engine session saved under that
+ * id is restored from its file (fg_session_restore) and the session keeps the
+ * id; else a fresh id, and an engine session that is a fork of fork_src's
+ * (sharing its cached pages) when fork_src is given, else empty. On failure
+ * NULL, *err the engine's error (FG_ERR_NOT_FOUND, FG_ERR_SESSION_*, ...) and
+ * diag its message. */
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, const char *restore_id, fg_err *err,
+                           fg_diag *diag);
+/* Frees a session; keep_file: its session file stays for a later restore
+ * (shutdown, a refused resume), else it is deleted (close, expiry). */
+void gw_session_destroy(gw_session *s, bool keep_file);
 gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len);
 /* Serializes the event in gw->scratch into the session's ring with sequence
  * number seq (already assigned) and asks for a write. */
@@ -173,6 +186,22 @@ void gw_session_flush_delta(gw_session *s);
 void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq);
 void gw_session_detach(gw_session *s);
 void gw_sessions_sweep(fg_gateway_t *gw);
+
+/* gw_persist.c */
+/* Writes the session's record (settings, counters, conversation) into its
+ * engine session, to be saved with the KV. Failures are logged, not fatal. */
+void gw_session_store_meta(gw_session *s);
+/* The protocol code for an engine error of restore, fork or a response
+ * (FG_ERR_SESSION_* and FG_ERR_DISK_FULL get their own codes). */
+fg_proto_code gw_persist_code(fg_err e);
+/* Opens the session saved under id for tenant and returns it attached to
+ * nothing. On failure NULL, with *code (session_not_found, session_lost,
+ * internal_error) and msg (what the client is told). */
+gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
+                               char *msg, size_t msg_cap);
+/* Resident KV bytes of a tenant (the engine's count; a walk of the sessions
+ * when the engine cannot say). */
+int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);
 
 /* conn.c */
 void gw_conn_on_open(gw_conn *c);

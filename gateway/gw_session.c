@@ -117,25 +117,48 @@ static void make_id(char *out)
     out[37] = 0;
 }
 
-gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag)
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, const char *restore_id, fg_err *err,
+                           fg_diag *diag)
 {
     const fg_config *cfg = gw->cfg;
     gw_session *s = calloc(1, sizeof *s);
     if (!s) {
-        fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+        *err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
         return NULL;
     }
     s->gw = gw;
     s->tenant = tenant;
-    do
-        make_id(s->id);
-    while (gw_session_find(gw, s->id, strlen(s->id)));
+    s->conv_known = true;
+    if (restore_id)
+        snprintf(s->id, sizeof s->id, "%s", restore_id);
+    else
+        do
+            make_id(s->id);
+        while (gw_session_find(gw, s->id, strlen(s->id)));
     const gw_tenant *t = gw_tenant_at(gw, tenant);
     int64_t w = t->rec.limits.weight;
-    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w, .user = s};
-    if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
+    /* named by its id and tenant: the engine's session file is <tenant>/<id>.fgs */
+    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                            .user = s, .name = s->id, .tenant_name = t->rec.id};
+    fg_err e = FG_ERR_UNSUPPORTED;
+    if (restore_id) {
+        e = fg_session_restore(gw->engine, &sp, &s->es, diag);
+        s->cache_built = true;
+    } else if (fork_src && !fork_src->rebuild && fork_src->conv_known) {
+        /* A fork shares the source's cached pages; its queued input is appended after.
+         * Without engine forks (or with an instructions change pending) it is prefilled again. */
+        e = fg_session_fork(fork_src->es, &sp, &s->es, diag);
+        s->cache_built = e == FG_OK;
+        if (e == FG_ERR_UNSUPPORTED)
+            e = fg_session_create(gw->engine, &sp, &s->es);
+    } else {
+        e = fg_session_create(gw->engine, &sp, &s->es);
+    }
+    if (e != FG_OK) {
         free(s);
-        fg_diag_set(diag, FG_ERR_NOMEM, "engine session: out of memory");
+        *err = e;
+        if (e == FG_ERR_NOMEM || e == FG_ERR_INVALID_ARG || e == FG_ERR_STATE)
+            fg_diag_set(diag, e, "engine session: %s", fg_err_describe(e));
         return NULL;
     }
     s->temperature = 1.0;
@@ -155,12 +178,15 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, fg_diag *diag)
     return s;
 }
 
-void gw_session_destroy(gw_session *s)
+void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
     if (s->conn)
         gw_session_detach(s);
-    fg_session_free(s->es);
+    if (s->es && keep_file) /* none after a failed rebuild */
+        fg_session_free(s->es);
+    else if (s->es)
+        fg_session_delete(s->es);
     gw_session **p = &gw->table[hash_id(s->id, strlen(s->id)) % gw->table_size];
     while (*p && *p != s)
         p = &(*p)->hash_next;
@@ -331,9 +357,20 @@ static void finish_response(gw_session *s, const fg_event *ev)
         break;
     case FG_FINISH_ERROR:
         d.status = FG_PROTO_RESPONSE_FAILED;
-        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : FG_PROTO_INTERNAL_ERROR;
+        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : gw_persist_code(ev->error);
         d.error_message = ev->error == FG_ERR_KV_FULL ? "the server's KV cache is full; retry later"
-                                                      : "the engine failed this response";
+                          : d.error_code == FG_PROTO_SESSION_LOST
+                              ? "the session's saved state could not be loaded back; its conversation is gone"
+                              : "the engine failed this response";
+        if (d.error_code == FG_PROTO_SESSION_LOST) {
+            /* The engine emptied the session: the next response starts again from the instructions. */
+            fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(s), s->id, "\"error\":\"%s\"",
+                      fg_err_name(ev->error));
+            s->conv.n = 0;
+            s->deferred.n = 0;
+            s->rebuild = true;
+            s->conv_known = true;
+        }
         break;
     }
     uint64_t seq = gw_session_take_seq(s);
@@ -354,11 +391,25 @@ static void finish_response(gw_session *s, const fg_event *ev)
     /* Items added during the response come after its output, as in the engine. */
     fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
     s->deferred.n = 0;
+    gw_session_store_meta(s); /* the settings and history as of this response, for the next save */
     fg_log_at(FG_LOG_DEBUG, "response_done", gw_session_tenant(s), s->id,
            "\"response\":\"%s\",\"finish\":%d,\"input_tokens\":%lld,\"cached_tokens\":%lld,"
            "\"output_tokens\":%lld",
            s->resp_id, (int)ev->finish, (long long)ev->usage.input_tokens, (long long)ev->usage.cached_tokens,
            (long long)ev->usage.output_tokens);
+}
+
+/* The session file could not be written: the client hears it, the session goes on. */
+static void report_save_failed(gw_session *s, fg_err e)
+{
+    fg_log_at(FG_LOG_WARN, "session_save_failed", gw_session_tenant(s), s->id, "\"error\":\"%s\"", fg_err_name(e));
+    fg_proto_error err;
+    fg_proto_error_set(&err, FG_PROTO_PERSIST_FAILED, NULL, NULL, "session %s was not saved: %s", s->id,
+                       e == FG_ERR_DISK_FULL ? "the disk (or the server's disk budget) is full"
+                                             : "an I/O error writing its file");
+    uint64_t seq = gw_session_take_seq(s);
+    if (fg_proto_write_error(&s->gw->scratch, seq, ++s->evt_counter, &err, 0) == FG_OK)
+        gw_session_push(s, seq);
 }
 
 /* An attached client is behind when its unsent output passes the buffer
@@ -395,6 +446,8 @@ void gw_session_drain_engine(gw_session *s)
             } else if (ev[i].type == FG_EVENT_DONE) {
                 add_text(s, text + ev[i].text_off, ev[i].text_len);
                 finish_response(s, &ev[i]);
+            } else if (ev[i].type == FG_EVENT_SAVE_FAILED) {
+                report_save_failed(s, ev[i].error);
             } else if (ev[i].type == FG_EVENT_WAITING) {
                 fg_log_at(FG_LOG_INFO, "response_waiting", gw_session_tenant(s), s->id, "\"reason\":\"kv_full\"");
             }
@@ -464,7 +517,7 @@ void gw_sessions_sweep(fg_gateway_t *gw)
         next = s->all_next;
         if (!s->conn && !s->responding && now - s->last_activity > idle) {
             fg_log_at(FG_LOG_INFO, "session_expired", gw_session_tenant(s), s->id, NULL);
-            gw_session_destroy(s);
+            gw_session_destroy(s, false); /* expired: its file goes too */
         }
     }
 }

@@ -183,17 +183,17 @@ void gw_metrics_intern_tenants(fg_gateway_t *gw)
     }
 }
 
-/* THE place per-tenant KV bytes by tier are read. For now: resident bytes from
- * the session lengths this gateway holds (the same count the KV quota uses),
- * disk 0. When the persistence layer lands, read fg_engine_tenant_usage(e,
- * tenant_id, &u) here instead (resident and disk bytes of the tenant). */
+/* Resident and on-disk KV bytes of tenant t: the engine's count (shared pages
+ * once, spilled sessions on disk only). */
 void gw_metrics_tenant_kv(fg_gateway_t *gw, int t, uint64_t *resident_bytes, uint64_t *disk_bytes)
 {
-    uint64_t tokens = 0;
-    for (gw_session *s = gw->sessions; s; s = s->all_next)
-        if (s->tenant == t)
-            tokens += (uint64_t)fg_session_length(s->es);
-    *resident_bytes = tokens * (uint64_t)gw->kv_bytes_per_token;
+    fg_tenant_kv_usage u;
+    if (gw->engine && fg_engine_tenant_usage(gw->engine, gw_tenant_at(gw, t)->rec.id, &u) == FG_OK) {
+        *resident_bytes = u.resident_kv_bytes;
+        *disk_bytes = u.disk_bytes;
+        return;
+    }
+    *resident_bytes = (uint64_t)gw_tenant_kv_bytes(gw, t);
     *disk_bytes = 0;
 }
 
@@ -221,15 +221,14 @@ static void render_gateway(fg_gateway_t *gw, text *t)
            "Sessions on this gateway by state: streaming (a response in progress), idle_resident (KV in "
            "memory), on_disk (KV spilled to disk).");
     for (int i = 0; i < gw->n_tenants; i++) {
-        uint64_t streaming = 0, idle = 0;
+        uint64_t streaming = 0, idle = 0, on_disk = 0;
         for (gw_session *s = gw->sessions; s; s = s->all_next)
             if (s->tenant == i)
-                *(s->responding ? &streaming : &idle) += 1;
+                *(s->responding ? &streaming : s->es && fg_session_on_disk(s->es) ? &on_disk : &idle) += 1;
         label(id, sizeof id, gw->tenants[i].rec.id);
         put(t, "flashgate_sessions{tenant=\"%s\",state=\"streaming\"} %llu\n", id, (unsigned long long)streaming);
         put(t, "flashgate_sessions{tenant=\"%s\",state=\"idle_resident\"} %llu\n", id, (unsigned long long)idle);
-        /* per-tenant on-disk sessions come with fg_engine_tenant_usage (see gw_metrics_tenant_kv) */
-        put(t, "flashgate_sessions{tenant=\"%s\",state=\"on_disk\"} 0\n", id);
+        put(t, "flashgate_sessions{tenant=\"%s\",state=\"on_disk\"} %llu\n", id, (unsigned long long)on_disk);
     }
 
     struct {

@@ -94,6 +94,8 @@ typedef enum fg_proto_code {
     FG_PROTO_QUOTA_UNAVAILABLE,   /* reserved for tenant quotas */
     /* the server */
     FG_PROTO_SHUTTING_DOWN,
+    FG_PROTO_SESSION_LOST,
+    FG_PROTO_PERSIST_FAILED,
     FG_PROTO_INTERNAL_ERROR,
     FG_PROTO_CODE__COUNT
 } fg_proto_code;

@@ -59,6 +59,10 @@ static const fg_proto_code_info code_table[FG_PROTO_CODE__COUNT] = {
                                     "the quota store is unreachable and the tenant is configured fail-closed"},
     [FG_PROTO_SHUTTING_DOWN] = {"shutting_down", SERVER, false, false,
                                 "the server is draining; reconnect and resume on another instance or later"},
+    [FG_PROTO_SESSION_LOST] = {"session_lost", SERVER, false, false,
+                               "the session's saved state is damaged or from another model or format; it is gone"},
+    [FG_PROTO_PERSIST_FAILED] = {"persist_failed", SERVER, false, false,
+                                 "the session could not be saved (disk full or I/O); it stays usable in memory"},
     [FG_PROTO_INTERNAL_ERROR] = {"internal_error", SERVER, false, false, "the server failed; the event had no effect"},
 };
 

@@ -14,6 +14,7 @@
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
 #include "gateway/status.h"
+#include "gateway/session_meta.h"
 
 #define SESSION_BUCKETS 65536
 #define SWEEP_US (1 * LWS_US_PER_SEC)
@@ -271,6 +272,12 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->serve = true;
     o->wakeup = fg_gateway_wakeup;
     o->wakeup_user = gw;
+    /* Session files under <persistence.dir>/tenants/<tenant>/<id>.fgs, apart from the
+     * Redis directories and quota journals that share persistence.dir. */
+    snprintf(gw->persist_dir, sizeof gw->persist_dir, "%s/tenants", cfg->persistence.dir);
+    o->persist_dir = gw->persist_dir;
+    o->idle_spill_seconds = (double)cfg->persistence.idle_spill_s;
+    o->disk_budget_bytes = (uint64_t)cfg->persistence.disk_budget_bytes;
 }
 
 fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag)
@@ -282,7 +289,8 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->cfg = cfg;
     gw->table_size = SESSION_BUCKETS;
     gw->table = calloc(gw->table_size, sizeof *gw->table);
-    if (!gw->table) {
+    gw->meta_buf = malloc(FG_SESSION_META_MAX_BYTES);
+    if (!gw->table || !gw->meta_buf) {
         fg_gateway_destroy(gw);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
     }
@@ -361,10 +369,27 @@ void fg_gateway_request_stop(fg_gateway_t *gw)
     lws_cancel_service(gw->ctx);
 }
 
+fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag)
+{
+    if (!gw->engine)
+        return FG_OK;
+    for (gw_session *s = gw->sessions; s; s = s->all_next)
+        gw_session_store_meta(s); /* counters and settings as the drain left them */
+    fg_err e = fg_engine_save_all(gw->engine, diag);
+    if (e == FG_ERR_UNSUPPORTED)
+        return FG_OK;
+    fg_engine_stats st;
+    fg_engine_get_stats(gw->engine, &st);
+    fg_log(e == FG_OK ? FG_LOG_INFO : FG_LOG_ERROR, "sessions_saved",
+           "\"sessions\":%zu,\"saves\":%llu,\"save_errors\":%llu,\"error\":\"%s\"", gw->n_sessions,
+           (unsigned long long)st.saves, (unsigned long long)st.save_errors, e == FG_OK ? "" : fg_err_name(e));
+    return e;
+}
+
 void fg_gateway_close_sessions(fg_gateway_t *gw)
 {
     while (gw->sessions)
-        gw_session_destroy(gw->sessions);
+        gw_session_destroy(gw->sessions, true); /* their files stay for the next start */
 }
 
 void fg_gateway_destroy(fg_gateway_t *gw)
@@ -379,6 +404,7 @@ void fg_gateway_destroy(fg_gateway_t *gw)
     gw_status_destroy(gw->status);
     gw_dashboard_free(gw->dashboard);
     free(gw->table);
+    free(gw->meta_buf);
     gw_tenants_free(gw);
     free(gw);
 }

@@ -199,6 +199,8 @@ int main(int argc, char **argv)
            cfg.server.host, fg_gateway_port(gw), cfg.model.path, fg_kv_format_name(info.kv_format),
            info.kv_bytes_per_token, info.n_threads, (int)cfg.topology.ranks, (int)getpid());
     rc = fg_gateway_run(gw) == FG_OK ? 0 : 1;
+    if (fg_gateway_save_sessions(gw, &d) != FG_OK)
+        fprintf(stderr, "warning: some sessions were not saved: %s\n", d.msg);
     fg_log(FG_LOG_INFO, "stopped", NULL);
 out:
     if (gw && engine)

@@ -386,6 +386,7 @@ ERROR_TYPES = {
     "kv_unavailable": "server_error", "rate_limit_exceeded": "rate_limit_error",
     "insufficient_quota": "rate_limit_error", "quota_unavailable": "server_error",
     "shutting_down": "server_error", "internal_error": "server_error",
+    "session_lost": "server_error", "persist_failed": "server_error",
 }
 RETRY_AFTER_CODES = {"rate_limited", "kv_unavailable", "rate_limit_exceeded", "insufficient_quota", "quota_unavailable"}
 

@@ -555,6 +555,8 @@ static void test_validate(void)
          "sessions.default_max_output_tokens (512) must be below model.max_context (512)", NULL},
         {"{\"sessions\": {\"max_instructions_bytes\": 2000000}}",
          "sessions.max_instructions_bytes (2000000) exceeds limits.max_frame_bytes (1048576)", NULL},
+        {"{\"sessions\": {\"max_instructions_bytes\": 65536}}",
+         "sessions.max_instructions_bytes (65536) exceeds 61440: a session's settings must fit", NULL},
         {"{\"auth\": {\"admin_key\": \"short\"}}", "auth.admin_key: the key is shorter than 16 characters", "short\""},
         {"{\"auth\": {\"dashboard_key\": \"dash board key 0123456789\"}}",
          "auth.dashboard_key: the key contains a space", "dash board"},

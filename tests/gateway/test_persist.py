@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""Sessions across restarts, damaged session files, save failures and forks, over the
+socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persist.c).
+
+- restart: a session whose server stopped with SIGTERM and started again on the same
+  persistence.dir is resumed by id and continues exactly (greedy) as the same session on a
+  server that never stopped, with its settings, from its cache (cached_tokens), and with
+  sequence numbers that continue the client's; its instructions can still change (the
+  record kept the conversation's tokens);
+- SIGKILL during a response: the session resumes at its last completed turn (the same
+  turn again gives the never-killed run's reply);
+- damage table: a truncated, a bit-flipped, a foreign-model and a wrong-version file each
+  answer session_lost naming the session (other sessions resume and continue; the files
+  are moved aside; no sanitizer report at exit); an unknown id and another tenant's id
+  are session_not_found;
+- a full disk (persistence.disk_budget_bytes): response.done, then persist_failed; the
+  session stays usable;
+- fork: session.create with fork_from shares the source's pages (the tenant's resident
+  KV bytes in the admin view do not grow) and continues as the source does;
+- session.close deletes the session's file.
+"""
+import asyncio
+import http.client
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import websockets.exceptions
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import DATA_DIR, KEYS, Conn, Server, check, check_error, eq, run_tests, user_item  # noqa: E402
+
+ADMIN_KEY = "admin-test-key-0123456789abcdef"
+SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8,
+            "stop": ["</tool>"]}
+TURNS = ["List the files.", "Open the first one.", "Summarise it.", "Now the second."]
+
+
+def persist_server(pdir, model=None, **kw):
+    over = {"persistence": {"dir": pdir}, "redis": {"address": "off"}, **kw}
+    if model:
+        over["model"] = {"path": os.path.join(DATA_DIR, model)}
+    return Server(**over)
+
+
+def session_file(pdir, sid, tenant="acme"):
+    return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
+
+
+async def wait_for(pred, what, timeout=20):
+    """Polls pred until true (the engine writes files on its own thread)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def finished(done):
+    """A response that ran to its end (8 greedy tokens usually hit max_output_tokens)."""
+    return done["status"] == "completed" or (done["status"] == "incomplete" and
+                                             done["status_details"]["reason"] == "max_output_tokens")
+
+
+async def turn(c, text):
+    await c.add_user(text)
+    _, out, done = await c.respond()
+    check(finished(done), f"the response finished: {done}")
+    return out, done
+
+
+async def until_closed(c, timeout=30):
+    try:
+        while True:
+            await c.recv(timeout)
+    except websockets.exceptions.ConnectionClosed:
+        pass
+
+
+def uncached(done):
+    u = done["usage"]
+    return u["input_tokens"] - u["input_token_details"]["cached_tokens"]
+
+
+async def reference(turns):
+    """The replies (text, response) of one session on a server that never stops."""
+    pdir = tempfile.mkdtemp(prefix="fg-persist-ref-")
+    try:
+        async with persist_server(pdir) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            return [await turn(c, t) for t in turns]
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def saved_session(srv, pdir, turns, settings=SETTINGS):
+    """A session with its turns done and its file written: (conn, id, replies)."""
+    c = await Conn.open(srv)
+    await c.create_session(settings)
+    outs = [(await turn(c, t))[0] for t in turns]
+    await wait_for(lambda: os.path.exists(session_file(pdir, c.session_id)), "session file written")
+    return c, c.session_id, outs
+
+
+async def test_restart_continues_identically():
+    ref = await reference(TURNS)
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        srv = persist_server(pdir).start()
+        try:
+            c, sid, outs = await saved_session(srv, pdir, TURNS[:3])
+            eq(outs, [r[0] for r in ref[:3]], "replies before the restart")
+            srv.signal(signal.SIGTERM)
+            await until_closed(c)  # the drain's shutting_down is in the session's numbering
+            last = c.last_seq
+            srv.assert_clean(await srv.wait_exit())
+        finally:
+            srv.kill()
+        check(any(e.get("event") == "sessions_saved" for e in srv.log_events()), "sessions_saved logged at exit")
+        check(os.path.exists(session_file(pdir, sid)), "the file stays after SIGTERM")
+        async with persist_server(pdir) as srv2:
+            c2 = await Conn.open(srv2)
+            replayed, resumed = await c2.resume(sid, last)
+            eq(replayed, [], "nothing replayed after a restart")
+            eq(resumed["sequence_number"], last + 1, "numbering continues the client's")
+            for k in ("instructions", "temperature", "max_output_tokens", "stop"):
+                eq(resumed["session"][k], SETTINGS[k], f"restored setting {k}")
+            out, done = await turn(c2, TURNS[3])
+            eq(out, ref[3][0], "the reply after the restart equals the never-restarted session's")
+            eq(done["usage"]["input_tokens"], ref[3][1]["usage"]["input_tokens"], "the same context")
+            eq(uncached(done), uncached(ref[3][1]), "only the new turn was prefilled (the history came from the file)")
+            # the record held the conversation's tokens: new instructions prefill it all again
+            await c2.update({"instructions": "You are a verbose agent."})
+            out, done = await turn(c2, "Go on.")
+            eq(done["usage"]["input_token_details"]["cached_tokens"], 0, "rebuilt from the restored history")
+            check(done["usage"]["input_tokens"] > ref[3][1]["usage"]["input_tokens"], f"the whole history: {done}")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_sigkill_resumes_at_last_completed_turn():
+    ref = await reference(TURNS[:2])
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        srv = persist_server(pdir)
+        async with srv:
+            c, sid, outs = await saved_session(srv, pdir, TURNS[:1])
+            before = os.stat(session_file(pdir, sid)).st_mtime_ns
+            await c.add_user(TURNS[1])
+            # a long reply, killed at its first delta
+            first = len(c.received)
+            await c.send({"type": "response.create", "response": {"max_output_tokens": 4000}})
+            while not any(e["type"] == "response.output_text.delta" for e in c.received[first:]):
+                await c.recv()
+            srv.kill()
+            check(not any(e["type"] == "response.done" for e in c.received[first:]),
+                  f"killed mid-turn: {[e['type'] for e in c.received[first:]]}")
+            check(os.stat(session_file(pdir, sid)).st_mtime_ns == before, "the file is the one of turn 1")
+            last = c.last_seq
+        async with persist_server(pdir) as srv2:
+            c2 = await Conn.open(srv2)
+            _, resumed = await c2.resume(sid, last)
+            eq(resumed["sequence_number"], last + 1, "numbering continues above what the client saw")
+            out, _ = await turn(c2, TURNS[1])
+            eq(out, ref[1][0], "turn 2 again, from the state after turn 1")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+def damage_truncate(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+
+
+def damage_flip(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+def damage_version(path):
+    with open(path, "r+b") as f:  # the format version: u32 after the 8-byte magic (engine/session_file.h)
+        f.seek(8)
+        v = int.from_bytes(f.read(4), "little")
+        f.seek(8)
+        f.write((v + 1).to_bytes(4, "little"))
+
+
+async def test_damage_table():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    fdir = tempfile.mkdtemp(prefix="fg-persist-foreign-")
+    try:
+        # a session saved by another model (same shapes, other gating: another identity)
+        async with persist_server(fdir, model="tiny-softmax.gguf") as fsrv:
+            _, foreign_id, _ = await saved_session(fsrv, fdir, TURNS[:1])
+        ids = {}
+        async with persist_server(pdir) as srv:
+            for name in ("truncated", "flipped", "version", "healthy"):
+                c, ids[name], _ = await saved_session(srv, pdir, TURNS[:1])
+        damage_truncate(session_file(pdir, ids["truncated"]))
+        damage_flip(session_file(pdir, ids["flipped"]))
+        damage_version(session_file(pdir, ids["version"]))
+        ids["foreign"] = foreign_id
+        shutil.copy(session_file(fdir, foreign_id), session_file(pdir, foreign_id))
+        async with persist_server(pdir) as srv:
+            for name in ("truncated", "flipped", "version", "foreign"):
+                c = await Conn.open(srv)
+                await c.send({"type": "session.resume", "session_id": ids[name], "last_sequence_number": 0})
+                ev = await c.expect_error("session_lost", param="session_id", seq=0)
+                check(ids[name] in ev["error"]["message"], f"{name}: the message names the session: {ev}")
+                check(os.path.exists(session_file(pdir, ids[name]) + ".damaged"), f"{name}: moved aside")
+                check(not os.path.exists(session_file(pdir, ids[name])), f"{name}: not left in place")
+                await c.close()
+            await wait_for(lambda: len(srv.log_events("session_lost")) >= 4, "four session_lost log lines")
+            lost = srv.log_events("session_lost")
+            eq(sorted(e["session"] for e in lost), sorted(ids[n] for n in ("truncated", "flipped", "version", "foreign")),
+               "each loss logged")
+            # unknown ids and another tenant's session: not found, as before restarts existed
+            c = await Conn.open(srv)
+            await c.send({"type": "session.resume", "session_id": "sess_" + "0" * 32, "last_sequence_number": 0})
+            await c.expect_error("session_not_found", param="session_id", seq=0)
+            await c.send({"type": "session.resume", "session_id": "../../etc", "last_sequence_number": 0})
+            await c.expect_error("session_not_found", param="session_id", seq=0)
+            b = await Conn.open(srv, tenant="beta")
+            await b.send({"type": "session.resume", "session_id": ids["healthy"], "last_sequence_number": 0})
+            await b.expect_error("session_not_found", param="session_id", seq=0)
+            # the healthy one is unaffected
+            h = await Conn.open(srv)
+            await h.resume(ids["healthy"], 0, allow_gap=True)
+            await h.add_user(TURNS[1])
+            _, _, done = await h.respond()
+            check(finished(done), f"the healthy session continues: {done}")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+        shutil.rmtree(fdir, ignore_errors=True)
+
+
+async def test_full_disk_reports_persist_failed():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        async with persist_server(pdir, persistence={"dir": pdir, "disk_budget_bytes": 1}) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            for k in range(2):  # twice: the session stays usable after the failure
+                await c.add_user(TURNS[k])
+                events, _, done = await c.respond()
+                check(finished(done), f"turn {k + 1} finishes: {done}")
+                ev = await c.expect_error("persist_failed")  # after response.done, in the session's numbering
+                check(c.session_id in ev["error"]["message"], f"the message names the session: {ev}")
+            check(not os.path.exists(session_file(pdir, c.session_id)), "no file over the budget")
+            check(srv.log_events("session_save_failed"), "logged")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+def admin_get(port, path):
+    h = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        h.request("GET", path, headers={"Authorization": "Bearer " + ADMIN_KEY})
+        r = h.getresponse()
+        body = r.read()
+        eq(r.status, 200, f"GET {path}: {body!r}")
+        return json.loads(body)
+    finally:
+        h.close()
+
+
+async def test_fork_shares_pages_and_continues_identically():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        # Redis on: the admin view of a tenant needs the quota store
+        async with Server(persistence={"dir": pdir}, auth={"admin_key": ADMIN_KEY}) as srv:
+            a = await Conn.open(srv)
+            await a.create_session({**SETTINGS, "instructions": "You are an agent. " * 40})
+            for t in TURNS[:2]:
+                await turn(a, t)
+            before = admin_get(srv.port, "/admin/tenants/acme")["gateway_kv"]
+            check(before and before["resident_kv_bytes"] > 0, f"resident bytes of the source: {before}")
+            b = await Conn.open(srv)
+            await b.send({"type": "session.create", "session": {"fork_from": a.session_id}})
+            created = await b.expect("session.created")
+            b.session_id = created["session"]["id"]
+            after = admin_get(srv.port, "/admin/tenants/acme")["gateway_kv"]
+            eq(after["resident_kv_bytes"], before["resident_kv_bytes"], "the fork holds no pages of its own")
+            out_a, done_a = await turn(a, TURNS[2])
+            out_b, done_b = await turn(b, TURNS[2])
+            eq(out_b, out_a, "the fork continues as the source does")
+            eq(done_b["usage"]["input_token_details"]["cached_tokens"],
+               done_a["usage"]["input_token_details"]["cached_tokens"], "the fork's history came from the cache")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_close_deletes_file():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        async with persist_server(pdir) as srv:
+            c, sid, _ = await saved_session(srv, pdir, TURNS[:1])
+            await c.send({"type": "session.close"})
+            await c.expect("session.closed")
+            await wait_for(lambda: not os.path.exists(session_file(pdir, sid)), "file deleted at session.close")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests(globals())
