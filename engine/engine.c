@@ -245,6 +245,21 @@ void fg_session_free(fg_session_t *s)
     fg_session_dealloc(s);
 }
 
+int fg_tokens_reserve(int32_t **arr, int *cap, int need)
+{
+    if (need <= *cap)
+        return 0;
+    int c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
 bool fg_session_name_valid(const char *name)
 {
     size_t n = 0;

@@ -226,6 +226,10 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
                          int n, fg_diag *diag);
 
 /* engine.c */
+/* Grows *arr (capacity *cap, doubling from 64) to hold need tokens; 0, or -1
+ * when out of memory (the array is unchanged then). */
+int fg_tokens_reserve(int32_t **arr, int *cap, int need);
+
 /* True when name is 1..FG_SESSION_NAME_MAX bytes of [A-Za-z0-9_-]. */
 bool fg_session_name_valid(const char *name);
 

@@ -40,20 +40,6 @@ static int pow2_bucket(double v)
     return i;
 }
 
-static int grow_tokens(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
 
 /* ---- output queue [mu] ---- */
 
@@ -162,7 +148,7 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
                              .output_tokens = r->generated}};
     outq_push(e, s, ev, text, len);
     /* A sampled but unevaluated token becomes the first input of the next turn. */
-    if (r->have_next && grow_tokens(&s->todo, &s->todo_cap, s->todo_n + 1) == 0) {
+    if (r->have_next && fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + 1) == 0) {
         memmove(s->todo + 1, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         s->todo[0] = r->next_token;
         s->todo_n++;
@@ -185,7 +171,7 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
     const int keep = (int)s->resp.cached_tokens, extra = s->seq.n_tokens - keep;
-    if (extra > 0 && grow_tokens(&s->todo, &s->todo_cap, s->todo_n + extra) == 0) {
+    if (extra > 0 && fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + extra) == 0) {
         memmove(s->todo + extra, s->todo, (size_t)s->todo_n * sizeof *s->todo);
         memcpy(s->todo, s->hist + keep, (size_t)extra * sizeof *s->todo);
         s->todo_sampled = false;
@@ -208,7 +194,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo_n == 0 && s->hist_n > 0) {
-        if (grow_tokens(&s->todo, &s->todo_cap, 1) == 0) {
+        if (fg_tokens_reserve(&s->todo, &s->todo_cap, 1) == 0) {
             s->todo[0] = s->hist[s->hist_n - 1];
             s->todo_n = 1;
             s->hist_n--;
@@ -233,7 +219,7 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         finish(e, s, FG_FINISH_ERROR, FG_ERR_KV_FULL); /* could never fit */
         return false;
     }
-    if (grow_tokens(&s->hist, &s->hist_cap, need + 1) != 0)
+    if (fg_tokens_reserve(&s->hist, &s->hist_cap, need + 1) != 0)
         return false; /* out of memory: try again next step */
     if (s->on_disk) {
         /* Its KV comes back from the file first. */
@@ -411,7 +397,7 @@ static void take_requests(fg_engine_t *e)
             s->last_used = fg_now_s();
         /* Input queued during a response waits for it to end: it belongs to the next turn. */
         if (s->in_n && !s->resp.active) {
-            if (grow_tokens(&s->todo, &s->todo_cap, s->todo_n + s->in_n) == 0) {
+            if (fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + s->in_n) == 0) {
                 memcpy(s->todo + s->todo_n, s->in_tok, (size_t)s->in_n * sizeof *s->todo);
                 s->todo_n += s->in_n;
                 s->in_n = 0;
@@ -762,7 +748,7 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
     if (s->committed + n > e->n_ctx) {
         err = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "%lld + %d tokens exceed the context of %d tokens",
                           (long long)s->committed, n, e->n_ctx);
-    } else if (grow_tokens(&s->in_tok, &s->in_cap, s->in_n + n) != 0) {
+    } else if (fg_tokens_reserve(&s->in_tok, &s->in_cap, s->in_n + n) != 0) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for %d input tokens", n);
     } else if (n > 0) {
         memcpy(s->in_tok + s->in_n, tokens, (size_t)n * sizeof *tokens);

@@ -49,20 +49,6 @@ void fg_share_truncated(fg_session_t *s, int n_tokens)
         s->reg_n = full;
 }
 
-static int grow_tokens(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
 
 void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
 {
@@ -84,7 +70,7 @@ void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
             s->miss_at = s->seq.n_tokens;
             return;
         }
-        if (grow_tokens(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
+        if (fg_tokens_reserve(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
             fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
             return;
         e->stats.prefix_hits++;
@@ -129,7 +115,7 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     if (src->resp.active || src->respond_req || src->responding)
         return FG_ERR_BUSY; /* its partial page is being written */
     const int n = src->hist_n;
-    if (grow_tokens(&dst->hist, &dst->hist_cap, n + 1) != 0)
+    if (fg_tokens_reserve(&dst->hist, &dst->hist_cap, n + 1) != 0)
         return FG_ERR_NOMEM;
     if (src->on_disk) {
         dst->on_disk = true;
@@ -149,7 +135,7 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     dst->reg_n = src->reg_n;
     dst->committed = n;
     /* The token the source's last response sampled is part of the conversation, not queued input. */
-    if (src->todo_sampled && src->todo_n > 0 && grow_tokens(&dst->todo, &dst->todo_cap, 1) == 0) {
+    if (src->todo_sampled && src->todo_n > 0 && fg_tokens_reserve(&dst->todo, &dst->todo_cap, 1) == 0) {
         dst->todo[0] = src->todo[0];
         dst->todo_n = 1;
         dst->todo_sampled = true;
