@@ -245,6 +245,16 @@ void fg_session_free(fg_session_t *s)
     fg_session_dealloc(s);
 }
 
+fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag)
+{
+    return e->backend ? fg_backend_kv_page_to_host(e->backend, page, diag) : FG_OK;
+}
+
+fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag)
+{
+    return e->backend ? fg_backend_kv_page_to_device(e->backend, page, diag) : FG_OK;
+}
+
 int fg_tokens_reserve(int32_t **arr, int *cap, int need)
 {
     if (need <= *cap)

@@ -226,6 +226,13 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
                          int n, fg_diag *diag);
 
 /* engine.c */
+/* A KV page's resident copy where the backend computes (device memory on
+ * cuda) to its host page before the host reads the page (saves, copy-on-write
+ * sources), and back after the host wrote it (loads, copies). No-ops on the
+ * CPU backend. Step thread. Errors: FG_ERR_IO (device copy failed). */
+fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag);
+fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag);
+
 /* Grows *arr (capacity *cap, doubling from 64) to hold need tokens; 0, or -1
  * when out of memory (the array is unchanged then). */
 int fg_tokens_reserve(int32_t **arr, int *cap, int need);

@@ -248,9 +248,16 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     fg_err err = FG_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
         err = fg_kv_seq_reserve(e->kv, &s->seq, need);
-        /* The page the response writes first must be its own (copy-on-write). */
+        /* The page the response writes first must be its own (copy-on-write);
+         * the copy is made from the host page, so that must be current. */
+        const int first = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+        uint8_t *before = err == FG_OK && first < s->seq.n_pages ? s->seq.pages[first] : NULL;
+        if (before && fg_kv_page_refs(e->kv, before) > 1)
+            err = fg_engine_page_to_host(e, before, NULL);
         if (err == FG_OK)
             err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
+        if (err == FG_OK && before && s->seq.pages[first] != before)
+            err = fg_engine_page_to_device(e, s->seq.pages[first], NULL);
         if (err == FG_OK)
             break;
         size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS -

@@ -353,6 +353,11 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
     if (s->meta_len)
         memcpy(j->meta, s->meta, s->meta_len);
     j->meta_len = s->meta_len;
+    for (int i = 0; i < n_pages; i++)
+        if (fg_engine_page_to_host(e, s->seq.pages[i], NULL) != FG_OK) {
+            free_job(e, j);
+            return; /* the device copy failed: the file stays as it was; the next save retries */
+        }
     for (int i = 0; i < n_pages; i++) {
         fg_kv_page_retain(e->kv, s->seq.pages[i]);
         j->pages[i] = s->seq.pages[i];
@@ -665,6 +670,15 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
                 for (int il = 0; il < geo->n_layer; il++)
                     memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)(t % FG_KV_PAGE_TOKENS)) * geo->row_bytes,
                            fg_sfile_row(&v, geo, il, t), geo->row_bytes);
+            s->seq.pages[s->seq.n_pages++] = page;
+            /* Read into the host page: the backend's resident copy follows (cache hits are current already). */
+            fg_err err = fg_engine_page_to_device(e, page, diag);
+            if (err != FG_OK) {
+                fg_kv_seq_truncate(e->kv, &s->seq, 0);
+                drop_load(s);
+                return err;
+            }
+            continue;
         }
         s->seq.pages[s->seq.n_pages++] = page;
     }
