@@ -80,10 +80,11 @@ struct fg_forward {
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
-    /* The expert weights the products read, per layer: the model's, or (AVX-512,
-     * Q8_0) copies packed at create into 16-row panels (FG_WTYPE_Q8_0_P16) */
-    struct fg_expert_weights *exps, *shexps; /* [n_layer] routed experts, shared expert */
-    void **packed;            /* [3 * 2 * n_layer] owned packed buffers (NULL where not packed) */
+    /* The layers as the products read them: the model's, each Q8_0 matrix
+     * replaced (AVX-512) by a copy packed at create into 16-row panels
+     * (FG_WTYPE_Q8_0_P16, pack_weight) */
+    fg_layer *layers;         /* [n_layer] */
+    void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
 
     fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
@@ -94,10 +95,6 @@ struct fg_forward {
     int layer;
     int n;
 };
-
-typedef struct fg_expert_weights {
-    fg_weight gate, up, down;
-} fg_expert_weights;
 
 /* One thread's buffers for the expert tasks, sized for max_tokens (T) tokens. */
 typedef struct fg_expert_scratch {
@@ -155,25 +152,31 @@ static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *d
     return 0;
 }
 
-/* The expert weights of every layer, packed where pack_weight() packs. */
-static int setup_expert_weights(fg_forward_t *f)
+#define N_PACKED 15 /* the matrices of a layer that pack_weight() may pack */
+
+/* f->layers: the model's layers with every matrix the products read packed
+ * where pack_weight() packs (the router is F32 and stays). */
+static int setup_layers(fg_forward_t *f)
 {
     const int nl = f->m->hp.n_layer;
-    f->exps = calloc((size_t)nl, sizeof *f->exps);
-    f->shexps = calloc((size_t)nl, sizeof *f->shexps);
-    f->packed = calloc((size_t)nl * 6, sizeof *f->packed);
-    if (!f->exps || !f->shexps || !f->packed)
+    f->layers = calloc((size_t)nl, sizeof *f->layers);
+    f->packed = calloc((size_t)nl * N_PACKED, sizeof *f->packed);
+    if (!f->layers || !f->packed)
         return -1;
     for (int il = 0; il < nl; il++) {
-        const fg_layer *ly = &f->m->layers[il];
-        void **own = f->packed + (size_t)il * 6;
-        if (pack_weight(f, &ly->gate_exps, &f->exps[il].gate, &own[0]) ||
-            pack_weight(f, &ly->up_exps, &f->exps[il].up, &own[1]) ||
-            pack_weight(f, &ly->down_exps, &f->exps[il].down, &own[2]) ||
-            pack_weight(f, &ly->gate_shexp, &f->shexps[il].gate, &own[3]) ||
-            pack_weight(f, &ly->up_shexp, &f->shexps[il].up, &own[4]) ||
-            pack_weight(f, &ly->down_shexp, &f->shexps[il].down, &own[5]))
-            return -1;
+        const fg_layer *src = &f->m->layers[il];
+        fg_layer *ly = &f->layers[il];
+        *ly = *src;
+        const fg_weight *from[N_PACKED] = {&src->q_a, &src->q_b, &src->kv_a, &src->k_b, &src->v_b,
+                                           &src->attn_out, &src->ffn_gate, &src->ffn_up, &src->ffn_down,
+                                           &src->gate_exps, &src->up_exps, &src->down_exps, &src->gate_shexp,
+                                           &src->up_shexp, &src->down_shexp};
+        fg_weight *to[N_PACKED] = {&ly->q_a, &ly->q_b, &ly->kv_a, &ly->k_b, &ly->v_b, &ly->attn_out,
+                                   &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->gate_exps, &ly->up_exps,
+                                   &ly->down_exps, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp};
+        for (int i = 0; i < N_PACKED; i++)
+            if (pack_weight(f, from[i], to[i], &f->packed[(size_t)il * N_PACKED + i]) != 0)
+                return -1;
     }
     return 0;
 }
@@ -282,9 +285,9 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
         fg_forward_destroy(f);
         return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
     }
-    if (setup_expert_weights(f) != 0) {
+    if (setup_layers(f) != 0) {
         fg_forward_destroy(f);
-        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate the packed expert weights");
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate the packed weights");
     }
     *out = f;
     return FG_OK;
@@ -309,11 +312,10 @@ void fg_forward_destroy(fg_forward_t *f)
         free(f->exp_scratch[i].mm);
     }
     free(f->exp_scratch);
-    for (int i = 0; f->packed && i < f->m->hp.n_layer * 6; i++)
+    for (int i = 0; f->packed && i < f->m->hp.n_layer * N_PACKED; i++)
         free(f->packed[i]);
     free(f->packed);
-    free(f->exps);
-    free(f->shexps);
+    free(f->layers);
     free(f);
 }
 
@@ -488,8 +490,7 @@ static void experts_job(void *ctx, int ith, int nth)
 {
     (void)nth;
     fg_forward_t *f = ctx;
-    const int il = (int)(f->exp_layer - f->m->layers);
-    const fg_expert_weights *ew = &f->exps[il], *sw = &f->shexps[il];
+    const fg_layer *ly = f->exp_layer;
     const int d = f->m->hp.n_embd;
     fg_expert_scratch *sc = &f->exp_scratch[ith];
     for (;;) {
@@ -498,13 +499,13 @@ static void experts_job(void *ctx, int ith, int nth)
             return;
         const int e = f->exp_tasks[k];
         if (e < 0) {
-            expert_ffn(f, sc, &sw->gate, &sw->up, &sw->down, 0, f->xn, f->n, f->shared_out);
+            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, f->n, f->shared_out);
             continue;
         }
         const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
         for (int j = 0; j < m; j++)
             memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
-        expert_ffn(f, sc, &ew->gate, &ew->up, &ew->down, e, sc->xe, m, f->exp_out + (size_t)begin * d);
+        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, sc->xe, m, f->exp_out + (size_t)begin * d);
     }
 }
 
@@ -522,8 +523,7 @@ static void add_shared_expert(fg_forward_t *f, const fg_layer *ly, int n)
     const int d = f->m->hp.n_embd;
     if (!ly->gate_shexp.data)
         return;
-    const fg_expert_weights *sw = &f->shexps[ly - f->m->layers];
-    swiglu(f, &sw->gate, &sw->up, &sw->down, 0, f->xn, n, f->tmp_d);
+    swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
     for (size_t i = 0; i < (size_t)n * d; i++)
         f->x[i] += f->tmp_d[i];
 }
@@ -558,8 +558,7 @@ static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
             continue;
         for (int j = 0; j < m; j++)
             memcpy(f->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
-        const fg_expert_weights *ew = &f->exps[ly - f->m->layers];
-        swiglu(f, &ew->gate, &ew->up, &ew->down, e, f->xe, m, f->tmp_d);
+        swiglu(f, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->xe, m, f->tmp_d);
         for (int j = 0; j < m; j++)
             fg_axpy(f->x + (size_t)f->exp_list[begin + j] * d, f->exp_list_w[begin + j], f->tmp_d + (size_t)j * d, d);
     }
@@ -578,7 +577,8 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
                      f->route_scratch);
     if (f->ep) {
-        fg_err err = fg_moe_ep_experts(f->ep, ly, n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
+        /* the model's own layer: the expert-parallel ranks read the unpacked weights */
+        fg_err err = fg_moe_ep_experts(f->ep, &f->m->layers[ly - f->layers], n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
         if (err != FG_OK && f->ep_err == FG_OK)
             f->ep_err = err;
         add_shared_expert(f, ly, n); /* the shared expert runs where the token is */
@@ -699,8 +699,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     f->seqs = seqs;
     f->n = n;
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(f, &f->m->layers[il], il, n);
-        ffn_block(f, &f->m->layers[il], n);
+        attention_block(f, &f->layers[il], il, n);
+        ffn_block(f, &f->layers[il], n);
     }
     f->seqs = NULL;
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */

@@ -114,8 +114,9 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
         }
         for (int64_t b = nb; b < a->xq.d_stride; b++)
             d[b] = 0.0f; /* the kernels load scales 16 at a time */
-        if (interleave && t == a->n_tok - 1) {
-            /* the last group's tokens past n_tok: zeros (their results are never stored) */
+        if (interleave && a->wtype == FG_WTYPE_Q8_0 && t == a->n_tok - 1) {
+            /* the last group's tokens past n_tok: zeros (their results are never stored;
+             * the packed kernel reads only the tokens there are, so it skips this) */
             for (int64_t j = a->n_tok % FG_Q8_PANEL_TOKENS; j && j < FG_Q8_PANEL_TOKENS; j++)
                 for (int64_t b = 0; b < nb; b++) {
                     const int64_t slot = ((t / FG_Q8_PANEL_TOKENS) * nb + b) * FG_Q8_PANEL_TOKENS + j;
