@@ -46,8 +46,6 @@ struct fg_forward {
     float *qa;                /* [T][q_lora] */
     float *q;                 /* [T][H * qk] */
     float *kva;               /* [T][kv_lora + rope] */
-    float *head_in;           /* [T][max(nope, kv_lora)] one head's gathered inputs */
-    float *head_out;          /* [T][max(kv_lora, v)] one head's outputs */
     float *q_lat, *o_lat;     /* [T][H][kv_lora] */
     float *q_rope;            /* [T][H][rope] */
     float *o;                 /* [T][H * v] */
@@ -67,6 +65,9 @@ struct fg_forward {
     int n_exp_tasks;
     atomic_int exp_next;      /* next task to take */
     const fg_layer *exp_layer;
+    /* The per-head products of a layer run as one pool job, one head per task: */
+    const struct fg_head_pass *head_pass;
+    atomic_int head_next;     /* next head to take */
     struct fg_expert_scratch *exp_scratch; /* [nth] one per thread */
     float *route_scratch;
     float *logit_rows;        /* [LOGIT_CHUNK][d] */
@@ -96,12 +97,24 @@ struct fg_forward {
     int n;
 };
 
-/* One thread's buffers for the expert tasks, sized for max_tokens (T) tokens. */
+/* One thread's buffers for the expert and head tasks, sized for max_tokens (T) tokens. */
 typedef struct fg_expert_scratch {
     float *xe;                /* [T][d] the task's gathered inputs */
     float *gate, *up;         /* [T][F] */
+    float *head_in;           /* [T][max(nope, kv_lora)] one head's gathered inputs */
+    float *head_out;          /* [T][max(kv_lora, v)] one head's outputs */
     void *mm;                 /* matmul scratch */
 } fg_expert_scratch;
+
+/* One per-head product over all heads: for every head h and token t,
+ * dst[t][h * out_w ..] = matrix h of w applied to src[t][h * src_step .. + in_w]. */
+typedef struct fg_head_pass {
+    const fg_weight *w;
+    const float *src;
+    int src_stride, src_step;  /* floats */
+    float *dst;
+    int dst_stride;            /* floats; head h's outputs start at h * w->n_out */
+} fg_head_pass;
 
 static void *xalloc(size_t n, int *failed)
 {
@@ -223,8 +236,6 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->qa = xalloc(T * (size_t)hp->q_lora * fl, &failed);
     f->q = xalloc(T * H * qk * fl, &failed);
     f->kva = xalloc(T * (L + R) * fl, &failed);
-    f->head_in = xalloc(T * max_sz((size_t)hp->n_nope, L) * fl, &failed);
-    f->head_out = xalloc(T * max_sz(L, (size_t)hp->n_v) * fl, &failed);
     f->q_lat = xalloc(T * H * L * fl, &failed);
     f->o_lat = xalloc(T * H * L * fl, &failed);
     f->q_rope = xalloc(T * H * R * fl, &failed);
@@ -279,6 +290,8 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
         f->exp_scratch[i].xe = xalloc(T * d * fl, &failed);
         f->exp_scratch[i].gate = xalloc(T * F * fl, &failed);
         f->exp_scratch[i].up = xalloc(T * F * fl, &failed);
+        f->exp_scratch[i].head_in = xalloc(T * max_sz((size_t)hp->n_nope, L) * fl, &failed);
+        f->exp_scratch[i].head_out = xalloc(T * max_sz(L, (size_t)hp->n_v) * fl, &failed);
         f->exp_scratch[i].mm = xalloc(mm, &failed);
     }
     if (failed) {
@@ -297,7 +310,7 @@ void fg_forward_destroy(fg_forward_t *f)
 {
     if (!f)
         return;
-    void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->head_in, f->head_out, f->q_lat, f->o_lat, f->q_rope,
+    void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
@@ -309,6 +322,8 @@ void fg_forward_destroy(fg_forward_t *f)
         free(f->exp_scratch[i].xe);
         free(f->exp_scratch[i].gate);
         free(f->exp_scratch[i].up);
+        free(f->exp_scratch[i].head_in);
+        free(f->exp_scratch[i].head_out);
         free(f->exp_scratch[i].mm);
     }
     free(f->exp_scratch);
@@ -392,6 +407,35 @@ static void attention_job(void *ctx, int ith, int nth)
     }
 }
 
+/* Each thread takes heads until none are left; each head's product runs
+ * whole on the thread (the same kernel rows as a split one, so the same bits),
+ * one pool barrier for all heads instead of one (or two) per head. */
+static void heads_job(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    fg_forward_t *f = ctx;
+    const fg_head_pass *p = f->head_pass;
+    fg_expert_scratch *sc = &f->exp_scratch[ith];
+    const int H = (int)p->w->n_mat, in_w = (int)p->w->n_in, out_w = (int)p->w->n_out;
+    for (;;) {
+        const int h = atomic_fetch_add_explicit(&f->head_next, 1, memory_order_relaxed);
+        if (h >= H)
+            return;
+        gather_cols(sc->head_in, p->src, f->n, p->src_stride, h * p->src_step, in_w);
+        /* Cannot fail: types and shapes were validated at model load. */
+        (void)fg_matmul(NULL, f->isa, p->w->type, (const uint8_t *)p->w->data + (size_t)h * p->w->mat_bytes, in_w,
+                        out_w, sc->head_in, f->n, sc->head_out, sc->mm);
+        scatter_cols(p->dst, sc->head_out, f->n, p->dst_stride, h * out_w, out_w);
+    }
+}
+
+static void run_heads(fg_forward_t *f, const fg_head_pass *p)
+{
+    f->head_pass = p;
+    atomic_store_explicit(&f->head_next, 0, memory_order_relaxed); /* published by fg_pool_run */
+    fg_pool_run(f->pool, heads_job, f);
+}
+
 static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 {
     const fg_hparams *hp = &f->m->hp;
@@ -425,11 +469,9 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
             fg_rope_apply(&f->rope, qr, f->tok_pos[t]);
         }
-    for (int h = 0; h < H; h++) {
-        gather_cols(f->head_in, f->q, n, H * qk, h * qk, nope);
-        matmul(f, &ly->k_b, h, f->head_in, n, f->head_out);
-        scatter_cols(f->q_lat, f->head_out, n, H * L, h * L, L);
-    }
+    const fg_head_pass kb = {.w = &ly->k_b, .src = f->q, .src_stride = H * qk, .src_step = qk,
+                             .dst = f->q_lat, .dst_stride = H * L};
+    run_heads(f, &kb);
 
     f->layer = il;
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -446,11 +488,9 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         fg_mla_attn_merge(H, L, parts, o, m, l, f->o_lat);
     }
 
-    for (int h = 0; h < H; h++) {
-        gather_cols(f->head_in, f->o_lat, n, H * L, h * L, L);
-        matmul(f, &ly->v_b, h, f->head_in, n, f->head_out);
-        scatter_cols(f->o, f->head_out, n, H * V, h * V, V);
-    }
+    const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
+                             .dst = f->o, .dst_stride = H * V};
+    run_heads(f, &vb);
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
     for (size_t i = 0; i < (size_t)n * d; i++)
         f->x[i] += f->tmp_d[i];
