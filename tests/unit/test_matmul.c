@@ -321,6 +321,7 @@ static void test_q8_quant_exact(void)
  * packing loses nothing), and every fast ISA on every pool is within TOL_Q8_0
  * of it, for 1 .. 13 tokens (the experts' sizes, one and two token groups) and
  * larger batches, with multi-threaded results equal to single-threaded ones.
+ * Each token alone equals its row of the batch bit for bit (batch invariance).
  * The activation quantization is checked bit for bit through one-hot rows as
  * in test_q8_quant_exact, at token counts below the unpacked panels' 8. */
 static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
@@ -360,8 +361,23 @@ static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok);
             CHECK_MSG(err <= TOL_Q8_0, "p16 %s pool %d %lldx%lld tok %lld: normalised error %.3g",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, err);
-            if (p == 0)
+            if (p == 0) {
                 memcpy(y1, y, (size_t)(ny + 2 * GUARD) * sizeof *y);
+                /* each token alone gives its row of the batch bit for bit: a token's
+                 * products do not depend on the batch it runs in */
+                float *yt = malloc((size_t)n_out * sizeof *yt);
+                void *sc1 = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, 1);
+                for (int64_t t = 0; t < n_tok; t++) {
+                    CHECK(fg_matmul(NULL, fast_isas[k], FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x + t * n_in, 1, yt,
+                                    sc1) == 0);
+                    CHECK_MSG(memcmp(yt, y + GUARD + t * n_out, (size_t)n_out * sizeof *yt) == 0,
+                              "p16 %s %lldx%lld: token %lld alone differs from its row in a batch of %lld",
+                              fg_isa_name(fast_isas[k]), (long long)n_out, (long long)n_in, (long long)t,
+                              (long long)n_tok);
+                }
+                free(sc1);
+                free(yt);
+            }
             else
                 CHECK_MSG(memcmp(y1, y, (size_t)(ny + 2 * GUARD) * sizeof *y) == 0,
                           "p16 %s pool %d differs from one thread", fg_isa_name(fast_isas[k]), p);
