@@ -166,6 +166,7 @@ static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *d
 }
 
 #define N_PACKED 15 /* the matrices of a layer that pack_weight() may pack */
+#define PACKED_ROUTED 9 /* index of gate_exps in setup_layers' lists; up_exps and down_exps follow */
 
 /* f->layers: the model's layers with every matrix the products read packed
  * where pack_weight() packs (the router is F32 and stays). */
@@ -683,7 +684,23 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
     }
 }
 
-void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep) { f->ep = ep; }
+void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
+{
+    f->ep = ep;
+    if (!ep)
+        return;
+    for (int il = 0; il < f->m->hp.n_layer; il++) {
+        const fg_layer *src = &f->m->layers[il];
+        fg_layer *ly = &f->layers[il];
+        for (int i = PACKED_ROUTED; i < PACKED_ROUTED + 3; i++) {
+            free(f->packed[(size_t)il * N_PACKED + i]);
+            f->packed[(size_t)il * N_PACKED + i] = NULL;
+        }
+        ly->gate_exps = src->gate_exps;
+        ly->up_exps = src->up_exps;
+        ly->down_exps = src->down_exps;
+    }
+}
 
 /* Checks the batch and sets each token's position and sequence; *n_out gets the token count. */
 static fg_err plan_batch(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, int *n_out,
