@@ -19,6 +19,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/moe_ep.h"
 #include "engine/moe_route.h"
@@ -44,8 +46,6 @@ struct fg_forward {
     float *qa;                /* [T][q_lora] */
     float *q;                 /* [T][H * qk] */
     float *kva;               /* [T][kv_lora + rope] */
-    float *head_in;           /* [T][max(nope, kv_lora)] one head's gathered inputs */
-    float *head_out;          /* [T][max(kv_lora, v)] one head's outputs */
     float *q_lat, *o_lat;     /* [T][H][kv_lora] */
     float *q_rope;            /* [T][H][rope] */
     float *o;                 /* [T][H * v] */
@@ -65,6 +65,9 @@ struct fg_forward {
     int n_exp_tasks;
     atomic_int exp_next;      /* next task to take */
     const fg_layer *exp_layer;
+    /* The per-head products of a layer run as one pool job, one head per task: */
+    const struct fg_head_pass *head_pass;
+    atomic_int head_next;     /* next head to take */
     struct fg_expert_scratch *exp_scratch; /* [nth] one per thread */
     float *route_scratch;
     float *logit_rows;        /* [LOGIT_CHUNK][d] */
@@ -78,6 +81,12 @@ struct fg_forward {
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
+    /* The layers as the products read them: the model's, each Q8_0 matrix
+     * replaced (AVX-512) by a copy packed at create into 16-row panels
+     * (FG_WTYPE_Q8_0_P16, pack_weight) */
+    fg_layer *layers;         /* [n_layer] */
+    void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
+
     fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
     fg_diag ep_diag;
@@ -88,12 +97,24 @@ struct fg_forward {
     int n;
 };
 
-/* One thread's buffers for the expert tasks, sized for max_tokens (T) tokens. */
+/* One thread's buffers for the expert and head tasks, sized for max_tokens (T) tokens. */
 typedef struct fg_expert_scratch {
     float *xe;                /* [T][d] the task's gathered inputs */
     float *gate, *up;         /* [T][F] */
+    float *head_in;           /* [T][max(nope, kv_lora)] one head's gathered inputs */
+    float *head_out;          /* [T][max(kv_lora, v)] one head's outputs */
     void *mm;                 /* matmul scratch */
 } fg_expert_scratch;
+
+/* One per-head product over all heads: for every head h and token t,
+ * dst[t][h * out_w ..] = matrix h of w applied to src[t][h * src_step .. + in_w]. */
+typedef struct fg_head_pass {
+    const fg_weight *w;
+    const float *src;
+    int src_stride, src_step;  /* floats */
+    float *dst;
+    int dst_stride;            /* floats; head h's outputs start at h * w->n_out */
+} fg_head_pass;
 
 static void *xalloc(size_t n, int *failed)
 {
@@ -106,6 +127,73 @@ static void *xalloc(size_t n, int *failed)
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Makes *dst the weight the products read for src: src itself, or, where the
+ * AVX-512 kernels run and src is Q8_0 with rows in multiples of 16, a copy
+ * packed into 16-row panels (the same size; the expert products of 1 .. 12
+ * tokens run about twice as fast on it, docs/benchmarks.md). When the model
+ * is a file mapping, src's pages are then dropped from this process, so the
+ * resident memory stays that of one copy: they fault back in from the file,
+ * unchanged, if anything reads src again (expert parallelism, another
+ * forward). Returns 0, or -1 when out of memory (dst is then src). */
+static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *dst, void **owned)
+{
+    *dst = *src;
+    *owned = NULL;
+    const fg_isa isa = f->isa == FG_ISA_AUTO ? fg_isa_best() : f->isa;
+    if (isa != FG_ISA_AVX512 || !src->data || src->type != FG_WTYPE_Q8_0 ||
+        fg_matmul_q8_p16_bytes(src->n_in, src->n_out) != (size_t)src->n_out * src->row_bytes ||
+        src->mat_bytes != (size_t)src->n_out * src->row_bytes)
+        return 0;
+    const size_t total = (size_t)src->n_mat * src->mat_bytes;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, total) != 0)
+        return -1;
+    for (int64_t i = 0; i < src->n_mat; i++)
+        (void)fg_matmul_pack_q8_p16((const uint8_t *)src->data + (size_t)i * src->mat_bytes, src->n_in, src->n_out,
+                                    (uint8_t *)buf + (size_t)i * src->mat_bytes);
+    if (f->m->weights_file_mapped) {
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t b = ((uintptr_t)src->data + page - 1) / page * page;
+        const uintptr_t e = ((uintptr_t)src->data + total) / page * page;
+        if (e > b)
+            (void)madvise((void *)b, e - b, MADV_DONTNEED); /* an optimisation: failure costs only memory */
+    }
+    dst->data = buf;
+    dst->type = FG_WTYPE_Q8_0_P16;
+    *owned = buf;
+    return 0;
+}
+
+#define N_PACKED 15 /* the matrices of a layer that pack_weight() may pack */
+#define PACKED_ROUTED 9 /* index of gate_exps in setup_layers' lists; up_exps and down_exps follow */
+
+/* f->layers: the model's layers with every matrix the products read packed
+ * where pack_weight() packs (the router is F32 and stays). */
+static int setup_layers(fg_forward_t *f)
+{
+    const int nl = f->m->hp.n_layer;
+    f->layers = calloc((size_t)nl, sizeof *f->layers);
+    f->packed = calloc((size_t)nl * N_PACKED, sizeof *f->packed);
+    if (!f->layers || !f->packed)
+        return -1;
+    for (int il = 0; il < nl; il++) {
+        const fg_layer *src = &f->m->layers[il];
+        fg_layer *ly = &f->layers[il];
+        *ly = *src;
+        const fg_weight *from[N_PACKED] = {&src->q_a, &src->q_b, &src->kv_a, &src->k_b, &src->v_b,
+                                           &src->attn_out, &src->ffn_gate, &src->ffn_up, &src->ffn_down,
+                                           &src->gate_exps, &src->up_exps, &src->down_exps, &src->gate_shexp,
+                                           &src->up_shexp, &src->down_shexp};
+        fg_weight *to[N_PACKED] = {&ly->q_a, &ly->q_b, &ly->kv_a, &ly->k_b, &ly->v_b, &ly->attn_out,
+                                   &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->gate_exps, &ly->up_exps,
+                                   &ly->down_exps, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp};
+        for (int i = 0; i < N_PACKED; i++)
+            if (pack_weight(f, from[i], to[i], &f->packed[(size_t)il * N_PACKED + i]) != 0)
+                return -1;
+    }
+    return 0;
+}
 
 fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool, fg_isa isa,
                          fg_forward_t **out, fg_diag *diag)
@@ -149,8 +237,6 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->qa = xalloc(T * (size_t)hp->q_lora * fl, &failed);
     f->q = xalloc(T * H * qk * fl, &failed);
     f->kva = xalloc(T * (L + R) * fl, &failed);
-    f->head_in = xalloc(T * max_sz((size_t)hp->n_nope, L) * fl, &failed);
-    f->head_out = xalloc(T * max_sz(L, (size_t)hp->n_v) * fl, &failed);
     f->q_lat = xalloc(T * H * L * fl, &failed);
     f->o_lat = xalloc(T * H * L * fl, &failed);
     f->q_rope = xalloc(T * H * R * fl, &failed);
@@ -205,11 +291,17 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
         f->exp_scratch[i].xe = xalloc(T * d * fl, &failed);
         f->exp_scratch[i].gate = xalloc(T * F * fl, &failed);
         f->exp_scratch[i].up = xalloc(T * F * fl, &failed);
+        f->exp_scratch[i].head_in = xalloc(T * max_sz((size_t)hp->n_nope, L) * fl, &failed);
+        f->exp_scratch[i].head_out = xalloc(T * max_sz(L, (size_t)hp->n_v) * fl, &failed);
         f->exp_scratch[i].mm = xalloc(mm, &failed);
     }
     if (failed) {
         fg_forward_destroy(f);
         return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
+    }
+    if (setup_layers(f) != 0) {
+        fg_forward_destroy(f);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate the packed weights");
     }
     *out = f;
     return FG_OK;
@@ -219,7 +311,7 @@ void fg_forward_destroy(fg_forward_t *f)
 {
     if (!f)
         return;
-    void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->head_in, f->head_out, f->q_lat, f->o_lat, f->q_rope,
+    void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
@@ -231,9 +323,15 @@ void fg_forward_destroy(fg_forward_t *f)
         free(f->exp_scratch[i].xe);
         free(f->exp_scratch[i].gate);
         free(f->exp_scratch[i].up);
+        free(f->exp_scratch[i].head_in);
+        free(f->exp_scratch[i].head_out);
         free(f->exp_scratch[i].mm);
     }
     free(f->exp_scratch);
+    for (int i = 0; f->packed && i < f->m->hp.n_layer * N_PACKED; i++)
+        free(f->packed[i]);
+    free(f->packed);
+    free(f->layers);
     free(f);
 }
 
@@ -310,6 +408,35 @@ static void attention_job(void *ctx, int ith, int nth)
     }
 }
 
+/* Each thread takes heads until none are left; each head's product runs
+ * whole on the thread (the same kernel rows as a split one, so the same bits),
+ * one pool barrier for all heads instead of one (or two) per head. */
+static void heads_job(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    fg_forward_t *f = ctx;
+    const fg_head_pass *p = f->head_pass;
+    fg_expert_scratch *sc = &f->exp_scratch[ith];
+    const int H = (int)p->w->n_mat, in_w = (int)p->w->n_in, out_w = (int)p->w->n_out;
+    for (;;) {
+        const int h = atomic_fetch_add_explicit(&f->head_next, 1, memory_order_relaxed);
+        if (h >= H)
+            return;
+        gather_cols(sc->head_in, p->src, f->n, p->src_stride, h * p->src_step, in_w);
+        /* Cannot fail: types and shapes were validated at model load. */
+        (void)fg_matmul(NULL, f->isa, p->w->type, (const uint8_t *)p->w->data + (size_t)h * p->w->mat_bytes, in_w,
+                        out_w, sc->head_in, f->n, sc->head_out, sc->mm);
+        scatter_cols(p->dst, sc->head_out, f->n, p->dst_stride, h * out_w, out_w);
+    }
+}
+
+static void run_heads(fg_forward_t *f, const fg_head_pass *p)
+{
+    f->head_pass = p;
+    atomic_store_explicit(&f->head_next, 0, memory_order_relaxed); /* published by fg_pool_run */
+    fg_pool_run(f->pool, heads_job, f);
+}
+
 static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 {
     const fg_hparams *hp = &f->m->hp;
@@ -343,11 +470,9 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
             fg_rope_apply(&f->rope, qr, f->tok_pos[t]);
         }
-    for (int h = 0; h < H; h++) {
-        gather_cols(f->head_in, f->q, n, H * qk, h * qk, nope);
-        matmul(f, &ly->k_b, h, f->head_in, n, f->head_out);
-        scatter_cols(f->q_lat, f->head_out, n, H * L, h * L, L);
-    }
+    const fg_head_pass kb = {.w = &ly->k_b, .src = f->q, .src_stride = H * qk, .src_step = qk,
+                             .dst = f->q_lat, .dst_stride = H * L};
+    run_heads(f, &kb);
 
     f->layer = il;
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -364,11 +489,9 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         fg_mla_attn_merge(H, L, parts, o, m, l, f->o_lat);
     }
 
-    for (int h = 0; h < H; h++) {
-        gather_cols(f->head_in, f->o_lat, n, H * L, h * L, L);
-        matmul(f, &ly->v_b, h, f->head_in, n, f->head_out);
-        scatter_cols(f->o, f->head_out, n, H * V, h * V, V);
-    }
+    const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
+                             .dst = f->o, .dst_stride = H * V};
+    run_heads(f, &vb);
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
     for (size_t i = 0; i < (size_t)n * d; i++)
         f->x[i] += f->tmp_d[i];
@@ -495,7 +618,8 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
                      f->route_scratch);
     if (f->ep) {
-        fg_err err = fg_moe_ep_experts(f->ep, ly, n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
+        /* the model's own layer: the expert-parallel ranks read the unpacked weights */
+        fg_err err = fg_moe_ep_experts(f->ep, &f->m->layers[ly - f->layers], n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
         if (err != FG_OK && f->ep_err == FG_OK)
             f->ep_err = err;
         add_shared_expert(f, ly, n); /* the shared expert runs where the token is */
@@ -560,7 +684,23 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
     }
 }
 
-void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep) { f->ep = ep; }
+void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
+{
+    f->ep = ep;
+    if (!ep)
+        return;
+    for (int il = 0; il < f->m->hp.n_layer; il++) {
+        const fg_layer *src = &f->m->layers[il];
+        fg_layer *ly = &f->layers[il];
+        for (int i = PACKED_ROUTED; i < PACKED_ROUTED + 3; i++) {
+            free(f->packed[(size_t)il * N_PACKED + i]);
+            f->packed[(size_t)il * N_PACKED + i] = NULL;
+        }
+        ly->gate_exps = src->gate_exps;
+        ly->up_exps = src->up_exps;
+        ly->down_exps = src->down_exps;
+    }
+}
 
 /* Checks the batch and sets each token's position and sequence; *n_out gets the token count. */
 static fg_err plan_batch(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, int *n_out,
@@ -616,8 +756,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     f->seqs = seqs;
     f->n = n;
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(f, &f->m->layers[il], il, n);
-        ffn_block(f, &f->m->layers[il], n);
+        attention_block(f, &f->layers[il], il, n);
+        ffn_block(f, &f->layers[il], n);
     }
     f->seqs = NULL;
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */

@@ -46,7 +46,10 @@ int fg_forward_max_tokens(const fg_forward_t *f);
  * of here; NULL switches back. With ep set, a run is collective: every rank
  * of ep's group must call fg_forward_run once per step, a rank with no
  * tokens with n_seqs = 0; a rejected batch still takes part in the
- * exchanges. ep must outlive its use. */
+ * exchanges. ep must outlive its use. Setting an ep frees this forward's
+ * packed copies of the routed experts (the ranks read the model's own), so a
+ * rank holds only its attention and shared-expert copies; after switching
+ * back to NULL the routed experts run from the model's unpacked weights. */
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep);
 
 /* Runs the batch: writes each token's cache rows at positions kv->n_tokens..,

@@ -898,6 +898,11 @@ const void *fg_gguf_file_bytes(const fg_gguf_t *g)
     return g->base;
 }
 
+bool fg_gguf_is_file_mapping(const fg_gguf_t *g)
+{
+    return g->mapped;
+}
+
 uint64_t fg_gguf_key_count(const fg_gguf_t *g)
 {
     return g->n_kv;

@@ -91,6 +91,10 @@ uint64_t fg_gguf_alignment(const fg_gguf_t *g);
 uint64_t fg_gguf_data_offset(const fg_gguf_t *g); /* file offset of the data section */
 uint64_t fg_gguf_file_size(const fg_gguf_t *g);
 const void *fg_gguf_file_bytes(const fg_gguf_t *g); /* start of the whole file */
+/* True when the bytes are a private read-only file mapping (fg_gguf_open_file),
+ * whose pages can be dropped and fault back from the file unchanged; false for
+ * borrowed memory (fg_gguf_open_memory). */
+bool fg_gguf_is_file_mapping(const fg_gguf_t *g);
 
 /* ---- metadata ---- */
 /* Keys are indexed 0..key_count-1 in file order; names are NUL-terminated

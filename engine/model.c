@@ -341,6 +341,7 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
     }
     m->weight_bytes_total = total;
     m->weight_bytes_active = active;
+    m->weights_file_mapped = fg_gguf_is_file_mapping(g);
     compute_identity(g, m->identity);
     *out = m;
     return FG_OK;

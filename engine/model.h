@@ -95,6 +95,7 @@ typedef struct fg_model {
     uint64_t weight_bytes_total;   /* all tensors */
     uint64_t weight_bytes_active;  /* read per token: attention, dense, shared, top-k experts, head */
     char identity[17];             /* 64-bit hash (hex) of the metadata and tensor directory, for cache files */
+    bool weights_file_mapped;      /* the weights are a private file mapping: unused pages may be dropped */
 } fg_model;
 
 /* Errors: FG_ERR_MODEL_ARCH, FG_ERR_MODEL_HPARAM, FG_ERR_MODEL_TENSOR,

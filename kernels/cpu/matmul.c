@@ -25,6 +25,8 @@
 /* Output rows per scheduling unit: 16 f32 outputs fill one cache line of y,
  * so two threads never write the same line of a token's output row. */
 #define MM_ROW_GRAIN 16
+/* ... which is also the packed Q8_0 panel height: a thread always gets whole panels. */
+_Static_assert(MM_ROW_GRAIN % 16 == 0, "row chunks must hold whole 16-row panels");
 /* Below this many multiply-adds a call runs on the caller alone: waking the
  * pool would cost more than the work. */
 #define MM_MIN_PARALLEL_MACS 16384
@@ -146,6 +148,7 @@ size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
     case FG_WTYPE_BF16:
         return (size_t)n_in * 2;
     case FG_WTYPE_Q8_0:
+    case FG_WTYPE_Q8_0_P16:
         if (n_in % FG_Q8_0_BLOCK)
             return 0;
         return (size_t)(n_in / FG_Q8_0_BLOCK) * sizeof(fg_block_q8_0);
@@ -195,9 +198,54 @@ static size_t q8_layout(int64_t n_in, int64_t n_tok, void *scratch, fg_q8_act *x
 
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
 {
-    if (wtype != FG_WTYPE_Q8_0 || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
+    if ((wtype != FG_WTYPE_Q8_0 && wtype != FG_WTYPE_Q8_0_P16) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
+}
+
+/* ---- Q8_0 repacked in 16-row panels (layout in matmul.h) ---- */
+
+#define P16_ROWS 16
+#define P16_BLOCK_BYTES (P16_ROWS * FG_Q8_0_BLOCK) /* 512 */
+
+size_t fg_matmul_q8_p16_bytes(int64_t n_in, int64_t n_out)
+{
+    if (n_in <= 0 || n_out <= 0 || n_in % FG_Q8_0_BLOCK || n_out % P16_ROWS)
+        return 0;
+    return (size_t)n_out * fg_wtype_row_bytes(FG_WTYPE_Q8_0, n_in);
+}
+
+int fg_matmul_pack_q8_p16(const void *w, int64_t n_in, int64_t n_out, void *dst)
+{
+    if (!fg_matmul_q8_p16_bytes(n_in, n_out) || !w || !dst)
+        return -1;
+    const int64_t nb = n_in / FG_Q8_0_BLOCK;
+    const size_t row_bytes = fg_wtype_row_bytes(FG_WTYPE_Q8_0, n_in);
+    const size_t panel_bytes = P16_ROWS * row_bytes;
+    for (int64_t p = 0; p < n_out / P16_ROWS; p++) {
+        uint8_t *q = (uint8_t *)dst + (size_t)p * panel_bytes;
+        uint8_t *sc = q + (size_t)nb * P16_BLOCK_BYTES;
+        for (int r = 0; r < P16_ROWS; r++) {
+            const fg_block_q8_0 *row = (const fg_block_q8_0 *)((const uint8_t *)w + (size_t)(p * P16_ROWS + r) * row_bytes);
+            for (int64_t b = 0; b < nb; b++) {
+                memcpy(sc + ((size_t)b * P16_ROWS + r) * 2, &row[b].d, 2);
+                for (int k = 0; k < FG_Q8_0_BLOCK; k++)
+                    q[(size_t)b * P16_BLOCK_BYTES + (k / 4) * 64 + r * 4 + k % 4] = (uint8_t)row[b].qs[k] ^ 0x80;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Row o's block b of a packed matrix, unpacked to the Q8_0 block it came from. */
+static void p16_block(const fg_matmul_args *a, int64_t o, int64_t b, fg_block_q8_0 *out)
+{
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    const uint8_t *q = (const uint8_t *)a->w + (size_t)(o / P16_ROWS) * P16_ROWS * a->row_bytes;
+    const int r = (int)(o % P16_ROWS);
+    memcpy(&out->d, q + (size_t)nb * P16_BLOCK_BYTES + ((size_t)b * P16_ROWS + r) * 2, 2);
+    for (int k = 0; k < FG_Q8_0_BLOCK; k++)
+        out->qs[k] = (int8_t)(q[(size_t)b * P16_BLOCK_BYTES + (k / 4) * 64 + r * 4 + k % 4] ^ 0x80);
 }
 
 /* ---- scalar reference ---- */
@@ -229,15 +277,20 @@ static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
                     sum += fg_bf16_to_f32(w[i]) * x[i];
                 break;
             }
-            case FG_WTYPE_Q8_0: {
+            case FG_WTYPE_Q8_0:
+            case FG_WTYPE_Q8_0_P16: {
                 const fg_block_q8_0 *wb = (const fg_block_q8_0 *)wrow;
                 const int64_t nb = n_in / FG_Q8_0_BLOCK;
                 const fg_block_q8_0 *xb = (const fg_block_q8_0 *)a->scratch + t * nb;
                 for (int64_t b = 0; b < nb; b++) {
+                    fg_block_q8_0 wp;
+                    if (a->wtype == FG_WTYPE_Q8_0_P16)
+                        p16_block(a, o, b, &wp);
+                    const fg_block_q8_0 *wbb = a->wtype == FG_WTYPE_Q8_0_P16 ? &wp : &wb[b];
                     int32_t isum = 0;
                     for (int j = 0; j < FG_Q8_0_BLOCK; j++)
-                        isum += (int32_t)wb[b].qs[j] * (int32_t)xb[b].qs[j];
-                    sum += (float)isum * (fg_f16_to_f32(wb[b].d) * fg_f16_to_f32(xb[b].d));
+                        isum += (int32_t)wbb->qs[j] * (int32_t)xb[b].qs[j];
+                    sum += (float)isum * (fg_f16_to_f32(wbb->d) * fg_f16_to_f32(xb[b].d));
                 }
                 break;
             }
@@ -340,9 +393,17 @@ int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_i
     const size_t row_bytes = fg_wtype_row_bytes(wtype, n_in);
     if (row_bytes == 0 || n_out < 0 || n_tok < 0)
         return -1;
+    const int is_q8 = wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16;
+    if (wtype == FG_WTYPE_Q8_0_P16) {
+        if (n_out % P16_ROWS)
+            return -1;
+        /* only AVX-512 has a kernel for the packed layout; the others read it through the reference */
+        if (isa != FG_ISA_AVX512)
+            isa = FG_ISA_SCALAR;
+    }
     if (n_out == 0 || n_tok == 0)
         return 0;
-    if (!w || !x || !y || (wtype == FG_WTYPE_Q8_0 && !scratch))
+    if (!w || !x || !y || (is_q8 && !scratch))
         return -1;
 
     mm_job j;
@@ -359,7 +420,7 @@ int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_i
     j.args.scratch = scratch;
 
     const int parallel = pool && fg_pool_size(pool) > 1 && n_in * n_out * n_tok >= MM_MIN_PARALLEL_MACS;
-    if (wtype == FG_WTYPE_Q8_0) {
+    if (is_q8) {
         q8_layout(n_in, n_tok, scratch, &j.args.xq);
         if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
             fg_pool_run(pool, quant_job, &j);

@@ -35,6 +35,9 @@ enum fg_wtype {
     FG_WTYPE_F16 = 1,
     FG_WTYPE_Q8_0 = 8,
     FG_WTYPE_BF16 = 30,
+    /* Not a ggml type: Q8_0 weights repacked by fg_matmul_pack_q8_p16 into
+     * panels of 16 rows (see there). Same values and results as Q8_0. */
+    FG_WTYPE_Q8_0_P16 = 1008,
 };
 
 /* Instruction sets a kernel can be asked to use; FG_ISA_AUTO picks the best
@@ -61,6 +64,28 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
  * fg_matmul_scratch_bytes() bytes, 64-byte aligned (may be NULL if 0). */
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
               const float *x, int64_t n_tok, float *y, void *scratch);
+
+/* Q8_0 repacked for the AVX-512 panel kernel, once at load, so small batches
+ * (the MoE experts' 1 .. 12 tokens) get the panel kernel's cost per product
+ * without repacking each block on every call.
+ *
+ * Layout: the matrix is cut into panels of 16 consecutive rows; a panel is
+ * nb = n_in / 32 blocks of 512 bytes, then nb x 16 F16 block scales:
+ *   quants[b][g][r][i] = W[16p + r][32b + 4g + i] ^ 0x80   (g < 8, r < 16, i < 4; as uint8)
+ *   scales[b][r]       = the F16 scale of row 16p + r, block b
+ * so one 64-byte load holds the same 4-byte group of all 16 rows. A panel is
+ * 16 * nb * 34 bytes, exactly the Q8_0 rows it replaces: the packed matrix is
+ * the size of the original.
+ *
+ * Returns the packed bytes, or 0 if the shape cannot be packed (n_in not a
+ * multiple of 32 or n_out not a multiple of 16). */
+size_t fg_matmul_q8_p16_bytes(int64_t n_in, int64_t n_out);
+
+/* Packs the Q8_0 matrix w [n_out][n_in] into dst (fg_matmul_q8_p16_bytes()
+ * bytes, 64-byte aligned). Returns 0, or -1 for a shape that cannot be packed.
+ * fg_matmul() with FG_WTYPE_Q8_0_P16 and dst then gives the results of Q8_0
+ * with w (bit-identical on the scalar reference). */
+int fg_matmul_pack_q8_p16(const void *w, int64_t n_in, int64_t n_out, void *dst);
 
 /* Bytes of one weight row of n_in elements of wtype (0 if not a whole number of blocks). */
 size_t fg_wtype_row_bytes(int wtype, int64_t n_in);

@@ -73,6 +73,9 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
 {
     const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
     const __m512 sign = _mm512_set1_ps(-0.0f);
+    /* the panels (repacked here or at load) read the activations interleaved */
+    const int interleave = a->n_tok >= PANEL_MIN_TOKENS || a->wtype == FG_WTYPE_Q8_0_P16;
+    const int tiles = a->n_tok >= TILE_MIN_TOKENS && a->wtype == FG_WTYPE_Q8_0;
     for (int64_t t = t_begin; t < t_end; t++) {
         const float *x = a->x + t * n_in;
         int8_t *qs = a->xq.qs + t * a->xq.qs_stride;
@@ -93,12 +96,13 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
             const __m128i q1 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v1, vid)));
             const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
             _mm256_store_si256((__m256i *)(qs + b * 32), q);
-            if (a->n_tok < TILE_MIN_TOKENS)
-                continue; /* only the tiles use the correction */
+            if (!tiles && !interleave)
+                continue; /* only the tiles and panels use the correction */
             /* 128 * (sum of each group of 4), negated */
             const __m256i s128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), q);
-            _mm256_store_si256((__m256i *)(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s128));
-            if (a->n_tok >= PANEL_MIN_TOKENS) {
+            if (tiles)
+                _mm256_store_si256((__m256i *)(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s128));
+            if (interleave) {
                 __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s128), _mm256_extracti128_si256(s128, 1));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
@@ -110,8 +114,9 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
         }
         for (int64_t b = nb; b < a->xq.d_stride; b++)
             d[b] = 0.0f; /* the kernels load scales 16 at a time */
-        if (a->n_tok >= PANEL_MIN_TOKENS && t == a->n_tok - 1) {
-            /* the last group's tokens past n_tok: zeros (their results are never stored) */
+        if (interleave && a->wtype == FG_WTYPE_Q8_0 && t == a->n_tok - 1) {
+            /* the last group's tokens past n_tok: zeros (their results are never stored;
+             * the packed kernel reads only the tokens there are, so it skips this) */
             for (int64_t j = a->n_tok % FG_Q8_PANEL_TOKENS; j && j < FG_Q8_PANEL_TOKENS; j++)
                 for (int64_t b = 0; b < nb; b++) {
                     const int64_t slot = ((t / FG_Q8_PANEL_TOKENS) * nb + b) * FG_Q8_PANEL_TOKENS + j;
@@ -619,6 +624,80 @@ static void rows_q8(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
     }
 }
 
+/* ---- Q8_0 packed at load (FG_WTYPE_Q8_0_P16, layout in matmul.h) ----
+ *
+ * The panel kernel above without its repacking: the weights already hold
+ * each 4-byte group of 16 rows in one 64-byte line, w ^ 0x80, and the 16
+ * scales of a block side by side. So any batch, 1 token included, pays 8
+ * vpdpbusd and one widening and multiply-add per block and token for 16 rows,
+ * where the few-token row kernel pays 16 of each. The block loop runs whole
+ * inside a token group, the group's sums staying in registers; a panel (17 KB
+ * at n_in = 1024) stays in L1/L2 for the next group. */
+
+ALWAYS_INLINE void p16_tokens(const fg_matmul_args *a, const uint8_t *pw, int64_t o, int64_t grp, const int T)
+{
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    const uint8_t *scales = pw + (size_t)nb * PANEL_ROWS * FG_Q8_0_BLOCK;
+    const int64_t slot0 = grp * nb * FG_Q8_PANEL_TOKENS;
+    const int8_t *pq = a->xq.pq + slot0 * 32;
+    const float *pd = a->xq.pd + slot0;
+    const int32_t *pc = a->xq.pc + slot0;
+    __m512 yacc[FG_Q8_PANEL_TOKENS];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        yacc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = pw + (size_t)b * PANEL_ROWS * FG_Q8_0_BLOCK;
+        __m512i wg[8];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            wg[g] = _mm512_loadu_si512((const void *)(wb + 64 * g));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 32)));
+        const int8_t *q = pq + (size_t)b * FG_Q8_PANEL_TOKENS * 32;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i acc0 = _mm512_set1_epi32(pc[b * FG_Q8_PANEL_TOKENS + t]), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                acc0 = _mm512_dpbusd_epi32(acc0, wg[g], bcast4(q + 32 * t + 4 * g));
+                acc1 = _mm512_dpbusd_epi32(acc1, wg[g + 4], bcast4(q + 32 * t + 16 + 4 * g));
+            }
+            const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(pd[b * FG_Q8_PANEL_TOKENS + t]));
+            yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc0, acc1)), d, yacc[t]);
+        }
+    }
+    float *y = a->y + grp * FG_Q8_PANEL_TOKENS * a->n_out + o;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        _mm512_storeu_ps(y + t * a->n_out, yacc[t]);
+}
+
+/* o_begin and o_end are multiples of 16 (fg_matmul checks n_out and hands out whole panels). */
+static void rows_q8_p16(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    for (int64_t o = o_begin; o < o_end; o += PANEL_ROWS) {
+        const uint8_t *pw = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t grp = 0; grp * FG_Q8_PANEL_TOKENS < a->n_tok; grp++) {
+            const int64_t left = a->n_tok - grp * FG_Q8_PANEL_TOKENS;
+            switch (left < FG_Q8_PANEL_TOKENS ? (int)left : FG_Q8_PANEL_TOKENS) {
+#define P16(T)                                                                                                     \
+    case T:                                                                                                        \
+        p16_tokens(a, pw, o, grp, T);                                                                           \
+        break;
+                P16(1)
+                P16(2)
+                P16(3)
+                P16(4)
+                P16(5)
+                P16(6)
+                P16(7)
+                P16(8)
+#undef P16
+            }
+        }
+    }
+}
+
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     rows_float(a, FG_WTYPE_F32, ob, oe);
@@ -648,6 +727,9 @@ void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_e
         break;
     case FG_WTYPE_Q8_0:
         rows_q8(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_Q8_0_P16:
+        rows_q8_p16(a, o_begin, o_end);
         break;
     }
 }

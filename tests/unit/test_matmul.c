@@ -316,6 +316,136 @@ static void test_q8_quant_exact(void)
     free(w);
 }
 
+/* Q8_0 packed in 16-row panels (FG_WTYPE_Q8_0_P16): the scalar reference
+ * over the packed matrix equals the one over the original bit for bit (the
+ * packing loses nothing), and every fast ISA on every pool is within TOL_Q8_0
+ * of it, for 1 .. 13 tokens (the experts' sizes, one and two token groups) and
+ * larger batches, with multi-threaded results equal to single-threaded ones.
+ * Each token alone equals its row of the batch bit for bit (batch invariance).
+ * The activation quantization is checked bit for bit through one-hot rows as
+ * in test_q8_quant_exact, at token counts below the unpacked panels' 8. */
+static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
+{
+    size_t bytes;
+    void *w = make_weights(FG_WTYPE_Q8_0, n_in, n_out, &bytes);
+    const size_t pb = fg_matmul_q8_p16_bytes(n_in, n_out);
+    CHECK(pb == bytes);
+    void *wp = aligned_alloc(64, (pb + 63) / 64 * 64);
+    CHECK(fg_matmul_pack_q8_p16(w, n_in, n_out, wp) == 0);
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = rng_f();
+    void *scratch = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
+    const int64_t ny = n_out * n_tok;
+    float *yref = alloc_y(ny), *yp = alloc_y(ny), *y = alloc_y(ny), *y1 = alloc_y(ny);
+    CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref + GUARD, scratch) == 0);
+    CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x, n_tok, yp + GUARD, scratch) == 0);
+    CHECK_MSG(memcmp(yref, yp, (size_t)(ny + 2 * GUARD) * sizeof *y) == 0,
+              "p16 scalar %lldx%lld tok %lld differs from Q8_0 scalar", (long long)n_out, (long long)n_in,
+              (long long)n_tok);
+    double ymax = 0;
+    for (int64_t i = 0; i < ny; i++)
+        ymax = fmax(ymax, fabs(yref[GUARD + i]));
+    for (int k = 0; k < n_fast; k++) {
+        for (int p = 0; p < 4; p++) {
+            CHECK(fg_matmul(pools[p], fast_isas[k], FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x, n_tok, y + GUARD,
+                            scratch) == 0);
+            double err = 0;
+            int finite = 1;
+            for (int64_t i = 0; i < ny; i++) {
+                finite &= isfinite(y[GUARD + i]) != 0;
+                err = fmax(err, fabs((double)y[GUARD + i] - yref[GUARD + i]));
+            }
+            err /= ymax + 1e-30;
+            CHECK_MSG(finite && guards_intact(y, ny), "p16 %s pool %d %lldx%lld tok %lld: non-finite or guard",
+                      fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok);
+            CHECK_MSG(err <= TOL_Q8_0, "p16 %s pool %d %lldx%lld tok %lld: normalised error %.3g",
+                      fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, err);
+            if (p == 0) {
+                memcpy(y1, y, (size_t)(ny + 2 * GUARD) * sizeof *y);
+                /* each token alone gives its row of the batch bit for bit: a token's
+                 * products do not depend on the batch it runs in */
+                float *yt = malloc((size_t)n_out * sizeof *yt);
+                void *sc1 = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, 1);
+                for (int64_t t = 0; t < n_tok; t++) {
+                    CHECK(fg_matmul(NULL, fast_isas[k], FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x + t * n_in, 1, yt,
+                                    sc1) == 0);
+                    CHECK_MSG(memcmp(yt, y + GUARD + t * n_out, (size_t)n_out * sizeof *yt) == 0,
+                              "p16 %s %lldx%lld: token %lld alone differs from its row in a batch of %lld",
+                              fg_isa_name(fast_isas[k]), (long long)n_out, (long long)n_in, (long long)t,
+                              (long long)n_tok);
+                }
+                free(sc1);
+                free(yt);
+            }
+            else
+                CHECK_MSG(memcmp(y1, y, (size_t)(ny + 2 * GUARD) * sizeof *y) == 0,
+                          "p16 %s pool %d differs from one thread", fg_isa_name(fast_isas[k]), p);
+        }
+    }
+    free(yref);
+    free(yp);
+    free(y);
+    free(y1);
+    free(scratch);
+    free(x);
+    free(wp);
+    free(w);
+}
+
+static void test_q8_p16(void)
+{
+    const int64_t shapes[][2] = {{32, 16}, {64, 48}, {96, 32}, {256, 1024}, {1024, 256}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int64_t t = 1; t <= 13; t++)
+            check_p16_case(shapes[s][0], shapes[s][1], t);
+    check_p16_case(256, 64, 64);
+    check_p16_case(1024, 256, 37);
+
+    /* quantization bit for bit through one-hot rows (see test_q8_quant_exact) */
+    const int64_t n_in = 64, n_out = 64, nb = n_in / 32;
+    fg_block_q8_0 *w = calloc((size_t)(n_out * nb), sizeof *w);
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t b = 0; b < nb; b++)
+            w[o * nb + b].d = fg_f32_to_f16(1.0f);
+        w[o * nb + o / 32].qs[o % 32] = 1;
+    }
+    void *wp = aligned_alloc(64, fg_matmul_q8_p16_bytes(n_in, n_out));
+    CHECK(fg_matmul_pack_q8_p16(w, n_in, n_out, wp) == 0);
+    for (int64_t n_tok = 1; n_tok <= 5; n_tok += 2) {
+        float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+        for (int64_t i = 0; i < n_in * n_tok; i++)
+            x[i] = rng_f() * 3.0f;
+        x[5] = 0.5f; /* a tie */
+        x[6] = 127.0f;
+        void *scratch = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
+        float *yref = malloc((size_t)(n_out * n_tok) * sizeof *yref), *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
+        CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
+        for (int k = 0; k < n_fast; k++) {
+            CHECK(fg_matmul(pools[2], fast_isas[k], FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x, n_tok, y, scratch) == 0);
+            CHECK_MSG(memcmp(y, yref, (size_t)(n_out * n_tok) * sizeof *y) == 0,
+                      "p16 %s: quantized activations differ at %lld tokens", fg_isa_name(fast_isas[k]),
+                      (long long)n_tok);
+        }
+        free(yref);
+        free(y);
+        free(scratch);
+        free(x);
+    }
+    free(wp);
+    free(w);
+
+    /* shapes that cannot be packed */
+    CHECK(fg_matmul_q8_p16_bytes(64, 8) == 0);
+    CHECK(fg_matmul_q8_p16_bytes(48, 16) == 0);
+    float xx[64] = {0}, yy[24];
+    void *sc = alloc_scratch(FG_WTYPE_Q8_0_P16, 64, 1);
+    uint8_t wq[24 * 68] = {0}, wq_packed[24 * 68];
+    CHECK(fg_matmul_pack_q8_p16(wq, 64, 24, wq_packed) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q8_0_P16, wq, 64, 24, xx, 1, yy, sc) == -1); /* n_out not x16 */
+    free(sc);
+}
+
 /* A NaN in x propagates to that token's outputs for float weights; the other
  * tokens are unaffected. Inf likewise gives non-finite outputs. */
 static void test_nan_propagation(void)
@@ -416,6 +546,7 @@ int main(void)
     test_q8_quant_exact();
     test_nan_propagation();
     test_shapes();
+    test_q8_p16();
 
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < n_fast; k++)
