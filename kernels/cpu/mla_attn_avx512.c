@@ -190,23 +190,66 @@ static void head_accumulate(const float *rows, int stride, int L, int n, const f
     }
 }
 
-void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
-                             const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+/* Dequantizes rows [first, first + n) of one page's layer into rows[n][stride]. */
+static void dequant_rows(const fg_mla_attn_params *p, const uint8_t *page, int first, int n, int stride,
+                         float *rows)
+{
+    const int L = p->kv_lora, R = p->n_rope;
+    const size_t lat_bytes = fg_kv_bytes(p->format, L);
+    const uint8_t *src = page + p->layer_offset + (size_t)first * p->row_bytes;
+    for (int j = 0; j < n; j++, src += p->row_bytes) {
+        dequant(p->format, src, L, rows + (size_t)j * stride);
+        if (R > 0)
+            dequant(p->format, src + lat_bytes, R, rows + (size_t)j * stride + L);
+    }
+}
+
+/* One query's online-softmax update over the chunk's first n dequantized rows,
+ * every head: o_all [H][L], m [H], l [H]; s is [H][CHUNK] scratch. The single-
+ * and the multi-query kernels both run exactly this per chunk, which is what
+ * makes them bit-identical. */
+static void chunk_update(const fg_mla_attn_params *p, const float *rows, int stride, int n, const float *q_lat,
+                         const float *q_rope, float *o_all, float *m, float *l, float *s)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
-    const int stride = fg_mla_attn_row_stride(p);
-    const size_t lat_bytes = fg_kv_bytes(p->format, L);
-    float *rows = scratch;                             /* [CHUNK][stride] */
-    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+    for (int h = 0; h < H; h++) {
+        float *sh = s + (size_t)h * CHUNK;
+        head_scores(rows, stride, L, R, n, q_lat + (size_t)h * L, q_rope + (size_t)h * R, p->scale, sh);
+        float mx = m[h];
+        for (int j = 0; j < n; j++)
+            mx = sh[j] > mx ? sh[j] : mx;
+        /* a first chunk (m = -inf) or a new maximum rescales what came before */
+        const float corr = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) {
+            sh[j] = expf(sh[j] - mx);
+            sum += sh[j];
+        }
+        l[h] = l[h] * corr + sum;
+        m[h] = mx;
+        head_accumulate(rows, stride, L, n, sh, corr, o_all + (size_t)h * L);
+    }
+}
 
-    /* (m, l, o) = (-inf, 0, 0): the first chunk's maximum replaces m with a
-     * rescale factor of 0, which clears o and l without reading them. */
+/* (m, l, o) = (-inf, 0, 0): the first chunk's maximum replaces m with a
+ * rescale factor of 0, which clears o and l without reading them. */
+static void state_init(int H, int L, float *o_all, float *m, float *l)
+{
     for (int h = 0; h < H; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
     }
     memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
+}
 
+void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                             const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+{
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                             /* [CHUNK][stride] */
+    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+
+    state_init(p->n_head, p->kv_lora, o_all, m, l);
     for (int c0 = t_begin; c0 < t_end;) {
         const int page = c0 / FG_KV_PAGE_TOKENS, first = c0 % FG_KV_PAGE_TOKENS;
         int n = FG_KV_PAGE_TOKENS - first;
@@ -214,29 +257,37 @@ void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end
             n = t_end - c0;
         if (n > CHUNK)
             n = CHUNK;
-        const uint8_t *src = p->pages[page] + p->layer_offset + (size_t)first * p->row_bytes;
-        for (int j = 0; j < n; j++, src += p->row_bytes) {
-            dequant(p->format, src, L, rows + (size_t)j * stride);
-            if (R > 0)
-                dequant(p->format, src + lat_bytes, R, rows + (size_t)j * stride + L);
-        }
-        for (int h = 0; h < H; h++) {
-            float *sh = s + (size_t)h * CHUNK;
-            head_scores(rows, stride, L, R, n, q_lat + (size_t)h * L, q_rope + (size_t)h * R, p->scale, sh);
-            float mx = m[h];
-            for (int j = 0; j < n; j++)
-                mx = sh[j] > mx ? sh[j] : mx;
-            /* a first chunk (m = -inf) or a new maximum rescales what came before */
-            const float corr = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) {
-                sh[j] = expf(sh[j] - mx);
-                sum += sh[j];
-            }
-            l[h] = l[h] * corr + sum;
-            m[h] = mx;
-            head_accumulate(rows, stride, L, n, sh, corr, o_all + (size_t)h * L);
-        }
+        dequant_rows(p, p->pages[page], first, n, stride, rows);
+        chunk_update(p, rows, stride, n, q_lat, q_rope, o_all, m, l, s);
         c0 += n;
+    }
+}
+
+/* The chunks are those fg_mla_attn_part_avx512 takes for t_begin = 0 (whole
+ * pages, CHUNK = a page, the last one cut at the query's n_kv): one tile of a
+ * page's rows, dequantized once up to the longest query's end, serves every
+ * query that reaches into the page, each over its own first rows of the tile. */
+void fg_mla_attn_multi_avx512(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                              const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                             /* [CHUNK][stride] */
+    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+    int n_max = 0;
+    for (int i = 0; i < n_q; i++) {
+        state_init(H, L, out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H);
+        n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
+    }
+    for (int c0 = 0; c0 < n_max; c0 += CHUNK) {
+        const int n_tile = n_max - c0 < CHUNK ? n_max - c0 : CHUNK;
+        dequant_rows(p, p->pages[c0 / FG_KV_PAGE_TOKENS], 0, n_tile, stride, rows);
+        for (int i = 0; i < n_q; i++) {
+            const int n = n_kv[i] - c0 < CHUNK ? n_kv[i] - c0 : CHUNK;
+            if (n <= 0)
+                continue;
+            chunk_update(p, rows, stride, n, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
+                         out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H, s);
+        }
     }
 }
