@@ -190,6 +190,89 @@ static void head_accumulate(const float *rows, int stride, int L, int n, const f
     }
 }
 
+/* head_scores for four heads at once: each row vector loaded once for four
+ * heads (16 accumulators). Every score's arithmetic is head_scores's (the same
+ * fused multiply-adds in the same order, the same reduction), so the bits are
+ * the same; only loads are shared. Rows past the last block of four go through
+ * head_scores's own single-row path. */
+static void head4_scores(const float *rows, int stride, int L, int R, int n, const float *const ql[4],
+                         const float *const qr[4], float scale, float *const s[4])
+{
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *r0 = rows + (size_t)j * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+        __m512 a[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int k = 0; k < 4; k++)
+                a[h][k] = _mm512_setzero_ps();
+        for (int seg = 0; seg < 2; seg++) { /* the latent, then the rope key */
+            const int w = seg ? R : L, off = seg ? L : 0;
+            for (int i = 0; i < w; i += 16) {
+                const __mmask16 m = lanes(w - i);
+                const __m512 x0 = _mm512_maskz_loadu_ps(m, r0 + off + i), x1 = _mm512_maskz_loadu_ps(m, r1 + off + i),
+                             x2 = _mm512_maskz_loadu_ps(m, r2 + off + i), x3 = _mm512_maskz_loadu_ps(m, r3 + off + i);
+                for (int h = 0; h < 4; h++) {
+                    const __m512 q = _mm512_maskz_loadu_ps(m, (seg ? qr[h] : ql[h]) + i);
+                    a[h][0] = _mm512_fmadd_ps(q, x0, a[h][0]);
+                    a[h][1] = _mm512_fmadd_ps(q, x1, a[h][1]);
+                    a[h][2] = _mm512_fmadd_ps(q, x2, a[h][2]);
+                    a[h][3] = _mm512_fmadd_ps(q, x3, a[h][3]);
+                }
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int k = 0; k < 4; k++)
+                s[h][j + k] = scale * _mm512_reduce_add_ps(a[h][k]);
+    }
+    for (; j < n; j++) {
+        const float *r = rows + (size_t)j * stride;
+        for (int h = 0; h < 4; h++)
+            s[h][j] = scale * _mm512_reduce_add_ps(dot_acc(qr[h], r + L, R, dot_acc(ql[h], r, L, _mm512_setzero_ps())));
+    }
+}
+
+/* head_accumulate for four heads at once over 64-column blocks: each row
+ * vector loaded once for four heads; per head and column the same multiply
+ * and fused multiply-adds in the same order as head_accumulate. The columns
+ * past the last 64-block go through head_accumulate's tail path, per head. */
+static void head4_accumulate(const float *rows, int stride, int L, int n, const float *const p[4],
+                             const float corr[4], float *const o[4])
+{
+    int i = 0;
+    for (; i + 64 <= L; i += 64) {
+        __m512 a[4][4];
+        for (int h = 0; h < 4; h++) {
+            const __m512 cv = _mm512_set1_ps(corr[h]);
+            for (int k = 0; k < 4; k++)
+                a[h][k] = _mm512_mul_ps(_mm512_loadu_ps(o[h] + i + 16 * k), cv);
+        }
+        for (int j = 0; j < n; j++) {
+            const float *r = rows + (size_t)j * stride + i;
+            const __m512 x0 = _mm512_loadu_ps(r), x1 = _mm512_loadu_ps(r + 16), x2 = _mm512_loadu_ps(r + 32),
+                         x3 = _mm512_loadu_ps(r + 48);
+            for (int h = 0; h < 4; h++) {
+                const __m512 pj = _mm512_set1_ps(p[h][j]);
+                a[h][0] = _mm512_fmadd_ps(pj, x0, a[h][0]);
+                a[h][1] = _mm512_fmadd_ps(pj, x1, a[h][1]);
+                a[h][2] = _mm512_fmadd_ps(pj, x2, a[h][2]);
+                a[h][3] = _mm512_fmadd_ps(pj, x3, a[h][3]);
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int k = 0; k < 4; k++)
+                _mm512_storeu_ps(o[h] + i + 16 * k, a[h][k]);
+    }
+    for (; i < L; i += 16) {
+        const __mmask16 m = lanes(L - i);
+        for (int h = 0; h < 4; h++) {
+            __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o[h] + i), _mm512_set1_ps(corr[h]));
+            for (int j = 0; j < n; j++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(p[h][j]), _mm512_maskz_loadu_ps(m, rows + (size_t)j * stride + i), a);
+            _mm512_mask_storeu_ps(o[h] + i, m, a);
+        }
+    }
+}
+
 /* Dequantizes rows [first, first + n) of one page's layer into rows[n][stride]. */
 static void dequant_rows(const fg_mla_attn_params *p, const uint8_t *page, int first, int n, int stride,
                          float *rows)
@@ -205,29 +288,57 @@ static void dequant_rows(const fg_mla_attn_params *p, const uint8_t *page, int f
 }
 
 /* One query's online-softmax update over the chunk's first n dequantized rows,
- * every head: o_all [H][L], m [H], l [H]; s is [H][CHUNK] scratch. The single-
- * and the multi-query kernels both run exactly this per chunk, which is what
- * makes them bit-identical. */
+ * every head: o_all [H][L], m [H], l [H]; s is [H][CHUNK] scratch. Heads go
+ * four at a time (shared row loads), each head's arithmetic unchanged. The
+ * single- and the multi-query kernels both run exactly this per chunk, which
+ * is what makes them bit-identical. */
 static void chunk_update(const fg_mla_attn_params *p, const float *rows, int stride, int n, const float *q_lat,
                          const float *q_rope, float *o_all, float *m, float *l, float *s)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
-    for (int h = 0; h < H; h++) {
-        float *sh = s + (size_t)h * CHUNK;
-        head_scores(rows, stride, L, R, n, q_lat + (size_t)h * L, q_rope + (size_t)h * R, p->scale, sh);
-        float mx = m[h];
-        for (int j = 0; j < n; j++)
-            mx = sh[j] > mx ? sh[j] : mx;
-        /* a first chunk (m = -inf) or a new maximum rescales what came before */
-        const float corr = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
-        float sum = 0.0f;
-        for (int j = 0; j < n; j++) {
-            sh[j] = expf(sh[j] - mx);
-            sum += sh[j];
+    for (int h0 = 0; h0 < H; h0 += 4) {
+        const int nh = H - h0 < 4 ? H - h0 : 4;
+        float corr[4];
+        float *sh[4];
+        for (int k = 0; k < nh; k++)
+            sh[k] = s + (size_t)(h0 + k) * CHUNK;
+        if (nh == 4) {
+            const float *ql[4], *qr[4];
+            for (int k = 0; k < 4; k++) {
+                ql[k] = q_lat + (size_t)(h0 + k) * L;
+                qr[k] = q_rope + (size_t)(h0 + k) * R;
+            }
+            head4_scores(rows, stride, L, R, n, ql, qr, p->scale, sh);
+        } else {
+            for (int k = 0; k < nh; k++)
+                head_scores(rows, stride, L, R, n, q_lat + (size_t)(h0 + k) * L, q_rope + (size_t)(h0 + k) * R,
+                            p->scale, sh[k]);
         }
-        l[h] = l[h] * corr + sum;
-        m[h] = mx;
-        head_accumulate(rows, stride, L, n, sh, corr, o_all + (size_t)h * L);
+        for (int k = 0; k < nh; k++) {
+            const int h = h0 + k;
+            float mx = m[h];
+            for (int j = 0; j < n; j++)
+                mx = sh[k][j] > mx ? sh[k][j] : mx;
+            /* a first chunk (m = -inf) or a new maximum rescales what came before */
+            corr[k] = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
+            float sum = 0.0f;
+            for (int j = 0; j < n; j++) {
+                sh[k][j] = expf(sh[k][j] - mx);
+                sum += sh[k][j];
+            }
+            l[h] = l[h] * corr[k] + sum;
+            m[h] = mx;
+        }
+        if (nh == 4) {
+            float *o[4];
+            const float *pk[4] = {sh[0], sh[1], sh[2], sh[3]};
+            for (int k = 0; k < 4; k++)
+                o[k] = o_all + (size_t)(h0 + k) * L;
+            head4_accumulate(rows, stride, L, n, pk, corr, o);
+        } else {
+            for (int k = 0; k < nh; k++)
+                head_accumulate(rows, stride, L, n, sh[k], corr[k], o_all + (size_t)(h0 + k) * L);
+        }
     }
 }
 
