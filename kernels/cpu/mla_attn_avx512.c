@@ -29,6 +29,10 @@
 
 #define CHUNK FG_MLA_ATTN_CHUNK
 
+/* The four-head loops below must be unrolled for their 16 accumulators to live
+ * in registers; -O2 (our Release flags) does not unroll them by itself. */
+#define FULL_UNROLL _Pragma("GCC unroll 4")
+
 /* Lanes [0, n) of a 16-lane mask. */
 static inline __mmask16 lanes(int n)
 {
@@ -202,15 +206,19 @@ static void head4_scores(const float *rows, int stride, int L, int R, int n, con
     for (; j + 4 <= n; j += 4) {
         const float *r0 = rows + (size_t)j * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
         __m512 a[4][4];
+        FULL_UNROLL
         for (int h = 0; h < 4; h++)
+            FULL_UNROLL
             for (int k = 0; k < 4; k++)
                 a[h][k] = _mm512_setzero_ps();
+        FULL_UNROLL
         for (int seg = 0; seg < 2; seg++) { /* the latent, then the rope key */
             const int w = seg ? R : L, off = seg ? L : 0;
             for (int i = 0; i < w; i += 16) {
                 const __mmask16 m = lanes(w - i);
                 const __m512 x0 = _mm512_maskz_loadu_ps(m, r0 + off + i), x1 = _mm512_maskz_loadu_ps(m, r1 + off + i),
                              x2 = _mm512_maskz_loadu_ps(m, r2 + off + i), x3 = _mm512_maskz_loadu_ps(m, r3 + off + i);
+                FULL_UNROLL
                 for (int h = 0; h < 4; h++) {
                     const __m512 q = _mm512_maskz_loadu_ps(m, (seg ? qr[h] : ql[h]) + i);
                     a[h][0] = _mm512_fmadd_ps(q, x0, a[h][0]);
@@ -220,12 +228,15 @@ static void head4_scores(const float *rows, int stride, int L, int R, int n, con
                 }
             }
         }
+        FULL_UNROLL
         for (int h = 0; h < 4; h++)
+            FULL_UNROLL
             for (int k = 0; k < 4; k++)
                 s[h][j + k] = scale * _mm512_reduce_add_ps(a[h][k]);
     }
     for (; j < n; j++) {
         const float *r = rows + (size_t)j * stride;
+        FULL_UNROLL
         for (int h = 0; h < 4; h++)
             s[h][j] = scale * _mm512_reduce_add_ps(dot_acc(qr[h], r + L, R, dot_acc(ql[h], r, L, _mm512_setzero_ps())));
     }
@@ -241,8 +252,10 @@ static void head4_accumulate(const float *rows, int stride, int L, int n, const 
     int i = 0;
     for (; i + 64 <= L; i += 64) {
         __m512 a[4][4];
+        FULL_UNROLL
         for (int h = 0; h < 4; h++) {
             const __m512 cv = _mm512_set1_ps(corr[h]);
+            FULL_UNROLL
             for (int k = 0; k < 4; k++)
                 a[h][k] = _mm512_mul_ps(_mm512_loadu_ps(o[h] + i + 16 * k), cv);
         }
@@ -250,6 +263,7 @@ static void head4_accumulate(const float *rows, int stride, int L, int n, const 
             const float *r = rows + (size_t)j * stride + i;
             const __m512 x0 = _mm512_loadu_ps(r), x1 = _mm512_loadu_ps(r + 16), x2 = _mm512_loadu_ps(r + 32),
                          x3 = _mm512_loadu_ps(r + 48);
+            FULL_UNROLL
             for (int h = 0; h < 4; h++) {
                 const __m512 pj = _mm512_set1_ps(p[h][j]);
                 a[h][0] = _mm512_fmadd_ps(pj, x0, a[h][0]);
@@ -258,12 +272,15 @@ static void head4_accumulate(const float *rows, int stride, int L, int n, const 
                 a[h][3] = _mm512_fmadd_ps(pj, x3, a[h][3]);
             }
         }
+        FULL_UNROLL
         for (int h = 0; h < 4; h++)
+            FULL_UNROLL
             for (int k = 0; k < 4; k++)
                 _mm512_storeu_ps(o[h] + i + 16 * k, a[h][k]);
     }
     for (; i < L; i += 16) {
         const __mmask16 m = lanes(L - i);
+        FULL_UNROLL
         for (int h = 0; h < 4; h++) {
             __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o[h] + i), _mm512_set1_ps(corr[h]));
             for (int j = 0; j < n; j++)
