@@ -1,5 +1,5 @@
 /* mla_attn.h: multi-head latent attention, absorbed form, over a paged,
- * quantized latent cache, for one query token.
+ * quantized latent cache, for one query token or several of one sequence.
  *
  * Cache layout (shared with the engine's KV store): a page holds
  * FG_KV_PAGE_TOKENS tokens for every layer; inside a page, layer l's rows start

@@ -13,9 +13,15 @@
  *   3. per head, one running-maximum update (and at most one rescale of o)
  *      per chunk, then the weighted sum of the chunk's latents into o, four
  *      16-float column blocks of o kept in registers across the chunk's rows.
+ * Steps 2 and 3 take four heads at a time, so each row vector is loaded once
+ * for four heads; per head the arithmetic is unchanged.
  * Same mathematics as the reference (an online softmax, m and l per head),
  * different rounding order: tests/unit/test_mla_attn.c holds both to the
  * same double-precision reference.
+ *
+ * fg_mla_attn_multi_avx512 (a prefill chunk) dequantizes each page once and
+ * runs the same per-chunk update for every query that reaches into it, so
+ * each query's bits equal the single-query kernel's.
  *
  * Scratch (floats, see fg_mla_attn_scratch_floats): [CHUNK][stride] rows,
  * then [H][CHUNK] scores.
