@@ -287,8 +287,8 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
     };
 }
 
-/* Several tokens: each thread takes a contiguous range of them, and each run
- * of one sequence's tokens in it goes through the cache together
+/* Several tokens: each thread takes blocks of them, and each run of one
+ * sequence's tokens in a block goes through the cache together
  * (fg_mla_attn_multi: a page dequantized once for up to 32 queries, each
  * query's bits as if alone, so how a prefill is chunked or batched changes
  * nothing). One token (a lone decode): its cache is split over the threads
@@ -307,16 +307,21 @@ static void attention_job(void *ctx, int ith, int nth)
         fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
         return;
     }
-    long t0, t1;
-    fg_pool_split(f->n, 1, ith, nth, &t0, &t1);
-    for (long t = t0; t < t1;) {
-        long e = t + 1;
-        while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
-            e++;
-        const fg_mla_attn_params p = attn_params(f, t);
-        fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
-                          f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
-        t = e;
+    /* Blocks of FG_MLA_ATTN_MAX_QUERIES tokens dealt round-robin: a causal
+     * prefill's later queries read more rows, so contiguous halves would leave
+     * one thread with most of the work. */
+    const long n_blocks = (f->n + FG_MLA_ATTN_MAX_QUERIES - 1) / FG_MLA_ATTN_MAX_QUERIES;
+    for (long blk = ith; blk < n_blocks; blk += nth) {
+        const long t1 = (blk + 1) * FG_MLA_ATTN_MAX_QUERIES < f->n ? (blk + 1) * FG_MLA_ATTN_MAX_QUERIES : f->n;
+        for (long t = blk * FG_MLA_ATTN_MAX_QUERIES; t < t1;) {
+            long e = t + 1;
+            while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
+                e++;
+            const fg_mla_attn_params p = attn_params(f, t);
+            fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
+                              f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
+            t = e;
+        }
     }
 }
 
