@@ -74,6 +74,7 @@ struct fg_forward {
     float *logit_out;         /* [LOGIT_CHUNK][V] */
     int *tok_pos;             /* [T] position of each token */
     int *tok_seq;             /* [T] sequence index of each token */
+    int *tok_nkv;             /* [T] cached tokens each token attends over: its position + 1 */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
@@ -256,6 +257,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->logit_out = xalloc(LOGIT_CHUNK * V * fl, &failed);
     f->tok_pos = xalloc(T * sizeof(int), &failed);
     f->tok_seq = xalloc(T * sizeof(int), &failed);
+    f->tok_nkv = xalloc(T * sizeof(int), &failed);
     f->exp_out = xalloc(T * K * d * fl, &failed);
     f->shared_out = xalloc(T * d * fl, &failed);
     f->exp_tasks = xalloc((E + 1) * sizeof(int), &failed);
@@ -314,7 +316,7 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
+                    f->tok_seq, f->tok_nkv, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
                     f->exp_tasks};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
@@ -383,8 +385,12 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
     };
 }
 
-/* Several tokens: one token per thread at a time. One token (a lone decode):
- * its cache is split over the threads and the parts merged afterwards. */
+/* Several tokens: each thread takes blocks of them, and each run of one
+ * sequence's tokens in a block goes through the cache together
+ * (fg_mla_attn_multi: a page dequantized once for up to 32 queries, each
+ * query's bits as if alone, so how a prefill is chunked or batched changes
+ * nothing). One token (a lone decode): its cache is split over the threads
+ * and the parts merged afterwards. */
 static void attention_job(void *ctx, int ith, int nth)
 {
     fg_forward_t *f = ctx;
@@ -399,12 +405,21 @@ static void attention_job(void *ctx, int ith, int nth)
         fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
         return;
     }
-    long t0, t1;
-    fg_pool_split(f->n, 1, ith, nth, &t0, &t1);
-    for (long t = t0; t < t1; t++) {
-        fg_mla_attn_params p = attn_params(f, t);
-        fg_mla_attn(&p, f->q_lat + (size_t)t * H * L, f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L,
-                    scratch);
+    /* Blocks of FG_MLA_ATTN_MAX_QUERIES tokens dealt round-robin: a causal
+     * prefill's later queries read more rows, so contiguous halves would leave
+     * one thread with most of the work. */
+    const long n_blocks = (f->n + FG_MLA_ATTN_MAX_QUERIES - 1) / FG_MLA_ATTN_MAX_QUERIES;
+    for (long blk = ith; blk < n_blocks; blk += nth) {
+        const long t1 = (blk + 1) * FG_MLA_ATTN_MAX_QUERIES < f->n ? (blk + 1) * FG_MLA_ATTN_MAX_QUERIES : f->n;
+        for (long t = blk * FG_MLA_ATTN_MAX_QUERIES; t < t1;) {
+            long e = t + 1;
+            while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
+                e++;
+            const fg_mla_attn_params p = attn_params(f, t);
+            fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
+                              f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
+            t = e;
+        }
     }
 }
 
@@ -475,6 +490,8 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     run_heads(f, &kb);
 
     f->layer = il;
+    for (int t = 0; t < n; t++)
+        f->tok_nkv[t] = f->tok_pos[t] + 1; /* causal: itself and everything before */
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
     f->split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     fg_pool_run(f->pool, attention_job, f);

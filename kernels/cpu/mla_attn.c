@@ -14,7 +14,13 @@
  *
  * Scratch, in floats: the part's (reference: [kv_lora + n_rope] row; AVX-512:
  * [FG_MLA_ATTN_CHUNK][row stride] rows and [H][FG_MLA_ATTN_CHUNK] scores), and
- * at the end [H] m, then [H] l for fg_mla_attn.
+ * at the end m, then l: [H] each for fg_mla_attn, [FG_MLA_ATTN_MAX_QUERIES][H]
+ * each for fg_mla_attn_multi.
+ *
+ * fg_mla_attn_multi's reference takes the rows outermost and the queries inside:
+ * each row is dequantized once for the group, and each query sees the same
+ * sequence of updates as part_scalar (its first row initialises), so the two
+ * agree bit for bit.
  */
 #include "kernels/cpu/mla_attn.h"
 
@@ -29,9 +35,13 @@ static size_t part_scratch_floats(const fg_mla_attn_params *p)
     return (size_t)FG_MLA_ATTN_CHUNK * (size_t)fg_mla_attn_row_stride(p) + (size_t)p->n_head * FG_MLA_ATTN_CHUNK;
 }
 
+/* The multi-query kernels tile the cache a page at a time. */
+_Static_assert(FG_MLA_ATTN_CHUNK == FG_KV_PAGE_TOKENS, "multi-query tiles are whole pages");
+
 size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p)
 {
-    return part_scratch_floats(p) + 2 * (size_t)p->n_head;
+    /* the part's, then m and l: [H] each for fg_mla_attn, [MAX_QUERIES][H] each for the multi-query call */
+    return part_scratch_floats(p) + 2 * (size_t)p->n_head * FG_MLA_ATTN_MAX_QUERIES;
 }
 
 static int use_avx512(const fg_mla_attn_params *p)
@@ -55,41 +65,71 @@ static float dot(const float *a, const float *b, int n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* Row t of the cache into c [L] and kr [R]. */
+static void load_row(const fg_mla_attn_params *p, int t, float *c, float *kr)
+{
+    const uint8_t *row = p->pages[t / FG_KV_PAGE_TOKENS] + p->layer_offset +
+                         (size_t)(t % FG_KV_PAGE_TOKENS) * p->row_bytes;
+    fg_kv_dequantize(p->format, row, p->kv_lora, c);
+    if (p->n_rope > 0)
+        fg_kv_dequantize(p->format, row + fg_kv_bytes(p->format, p->kv_lora), p->n_rope, kr);
+}
+
+/* One query's online-softmax update by one row (c, kr), every head; `first`:
+ * the query's first row, which initialises (m, l, o). */
+static void row_update(const fg_mla_attn_params *p, const float *c, const float *kr, int first, const float *q_lat,
+                       const float *q_rope, float *o_all, float *m, float *l)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    for (int h = 0; h < H; h++) {
+        float *o = o_all + (size_t)h * L;
+        const float s = p->scale * (dot(q_lat + (size_t)h * L, c, L) + dot(q_rope + (size_t)h * R, kr, R));
+        if (first) {
+            m[h] = s;
+            l[h] = 1.0f;
+            memcpy(o, c, (size_t)L * sizeof *o);
+        } else if (s > m[h]) {
+            const float corr = expf(m[h] - s);
+            for (int i = 0; i < L; i++)
+                o[i] = o[i] * corr + c[i];
+            l[h] = l[h] * corr + 1.0f;
+            m[h] = s;
+        } else {
+            const float pr = expf(s - m[h]);
+            for (int i = 0; i < L; i++)
+                o[i] += pr * c[i];
+            l[h] += pr;
+        }
+    }
+}
+
 /* The reference: one online-softmax update per cached row. */
 static void part_scalar(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
                         const float *q_rope, float *o_all, float *m, float *l, float *scratch)
 {
-    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
-    const size_t lat_bytes = fg_kv_bytes(p->format, L);
-    float *c = scratch;      /* [L] latent of the current row */
-    float *kr = scratch + L; /* [R] rope key of the current row */
-
+    float *c = scratch;                /* [L] latent of the current row */
+    float *kr = scratch + p->kv_lora;  /* [R] rope key of the current row */
     for (int t = t_begin; t < t_end; t++) {
-        const uint8_t *row = p->pages[t / FG_KV_PAGE_TOKENS] + p->layer_offset +
-                             (size_t)(t % FG_KV_PAGE_TOKENS) * p->row_bytes;
-        fg_kv_dequantize(p->format, row, L, c);
-        if (R > 0)
-            fg_kv_dequantize(p->format, row + lat_bytes, R, kr);
-        for (int h = 0; h < H; h++) {
-            float *o = o_all + (size_t)h * L;
-            const float s = p->scale * (dot(q_lat + (size_t)h * L, c, L) + dot(q_rope + (size_t)h * R, kr, R));
-            if (t == t_begin) {
-                m[h] = s;
-                l[h] = 1.0f;
-                memcpy(o, c, (size_t)L * sizeof *o);
-            } else if (s > m[h]) {
-                const float corr = expf(m[h] - s);
-                for (int i = 0; i < L; i++)
-                    o[i] = o[i] * corr + c[i];
-                l[h] = l[h] * corr + 1.0f;
-                m[h] = s;
-            } else {
-                const float pr = expf(s - m[h]);
-                for (int i = 0; i < L; i++)
-                    o[i] += pr * c[i];
-                l[h] += pr;
-            }
-        }
+        load_row(p, t, c, kr);
+        row_update(p, c, kr, t == t_begin, q_lat, q_rope, o_all, m, l);
+    }
+}
+
+/* The multi-query reference for n_q <= FG_MLA_ATTN_MAX_QUERIES queries. */
+static void multi_scalar(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                         const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    float *c = scratch, *kr = scratch + L;
+    int n_max = 0;
+    for (int i = 0; i < n_q; i++)
+        n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
+    for (int t = 0; t < n_max; t++) {
+        load_row(p, t, c, kr);
+        for (int i = 0; i < n_q; i++)
+            if (t < n_kv[i])
+                row_update(p, c, kr, t == 0, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
+                           out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H);
     }
 }
 
@@ -156,5 +196,34 @@ void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q
         const float inv = 1.0f / l[h];
         for (int i = 0; i < L; i++)
             o[i] *= inv;
+    }
+}
+
+void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                       const float *q_rope, float *out_lat, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    float *m = scratch + part_scratch_floats(p); /* [MAX_QUERIES][H] running max */
+    float *l = m + (size_t)H * FG_MLA_ATTN_MAX_QUERIES; /* [MAX_QUERIES][H] running denominator */
+    const int avx512 = use_avx512(p);
+    for (int q0 = 0; q0 < n_q; q0 += FG_MLA_ATTN_MAX_QUERIES) {
+        const int g = n_q - q0 < FG_MLA_ATTN_MAX_QUERIES ? n_q - q0 : FG_MLA_ATTN_MAX_QUERIES;
+        const float *ql = q_lat + (size_t)q0 * H * L, *qr = q_rope + (size_t)q0 * H * R;
+        float *out = out_lat + (size_t)q0 * H * L;
+        if (avx512)
+            fg_mla_attn_multi_avx512(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+        else
+            multi_scalar(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+        for (int i = 0; i < g; i++)
+            for (int h = 0; h < H; h++) {
+                float *o = out + ((size_t)i * H + h) * L;
+                if (n_kv[q0 + i] <= 0) { /* an empty query is defined as 0, as in fg_mla_attn */
+                    memset(o, 0, (size_t)L * sizeof *o);
+                    continue;
+                }
+                const float inv = 1.0f / l[(size_t)i * H + h];
+                for (int k = 0; k < L; k++)
+                    o[k] *= inv;
+            }
     }
 }

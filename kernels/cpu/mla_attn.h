@@ -1,5 +1,5 @@
 /* mla_attn.h: multi-head latent attention, absorbed form, over a paged,
- * quantized latent cache, for one query token.
+ * quantized latent cache, for one query token or several of one sequence.
  *
  * Cache layout (shared with the engine's KV store): a page holds
  * FG_KV_PAGE_TOKENS tokens for every layer; inside a page, layer l's rows start
@@ -17,6 +17,9 @@
  * Kernels: the scalar reference (mla_attn.c) and an AVX-512 path
  * (mla_attn_avx512.c, chunks of rows, vector dequantization); `isa` in the
  * params chooses. The two agree to float rounding (tests/unit/test_mla_attn.c).
+ *
+ * fg_mla_attn_multi runs many queries of one sequence (a prefill chunk) in
+ * one pass over the cache, bit-identical per query to fg_mla_attn.
  *
  * Thread safety: pure; callers parallelise over query tokens or sessions.
  */
@@ -62,5 +65,20 @@ void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, fl
 /* q_lat [H][kv_lora], q_rope [H][n_rope], out_lat [H][kv_lora]. */
 void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
                  float *scratch);
+
+/* Queries that one call of fg_mla_attn_multi takes through the cache together;
+ * more are taken in groups of this many. */
+#define FG_MLA_ATTN_MAX_QUERIES 32
+
+/* Several queries over one sequence's cache (a prefill chunk): query i
+ * attends over tokens [0, n_kv[i]) (p->n_kv is not read; n_kv[i] <= 0 gives
+ * a zero output). q_lat [n_q][H][kv_lora], q_rope [n_q][H][n_rope],
+ * out_lat [n_q][H][kv_lora]. Each cached row is dequantized once per group of
+ * up to FG_MLA_ATTN_MAX_QUERIES queries instead of once per query, and every
+ * query's arithmetic is that of fg_mla_attn with n_kv = n_kv[i] and the same
+ * isa (same blocks, same order), so its output is bit-identical to that call
+ * whatever other queries share it. Scratch: fg_mla_attn_scratch_floats. */
+void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                       const float *q_rope, float *out_lat, float *scratch);
 
 #endif

@@ -13,9 +13,15 @@
  *   3. per head, one running-maximum update (and at most one rescale of o)
  *      per chunk, then the weighted sum of the chunk's latents into o, four
  *      16-float column blocks of o kept in registers across the chunk's rows.
+ * Steps 2 and 3 take four heads at a time, so each row vector is loaded once
+ * for four heads; per head the arithmetic is unchanged.
  * Same mathematics as the reference (an online softmax, m and l per head),
  * different rounding order: tests/unit/test_mla_attn.c holds both to the
  * same double-precision reference.
+ *
+ * fg_mla_attn_multi_avx512 (a prefill chunk) dequantizes each page once and
+ * runs the same per-chunk update for every query that reaches into it, so
+ * each query's bits equal the single-query kernel's.
  *
  * Scratch (floats, see fg_mla_attn_scratch_floats): [CHUNK][stride] rows,
  * then [H][CHUNK] scores.
@@ -28,6 +34,10 @@
 #include "kernels/cpu/numeric.h"
 
 #define CHUNK FG_MLA_ATTN_CHUNK
+
+/* The four-head loops below must be unrolled for their 16 accumulators to live
+ * in registers; -O2 (our Release flags) does not unroll them by itself. */
+#define FULL_UNROLL _Pragma("GCC unroll 4")
 
 /* Lanes [0, n) of a 16-lane mask. */
 static inline __mmask16 lanes(int n)
@@ -190,23 +200,190 @@ static void head_accumulate(const float *rows, int stride, int L, int n, const f
     }
 }
 
-void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
-                             const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+/* head_scores for four heads at once: each row vector loaded once for four
+ * heads (16 accumulators). Every score's arithmetic is head_scores's (the same
+ * fused multiply-adds in the same order, the same reduction), so the bits are
+ * the same; only loads are shared. Rows past the last block of four go through
+ * head_scores's own single-row path. */
+static void head4_scores(const float *rows, int stride, int L, int R, int n, const float *const ql[4],
+                         const float *const qr[4], float scale, float *const s[4])
+{
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *r0 = rows + (size_t)j * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+        __m512 a[4][4];
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++)
+            FULL_UNROLL
+            for (int k = 0; k < 4; k++)
+                a[h][k] = _mm512_setzero_ps();
+        FULL_UNROLL
+        for (int seg = 0; seg < 2; seg++) { /* the latent, then the rope key */
+            const int w = seg ? R : L, off = seg ? L : 0;
+            for (int i = 0; i < w; i += 16) {
+                const __mmask16 m = lanes(w - i);
+                const __m512 x0 = _mm512_maskz_loadu_ps(m, r0 + off + i), x1 = _mm512_maskz_loadu_ps(m, r1 + off + i),
+                             x2 = _mm512_maskz_loadu_ps(m, r2 + off + i), x3 = _mm512_maskz_loadu_ps(m, r3 + off + i);
+                FULL_UNROLL
+                for (int h = 0; h < 4; h++) {
+                    const __m512 q = _mm512_maskz_loadu_ps(m, (seg ? qr[h] : ql[h]) + i);
+                    a[h][0] = _mm512_fmadd_ps(q, x0, a[h][0]);
+                    a[h][1] = _mm512_fmadd_ps(q, x1, a[h][1]);
+                    a[h][2] = _mm512_fmadd_ps(q, x2, a[h][2]);
+                    a[h][3] = _mm512_fmadd_ps(q, x3, a[h][3]);
+                }
+            }
+        }
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++)
+            FULL_UNROLL
+            for (int k = 0; k < 4; k++)
+                s[h][j + k] = scale * _mm512_reduce_add_ps(a[h][k]);
+    }
+    for (; j < n; j++) {
+        const float *r = rows + (size_t)j * stride;
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++)
+            s[h][j] = scale * _mm512_reduce_add_ps(dot_acc(qr[h], r + L, R, dot_acc(ql[h], r, L, _mm512_setzero_ps())));
+    }
+}
+
+/* head_accumulate for four heads at once over 64-column blocks: each row
+ * vector loaded once for four heads; per head and column the same multiply
+ * and fused multiply-adds in the same order as head_accumulate. The columns
+ * past the last 64-block go through head_accumulate's tail path, per head. */
+static void head4_accumulate(const float *rows, int stride, int L, int n, const float *const p[4],
+                             const float corr[4], float *const o[4])
+{
+    int i = 0;
+    for (; i + 64 <= L; i += 64) {
+        __m512 a[4][4];
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++) {
+            const __m512 cv = _mm512_set1_ps(corr[h]);
+            FULL_UNROLL
+            for (int k = 0; k < 4; k++)
+                a[h][k] = _mm512_mul_ps(_mm512_loadu_ps(o[h] + i + 16 * k), cv);
+        }
+        for (int j = 0; j < n; j++) {
+            const float *r = rows + (size_t)j * stride + i;
+            const __m512 x0 = _mm512_loadu_ps(r), x1 = _mm512_loadu_ps(r + 16), x2 = _mm512_loadu_ps(r + 32),
+                         x3 = _mm512_loadu_ps(r + 48);
+            FULL_UNROLL
+            for (int h = 0; h < 4; h++) {
+                const __m512 pj = _mm512_set1_ps(p[h][j]);
+                a[h][0] = _mm512_fmadd_ps(pj, x0, a[h][0]);
+                a[h][1] = _mm512_fmadd_ps(pj, x1, a[h][1]);
+                a[h][2] = _mm512_fmadd_ps(pj, x2, a[h][2]);
+                a[h][3] = _mm512_fmadd_ps(pj, x3, a[h][3]);
+            }
+        }
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++)
+            FULL_UNROLL
+            for (int k = 0; k < 4; k++)
+                _mm512_storeu_ps(o[h] + i + 16 * k, a[h][k]);
+    }
+    for (; i < L; i += 16) {
+        const __mmask16 m = lanes(L - i);
+        FULL_UNROLL
+        for (int h = 0; h < 4; h++) {
+            __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o[h] + i), _mm512_set1_ps(corr[h]));
+            for (int j = 0; j < n; j++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(p[h][j]), _mm512_maskz_loadu_ps(m, rows + (size_t)j * stride + i), a);
+            _mm512_mask_storeu_ps(o[h] + i, m, a);
+        }
+    }
+}
+
+/* Dequantizes rows [first, first + n) of one page's layer into rows[n][stride]. */
+static void dequant_rows(const fg_mla_attn_params *p, const uint8_t *page, int first, int n, int stride,
+                         float *rows)
+{
+    const int L = p->kv_lora, R = p->n_rope;
+    const size_t lat_bytes = fg_kv_bytes(p->format, L);
+    const uint8_t *src = page + p->layer_offset + (size_t)first * p->row_bytes;
+    for (int j = 0; j < n; j++, src += p->row_bytes) {
+        dequant(p->format, src, L, rows + (size_t)j * stride);
+        if (R > 0)
+            dequant(p->format, src + lat_bytes, R, rows + (size_t)j * stride + L);
+    }
+}
+
+/* One query's online-softmax update over the chunk's first n dequantized rows,
+ * every head: o_all [H][L], m [H], l [H]; s is [H][CHUNK] scratch. Heads go
+ * four at a time (shared row loads), each head's arithmetic unchanged. The
+ * single- and the multi-query kernels both run exactly this per chunk, which
+ * is what makes them bit-identical. */
+static void chunk_update(const fg_mla_attn_params *p, const float *rows, int stride, int n, const float *q_lat,
+                         const float *q_rope, float *o_all, float *m, float *l, float *s)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
-    const int stride = fg_mla_attn_row_stride(p);
-    const size_t lat_bytes = fg_kv_bytes(p->format, L);
-    float *rows = scratch;                             /* [CHUNK][stride] */
-    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+    for (int h0 = 0; h0 < H; h0 += 4) {
+        const int nh = H - h0 < 4 ? H - h0 : 4;
+        float corr[4];
+        float *sh[4];
+        for (int k = 0; k < nh; k++)
+            sh[k] = s + (size_t)(h0 + k) * CHUNK;
+        if (nh == 4) {
+            const float *ql[4], *qr[4];
+            for (int k = 0; k < 4; k++) {
+                ql[k] = q_lat + (size_t)(h0 + k) * L;
+                qr[k] = q_rope + (size_t)(h0 + k) * R;
+            }
+            head4_scores(rows, stride, L, R, n, ql, qr, p->scale, sh);
+        } else {
+            for (int k = 0; k < nh; k++)
+                head_scores(rows, stride, L, R, n, q_lat + (size_t)(h0 + k) * L, q_rope + (size_t)(h0 + k) * R,
+                            p->scale, sh[k]);
+        }
+        for (int k = 0; k < nh; k++) {
+            const int h = h0 + k;
+            float mx = m[h];
+            for (int j = 0; j < n; j++)
+                mx = sh[k][j] > mx ? sh[k][j] : mx;
+            /* a first chunk (m = -inf) or a new maximum rescales what came before */
+            corr[k] = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
+            float sum = 0.0f;
+            for (int j = 0; j < n; j++) {
+                sh[k][j] = expf(sh[k][j] - mx);
+                sum += sh[k][j];
+            }
+            l[h] = l[h] * corr[k] + sum;
+            m[h] = mx;
+        }
+        if (nh == 4) {
+            float *o[4];
+            const float *pk[4] = {sh[0], sh[1], sh[2], sh[3]};
+            for (int k = 0; k < 4; k++)
+                o[k] = o_all + (size_t)(h0 + k) * L;
+            head4_accumulate(rows, stride, L, n, pk, corr, o);
+        } else {
+            for (int k = 0; k < nh; k++)
+                head_accumulate(rows, stride, L, n, sh[k], corr[k], o_all + (size_t)(h0 + k) * L);
+        }
+    }
+}
 
-    /* (m, l, o) = (-inf, 0, 0): the first chunk's maximum replaces m with a
-     * rescale factor of 0, which clears o and l without reading them. */
+/* (m, l, o) = (-inf, 0, 0): the first chunk's maximum replaces m with a
+ * rescale factor of 0, which clears o and l without reading them. */
+static void state_init(int H, int L, float *o_all, float *m, float *l)
+{
     for (int h = 0; h < H; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
     }
     memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
+}
 
+void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                             const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+{
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                             /* [CHUNK][stride] */
+    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+
+    state_init(p->n_head, p->kv_lora, o_all, m, l);
     for (int c0 = t_begin; c0 < t_end;) {
         const int page = c0 / FG_KV_PAGE_TOKENS, first = c0 % FG_KV_PAGE_TOKENS;
         int n = FG_KV_PAGE_TOKENS - first;
@@ -214,29 +391,37 @@ void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end
             n = t_end - c0;
         if (n > CHUNK)
             n = CHUNK;
-        const uint8_t *src = p->pages[page] + p->layer_offset + (size_t)first * p->row_bytes;
-        for (int j = 0; j < n; j++, src += p->row_bytes) {
-            dequant(p->format, src, L, rows + (size_t)j * stride);
-            if (R > 0)
-                dequant(p->format, src + lat_bytes, R, rows + (size_t)j * stride + L);
-        }
-        for (int h = 0; h < H; h++) {
-            float *sh = s + (size_t)h * CHUNK;
-            head_scores(rows, stride, L, R, n, q_lat + (size_t)h * L, q_rope + (size_t)h * R, p->scale, sh);
-            float mx = m[h];
-            for (int j = 0; j < n; j++)
-                mx = sh[j] > mx ? sh[j] : mx;
-            /* a first chunk (m = -inf) or a new maximum rescales what came before */
-            const float corr = mx > m[h] ? (m[h] == -INFINITY ? 0.0f : expf(m[h] - mx)) : 1.0f;
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) {
-                sh[j] = expf(sh[j] - mx);
-                sum += sh[j];
-            }
-            l[h] = l[h] * corr + sum;
-            m[h] = mx;
-            head_accumulate(rows, stride, L, n, sh, corr, o_all + (size_t)h * L);
-        }
+        dequant_rows(p, p->pages[page], first, n, stride, rows);
+        chunk_update(p, rows, stride, n, q_lat, q_rope, o_all, m, l, s);
         c0 += n;
+    }
+}
+
+/* The chunks are those fg_mla_attn_part_avx512 takes for t_begin = 0 (whole
+ * pages, CHUNK = a page, the last one cut at the query's n_kv): one tile of a
+ * page's rows, dequantized once up to the longest query's end, serves every
+ * query that reaches into the page, each over its own first rows of the tile. */
+void fg_mla_attn_multi_avx512(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                              const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                             /* [CHUNK][stride] */
+    float *s = scratch + (size_t)CHUNK * (size_t)stride; /* [H][CHUNK] */
+    int n_max = 0;
+    for (int i = 0; i < n_q; i++) {
+        state_init(H, L, out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H);
+        n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
+    }
+    for (int c0 = 0; c0 < n_max; c0 += CHUNK) {
+        const int n_tile = n_max - c0 < CHUNK ? n_max - c0 : CHUNK;
+        dequant_rows(p, p->pages[c0 / FG_KV_PAGE_TOKENS], 0, n_tile, stride, rows);
+        for (int i = 0; i < n_q; i++) {
+            const int n = n_kv[i] - c0 < CHUNK ? n_kv[i] - c0 : CHUNK;
+            if (n <= 0)
+                continue;
+            chunk_update(p, rows, stride, n, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
+                         out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H, s);
+        }
     }
 }

@@ -21,4 +21,9 @@ static inline int fg_mla_attn_row_stride(const fg_mla_attn_params *p)
 void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
                              const float *q_rope, float *o, float *m, float *l, float *scratch);
 
+/* fg_mla_attn_multi for queries [0, n_q), n_q <= FG_MLA_ATTN_MAX_QUERIES,
+ * with AVX-512: unnormalised o into out_lat, m [n_q][H] and l [n_q][H]. */
+void fg_mla_attn_multi_avx512(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                              const float *q_rope, float *out_lat, float *m, float *l, float *scratch);
+
 #endif

@@ -154,6 +154,93 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
     free(table);
 }
 
+/* fg_mla_attn_multi: n_q queries over one cache of n_rows rows, query i over
+ * n_kv[i] of them (a prefill chunk's causal shape, shuffled, with an empty
+ * query and more queries than one group), each output compared bit for bit
+ * with fg_mla_attn alone at that n_kv and the same isa. fg_mla_attn is held to
+ * the double-precision reference above, so equality carries its tolerance;
+ * equality is what the engine relies on (a query's bits must not depend on
+ * which queries share its prefill chunk). */
+static void run_multi_case(fg_kv_format fmt, int H, int L, int R, int n_rows, int n_q)
+{
+    const size_t lat_bytes = fg_kv_bytes(fmt, L), row_bytes = lat_bytes + fg_kv_bytes(fmt, R);
+    const int n_pages = (n_rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    const size_t page_bytes = (size_t)N_LAYERS * FG_KV_PAGE_TOKENS * row_bytes;
+    const size_t layer_offset = (size_t)LAYER * FG_KV_PAGE_TOKENS * row_bytes;
+    uint8_t **pages = malloc((size_t)n_pages * sizeof *pages);
+    for (int i = 0; i < n_pages; i++) {
+        pages[i] = malloc(page_bytes);
+        memset(pages[i], 0xee, page_bytes);
+    }
+    float *row = malloc((size_t)(L + R) * sizeof *row);
+    for (int t = 0; t < n_rows; t++) {
+        for (int i = 0; i < L + R; i++)
+            row[i] = rng_f() * (1.0f + (float)(t % 5));
+        uint8_t *dst = pages[t / FG_KV_PAGE_TOKENS] + layer_offset + (size_t)(t % FG_KV_PAGE_TOKENS) * row_bytes;
+        fg_kv_quantize(fmt, row, L, dst);
+        fg_kv_quantize(fmt, row + L, R, dst + lat_bytes);
+    }
+    const size_t qw = (size_t)H * L, rw = (size_t)H * R;
+    float *q_lat = malloc((size_t)n_q * qw * sizeof *q_lat), *q_rope = malloc((size_t)n_q * rw * sizeof *q_rope);
+    for (size_t i = 0; i < (size_t)n_q * qw; i++)
+        q_lat[i] = 2.0f * rng_f();
+    for (size_t i = 0; i < (size_t)n_q * rw; i++)
+        q_rope[i] = 2.0f * rng_f();
+    int *n_kv = malloc((size_t)n_q * sizeof *n_kv);
+    for (int i = 0; i < n_q; i++) /* the causal shape of a chunk ending at n_rows, then shuffled */
+        n_kv[i] = n_rows - i;
+    for (int i = n_q - 1; i > 0; i--) {
+        const int j = (int)(rng_u32() % (uint32_t)(i + 1)), tmp = n_kv[i];
+        n_kv[i] = n_kv[j];
+        n_kv[j] = tmp;
+    }
+    n_kv[n_q / 2] = 0;
+
+    const fg_mla_attn_params p = {
+        .n_head = H, .kv_lora = L, .n_rope = R, .scale = 1.0f / sqrtf((float)(L + R)), .format = fmt,
+        .pages = (const uint8_t *const *)pages, .layer_offset = layer_offset, .row_bytes = row_bytes,
+        .n_kv = 1, .isa = g_isa,
+    };
+    const size_t ns = fg_mla_attn_scratch_floats(&p);
+    float *scratch = malloc((ns + GUARD) * sizeof *scratch);
+    for (size_t i = 0; i < ns + GUARD; i++)
+        scratch[i] = NAN;
+    float *out = malloc(((size_t)n_q * qw + GUARD) * sizeof *out), *one = malloc(qw * sizeof *one);
+    for (size_t i = 0; i < (size_t)n_q * qw + GUARD; i++)
+        out[i] = -1234.5f;
+    fg_mla_attn_multi(&p, n_q, n_kv, q_lat, q_rope, out, scratch);
+
+    int differ = 0, guards = 0, nonzero_empty = 0;
+    for (int i = 0; i < n_q; i++) {
+        if (n_kv[i] == 0) {
+            for (size_t k = 0; k < qw; k++)
+                nonzero_empty += out[(size_t)i * qw + k] != 0.0f;
+            continue;
+        }
+        fg_mla_attn_params pi = p;
+        pi.n_kv = n_kv[i];
+        fg_mla_attn(&pi, q_lat + (size_t)i * qw, q_rope + (size_t)i * rw, one, scratch);
+        differ += memcmp(one, out + (size_t)i * qw, qw * sizeof *one) != 0;
+    }
+    for (int i = 0; i < GUARD; i++)
+        guards += out[(size_t)n_q * qw + i] != -1234.5f || !isnan(scratch[ns + (size_t)i]);
+    CHECK_MSG(differ == 0 && guards == 0 && nonzero_empty == 0,
+              "multi %s %s H=%d L=%d R=%d rows=%d queries=%d: %d queries differ from fg_mla_attn, %d guards hit, "
+              "%d non-zero in the empty query",
+              fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, n_rows, n_q, differ, guards, nonzero_empty);
+
+    free(one);
+    free(out);
+    free(scratch);
+    free(n_kv);
+    free(q_lat);
+    free(q_rope);
+    free(row);
+    for (int i = 0; i < n_pages; i++)
+        free(pages[i]);
+    free(pages);
+}
+
 int main(void)
 {
     const fg_isa isas[] = {FG_ISA_SCALAR, FG_ISA_AVX512};
@@ -182,6 +269,13 @@ int main(void)
         for (int f = 0; f < FG_KV__COUNT; f++)
             if (f != FG_KV_FP4)
                 run_case((fg_kv_format)f, 3, 40, 8, 70, 1, 0.5f);
+        /* the multi-query path: one group inside a page, several groups across pages */
+        for (int f = 0; f < FG_KV__COUNT; f++) {
+            run_multi_case((fg_kv_format)f, 4, 64, 16, 20, 7);
+            run_multi_case((fg_kv_format)f, 8, 160, 32, 200, 70);
+            if (f != FG_KV_FP4)
+                run_multi_case((fg_kv_format)f, 3, 40, 8, 130, 40);
+        }
     }
     return TEST_DONE("test_mla_attn");
 }
