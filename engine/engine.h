@@ -138,6 +138,9 @@ typedef struct fg_engine_stats {
     uint64_t prefix_hits;          /* of which found: shared instead of computed */
     uint64_t spills;               /* sessions written to disk and released from memory */
     uint64_t restores;             /* sessions loaded back from disk */
+    uint64_t pages_to_disk;        /* cold cached pages written as page files when evicted */
+    uint64_t pages_from_disk;      /* page files read back into the prefix cache on a miss */
+    uint64_t page_files_damaged;   /* page files found damaged (moved aside, the page computed) */
     uint64_t saves;                /* session files written (end of turn, spill, shutdown) */
     uint64_t save_errors;          /* writes that failed (disk full, I/O) */
     double spill_seconds;          /* total time writing spilled sessions */
