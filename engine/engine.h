@@ -76,7 +76,7 @@ typedef struct fg_engine_options {
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
-    double idle_spill_seconds;   /* idle named sessions move to disk after this; 0: only under pressure */
+    double idle_spill_seconds;   /* idle named sessions and cold cached pages move to disk after this; 0: only under pressure */
     uint64_t disk_budget_bytes;  /* session files in all; 0: unlimited; a write past it fails FG_ERR_DISK_FULL */
 } fg_engine_options;
 

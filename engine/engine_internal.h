@@ -216,6 +216,7 @@ struct fg_engine {
     int n_tenants, cap_tenants;
     uint64_t disk_bytes;            /* [mu] all session and page files */
     fg_dpage *dpages;               /* [mu] page files by tenant and key (unordered) */
+    double cold_idle_at;            /* [step] last scan for idle cold cached pages */
     int n_dpages, cap_dpages;
     uint64_t next_uid;              /* [mu] */
     fg_session_t *open_head;        /* [mu] sessions not freed (names are unique among them) */

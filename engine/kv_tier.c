@@ -24,6 +24,8 @@
 
 #define MAX_EVICT 4096 /* candidates considered per relief */
 
+static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
+
 bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
                   size_t cap)
 {
@@ -514,9 +516,19 @@ void fg_tier_idle(fg_engine_t *e)
     for (fg_session_t *s = e->all_head; s; s = s->all_next)
         if (spillable(e, s) && !s->responding && now - s->last_used >= e->opt.idle_spill_seconds)
             fg_tier_save(e, s, true);
+    /* Cold cached pages idle as long go to page files too; the scan walks the
+     * whole cache, so at most as often as the step loop wakes for idle work. */
+    double every = e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1;
+    if (!e->pc || now - e->cold_idle_at < every)
+        return;
+    e->cold_idle_at = now;
+    int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, now);
+    for (int i = 0; i < n; i++)
+        if (cand[i].idle_seconds >= e->opt.idle_spill_seconds) {
+            fg_ptier_spill(e, cand[i].id);
+            fg_prefix_cache_drop(e->pc, e->kv, cand[i].id);
+        }
 }
-
-static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
 
 void fg_tier_drop_cold(fg_engine_t *e, size_t need)
 {

@@ -637,8 +637,8 @@ static int page_files(const char *dir, const char *tenant, char names[][32], int
     struct dirent *fe;
     while (d && (fe = readdir(d)) && n < max) {
         size_t len = strlen(fe->d_name);
-        if (len > 4 && strcmp(fe->d_name + len - 4, ".fgp") == 0)
-            snprintf(names[n++], 32, "%s", fe->d_name);
+        if (len > 4 && len < 32 && strcmp(fe->d_name + len - 4, ".fgp") == 0)
+            memcpy(names[n++], fe->d_name, len + 1);
     }
     if (d)
         closedir(d);
@@ -727,6 +727,24 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     for (int i = 0; i < c1; i++)
         for (int j = 0; j < c2; j++)
             CHECK_MSG(strcmp(n1[i], n2[j]) != 0, "tenants share page file %s", n1[i]);
+    fg_engine_close(e);
+
+    /* With idle_spill_seconds, cold cached pages go to page files without any pressure too. */
+    snprintf(dir, sizeof dir, "%s/cold_idle", root);
+    e = open_e((eng_opts){.prefix = true, .dir = dir, .idle_spill = 0.3});
+    fg_session_t *i1 = named(e, "t1", NULL);
+    turn ti = run_turn(i1, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&ti, &want));
+    fg_session_free(i1);
+    CHECK(wait_pages_written(e, 4));
+    fg_engine_stats st3 = stats_of(e);
+    CHECK_MSG(st3.kv_pages_cached == 0 && st3.kv_pages_used == 0, "%zu cached, %zu used pages after the idle move",
+              st3.kv_pages_cached, st3.kv_pages_used);
+    fg_session_t *i2 = named(e, "t1", NULL);
+    turn ti2 = run_turn(i2, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&ti2, &want) && ti2.last.usage.cached_tokens == C_SYS);
+    CHECK(stats_of(e).pages_from_disk - st3.pages_from_disk >= 4); /* more when one idled out before it was taken */
+    fg_session_free(i2);
     fg_engine_close(e);
 }
 
