@@ -146,7 +146,7 @@ typedef struct fg_engine_stats {
     double spill_seconds;          /* total time writing spilled sessions */
     double restore_seconds;        /* total time loading sessions back */
     int sessions_on_disk;          /* open sessions whose KV is on disk only */
-    uint64_t disk_bytes;           /* bytes of session files under the persistence dir */
+    uint64_t disk_bytes;           /* bytes of session and page files under the persistence dir */
     /* Per-step histograms (counts per bucket, not cumulative; the last bucket
      * counts the rest): step time, bucket i <= FG_ENGINE_STEP_HIST_BASE_S * 2^i
      * seconds; batch tokens and batch sessions, bucket i <= 2^i. */
@@ -321,7 +321,7 @@ bool fg_session_on_disk(fg_session_t *s);
 
 typedef struct fg_tenant_kv_usage {
     uint64_t resident_kv_bytes;  /* resident pages held by its sessions or cached for it, each counted once */
-    uint64_t disk_bytes;         /* its session files, including ones found at open */
+    uint64_t disk_bytes;         /* its session and page files, including ones found at open */
     int sessions_resident;
     int sessions_on_disk;
 } fg_tenant_kv_usage;
