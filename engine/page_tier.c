@@ -267,11 +267,12 @@ void fg_ptier_make_room(fg_engine_t *e, int tenant_ix, uint64_t need)
 
 void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 {
-    char dir[4096], path[4096], hex[17];
+    char dir[4096], path[4096], aside[4096], hex[17];
     fg_pfile_name(j->key, hex);
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->mu); /* the tenant table may grow meanwhile */
     bool ok = fg_tier_path(e, j->tenant, NULL, "", dir, sizeof dir) &&
-              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX, path, sizeof path);
+              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX, path, sizeof path) &&
+              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX ".damaged", aside, sizeof aside);
     const uint64_t salt = e->tenants[j->tenant_ix].salt;
     pthread_mutex_unlock(&e->mu);
     if (!ok) {
@@ -285,11 +286,8 @@ void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
             j->err = fg_sfile_parse(j->buf, j->len, &e->expect, &j->v, d);
         if (j->err == FG_OK)
             j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
-        if (damage(j->err)) {
-            char aside[4096];
-            if (page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX ".damaged", aside, sizeof aside))
-                rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
-        }
+        if (damage(j->err))
+            rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
         return;
     }
     uint64_t size = fg_pfile_size(geo);

@@ -746,6 +746,27 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     CHECK(stats_of(e).pages_from_disk - st3.pages_from_disk >= 4); /* more when one idled out before it was taken */
     fg_session_free(i2);
     fg_engine_close(e);
+
+    /* A disk budget of 5 page files: the system prompt's 4 files (the oldest) make room for
+     * the 7 of a later session, and the files never pass the budget. */
+    snprintf(dir, sizeof dir, "%s/cold_budget", root);
+    const uint64_t pfile = 96 + FG_KV_PAGE_TOKENS * (4 + page_bytes / FG_KV_PAGE_TOKENS) + 32 + 8;
+    e = open_e((eng_opts){.prefix = true, .dir = dir, .kv_budget = 8 * page_bytes, .disk_budget = 5 * pfile});
+    const int32_t *ins[3] = {prompt, big, big2};
+    const int lens[3] = {C_SYS + C_Q, C_BIG, C_BIG};
+    for (int k = 0; k < 3; k++) {
+        fg_session_t *q = named(e, "t1", NULL);
+        turn tq = run_turn(q, ins[k], lens[k], C_GEN);
+        CHECK(tq.done && tq.last.error == FG_OK);
+        fg_session_free(q);
+        CHECK(stats_of(e).disk_bytes <= 5 * pfile);
+    }
+    CHECK(wait_pages_written(e, 4 + 4)); /* each of the first 4 of the 7 removed one of the prompt's */
+    fg_engine_close(e);
+    snprintf(path, sizeof path, "%s/t1/pages/%016llx.fgp", dir, (unsigned long long)k0);
+    int nb = page_files(dir, "t1", n1, 64);
+    CHECK_MSG(!exists(path) && nb >= 1 && nb <= 5, "%d page files within a budget of 5; the oldest %s", nb,
+              exists(path) ? "kept" : "removed");
 }
 
 static void rm_rf(const char *path)
