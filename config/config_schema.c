@@ -182,11 +182,13 @@ const fg_cfg_key fg_cfg_keys[] = {
           "across restarts), the private Redis's data and the quota journals; a relative path is "
           "taken from the working directory."),
     K_INT(fg_config, "persistence.idle_spill_s", persistence.idle_spill_s, 300, 0, 30 * DAY_S,
-          "Seconds of idleness after which a session's KV cache moves from memory to disk; 0 "
-          "moves it only under memory pressure."),
+          "Seconds of idleness after which a session's KV cache, and a cached shared page no "
+          "session holds, moves from memory to disk; 0 moves them only under memory pressure."),
     K_INT(fg_config, "persistence.disk_budget_bytes", persistence.disk_budget_bytes, 0, 0, INT64_C(1) << 50,
-          "Most bytes of session files under persistence.dir (0: unlimited); a save that would pass "
-          "it fails like a full disk: the session stays in memory and its client gets persist_failed."),
+          "Most bytes of session and page files under persistence.dir (0: unlimited); the "
+          "tenant's oldest page files (cold shared pages) are removed to make room, then a save "
+          "that would still pass it fails like a full disk: the session stays in memory and its "
+          "client gets persist_failed."),
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 

@@ -76,7 +76,7 @@ typedef struct fg_engine_options {
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
-    double idle_spill_seconds;   /* idle named sessions move to disk after this; 0: only under pressure */
+    double idle_spill_seconds;   /* idle named sessions and cold cached pages move to disk after this; 0: only under pressure */
     uint64_t disk_budget_bytes;  /* session files in all; 0: unlimited; a write past it fails FG_ERR_DISK_FULL */
 } fg_engine_options;
 
@@ -138,12 +138,15 @@ typedef struct fg_engine_stats {
     uint64_t prefix_hits;          /* of which found: shared instead of computed */
     uint64_t spills;               /* sessions written to disk and released from memory */
     uint64_t restores;             /* sessions loaded back from disk */
+    uint64_t pages_to_disk;        /* cold cached pages written as page files when evicted */
+    uint64_t pages_from_disk;      /* page files read back into the prefix cache on a miss */
+    uint64_t page_files_damaged;   /* page files found damaged (moved aside, the page computed) */
     uint64_t saves;                /* session files written (end of turn, spill, shutdown) */
     uint64_t save_errors;          /* writes that failed (disk full, I/O) */
     double spill_seconds;          /* total time writing spilled sessions */
     double restore_seconds;        /* total time loading sessions back */
     int sessions_on_disk;          /* open sessions whose KV is on disk only */
-    uint64_t disk_bytes;           /* bytes of session files under the persistence dir */
+    uint64_t disk_bytes;           /* bytes of session and page files under the persistence dir */
     /* Per-step histograms (counts per bucket, not cumulative; the last bucket
      * counts the rest): step time, bucket i <= FG_ENGINE_STEP_HIST_BASE_S * 2^i
      * seconds; batch tokens and batch sessions, bucket i <= 2^i. */
@@ -318,7 +321,7 @@ bool fg_session_on_disk(fg_session_t *s);
 
 typedef struct fg_tenant_kv_usage {
     uint64_t resident_kv_bytes;  /* resident pages held by its sessions or cached for it, each counted once */
-    uint64_t disk_bytes;         /* its session files, including ones found at open */
+    uint64_t disk_bytes;         /* its session and page files, including ones found at open */
     int sessions_resident;
     int sessions_on_disk;
 } fg_tenant_kv_usage;

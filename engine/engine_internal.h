@@ -141,10 +141,24 @@ typedef struct fg_save_job {
     uint32_t meta_len;
     uint8_t **pages;                /* [n_pages], one reference each, released by the step thread */
     int n_pages;
+    bool page;                      /* a page file (page_tier.c): write rows, or read with read */
+    uint64_t key, prev;             /* page: its key and previous key */
+    uint8_t *rows;                  /* page write: [64][n_layer][row_bytes] copied out of the page */
     fg_err err;                     /* result */
     char msg[320];
     double seconds;
 } fg_save_job;
+
+/* A page file on disk (page_tier.c), by tenant and key. */
+typedef enum { FG_DPAGE_WRITING, FG_DPAGE_ON_DISK, FG_DPAGE_LOADING } fg_dpage_state;
+typedef struct fg_dpage {
+    uint64_t key;
+    int tenant_ix;
+    fg_dpage_state state;
+    bool no_room;                   /* its last load found no free page: the next lookup misses */
+    uint64_t bytes;                 /* counted in disk_bytes while listed (ON_DISK, LOADING) */
+    double born;                    /* when written (mtime at open): oldest go first */
+} fg_dpage;
 
 /* Per tenant: disk bytes and session counts [mu]; resident bytes come from
  * the KV store's owner counts. */
@@ -200,7 +214,10 @@ struct fg_engine {
     fg_prefix_cache_t *pc;          /* [step] NULL when prefix_cache is off */
     fg_tenant_rec *tenants;         /* [mu] */
     int n_tenants, cap_tenants;
-    uint64_t disk_bytes;            /* [mu] all session files */
+    uint64_t disk_bytes;            /* [mu] all session and page files */
+    fg_dpage *dpages;               /* [mu] page files by tenant and key (unordered) */
+    double cold_idle_at;            /* [step] last scan for idle cold cached pages */
+    int n_dpages, cap_dpages;
     uint64_t next_uid;              /* [mu] */
     fg_session_t *open_head;        /* [mu] sessions not freed (names are unique among them) */
     pthread_cond_t done_cv;         /* forks, save_all and the writer report here */
@@ -295,12 +312,43 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s);
 bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
                   size_t cap);
 
+/* page_tier.c: page files of cold cached pages (see docs/engine.md). */
+/* Lists the page files under <tenant dir>/pages (bytes into disk_bytes) and
+ * removes temp files; at open. */
+void fg_ptier_scan(fg_engine_t *e, int tenant_ix, const char *tenant_dir);
+/* Before the cache drops entry id under pressure: queues a page file of it
+ * unless its key is on disk already [mu]. */
+void fg_ptier_spill(fg_engine_t *e, uint32_t id);
+/* On a cache miss of the page with prev and tokens: when its key (and those
+ * of the following full pages of tokens[0, n_pages * 64)) are on disk,
+ * queues their loads. Returns true when the first one is loading (wait for
+ * it), false for a plain miss [mu]. */
+bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t *tokens, int n_pages);
+/* The writer thread's part of a page job (takes mu only for bookkeeping). */
+void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d);
+/* The step thread's part of a finished page job [mu]. */
+void fg_ptier_reap(fg_engine_t *e, fg_save_job *j);
+/* Writer thread, mu not held: removes the tenant's oldest page files until
+ * need more bytes fit the disk budget (or none is left). */
+void fg_ptier_make_room(fg_engine_t *e, int tenant_ix, uint64_t need);
+/* Frees the page index. */
+void fg_ptier_destroy(fg_engine_t *e);
+/* Drops cold cached pages, least recently used first (to page files when
+ * persisting), until need pages are free [mu]. */
+void fg_tier_drop_cold(fg_engine_t *e, size_t need);
+/* Adds delta bytes to the tenant's and the engine's disk count [mu]. */
+void fg_tier_disk_add(fg_engine_t *e, int tenant_ix, int64_t delta);
+/* Queues a job for the writer thread [mu]. */
+void fg_tier_push_job(fg_engine_t *e, fg_save_job *j);
+
 /* kv_share.c */
 /* Makes the keys of s's pages 0..upto valid (from its history); false when
  * the history is shorter or out of memory [step]. */
 bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto);
-/* Takes prefix-cache hits for the next full pages of s's input [mu]. */
-void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
+/* Takes prefix-cache hits for the next full pages of s's input. Returns
+ * true when the next page is being loaded from its page file: the caller
+ * may wait (it is woken when done) or compute it [mu]. */
+bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
 /* Offers s's newly full pages to the prefix cache [mu]. */
 void fg_share_register(fg_engine_t *e, fg_session_t *s);
 /* After s's cache was cut to n tokens: forgets keys of pages past it. */

@@ -243,7 +243,8 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
             return false;
         }
     }
-    fg_share_attach_hits(e, s); /* shared pages need no reservation */
+    if (fg_share_attach_hits(e, s))
+        return false; /* shared pages need no reservation; page files being read: the writer wakes the step */
     need = reserve_need(e, s);
     fg_err err = FG_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -452,7 +453,7 @@ static int plan_step(fg_engine_t *e)
             continue;
         }
         if (s->todo_n > 0)
-            fg_share_attach_hits(e, s);
+            (void)fg_share_attach_hits(e, s); /* a page still loading is computed: no wait mid-prefill */
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = s->order};
         if (s->todo_n > 0 && n_pre < T) {

@@ -50,10 +50,10 @@ void fg_share_truncated(fg_session_t *s, int n_tokens)
 }
 
 
-void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
+bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
 {
     if (!e->pc || s->on_disk)
-        return;
+        return false;
     fg_response *r = &s->resp;
     /* A generating response keeps at least one input token to evaluate: its logits are needed. */
     const int keep = r->active && r->p.generate ? 1 : 0;
@@ -61,18 +61,21 @@ void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
            s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
         int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
         if (!fg_share_page_keys(e, s, k - 1))
-            return; /* also allocates the key array */
+            return false; /* also allocates the key array */
         uint64_t prev = k ? s->phash[k - 1] : 0;
         uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
         e->stats.prefix_lookups++;
         uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
         if (!page) {
+            /* Its page file (and those of the pages after it) may be loaded instead of computed. */
+            if (e->persist && fg_ptier_fetch(e, s->tenant_ix, prev, s->todo, (s->todo_n - keep) / FG_KV_PAGE_TOKENS))
+                return true;
             s->miss_at = s->seq.n_tokens;
-            return;
+            return false;
         }
         if (fg_tokens_reserve(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
             fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
-            return;
+            return false;
         e->stats.prefix_hits++;
         fg_kv_page_retain(e->kv, page);
         fg_kv_seq_set_page(e->kv, &s->seq, k, page);
@@ -90,6 +93,7 @@ void fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
         s->length_snapshot = s->seq.n_tokens;
         s->gen++;
     }
+    return false;
 }
 
 void fg_share_register(fg_engine_t *e, fg_session_t *s)

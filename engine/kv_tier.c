@@ -24,6 +24,8 @@
 
 #define MAX_EVICT 4096 /* candidates considered per relief */
 
+static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
+
 bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, const char *suffix, char *out,
                   size_t cap)
 {
@@ -54,12 +56,14 @@ int fg_tier_tenant(fg_engine_t *e, const char *name)
     return e->n_tenants++;
 }
 
-static void disk_add(fg_engine_t *e, int tenant_ix, int64_t delta)
+void fg_tier_disk_add(fg_engine_t *e, int tenant_ix, int64_t delta)
 {
     e->disk_bytes = (uint64_t)((int64_t)e->disk_bytes + delta);
     if (tenant_ix >= 0 && tenant_ix < e->n_tenants)
         e->tenants[tenant_ix].disk_bytes = (uint64_t)((int64_t)e->tenants[tenant_ix].disk_bytes + delta);
 }
+
+static void disk_add(fg_engine_t *e, int tenant_ix, int64_t delta) { fg_tier_disk_add(e, tenant_ix, delta); }
 
 /* ---- the writer thread (takes mu only around bookkeeping) ---- */
 
@@ -75,6 +79,10 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
     char dir[4096], path[4096];
     fg_diag d = {{0}};
     j->err = FG_OK;
+    if (j->page) {
+        fg_ptier_run(e, j, &d);
+        goto out;
+    }
     if (!fg_tier_path(e, j->tenant, NULL, "", dir, sizeof dir) ||
         !fg_tier_path(e, j->tenant, j->name, ".fgs", path, sizeof path)) {
         j->err = fg_diag_set(&d, FG_ERR_IO, "session path too long under %s", e->persist_dir);
@@ -111,6 +119,8 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
         old = file_size(path);
     }
     uint64_t size = fg_sfile_size(geo, j->n_tokens, j->n_pending, j->meta_len);
+    if (e->opt.disk_budget_bytes)
+        fg_ptier_make_room(e, j->tenant_ix, size > (uint64_t)old ? size - (uint64_t)old : 0); /* sessions before cached pages */
     pthread_mutex_lock(&e->mu);
     bool over = e->opt.disk_budget_bytes && e->disk_bytes - (uint64_t)old + size > e->opt.disk_budget_bytes;
     uint64_t have = e->disk_bytes;
@@ -153,14 +163,14 @@ static void *writer_main(void *arg)
         run_job(e, j);
         pthread_mutex_lock(&e->mu);
         e->job_running = NULL;
-        if (!j->read && !j->remove) {
+        if (!j->read && !j->remove && !j->page) {
             /* Counted here, so the counters are current when fg_engine_save_all returns. */
             if (j->err == FG_OK)
                 e->stats.saves++;
             else
                 e->stats.save_errors++;
         }
-        if (j->err != FG_OK && !j->read && e->save_all_err == FG_OK) {
+        if (j->err != FG_OK && !j->read && !j->page && e->save_all_err == FG_OK) {
             e->save_all_err = j->err; /* read by a waiting fg_engine_save_all */
             snprintf(e->save_all_msg, sizeof e->save_all_msg, "%s", j->msg);
         }
@@ -178,6 +188,7 @@ static void *writer_main(void *arg)
 static void free_job(fg_engine_t *e, fg_save_job *j)
 {
     free(j->buf);
+    free(j->rows);
     for (int i = 0; i < j->n_pages; i++)
         fg_kv_page_release(e->kv, j->pages[i]);
     free(j->pages);
@@ -186,7 +197,7 @@ static void free_job(fg_engine_t *e, fg_save_job *j)
     free(j);
 }
 
-static void push_job(fg_engine_t *e, fg_save_job *j)
+void fg_tier_push_job(fg_engine_t *e, fg_save_job *j)
 {
     j->next = NULL;
     if (e->job_tail)
@@ -197,6 +208,8 @@ static void push_job(fg_engine_t *e, fg_save_job *j)
     e->jobs_queued++;
     pthread_cond_signal(&e->writer_cv);
 }
+
+static void push_job(fg_engine_t *e, fg_save_job *j) { fg_tier_push_job(e, j); }
 
 /* ---- open and close ---- */
 
@@ -234,6 +247,8 @@ static fg_err scan_dir(fg_engine_t *e, fg_diag *diag)
                 disk_add(e, ix, file_size(path));
         }
         closedir(sub);
+        if (ix >= 0)
+            fg_ptier_scan(e, ix, dir);
     }
     closedir(top);
     return FG_OK;
@@ -304,6 +319,7 @@ void fg_tier_destroy(fg_engine_t *e)
 {
     fg_prefix_cache_destroy(e->pc, e->kv);
     e->pc = NULL;
+    fg_ptier_destroy(e);
     free(e->tenants);
     e->tenants = NULL;
     free(e->persist_dir);
@@ -419,6 +435,11 @@ void fg_tier_reap(fg_engine_t *e)
     while (e->done_jobs) {
         fg_save_job *j = e->done_jobs;
         e->done_jobs = j->next;
+        if (j->page) {
+            fg_ptier_reap(e, j);
+            free_job(e, j);
+            continue;
+        }
         fg_session_t *s = j->remove ? NULL : by_uid(e, j->uid);
         if (j->read) {
             if (s) {
@@ -495,26 +516,45 @@ void fg_tier_idle(fg_engine_t *e)
     for (fg_session_t *s = e->all_head; s; s = s->all_next)
         if (spillable(e, s) && !s->responding && now - s->last_used >= e->opt.idle_spill_seconds)
             fg_tier_save(e, s, true);
+    /* Cold cached pages idle as long go to page files too; the scan walks the
+     * whole cache, so at most as often as the step loop wakes for idle work. */
+    double every = e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1;
+    if (!e->pc || now - e->cold_idle_at < every)
+        return;
+    e->cold_idle_at = now;
+    int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, now);
+    for (int i = 0; i < n; i++)
+        if (cand[i].idle_seconds >= e->opt.idle_spill_seconds) {
+            fg_ptier_spill(e, cand[i].id);
+            fg_prefix_cache_drop(e->pc, e->kv, cand[i].id);
+        }
+}
+
+void fg_tier_drop_cold(fg_engine_t *e, size_t need)
+{
+    if (!e->pc || fg_kv_store_pages_free(e->kv) >= need)
+        return;
+    int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, fg_now_s());
+    fg_kv_evict_order(cand, n);
+    for (int i = 0; i < n && fg_kv_store_pages_free(e->kv) < need; i++) {
+        if (e->persist)
+            fg_ptier_spill(e, cand[i].id); /* its rows are copied out first */
+        fg_prefix_cache_drop(e->pc, e->kv, cand[i].id);
+    }
 }
 
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)
 {
-    static fg_evict_candidate cand[MAX_EVICT]; /* step thread only */
     static fg_session_t *cand_s[MAX_EVICT];    /* sessions by candidate id */
     double now = fg_now_s();
     size_t free_pages = fg_kv_store_pages_free(e->kv);
     if (free_pages >= need_pages)
         return;
-    /* Cold cached pages first: dropping one loses only a possible future hit. */
-    if (e->pc) {
-        int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, now);
-        fg_kv_evict_order(cand, n);
-        for (int i = 0; i < n && fg_kv_store_pages_free(e->kv) < need_pages; i++)
-            fg_prefix_cache_drop(e->pc, e->kv, cand[i].id);
-        free_pages = fg_kv_store_pages_free(e->kv);
-        if (free_pages >= need_pages)
-            return;
-    }
+    /* Cold cached pages first: dropping one loses only a possible future hit (it goes to a page file). */
+    fg_tier_drop_cold(e, need_pages);
+    free_pages = fg_kv_store_pages_free(e->kv);
+    if (free_pages >= need_pages)
+        return;
     if (!e->persist)
         return;
     /* Then idle sessions to disk, in the policy's order; spills in flight count as coming. */

@@ -130,6 +130,20 @@ int fg_prefix_cache_cold(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg
     return n;
 }
 
+bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, uint64_t *key, uint64_t *prev, int *tenant,
+                           const int32_t **tokens, uint8_t **page)
+{
+    if (id >= c->cap || c->e[id].tenant < 0)
+        return false;
+    const entry *x = &c->e[id];
+    *key = x->key;
+    *prev = x->prev;
+    *tenant = x->tenant;
+    *tokens = x->tokens;
+    *page = x->page;
+    return true;
+}
+
 void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id)
 {
     if (id >= c->cap || c->e[id].tenant < 0)

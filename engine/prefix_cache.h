@@ -52,6 +52,11 @@ bool fg_prefix_cache_insert(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t ke
  * ids are for fg_prefix_cache_drop. Returns the count. */
 int fg_prefix_cache_cold(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg_evict_candidate *out, int max,
                          double now);
+/* The entry id (from fg_prefix_cache_cold): its key, previous key, tenant,
+ * tokens [FG_KV_PAGE_TOKENS] and page (not retained). Returns false when
+ * the id lists nothing. */
+bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, uint64_t *key, uint64_t *prev, int *tenant,
+                           const int32_t **tokens, uint8_t **page);
 /* Unlists the entry id and releases its page. */
 void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id);
 /* Listed pages, and of those the cold ones. */

@@ -217,9 +217,15 @@ static fg_err write_error(fg_diag *diag, int en, const char *what, const char *p
 
 fg_err fg_sfile_write(const char *dir, const char *name, const fg_sfile_content *c, fg_diag *diag)
 {
+    return fg_sfile_write_as(dir, name, ".fgs", c, diag);
+}
+
+fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, const fg_sfile_content *c,
+                         fg_diag *diag)
+{
     char path[4096], tmp[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s.fgs", dir, name) >= sizeof path ||
-        (size_t)snprintf(tmp, sizeof tmp, "%s/%s.fgs.tmp", dir, name) >= sizeof tmp)
+    if ((size_t)snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix) >= sizeof path ||
+        (size_t)snprintf(tmp, sizeof tmp, "%s/%s%s.tmp", dir, name, suffix) >= sizeof tmp)
         return fg_diag_set(diag, FG_ERR_IO, "session path too long under %s", dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return write_error(diag, errno, "mkdir", dir);

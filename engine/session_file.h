@@ -100,5 +100,8 @@ typedef struct fg_sfile_content {
  * missing. Errors: FG_ERR_DISK_FULL (ENOSPC, EDQUOT, EFBIG), FG_ERR_IO; on
  * error the temp file is removed. */
 fg_err fg_sfile_write(const char *dir, const char *name, const fg_sfile_content *c, fg_diag *diag);
+/* The same with another file suffix (".fgp" for page files): <dir>/<name><suffix>. */
+fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, const fg_sfile_content *c,
+                         fg_diag *diag);
 
 #endif

@@ -7,12 +7,15 @@
  * 72 (reserved, unchecked) is set, the trailing checksum is recomputed first,
  * so mutations reach the checks behind it. The seed corpus is
  * tests/fuzz/corpus/fuzz_session_file/ (a file written by the writer).
+ * A parsed file is also checked as a page file (page_file.h) under the key
+ * its meta names, and the input's first bytes as a page file name.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/hash64.h"
+#include "engine/page_file.h"
 #include "engine/session_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -34,6 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t sum = fg_hash64(buf, size - 8, FG_SFILE_MAGIC_SEED);
         memcpy(buf + size - 8, &sum, 8); /* little-endian host, like the writer */
     }
+    char name[24] = {0};
+    uint64_t key = 0, prev = 0;
+    memcpy(name, data, size < sizeof name - 1 ? size : sizeof name - 1);
+    if (fg_pfile_parse_name(name, &key)) {
+        char back[17];
+        fg_pfile_name(key, back);
+        if (memcmp(back, name, 16) != 0)
+            abort(); /* a name that parses is the key's own name */
+    }
     fg_sfile_view v;
     fg_diag d = {{0}};
     fg_err e = fg_sfile_parse(buf, size, &ex, &v, &d);
@@ -49,6 +61,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sink += (uint64_t)fg_sfile_token(&v, i);
     for (uint32_t i = 0; i < v.meta_len; i++)
         sink += v.meta[i];
+    if (v.meta_len >= 16) {
+        memcpy(&key, v.meta + 8, 8);
+        fg_diag pd = {{0}};
+        if (fg_pfile_check(&v, key, 0x1234, &prev, &pd) != FG_OK && !pd.msg[0])
+            abort();
+        sink += prev;
+    }
     int n_pages = (v.n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     uint8_t *pages[4] = {0};
     for (int p = 0; p < n_pages; p++)

@@ -10,13 +10,20 @@
  *    pages, two tenants two copies, forks share, and greedy tokens equal
  *    those computed without sharing;
  *  - a pool smaller than the working set: sessions spill and come back with
- *    the tokens of a large-pool run, and the pool is never exceeded.
+ *    the tokens of a large-pool run, and the pool is never exceeded;
+ *  - cold cached pages (a system prompt whose session ended) evicted under
+ *    pressure go to page files and come back from them for a new session
+ *    (after a restart too) with the tokens of a run without eviction; a
+ *    damaged page file is moved aside and the page computed again; two
+ *    tenants' page files never meet.
  */
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/prefix_cache.h" /* fg_page_key, to name page files */
 #include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
 #include "tests/model/model_test.h"
 
@@ -601,6 +608,167 @@ static void test_budget(int n_vocab, size_t page_bytes)
     fg_engine_close(e);
 }
 
+
+/* ---- 5. cold cached pages go to page files and come back ---- */
+
+static fg_engine_stats stats_of(fg_engine_t *e)
+{
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    return st;
+}
+
+/* Waits (backstop only) until the writer has written n page files in all. */
+static bool wait_pages_written(fg_engine_t *e, uint64_t n)
+{
+    for (double t0 = now_s(); now_s() - t0 < 240; usleep(1000))
+        if (stats_of(e).pages_to_disk >= n)
+            return true;
+    return false;
+}
+
+/* Names of the .fgp files in <dir>/<tenant>/pages into names (at most max), returns the count. */
+static int page_files(const char *dir, const char *tenant, char names[][32], int max)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/pages", dir, tenant);
+    DIR *d = opendir(path);
+    int n = 0;
+    struct dirent *fe;
+    while (d && (fe = readdir(d)) && n < max) {
+        size_t len = strlen(fe->d_name);
+        if (len > 4 && len < 32 && strcmp(fe->d_name + len - 4, ".fgp") == 0)
+            memcpy(names[n++], fe->d_name, len + 1);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_cold_pages(int n_vocab, size_t page_bytes)
+{
+    enum { C_SYS = 4 * FG_KV_PAGE_TOKENS, C_Q = 10, C_BIG = 480, C_GEN = 8 };
+    static int32_t prompt[C_SYS + C_Q], big[C_BIG], big2[C_BIG];
+    test_tokens(prompt, C_SYS + C_Q, n_vocab, 71);
+    test_tokens(big, C_BIG, n_vocab, 72);
+    test_tokens(big2, C_BIG, n_vocab, 73);
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    fg_session_t *r = named(ref, NULL, NULL);
+    turn want = run_turn(r, prompt, C_SYS + C_Q, C_GEN);
+    fg_session_free(r);
+    fg_engine_close(ref);
+
+    char dir[512], path[700], aside[760];
+    snprintf(dir, sizeof dir, "%s/cold", root);
+    /* 8 pages: the system prompt's 4 cached pages must go when a 480-token session runs. */
+    eng_opts x = {.prefix = true, .dir = dir, .kv_budget = 8 * page_bytes};
+    fg_engine_t *e = open_e(x);
+    fg_session_t *a = named(e, "t1", NULL);
+    turn ta = run_turn(a, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&ta, &want));
+    fg_session_free(a);
+    fg_session_t *b = named(e, "t1", NULL);
+    turn tb = run_turn(b, big, C_BIG, C_GEN);
+    CHECK(tb.done && tb.last.error == FG_OK);
+    fg_session_free(b);
+    CHECK_MSG(wait_pages_written(e, 4), "%llu page files written, want 4",
+              (unsigned long long)stats_of(e).pages_to_disk);
+    fg_engine_stats st0 = stats_of(e);
+    CHECK(st0.disk_bytes >= 4 * (uint64_t)(96 + FG_KV_PAGE_TOKENS * (4 + page_bytes / FG_KV_PAGE_TOKENS) + 32 + 8));
+
+    /* A new session with the same prompt: its 4 pages come back from disk, only the question is computed. */
+    fg_session_t *c = named(e, "t1", NULL);
+    turn tc = run_turn(c, prompt, C_SYS + C_Q, C_GEN);
+    fg_engine_stats st1 = stats_of(e);
+    CHECK_MSG(same_tokens(&tc, &want), "continuation differs after pages came back from disk");
+    CHECK_MSG(tc.last.usage.cached_tokens == C_SYS, "cached_tokens %lld, want %d",
+              (long long)tc.last.usage.cached_tokens, C_SYS);
+    CHECK_MSG(st1.pages_from_disk - st0.pages_from_disk == 4, "%llu pages from disk",
+              (unsigned long long)(st1.pages_from_disk - st0.pages_from_disk));
+    CHECK_MSG(st1.prefill_tokens - st0.prefill_tokens == C_Q, "%llu prefill tokens, want %d",
+              (unsigned long long)(st1.prefill_tokens - st0.prefill_tokens), C_Q);
+    CHECK(st1.prefix_hits - st0.prefix_hits == 4);
+    fg_session_free(c);
+    fg_engine_close(e);
+
+    /* After a restart the page files are known again; page 1's is damaged: it is moved aside and computed. */
+    uint64_t salt = fg_tenant_salt("t1"), k0 = fg_page_key(0, salt, prompt),
+             k1 = fg_page_key(k0, salt, prompt + FG_KV_PAGE_TOKENS);
+    snprintf(path, sizeof path, "%s/t1/pages/%016llx.fgp", dir, (unsigned long long)k1);
+    snprintf(aside, sizeof aside, "%s.damaged", path);
+    CHECK(exists(path));
+    corrupt(path, 400, 0x10, -1);
+    e = open_e(x);
+    fg_session_t *d = named(e, "t1", NULL);
+    turn td = run_turn(d, prompt, C_SYS + C_Q, C_GEN);
+    fg_engine_stats st2 = stats_of(e);
+    CHECK_MSG(same_tokens(&td, &want), "continuation differs with a damaged page file");
+    CHECK_MSG(td.last.usage.cached_tokens >= FG_KV_PAGE_TOKENS && td.last.usage.cached_tokens < C_SYS,
+              "cached_tokens %lld with page 1 damaged", (long long)td.last.usage.cached_tokens);
+    CHECK(td.last.error == FG_OK && st2.pages_from_disk >= 1);
+    CHECK(exists(aside) && !exists(path) && st2.page_files_damaged == 1);
+    fg_session_free(d);
+
+    /* Tenant t2 with the same prompt: no hit from t1's files; its own pages get their own files. */
+    fg_session_t *t2 = named(e, "t2", NULL);
+    turn tt = run_turn(t2, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&tt, &want) && tt.last.usage.cached_tokens == 0);
+    CHECK(stats_of(e).pages_from_disk == st2.pages_from_disk);
+    fg_session_free(t2);
+    uint64_t written = stats_of(e).pages_to_disk;
+    fg_session_t *b2 = named(e, "t3", NULL);
+    turn tb2 = run_turn(b2, big2, C_BIG, C_GEN);
+    CHECK(tb2.done && tb2.last.error == FG_OK);
+    fg_session_free(b2);
+    CHECK(wait_pages_written(e, written + 4));
+    static char n1[64][32], n2[64][32];
+    int c1 = page_files(dir, "t1", n1, 64), c2 = page_files(dir, "t2", n2, 64);
+    CHECK_MSG(c2 >= 4, "t2 has %d page files", c2);
+    for (int i = 0; i < c1; i++)
+        for (int j = 0; j < c2; j++)
+            CHECK_MSG(strcmp(n1[i], n2[j]) != 0, "tenants share page file %s", n1[i]);
+    fg_engine_close(e);
+
+    /* With idle_spill_seconds, cold cached pages go to page files without any pressure too. */
+    snprintf(dir, sizeof dir, "%s/cold_idle", root);
+    e = open_e((eng_opts){.prefix = true, .dir = dir, .idle_spill = 0.3});
+    fg_session_t *i1 = named(e, "t1", NULL);
+    turn ti = run_turn(i1, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&ti, &want));
+    fg_session_free(i1);
+    CHECK(wait_pages_written(e, 4));
+    fg_engine_stats st3 = stats_of(e);
+    CHECK_MSG(st3.kv_pages_cached == 0 && st3.kv_pages_used == 0, "%zu cached, %zu used pages after the idle move",
+              st3.kv_pages_cached, st3.kv_pages_used);
+    fg_session_t *i2 = named(e, "t1", NULL);
+    turn ti2 = run_turn(i2, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(same_tokens(&ti2, &want) && ti2.last.usage.cached_tokens == C_SYS);
+    CHECK(stats_of(e).pages_from_disk - st3.pages_from_disk >= 4); /* more when one idled out before it was taken */
+    fg_session_free(i2);
+    fg_engine_close(e);
+
+    /* A disk budget of 5 page files: the system prompt's 4 files (the oldest) make room for
+     * the 7 of a later session, and the files never pass the budget. */
+    snprintf(dir, sizeof dir, "%s/cold_budget", root);
+    const uint64_t pfile = 96 + FG_KV_PAGE_TOKENS * (4 + page_bytes / FG_KV_PAGE_TOKENS) + 32 + 8;
+    e = open_e((eng_opts){.prefix = true, .dir = dir, .kv_budget = 8 * page_bytes, .disk_budget = 5 * pfile});
+    const int32_t *ins[3] = {prompt, big, big2};
+    const int lens[3] = {C_SYS + C_Q, C_BIG, C_BIG};
+    for (int k = 0; k < 3; k++) {
+        fg_session_t *q = named(e, "t1", NULL);
+        turn tq = run_turn(q, ins[k], lens[k], C_GEN);
+        CHECK(tq.done && tq.last.error == FG_OK);
+        fg_session_free(q);
+        CHECK(stats_of(e).disk_bytes <= 5 * pfile);
+    }
+    CHECK(wait_pages_written(e, 4 + 4)); /* each of the first 4 of the 7 removed one of the prompt's */
+    fg_engine_close(e);
+    snprintf(path, sizeof path, "%s/t1/pages/%016llx.fgp", dir, (unsigned long long)k0);
+    int nb = page_files(dir, "t1", n1, 64);
+    CHECK_MSG(!exists(path) && nb >= 1 && nb <= 5, "%d page files within a budget of 5; the oldest %s", nb,
+              exists(path) ? "kept" : "removed");
+}
+
 static void rm_rf(const char *path)
 {
     char cmd[600];
@@ -629,6 +797,8 @@ int main(void)
     }
     if (!only || strcmp(only, "budget") == 0)
         test_budget(info.n_vocab, page_bytes);
+    if (!only || strcmp(only, "cold") == 0)
+        test_cold_pages(info.n_vocab, page_bytes);
     rm_rf(root);
     return fg_test_failures ? 1 : 0;
 }
