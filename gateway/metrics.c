@@ -331,6 +331,12 @@ static void render_engine(fg_gateway_t *gw, text *t)
     put_value(t, "flashgate_kv_spills_total", "counter", "Sessions written to disk and released from memory.",
               (double)st.spills);
     put_value(t, "flashgate_kv_restores_total", "counter", "Sessions loaded back from disk.", (double)st.restores);
+    put_value(t, "flashgate_kv_page_files_written_total", "counter",
+              "Cold shared prefix pages written to page files when evicted from memory.", (double)st.pages_to_disk);
+    put_value(t, "flashgate_kv_page_files_read_total", "counter",
+              "Page files read back into the prefix cache on a miss.", (double)st.pages_from_disk);
+    put_value(t, "flashgate_kv_page_files_damaged_total", "counter",
+              "Page files found damaged (moved aside; the page was computed instead).", (double)st.page_files_damaged);
     put_value(t, "flashgate_kv_saves_total", "counter", "Session files written.", (double)st.saves);
     put_value(t, "flashgate_kv_save_errors_total", "counter", "Session file writes that failed.",
               (double)st.save_errors);
