@@ -32,38 +32,6 @@
 
 #define TENANT "bench"
 
-typedef struct waker {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int pending;
-} waker;
-
-static void wake(void *user)
-{
-    waker *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->pending = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void wait_wake(waker *w)
-{
-    pthread_mutex_lock(&w->mu);
-    if (!w->pending) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
-    w->pending = 0;
-    pthread_mutex_unlock(&w->mu);
-}
-
 typedef struct agent {
     int id;
     char name[32];
@@ -79,7 +47,7 @@ typedef struct agent {
 
 typedef struct bench {
     fg_engine_t *e;
-    waker w;
+    fg_bench_waker w;
     agent *a;
     int n, turns, n_in, n_out, n_vocab;
     bool reprefill;
@@ -140,7 +108,7 @@ static int run_turns(bench *b, int from, int to)
             return -1;
     }
     while (left > 0) {
-        wait_wake(&b->w);
+        fg_bench_wait(&b->w, 20);
         int k;
         while ((k = fg_engine_take_ready(b->e, ready, 256)) > 0) {
             for (int r = 0; r < k; r++) {
@@ -241,8 +209,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: bad arguments (see --help; --reprefill runs without --persist-dir)\n");
         return 2;
     }
-    b.w = (waker){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    eo.wakeup = wake;
+    b.w = (fg_bench_waker){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    eo.wakeup = fg_bench_wake;
     eo.wakeup_user = &b.w;
     eo.persist_dir = persist_dir;
     eo.prefix_cache = !b.reprefill;

@@ -25,21 +25,6 @@
 #include "kernels/cpu/pool.h"
 
 /* The wakeup callback: the step thread says events are ready. */
-typedef struct waker {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int pending;
-} waker;
-
-static void wake(void *user)
-{
-    waker *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->pending = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
 /* CPU seconds used by the whole process so far (every thread). */
 static double cpu_s(void)
 {
@@ -56,27 +41,14 @@ typedef struct client {
 } client;
 
 /* Polls until every client is done; collects inter-token gaps. */
-static void run_until_done(fg_engine_t *e, waker *w, client *c, int n, double *gaps, size_t *n_gaps, size_t cap)
+static void run_until_done(fg_engine_t *e, fg_bench_waker *w, client *c, int n, double *gaps, size_t *n_gaps, size_t cap)
 {
     fg_event ev[64];
     static char text[1 << 16];
     void *ready[256];
     int left = n;
     while (left > 0) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->pending) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-            break;
-        }
-        w->pending = 0;
-        pthread_mutex_unlock(&w->mu);
+        fg_bench_wait(w, 50);
         int k;
         while ((k = fg_engine_take_ready(e, ready, 256)) > 0) {
             for (int i = 0; i < k; i++) {
@@ -142,8 +114,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: bad arguments (see --help)\n");
         return 2;
     }
-    waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    eo.wakeup = wake;
+    fg_bench_waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    eo.wakeup = fg_bench_wake;
     eo.wakeup_user = &w;
     fg_diag d = {{0}};
     fg_engine_t *e;

@@ -5,12 +5,46 @@
 #ifndef FG_BENCH_COMMON_H
 #define FG_BENCH_COMMON_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "kernels/cpu/pool.h"
+
+/* The engine's wakeup callback for a tool that polls sessions on its main
+ * thread: the callback marks, the main thread waits (at most timeout_ms, so
+ * a lost wakeup only delays a poll). */
+typedef struct fg_bench_waker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+} fg_bench_waker;
+
+static inline void fg_bench_wake(void *user)
+{
+    fg_bench_waker *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->pending = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static inline void fg_bench_wait(fg_bench_waker *w, long timeout_ms)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->pending) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += timeout_ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    w->pending = 0;
+    pthread_mutex_unlock(&w->mu);
+}
 
 static inline double now_s(void)
 {
