@@ -82,9 +82,9 @@ struct fg_forward {
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
-    /* The layers as the products read them: the model's, each Q8_0 matrix
-     * replaced (AVX-512) by a copy packed at create into 16-row panels
-     * (FG_WTYPE_Q8_0_P16, pack_weight) */
+    /* The layers as the products read them: the model's, the routed experts'
+     * Q8_0 matrices replaced (AVX-512) by copies packed at create into 16-row
+     * panels (FG_WTYPE_Q8_0_P16, pack_weight) */
     fg_layer *layers;         /* [n_layer] */
     void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
 
@@ -166,11 +166,10 @@ static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *d
     return 0;
 }
 
-#define N_PACKED 15 /* the matrices of a layer that pack_weight() may pack */
-#define PACKED_ROUTED 9 /* index of gate_exps in setup_layers' lists; up_exps and down_exps follow */
+#define N_PACKED 3 /* per layer: the routed experts' gate, up and down matrices */
 
-/* f->layers: the model's layers with every matrix the products read packed
- * where pack_weight() packs (the router is F32 and stays). */
+/* f->layers: the model's layers, the routed experts packed where
+ * pack_weight() packs. */
 static int setup_layers(fg_forward_t *f)
 {
     const int nl = f->m->hp.n_layer;
@@ -182,13 +181,13 @@ static int setup_layers(fg_forward_t *f)
         const fg_layer *src = &f->m->layers[il];
         fg_layer *ly = &f->layers[il];
         *ly = *src;
-        const fg_weight *from[N_PACKED] = {&src->q_a, &src->q_b, &src->kv_a, &src->k_b, &src->v_b,
-                                           &src->attn_out, &src->ffn_gate, &src->ffn_up, &src->ffn_down,
-                                           &src->gate_exps, &src->up_exps, &src->down_exps, &src->gate_shexp,
-                                           &src->up_shexp, &src->down_shexp};
-        fg_weight *to[N_PACKED] = {&ly->q_a, &ly->q_b, &ly->kv_a, &ly->k_b, &ly->v_b, &ly->attn_out,
-                                   &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->gate_exps, &ly->up_exps,
-                                   &ly->down_exps, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp};
+        const fg_weight *from[N_PACKED] = {&src->gate_exps, &src->up_exps, &src->down_exps};
+        fg_weight *to[N_PACKED] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
+        /* Only the routed experts are packed: their products run on a few tokens
+         * each, where the panel kernel pays; for the rest (one token in a lone
+         * decode, the whole batch otherwise) the row kernels over the mapped
+         * weights were as fast at 64 sessions and 14 % faster for a lone decode
+         * on one thread (docs/benchmarks.md). */
         for (int i = 0; i < N_PACKED; i++)
             if (pack_weight(f, from[i], to[i], &f->packed[(size_t)il * N_PACKED + i]) != 0)
                 return -1;
@@ -709,7 +708,7 @@ void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
     for (int il = 0; il < f->m->hp.n_layer; il++) {
         const fg_layer *src = &f->m->layers[il];
         fg_layer *ly = &f->layers[il];
-        for (int i = PACKED_ROUTED; i < PACKED_ROUTED + 3; i++) {
+        for (int i = 0; i < N_PACKED; i++) {
             free(f->packed[(size_t)il * N_PACKED + i]);
             f->packed[(size_t)il * N_PACKED + i] = NULL;
         }
