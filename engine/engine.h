@@ -78,6 +78,7 @@ typedef struct fg_engine_options {
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
     double idle_spill_seconds;   /* idle named sessions and cold cached pages move to disk after this; 0: only under pressure */
     uint64_t disk_budget_bytes;  /* session files in all; 0: unlimited; a write past it fails FG_ERR_DISK_FULL */
+    double session_file_max_age_seconds; /* at open, session files not written for longer are deleted; 0: kept */
 } fg_engine_options;
 
 void fg_engine_options_default(fg_engine_options *o);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
@@ -220,6 +221,14 @@ static bool ends_with(const char *s, const char *suffix)
 }
 
 /* Counts session files per tenant and removes temp files left by a crash. */
+/* True when the file was last written more than session_file_max_age_seconds ago. */
+static bool expired(const fg_engine_t *e, const char *path)
+{
+    struct stat st;
+    const double max_age = e->opt.session_file_max_age_seconds;
+    return max_age > 0 && stat(path, &st) == 0 && difftime(time(NULL), st.st_mtime) > max_age;
+}
+
 static fg_err scan_dir(fg_engine_t *e, fg_diag *diag)
 {
     DIR *top = opendir(e->persist_dir);
@@ -243,6 +252,8 @@ static fg_err scan_dir(fg_engine_t *e, fg_diag *diag)
                 continue;
             if (ends_with(fe->d_name, ".fgs.tmp"))
                 unlink(path);
+            else if (ends_with(fe->d_name, ".fgs") && ix >= 0 && expired(e, path))
+                unlink(path); /* a session idle this long would have expired had the server been running */
             else if (ends_with(fe->d_name, ".fgs") && ix >= 0)
                 disk_add(e, ix, file_size(path));
         }

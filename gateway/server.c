@@ -278,6 +278,9 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->persist_dir = gw->persist_dir;
     o->idle_spill_seconds = (double)cfg->persistence.idle_spill_s;
     o->disk_budget_bytes = (uint64_t)cfg->persistence.disk_budget_bytes;
+    /* A file untouched for the idle timeout belongs to a session that would have
+     * expired (and lost its file) had this server been running: not resumable. */
+    o->session_file_max_age_seconds = (double)cfg->sessions.idle_timeout_s;
 }
 
 fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag)

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "engine/prefix_cache.h" /* fg_page_key, to name page files */
 #include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
@@ -46,6 +47,7 @@ typedef struct eng_opts {
     bool prefix;
     double idle_spill;
     uint64_t disk_budget;
+    double max_age;
 } eng_opts;
 
 static fg_engine_t *open_e(eng_opts x)
@@ -63,6 +65,7 @@ static fg_engine_t *open_e(eng_opts x)
     o.prefix_cache = x.prefix;
     o.idle_spill_seconds = x.idle_spill;
     o.disk_budget_bytes = x.disk_budget;
+    o.session_file_max_age_seconds = x.max_age;
     fg_diag d = {{0}};
     fg_engine_t *e;
     if (fg_engine_open(&o, &e, &d) != FG_OK) {
@@ -316,6 +319,41 @@ static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
     fg_diag d;
     CHECK(fg_engine_save_all(e, &d) == FG_OK);
     fg_session_free(s);
+    fg_engine_close(e);
+}
+
+/* Session files older than session_file_max_age_seconds are deleted at open
+ * (and no longer counted); younger ones stay restorable. */
+static void test_expiry(int n_vocab)
+{
+    char dir[512], old_path[600], new_path[600];
+    snprintf(dir, sizeof dir, "%s/expiry", root);
+    int32_t prompt[40];
+    test_tokens(prompt, 40, n_vocab, 31);
+    eng_opts x = {.dir = dir, .prefix = true};
+    save_one(x, "old", prompt, 40);
+    save_one(x, "fresh", prompt, 40);
+    path_of(old_path, sizeof old_path, dir, "acme", "old", ".fgs");
+    path_of(new_path, sizeof new_path, dir, "acme", "fresh", ".fgs");
+    struct utimbuf two_hours_ago = {.actime = time(NULL) - 7200, .modtime = time(NULL) - 7200};
+    CHECK(utime(old_path, &two_hours_ago) == 0);
+    x.max_age = 3600;
+    fg_engine_t *e = open_e(x);
+    CHECK(!exists(old_path));
+    CHECK(exists(new_path));
+    fg_tenant_kv_usage u;
+    CHECK(fg_engine_tenant_usage(e, "acme", &u) == FG_OK);
+    struct stat st;
+    CHECK(stat(new_path, &st) == 0 && u.disk_bytes == (uint64_t)st.st_size);
+    fg_session_params p = {.weight = 1, .name = "fresh", .tenant_name = "acme"};
+    fg_session_t *s = NULL;
+    fg_diag d = {{0}};
+    CHECK(fg_session_restore(e, &p, &s, &d) == FG_OK);
+    p.name = "old";
+    fg_session_t *gone = NULL;
+    CHECK(fg_session_restore(e, &p, &gone, &d) == FG_ERR_NOT_FOUND);
+    if (s)
+        fg_session_free(s);
     fg_engine_close(e);
 }
 
@@ -791,6 +829,8 @@ int main(void)
         test_restore_and_spill(info.n_vocab);
     if (!only || strcmp(only, "damage") == 0)
         test_damage(info.n_vocab);
+    if (!only || strcmp(only, "expiry") == 0)
+        test_expiry(info.n_vocab);
     if (!only || strcmp(only, "sharing") == 0) {
         test_sharing_exact(info.n_vocab, page_bytes);
         test_sharing(info.n_vocab, page_bytes);
