@@ -145,30 +145,22 @@ static void journal_settle(struct fg_quota *q, const char *tenant, const fg_qlea
 
 static void session_cmd(struct fg_quota *q, fg_qcmd *c, const fg_qreq *r)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     fg_qcmd_script(c, FG_QSCRIPT_SESSION, 2);
-    fg_qkey(key, r->tenant, "config");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, r->tenant, "sessions");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, r->tenant, "config");
+    fg_qcmd_key(c, r->tenant, "sessions");
     fg_qcmd_str(c, r->member);
     fg_qcmd_i64(c, q->lease_ttl_ms);
 }
 
 static void reserve_cmd(struct fg_quota *q, fg_qcmd *c, const fg_qreq *r)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     int64_t day = redis_day(q);
     fg_qcmd_script(c, FG_QSCRIPT_RESERVE, 6);
-    fg_qkey(key, r->tenant, "config");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, r->tenant, "responses");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, r->tenant, "tpm");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, r->tenant, "config");
+    fg_qcmd_key(c, r->tenant, "responses");
+    fg_qcmd_key(c, r->tenant, "tpm");
     for (int64_t d = day - 1; d <= day + 1; d++) {
-        fg_qkey_daily(key, r->tenant, d);
-        fg_qcmd_str(c, key);
+        fg_qcmd_key_daily(c, r->tenant, d);
     }
     fg_qcmd_str(c, r->member);
     fg_qcmd_i64(c, r->reserve_tokens);
@@ -181,18 +173,12 @@ static void reserve_cmd(struct fg_quota *q, fg_qcmd *c, const fg_qreq *r)
 
 static void settle_cmd(fg_qcmd *c, const char *tenant, const fg_qlease *l, int64_t used)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     fg_qcmd_script(c, FG_QSCRIPT_SETTLE, 5);
-    fg_qkey(key, tenant, "config");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, tenant, "responses");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, tenant, "tpm");
-    fg_qcmd_str(c, key);
-    fg_qkey_daily(key, tenant, l->day);
-    fg_qcmd_str(c, key);
-    fg_qkey(key, tenant, "usage:total");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, tenant, "config");
+    fg_qcmd_key(c, tenant, "responses");
+    fg_qcmd_key(c, tenant, "tpm");
+    fg_qcmd_key_daily(c, tenant, l->day);
+    fg_qcmd_key(c, tenant, "usage:total");
     fg_qcmd_str(c, l->member);
     fg_qcmd_i64(c, l->reserved);
     fg_qcmd_i64(c, used);
@@ -200,11 +186,9 @@ static void settle_cmd(fg_qcmd *c, const char *tenant, const fg_qlease *l, int64
 
 static void close_cmd(fg_qcmd *c, const char *tenant, const char *member)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     fg_qcmd_reset(c);
     fg_qcmd_str(c, "ZREM");
-    fg_qkey(key, tenant, "sessions");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, tenant, "sessions");
     fg_qcmd_str(c, member);
 }
 

@@ -281,6 +281,9 @@ bool fg_quota_valid_key(const char *key);  /* session id / response key */
 void fg_qkey(char *buf, const char *tenant, const char *suffix);
 /* "{tenant:ID}:daily:YYYYMMDD" of day (days since the epoch, UTC). */
 void fg_qkey_daily(char *buf, const char *tenant, int64_t day);
+/* Appends the key fg_qkey / fg_qkey_daily names as a command argument. */
+void fg_qcmd_key(fg_qcmd *c, const char *tenant, const char *suffix);
+void fg_qcmd_key_daily(fg_qcmd *c, const char *tenant, int64_t day);
 /* Field values of a record in the config hash, and back. */
 void fg_qcmd_config_fields(fg_qcmd *c, const fg_tenant_record *t);
 void fg_qconfig_parse(const redisReply *hgetall, const char *id, fg_tenant_record *out);

@@ -163,18 +163,12 @@ static int by_tenant_day(const void *a, const void *b)
 
 static void settle_cmd(fg_qcmd *c, const fg_qjentry *e)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     fg_qcmd_script(c, FG_QSCRIPT_SETTLE, 5);
-    fg_qkey(key, e->tenant, "config");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "responses");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "tpm");
-    fg_qcmd_str(c, key);
-    fg_qkey_daily(key, e->tenant, e->day);
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "usage:total");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, e->tenant, "config");
+    fg_qcmd_key(c, e->tenant, "responses");
+    fg_qcmd_key(c, e->tenant, "tpm");
+    fg_qcmd_key_daily(c, e->tenant, e->day);
+    fg_qcmd_key(c, e->tenant, "usage:total");
     fg_qcmd_str(c, e->member);
     fg_qcmd_i64(c, e->reserved);
     fg_qcmd_i64(c, e->used);
@@ -182,18 +176,12 @@ static void settle_cmd(fg_qcmd *c, const fg_qjentry *e)
 
 static void replay_cmd_start(fg_qcmd *c, const fg_qjentry *e)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
     fg_qcmd_script(c, FG_QSCRIPT_REPLAY, 5);
-    fg_qkey(key, e->tenant, "config");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "tpm");
-    fg_qcmd_str(c, key);
-    fg_qkey_daily(key, e->tenant, e->day);
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "usage:total");
-    fg_qcmd_str(c, key);
-    fg_qkey(key, e->tenant, "replayed");
-    fg_qcmd_str(c, key);
+    fg_qcmd_key(c, e->tenant, "config");
+    fg_qcmd_key(c, e->tenant, "tpm");
+    fg_qcmd_key_daily(c, e->tenant, e->day);
+    fg_qcmd_key(c, e->tenant, "usage:total");
+    fg_qcmd_key(c, e->tenant, "replayed");
 }
 
 bool fg_qjournal_replay(struct fg_quota *q)

@@ -53,6 +53,20 @@ void fg_qkey_daily(char *buf, const char *tenant, int64_t day)
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
 }
 
+void fg_qcmd_key(fg_qcmd *c, const char *tenant, const char *suffix)
+{
+    char key[FG_QUOTA_REDIS_KEY_MAX];
+    fg_qkey(key, tenant, suffix);
+    fg_qcmd_str(c, key);
+}
+
+void fg_qcmd_key_daily(fg_qcmd *c, const char *tenant, int64_t day)
+{
+    char key[FG_QUOTA_REDIS_KEY_MAX];
+    fg_qkey_daily(key, tenant, day);
+    fg_qcmd_str(c, key);
+}
+
 /* The integer fields of the config hash, in the order of fg_tenant_limits. */
 static const char *const LIMIT_FIELDS[] = {
     "max_sessions", "max_responses", "tokens_per_minute", "daily_tokens",
