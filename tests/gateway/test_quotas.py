@@ -285,7 +285,11 @@ async def test_two_gateways_one_limit_then_redis_killed():
         ratio = stats["used"] / allowed
         log(f"    {stats}, allowed {allowed:.0f} tokens in {T:.0f}s from a full bucket: {100 * ratio:.1f}%")
         check(stats["refused"] > 0, "the load never hit the limit")
-        check(0.95 <= ratio <= 1.05, f"tokens used {stats['used']} vs allowed {allowed:.0f} ({100 * ratio:.1f}%)")
+        # Never above the limit; below it by at most what the six clients, each waiting for the
+        # bucket to refill at the deadline, could still have spent (one response each).
+        per_response = stats["used"] / max(stats["ok"], 1)
+        floor = min(0.95, (allowed - 6 * per_response) / allowed)
+        check(floor <= ratio <= 1.05, f"tokens used {stats['used']} vs allowed {allowed:.0f} ({100 * ratio:.1f}%)")
 
         # ---- Redis killed in the middle of a load
         oa = await open_session(a, open_key)
