@@ -13,6 +13,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/matmul_isa.h"
@@ -38,6 +39,7 @@ _Static_assert(MM_ROW_GRAIN % 16 == 0, "row chunks must hold whole 16-row panels
 enum {
     CPU_AVX2 = 1 << 0,    /* AVX2 + FMA + F16C with OS-enabled YMM state */
     CPU_AVX512 = 1 << 1,  /* AVX-512 F/BW/VL/DQ/VNNI with OS-enabled ZMM state */
+    CPU_AVX512_BF16 = 1 << 2, /* ... and AVX512-BF16 (vdpbf16ps), unless FG_NO_AVX512_BF16 is set */
     CPU_DETECTED = 1 << 30,
 };
 
@@ -72,11 +74,18 @@ static int detect_cpu(void)
         flags |= CPU_AVX2;
     /* The AVX-512 kernels use F/BW/VL/DQ and VNNI (vpdpbusd), and the F16C/FMA
      * forms of the AVX2 set. Without VNNI we fall back to AVX2 rather than keep
-     * a second AVX-512 Q8_0 kernel. AVX512-BF16 is in the file's compile flags
-     * but no instruction of it is used, so it is not required. */
+     * a second AVX-512 Q8_0 kernel. AVX512-BF16 is optional: only the BF16
+     * product uses it (vdpbf16ps), and widens to f32 where it is missing. */
     if ((flags & CPU_AVX2) && (xcr0 & 0xe0) == 0xe0 && avx512f && avx512dq && avx512bw && avx512vl &&
         avx512vnni)
         flags |= CPU_AVX512;
+    /* AVX512-BF16 is leaf 7, subleaf 1, EAX bit 5. FG_NO_AVX512_BF16 (any value
+     * but "0" or empty) keeps BF16 weights on the F32-widening path, to compare
+     * the two (flashgate-bench-matmul) or reproduce results of CPUs without it. */
+    const char *no_bf16 = getenv("FG_NO_AVX512_BF16");
+    if ((flags & CPU_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1) &&
+        !(no_bf16 && no_bf16[0] && strcmp(no_bf16, "0") != 0))
+        flags |= CPU_AVX512_BF16;
     return flags;
 }
 #else
@@ -118,6 +127,13 @@ fg_isa fg_isa_best(void)
     if (f & CPU_AVX2)
         return FG_ISA_AVX2;
     return FG_ISA_SCALAR;
+}
+
+int fg_matmul_bf16_native(fg_isa isa)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    return isa == FG_ISA_AVX512 && (cpu_get() & CPU_AVX512_BF16) != 0;
 }
 
 const char *fg_isa_name(fg_isa isa)
@@ -196,8 +212,18 @@ static size_t q8_layout(int64_t n_in, int64_t n_tok, void *scratch, fg_q8_act *x
     return total;
 }
 
+/* BF16 activations rounded for vdpbf16ps: [n_tok][round_up(n_in, 32)] BF16,
+ * rows of whole 64-byte lines. */
+static int64_t bf16_x_stride(int64_t n_in)
+{
+    return round_up(n_in, 32);
+}
+
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
 {
+    /* BF16 asks for it whatever the ISA: callers size scratch once, before they know */
+    if (wtype == FG_WTYPE_BF16)
+        return n_in > 0 && n_tok > 0 ? (size_t)(n_tok * bf16_x_stride(n_in)) * sizeof(uint16_t) : 0;
     if ((wtype != FG_WTYPE_Q8_0 && wtype != FG_WTYPE_Q8_0_P16) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
@@ -383,6 +409,15 @@ static void quant_job(void *ctx, int ith, int nth)
     run_quant(j, b, e);
 }
 
+static void round_bf16_job(void *ctx, int ith, int nth)
+{
+    const mm_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->args.n_tok, 1, ith, nth, &b, &e);
+    if (b < e)
+        fg_matmul_round_bf16_avx512(&j->args, b, e);
+}
+
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
               const float *x, int64_t n_tok, float *y, void *scratch)
 {
@@ -403,7 +438,7 @@ int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_i
     }
     if (n_out == 0 || n_tok == 0)
         return 0;
-    if (!w || !x || !y || (is_q8 && !scratch))
+    if (!w || !x || !y || (fg_matmul_scratch_bytes(wtype, n_in, n_tok) > 0 && !scratch))
         return -1;
 
     mm_job j;
@@ -420,6 +455,16 @@ int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_i
     j.args.scratch = scratch;
 
     const int parallel = pool && fg_pool_size(pool) > 1 && n_in * n_out * n_tok >= MM_MIN_PARALLEL_MACS;
+    if (wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(isa)) {
+        /* x rounded once, before the rows, as Q8_0 activations are quantized */
+        j.args.bf16_native = 1;
+        j.args.xb = scratch;
+        j.args.xb_stride = bf16_x_stride(n_in);
+        if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
+            fg_pool_run(pool, round_bf16_job, &j);
+        else
+            fg_matmul_round_bf16_avx512(&j.args, 0, n_tok);
+    }
     if (is_q8) {
         q8_layout(n_in, n_tok, scratch, &j.args.xq);
         if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
