@@ -168,7 +168,8 @@ int main(int argc, char **argv)
             break;
         }
         default:
-            fprintf(stderr, "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
+            fprintf(stderr,
+                    "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -183,7 +184,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_toks; i++)
         sh[i] = (shape){n_in, n_out, toks[i]};
     double wide[MAX_SHAPES], native[MAX_SHAPES];
-    float *out_w = malloc(out_floats(sh, n_toks) * sizeof(float)), *out_n = malloc(out_floats(sh, n_toks) * sizeof(float));
+    const size_t n_outs = out_floats(sh, n_toks);
+    float *out_w = malloc(n_outs * sizeof(float)), *out_n = malloc(n_outs * sizeof(float));
     if (!out_w || !out_n) {
         fprintf(stderr, "error: out of memory\n");
         return 1;

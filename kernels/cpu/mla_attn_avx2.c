@@ -140,7 +140,8 @@ static void dequant(fg_kv_format f, const uint8_t *in, int n, float *y)
             for (int k = 0; k < nk; k++) {
                 /* 8 bytes, element 2j in the low nibble of byte j */
                 const __m128i b = _mm_loadl_epi64((const __m128i *)(in + 8 * (k0 + k)));
-                const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, lo4), _mm_and_si128(_mm_srli_epi16(b, 4), lo4));
+                const __m128i codes =
+                    _mm_unpacklo_epi8(_mm_and_si128(b, lo4), _mm_and_si128(_mm_srli_epi16(b, 4), lo4));
                 const __m256 s = _mm256_set1_ps(sv[k]);
                 FULL_UNROLL
                 for (int half = 0; half < 2; half++) {

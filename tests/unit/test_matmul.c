@@ -619,7 +619,8 @@ static void test_bf16_native(void)
                     CHECK(fg_matmul(NULL, isa, FG_WTYPE_BF16, wr, ni, no, xb + t * ni, 1, y1, s1) == 0);
                     differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
                 }
-                CHECK_MSG(differ == 0, "bf16 %lldx%lld pool %d: %d of %lld tokens alone differ from their row in the batch",
+                CHECK_MSG(differ == 0,
+                          "bf16 %lldx%lld pool %d: %d of %lld tokens alone differ from their row in the batch",
                           (long long)no, (long long)ni, p, differ, (long long)nt);
             }
             free(sb);
@@ -708,7 +709,8 @@ int main(void)
                     fg_isa_name(fast_isas[k]), worst[ti][k]);
     for (int k = 0; k < n_fast; k++)
         if (fg_matmul_bf16_native(fast_isas[k]))
-            fprintf(stderr, "test_matmul: bf16 %-6s is vdpbf16ps: error vs the reference up to %.3g of the BF16 bound\n",
+            fprintf(stderr,
+                    "test_matmul: bf16 %-6s is vdpbf16ps: error vs the reference up to %.3g of the BF16 bound\n",
                     fg_isa_name(fast_isas[k]), worst_bf16_bound);
     for (int p = 1; p <= 3; p++)
         fg_pool_destroy(pools[p]);
