@@ -1,0 +1,280 @@
+/* Expert parallelism over several nodes, each node an engine of its own
+ * (the multi-process layout: one engine per node, its ranks
+ * node * ranks_per_node onwards, every step agreed between the nodes). Here
+ * the nodes are engines of this one process sharing one in-process
+ * transport group, so the agreement rounds, the idle node's zero-row
+ * exchanges and the leave announcement run on the CPU:
+ *  - 2 nodes x 2 ranks: sessions on both nodes at once;
+ *  - 2 nodes x 1 rank: sessions on one node while the other idles, then
+ *    sessions joining on the idle node while the first node's run, one
+ *    leaving (cancelled and freed) mid-response;
+ *  - a node closing: its peer's response in flight and a new one end with
+ *    FG_ERR_STATE naming the node, and the peer then closes without a hang;
+ * every completed response's greedy tokens equal the same prompt's tokens
+ * on a plain 1-rank engine (tiny model, F32 weights and cache). Also the
+ * option checks: direct mode over nodes, a node outside the job, nodes on
+ * the inproc transport without a shared group. */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/ep_transport.h"
+#include "kernels/cpu/vecops.h"
+#include "tests/model/model_test.h"
+
+#define N 12
+#define MAXGEN 10
+
+typedef struct run {
+    fg_engine_t *e; /* the node serving it */
+    fg_session_t *s;
+    int32_t prompt[64];
+    int n_prompt, max_tokens;
+    int32_t want[MAXGEN], got[MAXGEN];
+    int n_want, n_got;
+    bool started, done, cancelled;
+    fg_finish finish;
+    fg_err error;
+} run;
+
+static fg_engine_options node_options(int ranks, int per_node, int node, fg_ep_inproc_group_t *g, bool serve)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.kv_format = FG_KV_F32;
+    o.max_batch_tokens = 128;
+    o.prefill_chunk = 32;
+    o.n_threads = per_node ? per_node : 1; /* one per rank */
+    o.kv_budget_bytes = (size_t)32 << 20;
+    o.serve = serve;
+    o.ep_ranks = ranks;
+    o.ep_ranks_per_node = per_node;
+    o.ep_node = node;
+    o.ep_group = g;
+    return o;
+}
+
+/* Greedy tokens of r's prompt alone on a direct-mode engine, stopping at EOS like the serving engine. */
+static void greedy_alone(fg_engine_t *direct, run *r)
+{
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
+    float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
+    fg_session_t *s;
+    fg_diag d;
+    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
+    CHECK_MSG(fg_session_eval(s, r->prompt, r->n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
+    r->n_want = 0;
+    while (r->n_want < r->max_tokens) {
+        const int32_t t = fg_argmax(lg, info.n_vocab);
+        r->want[r->n_want++] = t;
+        if (t == eos || r->n_want == r->max_tokens)
+            break;
+        CHECK(fg_session_eval(s, &t, 1, lg, false, &d) == FG_OK);
+    }
+    fg_session_free(s);
+    free(lg);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void start(run *r)
+{
+    fg_diag d;
+    CHECK(fg_session_create(r->e, NULL, &r->s) == FG_OK);
+    CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
+    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = r->max_tokens, .generate = true};
+    CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+    r->n_got = 0;
+    r->started = true;
+    r->done = r->cancelled = false;
+}
+
+/* Drains r's events; true when its response is done. */
+static bool poll_run(run *r)
+{
+    fg_event ev[16];
+    char text[4096];
+    int n;
+    while (!r->done && (n = fg_session_poll(r->s, ev, 16, text, sizeof text)) > 0)
+        for (int k = 0; k < n; k++) {
+            if (ev[k].type == FG_EVENT_TOKEN && r->n_got < MAXGEN)
+                r->got[r->n_got++] = ev[k].token;
+            if (ev[k].type == FG_EVENT_DONE) {
+                r->done = true;
+                r->finish = ev[k].finish;
+                r->error = ev[k].error;
+            }
+        }
+    return r->done;
+}
+
+/* Polls runs[0..n) until every started one is done (or until `until` of them have a token, when >= 0). */
+static void poll_until(run *runs, int n, int until_tokens)
+{
+    /* Backstop only (sanitizer builds are slow); ctest's timeout is the real one. */
+    for (double t0 = now_s(); now_s() - t0 < 240;) {
+        int left = 0, with_token = 0;
+        for (int i = 0; i < n; i++) {
+            if (!runs[i].started)
+                continue;
+            left += !poll_run(&runs[i]);
+            with_token += runs[i].n_got > 0 || runs[i].done;
+        }
+        if (until_tokens >= 0 ? with_token >= until_tokens : left == 0)
+            return;
+        usleep(1000);
+    }
+}
+
+static void check_greedy(run *runs, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        run *r = &runs[i];
+        if (!r->started)
+            continue;
+        if (!r->cancelled)
+            CHECK_MSG(r->done && r->n_got == r->n_want &&
+                          memcmp(r->got, r->want, sizeof(int32_t) * (size_t)r->n_got) == 0,
+                      "%s: session %d: %d tokens, alone %d, or they differ", what, i, r->n_got, r->n_want);
+        fg_session_free(r->s);
+        r->s = NULL;
+        r->started = false;
+    }
+}
+
+/* Opens the nodes of one job (ranks over n_nodes) on a fresh shared group. */
+static bool open_nodes(int ranks, int n_nodes, fg_ep_inproc_group_t **g, fg_engine_t **nodes)
+{
+    fg_diag d;
+    CHECK(fg_ep_inproc_group_create(ranks, g, &d) == FG_OK);
+    for (int k = 0; k < n_nodes; k++) {
+        fg_engine_options o = node_options(ranks, ranks / n_nodes, k, *g, true);
+        fg_err err = fg_engine_open(&o, &nodes[k], &d);
+        CHECK_MSG(err == FG_OK, "node %d of %d ranks: %s", k, ranks, d.msg);
+        if (err != FG_OK)
+            return false; /* the nodes opened so far would wait for this one forever: leave them */
+    }
+    return true;
+}
+
+int main(void)
+{
+    fg_diag d = {{0}};
+    fg_engine_options po = node_options(0, 0, 0, NULL, false);
+    fg_engine_t *plain;
+    CHECK(fg_engine_open(&po, &plain, &d) == FG_OK);
+    fg_engine_info info;
+    fg_engine_get_info(plain, &info);
+    static run runs[N];
+    for (int i = 0; i < N; i++) {
+        runs[i].n_prompt = 2 + (i * 13) % 60;
+        test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 500 + (unsigned)i);
+        runs[i].max_tokens = 3 + i % (MAXGEN - 3);
+        greedy_alone(plain, &runs[i]);
+    }
+    fg_engine_close(plain);
+
+    fg_ep_inproc_group_t *g;
+    fg_engine_t *nodes[2];
+
+    /* 2 nodes x 2 ranks: sessions on both nodes at once. */
+    if (open_nodes(4, 2, &g, nodes)) {
+        for (int i = 0; i < N; i++) {
+            runs[i].e = nodes[i % 2];
+            start(&runs[i]);
+        }
+        poll_until(runs, N, -1);
+        check_greedy(runs, N, "2 nodes x 2 ranks, both busy");
+        fg_engine_stats st[2];
+        fg_engine_get_stats(nodes[0], &st[0]);
+        fg_engine_get_stats(nodes[1], &st[1]);
+        fprintf(stderr, "2 nodes x 2 ranks: %llu and %llu steps with local tokens\n",
+                (unsigned long long)st[0].steps, (unsigned long long)st[1].steps);
+        /* Node 0 leaves first while node 1 idles: node 1 learns it and closes without a hang. */
+        fg_engine_close(nodes[0]);
+        fg_engine_close(nodes[1]);
+        fg_ep_inproc_group_destroy(g);
+    }
+
+    /* 2 nodes x 1 rank. */
+    if (open_nodes(2, 2, &g, nodes)) {
+        /* Only node 1 has sessions; node 0 idles and joins every step with zero rows. */
+        for (int i = 0; i < N / 2; i++) {
+            runs[i].e = nodes[1];
+            start(&runs[i]);
+        }
+        poll_until(runs, N, -1);
+        fg_engine_stats st;
+        fg_engine_get_stats(nodes[0], &st);
+        CHECK_MSG(st.steps == 0, "the idle node counted %llu steps of its own", (unsigned long long)st.steps);
+        check_greedy(runs, N, "2 nodes x 1 rank, node 0 idle");
+
+        /* Sessions on node 0 first; once they produce tokens, sessions join on
+         * node 1, and one of node 0's leaves mid-response. */
+        for (int i = 0; i < N / 2; i++) {
+            runs[i].e = nodes[0];
+            start(&runs[i]);
+        }
+        poll_until(runs, N / 2, 1);
+        for (int i = N / 2; i < N; i++) {
+            runs[i].e = nodes[1];
+            start(&runs[i]);
+        }
+        for (int i = 0; i < N / 2; i++)
+            if (!runs[i].done && runs[i].max_tokens > 3) {
+                fg_session_cancel(runs[i].s);
+                runs[i].cancelled = true;
+                break;
+            }
+        poll_until(runs, N, -1);
+        check_greedy(runs, N, "2 nodes x 1 rank, joining and leaving");
+
+        /* Node 1 closes while node 0 has a response in flight: that response,
+         * and any later one, ends with FG_ERR_STATE; node 0 then closes. */
+        run *r = &runs[N - 1];
+        r->e = nodes[0];
+        r->max_tokens = MAXGEN;
+        start(r);
+        poll_until(r, 1, 1);
+        fg_engine_close(nodes[1]);
+        poll_until(r, 1, -1);
+        CHECK_MSG(r->done && (r->finish != FG_FINISH_ERROR || r->error == FG_ERR_STATE),
+                  "response across a node's close: finish %d error %d", (int)r->finish, (int)r->error);
+        fg_session_free(r->s);
+        r->max_tokens = 2;
+        start(r);
+        poll_until(r, 1, -1);
+        CHECK_MSG(r->done && r->finish == FG_FINISH_ERROR && r->error == FG_ERR_STATE,
+                  "response after a node left: finish %d error %d", (int)r->finish, (int)r->error);
+        fg_session_free(r->s);
+        r->started = false;
+        fg_engine_close(nodes[0]);
+        fg_ep_inproc_group_destroy(g);
+    }
+
+    /* Options that cannot make a job. */
+    fg_engine_t *e;
+    CHECK(fg_ep_inproc_group_create(4, &g, &d) == FG_OK);
+    fg_engine_options o = node_options(4, 2, 0, g, false);
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_STATE && strstr(d.msg, "serving mode"));
+    o = node_options(4, 2, 2, g, true);
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.node (2)"));
+    o = node_options(4, 3, 0, g, true);
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks_per_node (3)"));
+    o = node_options(4, 2, 0, NULL, true);
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "inproc"));
+    fg_ep_inproc_group_destroy(g);
+    CHECK(fg_ep_inproc_group_create(2, &g, &d) == FG_OK);
+    o = node_options(4, 2, 0, g, true); /* a group of another size */
+    CHECK(fg_engine_open(&o, &e, &d) != FG_OK);
+    fg_ep_inproc_group_destroy(g);
+    return TEST_DONE("test_ep_nodes");
+}
