@@ -94,7 +94,7 @@ static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t
         pthread_join(th[i], NULL);
         r->ranks[i].t = j[i].t;
         if (err == FG_OK && j[i].err != FG_OK)
-            err = fg_diag_set(diag, j[i].err, "rank %d: %s", i, j[i].diag.msg);
+            err = fg_diag_set(diag, j[i].err, "rank %d: %s", r->first_rank + i, j[i].diag.msg);
     }
     free(j);
     free(th);

@@ -165,8 +165,69 @@ static bool open_nodes(int ranks, int n_nodes, fg_ep_inproc_group_t **g, fg_engi
     return true;
 }
 
-int main(void)
+/* One node of a job over NCCL, this process being the node (a GPU machine:
+ * deploy/ep-nccl-check.sh starts one process per node; local rank i on
+ * CUDA device i, so give each process its own CUDA_VISIBLE_DEVICES).
+ * Every node serves its share of the sessions (run i on node i % nodes),
+ * then node 0 serves all of them again while the others idle except for a
+ * 1-token probe every 50 ms; node 0 then closes, and every other node's
+ * next probe ends with FG_ERR_STATE naming node 0 before it closes. */
+static int nccl_node(run *runs, int node, int n_nodes, int per_node, const char *redis, const char *prefix)
 {
+    fg_diag d = {{0}};
+    fg_engine_options o = node_options(n_nodes * per_node, per_node, node, NULL, true);
+    o.ep_transport = 1;
+    o.ep_bootstrap_redis = redis;
+    o.ep_bootstrap_prefix = prefix;
+    o.ep_bootstrap_timeout_ms = 120000;
+    fg_engine_t *e;
+    fg_err err = fg_engine_open(&o, &e, &d);
+    CHECK_MSG(err == FG_OK, "node %d: %s: %s", node, fg_err_name(err), d.msg);
+    if (err != FG_OK)
+        return TEST_DONE("test_ep_nodes --nccl-node");
+    for (int i = 0; i < N; i++) {
+        runs[i].e = e;
+        runs[i].started = false;
+        if (i % n_nodes == node)
+            start(&runs[i]);
+    }
+    poll_until(runs, N, -1);
+    check_greedy(runs, N, "nccl, every node busy");
+    if (node == 0) {
+        for (int i = 0; i < N; i++)
+            start(&runs[i]);
+        poll_until(runs, N, -1);
+        check_greedy(runs, N, "nccl, node 0 busy, the others idle");
+    } else {
+        run probe = runs[0];
+        probe.max_tokens = 1;
+        for (int k = 0;; k++) {
+            start(&probe);
+            poll_until(&probe, 1, -1);
+            fg_session_free(probe.s);
+            if (probe.finish == FG_FINISH_ERROR) {
+                CHECK_MSG(probe.error == FG_ERR_STATE, "probe %d ended with error %s", k, fg_err_name(probe.error));
+                break;
+            }
+            CHECK_MSG(probe.n_got == 1 && probe.got[0] == runs[0].want[0], "probe %d: wrong token", k);
+            usleep(50000);
+        }
+    }
+    fg_engine_close(e);
+    fprintf(stderr, "node %d of %d (%d ranks each) over NCCL: done\n", node, n_nodes, per_node);
+    return TEST_DONE("test_ep_nodes --nccl-node");
+}
+
+/* No arguments: the nodes are engines of this process (CI). "--nccl-node
+ * NODE NODES RANKS_PER_NODE REDIS PREFIX": this process is one node of a
+ * job over NCCL (deploy/ep-nccl-check.sh --nodes on a GPU machine). */
+int main(int argc, char **argv)
+{
+    const bool nccl = argc == 7 && strcmp(argv[1], "--nccl-node") == 0;
+    if (argc != 1 && !nccl) {
+        fprintf(stderr, "usage: test_ep_nodes [--nccl-node NODE NODES RANKS_PER_NODE REDIS PREFIX]\n");
+        return 2;
+    }
     fg_diag d = {{0}};
     fg_engine_options po = node_options(0, 0, 0, NULL, false);
     fg_engine_t *plain;
@@ -181,6 +242,8 @@ int main(void)
         greedy_alone(plain, &runs[i]);
     }
     fg_engine_close(plain);
+    if (nccl)
+        return nccl_node(runs, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
 
     fg_ep_inproc_group_t *g;
     fg_engine_t *nodes[2];
