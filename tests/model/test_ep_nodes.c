@@ -11,14 +11,24 @@
  *  - a node closing: its peer's response in flight and a new one end with
  *    FG_ERR_STATE naming the node, and the peer then closes without a hang;
  * every completed response's greedy tokens equal the same prompt's tokens
- * on a plain 1-rank engine (tiny model, F32 weights and cache). Also the
- * option checks: direct mode over nodes, a node outside the job, nodes on
+ * on a plain 1-rank engine (tiny model, F32 weights and cache). Below the
+ * engine, the rounds themselves (fg_ep_ranks_round, one thread per node):
+ * 2 nodes x 2 and 2 nodes x 1 ranks give every logit of a batched prefill
+ * and decode steps (the last with tokens on node 0 only) within 1e-4 of the
+ * plain forward pass; a round where no node has tokens does not step; a
+ * leave is seen by every node. Also the option checks: direct mode over nodes, a node outside the job, nodes on
  * the inproc transport without a shared group. */
+#include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/ep_ranks.h"
 #include "engine/ep_transport.h"
+#include "engine/gguf.h"
+#include "engine/kv_store.h"
+#include "engine/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 
@@ -165,6 +175,186 @@ static bool open_nodes(int ranks, int n_nodes, fg_ep_inproc_group_t **g, fg_engi
     return true;
 }
 
+/* ---- the rounds below the engine: logits ---- */
+
+#define NSEQ 8
+#define MAXLEN 24
+#define DECODE 4
+#define POS (MAXLEN + DECODE)
+#define MAXTOK 256
+
+typedef struct node_round {
+    fg_ep_ranks_t *ep;
+    int32_t tok[MAXTOK];
+    fg_fwd_seq fs[NSEQ];
+    int seq_rank[NSEQ], n;
+    bool leave;
+    fg_ep_round rd;
+    fg_err err;
+    fg_diag d;
+} node_round;
+
+static void *node_round_main(void *arg)
+{
+    node_round *nr = arg;
+    nr->err = fg_ep_ranks_round(nr->ep, nr->tok, nr->fs, nr->seq_rank, nr->n, nr->leave, &nr->rd, &nr->d);
+    return NULL;
+}
+
+/* One round on both nodes at once (node 1 on a thread of its own). */
+static void round_both(node_round *nr)
+{
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, node_round_main, &nr[1]) == 0);
+    node_round_main(&nr[0]);
+    pthread_join(th, NULL);
+    CHECK_MSG(nr[0].err == FG_OK && nr[1].err == FG_OK, "round: %s / %s", nr[0].d.msg, nr[1].d.msg);
+    CHECK(nr[0].rd.stepped == nr[1].rd.stepped && nr[0].rd.job_tokens == nr[1].rd.job_tokens &&
+          nr[0].rd.left_node == nr[1].rd.left_node);
+}
+
+/* Sequence i runs on node (i / per_node) % 2, local rank i % per_node; n_ranks 0: the plain pass. */
+static void rounds_logits(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv, int n_ranks, float *logits,
+                          int32_t gen[NSEQ][DECODE])
+{
+    const int V = m->hp.n_vocab, per_node = n_ranks / 2;
+    fg_diag d = {{0}};
+    fg_forward_t *plain = NULL;
+    fg_ep_inproc_group_t *g = NULL;
+    static node_round nr[2];
+    memset(nr, 0, sizeof nr);
+    if (!n_ranks) {
+        CHECK(fg_forward_create(m, geo, MAXTOK, NULL, FG_ISA_AUTO, &plain, &d) == FG_OK);
+    } else {
+        CHECK(fg_ep_inproc_group_create(n_ranks, &g, &d) == FG_OK);
+        for (int k = 0; k < 2; k++) {
+            fg_ep_ranks_options o = {.n_ranks = n_ranks, .n_local = per_node, .first_rank = k * per_node,
+                                     .group = g, .max_tokens = MAXTOK, .n_threads = per_node, .isa = FG_ISA_AUTO};
+            fg_err e = fg_ep_ranks_create(m, geo, &o, &nr[k].ep, &d);
+            CHECK_MSG(e == FG_OK, "node %d: %s", k, d.msg);
+            if (e != FG_OK)
+                return;
+        }
+    }
+    for (size_t i = 0; i < (size_t)NSEQ * POS * V; i++)
+        logits[i] = NAN;
+    fg_kv_seq kvs[NSEQ];
+    int32_t seqtok[NSEQ][POS];
+    int len[NSEQ];
+    for (int i = 0; i < NSEQ; i++) {
+        len[i] = 3 + (i * 7) % (MAXLEN - 3);
+        test_tokens(seqtok[i], len[i], V, 700 + (unsigned)i);
+        CHECK(fg_kv_seq_init(&kvs[i], 1024) == FG_OK);
+        CHECK(fg_kv_seq_reserve(kv, &kvs[i], POS) == FG_OK);
+    }
+    memset(gen, 0xff, sizeof(int32_t) * NSEQ * DECODE);
+    for (int s = -1; s < DECODE; s++) { /* -1: the prefill */
+        /* The last decode step: sequence 0 only, on node 0; node 1 joins with no tokens. */
+        const int n = s == DECODE - 1 ? 1 : NSEQ;
+        int32_t tok[MAXTOK];
+        fg_fwd_seq fs[NSEQ];
+        int ntok = 0;
+        for (int k = 0; k < 2; k++)
+            nr[k].n = 0;
+        for (int i = 0; i < n; i++) {
+            const int at = s < 0 ? 0 : len[i] + s;
+            const int32_t *src = seqtok[i];
+            int32_t next = 0;
+            if (s >= 0) {
+                next = fg_argmax(logits + ((size_t)i * POS + at - 1) * V, V);
+                gen[i][s] = next;
+                src = &next;
+            }
+            const int nt = s < 0 ? len[i] : 1;
+            const fg_fwd_seq f = {.kv = &kvs[i], .n_tokens = nt, .n_logits = nt,
+                                  .logits = logits + ((size_t)i * POS + at) * V};
+            if (!n_ranks) {
+                memcpy(tok + ntok, src, sizeof(int32_t) * (size_t)nt);
+                fs[i] = f;
+                ntok += nt;
+                continue;
+            }
+            node_round *q = &nr[(i / per_node) % 2];
+            int at_tok = 0;
+            for (int j = 0; j < q->n; j++)
+                at_tok += q->fs[j].n_tokens;
+            memcpy(q->tok + at_tok, src, sizeof(int32_t) * (size_t)nt);
+            q->seq_rank[q->n] = i % per_node;
+            q->fs[q->n++] = f;
+        }
+        if (!n_ranks) {
+            CHECK_MSG(fg_forward_run(plain, tok, fs, n, &d) == FG_OK, "plain: %s", d.msg);
+            continue;
+        }
+        round_both(nr);
+        CHECK(nr[0].rd.stepped);
+        if (s == DECODE - 1)
+            CHECK(nr[1].n == 0 && nr[0].rd.job_tokens == n);
+    }
+    if (n_ranks) {
+        /* Nobody has tokens: no step; then node 1 leaves and both see it. */
+        nr[0].n = nr[1].n = 0;
+        round_both(nr);
+        CHECK(!nr[0].rd.stepped && nr[0].rd.job_tokens == 0 && nr[0].rd.left_node == -1);
+        nr[1].leave = true;
+        round_both(nr);
+        CHECK(!nr[0].rd.stepped && nr[0].rd.left_node == 1);
+        fg_ep_ranks_destroy(nr[0].ep);
+        fg_ep_ranks_destroy(nr[1].ep);
+        fg_ep_inproc_group_destroy(g);
+    }
+    for (int i = 0; i < NSEQ; i++)
+        fg_kv_seq_free(kv, &kvs[i]);
+    fg_forward_destroy(plain);
+}
+
+static void check_rounds_logits(void)
+{
+    fg_gguf_t *g;
+    fg_model *m;
+    fg_diag d = {{0}};
+    if (fg_gguf_open_file(model_path("tiny.gguf"), &g, &d) != FG_OK || fg_model_load(g, &m, &d) != FG_OK) {
+        CHECK_MSG(false, "tiny.gguf: %s", d.msg);
+        return;
+    }
+    const int V = m->hp.n_vocab;
+    fg_kv_geometry geo;
+    fg_kv_store_t *kv;
+    CHECK(fg_kv_geometry_init(&geo, &m->hp, FG_KV_F32, &d) == FG_OK);
+    CHECK(fg_kv_store_create(&geo, (size_t)64 << 20, &kv, &d) == FG_OK);
+    static int32_t gen[3][NSEQ][DECODE];
+    float *lg[3];
+    const int ranks[3] = {0, 4, 2};
+    for (int c = 0; c < 3; c++) {
+        lg[c] = malloc(sizeof(float) * NSEQ * POS * (size_t)V);
+        rounds_logits(m, &geo, kv, ranks[c], lg[c], gen[c]);
+    }
+    for (int c = 1; c < 3; c++) {
+        float worst = 0;
+        for (size_t i = 0; i < (size_t)NSEQ * POS * V; i++) {
+            const float a = lg[0][i], b = lg[c][i];
+            if (isnan(a) != isnan(b)) {
+                worst = INFINITY;
+                break;
+            }
+            if (!isnan(a) && fabsf(a - b) > worst)
+                worst = fabsf(a - b);
+        }
+        const bool same = memcmp(gen[0], gen[c], sizeof gen[0]) == 0;
+        fprintf(stderr, "rounds, 2 nodes x %d ranks: max |dlogit| = %g, greedy tokens %s\n", ranks[c] / 2, worst,
+                same ? "same" : "DIFFER");
+        CHECK_MSG(worst <= 1e-4f, "2 nodes x %d ranks: max |dlogit| %g > 1e-4", ranks[c] / 2, worst);
+        CHECK_MSG(same, "2 nodes x %d ranks: greedy tokens differ from the plain pass", ranks[c] / 2);
+    }
+    CHECK(gen[0][0][DECODE - 1] >= 0 && gen[0][NSEQ - 1][DECODE - 2] >= 0); /* the decode steps ran */
+    for (int c = 0; c < 3; c++)
+        free(lg[c]);
+    CHECK(fg_kv_store_pages_free(kv) == fg_kv_store_pages_total(kv));
+    fg_kv_store_destroy(kv);
+    fg_model_free(m);
+    fg_gguf_close(g);
+}
+
 /* One node of a job over NCCL, this process being the node (a GPU machine:
  * deploy/ep-nccl-check.sh starts one process per node; local rank i on
  * CUDA device i, so give each process its own CUDA_VISIBLE_DEVICES).
@@ -244,6 +434,8 @@ int main(int argc, char **argv)
     fg_engine_close(plain);
     if (nccl)
         return nccl_node(runs, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
+
+    check_rounds_logits();
 
     fg_ep_inproc_group_t *g;
     fg_engine_t *nodes[2];
