@@ -111,7 +111,10 @@ void fg_engine_options_default(fg_engine_options *o);
  * it cannot be created or read. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
- * and frees every session still open. */
+ * and frees every session still open. Several nodes: first announces the
+ * leave in one last agreement round (which waits for the other nodes' next
+ * round, at most their idle wait away); the other nodes' responses then end
+ * with FG_ERR_STATE. */
 void fg_engine_close(fg_engine_t *e);
 
 typedef struct fg_engine_info {
