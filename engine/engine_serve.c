@@ -528,6 +528,18 @@ static void wait_for_work(fg_engine_t *e, double wait)
         pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
 }
 
+/* Why nothing can step once the job of several nodes is down (node: who left; -1: the transport failed). */
+static fg_err job_down(int node, fg_diag *diag)
+{
+    if (node < 0)
+        return fg_diag_set(diag, FG_ERR_STATE,
+                           "the expert-parallel transport between the nodes failed; restart every node");
+    return fg_diag_set(diag, FG_ERR_STATE,
+                       "expert-parallel node %d has left the job, and no step can run without its ranks; restart "
+                       "every node",
+                       node);
+}
+
 /* Runs the planned batch of n sessions (no lock held). With several nodes,
  * an agreement round first: *stepped is false when the job did not step
  * (nobody had tokens, or a node left while this one had none); the
@@ -540,10 +552,7 @@ static fg_err forward_step(fg_engine_t *e, int n, bool leave, bool *stepped, fg_
     if (!e->ep_nodes)
         return fg_engine_forward(e, e->btok, e->fseqs, e->cand, n, diag);
     if (e->ep_down)
-        return fg_diag_set(diag, FG_ERR_STATE,
-                           "expert-parallel node %d has left the job, and no step can run without its ranks; "
-                           "restart every node",
-                           e->ep_left_node);
+        return job_down(e->ep_left_node, diag);
     fg_ep_round rd;
     fg_err err = fg_engine_round(e, e->btok, e->fseqs, e->cand, n, leave, &rd, diag);
     e->ep_peers_busy = rd.stepped;
@@ -552,10 +561,7 @@ static fg_err forward_step(fg_engine_t *e, int n, bool leave, bool *stepped, fg_
         e->ep_left_node = rd.left_node;
     }
     if (err == FG_OK && rd.left_node >= 0 && n > 0)
-        return fg_diag_set(diag, FG_ERR_STATE,
-                           "expert-parallel node %d has left the job, and no step can run without its ranks; "
-                           "restart every node",
-                           rd.left_node);
+        return job_down(rd.left_node, diag);
     *stepped = rd.stepped || err != FG_OK;
     return err;
 }
