@@ -21,6 +21,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -461,6 +462,17 @@ int main(int argc, char **argv)
 
     /* 2 nodes x 1 rank. */
     if (open_nodes(2, 2, &g, nodes)) {
+        /* A figure, not a check: the CPU an idle job burns on its agreement rounds. */
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
+        const double t0 = now_s();
+        usleep(500000);
+        getrusage(RUSAGE_SELF, &ru1);
+        const double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
+                                    ru0.ru_stime.tv_sec) +
+                           (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
+                                    ru0.ru_stime.tv_usec) * 1e-6;
+        fprintf(stderr, "2 idle nodes x 1 rank: %.1f %% of one core on rounds\n", 100 * cpu / (now_s() - t0));
         /* Only node 1 has sessions; node 0 idles and joins every step with zero rows. */
         for (int i = 0; i < N / 2; i++) {
             runs[i].e = nodes[1];
