@@ -72,7 +72,7 @@ typedef struct fg_engine_options {
     int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
     int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
     int ep_placement;        /* 0 contiguous, 1 strided */
-    int ep_transport;        /* 0 in-process (threads); 1 NCCL (local rank i on CUDA device i; compute on the cpu backend) */
+    int ep_transport;        /* 0 in-process (threads); 1 NCCL (local rank i on CUDA device i; compute on cpu) */
     /* several nodes (one engine each; docs/parallel.md, "Several nodes"):
      * this engine runs ranks ep_node * ep_ranks_per_node onwards and serves
      * its own sessions on them; every step is agreed with the other nodes */

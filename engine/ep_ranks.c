@@ -164,7 +164,8 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
                            o->first_rank, o->n_ranks);
     if (n_local < o->n_ranks && !o->group && !o->nccl_id)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
-                           "expert-parallel ranks: %d of %d ranks here, but no shared group or NCCL id to reach the rest",
+                           "expert-parallel ranks: %d of %d ranks here, but no shared group or NCCL id to reach "
+                           "the rest",
                            n_local, o->n_ranks);
     if (o->group && o->nccl_id)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: a shared group and an NCCL id both given");
