@@ -401,11 +401,15 @@ static fg_err check_topology(const fg_config *c, fg_diag *d)
                            "topology.transport is nccl, but this build has no NCCL (CUDA and NCCL were not found when "
                            "it was built); use inproc or a CUDA build");
 #endif
-        if (c->model.backend != FG_CONFIG_BACKEND_CUDA)
-            return fg_diag_set(d, FG_ERR_CONFIG, "topology.transport nccl needs model.backend cuda (one rank per GPU)");
-        if (strcmp(c->redis.address, "off") == 0)
+        /* One node makes the NCCL id itself; several exchange it through a Redis they all reach. */
+        if (per_node < t->ranks && strcmp(c->redis.address, "off") == 0)
             return fg_diag_set(d, FG_ERR_CONFIG,
                                "topology.transport nccl needs Redis to exchange the NCCL id; redis.address is off");
+        if (per_node < t->ranks && !*c->redis.address)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "topology.transport nccl over %" PRId64 " nodes needs Redis to exchange the NCCL id, "
+                               "one every node reaches: set redis.address (empty starts a Redis of this process's own)",
+                               t->ranks / per_node);
     }
     return FG_OK;
 }

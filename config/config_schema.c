@@ -123,8 +123,9 @@ const fg_cfg_key fg_cfg_keys[] = {
            "ranks-th id)."),
     K_ENUM(fg_config, "topology.transport", topology.transport, transport_names, FG_CONFIG_TRANSPORT_INPROC,
            "How ranks exchange tokens: inproc (threads of this process, shared memory) or nccl (one "
-           "rank per GPU; needs a CUDA build with NCCL, model.backend cuda and Redis; the engine refuses "
-           "it until it runs ranks on GPUs, see docs/parallel.md)."),
+           "rank per GPU, the nodes in separate processes; needs a CUDA build with NCCL, and with several "
+           "nodes a redis.address every node reaches; the ranks compute on model.backend cpu so far, see "
+           "docs/parallel.md)."),
     K_STR(fg_config, "topology.bootstrap", topology.bootstrap, "flashgate:ep", FG_CFG_NONEMPTY,
           "Redis key prefix under which node 0 publishes the NCCL unique id for the other nodes; give "
           "each launch its own (a job id) so no node reads a stale one."),

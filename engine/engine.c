@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "engine/ep_bootstrap.h"
 
 void fg_engine_options_default(fg_engine_options *o)
 {
@@ -18,6 +19,24 @@ void fg_engine_options_default(fg_engine_options *o)
     o->event_capacity = 64;
     o->text_capacity = 2048;
     o->prefix_cache = true;
+}
+
+/* The job's ncclUniqueId: made here with one node; with several, node 0
+ * makes it and publishes it through Redis, the others read it. */
+static fg_err nccl_job_id(const fg_engine_options *o, int n_nodes, uint8_t id[FG_EP_NCCL_ID_BYTES], fg_diag *diag)
+{
+    fg_err err;
+    if (o->ep_node == 0 && (err = fg_ep_nccl_unique_id(id, diag)))
+        return err;
+    if (n_nodes == 1)
+        return FG_OK;
+    fg_ep_bootstrap_options bo = {.redis_address = o->ep_bootstrap_redis, .prefix = o->ep_bootstrap_prefix,
+                                  .node = o->ep_node, .n_nodes = n_nodes,
+                                  .timeout_ms = o->ep_bootstrap_timeout_ms > 0 ? o->ep_bootstrap_timeout_ms : 60000};
+    fg_diag d;
+    if ((err = fg_ep_bootstrap_exchange(&bo, id, FG_EP_NCCL_ID_BYTES, &d)))
+        return fg_diag_set(diag, err, "NCCL id exchange (topology.bootstrap %s): %s", o->ep_bootstrap_prefix, d.msg);
+    return FG_OK;
 }
 
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
@@ -33,10 +52,34 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         o->ep_placement < FG_EP_CONTIGUOUS || o->ep_placement > FG_EP_STRIDED || o->ep_transport < 0 ||
         o->ep_transport > 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel options out of range");
-    if (o->ep_transport == 1)
+    const int per_node = o->ep_ranks_per_node ? o->ep_ranks_per_node : o->ep_ranks;
+    if (o->ep_ranks_per_node < 0 || o->ep_node < 0 ||
+        (o->ep_ranks > 1 && (o->ep_ranks % per_node != 0 || o->ep_node >= o->ep_ranks / per_node)))
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.ranks_per_node (%d) must divide topology.ranks (%d) and topology.node (%d) be one "
+                           "of the nodes they make",
+                           o->ep_ranks_per_node, o->ep_ranks, o->ep_node);
+    const bool nodes = o->ep_ranks > 1 && per_node < o->ep_ranks;
+    if (nodes && !o->serve)
+        return fg_diag_set(diag, FG_ERR_STATE,
+                           "expert parallelism over %d nodes needs serving mode: every step is agreed between the "
+                           "nodes, and direct mode has no step loop",
+                           o->ep_ranks / per_node);
+    if (nodes && o->ep_transport == 0 && !o->ep_group)
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.transport inproc runs every rank in this process: topology.ranks_per_node (%d) "
+                           "must be 0 or topology.ranks (%d); use nccl across nodes",
+                           o->ep_ranks_per_node, o->ep_ranks);
+    if (o->ep_transport == 1 && o->ep_ranks > 1 && !fg_ep_nccl_available())
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                           "topology.transport nccl: the engine runs its ranks with the inproc transport only so far "
-                           "(NCCL ranks need the cuda backend); see docs/parallel.md");
+                           "topology.transport nccl: this build has no NCCL (CUDA and NCCL were not found when it was "
+                           "built)");
+    if (nodes && o->ep_transport == 1 && (!o->ep_bootstrap_redis || !*o->ep_bootstrap_redis ||
+                                          !o->ep_bootstrap_prefix || !*o->ep_bootstrap_prefix))
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.transport nccl over %d nodes needs a Redis address (redis.address) and "
+                           "topology.bootstrap to exchange the NCCL id",
+                           o->ep_ranks / per_node);
     if ((o->backend != FG_ENGINE_BACKEND_CPU && o->backend != FG_ENGINE_BACKEND_CUDA) || o->gpu_device < 0)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "backend %d or gpu_device %d out of range", o->backend,
                            o->gpu_device);
@@ -82,11 +125,20 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     }
     if (o->ep_ranks > 1) {
         /* Each rank has its own forward pass and share of the threads. */
-        fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .max_tokens = o->max_batch_tokens, .n_threads = nth,
+        fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
+                                  .group = o->ep_transport == 0 ? o->ep_group : NULL,
+                                  .max_tokens = o->max_batch_tokens, .n_threads = nth,
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
                                   .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement};
+        uint8_t nccl_id[FG_EP_NCCL_ID_BYTES];
+        if (o->ep_transport == 1) {
+            if ((err = nccl_job_id(o, o->ep_ranks / per_node, nccl_id, diag)))
+                goto fail;
+            eo.nccl_id = nccl_id;
+        }
         if ((err = fg_ep_ranks_create(e->model, &geo, &eo, &e->ep, diag)))
             goto fail;
+        e->ep_nodes = fg_ep_ranks_multinode(e->ep);
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);
         if (!e->seq_rank) {
             err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
@@ -346,4 +398,12 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
     for (int i = 0; i < n; i++)
         e->seq_rank[i] = sessions[i]->ep_rank;
     return fg_ep_ranks_run(e->ep, tokens, seqs, e->seq_rank, n, diag);
+}
+
+fg_err fg_engine_round(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions, int n,
+                       bool leave, fg_ep_round *out, fg_diag *diag)
+{
+    for (int i = 0; i < n; i++)
+        e->seq_rank[i] = sessions[i]->ep_rank;
+    return fg_ep_ranks_round(e->ep, tokens, seqs, e->seq_rank, n, leave, out, diag);
 }

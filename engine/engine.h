@@ -72,7 +72,20 @@ typedef struct fg_engine_options {
     int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
     int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
     int ep_placement;        /* 0 contiguous, 1 strided */
-    int ep_transport;        /* 0 in-process (threads); 1 NCCL (not yet run by this engine) */
+    int ep_transport;        /* 0 in-process (threads); 1 NCCL (local rank i on CUDA device i; compute on cpu) */
+    /* several nodes (one engine each; docs/parallel.md, "Several nodes"):
+     * this engine runs ranks ep_node * ep_ranks_per_node onwards and serves
+     * its own sessions on them; every step is agreed with the other nodes */
+    int ep_ranks_per_node;   /* 0: every rank here (one node) */
+    int ep_node;             /* this engine's node, in [0, ep_ranks / ep_ranks_per_node) */
+    /* in-process transport over several nodes (tests: several engines of one
+     * process as nodes): a group of ep_ranks every node's engine shares,
+     * outliving them; NULL: the engine's ranks make their own (one node) */
+    struct fg_ep_inproc_group *ep_group;
+    /* NCCL over several nodes: where node 0 publishes the NCCL id (engine/ep_bootstrap.h) */
+    const char *ep_bootstrap_redis;   /* Redis address */
+    const char *ep_bootstrap_prefix;  /* key prefix, one per launch */
+    int ep_bootstrap_timeout_ms;      /* 0: 60000 */
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
@@ -86,15 +99,22 @@ void fg_engine_options_default(fg_engine_options *o);
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
  * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
  * FG_ERR_CONFIG (an expert placement that does not fit the model, naming the
- * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport; backend cuda in
- * a build without CUDA, on a machine without a usable GPU, or with expert
- * parallelism, with a message saying which), FG_ERR_NOMEM. With persist_dir
+ * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport in a build
+ * without NCCL; backend cuda in a build without CUDA, on a machine without a
+ * usable GPU, or with expert parallelism, with a message saying which),
+ * FG_ERR_STATE (several nodes without serving mode: direct mode has no step
+ * loop to agree steps in), FG_ERR_IO (NCCL bootstrap or communicator),
+ * FG_ERR_NOMEM. Several nodes over NCCL: blocks until every node has opened
+ * (or the bootstrap times out). With persist_dir
  * set, the directory is created if missing, its session files are counted per
  * tenant (disk_bytes) and leftover temporary files are removed; FG_ERR_IO when
  * it cannot be created or read. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
- * and frees every session still open. */
+ * and frees every session still open. Several nodes: first announces the
+ * leave in one last agreement round (which waits for the other nodes' next
+ * round, at most their idle wait away); the other nodes' responses then end
+ * with FG_ERR_STATE. */
 void fg_engine_close(fg_engine_t *e);
 
 typedef struct fg_engine_info {

@@ -507,8 +507,8 @@ static void test_topology(void)
         {"{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, \"node\": 17}, "
          "\"redis\": {\"address\": \"off\"}, \"model\": {\"backend\": \"cuda\"}}",
          fg_ep_nccl_available() ? "needs Redis to exchange the NCCL id" : no_nccl},
-        {"{\"topology\": {\"transport\": \"nccl\"}}",
-         fg_ep_nccl_available() ? "needs model.backend cuda" : no_nccl},
+        {"{\"topology\": {\"transport\": \"nccl\", \"ranks\": 8, \"ranks_per_node\": 4}}",
+         fg_ep_nccl_available() ? "over 2 nodes needs Redis to exchange the NCCL id, one every node reaches" : no_nccl},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fg_config c;
@@ -538,7 +538,11 @@ static void test_topology(void)
         fg_config_init_defaults(&c);
         fg_diag d = {{0}};
         const char *j = "{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, "
-                        "\"node\": 17}, \"model\": {\"backend\": \"cuda\"}}";
+                        "\"node\": 17}, \"redis\": {\"address\": \"10.0.0.1:6379\"}}";
+        CHECK_MSG(load(&c, j, &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s", d.msg);
+        fg_config_free(&c);
+        fg_config_init_defaults(&c); /* one node makes its NCCL id itself: no Redis needed */
+        j = "{\"topology\": {\"transport\": \"nccl\", \"ranks\": 2}, \"redis\": {\"address\": \"off\"}}";
         CHECK_MSG(load(&c, j, &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s", d.msg);
         fg_config_free(&c);
     }
