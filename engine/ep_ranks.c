@@ -60,11 +60,11 @@ static void *nccl_join_main(void *arg)
     return NULL;
 }
 
-static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, fg_diag *diag)
+static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, int64_t recv_capacity,
+                              fg_diag *diag)
 {
-    /* The largest all-to-all: a rank receives up to n * max_tokens * k rows of 1 + d floats. */
-    const size_t cap = (size_t)r->n * (size_t)r->max_tokens * (size_t)m->hp.n_expert_used *
-                       (1 + (size_t)m->hp.n_embd) * sizeof(float);
+    /* The largest all-to-all: the receive capacity's rows of 1 + d floats. */
+    const size_t cap = fg_moe_ep_exchange_bytes(m, r->n, r->max_tokens, recv_capacity);
     nccl_join *j = calloc((size_t)r->n, sizeof *j);
     pthread_t *th = calloc((size_t)r->n, sizeof *th);
     bool *started = calloc((size_t)r->n, sizeof *started);
@@ -150,7 +150,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         fg_ep_ranks_destroy(r);
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
     }
-    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, diag)
+    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, o->recv_capacity_rows, diag)
                           : fg_ep_inproc_group_create(r->n, &r->group, diag))) {
         fg_ep_ranks_destroy(r);
         return err;
@@ -172,7 +172,8 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         }
         if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag)) ||
             (!o->nccl_id && (err = fg_ep_inproc_transport_create(r->group, i, &k->t, diag))) ||
-            (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, k->pool, o->isa, &k->ep, diag))) {
+            (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, o->recv_capacity_rows, k->pool, o->isa,
+                                    &k->ep, diag))) {
             fg_ep_ranks_destroy(r);
             return err;
         }
@@ -219,6 +220,7 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
 
 int fg_ep_ranks_count(const fg_ep_ranks_t *r) { return r->n; }
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r) { return r->threads_per_rank; }
+uint64_t fg_ep_ranks_rounds(const fg_ep_ranks_t *r) { return fg_moe_ep_rounds(r->ranks[0].ep); }
 
 fg_err fg_ep_ranks_run(fg_ep_ranks_t *r, const int32_t *tokens, const fg_fwd_seq *seqs, const int *seq_rank,
                        int n_seqs, fg_diag *diag)

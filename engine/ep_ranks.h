@@ -35,6 +35,7 @@ typedef struct fg_ep_ranks_options {
     int experts_per_rank;     /* 0: derived; see fg_ep_shard_options */
     int redundant;            /* replica slots over all ranks */
     fg_ep_placement placement;
+    int64_t recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
     /* NULL: the in-process transport. Else the job's ncclUniqueId
      * [FG_EP_NCCL_ID_BYTES]: the ranks talk over NCCL, rank i on CUDA device
      * i of this node (one node; the compute stays on the CPU). */
@@ -52,6 +53,9 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r);
 int fg_ep_ranks_count(const fg_ep_ranks_t *r);
 /* Compute threads of one rank. */
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r);
+/* Expert exchange rounds run so far over all MoE layers (the same on every
+ * rank): one per layer and step unless recv_capacity_rows split some. */
+uint64_t fg_ep_ranks_rounds(const fg_ep_ranks_t *r);
 
 /* Runs one step: sequence i (its tokens contiguous in tokens, in seqs order)
  * runs on rank seq_rank[i]; each rank's sequences keep their order. Every

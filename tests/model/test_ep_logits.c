@@ -2,12 +2,17 @@
  * softmax and group-limited routing; F32 and Q8_0 weights) runs the same
  * sessions — a batched prefill of 8 sequences, then greedy
  * decode steps, the last one with a single sequence so most ranks have no
- * tokens of their own — through the plain forward pass and through 1, 2 and
- * 4 in-process ranks (contiguous and strided placement, with and without
- * replicated experts). Every configuration must pick the same greedy tokens
- * and give every logit within 1e-4 of the plain pass. A batch with a bad
- * token on one rank is refused while the other ranks complete (no hang), and
- * so is an exchange between ranks made with different batch sizes. */
+ * tokens of their own — through the plain forward pass and through 1, 2, 3
+ * and 4 in-process ranks (contiguous and strided placement, with and without
+ * replicated experts; 3 ranks own 16 experts unevenly, 6/5/5, and 2 replicas
+ * even them out at 6 slots), and at 2 and 4 ranks with a receive capacity
+ * far below the worst case, so that every MoE layer's exchange runs in
+ * several rounds. Every configuration must pick the same greedy tokens and
+ * give every logit within 1e-4 of the plain pass. A batch with a bad token
+ * on one rank is refused while the other ranks complete (no hang), and so is
+ * an exchange between ranks made with different batch sizes; a capacity
+ * below one row per rank and a placement the model cannot take are refused
+ * at create with the key named. */
 #include <pthread.h>
 #include <string.h>
 
@@ -29,10 +34,12 @@ typedef struct config {
     int ranks; /* 0: the plain forward pass */
     int redundant;
     fg_ep_placement placement;
+    int64_t cap; /* topology.recv_capacity_rows; 0: the worst case */
 } config;
 
 typedef struct result {
     int32_t gen[NSEQ][DECODE];
+    uint64_t rounds; /* exchange rounds of the ranks over all MoE layers and steps */
     float *logits; /* [NSEQ][POS][V], NaN where not evaluated */
 } result;
 
@@ -74,7 +81,7 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
             return;
         }
         fg_ep_ranks_options o = {.n_ranks = c.ranks, .max_tokens = MAXTOK, .n_threads = c.ranks, .isa = FG_ISA_AUTO,
-                                 .redundant = c.redundant, .placement = c.placement,
+                                 .redundant = c.redundant, .placement = c.placement, .recv_capacity_rows = c.cap,
                                  .nccl_id = use_nccl ? nccl_id : NULL};
         fg_err e = fg_ep_ranks_create(m, geo, &o, &r.ep, &d);
         CHECK_MSG(e == FG_OK, "%s", d.msg);
@@ -115,6 +122,18 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
         }
         e = step(&r, btok, fs, seq_rank, n, &d);
         CHECK_MSG(e == FG_OK, "decode %d: %s", s, d.msg);
+    }
+    if (r.ep) {
+        /* Without a capacity every MoE layer of every step is one round; with one far below the prefill's
+         * traffic, the prefill alone needs several per layer. */
+        int moe = 0;
+        for (int il = 0; il < m->hp.n_layer; il++)
+            moe += m->layers[il].is_moe;
+        const uint64_t rounds = fg_ep_ranks_rounds(r.ep), one_each = (uint64_t)moe * (1 + DECODE);
+        res->rounds = rounds;
+        CHECK_MSG(c.cap ? rounds >= one_each + 2 * (uint64_t)moe : rounds == one_each,
+                  "ranks %d cap %lld: %llu exchange rounds for %llu layer exchanges", c.ranks, (long long)c.cap,
+                  (unsigned long long)rounds, (unsigned long long)one_each);
     }
 
     if (r.ep && c.ranks > 1) {
@@ -177,7 +196,7 @@ static void check_mismatched_ranks(const fg_model *m)
     const size_t dsz = (size_t)m->hp.n_embd;
     for (int i = 0; i < 2; i++) {
         CHECK(fg_ep_inproc_transport_create(g, i, &t[i], &d) == FG_OK);
-        CHECK(fg_moe_ep_create(m, shard, t[i], max_tokens[i], NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
+        CHECK(fg_moe_ep_create(m, shard, t[i], max_tokens[i], 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
         r[i].ly = ly;
         r[i].xn = calloc(64 * dsz, sizeof(float));
         r[i].x = calloc(64 * dsz, sizeof(float));
@@ -223,9 +242,13 @@ static void check_model(const char *file)
     CHECK(fg_kv_store_create(&geo, (size_t)64 << 20, &kv, &d) == FG_OK);
 
     const config configs[] = {
-        {0, 0, FG_EP_CONTIGUOUS}, /* the reference */
-        {1, 0, FG_EP_CONTIGUOUS}, {2, 0, FG_EP_CONTIGUOUS}, {4, 0, FG_EP_CONTIGUOUS},
-        {2, 0, FG_EP_STRIDED},    {4, 4, FG_EP_STRIDED},    {2, 6, FG_EP_CONTIGUOUS},
+        {0, 0, FG_EP_CONTIGUOUS, 0}, /* the reference */
+        {1, 0, FG_EP_CONTIGUOUS, 0}, {2, 0, FG_EP_CONTIGUOUS, 0}, {4, 0, FG_EP_CONTIGUOUS, 0},
+        {2, 0, FG_EP_STRIDED, 0},    {4, 4, FG_EP_STRIDED, 0},    {2, 6, FG_EP_CONTIGUOUS, 0},
+        /* uneven: 16 experts on 3 ranks own 6/5/5; 2 replicas make 6 slots each */
+        {3, 0, FG_EP_CONTIGUOUS, 0}, {3, 0, FG_EP_STRIDED, 0},    {3, 2, FG_EP_CONTIGUOUS, 0},
+        /* receive capacity: 16 rows a round (the worst case is 2 * 256 * 4 = 2048 and 4096) */
+        {2, 0, FG_EP_CONTIGUOUS, 16}, {4, 4, FG_EP_STRIDED, 16},  {3, 2, FG_EP_CONTIGUOUS, 12},
     };
     enum { NC = sizeof configs / sizeof configs[0] };
     static result res[NC];
@@ -248,9 +271,11 @@ static void check_model(const char *file)
                 worst = fabsf(a - b);
         }
         const bool same = memcmp(res[0].gen, res[c].gen, sizeof res[0].gen) == 0;
-        fprintf(stderr, "%s: ranks %d, redundant %d, %s: max |dlogit| = %g, greedy tokens %s\n", file,
-                configs[c].ranks, configs[c].redundant,
-                configs[c].placement == FG_EP_STRIDED ? "strided" : "contiguous", worst, same ? "same" : "DIFFER");
+        fprintf(stderr, "%s: ranks %d, redundant %d, %s, capacity %lld (%llu rounds): max |dlogit| = %g, greedy "
+                "tokens %s\n",
+                file, configs[c].ranks, configs[c].redundant,
+                configs[c].placement == FG_EP_STRIDED ? "strided" : "contiguous", (long long)configs[c].cap,
+                (unsigned long long)res[c].rounds, worst, same ? "same" : "DIFFER");
         CHECK_MSG(worst <= 1e-4f, "%s, ranks %d: max |dlogit| %g > 1e-4", file, configs[c].ranks, worst);
         CHECK_MSG(same, "%s, ranks %d: greedy tokens differ from one rank", file, configs[c].ranks);
     }
@@ -258,8 +283,18 @@ static void check_model(const char *file)
 
     /* A placement that does not fit the model is refused with the key named. */
     fg_ep_ranks_t *bad;
-    fg_ep_ranks_options o = {.n_ranks = 3, .max_tokens = 8, .n_threads = 1};
-    CHECK(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks"));
+    fg_ep_ranks_options o = {.n_ranks = m->hp.n_expert + 1, .max_tokens = 8, .n_threads = 1};
+    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks (17)"),
+              "%s", d.msg);
+    o = (fg_ep_ranks_options){.n_ranks = 3, .max_tokens = 8, .n_threads = 1, .redundant = 1};
+    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
+                  strstr(d.msg, "topology.redundant_experts (1) must even the ranks out"),
+              "%s", d.msg);
+    /* A capacity that cannot take one row from every rank in a round. */
+    o = (fg_ep_ranks_options){.n_ranks = 4, .max_tokens = 8, .n_threads = 1, .recv_capacity_rows = 3};
+    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
+                  strstr(d.msg, "topology.recv_capacity_rows (3) is too small") && strstr(d.msg, "at least 4"),
+              "%s", d.msg);
     if (strcmp(file, "tiny.gguf") == 0 && !use_nccl)
         check_mismatched_ranks(m);
 
