@@ -220,7 +220,10 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
 
 int fg_ep_ranks_count(const fg_ep_ranks_t *r) { return r->n; }
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r) { return r->threads_per_rank; }
-uint64_t fg_ep_ranks_rounds(const fg_ep_ranks_t *r) { return fg_moe_ep_rounds(r->ranks[0].ep); }
+void fg_ep_ranks_exchange_stats(const fg_ep_ranks_t *r, fg_moe_ep_stats *st)
+{
+    fg_moe_ep_get_stats(r->ranks[0].ep, st);
+}
 
 fg_err fg_ep_ranks_run(fg_ep_ranks_t *r, const int32_t *tokens, const fg_fwd_seq *seqs, const int *seq_rank,
                        int n_seqs, fg_diag *diag)

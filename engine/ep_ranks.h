@@ -24,6 +24,7 @@
 #include "engine/forward.h"
 #include "engine/kv_store.h"
 #include "engine/model.h"
+#include "engine/moe_ep.h"
 
 typedef struct fg_ep_ranks fg_ep_ranks_t;
 
@@ -53,9 +54,8 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r);
 int fg_ep_ranks_count(const fg_ep_ranks_t *r);
 /* Compute threads of one rank. */
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r);
-/* Expert exchange rounds run so far over all MoE layers (the same on every
- * rank): one per layer and step unless recv_capacity_rows split some. */
-uint64_t fg_ep_ranks_rounds(const fg_ep_ranks_t *r);
+/* The expert exchanges' counters so far (the same on every rank). */
+void fg_ep_ranks_exchange_stats(const fg_ep_ranks_t *r, fg_moe_ep_stats *st);
 
 /* Runs one step: sequence i (its tokens contiguous in tokens, in seqs order)
  * runs on rank seq_rank[i]; each rank's sequences keep their order. Every

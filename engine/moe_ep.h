@@ -69,9 +69,15 @@ fg_err fg_moe_ep_idle(fg_moe_ep_t *ep, fg_diag *diag);
 
 /* Rows this rank receives per round (the capacity, or the worst case). */
 int64_t fg_moe_ep_capacity(const fg_moe_ep_t *ep);
-/* Exchange rounds run since create, over all layers (1 per layer without a
- * capacity or when it sufficed). */
-uint64_t fg_moe_ep_rounds(const fg_moe_ep_t *ep);
+typedef struct fg_moe_ep_stats {
+    uint64_t exchanges;      /* MoE layer exchanges (calls of fg_moe_ep_experts) */
+    uint64_t rounds;         /* rounds they ran: one each unless the capacity split some */
+    uint64_t split_experts;  /* (receiver, expert) pairs with more rows than the capacity, cut over rounds (any
+                              * receiver's, counted on every rank); their products see other batch sizes, so
+                              * their results may differ in the last bits (Q8_0: see docs/parallel.md) */
+} fg_moe_ep_stats;
+/* Counters since create; the same on every rank of a group. */
+void fg_moe_ep_get_stats(const fg_moe_ep_t *ep, fg_moe_ep_stats *st);
 
 /* Bytes the largest single all-to-all of such a group moves to or from one
  * rank (a transport's staging size): the capacity's rows of d + 1 floats. */

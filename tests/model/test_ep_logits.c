@@ -14,6 +14,7 @@
  * below one row per rank and a placement the model cannot take are refused
  * at create with the key named. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "engine/ep_ranks.h"
@@ -29,17 +30,21 @@
 #define DECODE 5
 #define POS (MAXLEN + DECODE)
 #define MAXTOK 256
+#define CAP_WHOLE 64 /* receive rows per round: more than any expert's rows in one step here */
+#define CAP_SPLIT 8  /* fewer than some experts' rows in the prefill */
 
 typedef struct config {
     int ranks; /* 0: the plain forward pass */
     int redundant;
     fg_ep_placement placement;
     int64_t cap; /* topology.recv_capacity_rows; 0: the worst case */
+    int base;    /* with a capacity: the index of the same run without one */
+    bool splits; /* with a capacity: some expert has more rows than it (else every expert fits one round) */
 } config;
 
 typedef struct result {
     int32_t gen[NSEQ][DECODE];
-    uint64_t rounds; /* exchange rounds of the ranks over all MoE layers and steps */
+    fg_moe_ep_stats ex; /* the ranks' exchanges over all MoE layers and steps */
     float *logits; /* [NSEQ][POS][V], NaN where not evaluated */
 } result;
 
@@ -125,15 +130,18 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
     }
     if (r.ep) {
         /* Without a capacity every MoE layer of every step is one round; with one far below the prefill's
-         * traffic, the prefill alone needs several per layer. */
+         * traffic, the prefill's exchanges need more (at least one more per MoE layer over the run). */
         int moe = 0;
         for (int il = 0; il < m->hp.n_layer; il++)
             moe += m->layers[il].is_moe;
-        const uint64_t rounds = fg_ep_ranks_rounds(r.ep), one_each = (uint64_t)moe * (1 + DECODE);
-        res->rounds = rounds;
-        CHECK_MSG(c.cap ? rounds >= one_each + 2 * (uint64_t)moe : rounds == one_each,
+        fg_ep_ranks_exchange_stats(r.ep, &res->ex);
+        const uint64_t rounds = res->ex.rounds, one_each = (uint64_t)moe * (1 + DECODE);
+        CHECK(res->ex.exchanges == one_each);
+        CHECK_MSG(c.cap ? rounds >= one_each + (uint64_t)moe : rounds == one_each,
                   "ranks %d cap %lld: %llu exchange rounds for %llu layer exchanges", c.ranks, (long long)c.cap,
                   (unsigned long long)rounds, (unsigned long long)one_each);
+        CHECK_MSG((res->ex.split_experts > 0) == c.splits, "ranks %d cap %lld: %llu experts split", c.ranks,
+                  (long long)c.cap, (unsigned long long)res->ex.split_experts);
     }
 
     if (r.ep && c.ranks > 1) {
@@ -241,14 +249,21 @@ static void check_model(const char *file)
     CHECK(fg_kv_geometry_init(&geo, &m->hp, FG_KV_F32, &d) == FG_OK);
     CHECK(fg_kv_store_create(&geo, (size_t)64 << 20, &kv, &d) == FG_OK);
 
+    /* Indices 2, 5 and 9 are the runs the capacity ones repeat. */
     const config configs[] = {
-        {0, 0, FG_EP_CONTIGUOUS, 0}, /* the reference */
-        {1, 0, FG_EP_CONTIGUOUS, 0}, {2, 0, FG_EP_CONTIGUOUS, 0}, {4, 0, FG_EP_CONTIGUOUS, 0},
-        {2, 0, FG_EP_STRIDED, 0},    {4, 4, FG_EP_STRIDED, 0},    {2, 6, FG_EP_CONTIGUOUS, 0},
+        {0, 0, FG_EP_CONTIGUOUS, 0, 0, false}, /* the reference */
+        {1, 0, FG_EP_CONTIGUOUS, 0, 0, false}, {2, 0, FG_EP_CONTIGUOUS, 0, 0, false},
+        {4, 0, FG_EP_CONTIGUOUS, 0, 0, false}, {2, 0, FG_EP_STRIDED, 0, 0, false},
+        {4, 4, FG_EP_STRIDED, 0, 0, false},    {2, 6, FG_EP_CONTIGUOUS, 0, 0, false},
         /* uneven: 16 experts on 3 ranks own 6/5/5; 2 replicas make 6 slots each */
-        {3, 0, FG_EP_CONTIGUOUS, 0}, {3, 0, FG_EP_STRIDED, 0},    {3, 2, FG_EP_CONTIGUOUS, 0},
-        /* receive capacity: 16 rows a round (the worst case is 2 * 256 * 4 = 2048 and 4096) */
-        {2, 0, FG_EP_CONTIGUOUS, 16}, {4, 4, FG_EP_STRIDED, 16},  {3, 2, FG_EP_CONTIGUOUS, 12},
+        {3, 0, FG_EP_CONTIGUOUS, 0, 0, false}, {3, 0, FG_EP_STRIDED, 0, 0, false},
+        {3, 2, FG_EP_CONTIGUOUS, 0, 0, false},
+        /* A receive capacity far below the worst case (2 * 256 * 4 = 2048 rows at 2 ranks, 4096 at 4) but above
+         * any one expert's rows: the prefill's exchanges run in several rounds, every expert whole in one. */
+        {2, 0, FG_EP_CONTIGUOUS, CAP_WHOLE, 2, false}, {4, 4, FG_EP_STRIDED, CAP_WHOLE, 5, false},
+        {3, 2, FG_EP_CONTIGUOUS, CAP_WHOLE, 9, false},
+        /* Below some experts' rows: those are cut over rounds. */
+        {2, 0, FG_EP_CONTIGUOUS, CAP_SPLIT, 2, true},  {4, 4, FG_EP_STRIDED, CAP_SPLIT, 5, true},
     };
     enum { NC = sizeof configs / sizeof configs[0] };
     static result res[NC];
@@ -257,8 +272,12 @@ static void check_model(const char *file)
         if (configs[c].ranks <= max_ranks)
             run(m, &geo, kv, configs[c], &res[c]);
     }
+    /* Q8_0 weights: the kernels quantize and sum a batch by its size (tiles from 4 tokens, panels from 8), so an
+     * expert cut over rounds sees other batch sizes than in one piece; measured 8.9e-3 on tiny-q8_0. */
+    const bool q8 = strstr(file, "q8_0") != NULL;
     for (int c = 1; c < NC; c++) {
-        if (configs[c].ranks > max_ranks)
+        const config *cf = &configs[c];
+        if (cf->ranks > max_ranks)
             continue;
         float worst = 0;
         for (size_t i = 0; i < (size_t)NSEQ * POS * V; i++) {
@@ -271,13 +290,22 @@ static void check_model(const char *file)
                 worst = fabsf(a - b);
         }
         const bool same = memcmp(res[0].gen, res[c].gen, sizeof res[0].gen) == 0;
-        fprintf(stderr, "%s: ranks %d, redundant %d, %s, capacity %lld (%llu rounds): max |dlogit| = %g, greedy "
-                "tokens %s\n",
-                file, configs[c].ranks, configs[c].redundant,
-                configs[c].placement == FG_EP_STRIDED ? "strided" : "contiguous", (long long)configs[c].cap,
-                (unsigned long long)res[c].rounds, worst, same ? "same" : "DIFFER");
-        CHECK_MSG(worst <= 1e-4f, "%s, ranks %d: max |dlogit| %g > 1e-4", file, configs[c].ranks, worst);
-        CHECK_MSG(same, "%s, ranks %d: greedy tokens differ from one rank", file, configs[c].ranks);
+        /* Whole experts: bit for bit the run without the capacity. */
+        const bool exact = cf->cap && !cf->splits &&
+                           memcmp(res[c].logits, res[cf->base].logits, sizeof(float) * NSEQ * POS * (size_t)V) == 0;
+        fprintf(stderr,
+                "%s: ranks %d, redundant %d, %s, capacity %lld (%llu rounds for %llu exchanges, %llu experts cut): "
+                "max |dlogit| = %g%s, greedy tokens %s\n",
+                file, cf->ranks, cf->redundant, cf->placement == FG_EP_STRIDED ? "strided" : "contiguous",
+                (long long)cf->cap, (unsigned long long)res[c].ex.rounds, (unsigned long long)res[c].ex.exchanges,
+                (unsigned long long)res[c].ex.split_experts, worst, exact ? " (bit-identical without capacity)" : "",
+                same ? "same" : "DIFFER");
+        const float tol = cf->splits && q8 ? 2e-2f : 1e-4f;
+        CHECK_MSG(worst <= tol, "%s, ranks %d: max |dlogit| %g > %g", file, cf->ranks, worst, tol);
+        CHECK_MSG(same, "%s, ranks %d: greedy tokens differ from one rank", file, cf->ranks);
+        if (cf->cap && !cf->splits)
+            CHECK_MSG(exact, "%s, ranks %d, capacity %lld: logits differ from the same run without it", file,
+                      cf->ranks, (long long)cf->cap);
     }
     CHECK(res[0].gen[0][DECODE - 1] >= 0 && res[0].gen[1][DECODE - 2] >= 0); /* the decode steps ran */
 
