@@ -30,6 +30,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
     if (o->ep_ranks < 0 || o->ep_ranks > FG_EP_MAX_RANKS || o->ep_experts_per_rank < 0 || o->ep_redundant < 0 ||
+        o->ep_recv_capacity_rows < 0 ||
         o->ep_placement < FG_EP_CONTIGUOUS || o->ep_placement > FG_EP_STRIDED || o->ep_transport < 0 ||
         o->ep_transport > 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel options out of range");
@@ -84,7 +85,8 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         /* Each rank has its own forward pass and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .max_tokens = o->max_batch_tokens, .n_threads = nth,
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
-                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement};
+                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement,
+                                  .recv_capacity_rows = o->ep_recv_capacity_rows};
         if ((err = fg_ep_ranks_create(e->model, &geo, &eo, &e->ep, diag)))
             goto fail;
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);

@@ -70,9 +70,10 @@ typedef struct fg_engine_options {
      * sharded over all of them */
     int ep_ranks;
     int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
-    int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
+    int ep_redundant;        /* replica slots over all ranks; experts + replicas a multiple of ep_ranks */
     int ep_placement;        /* 0 contiguous, 1 strided */
     int ep_transport;        /* 0 in-process (threads); 1 NCCL (not yet run by this engine) */
+    int64_t ep_recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */

@@ -1,10 +1,13 @@
 /* The serving engine with expert parallelism: 12 sessions served at once by
- * 2 and by 4 in-process ranks (threads; sessions spread over the ranks,
- * experts sharded, strided with replicas for 4) produce exactly the greedy
+ * 2, 3 and 4 in-process ranks (threads; sessions spread over the ranks,
+ * experts sharded: 3 ranks own the 16 experts unevenly, 6/5/5, and with 2
+ * replicas and a receive capacity of 16 rows every exchange of a big step
+ * runs in rounds; strided with replicas for 4) produce exactly the greedy
  * tokens each session produces alone on the plain engine; the direct mode
- * over 2 ranks does too. Engine options whose placement does not fit the
- * model are refused with the topology key named, and the NCCL transport is
- * refused as not run by this engine. Tiny model, F32 weights and cache. */
+ * over 2 ranks does too. Engine options whose placement or capacity does
+ * not fit the model are refused with the topology key named, and the NCCL
+ * transport is refused as not run by this engine. Tiny model, F32 weights
+ * and cache. */
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +27,8 @@ typedef struct run {
     bool done;
 } run;
 
-static fg_err open_ep(int ranks, int redundant, int placement, bool serve, fg_engine_t **e, fg_diag *d)
+static fg_err open_ep(int ranks, int redundant, int placement, int64_t cap, bool serve, fg_engine_t **e,
+                      fg_diag *d)
 {
     fg_engine_options o;
     fg_engine_options_default(&o);
@@ -38,6 +42,7 @@ static fg_err open_ep(int ranks, int redundant, int placement, bool serve, fg_en
     o.ep_ranks = ranks;
     o.ep_redundant = redundant;
     o.ep_placement = placement;
+    o.ep_recv_capacity_rows = cap;
     return fg_engine_open(&o, e, d);
 }
 
@@ -115,7 +120,7 @@ int main(void)
 {
     fg_engine_t *plain;
     fg_diag d = {{0}};
-    CHECK(open_ep(0, 0, 0, false, &plain, &d) == FG_OK);
+    CHECK(open_ep(0, 0, 0, 0, false, &plain, &d) == FG_OK);
     fg_engine_info info;
     fg_engine_get_info(plain, &info);
     static run runs[N];
@@ -129,7 +134,7 @@ int main(void)
 
     /* Direct mode over 2 ranks (sessions alternate ranks). */
     fg_engine_t *e;
-    fg_err err = open_ep(2, 0, 0, false, &e, &d);
+    fg_err err = open_ep(2, 0, 0, 0, false, &e, &d);
     CHECK_MSG(err == FG_OK, "%s", d.msg);
     if (err == FG_OK) {
         fg_engine_get_info(e, &info);
@@ -147,10 +152,14 @@ int main(void)
     /* Serving: 2 ranks contiguous, 4 ranks strided with replicas. */
     const struct {
         int ranks, redundant, placement;
+        int64_t cap;
         const char *what;
-    } cfg[] = {{2, 0, 0, "serving, 2 ranks"}, {4, 4, 1, "serving, 4 ranks strided, 4 replicas"}};
+    } cfg[] = {{2, 0, 0, 0, "serving, 2 ranks"},
+               {3, 0, 0, 0, "serving, 3 ranks (6/5/5 experts)"},
+               {3, 2, 0, 16, "serving, 3 ranks, 2 replicas, receive capacity 16 rows"},
+               {4, 4, 1, 0, "serving, 4 ranks strided, 4 replicas"}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-        err = open_ep(cfg[c].ranks, cfg[c].redundant, cfg[c].placement, true, &e, &d);
+        err = open_ep(cfg[c].ranks, cfg[c].redundant, cfg[c].placement, cfg[c].cap, true, &e, &d);
         CHECK_MSG(err == FG_OK, "%s: %s", cfg[c].what, d.msg);
         if (err != FG_OK)
             continue;
@@ -162,8 +171,13 @@ int main(void)
     }
 
     /* Placements that do not fit the tiny model's 16 experts. */
-    CHECK(open_ep(3, 0, 0, true, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks (3) does not divide"));
-    CHECK(open_ep(4, 2, 0, true, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.redundant_experts (2)"));
+    CHECK(open_ep(17, 0, 0, 0, true, &e, &d) == FG_ERR_CONFIG &&
+          strstr(d.msg, "topology.ranks (17) is more than the model's 16 experts"));
+    CHECK(open_ep(4, 2, 0, 0, true, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.redundant_experts (2)") &&
+          strstr(d.msg, "use 0 (no replicas) or 4"));
+    CHECK_MSG(open_ep(2, 0, 0, 3, true, &e, &d) == FG_ERR_CONFIG &&
+                  strstr(d.msg, "topology.recv_capacity_rows (3) is too small") && strstr(d.msg, "at least 4"),
+              "%s", d.msg);
     fg_engine_options o;
     fg_engine_options_default(&o);
     o.model_path = model_path("tiny.gguf");
