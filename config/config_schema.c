@@ -120,13 +120,16 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_INT(fg_config, "topology.redundant_experts", topology.redundant_experts, 0, 0, 65536,
           "Extra replicas of hot experts over all ranks; experts + redundant_experts must be a multiple "
           "of topology.ranks, so that every rank holds as many slots (a rank owning fewer experts takes "
-          "more replicas). Replicas go to the hottest experts first (expert id order until a heat order "
-          "is given; GET /admin/experts shows the routed-token counts)."),
+          "more replicas). Replicas copy the hottest experts first, one each (topology.hot_experts)."),
     K_INT(fg_config, "topology.recv_capacity_rows", topology.recv_capacity_rows, 0, 0, INT64_C(1) << 40,
           "Rows (d + 1 floats each) one rank's expert exchange receives per round; 0 sizes it for the "
           "worst case (ranks * model.max_batch_tokens * experts per token). A layer whose dispatch "
           "would exceed it runs in rounds, each expert whole in one round unless it alone exceeds it. "
           "At least the model's experts per token."),
+    K_STR(fg_config, "topology.hot_experts", topology.hot_experts, "", 0,
+          "Which experts the replicas (topology.redundant_experts) copy first: expert ids hottest first, "
+          "separated by commas (\"17,3,250\"); the ones not listed follow in id order; empty: id order. "
+          "GET /admin/experts gives the order the routed-token counts so far suggest."),
     K_ENUM(fg_config, "topology.placement", topology.placement, placement_names, FG_CONFIG_PLACEMENT_CONTIGUOUS,
            "Which experts a rank owns: contiguous (a block of neighbouring ids) or strided (every "
            "ranks-th id)."),

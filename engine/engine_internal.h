@@ -179,6 +179,7 @@ struct fg_engine {
     fg_backend_t *backend;          /* runs the forward pass (cpu or cuda); NULL with expert parallelism */
     fg_ep_ranks_t *ep;              /* expert parallelism: the in-process ranks; NULL without */
     int *seq_rank;                  /* [max_batch_tokens] rank of each sequence of a step (with ep) */
+    _Atomic uint64_t *expert_tokens; /* [n_expert] routed picks per expert id, added by every forward */
     _Atomic unsigned ep_next_rank;  /* round-robin rank for the next session */
     int n_ctx;
     int max_token_bytes;            /* longest token text, for output-queue room */

@@ -129,7 +129,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
     fg_ep_shard_t *shard;
     fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = o->n_ranks,
                               .experts_per_rank = o->experts_per_rank, .redundant = o->redundant,
-                              .placement = o->placement};
+                              .placement = o->placement, .hot_list = o->hot_experts};
     fg_err err = fg_ep_shard_create(&so, &shard, diag);
     if (err)
         return err;
@@ -178,6 +178,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             return err;
         }
         fg_forward_set_ep(k->fwd, k->ep);
+        fg_forward_count_experts(k->fwd, o->expert_tokens);
     }
     for (int i = 1; i < r->n; i++) {
         if (pthread_create(&r->ranks[i].thread, NULL, rank_main, &r->ranks[i]) != 0) {

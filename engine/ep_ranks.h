@@ -37,6 +37,8 @@ typedef struct fg_ep_ranks_options {
     int redundant;            /* replica slots over all ranks */
     fg_ep_placement placement;
     int64_t recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
+    const char *hot_experts;  /* heat order for the replicas, see fg_ep_shard_options.hot_list; NULL: id order */
+    _Atomic uint64_t *expert_tokens; /* [n_expert] every rank's routed picks per expert id; NULL: not counted */
     /* NULL: the in-process transport. Else the job's ncclUniqueId
      * [FG_EP_NCCL_ID_BYTES]: the ranks talk over NCCL, rank i on CUDA device
      * i of this node (one node; the compute stays on the CPU). */

@@ -1,8 +1,10 @@
 /* ep_shard.c: expert placement over ranks (see ep_shard.h). */
 #include "engine/ep_shard.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct fg_ep_shard {
     int n_expert, n_ranks, slots; /* slots: of the fullest rank */
@@ -75,6 +77,48 @@ static fg_err check(const fg_ep_shard_options *o, int *slots, fg_diag *diag)
     return FG_OK;
 }
 
+fg_err fg_ep_shard_parse_hot(const char *list, int n_expert, int *hot, fg_diag *diag)
+{
+    bool *seen = calloc((size_t)(n_expert > 0 ? n_expert : 1), sizeof *seen);
+    if (!seen)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "ep shard: out of memory");
+    int n = 0;
+    fg_err err = FG_OK;
+    for (const char *p = list ? list : ""; *p && err == FG_OK;) {
+        while (*p == ' ')
+            p++;
+        char *end;
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= n_expert) {
+            err = fg_diag_set(diag, FG_ERR_CONFIG,
+                              "topology.hot_experts: entry %d ('%.16s') is not an expert id of this model (0 to %d)",
+                              n + 1, p, n_expert - 1);
+            break;
+        }
+        if (seen[v]) {
+            err = fg_diag_set(diag, FG_ERR_CONFIG, "topology.hot_experts: expert %ld is listed twice", v);
+            break;
+        }
+        seen[v] = true;
+        hot[n++] = (int)v;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            err = fg_diag_set(diag, FG_ERR_CONFIG,
+                              "topology.hot_experts: expected ',' after entry %d, found '%c' (a list like \"5,0,9\")", n,
+                              *p);
+    }
+    for (int e = 0; e < n_expert && err == FG_OK; e++) /* the ones not listed, in id order */
+        if (!seen[e])
+            hot[n++] = e;
+    free(seen);
+    return err;
+}
+
 static void hold(fg_ep_shard_t *s, int r, int e)
 {
     const int at = s->rank_slots[r]++;
@@ -113,17 +157,34 @@ static void place_replicas(fg_ep_shard_t *s, const fg_ep_shard_options *o)
     }
 }
 
-fg_err fg_ep_shard_create(const fg_ep_shard_options *o, fg_ep_shard_t **out, fg_diag *diag)
+fg_err fg_ep_shard_create(const fg_ep_shard_options *opt, fg_ep_shard_t **out, fg_diag *diag)
 {
     *out = NULL;
+    fg_ep_shard_options copy = *opt;
+    const fg_ep_shard_options *o = &copy;
+    int *parsed = NULL;
+    if (!opt->hot && opt->hot_list && *opt->hot_list && opt->n_expert > 0) {
+        if (!(parsed = malloc((size_t)opt->n_expert * sizeof *parsed)))
+            return fg_diag_set(diag, FG_ERR_NOMEM, "ep shard: out of memory");
+        fg_err pe = fg_ep_shard_parse_hot(opt->hot_list, opt->n_expert, parsed, diag);
+        if (pe) {
+            free(parsed);
+            return pe;
+        }
+        copy.hot = parsed;
+    }
     int slots = 0;
     fg_err err = check(o, &slots, diag);
-    if (err)
+    if (err) {
+        free(parsed);
         return err;
+    }
     const int E = o->n_expert, R = o->n_ranks;
     fg_ep_shard_t *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        free(parsed);
         return fg_diag_set(diag, FG_ERR_NOMEM, "ep shard: out of memory");
+    }
     s->n_expert = E;
     s->n_ranks = R;
     s->slots = slots;
@@ -134,6 +195,7 @@ fg_err fg_ep_shard_create(const fg_ep_shard_options *o, fg_ep_shard_t **out, fg_
     s->holders = malloc((size_t)E * (size_t)R * sizeof(int));
     s->n_holders = calloc((size_t)E, sizeof(int));
     if (!s->rank_experts || !s->rank_slots || !s->rank_owned || !s->slot_of || !s->holders || !s->n_holders) {
+        free(parsed);
         fg_ep_shard_destroy(s);
         return fg_diag_set(diag, FG_ERR_NOMEM, "ep shard: out of memory");
     }
@@ -146,6 +208,8 @@ fg_err fg_ep_shard_create(const fg_ep_shard_options *o, fg_ep_shard_t **out, fg_
         s->rank_owned[r] = s->rank_slots[r];
     if (o->redundant > 0)
         place_replicas(s, o);
+    free(parsed);
+    copy.hot = NULL;
     for (int r = 0; r < R; r++) /* the rules above guarantee these; a slip here would misroute tokens */
         if (s->rank_owned[r] != owned_count(E, R, r) || (o->redundant > 0 && s->rank_slots[r] != slots)) {
             fg_ep_shard_destroy(s);

@@ -36,15 +36,25 @@ typedef struct fg_ep_shard_options {
     int redundant;            /* replica slots over all ranks; n_expert + redundant a multiple of n_ranks */
     fg_ep_placement placement;
     const int *hot;           /* [n_expert] a permutation, hottest first; NULL: id order */
+    /* Or the order as text (topology.hot_experts): expert ids separated by
+     * commas, hottest first, each at most once; the ones not listed follow
+     * in id order. Used when hot is NULL; NULL or "": id order. */
+    const char *hot_list;
 } fg_ep_shard_options;
 
 /* Errors: FG_ERR_CONFIG naming the topology key at fault and the numbers:
  * more ranks than experts, replicas that do not even the ranks out
  * ((experts + redundant) % ranks != 0) or more replicas on a rank than
  * experts it does not own, an experts_per_rank that differs from the
- * fullest rank's slots; FG_ERR_INVALID_ARG (hot not a permutation),
+ * fullest rank's slots, a bad hot_list; FG_ERR_INVALID_ARG (hot not a
+ * permutation),
  * FG_ERR_NOMEM. */
 fg_err fg_ep_shard_create(const fg_ep_shard_options *o, fg_ep_shard_t **out, fg_diag *diag);
+
+/* Parses a hot_list into hot[n_expert] (a permutation, see above).
+ * Errors: FG_ERR_CONFIG naming topology.hot_experts (not a number, outside
+ * 0..n_expert-1, listed twice). */
+fg_err fg_ep_shard_parse_hot(const char *list, int n_expert, int *hot, fg_diag *diag);
 void fg_ep_shard_destroy(fg_ep_shard_t *s);
 
 int fg_ep_shard_ranks(const fg_ep_shard_t *s);

@@ -270,6 +270,7 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->ep_placement = cfg->topology.placement == FG_CONFIG_PLACEMENT_STRIDED ? 1 : 0;
     o->ep_transport = cfg->topology.transport == FG_CONFIG_TRANSPORT_NCCL ? 1 : 0;
     o->ep_recv_capacity_rows = cfg->topology.recv_capacity_rows;
+    o->ep_hot_experts = cfg->topology.hot_experts;
     o->serve = true;
     o->wakeup = fg_gateway_wakeup;
     o->wakeup_user = gw;

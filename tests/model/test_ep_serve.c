@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gguf.h"
+#include "engine/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 
@@ -67,6 +69,24 @@ static void greedy_alone(fg_engine_t *direct, const run *r, int32_t *out, int *n
     }
     fg_session_free(s);
     free(lg);
+}
+
+/* Routed picks one token makes over the whole model: k experts in each MoE layer. */
+static uint64_t picks_per_token(void)
+{
+    fg_gguf_t *g;
+    fg_model *m;
+    fg_diag d;
+    uint64_t n = 0;
+    if (fg_gguf_open_file(model_path("tiny.gguf"), &g, &d) != FG_OK)
+        return 0;
+    if (fg_model_load(g, &m, &d) == FG_OK) {
+        for (int il = 0; il < m->hp.n_layer; il++)
+            n += m->layers[il].is_moe ? (uint64_t)m->hp.n_expert_used : 0;
+        fg_model_free(m);
+    }
+    fg_gguf_close(g);
+    return n;
 }
 
 static double now_s(void)
@@ -166,6 +186,14 @@ int main(void)
         serve_all(e, runs, cfg[c].what);
         fg_engine_stats st;
         fg_engine_get_stats(e, &st);
+        /* Every evaluated token's picks are counted once, whichever rank routed it. */
+        uint64_t tokens[64] = {0}, sum = 0;
+        CHECK(fg_engine_expert_tokens(e, tokens, 64) == 16);
+        for (int x = 0; x < 16; x++)
+            sum += tokens[x];
+        CHECK_MSG(sum > 0 && sum == (st.prefill_tokens + st.decode_tokens) * picks_per_token(),
+                  "%s: %llu expert picks for %llu tokens", cfg[c].what, (unsigned long long)sum,
+                  (unsigned long long)(st.prefill_tokens + st.decode_tokens));
         fprintf(stderr, "%s: %llu steps for %d sessions\n", cfg[c].what, (unsigned long long)st.steps, N);
         fg_engine_close(e);
     }
@@ -181,6 +209,9 @@ int main(void)
     fg_engine_options o;
     fg_engine_options_default(&o);
     o.model_path = model_path("tiny.gguf");
+    o.ep_hot_experts = "3,99"; /* checked on one rank too */
+    CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.hot_experts: entry 2 ('99')"));
+    o.ep_hot_experts = NULL;
     o.ep_experts_per_rank = 8; /* one rank holds all 16 */
     CHECK(fg_engine_open(&o, &e, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.experts_per_rank (8)"));
     o.ep_experts_per_rank = 0;

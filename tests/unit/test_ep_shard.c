@@ -166,6 +166,37 @@ int main(void)
     CHECK(fg_ep_shard_pick(s, 15, 0, 7) == 0);
     fg_ep_shard_destroy(s);
 
+    /* The heat order as topology.hot_experts gives it: a prefix, the rest in id order. */
+    int parsed[16];
+    fg_diag pd = {{0}};
+    CHECK(fg_ep_shard_parse_hot(" 9, 5,12", 16, parsed, &pd) == FG_OK);
+    CHECK(parsed[0] == 9 && parsed[1] == 5 && parsed[2] == 12 && parsed[3] == 0 && parsed[4] == 1 &&
+          parsed[12] == 11 && parsed[13] == 13 && parsed[15] == 15);
+    CHECK(fg_ep_shard_parse_hot("", 16, parsed, &pd) == FG_OK && parsed[0] == 0 && parsed[15] == 15);
+    CHECK(fg_ep_shard_parse_hot("3,16", 16, parsed, &pd) == FG_ERR_CONFIG &&
+          strstr(pd.msg, "topology.hot_experts: entry 2 ('16') is not an expert id of this model (0 to 15)"));
+    CHECK(fg_ep_shard_parse_hot("3,x", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "entry 2 ('x')"));
+    CHECK(fg_ep_shard_parse_hot("3,4,3", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "expert 3 is listed twice"));
+    CHECK(fg_ep_shard_parse_hot("3;4", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "expected ','"));
+    CHECK(fg_ep_shard_parse_hot("-1", 16, parsed, &pd) == FG_ERR_CONFIG);
+    {
+        /* 2 replicas on 3 ranks: experts 12 and 7, the listed hottest, get them. */
+        fg_ep_shard_options ho = {.n_expert = 16, .n_ranks = 3, .redundant = 2, .hot_list = "12,7"};
+        fg_ep_shard_t *hs = NULL;
+        CHECK(fg_ep_shard_create(&ho, &hs, &pd) == FG_OK);
+        if (hs) {
+            h = fg_ep_shard_holders(hs, 12, &n);
+            CHECK(n == 2);
+            h = fg_ep_shard_holders(hs, 7, &n);
+            CHECK(n == 2);
+            h = fg_ep_shard_holders(hs, 0, &n);
+            CHECK(n == 1);
+            fg_ep_shard_destroy(hs);
+        }
+        ho.hot_list = "12,12";
+        CHECK(fg_ep_shard_create(&ho, &hs, &pd) == FG_ERR_CONFIG && hs == NULL && strstr(pd.msg, "topology.hot_experts"));
+    }
+
     /* Bad topologies. */
     expect_error(16, 17, 0, 0, FG_ERR_CONFIG, "topology.ranks (17) is more than the model's 16 experts");
     expect_error(16, 3, 0, 1, FG_ERR_CONFIG,
