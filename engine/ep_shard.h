@@ -33,7 +33,7 @@ typedef struct fg_ep_shard_options {
     int n_expert;             /* routed experts of the model */
     int n_ranks;              /* at most n_expert: every rank owns at least one */
     int experts_per_rank;     /* expert slots of the fullest rank, replicas included; 0: derived */
-    int redundant;            /* replica slots over all ranks; n_expert + redundant a multiple of n_ranks */
+    int redundant;            /* replica slots over all ranks; when > 0, n_expert + redundant a multiple of n_ranks */
     fg_ep_placement placement;
     const int *hot;           /* [n_expert] a permutation, hottest first; NULL: id order */
     /* Or the order as text (topology.hot_experts): expert ids separated by
