@@ -787,11 +787,11 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         ffn_block(f, &f->layers[il], n);
     }
     f->seqs = NULL;
-    for (int e = 0; f->pick_sink && e < hp->n_expert; e++)
-        if (f->picks[e])
-            atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
         return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
+    for (int e = 0; f->pick_sink && e < hp->n_expert; e++) /* counted once the tokens count: a failed run is redone */
+        if (f->picks[e])
+            atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
     logits_block(f, seqs, n_seqs);
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;
