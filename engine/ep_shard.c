@@ -109,8 +109,8 @@ fg_err fg_ep_shard_parse_hot(const char *list, int n_expert, int *hot, fg_diag *
             p++;
         else if (*p)
             err = fg_diag_set(diag, FG_ERR_CONFIG,
-                              "topology.hot_experts: expected ',' after entry %d, found '%c' (a list like \"5,0,9\")", n,
-                              *p);
+                              "topology.hot_experts: expected ',' after entry %d, found '%c' (a list like \"5,0,9\")",
+                              n, *p);
     }
     for (int e = 0; e < n_expert && err == FG_OK; e++) /* the ones not listed, in id order */
         if (!seen[e])

@@ -513,8 +513,9 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
     const int64_t rounds = plan(ep);
     if (rounds > ep->max_rounds || !order_slots(ep, n, ids, rounds)) {
         /* Cannot happen with checked headers; if it did, the peers would disagree on nothing but our rows. */
-        keep(&err, fg_diag_set(msg(err, diag, &later), FG_ERR_INVALID_ARG, "rank %d: %lld exchange rounds, at most %lld",
-                               ep->rank, (long long)rounds, (long long)ep->max_rounds));
+        keep(&err, fg_diag_set(msg(err, diag, &later), FG_ERR_INVALID_ARG,
+                               "rank %d: %lld exchange rounds, at most %lld", ep->rank, (long long)rounds,
+                               (long long)ep->max_rounds));
         n = 0;
         memset(ep->round_start, 0, ((size_t)(rounds < ep->max_rounds ? rounds : ep->max_rounds) + 1) *
                                        sizeof *ep->round_start);

@@ -526,8 +526,8 @@ static void test_topology(void)
         /* no model to check against here: uneven ownership and replicas are the engine's to check */
         "{\"topology\": {\"ranks\": 3, \"redundant_experts\": 2, \"recv_capacity_rows\": 64}}",
         "{\"topology\": {\"ranks\": 4, \"redundant_experts\": 6}}",
-        "{\"topology\": {\"ranks\": 4, \"ranks_per_node\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 6, "
-        "\"placement\": \"strided\"}}",
+        ("{\"topology\": {\"ranks\": 4, \"ranks_per_node\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 6, "
+         "\"placement\": \"strided\"}}"),
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         fg_config c;

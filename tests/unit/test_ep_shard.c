@@ -176,7 +176,8 @@ int main(void)
     CHECK(fg_ep_shard_parse_hot("3,16", 16, parsed, &pd) == FG_ERR_CONFIG &&
           strstr(pd.msg, "topology.hot_experts: entry 2 ('16') is not an expert id of this model (0 to 15)"));
     CHECK(fg_ep_shard_parse_hot("3,x", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "entry 2 ('x')"));
-    CHECK(fg_ep_shard_parse_hot("3,4,3", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "expert 3 is listed twice"));
+    CHECK(fg_ep_shard_parse_hot("3,4,3", 16, parsed, &pd) == FG_ERR_CONFIG &&
+          strstr(pd.msg, "expert 3 is listed twice"));
     CHECK(fg_ep_shard_parse_hot("3;4", 16, parsed, &pd) == FG_ERR_CONFIG && strstr(pd.msg, "expected ','"));
     CHECK(fg_ep_shard_parse_hot("-1", 16, parsed, &pd) == FG_ERR_CONFIG);
     {
@@ -194,7 +195,8 @@ int main(void)
             fg_ep_shard_destroy(hs);
         }
         ho.hot_list = "12,12";
-        CHECK(fg_ep_shard_create(&ho, &hs, &pd) == FG_ERR_CONFIG && hs == NULL && strstr(pd.msg, "topology.hot_experts"));
+        CHECK(fg_ep_shard_create(&ho, &hs, &pd) == FG_ERR_CONFIG && hs == NULL &&
+              strstr(pd.msg, "topology.hot_experts"));
     }
 
     /* Bad topologies. */
