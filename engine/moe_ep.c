@@ -18,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/hash64.h"
 #include "kernels/cpu/vecops.h"
 
 #define FG_MOE_EP_MAX_K 64 /* experts per token the combine step sorts on the stack */
-#define HDR_FIXED 2        /* a rank's header: max tokens, capacity, then its [R][S] row counts */
+#define HDR_FIXED 3        /* a rank's header: max tokens, capacity, placement hash, then its [R][S] row counts */
 
 struct fg_moe_ep {
     const fg_model *m;
@@ -33,6 +34,7 @@ struct fg_moe_ep {
     size_t rec;                 /* floats per dispatched row: 1 (expert id bits) + d */
     int64_t cap;                /* rows one rank receives per round: the capacity, at most the worst case R * T * K */
     int64_t max_rounds;         /* bound on any receiver's rounds: 2 * S + R * T * K / cap + 1 */
+    int64_t placement_hash;     /* of every rank's expert table, so ranks with different placements notice */
     size_t hdr_len;             /* int64 per header: HDR_FIXED + R * S */
 
     int *slot_dst;              /* [T * K] destination rank of each (token, k) slot */
@@ -186,6 +188,10 @@ fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_tra
     }
     for (size_t p = 0; p < R; p++)
         ep->hdr_bytes[p] = ep->hdr_len * sizeof(int64_t);
+    uint64_t h = fg_hash64(&ep->S, sizeof ep->S, (uint64_t)ep->R);
+    for (int r = 0; r < ep->R; r++)
+        h = fg_hash64(fg_ep_shard_rank_experts(shard, r), (size_t)fg_ep_shard_rank_slots(shard, r) * sizeof(int), h);
+    ep->placement_hash = (int64_t)(h >> 1); /* a non-negative int64 */
     *out = ep;
     return FG_OK;
 }
@@ -229,6 +235,7 @@ static void route(fg_moe_ep_t *ep, int n, const int *ids)
     memset(h, 0, ep->hdr_len * sizeof *h);
     h[0] = ep->T;
     h[1] = ep->cap;
+    h[2] = ep->placement_hash;
     for (int i = 0; i < n * K; i++) {
         const int p = fg_ep_shard_pick(ep->shard, ids[i], ep->rank, (unsigned)(i / K));
         ep->slot_dst[i] = p;
@@ -249,6 +256,11 @@ static fg_err check_headers(const fg_moe_ep_t *ep, fg_diag *diag)
                                "rank %d was made for %lld tokens and %lld receive rows, rank %d for %d and %lld: "
                                "every rank needs the same max tokens and topology.recv_capacity_rows",
                                q, (long long)h[0], (long long)h[1], ep->rank, ep->T, (long long)ep->cap);
+        if (h[2] != ep->placement_hash)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "rank %d places the experts differently from rank %d: every rank needs the same "
+                               "topology (ranks, placement, redundant_experts, hot_experts)",
+                               q, ep->rank);
         int64_t sum = 0;
         for (int p = 0; p < ep->R; p++)
             for (int s = 0; s < ep->S; s++) {

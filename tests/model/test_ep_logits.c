@@ -10,7 +10,8 @@
  * several rounds. Every configuration must pick the same greedy tokens and
  * give every logit within 1e-4 of the plain pass. A batch with a bad token
  * on one rank is refused while the other ranks complete (no hang), and so is
- * an exchange between ranks made with different batch sizes; a capacity
+ * an exchange between ranks made with different batch sizes or expert
+ * placements; a capacity
  * below one row per rank and a placement the model cannot take are refused
  * at create with the key named. */
 #include <pthread.h>
@@ -233,6 +234,59 @@ static void check_mismatched_ranks(const fg_model *m)
     fg_ep_shard_destroy(shard);
 }
 
+/* Two ranks whose expert placements differ (a node started with another
+ * topology.placement or hot_experts): both see it in the headers, both get
+ * the error naming the keys, nobody computes a row it does not hold and
+ * nobody hangs. */
+static void check_mismatched_placement(const fg_model *m)
+{
+    const fg_layer *ly = NULL;
+    for (int il = 0; il < m->hp.n_layer && !ly; il++)
+        if (m->layers[il].is_moe)
+            ly = &m->layers[il];
+    if (!ly || m->hp.n_expert_used != 4)
+        return;
+    fg_diag d = {{0}};
+    fg_ep_shard_t *shard[2];
+    fg_ep_inproc_group_t *g;
+    fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = 2, .placement = FG_EP_CONTIGUOUS};
+    CHECK(fg_ep_shard_create(&so, &shard[0], &d) == FG_OK);
+    so.placement = FG_EP_STRIDED;
+    CHECK(fg_ep_shard_create(&so, &shard[1], &d) == FG_OK);
+    CHECK(fg_ep_inproc_group_create(2, &g, &d) == FG_OK);
+    static mismatch_rank r[2];
+    fg_ep_transport_t *t[2];
+    const size_t dsz = (size_t)m->hp.n_embd;
+    for (int i = 0; i < 2; i++) {
+        CHECK(fg_ep_inproc_transport_create(g, i, &t[i], &d) == FG_OK);
+        CHECK(fg_moe_ep_create(m, shard[i], t[i], 64, 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
+        r[i].ly = ly;
+        r[i].n = 8;
+        r[i].xn = calloc(64 * dsz, sizeof(float));
+        r[i].x = calloc(64 * dsz, sizeof(float));
+        for (int j = 0; j < 8 * 4; j++) {
+            r[i].ids[j] = (j * 5) % 16;
+            r[i].w[j] = 0.25f;
+        }
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&th[i], NULL, mismatch_main, &r[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(r[i].err == FG_ERR_INVALID_ARG && strstr(r[i].diag.msg, "places the experts differently") &&
+                      strstr(r[i].diag.msg, "hot_experts"),
+                  "rank %d: %s", i, r[i].diag.msg);
+        fg_moe_ep_destroy(r[i].ep);
+        fg_ep_transport_destroy(t[i]);
+        free(r[i].xn);
+        free(r[i].x);
+        fg_ep_shard_destroy(shard[i]);
+    }
+    fg_ep_inproc_group_destroy(g);
+}
+
 /* All configurations on one model; returns through CHECK. */
 static void check_model(const char *file)
 {
@@ -323,8 +377,10 @@ static void check_model(const char *file)
     CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
                   strstr(d.msg, "topology.recv_capacity_rows (3) is too small") && strstr(d.msg, "at least 4"),
               "%s", d.msg);
-    if (strcmp(file, "tiny.gguf") == 0 && !use_nccl)
+    if (strcmp(file, "tiny.gguf") == 0 && !use_nccl) {
         check_mismatched_ranks(m);
+        check_mismatched_placement(m);
+    }
 
     for (int c = 0; c < NC; c++)
         free(res[c].logits);
