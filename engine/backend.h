@@ -50,6 +50,8 @@ typedef struct fg_backend_options {
     /* cpu */
     fg_pool_t *pool;
     fg_isa isa;
+    _Atomic uint64_t *expert_tokens; /* [n_expert] routed picks per expert id are added here; NULL: not
+                                      * counted (fg_forward_count_experts; the cuda backend does not count) */
     /* cuda */
     int device;            /* CUDA device ordinal, >= 0 */
 } fg_backend_options;

@@ -49,6 +49,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
     if (o->ep_ranks < 0 || o->ep_ranks > FG_EP_MAX_RANKS || o->ep_experts_per_rank < 0 || o->ep_redundant < 0 ||
+        o->ep_recv_capacity_rows < 0 ||
         o->ep_placement < FG_EP_CONTIGUOUS || o->ep_placement > FG_EP_STRIDED || o->ep_transport < 0 ||
         o->ep_transport > 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel options out of range");
@@ -117,6 +118,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (hp->n_expert > 0 && !(e->expert_tokens = calloc((size_t)hp->n_expert, sizeof *e->expert_tokens))) {
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
     if (o->ep_ranks > 1 && o->backend != FG_ENGINE_BACKEND_CPU) {
         err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
                           "expert parallelism (topology.ranks %d) runs on the cpu backend only so far; see docs/parallel.md",
@@ -129,7 +134,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
                                   .group = o->ep_transport == 0 ? o->ep_group : NULL,
                                   .max_tokens = o->max_batch_tokens, .n_threads = nth,
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
-                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement};
+                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement,
+                                  .recv_capacity_rows = o->ep_recv_capacity_rows,
+                                  .hot_experts = o->ep_hot_experts, .expert_tokens = e->expert_tokens};
         uint8_t nccl_id[FG_EP_NCCL_ID_BYTES];
         if (o->ep_transport == 1) {
             if ((err = nccl_job_id(o, o->ep_ranks / per_node, nccl_id, diag)))
@@ -145,10 +152,12 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
             goto fail;
         }
     } else {
-        if (o->ep_experts_per_rank || o->ep_redundant) { /* one rank: still say when the numbers do not fit */
+        if (o->ep_experts_per_rank || o->ep_redundant || (o->ep_hot_experts && *o->ep_hot_experts)) {
+            /* one rank: still say when the numbers do not fit */
             fg_ep_shard_t *shard;
             fg_ep_shard_options so = {.n_expert = hp->n_expert, .n_ranks = 1,
-                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant};
+                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant,
+                                      .hot_list = o->ep_hot_experts};
             if ((err = fg_ep_shard_create(&so, &shard, diag)))
                 goto fail;
             fg_ep_shard_destroy(shard);
@@ -160,7 +169,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         }
         fg_backend_options bo = {.kind = (fg_backend_kind)o->backend, .model = e->model, .geo = &geo, .kv = e->kv,
                                  .max_tokens = o->max_batch_tokens, .pool = e->pool, .isa = o->isa,
-                                 .device = o->gpu_device};
+                                 .expert_tokens = e->expert_tokens, .device = o->gpu_device};
         if ((err = fg_backend_open(&bo, &e->backend, diag)))
             goto fail;
     }
@@ -188,12 +197,21 @@ void fg_engine_close(fg_engine_t *e)
     fg_backend_close(e->backend);
     fg_ep_ranks_destroy(e->ep);
     free(e->seq_rank);
+    free((void *)e->expert_tokens);
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
     fg_tokenizer_destroy(e->tok);
     fg_model_free(e->model);
     fg_gguf_close(e->gguf);
     free(e);
+}
+
+int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap)
+{
+    const int n = e->model->hp.n_expert;
+    for (int i = 0; i < n && i < cap && e->expert_tokens; i++)
+        out[i] = atomic_load_explicit(&e->expert_tokens[i], memory_order_relaxed);
+    return n;
 }
 
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)

@@ -70,7 +70,7 @@ typedef struct fg_engine_options {
      * sharded over all of them */
     int ep_ranks;
     int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
-    int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
+    int ep_redundant;        /* replica slots over all ranks; experts + replicas a multiple of ep_ranks */
     int ep_placement;        /* 0 contiguous, 1 strided */
     int ep_transport;        /* 0 in-process (threads); 1 NCCL (local rank i on CUDA device i; compute on cpu) */
     /* several nodes (one engine each; docs/parallel.md, "Several nodes"):
@@ -86,6 +86,8 @@ typedef struct fg_engine_options {
     const char *ep_bootstrap_redis;   /* Redis address */
     const char *ep_bootstrap_prefix;  /* key prefix, one per launch */
     int ep_bootstrap_timeout_ms;      /* 0: 60000 */
+    int64_t ep_recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
+    const char *ep_hot_experts;    /* replica heat order, "5,0,9" hottest first (engine/ep_shard.h); NULL: id order */
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
@@ -178,6 +180,14 @@ typedef struct fg_engine_stats {
 } fg_engine_stats;
 
 void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
+
+/* Routed (token, expert) picks per expert id since open, summed over the
+ * MoE layers and every rank (the cpu backend and in-process ranks count; the
+ * cuda backend does not): how hot each expert is, for topology.hot_experts.
+ * Fills out[0 .. min(cap, n_expert)); returns n_expert (0: a dense model).
+ * Any thread; each count is read on its own (relaxed), so counts of a step in
+ * progress may be partly in. */
+int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap);
 
 /* ---- sessions ---- */
 

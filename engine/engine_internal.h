@@ -183,6 +183,7 @@ struct fg_engine {
     int ep_left_node;               /* [step] which node left (-1: the transport failed) */
     bool ep_peers_busy;             /* [step] the last round stepped: the next one follows at once */
     int *seq_rank;                  /* [max_batch_tokens] rank of each sequence of a step (with ep) */
+    _Atomic uint64_t *expert_tokens; /* [n_expert] routed picks per expert id, added by every forward */
     _Atomic unsigned ep_next_rank;  /* round-robin rank for the next session */
     int n_ctx;
     int max_token_bytes;            /* longest token text, for output-queue room */

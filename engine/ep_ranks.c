@@ -69,11 +69,11 @@ static void *nccl_join_main(void *arg)
     return NULL;
 }
 
-static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, fg_diag *diag)
+static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, int64_t recv_capacity,
+                              fg_diag *diag)
 {
-    /* The largest all-to-all: a rank receives up to n * max_tokens * k rows of 1 + d floats. */
-    const size_t cap = (size_t)r->job_ranks * (size_t)r->max_tokens * (size_t)m->hp.n_expert_used *
-                       (1 + (size_t)m->hp.n_embd) * sizeof(float);
+    /* The largest all-to-all: the receive capacity's rows of 1 + d floats. */
+    const size_t cap = fg_moe_ep_exchange_bytes(m, r->job_ranks, r->max_tokens, recv_capacity);
     nccl_join *j = calloc((size_t)r->n, sizeof *j);
     pthread_t *th = calloc((size_t)r->n, sizeof *th);
     bool *started = calloc((size_t)r->n, sizeof *started);
@@ -172,7 +172,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
     fg_ep_shard_t *shard;
     fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = o->n_ranks,
                               .experts_per_rank = o->experts_per_rank, .redundant = o->redundant,
-                              .placement = o->placement};
+                              .placement = o->placement, .hot_list = o->hot_experts};
     fg_err err = fg_ep_shard_create(&so, &shard, diag);
     if (err)
         return err;
@@ -195,7 +195,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         fg_ep_ranks_destroy(r);
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
     }
-    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, diag)
+    if ((err = o->nccl_id ? nccl_transports(r, m, o->nccl_id, o->recv_capacity_rows, diag)
                : o->group ? FG_OK
                           : fg_ep_inproc_group_create(r->n, &r->group, diag))) {
         fg_ep_ranks_destroy(r);
@@ -220,11 +220,13 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag)) ||
             (!o->nccl_id && (err = fg_ep_inproc_transport_create(o->group ? o->group : r->group, r->first_rank + i,
                                                                   &k->t, diag))) ||
-            (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, k->pool, o->isa, &k->ep, diag))) {
+            (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, o->recv_capacity_rows, k->pool, o->isa,
+                                    &k->ep, diag))) {
             fg_ep_ranks_destroy(r);
             return err;
         }
         fg_forward_set_ep(k->fwd, k->ep);
+        fg_forward_count_experts(k->fwd, o->expert_tokens);
     }
     for (int i = 1; i < r->n; i++) {
         if (pthread_create(&r->ranks[i].thread, NULL, rank_main, &r->ranks[i]) != 0) {
@@ -269,6 +271,10 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
 int fg_ep_ranks_count(const fg_ep_ranks_t *r) { return r->n; }
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r) { return r->threads_per_rank; }
 bool fg_ep_ranks_multinode(const fg_ep_ranks_t *r) { return r->n < r->job_ranks; }
+void fg_ep_ranks_exchange_stats(const fg_ep_ranks_t *r, fg_moe_ep_stats *st)
+{
+    fg_moe_ep_get_stats(r->ranks[0].ep, st);
+}
 
 /* Checks a step's batch; everything first: once the ranks start, they must all finish. */
 static fg_err check_batch(const fg_ep_ranks_t *r, const fg_fwd_seq *seqs, const int *seq_rank, int n_seqs,

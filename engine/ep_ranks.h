@@ -37,6 +37,7 @@
 #include "engine/forward.h"
 #include "engine/kv_store.h"
 #include "engine/model.h"
+#include "engine/moe_ep.h"
 
 typedef struct fg_ep_ranks fg_ep_ranks_t;
 
@@ -54,6 +55,9 @@ typedef struct fg_ep_ranks_options {
     int experts_per_rank;     /* 0: derived; see fg_ep_shard_options */
     int redundant;            /* replica slots over all ranks */
     fg_ep_placement placement;
+    int64_t recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
+    const char *hot_experts;  /* heat order for the replicas, see fg_ep_shard_options.hot_list; NULL: id order */
+    _Atomic uint64_t *expert_tokens; /* [n_expert] every rank's routed picks per expert id; NULL: not counted */
     /* NULL: the in-process transport. Else the job's ncclUniqueId
      * [FG_EP_NCCL_ID_BYTES]: the ranks talk over NCCL, local rank i on CUDA
      * device i of this node (the compute stays on the CPU; NCCL stages the
@@ -80,6 +84,8 @@ int fg_ep_ranks_count(const fg_ep_ranks_t *r);
 bool fg_ep_ranks_multinode(const fg_ep_ranks_t *r);
 /* Compute threads of one rank. */
 int fg_ep_ranks_threads(const fg_ep_ranks_t *r);
+/* The expert exchanges' counters so far (the same on every rank). */
+void fg_ep_ranks_exchange_stats(const fg_ep_ranks_t *r, fg_moe_ep_stats *st);
 
 /* Runs one step (one node only: use fg_ep_ranks_round with several):
  * sequence i (its tokens contiguous in tokens, in seqs order) runs on local

@@ -88,6 +88,9 @@ struct fg_forward {
     fg_layer *layers;         /* [n_layer] */
     void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
 
+    uint64_t *picks;          /* [E] routed (token, expert) picks of this run per expert id, all MoE layers */
+    _Atomic uint64_t *pick_sink; /* [E] where a run adds them (fg_forward_count_experts); NULL: not counted */
+
     fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
     fg_diag ep_diag;
@@ -249,6 +252,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->sel_ids = xalloc(T * K * sizeof(int), &failed);
     f->sel_w = xalloc(T * K * fl, &failed);
     f->exp_count = xalloc((E + 1) * sizeof(int), &failed);
+    f->picks = xalloc((E ? E : 1) * sizeof(uint64_t), &failed);
     f->exp_list = xalloc(T * K * sizeof(int), &failed);
     f->exp_list_w = xalloc(T * K * fl, &failed);
     f->route_scratch = xalloc((size_t)fg_moe_route_scratch_floats(&f->route) * fl, &failed);
@@ -316,7 +320,7 @@ void fg_forward_destroy(fg_forward_t *f)
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->tok_nkv, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
-                    f->exp_tasks};
+                    f->exp_tasks, f->picks};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -633,6 +637,9 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
     for (int t = 0; t < n; t++)
         fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
                      f->route_scratch);
+    if (f->pick_sink) /* plain counts here; the shared sink is touched once per run */
+        for (int i = 0; i < n * K; i++)
+            f->picks[f->sel_ids[i]]++;
     if (f->ep) {
         /* the model's own layer: the expert-parallel ranks read the unpacked weights */
         fg_err err = fg_moe_ep_experts(f->ep, &f->m->layers[ly - f->layers], n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
@@ -699,6 +706,8 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
             memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
     }
 }
+
+void fg_forward_count_experts(fg_forward_t *f, _Atomic uint64_t *sink) { f->pick_sink = sink; }
 
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
 {
@@ -767,6 +776,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
 
     const int d = hp->n_embd;
     f->ep_err = FG_OK;
+    if (f->pick_sink)
+        memset(f->picks, 0, (size_t)hp->n_expert * sizeof *f->picks);
     for (int t = 0; t < n; t++)
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
     f->seqs = seqs;
@@ -778,6 +789,9 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     f->seqs = NULL;
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
         return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
+    for (int e = 0; f->pick_sink && e < hp->n_expert; e++) /* counted once the tokens count: a failed run is redone */
+        if (f->picks[e])
+            atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
     logits_block(f, seqs, n_seqs);
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;

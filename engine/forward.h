@@ -52,6 +52,13 @@ int fg_forward_max_tokens(const fg_forward_t *f);
  * back to NULL the routed experts run from the model's unpacked weights. */
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep);
 
+/* Counts routing: every successful run adds, per expert id, the (token,
+ * expert) picks of its tokens over all MoE layers into sink[n_expert]
+ * (relaxed atomic adds once per run, so sink may be shared by several
+ * forwards and read by any thread); NULL stops counting. sink must outlive
+ * its use. */
+void fg_forward_count_experts(fg_forward_t *f, _Atomic uint64_t *sink);
+
 /* Runs the batch: writes each token's cache rows at positions kv->n_tokens..,
  * advances kv->n_tokens, and fills the requested logits.
  * Errors (nothing is written on error): FG_ERR_INVALID_ARG (batch larger than
