@@ -1,0 +1,139 @@
+/* mha_attn.c: the decompressed-form attention of mha_attn.h: the scalar
+ * reference and the dispatcher to the AVX-512 kernels (mha_attn_avx512.c).
+ *
+ * Decompression: each row is dequantized, then every key and value element
+ * is one sum over the latent in channel order. Attention: per page, the
+ * scores of the rows the query reaches, one running-maximum update (and one
+ * rescale of o) for the page, then o += sum_j p_j v_j. The page-at-a-time
+ * update is what makes a query's bits independent of its chunk: the page
+ * boundaries are absolute positions.
+ *
+ * Scratch (floats, fg_mha_scratch_floats): a dequantized row block
+ * [PAGE][L + R], the transposed latent [L][PAGE] (AVX-512) and the page's
+ * scores and weights [2][PAGE].
+ */
+#include "kernels/cpu/mha_attn.h"
+
+#include "kernels/cpu/mha_attn_isa.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t fg_mha_tile_floats(const fg_mha_attn_params *p)
+{
+    return (size_t)FG_MHA_PAGE * ((size_t)p->n_head * (size_t)(p->n_nope + p->n_v) + (size_t)p->n_rope);
+}
+
+size_t fg_mha_scratch_floats(const fg_mha_attn_params *p)
+{
+    return (size_t)FG_MHA_PAGE * ((size_t)(p->kv_lora + p->n_rope) + (size_t)p->kv_lora + 2) + 16;
+}
+
+static int use_avx512(const fg_mha_attn_params *p)
+{
+    const fg_isa isa = p->isa == FG_ISA_AUTO ? fg_isa_best() : p->isa;
+    return isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
+}
+
+static void decompress_scalar(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope, NK = p->n_nope, NV = p->n_v;
+    float *c = scratch, *kr = scratch + L;
+    float *kr_t = fg_mha_tile_kr(p, tile), *v = fg_mha_tile_v(p, tile);
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = fg_mha_row(p, page * FG_MHA_PAGE + r);
+        fg_kv_dequantize(p->format, row, L, c);
+        if (R > 0)
+            fg_kv_dequantize(p->format, row + fg_kv_bytes(p->format, L), R, kr);
+        for (int h = 0; h < H; h++) {
+            float *k = fg_mha_tile_k(p, tile, h);
+            for (int j = 0; j < NK; j++) {
+                const float *w = p->wk + ((size_t)h * NK + j) * L;
+                float acc = 0.0f;
+                for (int i = 0; i < L; i++)
+                    acc += w[i] * c[i];
+                k[(size_t)j * FG_MHA_PAGE + r] = acc;
+            }
+        }
+        for (int j = 0; j < R; j++)
+            kr_t[(size_t)j * FG_MHA_PAGE + r] = kr[j];
+        float *vr = v + (size_t)r * H * NV;
+        for (int o = 0; o < H * NV; o++) {
+            float acc = 0.0f;
+            for (int i = 0; i < L; i++)
+                acc += c[i] * p->wv[(size_t)i * H * NV + o];
+            vr[o] = acc;
+        }
+    }
+}
+
+/* One page's update for the query's first n rows of it (n >= 1). */
+static void attend_scalar(const fg_mha_attn_params *p, const float *tile, int page, int n, int h,
+                          const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, R = p->n_rope, NK = p->n_nope, NV = p->n_v;
+    const float *k = fg_mha_tile_k(p, (float *)tile, h), *kr_t = fg_mha_tile_kr(p, (float *)tile);
+    const float *v = fg_mha_tile_v(p, (float *)tile) + (size_t)h * NV;
+    float *s = scratch;
+    float mx = -INFINITY;
+    for (int r = 0; r < n; r++) {
+        float acc = 0.0f;
+        for (int j = 0; j < NK; j++)
+            acc += q_nope[j] * k[(size_t)j * FG_MHA_PAGE + r];
+        for (int j = 0; j < R; j++)
+            acc += q_rope[j] * kr_t[(size_t)j * FG_MHA_PAGE + r];
+        s[r] = p->scale * acc;
+        mx = s[r] > mx ? s[r] : mx;
+    }
+    const int first = page == 0;
+    const float m_new = first || mx > *m ? mx : *m;
+    const float corr = first ? 0.0f : expf(*m - m_new);
+    float sum = 0.0f;
+    if (first)
+        memset(o, 0, (size_t)NV * sizeof *o);
+    else
+        for (int j = 0; j < NV; j++)
+            o[j] *= corr;
+    for (int r = 0; r < n; r++) {
+        const float pr = expf(s[r] - m_new);
+        sum += pr;
+        const float *vr = v + (size_t)r * H * NV;
+        for (int j = 0; j < NV; j++)
+            o[j] += pr * vr[j];
+    }
+    *l = first ? sum : *l * corr + sum;
+    *m = m_new;
+}
+
+void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch)
+{
+    if (n_rows < 1)
+        return;
+    if (n_rows > FG_MHA_PAGE)
+        n_rows = FG_MHA_PAGE;
+    if (use_avx512(p))
+        fg_mha_decompress_avx512(p, page, n_rows, tile, scratch);
+    else
+        decompress_scalar(p, page, n_rows, tile, scratch);
+}
+
+void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_kv,
+                   const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+{
+    int n = n_kv - page * FG_MHA_PAGE;
+    n = n < n_rows ? n : n_rows;
+    n = n < FG_MHA_PAGE ? n : FG_MHA_PAGE;
+    if (n < 1)
+        return;
+    if (use_avx512(p))
+        fg_mha_attend_avx512(p, tile, page, n, h, q_nope, q_rope, o, m, l, scratch);
+    else
+        attend_scalar(p, tile, page, n, h, q_nope, q_rope, o, m, l, scratch);
+}
+
+void fg_mha_finish(int n_v, float *o, float l)
+{
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int j = 0; j < n_v; j++)
+        o[j] *= inv;
+}

@@ -1,0 +1,82 @@
+/* mha_attn.h: multi-head latent attention in the decompressed ("MHA") form,
+ * for prompt tokens: the cached latent rows are expanded through k_b and v_b
+ * into per-head keys and values, and each query attends over those.
+ *
+ * The absorbed form (mla_attn.h) costs H * (2 * kv_lora + n_rope) multiply-
+ * adds per (query, cached row); this form costs H * (n_nope + n_rope + n_v)
+ * per pair plus H * kv_lora * (n_nope + n_v) per cached row to decompress,
+ * shared by every query of a prompt chunk that reads the row. For chunks of
+ * many queries it does fewer operations, and the decompression is a dense
+ * product.
+ *
+ * Work is organised in tiles of one cache page (FG_KV_PAGE_TOKENS rows):
+ *   fg_mha_decompress: page -> tile (keys, rope keys, values of every head);
+ *   fg_mha_attend:     one (query, head)'s online-softmax state updated by
+ *                      the tile's rows that the query reaches.
+ * A tile's bits depend only on the page's rows (each element is the same
+ * fused multiply-add chain whichever rows share the tile), and a query's
+ * arithmetic depends only on its own n_kv and the tiles (pages in order,
+ * one softmax update per page), so a query's output is bit-identical however
+ * a prompt is chunked or batched, and whichever thread decompressed a page.
+ *
+ * For head h and cached row t (c_t latent, kr_t rope key):
+ *   k_t[h][j] = sum_l wk[h][j][l] c_t[l]        j < n_nope
+ *   v_t[h][j] = sum_l wv[l][h * n_v + j] c_t[l] j < n_v
+ *   s = scale * (q_nope[h] . k_t[h] + q_rope[h] . kr_t)
+ *   out[h] = sum_t softmax(s)_t v_t[h]                         (n_v wide)
+ *
+ * Kernels: the scalar reference (mha_attn.c) and AVX-512 (mha_attn_avx512.c);
+ * `isa` chooses, as in mla_attn.h. They agree to float rounding
+ * (tests/unit/test_mha_attn.c).
+ *
+ * Thread safety: pure; several threads may decompress different pages into
+ * different tiles and attend different (query, head) states at once.
+ */
+#ifndef FG_MHA_ATTN_H
+#define FG_MHA_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/matmul.h" /* fg_isa */
+#include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
+
+typedef struct fg_mha_attn_params {
+    int n_head;                    /* H */
+    int kv_lora;                   /* latent width L */
+    int n_rope;                    /* RoPE key width R */
+    int n_nope;                    /* no-RoPE key width per head */
+    int n_v;                       /* value width per head */
+    float scale;                   /* softmax scale */
+    fg_kv_format format;           /* storage of both row segments */
+    const uint8_t *const *pages;   /* page table: token t lives in pages[t / FG_KV_PAGE_TOKENS] */
+    size_t layer_offset;           /* byte offset of this layer's rows inside a page */
+    size_t row_bytes;              /* fg_kv_bytes(format, kv_lora) + fg_kv_bytes(format, n_rope) */
+    const float *wk;               /* [H][n_nope][L] k_b of every head, f32 */
+    const float *wv;               /* [L][H * n_v] v_b transposed, f32 */
+    fg_isa isa;                    /* FG_ISA_AUTO: the best this CPU runs; else as mla_attn.h */
+} fg_mha_attn_params;
+
+/* Floats of one tile: keys [H][n_nope][PAGE] (row index fastest), rope keys
+ * [R][PAGE], values [PAGE][H * n_v]. */
+size_t fg_mha_tile_floats(const fg_mha_attn_params *p);
+/* Floats of per-thread scratch for either function. */
+size_t fg_mha_scratch_floats(const fg_mha_attn_params *p);
+
+/* Decompresses rows [page * PAGE, page * PAGE + n_rows) (1 <= n_rows <= PAGE)
+ * into tile; rows of the tile past n_rows are left as they were. */
+void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch);
+
+/* Updates one query's state for head h by the rows of `tile` (page `page`,
+ * n_rows valid rows) that it attends to: rows t < n_kv. Page 0 initialises
+ * (m, l, o); later pages must come in order. A tile with no such row changes
+ * nothing. q_nope [n_nope], q_rope [R] (roped), o [n_v] unnormalised output,
+ * m running maximum, l running denominator. */
+void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_kv,
+                   const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch);
+
+/* The final division: o [n_v] /= l. */
+void fg_mha_finish(int n_v, float *o, float l);
+
+#endif

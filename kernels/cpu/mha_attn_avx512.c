@@ -1,0 +1,213 @@
+/* mha_attn_avx512.c: the AVX-512 path of mha_attn.h. Compiled with AVX-512
+ * flags; mha_attn.c calls in only after checking the CPU.
+ *
+ * Decompression is two dense products per page, each element one fused
+ * multiply-add chain over the latent channels in order (so a row's bits do
+ * not depend on which rows share its page or its block of four):
+ *   keys:   rows in lanes: the latent is transposed to [L][PAGE], and each
+ *           key channel is sum_l w[l] * column l, 4 channels x 64 rows in
+ *           16 registers;
+ *   values: channels in lanes: each row's values are sum_l c[l] * wv[l][..],
+ *           4 rows x 64 channels in 16 registers.
+ * Attention keeps rows in lanes: the scores of 64 rows are 4 registers of
+ * fused multiply-adds over the key channels (no horizontal sums), the
+ * weights an AVX-512 exponential, and o += p_j v_j with v's rows in order.
+ * Same mathematics as the reference, different rounding (the exponential is
+ * a polynomial, not expf): tests/unit/test_mha_attn.c holds both to a
+ * double-precision reference.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/mha_attn_isa.h"
+
+#define PAGE FG_MHA_PAGE
+#define FULL_UNROLL _Pragma("GCC unroll 4")
+
+_Static_assert(PAGE == 64, "the kernels keep a page's rows in four 16-lane registers");
+
+static inline __mmask16 lanes(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* e^x for x <= 0 (softmax weights): x = n ln2 + r, |r| <= ln2 / 2, e^r by
+ * its Taylor polynomial to degree 6 (relative error ~2e-7), times 2^n with
+ * vscalefps, which underflows cleanly to 0. */
+static inline __m512 exp_neg(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 y = _mm512_set1_ps(1.0f / 720.0f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+void fg_mha_decompress_avx512(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope, NK = p->n_nope, NV = p->n_v;
+    const int RW = L + R; /* floats per dequantized row */
+    float *rows = scratch;                   /* [PAGE][L + R] */
+    float *ct = scratch + (size_t)PAGE * RW; /* [L][PAGE] */
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = fg_mha_row(p, page * PAGE + r);
+        fg_kv_dequantize(p->format, row, L, rows + (size_t)r * RW);
+        if (R > 0)
+            fg_kv_dequantize(p->format, row + fg_kv_bytes(p->format, L), R, rows + (size_t)r * RW + L);
+    }
+    for (int r = n_rows; r < PAGE; r++) /* absent rows: zeros, so every lane computes on numbers */
+        memset(rows + (size_t)r * RW, 0, (size_t)RW * sizeof *rows);
+    for (int i = 0; i < L; i++)
+        for (int r = 0; r < PAGE; r++)
+            ct[(size_t)i * PAGE + r] = rows[(size_t)r * RW + i];
+    float *kr_t = fg_mha_tile_kr(p, tile);
+    for (int j = 0; j < R; j++)
+        for (int r = 0; r < PAGE; r++)
+            kr_t[(size_t)j * PAGE + r] = rows[(size_t)r * RW + L + j];
+
+    /* keys: channel o = h * NK + j lives at tile + o * PAGE, its weights at wk + o * L */
+    const int n_k = H * NK;
+    for (int o0 = 0; o0 < n_k; o0 += 4) {
+        const int no = n_k - o0 < 4 ? n_k - o0 : 4;
+        __m512 a[4][4];
+        FULL_UNROLL
+        for (int c = 0; c < 4; c++)
+            FULL_UNROLL
+            for (int b = 0; b < 4; b++)
+                a[c][b] = _mm512_setzero_ps();
+        const float *w = p->wk + (size_t)o0 * L;
+        for (int i = 0; i < L; i++) {
+            const float *col = ct + (size_t)i * PAGE;
+            const __m512 x0 = _mm512_loadu_ps(col), x1 = _mm512_loadu_ps(col + 16), x2 = _mm512_loadu_ps(col + 32),
+                         x3 = _mm512_loadu_ps(col + 48);
+            FULL_UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512 wc = _mm512_set1_ps(c < no ? w[(size_t)c * L + i] : 0.0f);
+                a[c][0] = _mm512_fmadd_ps(wc, x0, a[c][0]);
+                a[c][1] = _mm512_fmadd_ps(wc, x1, a[c][1]);
+                a[c][2] = _mm512_fmadd_ps(wc, x2, a[c][2]);
+                a[c][3] = _mm512_fmadd_ps(wc, x3, a[c][3]);
+            }
+        }
+        for (int c = 0; c < no; c++)
+            FULL_UNROLL
+            for (int b = 0; b < 4; b++)
+                _mm512_storeu_ps(tile + (size_t)(o0 + c) * PAGE + 16 * b, a[c][b]);
+    }
+
+    /* values: [PAGE][H * NV], each row sum_l c[l] * wv[l][..] */
+    const int W = H * NV;
+    float *v = fg_mha_tile_v(p, tile);
+    for (int r0 = 0; r0 < n_rows; r0 += 4) {
+        const int nr = n_rows - r0 < 4 ? n_rows - r0 : 4;
+        for (int cb = 0; cb < W; cb += 64) {
+            __mmask16 mk[4];
+            __m512 a[4][4];
+            FULL_UNROLL
+            for (int k = 0; k < 4; k++) {
+                mk[k] = lanes(W - cb - 16 * k);
+                FULL_UNROLL
+                for (int rr = 0; rr < 4; rr++)
+                    a[rr][k] = _mm512_setzero_ps();
+            }
+            for (int i = 0; i < L; i++) {
+                const float *wr = p->wv + (size_t)i * W + cb;
+                __m512 x[4];
+                FULL_UNROLL
+                for (int k = 0; k < 4; k++)
+                    x[k] = _mm512_maskz_loadu_ps(mk[k], wr + 16 * k);
+                FULL_UNROLL
+                for (int rr = 0; rr < 4; rr++) {
+                    const __m512 c = _mm512_set1_ps(rows[(size_t)(r0 + rr) * RW + i]);
+                    FULL_UNROLL
+                    for (int k = 0; k < 4; k++)
+                        a[rr][k] = _mm512_fmadd_ps(c, x[k], a[rr][k]);
+                }
+            }
+            for (int rr = 0; rr < nr; rr++)
+                FULL_UNROLL
+                for (int k = 0; k < 4; k++)
+                    _mm512_mask_storeu_ps(v + (size_t)(r0 + rr) * W + cb + 16 * k, mk[k], a[rr][k]);
+        }
+    }
+}
+
+void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *tile, int page, int n, int h,
+                          const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, R = p->n_rope, NK = p->n_nope, NV = p->n_v, W = H * NV;
+    const float *k = fg_mha_tile_k(p, (float *)tile, h), *kr_t = fg_mha_tile_kr(p, (float *)tile);
+    const float *v = fg_mha_tile_v(p, (float *)tile) + (size_t)h * NV;
+    float *pw = scratch; /* [PAGE] the rows' weights */
+
+    __m512 s[4];
+    FULL_UNROLL
+    for (int b = 0; b < 4; b++)
+        s[b] = _mm512_setzero_ps();
+    for (int j = 0; j < NK; j++) {
+        const __m512 q = _mm512_set1_ps(q_nope[j]);
+        const float *kj = k + (size_t)j * PAGE;
+        FULL_UNROLL
+        for (int b = 0; b < 4; b++)
+            s[b] = _mm512_fmadd_ps(q, _mm512_loadu_ps(kj + 16 * b), s[b]);
+    }
+    for (int j = 0; j < R; j++) {
+        const __m512 q = _mm512_set1_ps(q_rope[j]);
+        const float *kj = kr_t + (size_t)j * PAGE;
+        FULL_UNROLL
+        for (int b = 0; b < 4; b++)
+            s[b] = _mm512_fmadd_ps(q, _mm512_loadu_ps(kj + 16 * b), s[b]);
+    }
+    const __m512 scale = _mm512_set1_ps(p->scale);
+    __m512 mxv = _mm512_set1_ps(-INFINITY);
+    FULL_UNROLL
+    for (int b = 0; b < 4; b++) {
+        s[b] = _mm512_mul_ps(s[b], scale);
+        mxv = _mm512_mask_max_ps(mxv, lanes(n - 16 * b), mxv, s[b]);
+    }
+    const float mx = _mm512_reduce_max_ps(mxv);
+    const int first = page == 0;
+    const float m_new = first || mx > *m ? mx : *m;
+    const float corr = first ? 0.0f : expf(*m - m_new);
+    const __m512 mv = _mm512_set1_ps(m_new);
+    __m512 sum = _mm512_setzero_ps();
+    FULL_UNROLL
+    for (int b = 0; b < 4; b++) {
+        const __m512 e = _mm512_maskz_mov_ps(lanes(n - 16 * b), exp_neg(_mm512_sub_ps(s[b], mv)));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_storeu_ps(pw + 16 * b, e);
+    }
+    const float psum = _mm512_reduce_add_ps(sum);
+
+    const __m512 cv = _mm512_set1_ps(corr);
+    for (int cb = 0; cb < NV; cb += 64) {
+        __mmask16 mk[4];
+        __m512 a[4];
+        FULL_UNROLL
+        for (int c = 0; c < 4; c++) {
+            mk[c] = lanes(NV - cb - 16 * c);
+            a[c] = first ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o + cb + 16 * c), cv);
+        }
+        for (int r = 0; r < n; r++) {
+            const __m512 pr = _mm512_set1_ps(pw[r]);
+            const float *vr = v + (size_t)r * W + cb;
+            FULL_UNROLL
+            for (int c = 0; c < 4; c++)
+                a[c] = _mm512_fmadd_ps(pr, _mm512_maskz_loadu_ps(mk[c], vr + 16 * c), a[c]);
+        }
+        FULL_UNROLL
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(o + cb + 16 * c, mk[c], a[c]);
+    }
+    *l = first ? psum : *l * corr + psum;
+    *m = m_new;
+}
