@@ -183,10 +183,11 @@ int main(int argc, char **argv)
         {"turns", required_argument, 0, 'T'},     {"history", required_argument, 0, 'H'},
         {"output", required_argument, 0, 'o'},    {"reprefill", no_argument, 0, 'R'},
         {"persist-dir", required_argument, 0, 'P'}, {"kv-budget", required_argument, 0, 'B'},
-        {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+        {"threads", required_argument, 0, 't'},   {"prefill-chunk", required_argument, 0, 'C'},
+        {"max-batch", required_argument, 0, 'M'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': b.n = atoi(optarg); break;
@@ -197,9 +198,12 @@ int main(int argc, char **argv)
         case 'P': persist_dir = optarg; break;
         case 'B': eo.kv_budget_bytes = (size_t)atoll(optarg) << 20; break;
         case 't': eo.n_threads = atoi(optarg); break;
+        case 'C': eo.prefill_chunk = atoi(optarg); break;
+        case 'M': eo.max_batch_tokens = atoi(optarg); break;
         case 'h':
             printf("usage: flashgate-bench-agent [--model PATH] [--sessions 4] [--turns 10] [--history 16000] "
-                   "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N]\n");
+                   "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N] [--prefill-chunk 128] "
+                   "[--max-batch 256]\n");
             return 0;
         default: return 2;
         }
@@ -226,10 +230,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --history %d does not fit the context (%d)\n", history, info.n_ctx);
         return 2;
     }
-    printf("model %s: kv %s %zu B/token, %d threads; %d sessions x %d turns: %d new tokens + %d output per turn, "
-           "history to %d tokens; %s\n",
-           eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads, b.n, b.turns,
-           b.n_in, b.n_out, history, b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
+    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens; %d sessions x %d "
+           "turns: %d new tokens + %d output per turn, history to %d tokens; %s\n",
+           eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads,
+           eo.prefill_chunk, eo.max_batch_tokens, b.n, b.turns, b.n_in, b.n_out, history,
+           b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
     const int cap = history + 2 * (b.n_in + b.n_out) + 16;
     b.a = calloc((size_t)b.n, sizeof *b.a);
     for (int i = 0; i < b.n; i++) {
