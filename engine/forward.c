@@ -526,12 +526,24 @@ static void mha_attend_job(void *ctx, int ith, int nth)
     for (int k = 0; k < f->mha_pages; k++) {
         const int page = f->mha_page0 + k, rows = f->mha_rows - page * FG_KV_PAGE_TOKENS;
         const float *tile = f->mha_tiles + (size_t)k * f->mha_tile_floats;
-        for (long task = b; task < e; task++) {
-            const int h = (int)(task / f->mha_n), t = f->mha_first + (int)(task % f->mha_n);
-            const size_t th = (size_t)t * H + (size_t)h;
-            fg_mha_attend(&f->mha, tile, page, rows < FG_KV_PAGE_TOKENS ? rows : FG_KV_PAGE_TOKENS, h,
-                          f->tok_nkv[t], f->q + (size_t)t * H * qk + (size_t)h * qk, f->q_rope + th * R,
-                          f->o + th * NV, f->mha_m + th, f->mha_l + th, scratch);
+        /* groups of up to FG_MHA_GROUP consecutive tasks of one head */
+        for (long task = b; task < e;) {
+            const int h = (int)(task / f->mha_n), t0 = f->mha_first + (int)(task % f->mha_n);
+            const long head_end = ((long)h + 1) * f->mha_n, end = e < head_end ? e : head_end;
+            const int g = end - task < FG_MHA_GROUP ? (int)(end - task) : FG_MHA_GROUP;
+            const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
+            float *o[FG_MHA_GROUP], *m[FG_MHA_GROUP], *l[FG_MHA_GROUP];
+            for (int i = 0; i < g; i++) {
+                const size_t th = (size_t)(t0 + i) * H + (size_t)h;
+                qn[i] = f->q + (size_t)(t0 + i) * H * qk + (size_t)h * qk;
+                qr[i] = f->q_rope + th * R;
+                o[i] = f->o + th * NV;
+                m[i] = f->mha_m + th;
+                l[i] = f->mha_l + th;
+            }
+            fg_mha_attend(&f->mha, tile, page, rows < FG_KV_PAGE_TOKENS ? rows : FG_KV_PAGE_TOKENS, h, g,
+                          f->tok_nkv + t0, qn, qr, o, m, l, scratch);
+            task += g;
         }
     }
 }

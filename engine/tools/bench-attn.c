@@ -122,10 +122,19 @@ static int mha_form(fg_mla_attn_params *p, int NK, int NV, const fg_model *mdl, 
                                                                                  : FG_KV_PAGE_TOKENS;
             fg_mha_decompress(&mp, pg, rows, tile, scratch);
             for (int h = 0; h < H; h++)
-                for (int q = 0; q < n_q; q++) {
-                    const size_t qh = (size_t)q * H + (size_t)h;
-                    fg_mha_attend(&mp, tile, pg, rows, h, n_kv[q], qn + qh * NK, q_rope + qh * R, out + qh * NV,
-                                  &m[qh], &l[qh], scratch);
+                for (int q0 = 0; q0 < n_q; q0 += FG_MHA_GROUP) {
+                    const int g = n_q - q0 < FG_MHA_GROUP ? n_q - q0 : FG_MHA_GROUP;
+                    const float *qnp[FG_MHA_GROUP], *qrp[FG_MHA_GROUP];
+                    float *op[FG_MHA_GROUP], *mp_[FG_MHA_GROUP], *lp[FG_MHA_GROUP];
+                    for (int i = 0; i < g; i++) {
+                        const size_t qh = (size_t)(q0 + i) * H + (size_t)h;
+                        qnp[i] = qn + qh * NK;
+                        qrp[i] = q_rope + qh * R;
+                        op[i] = out + qh * NV;
+                        mp_[i] = &m[qh];
+                        lp[i] = &l[qh];
+                    }
+                    fg_mha_attend(&mp, tile, pg, rows, h, g, n_kv + q0, qnp, qrp, op, mp_, lp, scratch);
                 }
         }
         for (size_t qh = 0; qh < (size_t)n_q * H; qh++)

@@ -8,9 +8,10 @@
  * update is what makes a query's bits independent of its chunk: the page
  * boundaries are absolute positions.
  *
- * Scratch (floats, fg_mha_scratch_floats): a dequantized row block
- * [PAGE][L + R], the transposed latent [L][PAGE] (AVX-512) and the page's
- * scores and weights [2][PAGE].
+ * Scratch (floats, fg_mha_scratch_floats): decompression, a dequantized row
+ * block [PAGE][L + R] and the transposed latent [L][PAGE] (AVX-512);
+ * attention, the page's scores [PAGE] (reference) or a group's weights
+ * [FG_MHA_GROUP][PAGE] (AVX-512).
  */
 #include "kernels/cpu/mha_attn.h"
 
@@ -26,7 +27,10 @@ size_t fg_mha_tile_floats(const fg_mha_attn_params *p)
 
 size_t fg_mha_scratch_floats(const fg_mha_attn_params *p)
 {
-    return (size_t)FG_MHA_PAGE * ((size_t)(p->kv_lora + p->n_rope) + (size_t)p->kv_lora + 2) + 16;
+    /* decompression: rows and the transposed latent; attention: a group's weights */
+    const size_t dec = (size_t)FG_MHA_PAGE * ((size_t)(p->kv_lora + p->n_rope) + (size_t)p->kv_lora);
+    const size_t att = (size_t)FG_MHA_PAGE * FG_MHA_GROUP;
+    return (dec > att ? dec : att) + 16;
 }
 
 static int use_avx512(const fg_mha_attn_params *p)
@@ -117,18 +121,41 @@ void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float 
         decompress_scalar(p, page, n_rows, tile, scratch);
 }
 
-void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_kv,
-                   const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_q,
+                   const int *n_kv, const float *const *q_nope, const float *const *q_rope, float *const *o,
+                   float *const *m, float *const *l, float *scratch)
 {
-    int n = n_kv - page * FG_MHA_PAGE;
-    n = n < n_rows ? n : n_rows;
-    n = n < FG_MHA_PAGE ? n : FG_MHA_PAGE;
-    if (n < 1)
-        return;
-    if (use_avx512(p))
-        fg_mha_attend_avx512(p, tile, page, n, h, q_nope, q_rope, o, m, l, scratch);
-    else
-        attend_scalar(p, tile, page, n, h, q_nope, q_rope, o, m, l, scratch);
+    const int avx512 = use_avx512(p);
+    for (int i0 = 0; i0 < n_q; i0 += FG_MHA_GROUP) {
+        /* the group's queries that reach into this page, with their row counts */
+        int idx[FG_MHA_GROUP], n[FG_MHA_GROUP], g = 0;
+        for (int i = i0; i < n_q && i < i0 + FG_MHA_GROUP; i++) {
+            int r = n_kv[i] - page * FG_MHA_PAGE;
+            r = r < n_rows ? r : n_rows;
+            r = r < FG_MHA_PAGE ? r : FG_MHA_PAGE;
+            if (r >= 1) {
+                idx[g] = i;
+                n[g++] = r;
+            }
+        }
+        if (!avx512) {
+            for (int k = 0; k < g; k++)
+                attend_scalar(p, tile, page, n[k], h, q_nope[idx[k]], q_rope[idx[k]], o[idx[k]], m[idx[k]],
+                              l[idx[k]], scratch);
+            continue;
+        }
+        const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
+        float *oo[FG_MHA_GROUP], *mm[FG_MHA_GROUP], *ll[FG_MHA_GROUP];
+        for (int k = 0; k < g; k++) {
+            qn[k] = q_nope[idx[k]];
+            qr[k] = q_rope[idx[k]];
+            oo[k] = o[idx[k]];
+            mm[k] = m[idx[k]];
+            ll[k] = l[idx[k]];
+        }
+        if (g > 0)
+            fg_mha_attend_avx512(p, tile, page, h, g, n, qn, qr, oo, mm, ll, scratch);
+    }
 }
 
 void fg_mha_finish(int n_v, float *o, float l)

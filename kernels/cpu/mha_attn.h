@@ -11,8 +11,12 @@
  *
  * Work is organised in tiles of one cache page (FG_KV_PAGE_TOKENS rows):
  *   fg_mha_decompress: page -> tile (keys, rope keys, values of every head);
- *   fg_mha_attend:     one (query, head)'s online-softmax state updated by
- *                      the tile's rows that the query reaches.
+ *   fg_mha_attend:     several queries' online-softmax states for one head
+ *                      updated by the tile's rows that each query reaches
+ *                      (the AVX-512 kernel takes FG_MHA_GROUP queries per
+ *                      pass over the head's keys and values, so each vector
+ *                      load feeds several queries; per query the arithmetic
+ *                      is that of a lone query).
  * A tile's bits depend only on the page's rows (each element is the same
  * fused multiply-add chain whichever rows share the tile), and a query's
  * arithmetic depends only on its own n_kv and the tiles (pages in order,
@@ -68,13 +72,19 @@ size_t fg_mha_scratch_floats(const fg_mha_attn_params *p);
  * into tile; rows of the tile past n_rows are left as they were. */
 void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch);
 
-/* Updates one query's state for head h by the rows of `tile` (page `page`,
- * n_rows valid rows) that it attends to: rows t < n_kv. Page 0 initialises
- * (m, l, o); later pages must come in order. A tile with no such row changes
- * nothing. q_nope [n_nope], q_rope [R] (roped), o [n_v] unnormalised output,
- * m running maximum, l running denominator. */
-void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_kv,
-                   const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch);
+/* Queries that the AVX-512 attention takes through a tile together. */
+#define FG_MHA_GROUP 4
+
+/* Updates the states of n_q queries for head h by the rows of `tile` (page
+ * `page`, n_rows valid rows) that each attends to: query i reads rows
+ * t < n_kv[i]. Page 0 initialises (m, l, o); later pages must come in order.
+ * A query that reaches no row of the page is left unchanged. Per query:
+ * q_nope[i] [n_nope], q_rope[i] [R] (roped), o[i] [n_v] unnormalised output,
+ * *m[i] running maximum, *l[i] running denominator. Each query's bits are
+ * those of a call with that query alone. */
+void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_q,
+                   const int *n_kv, const float *const *q_nope, const float *const *q_rope, float *const *o,
+                   float *const *m, float *const *l, float *scratch);
 
 /* The final division: o [n_v] /= l. */
 void fg_mha_finish(int n_v, float *o, float l);

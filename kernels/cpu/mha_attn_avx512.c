@@ -12,6 +12,9 @@
  * Attention keeps rows in lanes: the scores of 64 rows are 4 registers of
  * fused multiply-adds over the key channels (no horizontal sums), the
  * weights an AVX-512 exponential, and o += p_j v_j with v's rows in order.
+ * It takes up to four queries of a head at once: one load of a key or value
+ * vector feeds four queries' fused multiply-adds (alone, a query needs more
+ * loads than multiply-adds, and loads were the limit: 1.44x at 128 queries).
  * Same mathematics as the reference, different rounding (the exponential is
  * a polynomial, not expf): tests/unit/test_mha_attn.c holds both to a
  * double-precision reference.
@@ -141,73 +144,142 @@ void fg_mha_decompress_avx512(const fg_mha_attn_params *p, int page, int n_rows,
     }
 }
 
-void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *tile, int page, int n, int h,
-                          const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+/* The attention of NQ (1 .. FG_MHA_GROUP, a constant in each instance) queries
+ * of one head over a page: each key and value vector is loaded once for all
+ * of them. Per query the operations and their order are those of NQ = 1:
+ * the same fused multiply-add chains for its scores, its own maximum, and its
+ * weighted sum over exactly its own rows (the rows all queries reach first,
+ * then each query's further rows alone). */
+static inline __attribute__((always_inline)) void attend_group(const fg_mha_attn_params *p, const float *tile,
+                                                               int page, int h, const int NQ, const int *n,
+                                                               const float *const *q_nope,
+                                                               const float *const *q_rope, float *const *o,
+                                                               float *const *m, float *const *l, float *pw)
 {
     const int H = p->n_head, R = p->n_rope, NK = p->n_nope, NV = p->n_v, W = H * NV;
     const float *k = fg_mha_tile_k(p, (float *)tile, h), *kr_t = fg_mha_tile_kr(p, (float *)tile);
     const float *v = fg_mha_tile_v(p, (float *)tile) + (size_t)h * NV;
-    float *pw = scratch; /* [PAGE] the rows' weights */
 
-    __m512 s[4];
+    /* scores: rows in lanes, 4 blocks of 16 rows per query */
+    __m512 s[FG_MHA_GROUP][4];
     FULL_UNROLL
-    for (int b = 0; b < 4; b++)
-        s[b] = _mm512_setzero_ps();
-    for (int j = 0; j < NK; j++) {
-        const __m512 q = _mm512_set1_ps(q_nope[j]);
-        const float *kj = k + (size_t)j * PAGE;
+    for (int q = 0; q < NQ; q++)
         FULL_UNROLL
         for (int b = 0; b < 4; b++)
-            s[b] = _mm512_fmadd_ps(q, _mm512_loadu_ps(kj + 16 * b), s[b]);
+            s[q][b] = _mm512_setzero_ps();
+    for (int j = 0; j < NK; j++) {
+        const float *kj = k + (size_t)j * PAGE;
+        const __m512 x0 = _mm512_loadu_ps(kj), x1 = _mm512_loadu_ps(kj + 16), x2 = _mm512_loadu_ps(kj + 32),
+                     x3 = _mm512_loadu_ps(kj + 48);
+        FULL_UNROLL
+        for (int q = 0; q < NQ; q++) {
+            const __m512 qv = _mm512_set1_ps(q_nope[q][j]);
+            s[q][0] = _mm512_fmadd_ps(qv, x0, s[q][0]);
+            s[q][1] = _mm512_fmadd_ps(qv, x1, s[q][1]);
+            s[q][2] = _mm512_fmadd_ps(qv, x2, s[q][2]);
+            s[q][3] = _mm512_fmadd_ps(qv, x3, s[q][3]);
+        }
     }
     for (int j = 0; j < R; j++) {
-        const __m512 q = _mm512_set1_ps(q_rope[j]);
         const float *kj = kr_t + (size_t)j * PAGE;
+        const __m512 x0 = _mm512_loadu_ps(kj), x1 = _mm512_loadu_ps(kj + 16), x2 = _mm512_loadu_ps(kj + 32),
+                     x3 = _mm512_loadu_ps(kj + 48);
         FULL_UNROLL
-        for (int b = 0; b < 4; b++)
-            s[b] = _mm512_fmadd_ps(q, _mm512_loadu_ps(kj + 16 * b), s[b]);
+        for (int q = 0; q < NQ; q++) {
+            const __m512 qv = _mm512_set1_ps(q_rope[q][j]);
+            s[q][0] = _mm512_fmadd_ps(qv, x0, s[q][0]);
+            s[q][1] = _mm512_fmadd_ps(qv, x1, s[q][1]);
+            s[q][2] = _mm512_fmadd_ps(qv, x2, s[q][2]);
+            s[q][3] = _mm512_fmadd_ps(qv, x3, s[q][3]);
+        }
     }
-    const __m512 scale = _mm512_set1_ps(p->scale);
-    __m512 mxv = _mm512_set1_ps(-INFINITY);
-    FULL_UNROLL
-    for (int b = 0; b < 4; b++) {
-        s[b] = _mm512_mul_ps(s[b], scale);
-        mxv = _mm512_mask_max_ps(mxv, lanes(n - 16 * b), mxv, s[b]);
-    }
-    const float mx = _mm512_reduce_max_ps(mxv);
-    const int first = page == 0;
-    const float m_new = first || mx > *m ? mx : *m;
-    const float corr = first ? 0.0f : expf(*m - m_new);
-    const __m512 mv = _mm512_set1_ps(m_new);
-    __m512 sum = _mm512_setzero_ps();
-    FULL_UNROLL
-    for (int b = 0; b < 4; b++) {
-        const __m512 e = _mm512_maskz_mov_ps(lanes(n - 16 * b), exp_neg(_mm512_sub_ps(s[b], mv)));
-        sum = _mm512_add_ps(sum, e);
-        _mm512_storeu_ps(pw + 16 * b, e);
-    }
-    const float psum = _mm512_reduce_add_ps(sum);
 
-    const __m512 cv = _mm512_set1_ps(corr);
+    /* per query: the page's maximum, the weights (into pw), their sum, the rescale */
+    const int first = page == 0;
+    const __m512 scale = _mm512_set1_ps(p->scale);
+    float corr[FG_MHA_GROUP], psum[FG_MHA_GROUP];
+    int n_all = PAGE; /* rows every query of the group reaches */
+    FULL_UNROLL
+    for (int q = 0; q < NQ; q++) {
+        __m512 mxv = _mm512_set1_ps(-INFINITY);
+        FULL_UNROLL
+        for (int b = 0; b < 4; b++) {
+            s[q][b] = _mm512_mul_ps(s[q][b], scale);
+            mxv = _mm512_mask_max_ps(mxv, lanes(n[q] - 16 * b), mxv, s[q][b]);
+        }
+        const float mx = _mm512_reduce_max_ps(mxv);
+        const float m_new = first || mx > *m[q] ? mx : *m[q];
+        corr[q] = first ? 0.0f : expf(*m[q] - m_new);
+        *m[q] = m_new;
+        const __m512 mv = _mm512_set1_ps(m_new);
+        __m512 sum = _mm512_setzero_ps();
+        FULL_UNROLL
+        for (int b = 0; b < 4; b++) {
+            const __m512 e = _mm512_maskz_mov_ps(lanes(n[q] - 16 * b), exp_neg(_mm512_sub_ps(s[q][b], mv)));
+            sum = _mm512_add_ps(sum, e);
+            _mm512_storeu_ps(pw + q * PAGE + 16 * b, e);
+        }
+        psum[q] = _mm512_reduce_add_ps(sum);
+        n_all = n[q] < n_all ? n[q] : n_all;
+    }
+
+    /* o = o * corr + sum_r p_r v_r, 64 value channels at a time */
     for (int cb = 0; cb < NV; cb += 64) {
         __mmask16 mk[4];
-        __m512 a[4];
-        FULL_UNROLL
-        for (int c = 0; c < 4; c++) {
-            mk[c] = lanes(NV - cb - 16 * c);
-            a[c] = first ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o + cb + 16 * c), cv);
-        }
-        for (int r = 0; r < n; r++) {
-            const __m512 pr = _mm512_set1_ps(pw[r]);
-            const float *vr = v + (size_t)r * W + cb;
-            FULL_UNROLL
-            for (int c = 0; c < 4; c++)
-                a[c] = _mm512_fmadd_ps(pr, _mm512_maskz_loadu_ps(mk[c], vr + 16 * c), a[c]);
-        }
+        __m512 a[FG_MHA_GROUP][4];
         FULL_UNROLL
         for (int c = 0; c < 4; c++)
-            _mm512_mask_storeu_ps(o + cb + 16 * c, mk[c], a[c]);
+            mk[c] = lanes(NV - cb - 16 * c);
+        FULL_UNROLL
+        for (int q = 0; q < NQ; q++) {
+            const __m512 cv = _mm512_set1_ps(corr[q]);
+            FULL_UNROLL
+            for (int c = 0; c < 4; c++)
+                a[q][c] = first ? _mm512_setzero_ps()
+                                : _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o[q] + cb + 16 * c), cv);
+        }
+        int r = 0;
+        for (; r < n_all; r++) {
+            const float *vr = v + (size_t)r * W + cb;
+            const __m512 x0 = _mm512_maskz_loadu_ps(mk[0], vr), x1 = _mm512_maskz_loadu_ps(mk[1], vr + 16),
+                         x2 = _mm512_maskz_loadu_ps(mk[2], vr + 32), x3 = _mm512_maskz_loadu_ps(mk[3], vr + 48);
+            FULL_UNROLL
+            for (int q = 0; q < NQ; q++) {
+                const __m512 pr = _mm512_set1_ps(pw[q * PAGE + r]);
+                a[q][0] = _mm512_fmadd_ps(pr, x0, a[q][0]);
+                a[q][1] = _mm512_fmadd_ps(pr, x1, a[q][1]);
+                a[q][2] = _mm512_fmadd_ps(pr, x2, a[q][2]);
+                a[q][3] = _mm512_fmadd_ps(pr, x3, a[q][3]);
+            }
+        }
+        FULL_UNROLL
+        for (int q = 0; q < NQ; q++) {
+            for (int rq = r; rq < n[q]; rq++) { /* this query's rows past the common ones */
+                const float *vr = v + (size_t)rq * W + cb;
+                const __m512 pr = _mm512_set1_ps(pw[q * PAGE + rq]);
+                FULL_UNROLL
+                for (int c = 0; c < 4; c++)
+                    a[q][c] = _mm512_fmadd_ps(pr, _mm512_maskz_loadu_ps(mk[c], vr + 16 * c), a[q][c]);
+            }
+            FULL_UNROLL
+            for (int c = 0; c < 4; c++)
+                _mm512_mask_storeu_ps(o[q] + cb + 16 * c, mk[c], a[q][c]);
+        }
     }
-    *l = first ? psum : *l * corr + psum;
-    *m = m_new;
+    FULL_UNROLL
+    for (int q = 0; q < NQ; q++)
+        *l[q] = first ? psum[q] : *l[q] * corr[q] + psum[q];
+}
+
+void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *tile, int page, int h, int n_q, const int *n,
+                          const float *const *q_nope, const float *const *q_rope, float *const *o, float *const *m,
+                          float *const *l, float *scratch)
+{
+    _Static_assert(FG_MHA_GROUP == 4, "one instance per group size below");
+    switch (n_q) {
+    case 1: attend_group(p, tile, page, h, 1, n, q_nope, q_rope, o, m, l, scratch); break;
+    case 2: attend_group(p, tile, page, h, 2, n, q_nope, q_rope, o, m, l, scratch); break;
+    case 3: attend_group(p, tile, page, h, 3, n, q_nope, q_rope, o, m, l, scratch); break;
+    default: attend_group(p, tile, page, h, 4, n, q_nope, q_rope, o, m, l, scratch); break;
+    }
 }

@@ -30,7 +30,9 @@ static inline const uint8_t *fg_mha_row(const fg_mha_attn_params *p, int t)
 }
 
 void fg_mha_decompress_avx512(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch);
-void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *tile, int page, int n, int h,
-                          const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch);
+/* n_q <= FG_MHA_GROUP queries; n[i]: query i's rows in this page, 0 .. PAGE. */
+void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *tile, int page, int h, int n_q, const int *n,
+                          const float *const *q_nope, const float *const *q_rope, float *const *o, float *const *m,
+                          float *const *l, float *scratch);
 
 #endif

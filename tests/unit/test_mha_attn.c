@@ -12,8 +12,8 @@
  * Also checked bit for bit, because the engine relies on it:
  *  - a decompressed row's bits do not depend on how many rows its page had
  *    when it was decompressed (a page still filling vs a full one);
- *  - attending over a page in a tile decompressed by another call (another
- *    thread) gives the same state.
+ *  - a query attended in a group with other queries (other n_kv: the causal
+ *    shape of a chunk) gets the bits it gets alone.
  */
 #include <math.h>
 #include <stdint.h>
@@ -91,10 +91,14 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         wk[i] = wscale * rng_f();
     for (size_t i = 0; i < (size_t)L * H * NV; i++)
         wv[i] = wscale * rng_f();
-    float *qn = malloc((size_t)H * NK * sizeof *qn), *qr = malloc((size_t)H * R * sizeof *qr);
-    for (int i = 0; i < H * NK; i++)
+    /* NQ queries: the first is checked against the reference; all are attended
+     * as one group and alone, which must give the same bits */
+    enum { NQ = 3 };
+    const int nkv_q[NQ] = {n_kv, n_kv > 5 ? n_kv - 5 : 1, (n_kv + 1) / 2};
+    float *qn = malloc((size_t)NQ * H * NK * sizeof *qn), *qr = malloc((size_t)NQ * H * R * sizeof *qr);
+    for (int i = 0; i < NQ * H * NK; i++)
         qn[i] = qscale * rng_f();
-    for (int i = 0; i < H * R; i++)
+    for (int i = 0; i < NQ * H * R; i++)
         qr[i] = qscale * rng_f();
     const float scale = 1.0f / sqrtf((float)(NK + R));
 
@@ -156,11 +160,16 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         scratch[i] = NAN; /* the kernels must not read scratch before writing it */
     for (size_t i = 0; i < GUARD; i++)
         tile[nt + i] = tile2[nt + i] = -1234.5f;
-    const size_t ow = (size_t)NV + GUARD;
-    float *out = malloc((size_t)H * ow * sizeof *out), *m = malloc((size_t)H * sizeof *m);
-    float *l = malloc((size_t)H * sizeof *l);
-    for (size_t i = 0; i < (size_t)H * ow; i++)
-        out[i] = -1234.5f;
+    /* per (query, head): o with guards; [0] grouped, [1] alone */
+    const size_t ow = (size_t)NV + GUARD, qh_n = (size_t)NQ * H;
+    float *out[2], *m[2], *l[2];
+    for (int w = 0; w < 2; w++) {
+        out[w] = malloc(qh_n * ow * sizeof *out[w]);
+        m[w] = malloc(qh_n * sizeof *m[w]);
+        l[w] = malloc(qh_n * sizeof *l[w]);
+        for (size_t i = 0; i < qh_n * ow; i++)
+            out[w][i] = -1234.5f;
+    }
     int partial_differs = 0;
     for (int pg = 0; pg < c.n_pages; pg++) {
         const int rows = n_kv - pg * PAGE < PAGE ? n_kv - pg * PAGE : PAGE;
@@ -174,37 +183,58 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
             const size_t v0 = (size_t)H * NK * PAGE + (size_t)R * PAGE + (size_t)r * H * NV;
             partial_differs += memcmp(tile + v0, tile2 + v0, (size_t)H * NV * sizeof *tile) != 0;
         }
-        for (int h = 0; h < H; h++)
-            fg_mha_attend(&p, tile, pg, rows, h, n_kv, qn + (size_t)h * NK, qr + (size_t)h * R, out + h * ow,
-                          &m[h], &l[h], scratch);
+        for (int h = 0; h < H; h++) {
+            const float *qnp[NQ], *qrp[NQ];
+            float *op[2][NQ], *mp[2][NQ], *lp[2][NQ];
+            for (int q = 0; q < NQ; q++) {
+                const size_t qh = (size_t)q * H + (size_t)h;
+                qnp[q] = qn + qh * NK;
+                qrp[q] = qr + qh * R;
+                for (int w = 0; w < 2; w++) {
+                    op[w][q] = out[w] + qh * ow;
+                    mp[w][q] = &m[w][qh];
+                    lp[w][q] = &l[w][qh];
+                }
+            }
+            fg_mha_attend(&p, tile, pg, rows, h, NQ, nkv_q, qnp, qrp, op[0], mp[0], lp[0], scratch);
+            for (int q = 0; q < NQ; q++)
+                fg_mha_attend(&p, tile, pg, rows, h, 1, &nkv_q[q], &qnp[q], &qrp[q], &op[1][q], &mp[1][q], &lp[1][q],
+                              scratch);
+        }
     }
     double err = 0.0;
-    int nonfinite = 0, guards = 0;
-    for (int h = 0; h < H; h++) {
-        fg_mha_finish(NV, out + h * ow, l[h]);
+    int nonfinite = 0, guards = 0, group_differs = 0;
+    for (size_t qh = 0; qh < qh_n; qh++) {
+        for (int w = 0; w < 2; w++) {
+            fg_mha_finish(NV, out[w] + qh * ow, l[w][qh]);
+            for (int i = 0; i < GUARD; i++)
+                guards += out[w][qh * ow + (size_t)NV + (size_t)i] != -1234.5f;
+        }
+        group_differs += memcmp(out[0] + qh * ow, out[1] + qh * ow, (size_t)NV * sizeof(float)) != 0;
+    }
+    for (int h = 0; h < H; h++) /* query 0 against the reference */
         for (int j = 0; j < NV; j++) {
-            const float x = out[h * ow + (size_t)j];
+            const float x = out[0][(size_t)h * ow + (size_t)j];
             nonfinite += !isfinite(x);
             err = fmax(err, fabs(x - ref[h * NV + j]));
         }
-        for (int i = 0; i < GUARD; i++)
-            guards += out[h * ow + (size_t)NV + (size_t)i] != -1234.5f;
-    }
     err /= vmax + 1e-30;
     for (int i = 0; i < GUARD; i++)
         guards += tile[nt + (size_t)i] != -1234.5f || tile2[nt + (size_t)i] != -1234.5f || !isnan(scratch[ns + (size_t)i]);
-    CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0 && partial_differs == 0,
+    CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0 && partial_differs == 0 && group_differs == 0,
               "%s %s H=%d L=%d R=%d nope=%d v=%d n_kv=%d q*%g: err %.3g (tol %.3g), %d non-finite, %d guards hit, "
-              "%d rows differ when their page held fewer rows",
+              "%d rows differ when their page held fewer rows, %d (query, head) differ grouped vs alone",
               fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, NK, NV, n_kv, qscale, err, TOL, nonfinite, guards,
-              partial_differs);
+              partial_differs, group_differs);
     if (getenv("FG_TEST_VERBOSE"))
         fprintf(stderr, "  %s %s H=%d L=%d R=%d nope=%d v=%d n_kv=%d q*%g: err %.3g\n", fg_isa_name(g_isa),
                 fg_kv_format_name(fmt), H, L, R, NK, NV, n_kv, qscale, err);
 
-    free(out);
-    free(m);
-    free(l);
+    for (int w = 0; w < 2; w++) {
+        free(out[w]);
+        free(m[w]);
+        free(l[w]);
+    }
     free(tile);
     free(tile2);
     free(scratch);
