@@ -36,11 +36,6 @@
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
 #define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
-/* Pages decompressed per round of the prompt attention: the tiles of a round
- * (about 270 KiB each on flash-mini) are shared by all threads, so a round
- * costs two pool jobs; four pages keep them in a core's L2 while making the
- * jobs few. */
-#define MHA_ROUND_PAGES 4
 
 struct fg_forward {
     const fg_model *m;
@@ -93,16 +88,14 @@ struct fg_forward {
     /* The decompressed (MHA) form for prompt tokens: */
     float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
     float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
-    float *mha_tiles;         /* [MHA_ROUND_PAGES][tile floats] one round's decompressed pages */
-    size_t mha_tile_floats;
+    float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
+    size_t mha_tile_floats, mha_page_tile_floats;
     float *mha_scratch;       /* [nth][mha_scratch_floats] */
     size_t mha_scratch_floats;
     float *mha_m, *mha_l;     /* [T][H] each prompt query's running maximum and denominator */
-    fg_mha_attn_params mha;   /* this round's sequence and layer */
-    int mha_first, mha_n;     /* this round: the sequence's prompt tokens [first, first + n) of the batch */
-    int mha_page0, mha_pages; /* this round: pages [page0, page0 + pages) */
-    int mha_rows;             /* rows of the sequence that the round's queries may read */
-    int mha_round;            /* pages per round: max(MHA_ROUND_PAGES, threads) */
+    fg_mha_attn_params mha;   /* the job's sequence and layer */
+    int mha_first, mha_n;     /* the job: the sequence's prompt tokens [first, first + n) of the batch */
+    int mha_rows;             /* rows of the sequence that the job's queries may read */
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
@@ -329,9 +322,9 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->mha_wv = xalloc(NL * L * H * NV * fl, &failed);
     const fg_mha_attn_params mp = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
                                    .n_nope = hp->n_nope, .n_v = hp->n_v};
-    f->mha_tile_floats = (fg_mha_tile_floats(&mp) + 15) & ~(size_t)15;
-    f->mha_round = nth > MHA_ROUND_PAGES ? nth : MHA_ROUND_PAGES; /* a page for every thread */
-    f->mha_tiles = xalloc((size_t)f->mha_round * f->mha_tile_floats * fl, &failed);
+    f->mha_page_tile_floats = (fg_mha_page_tile_floats(&mp) + 15) & ~(size_t)15;
+    f->mha_tile_floats = f->mha_page_tile_floats + ((fg_mha_head_tile_floats(&mp) + 15) & ~(size_t)15);
+    f->mha_tiles = xalloc((size_t)nth * f->mha_tile_floats * fl, &failed);
     f->mha_scratch_floats = (fg_mha_scratch_floats(&mp) + 15) & ~(size_t)15;
     f->mha_scratch = xalloc((size_t)nth * f->mha_scratch_floats * fl, &failed);
     f->mha_m = xalloc(T * H * fl, &failed);
@@ -499,60 +492,59 @@ static void attention_job(void *ctx, int ith, int nth)
     }
 }
 
-/* Decompresses this round's pages into the shared tiles, a page per task. */
-static void mha_decompress_job(void *ctx, int ith, int nth)
-{
-    fg_forward_t *f = ctx;
-    float *scratch = f->mha_scratch + (size_t)ith * f->mha_scratch_floats;
-    for (int k = ith; k < f->mha_pages; k += nth) {
-        const int page = f->mha_page0 + k, rows = f->mha_rows - page * FG_KV_PAGE_TOKENS;
-        fg_mha_decompress(&f->mha, page, rows < FG_KV_PAGE_TOKENS ? rows : FG_KV_PAGE_TOKENS,
-                          f->mha_tiles + (size_t)k * f->mha_tile_floats, scratch);
-    }
-}
-
-/* Updates every (head, query) state of the round by the round's pages. The
- * tasks are head-major and split contiguously, so a thread runs many queries
- * of one head in a row over a page whose keys and values of that head stay
- * in its L1. Which thread runs a task does not change its bits. */
-static void mha_attend_job(void *ctx, int ith, int nth)
+/* Prompt attention of one sequence's queries (batch tokens [mha_first,
+ * + mha_n)): the threads take heads (and, with more threads than heads,
+ * parts of the queries), so they share nothing and the job has no barrier
+ * inside. Each thread walks the pages in order: it loads a page once, then
+ * for each of its heads expands the page into that head's keys and values
+ * (a head tile that stays in its L1/L2) and updates its queries' states.
+ * Which thread does a task does not change any bit. */
+static void mha_job(void *ctx, int ith, int nth)
 {
     fg_forward_t *f = ctx;
     const fg_hparams *hp = &f->m->hp;
-    const int H = hp->n_head, R = hp->n_rope, qk = hp->n_nope + R, NV = hp->n_v;
-    float *scratch = f->mha_scratch + (size_t)ith * f->mha_scratch_floats;
+    const int H = hp->n_head, R = hp->n_rope, qk = hp->n_nope + R, NV = hp->n_v, n = f->mha_n;
+    const int parts = nth > H ? nth / H : 1; /* query parts per head */
     long b, e;
-    fg_pool_split((long)H * f->mha_n, 1, ith, nth, &b, &e);
-    for (int k = 0; k < f->mha_pages; k++) {
-        const int page = f->mha_page0 + k, rows = f->mha_rows - page * FG_KV_PAGE_TOKENS;
-        const float *tile = f->mha_tiles + (size_t)k * f->mha_tile_floats;
-        /* groups of up to FG_MHA_GROUP consecutive tasks of one head */
-        for (long task = b; task < e;) {
-            const int h = (int)(task / f->mha_n), t0 = f->mha_first + (int)(task % f->mha_n);
-            const long head_end = ((long)h + 1) * f->mha_n, end = e < head_end ? e : head_end;
-            const int g = end - task < FG_MHA_GROUP ? (int)(end - task) : FG_MHA_GROUP;
-            const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
-            float *o[FG_MHA_GROUP], *m[FG_MHA_GROUP], *l[FG_MHA_GROUP];
-            for (int i = 0; i < g; i++) {
-                const size_t th = (size_t)(t0 + i) * H + (size_t)h;
-                qn[i] = f->q + (size_t)(t0 + i) * H * qk + (size_t)h * qk;
-                qr[i] = f->q_rope + th * R;
-                o[i] = f->o + th * NV;
-                m[i] = f->mha_m + th;
-                l[i] = f->mha_l + th;
+    fg_pool_split((long)H * parts, 1, ith, nth, &b, &e);
+    if (b >= e)
+        return;
+    float *page_tile = f->mha_tiles + (size_t)ith * f->mha_tile_floats;
+    float *head_tile = page_tile + f->mha_page_tile_floats;
+    float *scratch = f->mha_scratch + (size_t)ith * f->mha_scratch_floats;
+    const int pages = (f->mha_rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    for (int page = 0; page < pages; page++) {
+        const int left = f->mha_rows - page * FG_KV_PAGE_TOKENS;
+        const int rows = left < FG_KV_PAGE_TOKENS ? left : FG_KV_PAGE_TOKENS;
+        fg_mha_load_page(&f->mha, page, rows, page_tile, scratch);
+        for (long task = b; task < e; task++) {
+            const int h = (int)(task / parts), part = (int)(task % parts);
+            const int q_begin = f->mha_first + (int)((long)n * part / parts);
+            const int q_end = f->mha_first + (int)((long)n * (part + 1) / parts);
+            if (q_begin >= q_end)
+                continue;
+            fg_mha_decompress(&f->mha, page_tile, rows, h, head_tile);
+            for (int t0 = q_begin; t0 < q_end; t0 += FG_MHA_GROUP) {
+                const int g = q_end - t0 < FG_MHA_GROUP ? q_end - t0 : FG_MHA_GROUP;
+                const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
+                float *o[FG_MHA_GROUP], *m[FG_MHA_GROUP], *l[FG_MHA_GROUP];
+                for (int i = 0; i < g; i++) {
+                    const size_t th = (size_t)(t0 + i) * H + (size_t)h;
+                    qn[i] = f->q + (size_t)(t0 + i) * H * qk + (size_t)h * qk;
+                    qr[i] = f->q_rope + th * R;
+                    o[i] = f->o + th * NV;
+                    m[i] = f->mha_m + th;
+                    l[i] = f->mha_l + th;
+                }
+                fg_mha_attend(&f->mha, page_tile, head_tile, page, rows, h, g, f->tok_nkv + t0, qn, qr, o, m, l,
+                              scratch);
             }
-            fg_mha_attend(&f->mha, tile, page, rows < FG_KV_PAGE_TOKENS ? rows : FG_KV_PAGE_TOKENS, h, g,
-                          f->tok_nkv + t0, qn, qr, o, m, l, scratch);
-            task += g;
         }
     }
 }
 
 /* Attention of one sequence's prompt tokens, batch tokens [first, first + n)
- * (consecutive positions), in the decompressed form, into their rows of o.
- * The sequence's cache is taken in rounds of mha_round pages: the threads
- * decompress the round's pages (each page once for all the queries), then
- * update every query's online softmax by them. */
+ * (consecutive positions), in the decompressed form, into their rows of o. */
 static void mha_prefill(fg_forward_t *f, int il, int first, int n)
 {
     const fg_hparams *hp = &f->m->hp;
@@ -576,13 +568,7 @@ static void mha_prefill(fg_forward_t *f, int il, int first, int n)
     f->mha_first = first;
     f->mha_n = n;
     f->mha_rows = f->tok_nkv[first + n - 1]; /* the last query reads the most */
-    const int pages = (f->mha_rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
-    for (int p0 = 0; p0 < pages; p0 += f->mha_round) {
-        f->mha_page0 = p0;
-        f->mha_pages = pages - p0 < f->mha_round ? pages - p0 : f->mha_round;
-        fg_pool_run(f->pool, mha_decompress_job, f);
-        fg_pool_run(f->pool, mha_attend_job, f);
-    }
+    fg_pool_run(f->pool, mha_job, f);
     for (int t = first; t < first + n; t++)
         for (int h = 0; h < H; h++)
             fg_mha_finish(NV, f->o + ((size_t)t * H + h) * NV, f->mha_l[(size_t)t * H + h]);

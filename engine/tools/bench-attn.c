@@ -106,9 +106,10 @@ static int mha_form(fg_mla_attn_params *p, int NK, int NV, const fg_model *mdl, 
     fg_mha_attn_params mp = {.n_head = H, .kv_lora = L, .n_rope = R, .n_nope = NK, .n_v = NV, .scale = p->scale,
                              .format = p->format, .pages = p->pages, .layer_offset = p->layer_offset,
                              .row_bytes = p->row_bytes, .wk = wk, .wv = wv, .isa = p->isa};
-    float *tile = malloc(fg_mha_tile_floats(&mp) * sizeof *tile);
+    float *page_tile = malloc(fg_mha_page_tile_floats(&mp) * sizeof *page_tile);
+    float *head_tile = malloc(fg_mha_head_tile_floats(&mp) * sizeof *head_tile);
     float *scratch = malloc(fg_mha_scratch_floats(&mp) * sizeof *scratch);
-    if (!tile || !scratch)
+    if (!page_tile || !head_tile || !scratch)
         return -1;
     int n_rows = 0;
     for (int q = 0; q < n_q; q++)
@@ -120,8 +121,9 @@ static int mha_form(fg_mla_attn_params *p, int NK, int NV, const fg_model *mdl, 
         for (int pg = 0; pg < pages; pg++) {
             const int rows = n_rows - pg * FG_KV_PAGE_TOKENS < FG_KV_PAGE_TOKENS ? n_rows - pg * FG_KV_PAGE_TOKENS
                                                                                  : FG_KV_PAGE_TOKENS;
-            fg_mha_decompress(&mp, pg, rows, tile, scratch);
-            for (int h = 0; h < H; h++)
+            fg_mha_load_page(&mp, pg, rows, page_tile, scratch);
+            for (int h = 0; h < H; h++) {
+                fg_mha_decompress(&mp, page_tile, rows, h, head_tile);
                 for (int q0 = 0; q0 < n_q; q0 += FG_MHA_GROUP) {
                     const int g = n_q - q0 < FG_MHA_GROUP ? n_q - q0 : FG_MHA_GROUP;
                     const float *qnp[FG_MHA_GROUP], *qrp[FG_MHA_GROUP];
@@ -134,8 +136,10 @@ static int mha_form(fg_mla_attn_params *p, int NK, int NV, const fg_model *mdl, 
                         mp_[i] = &m[qh];
                         lp[i] = &l[qh];
                     }
-                    fg_mha_attend(&mp, tile, pg, rows, h, g, n_kv + q0, qnp, qrp, op, mp_, lp, scratch);
+                    fg_mha_attend(&mp, page_tile, head_tile, pg, rows, h, g, n_kv + q0, qnp, qrp, op, mp_, lp,
+                                  scratch);
                 }
+            }
         }
         for (size_t qh = 0; qh < (size_t)n_q * H; qh++)
             fg_mha_finish(NV, out + qh * NV, l[qh]);
@@ -162,7 +166,8 @@ static int mha_form(fg_mla_attn_params *p, int NK, int NV, const fg_model *mdl, 
     free(m);
     free(l);
     free(wrow);
-    free(tile);
+    free(page_tile);
+    free(head_tile);
     free(scratch);
     return 0;
 }

@@ -1,17 +1,14 @@
 /* mha_attn.c: the decompressed-form attention of mha_attn.h: the scalar
- * reference and the dispatcher to the AVX-512 kernels (mha_attn_avx512.c).
+ * reference, the page loading (shared by both kernels: the dequantization is
+ * fg_kv_dequantize's) and the dispatcher to the AVX-512 kernels
+ * (mha_attn_avx512.c).
  *
- * Decompression: each row is dequantized, then every key and value element
- * is one sum over the latent in channel order. Attention: per page, the
- * scores of the rows the query reaches, one running-maximum update (and one
- * rescale of o) for the page, then o += sum_j p_j v_j. The page-at-a-time
- * update is what makes a query's bits independent of its chunk: the page
- * boundaries are absolute positions.
- *
- * Scratch (floats, fg_mha_scratch_floats): decompression, a dequantized row
- * block [PAGE][L + R] and the transposed latent [L][PAGE] (AVX-512);
- * attention, the page's scores [PAGE] (reference) or a group's weights
- * [FG_MHA_GROUP][PAGE] (AVX-512).
+ * Decompression: every key and value element of a row is one sum over the
+ * latent in channel order. Attention: per page, the scores of the rows the
+ * query reaches, one running-maximum update (and one rescale of o) for the
+ * page, then o += sum_j p_j v_j. The page-at-a-time update is what makes a
+ * query's bits independent of its chunk: the page boundaries are absolute
+ * positions.
  */
 #include "kernels/cpu/mha_attn.h"
 
@@ -20,17 +17,20 @@
 #include <math.h>
 #include <string.h>
 
-size_t fg_mha_tile_floats(const fg_mha_attn_params *p)
+size_t fg_mha_page_tile_floats(const fg_mha_attn_params *p)
 {
-    return (size_t)FG_MHA_PAGE * ((size_t)p->n_head * (size_t)(p->n_nope + p->n_v) + (size_t)p->n_rope);
+    return (size_t)FG_MHA_PAGE * (size_t)(p->kv_lora + p->n_rope);
+}
+
+size_t fg_mha_head_tile_floats(const fg_mha_attn_params *p)
+{
+    return (size_t)FG_MHA_PAGE * (size_t)(p->n_nope + p->n_v);
 }
 
 size_t fg_mha_scratch_floats(const fg_mha_attn_params *p)
 {
-    /* decompression: rows and the transposed latent; attention: a group's weights */
-    const size_t dec = (size_t)FG_MHA_PAGE * ((size_t)(p->kv_lora + p->n_rope) + (size_t)p->kv_lora);
-    const size_t att = (size_t)FG_MHA_PAGE * FG_MHA_GROUP;
-    return (dec > att ? dec : att) + 16;
+    const size_t row = (size_t)(p->kv_lora + p->n_rope), group = (size_t)FG_MHA_PAGE * FG_MHA_GROUP;
+    return row > group ? row : group; /* a dequantized row, or a group's scores or weights */
 }
 
 static int use_avx512(const fg_mha_attn_params *p)
@@ -39,51 +39,64 @@ static int use_avx512(const fg_mha_attn_params *p)
     return isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
 }
 
-static void decompress_scalar(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch)
+void fg_mha_load_page(const fg_mha_attn_params *p, int page, int n_rows, float *page_tile, float *scratch)
 {
-    const int H = p->n_head, L = p->kv_lora, R = p->n_rope, NK = p->n_nope, NV = p->n_v;
-    float *c = scratch, *kr = scratch + L;
-    float *kr_t = fg_mha_tile_kr(p, tile), *v = fg_mha_tile_v(p, tile);
-    for (int r = 0; r < n_rows; r++) {
-        const uint8_t *row = fg_mha_row(p, page * FG_MHA_PAGE + r);
-        fg_kv_dequantize(p->format, row, L, c);
-        if (R > 0)
-            fg_kv_dequantize(p->format, row + fg_kv_bytes(p->format, L), R, kr);
-        for (int h = 0; h < H; h++) {
-            float *k = fg_mha_tile_k(p, tile, h);
-            for (int j = 0; j < NK; j++) {
-                const float *w = p->wk + ((size_t)h * NK + j) * L;
-                float acc = 0.0f;
-                for (int i = 0; i < L; i++)
-                    acc += w[i] * c[i];
-                k[(size_t)j * FG_MHA_PAGE + r] = acc;
-            }
+    const int L = p->kv_lora, R = p->n_rope;
+    float *row = scratch;
+    float *kr_t = page_tile + (size_t)L * FG_MHA_PAGE;
+    if (n_rows > FG_MHA_PAGE)
+        n_rows = FG_MHA_PAGE;
+    for (int r = 0; r < FG_MHA_PAGE; r++) {
+        if (r < n_rows) {
+            const uint8_t *src = fg_mha_row(p, page * FG_MHA_PAGE + r);
+            fg_kv_dequantize(p->format, src, L, row);
+            if (R > 0)
+                fg_kv_dequantize(p->format, src + fg_kv_bytes(p->format, L), R, row + L);
+        } else {
+            memset(row, 0, (size_t)(L + R) * sizeof *row); /* absent rows: zeros, so every lane computes on numbers */
         }
+        for (int i = 0; i < L; i++)
+            page_tile[(size_t)i * FG_MHA_PAGE + r] = row[i];
         for (int j = 0; j < R; j++)
-            kr_t[(size_t)j * FG_MHA_PAGE + r] = kr[j];
-        float *vr = v + (size_t)r * H * NV;
-        for (int o = 0; o < H * NV; o++) {
+            kr_t[(size_t)j * FG_MHA_PAGE + r] = row[L + j];
+    }
+}
+
+static void decompress_scalar(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h,
+                              float *head_tile)
+{
+    const int H = p->n_head, L = p->kv_lora, NK = p->n_nope, NV = p->n_v;
+    float *v = head_tile + fg_mha_head_v_offset(p);
+    for (int r = 0; r < n_rows; r++) {
+        for (int j = 0; j < NK; j++) {
+            const float *w = p->wk + ((size_t)h * NK + j) * L;
             float acc = 0.0f;
             for (int i = 0; i < L; i++)
-                acc += c[i] * p->wv[(size_t)i * H * NV + o];
-            vr[o] = acc;
+                acc += w[i] * page_tile[(size_t)i * FG_MHA_PAGE + r];
+            head_tile[(size_t)j * FG_MHA_PAGE + r] = acc;
+        }
+        for (int j = 0; j < NV; j++) {
+            float acc = 0.0f;
+            for (int i = 0; i < L; i++)
+                acc += page_tile[(size_t)i * FG_MHA_PAGE + r] * p->wv[(size_t)i * H * NV + (size_t)h * NV + j];
+            v[(size_t)r * NV + j] = acc;
         }
     }
 }
 
-/* One page's update for the query's first n rows of it (n >= 1). */
-static void attend_scalar(const fg_mha_attn_params *p, const float *tile, int page, int n, int h,
-                          const float *q_nope, const float *q_rope, float *o, float *m, float *l, float *scratch)
+/* One page's update for one query's first n rows of it (n >= 1). */
+static void attend_scalar(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page,
+                          int n, const float *q_nope, const float *q_rope, float *o, float *m, float *l,
+                          float *scratch)
 {
-    const int H = p->n_head, R = p->n_rope, NK = p->n_nope, NV = p->n_v;
-    const float *k = fg_mha_tile_k(p, (float *)tile, h), *kr_t = fg_mha_tile_kr(p, (float *)tile);
-    const float *v = fg_mha_tile_v(p, (float *)tile) + (size_t)h * NV;
+    const int R = p->n_rope, NK = p->n_nope, NV = p->n_v;
+    const float *kr_t = fg_mha_page_kr(p, page_tile), *v = head_tile + fg_mha_head_v_offset(p);
     float *s = scratch;
     float mx = -INFINITY;
     for (int r = 0; r < n; r++) {
         float acc = 0.0f;
         for (int j = 0; j < NK; j++)
-            acc += q_nope[j] * k[(size_t)j * FG_MHA_PAGE + r];
+            acc += q_nope[j] * head_tile[(size_t)j * FG_MHA_PAGE + r];
         for (int j = 0; j < R; j++)
             acc += q_rope[j] * kr_t[(size_t)j * FG_MHA_PAGE + r];
         s[r] = p->scale * acc;
@@ -101,29 +114,28 @@ static void attend_scalar(const fg_mha_attn_params *p, const float *tile, int pa
     for (int r = 0; r < n; r++) {
         const float pr = expf(s[r] - m_new);
         sum += pr;
-        const float *vr = v + (size_t)r * H * NV;
         for (int j = 0; j < NV; j++)
-            o[j] += pr * vr[j];
+            o[j] += pr * v[(size_t)r * NV + j];
     }
     *l = first ? sum : *l * corr + sum;
     *m = m_new;
 }
 
-void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch)
+void fg_mha_decompress(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h, float *head_tile)
 {
     if (n_rows < 1)
         return;
     if (n_rows > FG_MHA_PAGE)
         n_rows = FG_MHA_PAGE;
     if (use_avx512(p))
-        fg_mha_decompress_avx512(p, page, n_rows, tile, scratch);
+        fg_mha_decompress_avx512(p, page_tile, n_rows, h, head_tile);
     else
-        decompress_scalar(p, page, n_rows, tile, scratch);
+        decompress_scalar(p, page_tile, n_rows, h, head_tile);
 }
 
-void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_q,
-                   const int *n_kv, const float *const *q_nope, const float *const *q_rope, float *const *o,
-                   float *const *m, float *const *l, float *scratch)
+void fg_mha_attend(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page, int n_rows,
+                   int h, int n_q, const int *n_kv, const float *const *q_nope, const float *const *q_rope,
+                   float *const *o, float *const *m, float *const *l, float *scratch)
 {
     const int avx512 = use_avx512(p);
     for (int i0 = 0; i0 < n_q; i0 += FG_MHA_GROUP) {
@@ -140,8 +152,8 @@ void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int
         }
         if (!avx512) {
             for (int k = 0; k < g; k++)
-                attend_scalar(p, tile, page, n[k], h, q_nope[idx[k]], q_rope[idx[k]], o[idx[k]], m[idx[k]],
-                              l[idx[k]], scratch);
+                attend_scalar(p, page_tile, head_tile, page, n[k], q_nope[idx[k]], q_rope[idx[k]], o[idx[k]],
+                              m[idx[k]], l[idx[k]], scratch);
             continue;
         }
         const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
@@ -154,7 +166,7 @@ void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int
             ll[k] = l[idx[k]];
         }
         if (g > 0)
-            fg_mha_attend_avx512(p, tile, page, h, g, n, qn, qr, oo, mm, ll, scratch);
+            fg_mha_attend_avx512(p, page_tile, head_tile, page, h, g, n, qn, qr, oo, mm, ll, scratch);
     }
 }
 

@@ -9,19 +9,23 @@
  * many queries it does fewer operations, and the decompression is a dense
  * product.
  *
- * Work is organised in tiles of one cache page (FG_KV_PAGE_TOKENS rows):
- *   fg_mha_decompress: page -> tile (keys, rope keys, values of every head);
- *   fg_mha_attend:     several queries' online-softmax states for one head
- *                      updated by the tile's rows that each query reaches
+ * Work goes a cache page (FG_KV_PAGE_TOKENS rows) at a time, per head, so
+ * that threads can take heads and share nothing:
+ *   fg_mha_load_page:  page -> page tile (the latent transposed, rows in
+ *                      the fastest index, and the rope keys likewise);
+ *   fg_mha_decompress: page tile -> head tile (head h's keys and values);
+ *   fg_mha_attend:     several queries' online-softmax states for head h
+ *                      updated by the page's rows that each query reaches
  *                      (the AVX-512 kernel takes FG_MHA_GROUP queries per
- *                      pass over the head's keys and values, so each vector
- *                      load feeds several queries; per query the arithmetic
- *                      is that of a lone query).
- * A tile's bits depend only on the page's rows (each element is the same
- * fused multiply-add chain whichever rows share the tile), and a query's
- * arithmetic depends only on its own n_kv and the tiles (pages in order,
- * one softmax update per page), so a query's output is bit-identical however
- * a prompt is chunked or batched, and whichever thread decompressed a page.
+ *                      pass over the head tile, so each vector load feeds
+ *                      several queries; per query the arithmetic is that of
+ *                      a lone query).
+ * A head tile's bits depend only on the page's rows (each element is one
+ * fused multiply-add chain over the latent, whichever rows share the page),
+ * and a query's arithmetic depends only on its own n_kv and the tiles (pages
+ * in order, one softmax update per page), so a query's output is
+ * bit-identical however a prompt is chunked or batched, and whichever thread
+ * did the work.
  *
  * For head h and cached row t (c_t latent, kr_t rope key):
  *   k_t[h][j] = sum_l wk[h][j][l] c_t[l]        j < n_nope
@@ -33,8 +37,7 @@
  * `isa` chooses, as in mla_attn.h. They agree to float rounding
  * (tests/unit/test_mha_attn.c).
  *
- * Thread safety: pure; several threads may decompress different pages into
- * different tiles and attend different (query, head) states at once.
+ * Thread safety: pure; each thread uses its own tiles and scratch.
  */
 #ifndef FG_MHA_ATTN_H
 #define FG_MHA_ATTN_H
@@ -62,29 +65,35 @@ typedef struct fg_mha_attn_params {
     fg_isa isa;                    /* FG_ISA_AUTO: the best this CPU runs; else as mla_attn.h */
 } fg_mha_attn_params;
 
-/* Floats of one tile: keys [H][n_nope][PAGE] (row index fastest), rope keys
- * [R][PAGE], values [PAGE][H * n_v]. */
-size_t fg_mha_tile_floats(const fg_mha_attn_params *p);
-/* Floats of per-thread scratch for either function. */
+/* Floats of a page tile: latent [L][PAGE], rope keys [R][PAGE]. */
+size_t fg_mha_page_tile_floats(const fg_mha_attn_params *p);
+/* Floats of a head tile: keys [n_nope][PAGE], values [PAGE][n_v]. */
+size_t fg_mha_head_tile_floats(const fg_mha_attn_params *p);
+/* Floats of scratch for fg_mha_load_page and fg_mha_attend. */
 size_t fg_mha_scratch_floats(const fg_mha_attn_params *p);
 
-/* Decompresses rows [page * PAGE, page * PAGE + n_rows) (1 <= n_rows <= PAGE)
- * into tile; rows of the tile past n_rows are left as they were. */
-void fg_mha_decompress(const fg_mha_attn_params *p, int page, int n_rows, float *tile, float *scratch);
+/* Dequantizes rows [page * PAGE, page * PAGE + n_rows) (1 <= n_rows <= PAGE)
+ * into the page tile; the tile's rows past n_rows are zeros. */
+void fg_mha_load_page(const fg_mha_attn_params *p, int page, int n_rows, float *page_tile, float *scratch);
+
+/* Head h's keys and values of the page tile's first n_rows rows into the
+ * head tile (rows past n_rows: unspecified). */
+void fg_mha_decompress(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h, float *head_tile);
 
 /* Queries that the AVX-512 attention takes through a tile together. */
 #define FG_MHA_GROUP 4
 
-/* Updates the states of n_q queries for head h by the rows of `tile` (page
- * `page`, n_rows valid rows) that each attends to: query i reads rows
- * t < n_kv[i]. Page 0 initialises (m, l, o); later pages must come in order.
- * A query that reaches no row of the page is left unchanged. Per query:
- * q_nope[i] [n_nope], q_rope[i] [R] (roped), o[i] [n_v] unnormalised output,
- * *m[i] running maximum, *l[i] running denominator. Each query's bits are
- * those of a call with that query alone. */
-void fg_mha_attend(const fg_mha_attn_params *p, const float *tile, int page, int n_rows, int h, int n_q,
-                   const int *n_kv, const float *const *q_nope, const float *const *q_rope, float *const *o,
-                   float *const *m, float *const *l, float *scratch);
+/* Updates the states of n_q queries for head h by the rows of page `page`
+ * (n_rows valid rows; page_tile for its rope keys, head_tile for h's keys
+ * and values) that each attends to: query i reads rows t < n_kv[i]. Page 0
+ * initialises (m, l, o); later pages must come in order. A query that
+ * reaches no row of the page is left unchanged. Per query: q_nope[i]
+ * [n_nope], q_rope[i] [R] (roped), o[i] [n_v] unnormalised output, *m[i]
+ * running maximum, *l[i] running denominator. Each query's bits are those
+ * of a call with that query alone. */
+void fg_mha_attend(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page, int n_rows,
+                   int h, int n_q, const int *n_kv, const float *const *q_nope, const float *const *q_rope,
+                   float *const *o, float *const *m, float *const *l, float *scratch);
 
 /* The final division: o [n_v] /= l. */
 void fg_mha_finish(int n_v, float *o, float l);

@@ -153,13 +153,18 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         .pages = c.table, .layer_offset = c.layer_offset, .row_bytes = c.row_bytes, .wk = wk, .wv = wv,
         .isa = g_isa,
     };
-    const size_t nt = fg_mha_tile_floats(&p), ns = fg_mha_scratch_floats(&p);
-    float *tile = malloc((nt + GUARD) * sizeof *tile), *tile2 = malloc((nt + GUARD) * sizeof *tile2);
+    /* tiles: [0] the page as it is, [1] as it was with fewer rows */
+    const size_t npt = fg_mha_page_tile_floats(&p), nht = fg_mha_head_tile_floats(&p), ns = fg_mha_scratch_floats(&p);
+    float *pt[2], *ht[2];
+    for (int w = 0; w < 2; w++) {
+        pt[w] = malloc((npt + GUARD) * sizeof *pt[w]);
+        ht[w] = malloc((nht + GUARD) * sizeof *ht[w]);
+        for (size_t i = 0; i < GUARD; i++)
+            pt[w][npt + i] = ht[w][nht + i] = -1234.5f;
+    }
     float *scratch = malloc((ns + GUARD) * sizeof *scratch);
     for (size_t i = 0; i < ns + GUARD; i++)
         scratch[i] = NAN; /* the kernels must not read scratch before writing it */
-    for (size_t i = 0; i < GUARD; i++)
-        tile[nt + i] = tile2[nt + i] = -1234.5f;
     /* per (query, head): o with guards; [0] grouped, [1] alone */
     const size_t ow = (size_t)NV + GUARD, qh_n = (size_t)NQ * H;
     float *out[2], *m[2], *l[2];
@@ -173,17 +178,19 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
     int partial_differs = 0;
     for (int pg = 0; pg < c.n_pages; pg++) {
         const int rows = n_kv - pg * PAGE < PAGE ? n_kv - pg * PAGE : PAGE;
-        fg_mha_decompress(&p, pg, rows, tile, scratch);
-        /* the page as it was when it held fewer rows: the same bits for those rows */
         const int fewer = rows > 1 ? rows / 2 : 1;
-        fg_mha_decompress(&p, pg, fewer, tile2, scratch);
-        for (int r = 0; r < fewer; r++) {
-            for (int o = 0; o < H * NK; o++)
-                partial_differs += memcmp(&tile[(size_t)o * PAGE + r], &tile2[(size_t)o * PAGE + r], 4) != 0;
-            const size_t v0 = (size_t)H * NK * PAGE + (size_t)R * PAGE + (size_t)r * H * NV;
-            partial_differs += memcmp(tile + v0, tile2 + v0, (size_t)H * NV * sizeof *tile) != 0;
-        }
+        fg_mha_load_page(&p, pg, rows, pt[0], scratch);
+        fg_mha_load_page(&p, pg, fewer, pt[1], scratch);
         for (int h = 0; h < H; h++) {
+            fg_mha_decompress(&p, pt[0], rows, h, ht[0]);
+            /* the page as it was when it held fewer rows: the same bits for those rows */
+            fg_mha_decompress(&p, pt[1], fewer, h, ht[1]);
+            for (int r = 0; r < fewer; r++) {
+                for (int j = 0; j < NK; j++)
+                    partial_differs += memcmp(&ht[0][(size_t)j * PAGE + r], &ht[1][(size_t)j * PAGE + r], 4) != 0;
+                const size_t v0 = (size_t)NK * PAGE + (size_t)r * NV;
+                partial_differs += memcmp(ht[0] + v0, ht[1] + v0, (size_t)NV * sizeof(float)) != 0;
+            }
             const float *qnp[NQ], *qrp[NQ];
             float *op[2][NQ], *mp[2][NQ], *lp[2][NQ];
             for (int q = 0; q < NQ; q++) {
@@ -196,10 +203,10 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
                     lp[w][q] = &l[w][qh];
                 }
             }
-            fg_mha_attend(&p, tile, pg, rows, h, NQ, nkv_q, qnp, qrp, op[0], mp[0], lp[0], scratch);
+            fg_mha_attend(&p, pt[0], ht[0], pg, rows, h, NQ, nkv_q, qnp, qrp, op[0], mp[0], lp[0], scratch);
             for (int q = 0; q < NQ; q++)
-                fg_mha_attend(&p, tile, pg, rows, h, 1, &nkv_q[q], &qnp[q], &qrp[q], &op[1][q], &mp[1][q], &lp[1][q],
-                              scratch);
+                fg_mha_attend(&p, pt[0], ht[0], pg, rows, h, 1, &nkv_q[q], &qnp[q], &qrp[q], &op[1][q], &mp[1][q],
+                              &lp[1][q], scratch);
         }
     }
     double err = 0.0;
@@ -220,7 +227,9 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         }
     err /= vmax + 1e-30;
     for (int i = 0; i < GUARD; i++)
-        guards += tile[nt + (size_t)i] != -1234.5f || tile2[nt + (size_t)i] != -1234.5f || !isnan(scratch[ns + (size_t)i]);
+        guards += pt[0][npt + (size_t)i] != -1234.5f || pt[1][npt + (size_t)i] != -1234.5f ||
+                  ht[0][nht + (size_t)i] != -1234.5f || ht[1][nht + (size_t)i] != -1234.5f ||
+                  !isnan(scratch[ns + (size_t)i]);
     CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0 && partial_differs == 0 && group_differs == 0,
               "%s %s H=%d L=%d R=%d nope=%d v=%d n_kv=%d q*%g: err %.3g (tol %.3g), %d non-finite, %d guards hit, "
               "%d rows differ when their page held fewer rows, %d (query, head) differ grouped vs alone",
@@ -235,8 +244,10 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         free(m[w]);
         free(l[w]);
     }
-    free(tile);
-    free(tile2);
+    for (int w = 0; w < 2; w++) {
+        free(pt[w]);
+        free(ht[w]);
+    }
     free(scratch);
     free(ref);
     free(s);
