@@ -18,8 +18,8 @@
  *     largest logit, and the same greedy token at every position; a decode
  *     after either prefill agrees likewise.
  *
- * Runs tiny.gguf (a small MoE model) with an F32 and an FP4
- * cache, both kernel sets. On flash-mini the logits of a random-token prompt
+ * Runs tiny.gguf (a small MoE model): the scalar kernels with an F32 cache,
+ * the best kernels with an F32 and an FP4 cache. On flash-mini the logits of a random-token prompt
  * are not a usable comparison: its MoE routing is a discontinuous top-k, so
  * float-rounding differences (from either form, or from the absorbed form
  * cut into other chunks) flip expert choices and move logits by ~0.5 of
@@ -35,7 +35,7 @@
 #include "engine/model.h"
 #include "tests/model/model_test.h"
 
-#define N 150    /* prompt tokens: three pages, the last one partly filled */
+#define N 100    /* prompt tokens: two pages, the last one partly filled */
 #define T 256    /* max batch tokens */
 #define OTHER 40 /* the neighbour's prompt */
 
@@ -184,10 +184,8 @@ static void check_model(const char *path, fg_kv_format fmt, fg_isa isa)
 
 int main(void)
 {
-    const fg_isa isas[] = {FG_ISA_SCALAR, FG_ISA_AUTO};
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        check_model(model_path("tiny.gguf"), FG_KV_F32, isas[i]);
-        check_model(model_path("tiny.gguf"), FG_KV_FP4, isas[i]);
-    }
+    check_model(model_path("tiny.gguf"), FG_KV_F32, FG_ISA_SCALAR);
+    check_model(model_path("tiny.gguf"), FG_KV_F32, FG_ISA_AUTO);
+    check_model(model_path("tiny.gguf"), FG_KV_FP4, FG_ISA_AUTO);
     return TEST_DONE("test_prefill_forms");
 }
