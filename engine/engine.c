@@ -362,8 +362,9 @@ int fg_session_length(const fg_session_t *s)
     return n;
 }
 
-fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
-                       fg_diag *diag)
+/* fg_session_eval with the tokens marked as sampled (decode) or input. */
+static fg_err session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
+                           bool sampled, fg_diag *diag)
 {
     fg_engine_t *e = s->e;
     if (e->opt.serve)
@@ -390,7 +391,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
     for (int done = 0; done < n;) {
         int m = n - done < chunk ? n - done : chunk;
         bool last = done + m == n;
-        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL};
+        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL, .sampled = sampled};
         if (logits && logits_all) {
             fs.n_logits = m;
             fs.logits = logits + (size_t)done * V;
@@ -406,6 +407,17 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
         done += m;
     }
     return FG_OK;
+}
+
+fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
+                       fg_diag *diag)
+{
+    return session_eval(s, tokens, n, logits, logits_all, false, diag);
+}
+
+fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag)
+{
+    return session_eval(s, &token, 1, logits, false, true, diag);
 }
 
 fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,

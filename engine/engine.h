@@ -221,13 +221,19 @@ void fg_session_delete(fg_session_t *s);
 /* Tokens in the session's cache (direct mode; in serving mode a snapshot). */
 int fg_session_length(const fg_session_t *s);
 
-/* Direct mode only. Appends n tokens: runs them through the model (in chunks
- * of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
+/* Direct mode only. Appends n input tokens: runs them through the model (in
+ * chunks of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
  * last token, or [n][vocab] when logits_all. On error the session is unchanged.
  * Errors: FG_ERR_CONTEXT_FULL, FG_ERR_KV_FULL, FG_ERR_TOKEN_ID,
  * FG_ERR_INVALID_ARG, FG_ERR_STATE (serving mode). */
 fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                        fg_diag *diag);
+/* Direct mode only. Appends one token that the model sampled (a decode
+ * step): as fg_session_eval of that token, but its attention runs in the
+ * absorbed form, as a served decode does (fg_session_eval's tokens are input
+ * and run in the decompressed form, cheap per token only for many tokens at
+ * once). logits: NULL or [vocab]. Errors: as fg_session_eval. */
+fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag);
 
 /* ---- serving mode ---- */
 

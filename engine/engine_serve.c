@@ -491,7 +491,8 @@ static int plan_step(fg_engine_t *e)
             /* Sample after a decode, or after the chunk that ends the input of a generating response. */
             s->batch_logits = !pass || (s->batch_tokens == s->todo_n && s->resp.p.generate);
             e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
-                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL};
+                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL,
+                                       .sampled = !pass /* a decode feeds back the sampled token */};
             e->cand[n++] = s; /* overwrites only entries already read */
             ntok += s->batch_tokens;
         }
