@@ -47,6 +47,16 @@ struct fg_moe_compute {
     fg_err (*run)(fg_moe_compute *c, const fg_layer *ly, const fg_moe_rows *r, fg_diag *diag);
 };
 
+/* The grouped rows laid out by ascending expert id, the order of the grouped
+ * GPU kernels (kernels/cuda/moe_experts.cuh: a segment per expert id):
+ * seg[e] .. seg[e + 1] are expert e's sorted positions (empty for experts
+ * without a slot) and slot_row[p] the received row at sorted position p.
+ * slot_of: [n_expert] scratch. Returns the rows laid out (seg[n_expert]),
+ * or -1 with diag set (FG_ERR_INVALID_ARG: a slot's expert out of range or
+ * held twice, a row out of range, more than max_rows rows). */
+int fg_moe_rows_by_expert(const fg_moe_rows *r, int n_expert, int max_rows, int *slot_of, int *seg, int *slot_row,
+                          fg_diag *diag);
+
 /* The CPU implementation: the matrix kernels of kernels/cpu over the model's
  * (memory-mapped) expert weights, one expert's rows at a time.
  * max_rows: rows one expert can get in a round (the buffers are sized for

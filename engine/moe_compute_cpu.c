@@ -119,3 +119,36 @@ void fg_moe_compute_cpu_destroy(fg_moe_compute *base)
     free(c->mm_scratch);
     free(c);
 }
+
+int fg_moe_rows_by_expert(const fg_moe_rows *r, int n_expert, int max_rows, int *slot_of, int *seg, int *slot_row,
+                          fg_diag *diag)
+{
+    for (int e = 0; e < n_expert; e++)
+        slot_of[e] = -1;
+    for (int s = 0; s < r->n_slots; s++) {
+        const int e = r->expert[s];
+        if (e < 0 || e >= n_expert || slot_of[e] >= 0) {
+            fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert compute: slot %d holds expert %d (out of range or twice)",
+                        s, e);
+            return -1;
+        }
+        slot_of[e] = s;
+    }
+    int p = 0;
+    for (int e = 0; e < n_expert; e++) {
+        seg[e] = p;
+        const int s = slot_of[e];
+        if (s < 0)
+            continue;
+        for (int q = r->seg[s]; q < r->seg[s + 1]; q++) {
+            if (p >= max_rows || r->row[q] < 0 || r->row[q] >= r->n_rows) {
+                fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert compute: bad grouping (%d rows, room for %d)",
+                            r->n_rows, max_rows);
+                return -1;
+            }
+            slot_row[p++] = r->row[q];
+        }
+    }
+    seg[n_expert] = p;
+    return p;
+}

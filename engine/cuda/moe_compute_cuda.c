@@ -64,29 +64,10 @@ static fg_err run_round(cuda_compute *k, const fg_layer *ly, const fg_moe_rows *
                            r->n_rows, r->x_stride, (long long)k->cap, d + 1);
 
     /* 1: segments by expert id; slot_row[p]: the received row of sorted slot p */
-    for (int e = 0; e < E; e++)
-        k->slot_of[e] = -1;
-    for (int s = 0; s < r->n_slots; s++) {
-        const int e = r->expert[s];
-        if (e < 0 || e >= E || k->slot_of[e] >= 0)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cuda experts: slot %d holds expert %d (out of range or twice)",
-                               s, e);
-        k->slot_of[e] = s;
-    }
     int *seg = k->h_ints, *slot_row = k->h_ints + E + 1;
-    int p = 0;
-    for (int e = 0; e < E; e++) {
-        seg[e] = p;
-        const int s = k->slot_of[e];
-        if (s < 0)
-            continue;
-        for (int q = r->seg[s]; q < r->seg[s + 1]; q++) {
-            if (p >= k->cap || r->row[q] < 0 || r->row[q] >= r->n_rows)
-                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cuda experts: bad grouping (%d rows)", r->n_rows);
-            slot_row[p++] = r->row[q];
-        }
-    }
-    seg[E] = p;
+    const int p = fg_moe_rows_by_expert(r, E, (int)k->cap, k->slot_of, seg, slot_row, diag);
+    if (p < 0)
+        return FG_ERR_INVALID_ARG;
     if (p == 0)
         return FG_OK;
 

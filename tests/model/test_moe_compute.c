@@ -6,7 +6,11 @@
  * expert's rows gathered in group order (the path moe_ep took before the
  * interface), and within 1e-4 of one row at a time; a row outside every
  * group is left untouched; more rows per expert than the compute was made
- * for is refused. */
+ * for is refused. The layout the GPU compute hands its grouped kernels
+ * (fg_moe_rows_by_expert: segments by ascending expert id) holds the same
+ * rows per expert, and its data flow run here with the CPU products gives
+ * the same results; a slot holding an expert twice, a row out of range and
+ * more rows than room are refused. */
 #include <math.h>
 #include <string.h>
 
@@ -101,6 +105,41 @@ static void check_model(const char *file)
         }
     CHECK_MSG(worst <= 1e-4f, "%s: %g from one row at a time", file, (double)worst);
     CHECK(y[(size_t)(ROWS - 1) * dd] == -7.0f && y[(size_t)ROWS * dd - 1] == -7.0f);
+
+    /* The GPU compute's layout: expert 2's rows, then expert E - 1's; every other segment empty. */
+    int *slot_of = malloc(sizeof(int) * (size_t)E), *bseg = malloc(sizeof(int) * (size_t)(E + 1)), srow[ROWS];
+    CHECK(fg_moe_rows_by_expert(&r, E, ROWS, slot_of, bseg, srow, &d) == 10);
+    const int want_rows[10] = {3, 8, 2, 5, 6, 4, 0, 7, 9, 1};
+    CHECK(memcmp(srow, want_rows, sizeof want_rows) == 0);
+    for (int e = 0; e <= E; e++)
+        CHECK_MSG(bseg[e] == (e <= 2 ? 0 : e < E ? 5 : 10), "segment %d starts at %d", e, bseg[e]);
+    float *y2 = malloc(sizeof(float) * ROWS * (size_t)dd);
+    for (size_t i = 0; i < ROWS * (size_t)dd; i++)
+        y2[i] = -7.0f;
+    for (int e = 0; e < E; e++) { /* as the grouped kernels: each expert over its sorted rows */
+        const int n = bseg[e + 1] - bseg[e];
+        if (n == 0)
+            continue;
+        for (int j = 0; j < n; j++)
+            memcpy(xe + (size_t)j * dd, x + (size_t)srow[bseg[e] + j] * stride, sizeof(float) * (size_t)dd);
+        direct(ly, e, xe, n, dd, F, ye);
+        for (int j = 0; j < n; j++)
+            memcpy(y2 + (size_t)srow[bseg[e] + j] * dd, ye + (size_t)j * dd, sizeof(float) * (size_t)dd);
+    }
+    CHECK_MSG(memcmp(y2, want, sizeof(float) * ROWS * (size_t)dd) == 0, "%s: the by-expert layout's results differ",
+              file);
+    CHECK(fg_moe_rows_by_expert(&r, E, 9, slot_of, bseg, srow, &d) == -1 && strstr(d.msg, "room for 9"));
+    const int twice[3] = {2, 0, 2};
+    fg_moe_rows bad_r = r;
+    bad_r.expert = twice;
+    CHECK(fg_moe_rows_by_expert(&bad_r, E, ROWS, slot_of, bseg, srow, &d) == -1 && strstr(d.msg, "twice"));
+    const int far_row[10] = {4, 0, 7, 9, 1, 3, 8, 2, 5, ROWS};
+    bad_r = r;
+    bad_r.row = far_row;
+    CHECK(fg_moe_rows_by_expert(&bad_r, E, ROWS, slot_of, bseg, srow, &d) == -1);
+    free(slot_of);
+    free(bseg);
+    free(y2);
 
     /* Six rows for one expert, room for five. */
     const int seg6[2] = {0, 6}, row6[6] = {0, 1, 2, 3, 4, 5};
