@@ -443,8 +443,12 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
     ep->grp_seg[0] = 0;
     for (int s = 0; s < slots; s++)
         ep->grp_seg[s + 1] = ep->grp_count[s];
-    if (!ep->compute)
-        return fg_diag_set(diag, FG_ERR_STATE, "rank %d: no expert compute (its backend was closed)", ep->rank);
+    if (!ep->compute) { /* detached (its backend closed): the peers get zeros, as for a row of no slot */
+        memset(ep->out_rows, 0, (size_t)rows * d * sizeof(float));
+        return err != FG_OK ? err
+                            : fg_diag_set(diag, FG_ERR_STATE, "rank %d: no expert compute (its backend was closed)",
+                                          ep->rank);
+    }
     const fg_moe_rows r = {.n_rows = rows, .x = ep->recv_rows + 1, .x_stride = ep->rec, .n_slots = slots,
                            .expert = held, .seg = ep->grp_seg, .row = ep->grp_rows, .y = ep->out_rows};
     fg_diag later; /* the first error (a row for an expert not held) keeps the caller's message */
