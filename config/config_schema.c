@@ -101,7 +101,8 @@ const fg_cfg_key fg_cfg_keys[] = {
           "Prompt tokens of one session prefilled per step, so that a long prompt does not stall "
           "other sessions' decoding; at most model.max_batch_tokens."),
     K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
-           "Compute backend: cpu, or cuda (needs a CUDA build and a GPU)."),
+           "Compute backend: cpu, or cuda (needs a CUDA build and a GPU; with topology.ranks > 1 one GPU "
+           "per local rank, rank i on device i)."),
 
     K_INT(fg_config, "topology.ranks", topology.ranks, 1, 1, 1024,
           "Expert-parallel ranks over all nodes (72 on an NVL72 rack); 1 runs every expert in one place "
@@ -136,8 +137,8 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_ENUM(fg_config, "topology.transport", topology.transport, transport_names, FG_CONFIG_TRANSPORT_INPROC,
            "How ranks exchange tokens: inproc (threads of this process, shared memory) or nccl (one "
            "rank per GPU, the nodes in separate processes; needs a CUDA build with NCCL, and with several "
-           "nodes a redis.address every node reaches; the ranks compute on model.backend cpu so far, see "
-           "docs/parallel.md)."),
+           "nodes a redis.address every node reaches; the ranks compute on model.backend, with cuda local "
+           "rank i on GPU i, see docs/parallel.md)."),
     K_STR(fg_config, "topology.bootstrap", topology.bootstrap, "flashgate:ep", FG_CFG_NONEMPTY,
           "Redis key prefix under which node 0 publishes the NCCL unique id for the other nodes; give "
           "each launch its own (a job id) so no node reads a stale one."),

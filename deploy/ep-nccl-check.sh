@@ -7,6 +7,11 @@
 # The compute stays on the CPU; what this checks is the NCCL transport
 # (ncclCommInitRank from one thread per rank, grouped ncclSend/ncclRecv, the
 # staging copies).
+# Then the ranks on the cuda backend (test_ep_logits --cuda, in-process
+# transport, rank i computing on GPU i: attention and its experts on the GPU,
+# the exchange through the host; logits within 1e-3 of the largest, same
+# greedy tokens), and test_backend, which with 2 GPUs compares an engine of
+# 2 cuda ranks with one of 2 cpu ranks.
 # Then, with 2 GPUs or more, the engine over several nodes: two processes, one
 # per "node" (1 GPU each, 2 each with 4 GPUs or more; CUDA_VISIBLE_DEVICES
 # splits the GPUs), bootstrapped through a local redis-server, each running
@@ -25,13 +30,16 @@ if [[ "$gpus" -lt 1 ]]; then
 fi
 ((gpus > 4)) && gpus=4
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFG_CUDA=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target flashgate-modelgen test_ep_logits test_ep_nodes
+cmake --build "$build" -j"$(nproc)" --target flashgate-modelgen test_ep_logits test_ep_nodes test_backend
 grep -q 'FG_HAVE_NCCL' "$build/engine/CMakeFiles/fg_engine.dir/flags.make" ||
   { echo "ep-nccl-check: this build found no NCCL" >&2; exit 1; }
 export FG_BIN=$build/bin FG_TEST_DATA=$build/testdata
 "$root/tests/model/gen_models.sh" >/dev/null
 echo "ep-nccl-check: $gpus GPU(s)"
 timeout 300 "$build/tests/test_ep_logits" --nccl "$gpus"
+echo "ep-nccl-check: ranks on the cuda backend, $gpus GPU(s)"
+timeout 300 "$build/tests/test_ep_logits" --cuda "$gpus"
+timeout 300 "$build/tests/test_backend"
 
 if [[ "$gpus" -lt 2 ]]; then
   echo "ep-nccl-check: 1 GPU: the several-node check needs 2 (NCCL allows one rank per GPU)"

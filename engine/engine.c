@@ -122,12 +122,6 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
-    if (o->ep_ranks > 1 && o->backend != FG_ENGINE_BACKEND_CPU) {
-        err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                          "expert parallelism (topology.ranks %d) runs on the cpu backend only so far; see docs/parallel.md",
-                          o->ep_ranks);
-        goto fail;
-    }
     if (o->ep_ranks > 1) {
         /* Each rank has its own forward pass and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
@@ -136,7 +130,8 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
                                   .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement,
                                   .recv_capacity_rows = o->ep_recv_capacity_rows,
-                                  .hot_experts = o->ep_hot_experts, .expert_tokens = e->expert_tokens};
+                                  .hot_experts = o->ep_hot_experts, .expert_tokens = e->expert_tokens,
+                                  .backend = (fg_backend_kind)o->backend, .kv = e->kv};
         uint8_t nccl_id[FG_EP_NCCL_ID_BYTES];
         if (o->ep_transport == 1) {
             if ((err = nccl_job_id(o, o->ep_ranks / per_node, nccl_id, diag)))
@@ -230,7 +225,8 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .weight_bytes_active = e->model->weight_bytes_active,
         .n_threads = e->ep ? fg_ep_ranks_count(e->ep) * fg_ep_ranks_threads(e->ep) : fg_pool_size(e->pool),
         .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
-        .backend = e->backend ? fg_backend_kind_name(fg_backend_kind_of(e->backend)) : "cpu",
+        .backend = e->backend ? fg_backend_kind_name(fg_backend_kind_of(e->backend))
+                              : fg_backend_kind_name((fg_backend_kind)e->opt.backend), /* ranks: the option's */
         .model_identity = e->model->identity,
     };
 }
@@ -315,6 +311,9 @@ void fg_session_free(fg_session_t *s)
     fg_session_dealloc(s);
 }
 
+/* Under expert parallelism the host pages are current after every step (the
+ * cpu ranks compute in them; cuda ranks write theirs back), so a page needs
+ * no copy to the host; one changed on the host is re-read by every cuda rank. */
 fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag)
 {
     return e->backend ? fg_backend_kv_page_to_host(e->backend, page, diag) : FG_OK;
@@ -322,6 +321,8 @@ fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag)
 
 fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag)
 {
+    if (e->ep)
+        fg_ep_ranks_page_changed(e->ep, page);
     return e->backend ? fg_backend_kv_page_to_device(e->backend, page, diag) : FG_OK;
 }
 

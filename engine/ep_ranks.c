@@ -21,7 +21,8 @@ typedef struct rank {
     struct fg_ep_ranks *owner;
     int id;
     fg_pool_t *pool;          /* NULL: one thread */
-    fg_forward_t *fwd;
+    fg_forward_t *fwd;        /* cpu: this rank's forward pass */
+    fg_backend_t *be;         /* cuda: this rank's backend on device id (fwd NULL) */
     fg_ep_transport_t *t;
     fg_moe_ep_t *ep;
     pthread_t thread;
@@ -44,6 +45,8 @@ struct fg_ep_ranks {
     int job_ranks, first_rank; /* the whole job's ranks; global id of local rank 0 */
     fg_ep_shard_t *shard;
     fg_ep_inproc_group_t *group;  /* owned; NULL when shared or NCCL */
+    fg_kv_store_t *kv;        /* cuda: the host store */
+    uint32_t *kv_versions;    /* cuda: [store pages] shared by the ranks' backends; NULL on the cpu */
     rank *ranks;              /* [n] the local ranks */
     bool in_round;            /* [set before a hand-off] this step starts with an agreement round */
     bool leave;               /* [set before a hand-off] the round announces that this node leaves */
@@ -124,7 +127,8 @@ static void run_rank(rank *k)
 {
     if (k->owner->in_round && ((k->err = agree(k)) != FG_OK || !k->round.stepped))
         return;
-    k->err = fg_forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag);
+    k->err = k->fwd ? fg_forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag)
+                    : fg_backend_run(k->be, k->tok, k->seqs, k->n_seqs, &k->diag);
 }
 
 static void *rank_main(void *arg)
@@ -169,6 +173,9 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
                            n_local, o->n_ranks);
     if (o->group && o->nccl_id)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: a shared group and an NCCL id both given");
+    if ((o->backend != FG_BACKEND_CPU && o->backend != FG_BACKEND_CUDA) || (o->backend == FG_BACKEND_CUDA && !o->kv))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: backend %d (cuda needs the KV store)",
+                           (int)o->backend);
     fg_ep_shard_t *shard;
     fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = o->n_ranks,
                               .experts_per_rank = o->experts_per_rank, .redundant = o->redundant,
@@ -186,12 +193,18 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
     r->first_rank = o->first_rank;
     r->max_tokens = o->max_tokens;
     r->shard = shard;
+    r->kv = o->kv;
     r->threads_per_rank = o->n_threads / n_local > 1 ? o->n_threads / n_local : 1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->go_cv, NULL);
     pthread_cond_init(&r->done_cv, NULL);
     r->ranks = calloc((size_t)r->n, sizeof *r->ranks);
     if (!r->ranks) {
+        fg_ep_ranks_destroy(r);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
+    }
+    if (o->backend == FG_BACKEND_CUDA &&
+        !(r->kv_versions = calloc(fg_kv_store_pages_total(o->kv) + 1, sizeof *r->kv_versions))) {
         fg_ep_ranks_destroy(r);
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
     }
@@ -217,11 +230,27 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             fg_ep_ranks_destroy(r);
             return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
         }
-        if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag)) ||
-            (!o->nccl_id && (err = fg_ep_inproc_transport_create(o->group ? o->group : r->group, r->first_rank + i,
+        if ((!o->nccl_id && (err = fg_ep_inproc_transport_create(o->group ? o->group : r->group, r->first_rank + i,
                                                                   &k->t, diag))) ||
             (err = fg_moe_ep_create(m, shard, k->t, r->max_tokens, o->recv_capacity_rows, k->pool, o->isa,
                                     &k->ep, diag))) {
+            fg_ep_ranks_destroy(r);
+            return err;
+        }
+        if (o->backend == FG_BACKEND_CUDA) {
+            fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = geo, .kv = o->kv,
+                                     .max_tokens = r->max_tokens, .pool = k->pool, .isa = o->isa,
+                                     .expert_tokens = o->expert_tokens, .ep = k->ep,
+                                     .kv_versions = r->kv_versions, .device = i};
+            fg_diag bd;
+            if ((err = fg_backend_open(&bo, &k->be, &bd))) {
+                fg_diag_set(diag, err, "rank %d (CUDA device %d): %s", r->first_rank + i, i, bd.msg);
+                fg_ep_ranks_destroy(r);
+                return err;
+            }
+            continue;
+        }
+        if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag))) {
             fg_ep_ranks_destroy(r);
             return err;
         }
@@ -252,6 +281,7 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
         if (k->started)
             pthread_join(k->thread, NULL);
         fg_forward_destroy(k->fwd);
+        fg_backend_close(k->be); /* before its exchange: it detaches its compute from it */
         fg_moe_ep_destroy(k->ep);
         fg_ep_transport_destroy(k->t);
         fg_pool_destroy(k->pool);
@@ -261,11 +291,18 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
     }
     fg_ep_inproc_group_destroy(r->group);
     fg_ep_shard_destroy(r->shard);
+    free(r->kv_versions);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->go_cv);
     pthread_cond_destroy(&r->done_cv);
     free(r->ranks);
     free(r);
+}
+
+void fg_ep_ranks_page_changed(fg_ep_ranks_t *r, const uint8_t *page)
+{
+    if (r->kv_versions)
+        (void)fg_backend_kv_page_changed(r->kv, r->kv_versions, page);
 }
 
 int fg_ep_ranks_count(const fg_ep_ranks_t *r) { return r->n; }

@@ -3,9 +3,13 @@
  * together — the serving engine's form of expert parallelism.
  *
  * Each rank is a thread with its own forward pass (scratch), worker pool and
- * end of an in-process transport (or of NCCL, one GPU per rank, to check the
- * NCCL path on one node); the model weights (memory-mapped) and the
- * KV store are shared. Attention is data-parallel: a sequence runs on the
+ * end of an in-process transport (or of NCCL, one GPU per rank); the model
+ * weights (memory-mapped) and the KV store are shared. The forward pass is
+ * the CPU's (engine/forward.c), or with the cuda backend one CUDA backend
+ * per rank, local rank i on CUDA device i, computing its attention and its
+ * experts on that GPU (the exchange still runs on host buffers); then each
+ * rank's device holds a copy of the KV pool, and pages move between the
+ * devices through the host store (fg_backend_options.kv_versions). Attention is data-parallel: a sequence runs on the
  * rank the caller names (the engine assigns each session one rank for its
  * life, so its KV pages are only ever written by that rank). MoE layers are
  * expert-parallel: each rank computes the experts the shard gives it, for
@@ -32,6 +36,7 @@
 #define FG_EP_RANKS_H
 
 #include "config/fg_error.h"
+#include "engine/backend.h"
 #include "engine/ep_shard.h"
 #include "engine/ep_transport.h"
 #include "engine/forward.h"
@@ -63,6 +68,11 @@ typedef struct fg_ep_ranks_options {
      * device i of this node (the compute stays on the CPU; NCCL stages the
      * host buffers through the device). */
     const uint8_t *nccl_id;
+    /* Where each rank computes: FG_BACKEND_CPU (0, the default) or
+     * FG_BACKEND_CUDA (local rank i on device i; needs kv, the host store the
+     * sequences' pages come from). */
+    fg_backend_kind backend;
+    fg_kv_store_t *kv;
 } fg_ep_ranks_options;
 
 /* Every node must be made with the same n_ranks, n_local, max_tokens and
@@ -72,11 +82,18 @@ typedef struct fg_ep_ranks_options {
  * fg_ep_shard_create), FG_ERR_INVALID_ARG (n_ranks outside 1..FG_EP_MAX_RANKS,
  * max_tokens < 1, n_local not dividing n_ranks, first_rank not a node's
  * first, several nodes with neither a group nor an NCCL id, a group of
- * another size), FG_ERR_UNSUPPORTED and FG_ERR_IO (NCCL: see
- * fg_ep_nccl_transport_create), FG_ERR_NOMEM (also: a thread could not start). */
+ * another size, cuda without kv), FG_ERR_UNSUPPORTED and FG_ERR_IO (NCCL: see
+ * fg_ep_nccl_transport_create; cuda: no usable GPU for a rank, the message
+ * says which, see fg_backend_open), FG_ERR_NOMEM (also: a thread could not
+ * start). */
 fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
                           fg_ep_ranks_t **out, fg_diag *diag);
 void fg_ep_ranks_destroy(fg_ep_ranks_t *r);
+
+/* A host page of the store changed outside the ranks' runs (restored from
+ * disk, copied on write): with the cuda backend every rank uploads it before
+ * its next read; a no-op on the cpu backend. Call between steps. */
+void fg_ep_ranks_page_changed(fg_ep_ranks_t *r, const uint8_t *page);
 
 /* Ranks this object runs (n_local): sequences name them 0 .. count - 1. */
 int fg_ep_ranks_count(const fg_ep_ranks_t *r);

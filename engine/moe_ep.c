@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine/hash64.h"
+#include "engine/moe_compute.h"
 #include "kernels/cpu/vecops.h"
 
 #define FG_MOE_EP_MAX_K 64 /* experts per token the combine step sorts on the stack */
@@ -59,10 +60,9 @@ struct fg_moe_ep {
     float *back_rows;           /* [T * K][d] results of our own slots, in the order they were sent */
     int *grp_count;             /* [S + 1] received rows per local expert slot */
     int *grp_rows;              /* [cap] received row indices grouped by slot */
-    float *xe;                  /* [min(R * T, cap)][d] one expert's gathered rows */
-    float *ff_gate, *ff_up;     /* [min(R * T, cap)][F] */
-    float *ye;                  /* [min(R * T, cap)][d] */
-    void *mm_scratch;
+    int *grp_seg;               /* [S + 1] grouped positions of each slot (fg_moe_rows.seg) */
+    fg_moe_compute *cpu;        /* owned: the CPU expert compute, until another is set */
+    fg_moe_compute *compute;    /* where the experts run: cpu, or one set by fg_moe_ep_set_compute; NULL: none */
     fg_moe_ep_stats stats;      /* since create */
 };
 
@@ -161,24 +161,15 @@ fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_tra
     ep->back_rows = alloc64((size_t)TK * d * fl, &failed);
     ep->grp_count = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
     ep->grp_rows = alloc64(cap * sizeof(int), &failed);
+    ep->grp_seg = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
     /* A token picks an expert at most once, so one expert gets at most R * T rows, and at most cap in a round. */
     const size_t RT = R * (size_t)ep->T < cap ? R * (size_t)ep->T : cap;
-    ep->xe = alloc64(RT * d * fl, &failed);
-    ep->ff_gate = alloc64(RT * (size_t)ep->F * fl, &failed);
-    ep->ff_up = alloc64(RT * (size_t)ep->F * fl, &failed);
-    ep->ye = alloc64(RT * d * fl, &failed);
-    size_t mm = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const fg_layer *ly = &m->layers[il];
-        if (!ly->is_moe)
-            continue;
-        const fg_weight *ws[] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
-        for (int i = 0; i < 3; i++) {
-            size_t b = fg_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, (int64_t)RT);
-            mm = b > mm ? b : mm;
-        }
+    if (!failed) {
+        fg_diag cd;
+        if (fg_moe_compute_cpu_create(m, (int64_t)RT, pool, isa, &ep->cpu, &cd) != FG_OK)
+            failed = 1;
+        ep->compute = ep->cpu;
     }
-    ep->mm_scratch = alloc64(mm, &failed);
     if (failed) {
         fg_moe_ep_destroy(ep);
         return fg_diag_set(diag, FG_ERR_NOMEM,
@@ -203,21 +194,24 @@ void fg_moe_ep_destroy(fg_moe_ep_t *ep)
     void *bufs[] = {ep->slot_dst,   ep->slot_round, ep->slot_pos,   ep->order,      ep->round_start, ep->run,
                     ep->hdr_send,   ep->hdr,        ep->hdr_bytes,  ep->plan_j0,    ep->plan_n,      ep->plan_off,
                     ep->round_send, ep->round_recv, ep->send_bytes, ep->recv_bytes, ep->send_rows,   ep->recv_rows,
-                    ep->out_rows,   ep->back_rows,  ep->grp_count,  ep->grp_rows,   ep->xe,          ep->ff_gate,
-                    ep->ff_up,      ep->ye,         ep->mm_scratch};
+                    ep->out_rows,   ep->back_rows,  ep->grp_count,  ep->grp_rows,   ep->grp_seg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    fg_moe_compute_cpu_destroy(ep->cpu);
     free(ep);
 }
 
 int64_t fg_moe_ep_capacity(const fg_moe_ep_t *ep) { return ep->cap; }
 void fg_moe_ep_get_stats(const fg_moe_ep_t *ep, fg_moe_ep_stats *st) { *st = ep->stats; }
+int fg_moe_ep_rank(const fg_moe_ep_t *ep) { return ep->rank; }
+const fg_ep_shard_t *fg_moe_ep_shard(const fg_moe_ep_t *ep) { return ep->shard; }
 
-static void matmul(fg_moe_ep_t *ep, const fg_weight *w, int64_t mat, const float *x, int n, float *y)
+void fg_moe_ep_set_compute(fg_moe_ep_t *ep, fg_moe_compute *compute)
 {
-    const uint8_t *data = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes;
-    /* Cannot fail: types and shapes were validated at model load. */
-    (void)fg_matmul(ep->pool, ep->isa, w->type, data, w->n_in, w->n_out, x, n, y, ep->mm_scratch);
+    /* The CPU compute's buffers (sized like the receive side) are not needed once another takes over. */
+    fg_moe_compute_cpu_destroy(ep->cpu);
+    ep->cpu = NULL;
+    ep->compute = compute;
 }
 
 /* Rows rank q sends rank p for p's slot s, from the gathered headers. */
@@ -446,23 +440,20 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
             ep->grp_rows[ep->grp_count[s]++] = j;
     }
     /* grp_count[s] now holds the end of slot s's rows; its start is grp_count[s - 1]. */
-    for (int s = 0; s < slots; s++) {
-        const int begin = s ? ep->grp_count[s - 1] : 0, m = ep->grp_count[s] - begin, e = held[s];
-        if (m == 0)
-            continue;
-        for (int j = 0; j < m; j++)
-            memcpy(ep->xe + (size_t)j * d, ep->recv_rows + (size_t)ep->grp_rows[begin + j] * ep->rec + 1,
-                   (size_t)d * sizeof(float));
-        matmul(ep, &ly->gate_exps, e, ep->xe, m, ep->ff_gate);
-        matmul(ep, &ly->up_exps, e, ep->xe, m, ep->ff_up);
-        for (int j = 0; j < m; j++)
-            fg_silu_mul(ep->ff_gate + (size_t)j * ep->F, ep->ff_up + (size_t)j * ep->F, ep->F);
-        matmul(ep, &ly->down_exps, e, ep->ff_gate, m, ep->ye);
-        for (int j = 0; j < m; j++)
-            memcpy(ep->out_rows + (size_t)ep->grp_rows[begin + j] * d, ep->ye + (size_t)j * d,
-                   (size_t)d * sizeof(float));
+    ep->grp_seg[0] = 0;
+    for (int s = 0; s < slots; s++)
+        ep->grp_seg[s + 1] = ep->grp_count[s];
+    if (!ep->compute) { /* detached (its backend closed): the peers get zeros, as for a row of no slot */
+        memset(ep->out_rows, 0, (size_t)rows * d * sizeof(float));
+        return err != FG_OK ? err
+                            : fg_diag_set(diag, FG_ERR_STATE, "rank %d: no expert compute (its backend was closed)",
+                                          ep->rank);
     }
-    return err;
+    const fg_moe_rows r = {.n_rows = rows, .x = ep->recv_rows + 1, .x_stride = ep->rec, .n_slots = slots,
+                           .expert = held, .seg = ep->grp_seg, .row = ep->grp_rows, .y = ep->out_rows};
+    fg_diag later; /* the first error (a row for an expert not held) keeps the caller's message */
+    const fg_err ce = ep->compute->run(ep->compute, ly, &r, err == FG_OK ? diag : &later);
+    return err != FG_OK ? err : ce;
 }
 
 /* x[t] += sum_k w[t][k] * result of slot (t, k), experts in ascending id order. */

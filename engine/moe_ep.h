@@ -11,8 +11,9 @@
  *  3. per round: each rank sends every peer at most share = capacity / ranks
  *     of its rows for that peer ([expert id][xn row of d]), so no receiver
  *     gets more than its capacity; each rank groups the rows it received by
- *     expert and runs each expert's SwiGLU once over them (the existing
- *     matrix kernels); the d-wide results go back the way they came;
+ *     expert slot and runs each expert's SwiGLU once over them through its
+ *     expert compute (engine/moe_compute.h: the CPU matrix kernels, or the
+ *     rank's GPU); the d-wide results go back the way they came;
  *  4. the home rank adds w_k * result into x, each token's experts in
  *     ascending id order (the order the single-rank loop adds them in), after
  *     the last round, so the rounds do not change the sums' order.
@@ -33,6 +34,7 @@
 #include "engine/ep_shard.h"
 #include "engine/ep_transport.h"
 #include "engine/model.h"
+#include "engine/moe_compute.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -69,6 +71,19 @@ fg_err fg_moe_ep_idle(fg_moe_ep_t *ep, fg_diag *diag);
 
 /* Rows this rank receives per round (the capacity, or the worst case). */
 int64_t fg_moe_ep_capacity(const fg_moe_ep_t *ep);
+/* This rank's id in the group, and the placement it was made with. */
+int fg_moe_ep_rank(const fg_moe_ep_t *ep);
+const fg_ep_shard_t *fg_moe_ep_shard(const fg_moe_ep_t *ep);
+
+/* Makes compute run this rank's experts from now on (engine/moe_compute.h;
+ * the CUDA backend sets its GPU compute when opened for a rank). The CPU
+ * compute made at create is freed, so the first set is final; compute is not
+ * owned and must outlive its use, and NULL detaches it (what a closing
+ * backend does): later layers then fail with FG_ERR_STATE, still taking part
+ * in the exchange. Rows one expert gets in a round are at most
+ * min(n_ranks * max_tokens, capacity); a round's rows at most the capacity,
+ * (1 + d) floats apart. Call between layers only. */
+void fg_moe_ep_set_compute(fg_moe_ep_t *ep, fg_moe_compute *compute);
 typedef struct fg_moe_ep_stats {
     uint64_t exchanges;      /* MoE layer exchanges (calls of fg_moe_ep_experts) */
     uint64_t rounds;         /* rounds they ran: one each unless the capacity split some */

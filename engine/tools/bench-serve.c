@@ -122,9 +122,10 @@ int main(int argc, char **argv)
         {"reps", required_argument, 0, 'r'},     {"kv-format", required_argument, 0, 'k'},
         {"ep-ranks", required_argument, 0, 'E'}, {"ep-redundant", required_argument, 0, 'R'},
         {"ep-capacity", required_argument, 0, 'C'}, {"ep-hot", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"backend", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:C:H:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:C:H:B:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': snprintf(levels_arg, sizeof levels_arg, "%s", optarg); break;
@@ -138,10 +139,17 @@ int main(int argc, char **argv)
         case 'R': eo.ep_redundant = atoi(optarg); break;
         case 'C': eo.ep_recv_capacity_rows = atoll(optarg); break; /* topology.recv_capacity_rows */
         case 'H': eo.ep_hot_experts = optarg; break;               /* topology.hot_experts */
+        case 'B': /* model.backend; with --ep-ranks and cuda, rank i on GPU i */
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "error: --backend is cpu or cuda\n");
+                return 2;
+            }
+            eo.backend = strcmp(optarg, "cuda") == 0 ? FG_ENGINE_BACKEND_CUDA : FG_ENGINE_BACKEND_CPU;
+            break;
         case 'h':
             printf("usage: flashgate-bench-serve [--model PATH] [--sessions 1,8,64,256,1024] [--prompt 128] "
                    "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F] [--ep-ranks N] "
-                   "[--ep-redundant N] [--ep-capacity ROWS] [--ep-hot 5,0,9]\n");
+                   "[--ep-redundant N] [--ep-capacity ROWS] [--ep-hot 5,0,9] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
