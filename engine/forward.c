@@ -346,6 +346,25 @@ static void matmul(fg_forward_t *f, const fg_weight *w, int64_t mat, const float
     (void)fg_matmul(f->pool, f->isa, w->type, data, w->n_in, w->n_out, x, n, y, f->mm_scratch);
 }
 
+/* a[n][wa.n_out] and b[n][wb.n_out]: matrix `mat` of wa and of wb applied to
+ * the same x[n][n_in] in one fg_matmul_many call. */
+static void matmul2_on(fg_pool_t *pool, fg_isa isa, void *mm_scratch, const fg_weight *wa, float *a,
+                       const fg_weight *wb, float *b, int64_t mat, const float *x, int n)
+{
+    const fg_matmul_op ops[2] = {
+        {.wtype = wa->type, .w = (const uint8_t *)wa->data + (size_t)mat * wa->mat_bytes, .n_out = wa->n_out, .y = a},
+        {.wtype = wb->type, .w = (const uint8_t *)wb->data + (size_t)mat * wb->mat_bytes, .n_out = wb->n_out, .y = b},
+    };
+    /* Cannot fail: types and shapes were validated at model load (wa and wb read the same rows). */
+    (void)fg_matmul_many(pool, isa, ops, 2, wa->n_in, x, n, mm_scratch);
+}
+
+static void matmul2(fg_forward_t *f, const fg_weight *wa, float *a, const fg_weight *wb, float *b, int64_t mat,
+                    const float *x, int n)
+{
+    matmul2_on(f->pool, f->isa, f->mm_scratch, wa, a, wb, b, mat, x, n);
+}
+
 static void rmsnorm_rows(float *y, const float *x, const float *w, int n, int width, int y_stride, int x_stride,
                          float eps)
 {
@@ -458,14 +477,14 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     const int qk = nope + R;
 
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
+    /* the two products of xn in one call: xn quantized once, one row job */
     if (hp->q_lora > 0) {
-        matmul(f, &ly->q_a, 0, f->xn, n, f->qa);
+        matmul2(f, &ly->q_a, f->qa, &ly->kv_a, f->kva, 0, f->xn, n);
         rmsnorm_rows(f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
         matmul(f, &ly->q_b, 0, f->qa, n, f->q);
     } else {
-        matmul(f, &ly->q_b, 0, f->xn, n, f->q);
+        matmul2(f, &ly->q_b, f->q, &ly->kv_a, f->kva, 0, f->xn, n);
     }
-    matmul(f, &ly->kv_a, 0, f->xn, n, f->kva);
 
     /* New cache rows: normalised latent and roped key, stored in the cache format. */
     for (int t = 0; t < n; t++) {
@@ -517,10 +536,9 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, const fg_weight *down, int64_t mat,
                    const float *x, int n, float *y)
 {
-    matmul(f, gate, mat, x, n, f->ff_gate);
-    matmul(f, up, mat, x, n, f->ff_up);
+    matmul2(f, gate, f->ff_gate, up, f->ff_up, mat, x, n);
     for (int t = 0; t < n; t++)
-        fg_silu_mul(f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out, (int)gate->n_out);
+        fg_silu_mul_isa(f->isa, f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out, (int)gate->n_out);
     matmul(f, down, mat, f->ff_gate, n, y);
 }
 
@@ -528,16 +546,12 @@ static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, 
 static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
                        const fg_weight *down, int64_t mat, const float *x, int n, float *y)
 {
-    const fg_weight *w[3] = {gate, up, down};
-    const uint8_t *data[3];
-    for (int i = 0; i < 3; i++)
-        data[i] = (const uint8_t *)w[i]->data + (size_t)mat * w[i]->mat_bytes;
-    /* Cannot fail: types and shapes were validated at model load. */
-    (void)fg_matmul(NULL, f->isa, gate->type, data[0], gate->n_in, gate->n_out, x, n, sc->gate, sc->mm);
-    (void)fg_matmul(NULL, f->isa, up->type, data[1], up->n_in, up->n_out, x, n, sc->up, sc->mm);
+    const uint8_t *down_data = (const uint8_t *)down->data + (size_t)mat * down->mat_bytes;
+    matmul2_on(NULL, f->isa, sc->mm, gate, sc->gate, up, sc->up, mat, x, n); /* x quantized once for both */
     for (int t = 0; t < n; t++)
-        fg_silu_mul(sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out, (int)gate->n_out);
-    (void)fg_matmul(NULL, f->isa, down->type, data[2], down->n_in, down->n_out, sc->gate, n, y, sc->mm);
+        fg_silu_mul_isa(f->isa, sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out, (int)gate->n_out);
+    /* Cannot fail: types and shapes were validated at model load. */
+    (void)fg_matmul(NULL, f->isa, down->type, down_data, down->n_in, down->n_out, sc->gate, n, y, sc->mm);
 }
 
 /* Each thread takes tasks until none are left: task -1 is the shared expert

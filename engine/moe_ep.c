@@ -205,7 +205,7 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
         matmul(ep, &ly->gate_exps, e, ep->xe, m, ep->ff_gate);
         matmul(ep, &ly->up_exps, e, ep->xe, m, ep->ff_up);
         for (int j = 0; j < m; j++)
-            fg_silu_mul(ep->ff_gate + (size_t)j * ep->F, ep->ff_up + (size_t)j * ep->F, ep->F);
+            fg_silu_mul_isa(ep->isa, ep->ff_gate + (size_t)j * ep->F, ep->ff_up + (size_t)j * ep->F, ep->F);
         matmul(ep, &ly->down_exps, e, ep->ff_gate, m, ep->ye);
         for (int j = 0; j < m; j++)
             memcpy(ep->out_rows + (size_t)ep->grp_rows[begin + j] * d, ep->ye + (size_t)j * d,

@@ -65,6 +65,28 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
               const float *x, int64_t n_tok, float *y, void *scratch);
 
+/* One weight of a fg_matmul_many() call: y [n_tok][n_out] = W x. */
+typedef struct fg_matmul_op {
+    int wtype;
+    const void *w;     /* [n_out][n_in] in wtype */
+    int64_t n_out;
+    float *y;          /* [n_tok][n_out], overwritten */
+} fg_matmul_op;
+
+#define FG_MATMUL_MAX_OPS 4
+
+/* Several weights applied to the same x [n_tok][n_in] (an expert's gate and
+ * up, the attention's q_a and kv_a): the Q8_0 activations are quantized once
+ * for all of them, and the rows of every weight are shared out over the pool
+ * in one job, so the call costs one or two pool barriers instead of that many
+ * per weight. Each op's y is bit-identical to a fg_matmul() of that weight
+ * alone. n_ops in [1, FG_MATMUL_MAX_OPS]. Returns 0, or -1 (nothing computed)
+ * if any op would make fg_matmul() fail or n_ops is out of range. scratch:
+ * fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, n_in, n_tok) bytes when any op is
+ * Q8_0, 64-byte aligned. */
+int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                   int64_t n_tok, void *scratch);
+
 /* Q8_0 repacked for the AVX-512 panel kernel, once at load, so small batches
  * (the MoE experts' 1 .. 12 tokens) get the panel kernel's cost per product
  * without repacking each block on every call.

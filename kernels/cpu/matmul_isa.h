@@ -38,12 +38,21 @@ typedef struct fg_matmul_args {
     const float *x;    /* [n_tok][n_in] */
     float *y;          /* [n_tok][n_out] */
     fg_q8_act xq;      /* Q8_0 only */
+    /* Which parts of xq the AVX-512 quantizer fills, beyond qs and d: the
+     * union over every product that reads this quantization (fg_matmul_many) */
+    int q8_corr;       /* corr (the Q8_0 tiles) */
+    int q8_panels;     /* pq, pd, pc (the panels, repacked here or at load) */
+    int q8_pad;        /* zeros for the last panel group's tokens past n_tok (the repacking panel kernel) */
     void *scratch;     /* scalar Q8_0: [n_tok][n_in / 32] fg_block_q8_0 */
 } fg_matmul_args;
 
 /* Quantize tokens [t_begin, t_end) of a->x into a->xq. */
 void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
 void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
+
+/* Which parts of fg_q8_act the AVX-512 kernels read for a product of wtype
+ * over n_tok tokens (the q8_* fields of fg_matmul_args); each is 0 or 1. */
+void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad);
 
 /* y[:, o_begin:o_end] for all tokens. */
 void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);

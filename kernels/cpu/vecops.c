@@ -1,10 +1,13 @@
-/* vecops.c: the per-row vector operations of vecops.h, plain C.
- * The compiler vectorises the simple loops; none of these is hot enough to
- * deserve an ISA-specific version.
+/* vecops.c: the per-row vector operations of vecops.h, plain C, and the
+ * dispatch to the ISA-specific versions (vecops_isa.h).
+ * The compiler vectorises the simple loops; only SiLU's expf was hot enough
+ * to deserve an ISA-specific version.
  */
 #include "kernels/cpu/vecops.h"
 
 #include <math.h>
+
+#include "kernels/cpu/vecops_isa.h"
 
 void fg_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
@@ -47,6 +50,16 @@ void fg_silu_mul(float *gate, const float *up, int n)
         /* g / (1 + e^-g): for very negative g the denominator is +inf and the result -0 */
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void fg_silu_mul_isa(fg_isa isa, float *gate, const float *up, int n)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512))
+        fg_silu_mul_avx512(gate, up, n);
+    else
+        fg_silu_mul(gate, up, n);
 }
 
 void fg_axpy(float *y, float a, const float *x, int n)

@@ -446,6 +446,93 @@ static void test_q8_p16(void)
     free(sc);
 }
 
+/* fg_matmul_many: several weights over the same x, each op's y bit-identical
+ * to fg_matmul of that weight alone, for every ISA, pool and batch size (the
+ * shared quantization must hold what every op's kernel reads: tiles, panels,
+ * the packed layout). A mix of Q8_0, packed Q8_0 and F32; off AVX-512 the
+ * packed op runs on the reference while the others do not. */
+static void test_many(void)
+{
+    enum { N_IN = 96, N_OPS = 4, MAX_TOK = 64 };
+    const int types[N_OPS] = {FG_WTYPE_Q8_0, FG_WTYPE_Q8_0_P16, FG_WTYPE_F32, FG_WTYPE_Q8_0};
+    const int64_t outs[N_OPS] = {48, 32, 20, 16};
+    void *w[N_OPS];
+    for (int i = 0; i < N_OPS; i++) {
+        size_t bytes;
+        w[i] = make_weights(types[i] == FG_WTYPE_Q8_0_P16 ? FG_WTYPE_Q8_0 : types[i], N_IN, outs[i], &bytes);
+        if (types[i] == FG_WTYPE_Q8_0_P16) {
+            void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            CHECK(fg_matmul_pack_q8_p16(w[i], N_IN, outs[i], packed) == 0);
+            free(w[i]);
+            w[i] = packed;
+        }
+    }
+    float *x = malloc((size_t)N_IN * MAX_TOK * sizeof *x);
+    for (int i = 0; i < N_IN * MAX_TOK; i++)
+        x[i] = rng_f() * 2.0f;
+    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
+    const size_t scratch_bytes = fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
+    float *alone[N_OPS], *many[N_OPS];
+    for (int i = 0; i < N_OPS; i++) {
+        alone[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+        many[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+    }
+    const int64_t toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 64};
+    int bad = 0;
+    for (int k = -1; k < n_fast; k++) {
+        const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+        for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++)
+            for (int p = 0; p < 4; p += 2) { /* no pool, 2 threads */
+                const int64_t n_tok = toks[ti];
+                fg_matmul_op ops[N_OPS];
+                for (int i = 0; i < N_OPS; i++) {
+                    CHECK(fg_matmul(pools[p], isa, types[i], w[i], N_IN, outs[i], x, n_tok, alone[i], scratch) == 0);
+                    for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                        many[i][j] = NAN;
+                    ops[i] = (fg_matmul_op){.wtype = types[i], .w = w[i], .n_out = outs[i], .y = many[i]};
+                }
+                memset(scratch, 0x5a, scratch_bytes); /* nothing left from the calls alone */
+                CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, N_IN, x, n_tok, scratch) == 0);
+                for (int i = 0; i < N_OPS; i++)
+                    bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+                /* two of the ops (one op is what fg_matmul itself runs) */
+                for (int i = 1; i < 3; i++)
+                    for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                        many[i][j] = NAN;
+                memset(scratch, 0x5a, scratch_bytes);
+                CHECK(fg_matmul_many(pools[p], isa, ops + 1, 2, N_IN, x, n_tok, scratch) == 0);
+                for (int i = 1; i < 3; i++)
+                    bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+            }
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_many differs from fg_matmul alone in %d products", bad);
+
+    /* errors: no op, too many, one invalid op (nothing is written) */
+    fg_matmul_op ops[FG_MATMUL_MAX_OPS + 1];
+    for (int i = 0; i <= FG_MATMUL_MAX_OPS; i++)
+        ops[i] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0, .w = w[0], .n_out = outs[0], .y = many[0]};
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 0, N_IN, x, 1, scratch) == -1);
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, FG_MATMUL_MAX_OPS + 1, N_IN, x, 1, scratch) == -1);
+    for (int64_t j = 0; j < outs[0]; j++)
+        many[0][j] = NAN;
+    ops[1] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0_P16, .w = w[1], .n_out = 24, .y = many[1]}; /* not x16 */
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 2, N_IN, x, 1, scratch) == -1);
+    ops[1] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0, .w = w[0], .n_out = outs[0], .y = NULL};
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 2, N_IN, x, 1, scratch) == -1);
+    bad = 0;
+    for (int64_t j = 0; j < outs[0]; j++)
+        bad += !isnan(many[0][j]);
+    CHECK_MSG(bad == 0, "a failed fg_matmul_many wrote %d outputs", bad);
+
+    for (int i = 0; i < N_OPS; i++) {
+        free(w[i]);
+        free(alone[i]);
+        free(many[i]);
+    }
+    free(scratch);
+    free(x);
+}
+
 /* A NaN in x propagates to that token's outputs for float weights; the other
  * tokens are unaffected. Inf likewise gives non-finite outputs. */
 static void test_nan_propagation(void)
@@ -547,6 +634,7 @@ int main(void)
     test_nan_propagation();
     test_shapes();
     test_q8_p16();
+    test_many();
 
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < n_fast; k++)
