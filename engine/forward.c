@@ -75,6 +75,7 @@ struct fg_forward {
     int *tok_pos;             /* [T] position of each token */
     int *tok_seq;             /* [T] sequence index of each token */
     int *tok_nkv;             /* [T] cached tokens each token attends over: its position + 1 */
+    float *rope_cs;           /* [T][rope] each token's RoPE cos/sin (fg_rope_coefs), once per run */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
@@ -257,6 +258,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->tok_pos = xalloc(T * sizeof(int), &failed);
     f->tok_seq = xalloc(T * sizeof(int), &failed);
     f->tok_nkv = xalloc(T * sizeof(int), &failed);
+    f->rope_cs = xalloc(T * R * fl, &failed);
     f->exp_out = xalloc(T * K * d * fl, &failed);
     f->shared_out = xalloc(T * d * fl, &failed);
     f->exp_tasks = xalloc((E + 1) * sizeof(int), &failed);
@@ -315,7 +317,7 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->tok_nkv, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
+                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
                     f->exp_tasks};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
@@ -365,11 +367,11 @@ static void matmul2(fg_forward_t *f, const fg_weight *wa, float *a, const fg_wei
     matmul2_on(f->pool, f->isa, f->mm_scratch, wa, a, wb, b, mat, x, n);
 }
 
-static void rmsnorm_rows(float *y, const float *x, const float *w, int n, int width, int y_stride, int x_stride,
-                         float eps)
+static void rmsnorm_rows(const fg_forward_t *f, float *y, const float *x, const float *w, int n, int width,
+                         int y_stride, int x_stride, float eps)
 {
     for (int t = 0; t < n; t++)
-        fg_rmsnorm(y + (size_t)t * y_stride, x + (size_t)t * x_stride, w, width, eps);
+        fg_rmsnorm_isa(f->isa, y + (size_t)t * y_stride, x + (size_t)t * x_stride, w, width, eps);
 }
 
 /* Copies column block [col, col + width) of src rows into dst rows (and back). */
@@ -476,11 +478,11 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope, V = hp->n_v;
     const int qk = nope + R;
 
-    rmsnorm_rows(f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
+    rmsnorm_rows(f, f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
     /* the two products of xn in one call: xn quantized once, one row job */
     if (hp->q_lora > 0) {
         matmul2(f, &ly->q_a, f->qa, &ly->kv_a, f->kva, 0, f->xn, n);
-        rmsnorm_rows(f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
+        rmsnorm_rows(f, f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
         matmul(f, &ly->q_b, 0, f->qa, n, f->q);
     } else {
         matmul2(f, &ly->q_b, f->q, &ly->kv_a, f->kva, 0, f->xn, n);
@@ -489,8 +491,8 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     /* New cache rows: normalised latent and roped key, stored in the cache format. */
     for (int t = 0; t < n; t++) {
         float *kv = f->kva + (size_t)t * (L + R);
-        fg_rmsnorm(kv, kv, ly->kv_a_norm, L, hp->rms_eps);
-        fg_rope_apply(&f->rope, kv + L, f->tok_pos[t]);
+        fg_rmsnorm_isa(f->isa, kv, kv, ly->kv_a_norm, L, hp->rms_eps);
+        fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, kv + L);
         uint8_t *row = fg_kv_row(&f->geo, f->seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
         fg_kv_quantize(f->geo.format, kv, L, row);
         fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
@@ -501,7 +503,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         for (int h = 0; h < H; h++) {
             float *qr = f->q_rope + ((size_t)t * H + h) * R;
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
-            fg_rope_apply(&f->rope, qr, f->tok_pos[t]);
+            fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, qr);
         }
     const fg_head_pass kb = {.w = &ly->k_b, .src = f->q, .src_stride = H * qk, .src_step = qk,
                              .dst = f->q_lat, .dst_stride = H * L};
@@ -528,8 +530,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
                              .dst = f->o, .dst_stride = H * V};
     run_heads(f, &vb);
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 /* SwiGLU: y[n][d] = down(silu(gate(x)) * up(x)) with matrix `mat` of each. */
@@ -595,8 +596,7 @@ static void add_shared_expert(fg_forward_t *f, const fg_layer *ly, int n)
     if (!ly->gate_shexp.data)
         return;
     swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
@@ -619,8 +619,7 @@ static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
             for (int slot = e ? f->exp_count[e - 1] : 0; slot < f->exp_count[e]; slot++)
                 fg_axpy(f->x + (size_t)f->exp_list[slot] * d, f->exp_list_w[slot], f->exp_out + (size_t)slot * d, d);
         if (ly->gate_shexp.data)
-            for (size_t i = 0; i < (size_t)n * d; i++)
-                f->x[i] += f->shared_out[i];
+            fg_axpy(f->x, 1.0f, f->shared_out, n * d); /* x += shared_out: 1 * v is exact */
         return;
     }
     for (int e = 0; e < E; e++) {
@@ -675,14 +674,13 @@ static void ffn_block(fg_forward_t *f, const fg_layer *ly, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int d = hp->n_embd;
-    rmsnorm_rows(f->xn, f->x, ly->ffn_norm, n, d, d, d, hp->rms_eps);
+    rmsnorm_rows(f, f->xn, f->x, ly->ffn_norm, n, d, d, d, hp->rms_eps);
     if (ly->is_moe) {
         moe_block(f, ly, n);
         return;
     }
     swiglu(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, f->xn, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 /* Final norm and LM head for the rows that asked for logits, LOGIT_CHUNK rows per product. */
@@ -696,7 +694,8 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
         fg_fwd_seq *s = &seqs[si];
         for (int j = 0; j < s->n_logits; j++) {
             int t = first + s->n_tokens - s->n_logits + j;
-            fg_rmsnorm(f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d, hp->rms_eps);
+            fg_rmsnorm_isa(f->isa, f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d,
+                           hp->rms_eps);
             dst[rows++] = s->logits + (size_t)j * V;
             if (rows == LOGIT_CHUNK) {
                 matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
@@ -783,6 +782,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     f->ep_err = FG_OK;
     for (int t = 0; t < n; t++)
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
+    for (int t = 0; t < n; t++) /* every layer and head of a token rotates by the same angles */
+        fg_rope_coefs(&f->rope, f->tok_pos[t], f->rope_cs + (size_t)t * hp->n_rope);
     f->seqs = seqs;
     f->n = n;
     for (int il = 0; il < hp->n_layer; il++) {

@@ -1,7 +1,7 @@
 /* vecops.c: the per-row vector operations of vecops.h, plain C, and the
  * dispatch to the ISA-specific versions (vecops_isa.h).
- * The compiler vectorises the simple loops; only SiLU's expf was hot enough
- * to deserve an ISA-specific version.
+ * At -O2 the compiler vectorises none of these loops (unknown counts and
+ * aliasing); the hot ones have AVX-512 versions.
  */
 #include "kernels/cpu/vecops.h"
 
@@ -62,8 +62,22 @@ void fg_silu_mul_isa(fg_isa isa, float *gate, const float *up, int n)
         fg_silu_mul(gate, up, n);
 }
 
+void fg_rmsnorm_isa(fg_isa isa, float *y, const float *x, const float *w, int n, float eps)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512))
+        fg_rmsnorm_avx512(y, x, w, n, eps);
+    else
+        fg_rmsnorm(y, x, w, n, eps);
+}
+
 void fg_axpy(float *y, float a, const float *x, int n)
 {
+    if (fg_isa_best() == FG_ISA_AVX512) {
+        fg_axpy_avx512(y, a, x, n);
+        return;
+    }
     for (int i = 0; i < n; i++)
         y[i] += a * x[i];
 }
