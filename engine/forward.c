@@ -64,6 +64,9 @@ struct fg_forward {
     int *exp_tasks;           /* [E + 1] the tasks of a layer: -1 the shared expert, else an expert id */
     int n_exp_tasks;
     atomic_int exp_next;      /* next task to take */
+    void *xn_q8;              /* xn's rows quantized once for the expert tasks (fg_q8_rows, [T] rows of d) */
+    bool xn_q8_valid;         /* this layer's expert tasks read xn through xn_q8 */
+    int *iota;                /* [T] 0, 1, ..: the shared expert's rows of xn_q8 */
     const fg_layer *exp_layer;
     /* The per-head products of a layer run as one pool job, one head per task: */
     const struct fg_head_pass *head_pass;
@@ -262,6 +265,10 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->exp_out = xalloc(T * K * d * fl, &failed);
     f->shared_out = xalloc(T * d * fl, &failed);
     f->exp_tasks = xalloc((E + 1) * sizeof(int), &failed);
+    f->xn_q8 = xalloc(fg_q8_rows_bytes((int64_t)d, (int64_t)T), &failed);
+    f->iota = xalloc(T * sizeof(int), &failed);
+    for (size_t t = 0; f->iota && t < T; t++)
+        f->iota[t] = (int)t;
 
     fg_mla_attn_params ap = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
                              .format = geo->format, .row_bytes = geo->row_bytes, .n_kv = 1};
@@ -317,8 +324,9 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
-                    f->exp_tasks};
+                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
+                    f->shared_out,
+                    f->exp_tasks, f->xn_q8, f->iota};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -539,18 +547,44 @@ static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, 
 {
     matmul2(f, gate, f->ff_gate, up, f->ff_up, mat, x, n);
     for (int t = 0; t < n; t++)
-        fg_silu_mul_isa(f->isa, f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out, (int)gate->n_out);
+        fg_silu_mul_isa(f->isa, f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out,
+                        (int)gate->n_out);
     matmul(f, down, mat, f->ff_gate, n, y);
 }
 
-/* SwiGLU of one expert task on the calling thread alone: y[n][d] = down(silu(gate(x)) * up(x)). */
+static bool is_q8(const fg_weight *w) { return w->type == FG_WTYPE_Q8_0 || w->type == FG_WTYPE_Q8_0_P16; }
+
+/* SwiGLU of one expert task on the calling thread alone: y[n][d] =
+ * down(silu(gate(x)) * up(x)) with x = rows rows[0 .. n) of xn (rows NULL:
+ * rows 0 .. n - 1). Where the layer quantized xn once (xn_q8_valid) and the
+ * gate and up are Q8_0, they read its quantized rows: no float gather, no
+ * quantization of their own (the same bits either way). */
 static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
-                       const fg_weight *down, int64_t mat, const float *x, int n, float *y)
+                       const fg_weight *down, int64_t mat, const int *rows, int n, float *y)
 {
-    const uint8_t *down_data = (const uint8_t *)down->data + (size_t)mat * down->mat_bytes;
-    matmul2_on(NULL, f->isa, sc->mm, gate, sc->gate, up, sc->up, mat, x, n); /* x quantized once for both */
+    const int d = f->m->hp.n_embd;
+    if (f->xn_q8_valid && is_q8(gate) && is_q8(up)) {
+        const fg_matmul_op ops[2] = {
+            {.wtype = gate->type, .w = (const uint8_t *)gate->data + (size_t)mat * gate->mat_bytes,
+             .n_out = gate->n_out, .y = sc->gate},
+            {.wtype = up->type, .w = (const uint8_t *)up->data + (size_t)mat * up->mat_bytes, .n_out = up->n_out,
+             .y = sc->up},
+        };
+        /* Cannot fail: types and shapes were validated at model load, the rows are tokens of this step. */
+        (void)fg_matmul_q8_rows(NULL, f->isa, ops, 2, d, f->xn_q8, f->n, rows ? rows : f->iota, n, sc->mm);
+    } else {
+        const float *x = f->xn;
+        if (rows) {
+            for (int j = 0; j < n; j++)
+                memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)rows[j] * d, (size_t)d * sizeof(float));
+            x = sc->xe;
+        }
+        matmul2_on(NULL, f->isa, sc->mm, gate, sc->gate, up, sc->up, mat, x, n); /* x quantized once for both */
+    }
     for (int t = 0; t < n; t++)
-        fg_silu_mul_isa(f->isa, sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out, (int)gate->n_out);
+        fg_silu_mul_isa(f->isa, sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out,
+                        (int)gate->n_out);
+    const uint8_t *down_data = (const uint8_t *)down->data + (size_t)mat * down->mat_bytes;
     /* Cannot fail: types and shapes were validated at model load. */
     (void)fg_matmul(NULL, f->isa, down->type, down_data, down->n_in, down->n_out, sc->gate, n, y, sc->mm);
 }
@@ -571,13 +605,12 @@ static void experts_job(void *ctx, int ith, int nth)
             return;
         const int e = f->exp_tasks[k];
         if (e < 0) {
-            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, f->n, f->shared_out);
+            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, NULL, f->n, f->shared_out);
             continue;
         }
         const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
-        for (int j = 0; j < m; j++)
-            memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
-        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, sc->xe, m, f->exp_out + (size_t)begin * d);
+        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->exp_list + begin, m,
+                   f->exp_out + (size_t)begin * d);
     }
 }
 
@@ -613,6 +646,9 @@ static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
     if (nth > 1 && n_tasks >= 2 * nth) {
         f->n_exp_tasks = n_tasks;
         f->exp_layer = ly;
+        /* every routed token's row is read by K experts' gate and up: quantize it once here */
+        f->xn_q8_valid = (is_q8(&ly->gate_exps) || is_q8(&ly->gate_shexp)) &&
+                         fg_q8_rows_quantize(f->pool, f->isa, f->xn, d, n, f->xn_q8) == 0;
         atomic_store_explicit(&f->exp_next, 0, memory_order_relaxed); /* published by fg_pool_run */
         fg_pool_run(f->pool, experts_job, f);
         for (int e = 0; e < E; e++)

@@ -303,8 +303,98 @@ static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
 static void quant_scalar(const fg_matmul_args *a, int64_t t_begin, int64_t t_end)
 {
     const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
-    for (int64_t t = t_begin; t < t_end; t++)
-        fg_quantize_row_q8_0(a->x + t * a->n_in, (fg_block_q8_0 *)a->scratch + t * nb, a->n_in);
+    for (int64_t t = t_begin; t < t_end; t++) {
+        fg_block_q8_0 *blocks = (fg_block_q8_0 *)a->scratch + t * nb;
+        if (!a->src_qs) {
+            fg_quantize_row_q8_0(a->x + t * a->n_in, blocks, a->n_in);
+            continue;
+        }
+        /* quantized earlier (fg_matmul_q8_rows): the scales are F16 values, so this is exact */
+        const int8_t *qs = a->src_qs + (int64_t)a->src_rows[t] * a->src_qs_stride;
+        const float *d = a->src_d + (int64_t)a->src_rows[t] * a->src_d_stride;
+        for (int64_t b = 0; b < nb; b++) {
+            blocks[b].d = fg_f32_to_f16(d[b]);
+            memcpy(blocks[b].qs, qs + b * FG_Q8_0_BLOCK, FG_Q8_0_BLOCK);
+        }
+    }
+}
+
+/* ---- activations quantized once, read by several products (fg_q8_rows) ---- */
+
+/* [n_rows][qs_stride] int8, then [n_rows][d_stride] f32 scales: the fast
+ * kernels' own row layout (fg_q8_act's qs and d), so they copy rows whole. */
+static size_t q8_rows_layout(int64_t n_in, int64_t n_rows, const void *buf, int8_t **qs, float **d,
+                             int64_t *qs_stride, int64_t *d_stride)
+{
+    *qs_stride = round_up(n_in, 64);
+    *d_stride = round_up(n_in / FG_Q8_0_BLOCK, 16);
+    const size_t qs_bytes = (size_t)(n_rows * *qs_stride);
+    *qs = (int8_t *)buf;
+    *d = (float *)((uint8_t *)buf + qs_bytes);
+    return qs_bytes + (size_t)(n_rows * *d_stride) * sizeof(float);
+}
+
+size_t fg_q8_rows_bytes(int64_t n_in, int64_t n_rows)
+{
+    if (n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_rows <= 0)
+        return 0;
+    int8_t *qs;
+    float *d;
+    int64_t qst, dst;
+    return q8_rows_layout(n_in, n_rows, NULL, &qs, &d, &qst, &dst);
+}
+
+typedef struct rows_quant_job {
+    fg_isa isa;
+    fg_matmul_args a; /* x, n_in, n_tok (= rows) and xq's qs and d pointing into the buffer */
+} rows_quant_job;
+
+static void rows_quant(void *ctx, int ith, int nth)
+{
+    const rows_quant_job *j = ctx;
+    const fg_matmul_args *a = &j->a;
+    long tb, te;
+    fg_pool_split((long)a->n_tok, 1, ith, nth, &tb, &te);
+    if (tb >= te)
+        return;
+    switch (j->isa) {
+    case FG_ISA_AVX2:
+        fg_matmul_quant_q8_avx2(a, tb, te);
+        return;
+    case FG_ISA_AVX512:
+        fg_matmul_quant_q8_avx512(a, tb, te);
+        return;
+    default:
+        break;
+    }
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    for (long t = tb; t < te; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            fg_block_q8_0 blk;
+            fg_quantize_row_q8_0(a->x + t * a->n_in + b * FG_Q8_0_BLOCK, &blk, FG_Q8_0_BLOCK);
+            memcpy(a->xq.qs + t * a->xq.qs_stride + b * FG_Q8_0_BLOCK, blk.qs, FG_Q8_0_BLOCK);
+            a->xq.d[t * a->xq.d_stride + b] = fg_f16_to_f32(blk.d);
+        }
+}
+
+int fg_q8_rows_quantize(fg_pool_t *pool, fg_isa isa, const float *x, int64_t n_in, int64_t n_rows, void *buf)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (!fg_isa_supported(isa) || !fg_q8_rows_bytes(n_in, n_rows) || !x || !buf)
+        return -1;
+    rows_quant_job j;
+    memset(&j, 0, sizeof j);
+    j.isa = isa;
+    j.a.x = x;
+    j.a.n_in = n_in;
+    j.a.n_tok = n_rows;
+    (void)q8_rows_layout(n_in, n_rows, buf, &j.a.xq.qs, &j.a.xq.d, &j.a.xq.qs_stride, &j.a.xq.d_stride);
+    if (pool && fg_pool_size(pool) > 1 && n_rows > 1 && n_in * n_rows >= MM_MIN_PARALLEL_QUANT)
+        fg_pool_run(pool, rows_quant, &j);
+    else
+        rows_quant(&j, 0, 1);
+    return 0;
 }
 
 /* ---- dispatch ---- */
@@ -420,9 +510,10 @@ static int check_op(fg_isa *isa, int wtype, const void *w, int64_t n_in, int64_t
     return 0;
 }
 
-/* Runs the checked products ops[0 .. n_ops) (none empty), all on one ISA. */
+/* Runs the checked products ops[0 .. n_ops) (none empty), all on one ISA.
+ * src: NULL, or the activations quantized earlier (its src_* fields), x then NULL. */
 static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
-                    int64_t n_tok, void *scratch)
+                    int64_t n_tok, void *scratch, const fg_matmul_args *src)
 {
     mm_job j;
     memset(&j, 0, sizeof j);
@@ -458,6 +549,13 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
         j.quant.n_tok = n_tok;
         j.quant.x = x;
         j.quant.scratch = scratch;
+        if (src) {
+            j.quant.src_qs = src->src_qs;
+            j.quant.src_d = src->src_d;
+            j.quant.src_qs_stride = src->src_qs_stride;
+            j.quant.src_d_stride = src->src_d_stride;
+            j.quant.src_rows = src->src_rows;
+        }
         q8_layout(n_in, n_tok, scratch, &j.quant.xq);
         if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
             fg_pool_run(pool, quant_job, &j);
@@ -482,8 +580,9 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
     fg_pool_run(pool, rows_job, &j);
 }
 
-int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
-                   int64_t n_tok, void *scratch)
+/* fg_matmul_many, or with src set fg_matmul_q8_rows (x is then a non-NULL stand-in for the checks). */
+static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                int64_t n_tok, void *scratch, const fg_matmul_args *src)
 {
     if (n_ops < 1 || n_ops > FG_MATMUL_MAX_OPS || !ops)
         return -1;
@@ -503,13 +602,43 @@ int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_o
     if (n_live == 0)
         return 0;
     if (same_isa) {
-        run_ops(pool, op_isa[0], live, n_live, n_in, x, n_tok, scratch);
+        run_ops(pool, op_isa[0], live, n_live, n_in, x, n_tok, scratch, src);
         return 0;
     }
     /* packed weights off AVX-512 run on the reference: each op on its own, as fg_matmul would */
     for (int i = 0; i < n_live; i++)
-        run_ops(pool, op_isa[i], &live[i], 1, n_in, x, n_tok, scratch);
+        run_ops(pool, op_isa[i], &live[i], 1, n_in, x, n_tok, scratch, src);
     return 0;
+}
+
+int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                   int64_t n_tok, void *scratch)
+{
+    return many(pool, isa, ops, n_ops, n_in, x, n_tok, scratch, NULL);
+}
+
+int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in,
+                      const void *rows_buf, int64_t n_buf_rows, const int *rows, int64_t n_tok, void *scratch)
+{
+    if (!rows_buf || !fg_q8_rows_bytes(n_in, n_buf_rows) || (n_tok > 0 && !rows) || n_ops < 1 ||
+        n_ops > FG_MATMUL_MAX_OPS || !ops)
+        return -1;
+    for (int i = 0; i < n_ops; i++)
+        if (ops[i].wtype != FG_WTYPE_Q8_0 && ops[i].wtype != FG_WTYPE_Q8_0_P16)
+            return -1; /* float weights read x itself */
+    for (int64_t t = 0; t < n_tok; t++)
+        if (rows[t] < 0 || rows[t] >= n_buf_rows)
+            return -1;
+    fg_matmul_args src;
+    memset(&src, 0, sizeof src);
+    int8_t *qs;
+    float *d;
+    (void)q8_rows_layout(n_in, n_buf_rows, rows_buf, &qs, &d, &src.src_qs_stride, &src.src_d_stride);
+    src.src_qs = qs;
+    src.src_d = d;
+    src.src_rows = rows;
+    /* the checks want an x: the buffer stands in (nothing reads it as floats) */
+    return many(pool, isa, ops, n_ops, n_in, (const float *)rows_buf, n_tok, scratch, &src);
 }
 
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,

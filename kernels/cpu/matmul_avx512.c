@@ -79,24 +79,32 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
     /* the panels (repacked here or at load) read the activations interleaved */
     const int interleave = a->q8_panels, tiles = a->q8_corr;
     for (int64_t t = t_begin; t < t_end; t++) {
-        const float *x = a->x + t * n_in;
+        const float *x = a->x ? a->x + t * n_in : NULL;
         int8_t *qs = a->xq.qs + t * a->xq.qs_stride;
         int32_t *corr = a->xq.corr + t * a->xq.corr_stride;
         float *d = a->xq.d + t * a->xq.d_stride;
+        const int8_t *src_qs = a->src_qs ? a->src_qs + (int64_t)a->src_rows[t] * a->src_qs_stride : NULL;
+        const float *src_d = a->src_qs ? a->src_d + (int64_t)a->src_rows[t] * a->src_d_stride : NULL;
         for (int64_t b = 0; b < nb; b++) {
-            const __m512 v0 = _mm512_loadu_ps(x + b * 32);
-            const __m512 v1 = _mm512_loadu_ps(x + b * 32 + 16);
-            /* max(|v|, acc): a NaN lane yields acc, as fmaxf ignores NaN */
-            __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_setzero_ps());
-            m = _mm512_max_ps(_mm512_andnot_ps(sign, v1), m);
-            const float amax = _mm512_reduce_max_ps(m);
-            const float dd = amax / 127.0f;
-            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
-            const __m512 vid = _mm512_set1_ps(id);
-            const __m128i q0 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v0, vid)));
-            const __m128i q1 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v1, vid)));
-            const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            __m256i q;
+            if (src_qs) { /* quantized earlier (fg_matmul_q8_rows) */
+                q = _mm256_load_si256((const __m256i *)(src_qs + b * 32));
+                d[b] = src_d[b];
+            } else {
+                const __m512 v0 = _mm512_loadu_ps(x + b * 32);
+                const __m512 v1 = _mm512_loadu_ps(x + b * 32 + 16);
+                /* max(|v|, acc): a NaN lane yields acc, as fmaxf ignores NaN */
+                __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_setzero_ps());
+                m = _mm512_max_ps(_mm512_andnot_ps(sign, v1), m);
+                const float amax = _mm512_reduce_max_ps(m);
+                const float dd = amax / 127.0f;
+                const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+                d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+                const __m512 vid = _mm512_set1_ps(id);
+                const __m128i q0 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v0, vid)));
+                const __m128i q1 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v1, vid)));
+                q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            }
             _mm256_store_si256((__m256i *)(qs + b * 32), q);
             if (!tiles && !interleave)
                 continue; /* only the tiles and panels use the correction */
@@ -686,8 +694,9 @@ ALWAYS_INLINE void p16_tokens(const fg_matmul_args *a, const uint8_t *pw, int64_
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             /* with 4+ tokens their chains overlap, and one chain saves an add and a zeroing */
-            const __m512i dot = T >= P16_ONE_CHAIN_TOKENS ? block_dot_1chain(wg, q + 32 * t, pc[b * FG_Q8_PANEL_TOKENS + t])
-                                                          : block_dot_2chains(wg, q + 32 * t, pc[b * FG_Q8_PANEL_TOKENS + t]);
+            const int32_t corr = pc[b * FG_Q8_PANEL_TOKENS + t];
+            const __m512i dot = T >= P16_ONE_CHAIN_TOKENS ? block_dot_1chain(wg, q + 32 * t, corr)
+                                                          : block_dot_2chains(wg, q + 32 * t, corr);
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(pd[b * FG_Q8_PANEL_TOKENS + t]));
             yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, yacc[t]);
         }

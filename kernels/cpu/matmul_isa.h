@@ -43,10 +43,17 @@ typedef struct fg_matmul_args {
     int q8_corr;       /* corr (the Q8_0 tiles) */
     int q8_panels;     /* pq, pd, pc (the panels, repacked here or at load) */
     int q8_pad;        /* zeros for the last panel group's tokens past n_tok (the repacking panel kernel) */
+    /* Set (fg_matmul_q8_rows): token t is row src_rows[t] of activations
+     * quantized earlier, [rows][src_qs_stride] int8 and [rows][src_d_stride]
+     * scales; the quantizer copies it rather than quantizing x (then NULL). */
+    const int8_t *src_qs;
+    const float *src_d;
+    int64_t src_qs_stride, src_d_stride;
+    const int *src_rows;
     void *scratch;     /* scalar Q8_0: [n_tok][n_in / 32] fg_block_q8_0 */
 } fg_matmul_args;
 
-/* Quantize tokens [t_begin, t_end) of a->x into a->xq. */
+/* Quantize tokens [t_begin, t_end) of a->x into a->xq (or copy them from a->src_qs). */
 void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
 void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
 

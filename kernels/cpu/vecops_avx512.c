@@ -50,7 +50,8 @@ void fg_silu_mul_avx512(float *gate, const float *up, int n)
         _mm512_storeu_ps(gate + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(gate + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        _mm512_mask_storeu_ps(gate + i, m, silu_mul16(g, u));
     }
 }
 

@@ -507,6 +507,64 @@ static void test_many(void)
     }
     CHECK_MSG(bad == 0, "fg_matmul_many differs from fg_matmul alone in %d products", bad);
 
+    /* fg_matmul_q8_rows: x quantized once (by each ISA), then products over
+     * scattered rows of it equal fg_matmul_many over those rows of x gathered */
+    const size_t rows_bytes = fg_q8_rows_bytes(N_IN, MAX_TOK);
+    void *rows_buf = aligned_alloc(64, (rows_bytes + 63) / 64 * 64);
+    float *xg = malloc((size_t)N_IN * MAX_TOK * sizeof *xg);
+    int rows[MAX_TOK];
+    const fg_matmul_op q8_ops_src[3] = {{.wtype = types[0], .w = w[0], .n_out = outs[0]},
+                                        {.wtype = types[1], .w = w[1], .n_out = outs[1]},
+                                        {.wtype = types[3], .w = w[3], .n_out = outs[3]}};
+    const int q8_idx[3] = {0, 1, 3};
+    for (int kq = -1; kq < n_fast; kq++) {
+        const fg_isa qisa = kq < 0 ? FG_ISA_SCALAR : fast_isas[kq];
+        memset(rows_buf, 0x5a, rows_bytes);
+        CHECK(fg_q8_rows_quantize(pools[2], qisa, x, N_IN, MAX_TOK, rows_buf) == 0);
+        for (int k = -1; k < n_fast; k++) {
+            const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+            for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++) {
+                const int64_t n_tok = toks[ti];
+                for (int64_t t = 0; t < n_tok; t++) {
+                    rows[t] = (int)((t * 37 + 11) % MAX_TOK); /* scattered, repeats allowed */
+                    memcpy(xg + t * N_IN, x + (int64_t)rows[t] * N_IN, N_IN * sizeof *xg);
+                }
+                fg_matmul_op ops[3];
+                for (int i = 0; i < 3; i++) {
+                    ops[i] = q8_ops_src[i];
+                    ops[i].y = alone[q8_idx[i]];
+                }
+                CHECK(fg_matmul_many(NULL, isa, ops, 3, N_IN, xg, n_tok, scratch) == 0);
+                for (int i = 0; i < 3; i++) {
+                    ops[i].y = many[q8_idx[i]];
+                    for (int64_t j = 0; j < outs[q8_idx[i]] * n_tok; j++)
+                        many[q8_idx[i]][j] = NAN;
+                }
+                memset(scratch, 0x5a, scratch_bytes);
+                CHECK(fg_matmul_q8_rows(pools[2], isa, ops, 3, N_IN, rows_buf, MAX_TOK, rows, n_tok, scratch) == 0);
+                for (int i = 0; i < 3; i++)
+                    bad += memcmp(many[q8_idx[i]], alone[q8_idx[i]],
+                                  (size_t)(outs[q8_idx[i]] * n_tok) * sizeof(float)) != 0;
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_q8_rows differs from fg_matmul_many on the gathered rows in %d products", bad);
+    {
+        fg_matmul_op ops[2] = {q8_ops_src[0], {.wtype = FG_WTYPE_F32, .w = w[2], .n_out = outs[2]}};
+        ops[0].y = many[0];
+        ops[1].y = many[2];
+        rows[0] = 0;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 2, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1); /* f32 */
+        rows[0] = MAX_TOK;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 1, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1);
+        rows[0] = -1;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 1, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1);
+        CHECK(fg_q8_rows_quantize(NULL, FG_ISA_AUTO, x, 48, 2, rows_buf) == -1); /* n_in not x32 */
+        CHECK(fg_q8_rows_bytes(N_IN, 0) == 0);
+    }
+    free(rows_buf);
+    free(xg);
+
     /* errors: no op, too many, one invalid op (nothing is written) */
     fg_matmul_op ops[FG_MATMUL_MAX_OPS + 1];
     for (int i = 0; i <= FG_MATMUL_MAX_OPS; i++)
