@@ -325,8 +325,7 @@ void fg_forward_destroy(fg_forward_t *f)
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
-                    f->shared_out,
-                    f->exp_tasks, f->xn_q8, f->iota};
+                    f->shared_out, f->exp_tasks, f->xn_q8, f->iota};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;

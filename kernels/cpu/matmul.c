@@ -330,7 +330,7 @@ static size_t q8_rows_layout(int64_t n_in, int64_t n_rows, const void *buf, int8
     *d_stride = round_up(n_in / FG_Q8_0_BLOCK, 16);
     const size_t qs_bytes = (size_t)(n_rows * *qs_stride);
     *qs = (int8_t *)buf;
-    *d = (float *)((uint8_t *)buf + qs_bytes);
+    *d = buf ? (float *)((uint8_t *)buf + qs_bytes) : NULL; /* (NULL: only the size is wanted) */
     return qs_bytes + (size_t)(n_rows * *d_stride) * sizeof(float);
 }
 
