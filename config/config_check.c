@@ -364,8 +364,10 @@ static fg_err check_operator_key(const fg_config *c, const char *name, const cha
     return FG_OK;
 }
 
-/* The topology rules that need no model; the ones that do (ranks dividing
- * the experts, experts_per_rank matching) run when the engine opens. */
+/* The topology rules that need no model; the ones that do (no more ranks
+ * than experts, replicas evening the ranks out, experts_per_rank matching,
+ * a receive capacity of at least one token's rows) run when the engine
+ * opens (engine/ep_shard.h, engine/moe_ep.h). */
 static fg_err check_topology(const fg_config *c, fg_diag *d)
 {
     const fg_config_topology *t = &c->topology;
@@ -380,16 +382,15 @@ static fg_err check_topology(const fg_config *c, fg_diag *d)
                            "topology.node (%" PRId64 ") is outside the %" PRId64 " nodes that topology.ranks (%" PRId64
                            ") / topology.ranks_per_node (%" PRId64 ") make",
                            t->node, t->ranks / per_node, t->ranks, per_node);
-    if (t->redundant_experts % t->ranks != 0)
+    /* With replicas every rank holds experts_per_rank slots, so the experts are slots * ranks - replicas, and
+     * every rank must own at least one. */
+    if (t->experts_per_rank > 0 && t->redundant_experts > 0 &&
+        t->experts_per_rank * t->ranks - t->redundant_experts < t->ranks)
         return fg_diag_set(d, FG_ERR_CONFIG,
-                           "topology.redundant_experts (%" PRId64 ") must be a multiple of topology.ranks (%" PRId64
-                           "): each rank holds as many replicas",
-                           t->redundant_experts, t->ranks);
-    if (t->experts_per_rank > 0 && t->experts_per_rank <= t->redundant_experts / t->ranks)
-        return fg_diag_set(d, FG_ERR_CONFIG,
-                           "topology.experts_per_rank (%" PRId64 ") leaves no slot for owned experts next to %" PRId64
-                           " replicas per rank (topology.redundant_experts / topology.ranks)",
-                           t->experts_per_rank, t->redundant_experts / t->ranks);
+                           "topology.experts_per_rank (%" PRId64 ") * topology.ranks (%" PRId64 ") = %" PRId64
+                           " slots leave fewer than one owned expert per rank next to topology.redundant_experts "
+                           "(%" PRId64 ")",
+                           t->experts_per_rank, t->ranks, t->experts_per_rank * t->ranks, t->redundant_experts);
     if (t->transport == FG_CONFIG_TRANSPORT_INPROC && per_node != t->ranks)
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "topology.transport inproc runs every rank in this process: topology.ranks_per_node "
@@ -401,11 +402,15 @@ static fg_err check_topology(const fg_config *c, fg_diag *d)
                            "topology.transport is nccl, but this build has no NCCL (CUDA and NCCL were not found when "
                            "it was built); use inproc or a CUDA build");
 #endif
-        if (c->model.backend != FG_CONFIG_BACKEND_CUDA)
-            return fg_diag_set(d, FG_ERR_CONFIG, "topology.transport nccl needs model.backend cuda (one rank per GPU)");
-        if (strcmp(c->redis.address, "off") == 0)
+        /* One node makes the NCCL id itself; several exchange it through a Redis they all reach. */
+        if (per_node < t->ranks && strcmp(c->redis.address, "off") == 0)
             return fg_diag_set(d, FG_ERR_CONFIG,
                                "topology.transport nccl needs Redis to exchange the NCCL id; redis.address is off");
+        if (per_node < t->ranks && !*c->redis.address)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "topology.transport nccl over %" PRId64 " nodes needs Redis to exchange the NCCL id, "
+                               "one every node reaches: set redis.address (empty starts a Redis of this process's own)",
+                               t->ranks / per_node);
     }
     return FG_OK;
 }

@@ -101,11 +101,13 @@ const fg_cfg_key fg_cfg_keys[] = {
           "Prompt tokens of one session prefilled per step, so that a long prompt does not stall "
           "other sessions' decoding; at most model.max_batch_tokens."),
     K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
-           "Compute backend: cpu, or cuda (needs a CUDA build and a GPU)."),
+           "Compute backend: cpu, or cuda (needs a CUDA build and a GPU; with topology.ranks > 1 one GPU "
+           "per local rank, rank i on device i)."),
 
     K_INT(fg_config, "topology.ranks", topology.ranks, 1, 1, 1024,
           "Expert-parallel ranks over all nodes (72 on an NVL72 rack); 1 runs every expert in one place "
-          "without exchanges. Must divide the model's expert count."),
+          "without exchanges. At most the model's expert count; when it does not divide it, the first "
+          "experts % ranks ranks own one expert more."),
     K_INT(fg_config, "topology.ranks_per_node", topology.ranks_per_node, 0, 0, 1024,
           "Ranks this process runs (one per GPU with nccl); 0 runs all topology.ranks here, as the "
           "inproc transport requires."),
@@ -113,18 +115,30 @@ const fg_cfg_key fg_cfg_keys[] = {
           "This process's node index; its ranks are node * ranks_per_node onwards, and node 0 "
           "publishes the NCCL id."),
     K_INT(fg_config, "topology.experts_per_rank", topology.experts_per_rank, 0, 0, 65536,
-          "Expert slots per rank, replicas included; 0 derives it (experts / ranks + "
-          "redundant_experts / ranks), any other value must equal that."),
+          "Expert slots of the fullest rank, replicas included; 0 derives it ((experts + "
+          "redundant_experts) / ranks, or experts / ranks rounded up without replicas), any other value "
+          "must equal that."),
     K_INT(fg_config, "topology.redundant_experts", topology.redundant_experts, 0, 0, 65536,
-          "Extra replicas of hot experts over all ranks, a multiple of topology.ranks; each rank holds "
-          "its share of replicas of experts it does not own."),
+          "Extra replicas of hot experts over all ranks; experts + redundant_experts must be a multiple "
+          "of topology.ranks, so that every rank holds as many slots (a rank owning fewer experts takes "
+          "more replicas). Replicas copy the hottest experts first, one each (topology.hot_experts)."),
+    K_INT(fg_config, "topology.recv_capacity_rows", topology.recv_capacity_rows, 0, 0, INT64_C(1) << 40,
+          "Rows (d + 1 floats each) one rank's expert exchange receives per round; 0 sizes it for the "
+          "worst case (ranks * model.max_batch_tokens * experts per token). A layer whose dispatch "
+          "would exceed it runs in rounds, each expert whole in one round unless it alone exceeds it. "
+          "At least the model's experts per token."),
+    K_STR(fg_config, "topology.hot_experts", topology.hot_experts, "", 0,
+          "Which experts the replicas (topology.redundant_experts) copy first: expert ids hottest first, "
+          "separated by commas (\"17,3,250\"); the ones not listed follow in id order; empty: id order. "
+          "GET /admin/experts gives the order the routed-token counts so far suggest."),
     K_ENUM(fg_config, "topology.placement", topology.placement, placement_names, FG_CONFIG_PLACEMENT_CONTIGUOUS,
            "Which experts a rank owns: contiguous (a block of neighbouring ids) or strided (every "
            "ranks-th id)."),
     K_ENUM(fg_config, "topology.transport", topology.transport, transport_names, FG_CONFIG_TRANSPORT_INPROC,
            "How ranks exchange tokens: inproc (threads of this process, shared memory) or nccl (one "
-           "rank per GPU; needs a CUDA build with NCCL, model.backend cuda and Redis; the engine refuses "
-           "it until it runs ranks on GPUs, see docs/parallel.md)."),
+           "rank per GPU, the nodes in separate processes; needs a CUDA build with NCCL, and with several "
+           "nodes a redis.address every node reaches; the ranks compute on model.backend, with cuda local "
+           "rank i on GPU i, see docs/parallel.md)."),
     K_STR(fg_config, "topology.bootstrap", topology.bootstrap, "flashgate:ep", FG_CFG_NONEMPTY,
           "Redis key prefix under which node 0 publishes the NCCL unique id for the other nodes; give "
           "each launch its own (a job id) so no node reads a stale one."),

@@ -151,7 +151,9 @@ typedef struct fg_config_topology {
     int64_t ranks_per_node;         /* ranks this process runs; 0: all of them */
     int64_t node;                   /* this process's node index: its ranks start at node * ranks_per_node */
     int64_t experts_per_rank;       /* expert slots per rank, replicas included; 0: derived from the model */
-    int64_t redundant_experts;      /* replica slots over all ranks, a multiple of ranks */
+    int64_t redundant_experts;      /* replica slots over all ranks; with the experts, a multiple of ranks */
+    int64_t recv_capacity_rows;     /* rows a rank receives per expert exchange round; 0: the worst case */
+    const char *hot_experts;        /* replica heat order, "17,3,250" hottest first; "": id order */
     fg_config_placement placement;
     fg_config_transport transport;
     const char *bootstrap;          /* Redis key prefix of the NCCL id exchange */

@@ -71,3 +71,12 @@ fg_err fg_backend_kv_page_to_device(fg_backend_t *b, const uint8_t *page, fg_dia
 {
     return b->ops->kv_page_to_device(b, page, diag);
 }
+
+bool fg_backend_kv_page_changed(fg_kv_store_t *store, uint32_t *versions, const uint8_t *page)
+{
+    const size_t i = page ? fg_kv_store_page_index(store, page) : (size_t)-1;
+    if (i >= fg_kv_store_pages_total(store))
+        return false;
+    versions[i]++;
+    return true;
+}

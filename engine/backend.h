@@ -12,8 +12,8 @@
  *     (for spilling to disk and restoring).
  *
  * Backends: "cpu" (engine/forward.c, always built, the reference) and "cuda"
- * (engine/cuda/, built when CMake finds nvcc). Expert-parallel work (issue 8
- * part 3) plugs in at each backend's MoE layer step.
+ * (engine/cuda/, built when CMake finds nvcc). Expert parallelism plugs in at
+ * each backend's MoE layer step (fg_backend_options.ep).
  *
  * Thread safety: a backend belongs to the engine's step thread (or the
  * direct-mode caller); one call at a time.
@@ -21,12 +21,14 @@
 #ifndef FG_BACKEND_H
 #define FG_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config/fg_error.h"
 #include "engine/forward.h"
 #include "engine/kv_store.h"
 #include "engine/model.h"
+#include "engine/moe_ep.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -50,6 +52,23 @@ typedef struct fg_backend_options {
     /* cpu */
     fg_pool_t *pool;
     fg_isa isa;
+    _Atomic uint64_t *expert_tokens; /* [n_expert] routed picks per expert id are added here; NULL: not
+                                      * counted (fg_forward_count_experts; the cuda backend counts only under
+                                      * expert parallelism, where it downloads the routed ids anyway) */
+    /* Expert parallelism: this rank's exchange (engine/moe_ep.h), which must
+     * outlive the backend; NULL: the routed experts run here. The cpu backend
+     * hands it to its forward pass; the cuda backend routes on the GPU,
+     * stages the routed rows through the host and sets its GPU expert
+     * compute on it (fg_moe_ep_set_compute; detached again at close). */
+    fg_moe_ep_t *ep;
+    /* cuda, several backends over one host store (one per rank): [pages of
+     * the store] a version per host page, shared by them. Each backend writes
+     * the pages it wrote in a run back to the host and bumps their version,
+     * and uploads before a run every page whose version it has not seen, so
+     * a page written on one GPU (a shared prefix) is read right on another.
+     * Whoever changes a host page between runs bumps its version
+     * (fg_backend_kv_page_changed). NULL: one backend, no mirroring. */
+    uint32_t *kv_versions;
     /* cuda */
     int device;            /* CUDA device ordinal, >= 0 */
 } fg_backend_options;
@@ -77,5 +96,11 @@ fg_err fg_backend_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, 
  * store), FG_ERR_IO (device copy failed). */
 fg_err fg_backend_kv_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag);
 fg_err fg_backend_kv_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag *diag);
+
+/* With shared kv_versions: marks a host page changed outside the backends
+ * (restored from disk, copied on write), so every backend uploads it before
+ * its next read. store: the host store; versions: the shared array. Returns
+ * false when page is not one of the store's. */
+bool fg_backend_kv_page_changed(fg_kv_store_t *store, uint32_t *versions, const uint8_t *page);
 
 #endif

@@ -38,6 +38,9 @@ fg_err fg_backend_cpu_open(const fg_backend_options *o, fg_backend_t **out, fg_d
         free(c);
         return e;
     }
+    fg_forward_count_experts(c->fwd, o->expert_tokens);
+    if (o->ep)
+        fg_forward_set_ep(c->fwd, o->ep);
     c->base = (struct fg_backend){.ops = &cpu_ops, .kind = FG_BACKEND_CPU, .max_tokens = o->max_tokens};
     *out = &c->base;
     return FG_OK;

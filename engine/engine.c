@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "engine/ep_bootstrap.h"
 
 void fg_engine_options_default(fg_engine_options *o)
 {
@@ -20,6 +21,24 @@ void fg_engine_options_default(fg_engine_options *o)
     o->prefix_cache = true;
 }
 
+/* The job's ncclUniqueId: made here with one node; with several, node 0
+ * makes it and publishes it through Redis, the others read it. */
+static fg_err nccl_job_id(const fg_engine_options *o, int n_nodes, uint8_t id[FG_EP_NCCL_ID_BYTES], fg_diag *diag)
+{
+    fg_err err;
+    if (o->ep_node == 0 && (err = fg_ep_nccl_unique_id(id, diag)))
+        return err;
+    if (n_nodes == 1)
+        return FG_OK;
+    fg_ep_bootstrap_options bo = {.redis_address = o->ep_bootstrap_redis, .prefix = o->ep_bootstrap_prefix,
+                                  .node = o->ep_node, .n_nodes = n_nodes,
+                                  .timeout_ms = o->ep_bootstrap_timeout_ms > 0 ? o->ep_bootstrap_timeout_ms : 60000};
+    fg_diag d;
+    if ((err = fg_ep_bootstrap_exchange(&bo, id, FG_EP_NCCL_ID_BYTES, &d)))
+        return fg_diag_set(diag, err, "NCCL id exchange (topology.bootstrap %s): %s", o->ep_bootstrap_prefix, d.msg);
+    return FG_OK;
+}
+
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag)
 {
     *out = NULL;
@@ -30,13 +49,38 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if (o->max_context < 0 || o->n_threads < 0 || o->n_threads > 1024)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_context or n_threads out of range");
     if (o->ep_ranks < 0 || o->ep_ranks > FG_EP_MAX_RANKS || o->ep_experts_per_rank < 0 || o->ep_redundant < 0 ||
+        o->ep_recv_capacity_rows < 0 ||
         o->ep_placement < FG_EP_CONTIGUOUS || o->ep_placement > FG_EP_STRIDED || o->ep_transport < 0 ||
         o->ep_transport > 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel options out of range");
-    if (o->ep_transport == 1)
+    const int per_node = o->ep_ranks_per_node ? o->ep_ranks_per_node : o->ep_ranks;
+    if (o->ep_ranks_per_node < 0 || o->ep_node < 0 ||
+        (o->ep_ranks > 1 && (o->ep_ranks % per_node != 0 || o->ep_node >= o->ep_ranks / per_node)))
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.ranks_per_node (%d) must divide topology.ranks (%d) and topology.node (%d) be one "
+                           "of the nodes they make",
+                           o->ep_ranks_per_node, o->ep_ranks, o->ep_node);
+    const bool nodes = o->ep_ranks > 1 && per_node < o->ep_ranks;
+    if (nodes && !o->serve)
+        return fg_diag_set(diag, FG_ERR_STATE,
+                           "expert parallelism over %d nodes needs serving mode: every step is agreed between the "
+                           "nodes, and direct mode has no step loop",
+                           o->ep_ranks / per_node);
+    if (nodes && o->ep_transport == 0 && !o->ep_group)
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.transport inproc runs every rank in this process: topology.ranks_per_node (%d) "
+                           "must be 0 or topology.ranks (%d); use nccl across nodes",
+                           o->ep_ranks_per_node, o->ep_ranks);
+    if (o->ep_transport == 1 && o->ep_ranks > 1 && !fg_ep_nccl_available())
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                           "topology.transport nccl: the engine runs its ranks with the inproc transport only so far "
-                           "(NCCL ranks need the cuda backend); see docs/parallel.md");
+                           "topology.transport nccl: this build has no NCCL (CUDA and NCCL were not found when it was "
+                           "built)");
+    if (nodes && o->ep_transport == 1 && (!o->ep_bootstrap_redis || !*o->ep_bootstrap_redis ||
+                                          !o->ep_bootstrap_prefix || !*o->ep_bootstrap_prefix))
+        return fg_diag_set(diag, FG_ERR_CONFIG,
+                           "topology.transport nccl over %d nodes needs a Redis address (redis.address) and "
+                           "topology.bootstrap to exchange the NCCL id",
+                           o->ep_ranks / per_node);
     if ((o->backend != FG_ENGINE_BACKEND_CPU && o->backend != FG_ENGINE_BACKEND_CUDA) || o->gpu_device < 0)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "backend %d or gpu_device %d out of range", o->backend,
                            o->gpu_device);
@@ -74,29 +118,41 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (o->ep_ranks > 1 && o->backend != FG_ENGINE_BACKEND_CPU) {
-        err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                          "expert parallelism (topology.ranks %d) runs on the cpu backend only so far; see docs/parallel.md",
-                          o->ep_ranks);
+    if (hp->n_expert > 0 && !(e->expert_tokens = calloc((size_t)hp->n_expert, sizeof *e->expert_tokens))) {
+        err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
     if (o->ep_ranks > 1) {
         /* Each rank has its own forward pass and share of the threads. */
-        fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .max_tokens = o->max_batch_tokens, .n_threads = nth,
+        fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
+                                  .group = o->ep_transport == 0 ? o->ep_group : NULL,
+                                  .max_tokens = o->max_batch_tokens, .n_threads = nth,
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
-                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement};
+                                  .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement,
+                                  .recv_capacity_rows = o->ep_recv_capacity_rows,
+                                  .hot_experts = o->ep_hot_experts, .expert_tokens = e->expert_tokens,
+                                  .backend = (fg_backend_kind)o->backend, .kv = e->kv};
+        uint8_t nccl_id[FG_EP_NCCL_ID_BYTES];
+        if (o->ep_transport == 1) {
+            if ((err = nccl_job_id(o, o->ep_ranks / per_node, nccl_id, diag)))
+                goto fail;
+            eo.nccl_id = nccl_id;
+        }
         if ((err = fg_ep_ranks_create(e->model, &geo, &eo, &e->ep, diag)))
             goto fail;
+        e->ep_nodes = fg_ep_ranks_multinode(e->ep);
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);
         if (!e->seq_rank) {
             err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
             goto fail;
         }
     } else {
-        if (o->ep_experts_per_rank || o->ep_redundant) { /* one rank: still say when the numbers do not fit */
+        if (o->ep_experts_per_rank || o->ep_redundant || (o->ep_hot_experts && *o->ep_hot_experts)) {
+            /* one rank: still say when the numbers do not fit */
             fg_ep_shard_t *shard;
             fg_ep_shard_options so = {.n_expert = hp->n_expert, .n_ranks = 1,
-                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant};
+                                      .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant,
+                                      .hot_list = o->ep_hot_experts};
             if ((err = fg_ep_shard_create(&so, &shard, diag)))
                 goto fail;
             fg_ep_shard_destroy(shard);
@@ -108,7 +164,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         }
         fg_backend_options bo = {.kind = (fg_backend_kind)o->backend, .model = e->model, .geo = &geo, .kv = e->kv,
                                  .max_tokens = o->max_batch_tokens, .pool = e->pool, .isa = o->isa,
-                                 .device = o->gpu_device};
+                                 .expert_tokens = e->expert_tokens, .device = o->gpu_device};
         if ((err = fg_backend_open(&bo, &e->backend, diag)))
             goto fail;
     }
@@ -136,12 +192,21 @@ void fg_engine_close(fg_engine_t *e)
     fg_backend_close(e->backend);
     fg_ep_ranks_destroy(e->ep);
     free(e->seq_rank);
+    free((void *)e->expert_tokens);
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
     fg_tokenizer_destroy(e->tok);
     fg_model_free(e->model);
     fg_gguf_close(e->gguf);
     free(e);
+}
+
+int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap)
+{
+    const int n = e->model->hp.n_expert;
+    for (int i = 0; i < n && i < cap && e->expert_tokens; i++)
+        out[i] = atomic_load_explicit(&e->expert_tokens[i], memory_order_relaxed);
+    return n;
 }
 
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
@@ -160,7 +225,8 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .weight_bytes_active = e->model->weight_bytes_active,
         .n_threads = e->ep ? fg_ep_ranks_count(e->ep) * fg_ep_ranks_threads(e->ep) : fg_pool_size(e->pool),
         .isa = e->opt.isa == FG_ISA_AUTO ? fg_isa_best() : e->opt.isa,
-        .backend = e->backend ? fg_backend_kind_name(fg_backend_kind_of(e->backend)) : "cpu",
+        .backend = e->backend ? fg_backend_kind_name(fg_backend_kind_of(e->backend))
+                              : fg_backend_kind_name((fg_backend_kind)e->opt.backend), /* ranks: the option's */
         .model_identity = e->model->identity,
     };
 }
@@ -245,6 +311,9 @@ void fg_session_free(fg_session_t *s)
     fg_session_dealloc(s);
 }
 
+/* Under expert parallelism the host pages are current after every step (the
+ * cpu ranks compute in them; cuda ranks write theirs back), so a page needs
+ * no copy to the host; one changed on the host is re-read by every cuda rank. */
 fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag)
 {
     return e->backend ? fg_backend_kv_page_to_host(e->backend, page, diag) : FG_OK;
@@ -252,6 +321,8 @@ fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag)
 
 fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag)
 {
+    if (e->ep)
+        fg_ep_ranks_page_changed(e->ep, page);
     return e->backend ? fg_backend_kv_page_to_device(e->backend, page, diag) : FG_OK;
 }
 
@@ -292,8 +363,9 @@ int fg_session_length(const fg_session_t *s)
     return n;
 }
 
-fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
-                       fg_diag *diag)
+/* fg_session_eval with the tokens marked as sampled (decode) or input. */
+static fg_err session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
+                           bool sampled, fg_diag *diag)
 {
     fg_engine_t *e = s->e;
     if (e->opt.serve)
@@ -320,7 +392,7 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
     for (int done = 0; done < n;) {
         int m = n - done < chunk ? n - done : chunk;
         bool last = done + m == n;
-        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL};
+        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL, .sampled = sampled};
         if (logits && logits_all) {
             fs.n_logits = m;
             fs.logits = logits + (size_t)done * V;
@@ -338,6 +410,17 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
     return FG_OK;
 }
 
+fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
+                       fg_diag *diag)
+{
+    return session_eval(s, tokens, n, logits, logits_all, false, diag);
+}
+
+fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag)
+{
+    return session_eval(s, &token, 1, logits, false, true, diag);
+}
+
 fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,
                          int n, fg_diag *diag)
 {
@@ -346,4 +429,12 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
     for (int i = 0; i < n; i++)
         e->seq_rank[i] = sessions[i]->ep_rank;
     return fg_ep_ranks_run(e->ep, tokens, seqs, e->seq_rank, n, diag);
+}
+
+fg_err fg_engine_round(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions, int n,
+                       bool leave, fg_ep_round *out, fg_diag *diag)
+{
+    for (int i = 0; i < n; i++)
+        e->seq_rank[i] = sessions[i]->ep_rank;
+    return fg_ep_ranks_round(e->ep, tokens, seqs, e->seq_rank, n, leave, out, diag);
 }

@@ -70,9 +70,24 @@ typedef struct fg_engine_options {
      * sharded over all of them */
     int ep_ranks;
     int ep_experts_per_rank; /* expert slots per rank, replicas included; 0: derived */
-    int ep_redundant;        /* replica slots over all ranks, a multiple of ep_ranks */
+    int ep_redundant;        /* replica slots over all ranks; experts + replicas a multiple of ep_ranks */
     int ep_placement;        /* 0 contiguous, 1 strided */
-    int ep_transport;        /* 0 in-process (threads); 1 NCCL (not yet run by this engine) */
+    int ep_transport;        /* 0 in-process (threads); 1 NCCL (local rank i on CUDA device i; compute on cpu) */
+    /* several nodes (one engine each; docs/parallel.md, "Several nodes"):
+     * this engine runs ranks ep_node * ep_ranks_per_node onwards and serves
+     * its own sessions on them; every step is agreed with the other nodes */
+    int ep_ranks_per_node;   /* 0: every rank here (one node) */
+    int ep_node;             /* this engine's node, in [0, ep_ranks / ep_ranks_per_node) */
+    /* in-process transport over several nodes (tests: several engines of one
+     * process as nodes): a group of ep_ranks every node's engine shares,
+     * outliving them; NULL: the engine's ranks make their own (one node) */
+    struct fg_ep_inproc_group *ep_group;
+    /* NCCL over several nodes: where node 0 publishes the NCCL id (engine/ep_bootstrap.h) */
+    const char *ep_bootstrap_redis;   /* Redis address */
+    const char *ep_bootstrap_prefix;  /* key prefix, one per launch */
+    int ep_bootstrap_timeout_ms;      /* 0: 60000 */
+    int64_t ep_recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
+    const char *ep_hot_experts;    /* replica heat order, "5,0,9" hottest first (engine/ep_shard.h); NULL: id order */
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
@@ -86,15 +101,22 @@ void fg_engine_options_default(fg_engine_options *o);
 /* Errors: FG_ERR_IO and FG_ERR_GGUF_* (file), FG_ERR_MODEL_* (contents),
  * FG_ERR_TOKENIZER, FG_ERR_KV_FORMAT, FG_ERR_INVALID_ARG (options),
  * FG_ERR_CONFIG (an expert placement that does not fit the model, naming the
- * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport; backend cuda in
- * a build without CUDA, on a machine without a usable GPU, or with expert
- * parallelism, with a message saying which), FG_ERR_NOMEM. With persist_dir
+ * topology key), FG_ERR_UNSUPPORTED (ISA; the NCCL transport in a build
+ * without NCCL; backend cuda in a build without CUDA, on a machine without a
+ * usable GPU, or with expert parallelism, with a message saying which),
+ * FG_ERR_STATE (several nodes without serving mode: direct mode has no step
+ * loop to agree steps in), FG_ERR_IO (NCCL bootstrap or communicator),
+ * FG_ERR_NOMEM. Several nodes over NCCL: blocks until every node has opened
+ * (or the bootstrap times out). With persist_dir
  * set, the directory is created if missing, its session files are counted per
  * tenant (disk_bytes) and leftover temporary files are removed; FG_ERR_IO when
  * it cannot be created or read. */
 fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *diag);
 /* Serving mode: stops the step thread (in-flight responses end unreported)
- * and frees every session still open. */
+ * and frees every session still open. Several nodes: first announces the
+ * leave in one last agreement round (which waits for the other nodes' next
+ * round, at most their idle wait away); the other nodes' responses then end
+ * with FG_ERR_STATE. */
 void fg_engine_close(fg_engine_t *e);
 
 typedef struct fg_engine_info {
@@ -159,6 +181,14 @@ typedef struct fg_engine_stats {
 
 void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
 
+/* Routed (token, expert) picks per expert id since open, summed over the
+ * MoE layers and every rank (the cpu backend and in-process ranks count; the
+ * cuda backend does not): how hot each expert is, for topology.hot_experts.
+ * Fills out[0 .. min(cap, n_expert)); returns n_expert (0: a dense model).
+ * Any thread; each count is read on its own (relaxed), so counts of a step in
+ * progress may be partly in. */
+int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap);
+
 /* ---- sessions ---- */
 
 #define FG_SESSION_NAME_MAX 64     /* bytes of a session or tenant name: [A-Za-z0-9_-] */
@@ -191,13 +221,19 @@ void fg_session_delete(fg_session_t *s);
 /* Tokens in the session's cache (direct mode; in serving mode a snapshot). */
 int fg_session_length(const fg_session_t *s);
 
-/* Direct mode only. Appends n tokens: runs them through the model (in chunks
- * of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
+/* Direct mode only. Appends n input tokens: runs them through the model (in
+ * chunks of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
  * last token, or [n][vocab] when logits_all. On error the session is unchanged.
  * Errors: FG_ERR_CONTEXT_FULL, FG_ERR_KV_FULL, FG_ERR_TOKEN_ID,
  * FG_ERR_INVALID_ARG, FG_ERR_STATE (serving mode). */
 fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                        fg_diag *diag);
+/* Direct mode only. Appends one token that the model sampled (a decode
+ * step): as fg_session_eval of that token, but its attention runs in the
+ * absorbed form, as a served decode does (fg_session_eval's tokens are input
+ * and run in the decompressed form, cheap per token only for many tokens at
+ * once). logits: NULL or [vocab]. Errors: as fg_session_eval. */
+fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag);
 
 /* ---- serving mode ---- */
 

@@ -177,8 +177,13 @@ struct fg_engine {
     fg_kv_store_t *kv;
     fg_pool_t *pool;
     fg_backend_t *backend;          /* runs the forward pass (cpu or cuda); NULL with expert parallelism */
-    fg_ep_ranks_t *ep;              /* expert parallelism: the in-process ranks; NULL without */
+    fg_ep_ranks_t *ep;              /* expert parallelism: this node's ranks; NULL without */
+    bool ep_nodes;                  /* [const] the job has other nodes: every step is agreed in a round */
+    bool ep_down;                   /* [step] a node left (or the transport failed): no more rounds */
+    int ep_left_node;               /* [step] which node left (-1: the transport failed) */
+    bool ep_peers_busy;             /* [step] the last round stepped: the next one follows at once */
     int *seq_rank;                  /* [max_batch_tokens] rank of each sequence of a step (with ep) */
+    _Atomic uint64_t *expert_tokens; /* [n_expert] routed picks per expert id, added by every forward */
     _Atomic unsigned ep_next_rank;  /* round-robin rank for the next session */
     int n_ctx;
     int max_token_bytes;            /* longest token text, for output-queue room */
@@ -241,6 +246,12 @@ struct fg_engine {
  * fg_forward_run / fg_ep_ranks_run. */
 fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,
                          int n, fg_diag *diag);
+
+/* engine.c: with several nodes, an agreement round over this node's batch
+ * of n sessions (n may be 0) and the step it agrees on; see
+ * fg_ep_ranks_round. Collective over the nodes: the step thread only. */
+fg_err fg_engine_round(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions, int n,
+                       bool leave, fg_ep_round *out, fg_diag *diag);
 
 /* engine.c */
 /* A KV page's resident copy where the backend computes (device memory on

@@ -491,7 +491,8 @@ static int plan_step(fg_engine_t *e)
             /* Sample after a decode, or after the chunk that ends the input of a generating response. */
             s->batch_logits = !pass || (s->batch_tokens == s->todo_n && s->resp.p.generate);
             e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
-                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL};
+                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL,
+                                       .sampled = !pass /* a decode feeds back the sampled token */};
             e->cand[n++] = s; /* overwrites only entries already read */
             ntok += s->batch_tokens;
         }
@@ -510,11 +511,72 @@ static void wake_owner(fg_engine_t *e)
     pthread_mutex_lock(&e->mu);
 }
 
+/* Several nodes: how long a node with no work, whose peers had none at the
+ * last round either, waits for local work before it polls the peers with
+ * the next round. Bounds the idle rounds at 500 a second, and the delay
+ * before a burst of work elsewhere gets this node's ranks to the step. */
+#define NODE_IDLE_WAIT_S 0.002
+
+/* Waits on work_cv for up to wait seconds unless work or a stop is pending [mu]. */
+static void wait_for_work(fg_engine_t *e, double wait)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (!e->work && !e->stop)
+        pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+}
+
+/* Why nothing can step once the job of several nodes is down (node: who left; -1: the transport failed). */
+static fg_err job_down(int node, fg_diag *diag)
+{
+    if (node < 0)
+        return fg_diag_set(diag, FG_ERR_STATE,
+                           "the expert-parallel transport between the nodes failed; restart every node");
+    return fg_diag_set(diag, FG_ERR_STATE,
+                       "expert-parallel node %d has left the job, and no step can run without its ranks; restart "
+                       "every node",
+                       node);
+}
+
+/* Runs the planned batch of n sessions (no lock held). With several nodes,
+ * an agreement round first: *stepped is false when the job did not step
+ * (nobody had tokens, or a node left while this one had none); the
+ * sessions then have nothing to advance. leave: this node announces that it
+ * stops. Errors: as fg_engine_forward, FG_ERR_STATE (a node has left the
+ * job: nothing can step any more). */
+static fg_err forward_step(fg_engine_t *e, int n, bool leave, bool *stepped, fg_diag *diag)
+{
+    *stepped = true;
+    if (!e->ep_nodes)
+        return fg_engine_forward(e, e->btok, e->fseqs, e->cand, n, diag);
+    if (e->ep_down)
+        return job_down(e->ep_left_node, diag);
+    fg_ep_round rd;
+    fg_err err = fg_engine_round(e, e->btok, e->fseqs, e->cand, n, leave, &rd, diag);
+    e->ep_peers_busy = rd.stepped;
+    if (rd.left_node >= 0 || err == FG_ERR_IO) {
+        e->ep_down = true; /* the transport is gone, or a node will run no more rounds */
+        e->ep_left_node = rd.left_node;
+    }
+    if (err == FG_OK && rd.left_node >= 0 && n > 0)
+        return job_down(rd.left_node, diag);
+    *stepped = rd.stepped || err != FG_OK;
+    return err;
+}
+
 static void *step_main(void *arg)
 {
     fg_engine_t *e = arg;
+    bool polled = false; /* several nodes: waited for local work once since the last round */
     pthread_mutex_lock(&e->mu);
-    while (!e->stop) {
+    for (;;) {
+        /* While the nodes' job is up, this node's stop is announced in a round first. */
+        const bool rounds = e->ep_nodes && !e->ep_down;
+        if (e->stop && !rounds)
+            break;
         fg_tier_reap(e);
         take_requests(e);
         if (e->save_all_req) {
@@ -525,36 +587,46 @@ static void *step_main(void *arg)
             pthread_cond_broadcast(&e->done_cv);
         }
         fg_tier_idle(e);
-        int n = plan_step(e);
-        if (n == 0) {
+        int n = e->stop ? 0 : plan_step(e);
+        if (n == 0 && !e->stop) {
             if (e->wake_owner) {
                 wake_owner(e);
                 continue;
             }
-            if (e->persist && e->opt.idle_spill_seconds > 0) {
-                /* Idle spills are due without any event: look again now and then. */
-                double wait = e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1;
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait;
-                ts.tv_sec = (time_t)t;
-                ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-                if (!e->work && !e->stop)
-                    pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+            if (rounds) {
+                if (!e->ep_peers_busy && !polled) {
+                    /* Nobody had work at the last round: a short wait for local work, then poll the peers. */
+                    wait_for_work(e, NODE_IDLE_WAIT_S);
+                    e->work = false;
+                    polled = true;
+                    continue;
+                }
             } else {
-                while (!e->work && !e->stop)
-                    pthread_cond_wait(&e->work_cv, &e->mu);
+                if (e->persist && e->opt.idle_spill_seconds > 0) {
+                    /* Idle spills are due without any event: look again now and then. */
+                    wait_for_work(e, e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1);
+                } else {
+                    while (!e->work && !e->stop)
+                        pthread_cond_wait(&e->work_cv, &e->mu);
+                }
+                e->work = false;
+                continue;
             }
-            e->work = false;
-            continue;
         }
+        polled = false;
         e->work = false;
+        const bool leave = e->stop;
         pthread_mutex_unlock(&e->mu);
 
         fg_diag diag;
+        bool stepped;
         double t0 = fg_now_s();
-        fg_err err = fg_engine_forward(e, e->btok, e->fseqs, e->cand, n, &diag);
+        fg_err err = forward_step(e, n, leave, &stepped, &diag);
         double dt = fg_now_s() - t0;
+        if (!stepped || n == 0) { /* a round without a step, or a step without local tokens */
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
         int64_t dec_tok = 0, pre_tok = 0;
         for (int i = 0; i < n; i++) {
             fg_session_t *s = e->cand[i];

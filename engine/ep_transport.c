@@ -13,14 +13,19 @@ fg_err fg_ep_transport_init(fg_ep_transport_t *t, const fg_ep_transport_ops *ops
     t->rank = rank;
     t->size = size;
     t->count_bytes = malloc(2 * (size_t)size * sizeof *t->count_bytes);
-    if (!t->count_bytes)
+    t->gather_send = malloc((size_t)size * sizeof *t->gather_send);
+    if (!t->count_bytes || !t->gather_send)
         return fg_diag_set(diag, FG_ERR_NOMEM, "ep transport: out of memory");
     for (int p = 0; p < 2 * size; p++)
         t->count_bytes[p] = sizeof(int64_t);
     return FG_OK;
 }
 
-void fg_ep_transport_fini(fg_ep_transport_t *t) { free(t->count_bytes); }
+void fg_ep_transport_fini(fg_ep_transport_t *t)
+{
+    free(t->count_bytes);
+    free(t->gather_send);
+}
 
 int fg_ep_rank(const fg_ep_transport_t *t) { return t->rank; }
 int fg_ep_size(const fg_ep_transport_t *t) { return t->size; }
@@ -36,6 +41,15 @@ fg_err fg_ep_alltoall_counts(fg_ep_transport_t *t, const int64_t *send, int64_t 
 {
     /* One int64 to and from every peer: fixed sizes, so no count exchange of its own. */
     return t->ops->alltoallv(t, send, t->count_bytes, recv, t->count_bytes + t->size, diag);
+}
+
+fg_err fg_ep_allgather_i64(fg_ep_transport_t *t, int64_t value, int64_t *recv, fg_diag *diag)
+{
+    /* The same value to every peer is an all-to-all of counts: no second
+     * operation for the transports to implement. */
+    for (int p = 0; p < t->size; p++)
+        t->gather_send[p] = value;
+    return fg_ep_alltoall_counts(t, t->gather_send, recv, diag);
 }
 
 fg_err fg_ep_barrier(fg_ep_transport_t *t, fg_diag *diag) { return t->ops->barrier(t, diag); }

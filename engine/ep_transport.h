@@ -1,5 +1,6 @@
 /* ep_transport.h: the collective operations expert parallelism needs between
- * ranks — an all-to-all-v of bytes and a barrier — behind one interface, with
+ * ranks — an all-to-all-v of bytes (with a count exchange and an all-gather
+ * built on it) and a barrier — behind one interface, with
  * two implementations:
  *
  *  - in-process: ranks are threads of this process; a group holds shared
@@ -52,6 +53,12 @@ fg_err fg_ep_alltoallv(fg_ep_transport_t *t, const void *send, const size_t *sen
 /* All-to-all of one count per peer: recv[p] = what rank p put in send[this rank].
  * send and recv are [size]. Errors: as fg_ep_alltoallv. */
 fg_err fg_ep_alltoall_counts(fg_ep_transport_t *t, const int64_t *send, int64_t *recv, fg_diag *diag);
+
+/* All-gather of one value per rank: recv[p] = the value rank p passed.
+ * recv is [size]. Built on the count all-to-all (8 bytes to every peer), so
+ * both transports have it; what the multi-node step agreement uses
+ * (engine/ep_ranks.h). Errors: as fg_ep_alltoallv. */
+fg_err fg_ep_allgather_i64(fg_ep_transport_t *t, int64_t value, int64_t *recv, fg_diag *diag);
 
 /* Returns when every rank of the group has entered it. Errors: FG_ERR_IO (NCCL). */
 fg_err fg_ep_barrier(fg_ep_transport_t *t, fg_diag *diag);

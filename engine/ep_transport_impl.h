@@ -20,9 +20,10 @@ struct fg_ep_transport {
     const fg_ep_transport_ops *ops;
     int rank, size;
     size_t *count_bytes;  /* [2 * size] fg_ep_alltoall_counts' segment sizes */
+    int64_t *gather_send; /* [size] fg_ep_allgather_i64's send buffer: the value once per peer */
 };
 
-/* Sets the common part; allocates count_bytes. Errors: FG_ERR_NOMEM. */
+/* Sets the common part; allocates count_bytes and gather_send. Errors: FG_ERR_NOMEM. */
 fg_err fg_ep_transport_init(fg_ep_transport_t *t, const fg_ep_transport_ops *ops, int rank, int size, fg_diag *diag);
 /* Frees the common part (not t itself). */
 void fg_ep_transport_fini(fg_ep_transport_t *t);

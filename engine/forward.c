@@ -6,9 +6,13 @@
  *   kva   = kv_a_mqa(xn)                                           [n][kv_lora + rope]
  *   c     = RMSNorm(kva[:kv_lora]) * kv_a_norm  -> cache latent     [n][kv_lora]
  *   kr    = RoPE(kva[kv_lora:], pos)            -> cache rope key   [n][rope]
+ * sampled (decode) tokens, the absorbed form:
  *   q_lat[h] = k_b[h] q_nope[h]   (absorb: nope -> kv_lora)        [n][H][kv_lora]
  *   o_lat[h] = softmax(scale * (q_lat[h].c + RoPE(q_rope[h]).kr)) c  over the sequence's cache
  *   o[h]  = v_b[h] o_lat[h]        (expand: kv_lora -> v)          [n][H * v]
+ * input (prompt) tokens, the decompressed form (kernels/cpu/mha_attn.h):
+ *   k[h] = k_b[h]^T c, v[h] = v_b[h] c  per cached row, a page at a time
+ *   o[h]  = softmax(scale * (q_nope[h].k[h] + RoPE(q_rope[h]).kr)) v[h]
  *   x    += attn_output(o)
  *   xn    = RMSNorm(x) * ffn_norm
  *   x    += SwiGLU dense FFN(xn), or sum_k w_k expert_k(xn) + shared(xn)
@@ -26,6 +30,7 @@
 #include "engine/moe_route.h"
 #include "engine/rope.h"
 #include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/mha_attn.h"
 #include "kernels/cpu/mla_attn.h"
 #include "kernels/cpu/vecops.h"
 
@@ -83,6 +88,18 @@ struct fg_forward {
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
     bool split_kv;            /* this layer: one token, its cache split over the threads */
+
+    /* The decompressed (MHA) form for prompt tokens: */
+    float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
+    float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
+    float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
+    size_t mha_tile_floats, mha_page_tile_floats;
+    float *mha_scratch;       /* [nth][mha_scratch_floats] */
+    size_t mha_scratch_floats;
+    float *mha_m, *mha_l;     /* [T][H] each prompt query's running maximum and denominator */
+    fg_mha_attn_params mha;   /* the job's sequence and layer */
+    int mha_first, mha_n;     /* the job: the sequence's prompt tokens [first, first + n) of the batch */
+    int mha_rows;             /* rows of the sequence that the job's queries may read */
     void *mm_scratch;
     size_t mm_scratch_bytes;
 
@@ -91,6 +108,9 @@ struct fg_forward {
      * panels (FG_WTYPE_Q8_0_P16, pack_weight) */
     fg_layer *layers;         /* [n_layer] */
     void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
+
+    uint64_t *picks;          /* [E] routed (token, expert) picks of this run per expert id, all MoE layers */
+    _Atomic uint64_t *pick_sink; /* [E] where a run adds them (fg_forward_count_experts); NULL: not counted */
 
     fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
@@ -199,6 +219,39 @@ static int setup_layers(fg_forward_t *f)
     return 0;
 }
 
+/* mha_wk and mha_wv: every layer's k_b (transposed: [h][j][l], so a key
+ * channel's weights are contiguous) and v_b (transposed: [l][h * v + j]) in
+ * f32, the layouts mha_attn.h reads. Returns 0, or -1 when out of memory. */
+static int setup_mha_weights(fg_forward_t *f)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, L = hp->kv_lora, NK = hp->n_nope, NV = hp->n_v;
+    float *row = malloc((size_t)(L > NK ? L : NK) * sizeof *row);
+    if (!row)
+        return -1;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const fg_layer *ly = &f->m->layers[il];
+        float *wk = f->mha_wk + (size_t)il * H * NK * L, *wv = f->mha_wv + (size_t)il * L * H * NV;
+        for (int h = 0; h < H; h++) {
+            fg_weight kb = ly->k_b, vb = ly->v_b; /* matrix h as a 2-D weight */
+            kb.data = (const uint8_t *)ly->k_b.data + (size_t)h * ly->k_b.mat_bytes;
+            vb.data = (const uint8_t *)ly->v_b.data + (size_t)h * ly->v_b.mat_bytes;
+            for (int i = 0; i < L; i++) { /* k_b row i: latent channel i's weights over the nope channels */
+                fg_weight_row_f32(&kb, i, row);
+                for (int j = 0; j < NK; j++)
+                    wk[((size_t)h * NK + j) * L + i] = row[j];
+            }
+            for (int j = 0; j < NV; j++) { /* v_b row j: value channel j's weights over the latent */
+                fg_weight_row_f32(&vb, j, row);
+                for (int i = 0; i < L; i++)
+                    wv[(size_t)i * H * NV + (size_t)h * NV + j] = row[i];
+            }
+        }
+    }
+    free(row);
+    return 0;
+}
+
 fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool, fg_isa isa,
                          fg_forward_t **out, fg_diag *diag)
 {
@@ -253,6 +306,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->sel_ids = xalloc(T * K * sizeof(int), &failed);
     f->sel_w = xalloc(T * K * fl, &failed);
     f->exp_count = xalloc((E + 1) * sizeof(int), &failed);
+    f->picks = xalloc((E ? E : 1) * sizeof(uint64_t), &failed);
     f->exp_list = xalloc(T * K * sizeof(int), &failed);
     f->exp_list_w = xalloc(T * K * fl, &failed);
     f->route_scratch = xalloc((size_t)fg_moe_route_scratch_floats(&f->route) * fl, &failed);
@@ -276,6 +330,18 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     int nth = pool ? fg_pool_size(pool) : 1;
     f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
     f->part = xalloc((size_t)nth * (H * L + 2 * H) * fl, &failed);
+    const size_t NL = (size_t)hp->n_layer, NK = (size_t)hp->n_nope, NV = (size_t)hp->n_v;
+    f->mha_wk = xalloc(NL * H * NK * L * fl, &failed);
+    f->mha_wv = xalloc(NL * L * H * NV * fl, &failed);
+    const fg_mha_attn_params mp = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
+                                   .n_nope = hp->n_nope, .n_v = hp->n_v};
+    f->mha_page_tile_floats = (fg_mha_page_tile_floats(&mp) + 15) & ~(size_t)15;
+    f->mha_tile_floats = f->mha_page_tile_floats + ((fg_mha_head_tile_floats(&mp) + 15) & ~(size_t)15);
+    f->mha_tiles = xalloc((size_t)nth * f->mha_tile_floats * fl, &failed);
+    f->mha_scratch_floats = (fg_mha_scratch_floats(&mp) + 15) & ~(size_t)15;
+    f->mha_scratch = xalloc((size_t)nth * f->mha_scratch_floats * fl, &failed);
+    f->mha_m = xalloc(T * H * fl, &failed);
+    f->mha_l = xalloc(T * H * fl, &failed);
 
     /* Matmul scratch: the largest need over every product the pass makes. */
     size_t mm = 0;
@@ -313,6 +379,10 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
         fg_forward_destroy(f);
         return fg_diag_set(diag, FG_ERR_NOMEM, "forward: cannot allocate the packed weights");
     }
+    if (setup_mha_weights(f) != 0) {
+        fg_forward_destroy(f);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory");
+    }
     *out = f;
     return FG_OK;
 }
@@ -325,7 +395,8 @@ void fg_forward_destroy(fg_forward_t *f)
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
-                    f->shared_out, f->exp_tasks, f->xn_q8, f->iota};
+                    f->shared_out, f->exp_tasks, f->xn_q8, f->iota, f->picks, f->mha_wk, f->mha_wv, f->mha_tiles,
+                    f->mha_scratch, f->mha_m, f->mha_l};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -442,12 +513,98 @@ static void attention_job(void *ctx, int ith, int nth)
             long e = t + 1;
             while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
                 e++;
-            const fg_mla_attn_params p = attn_params(f, t);
-            fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
-                              f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
+            if (f->seqs[f->tok_seq[t]].sampled) {
+                const fg_mla_attn_params p = attn_params(f, t);
+                fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
+                                  f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
+            } else { /* prompt tokens: mha_prefill writes their o after the v_b pass */
+                memset(f->o_lat + (size_t)t * H * L, 0, (size_t)(e - t) * H * L * sizeof(float));
+            }
             t = e;
         }
     }
+}
+
+/* Prompt attention of one sequence's queries (batch tokens [mha_first,
+ * + mha_n)): the threads take heads (and, with more threads than heads,
+ * parts of the queries), so they share nothing and the job has no barrier
+ * inside. Each thread walks the pages in order: it loads a page once, then
+ * for each of its heads expands the page into that head's keys and values
+ * (a head tile that stays in its L1/L2) and updates its queries' states.
+ * Which thread does a task does not change any bit. */
+static void mha_job(void *ctx, int ith, int nth)
+{
+    fg_forward_t *f = ctx;
+    const fg_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, R = hp->n_rope, qk = hp->n_nope + R, NV = hp->n_v, n = f->mha_n;
+    const int parts = nth > H ? nth / H : 1; /* query parts per head */
+    long b, e;
+    fg_pool_split((long)H * parts, 1, ith, nth, &b, &e);
+    if (b >= e)
+        return;
+    float *page_tile = f->mha_tiles + (size_t)ith * f->mha_tile_floats;
+    float *head_tile = page_tile + f->mha_page_tile_floats;
+    float *scratch = f->mha_scratch + (size_t)ith * f->mha_scratch_floats;
+    const int pages = (f->mha_rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    for (int page = 0; page < pages; page++) {
+        const int left = f->mha_rows - page * FG_KV_PAGE_TOKENS;
+        const int rows = left < FG_KV_PAGE_TOKENS ? left : FG_KV_PAGE_TOKENS;
+        fg_mha_load_page(&f->mha, page, rows, page_tile, scratch);
+        for (long task = b; task < e; task++) {
+            const int h = (int)(task / parts), part = (int)(task % parts);
+            const int q_begin = f->mha_first + (int)((long)n * part / parts);
+            const int q_end = f->mha_first + (int)((long)n * (part + 1) / parts);
+            if (q_begin >= q_end)
+                continue;
+            fg_mha_decompress(&f->mha, page_tile, rows, h, head_tile);
+            for (int t0 = q_begin; t0 < q_end; t0 += FG_MHA_GROUP) {
+                const int g = q_end - t0 < FG_MHA_GROUP ? q_end - t0 : FG_MHA_GROUP;
+                const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
+                float *o[FG_MHA_GROUP], *m[FG_MHA_GROUP], *l[FG_MHA_GROUP];
+                for (int i = 0; i < g; i++) {
+                    const size_t th = (size_t)(t0 + i) * H + (size_t)h;
+                    qn[i] = f->q + (size_t)(t0 + i) * H * qk + (size_t)h * qk;
+                    qr[i] = f->q_rope + th * R;
+                    o[i] = f->o + th * NV;
+                    m[i] = f->mha_m + th;
+                    l[i] = f->mha_l + th;
+                }
+                fg_mha_attend(&f->mha, page_tile, head_tile, page, rows, h, g, f->tok_nkv + t0, qn, qr, o, m, l,
+                              scratch);
+            }
+        }
+    }
+}
+
+/* Attention of one sequence's prompt tokens, batch tokens [first, first + n)
+ * (consecutive positions), in the decompressed form, into their rows of o. */
+static void mha_prefill(fg_forward_t *f, int il, int first, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, L = hp->kv_lora, NV = hp->n_v;
+    const fg_fwd_seq *s = &f->seqs[f->tok_seq[first]];
+    f->mha = (fg_mha_attn_params){
+        .n_head = H,
+        .kv_lora = L,
+        .n_rope = hp->n_rope,
+        .n_nope = hp->n_nope,
+        .n_v = NV,
+        .scale = f->rope.attn_scale,
+        .format = f->geo.format,
+        .pages = (const uint8_t *const *)s->kv->pages,
+        .layer_offset = (size_t)il * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
+        .row_bytes = f->geo.row_bytes,
+        .wk = f->mha_wk + (size_t)il * H * hp->n_nope * L,
+        .wv = f->mha_wv + (size_t)il * L * H * NV,
+        .isa = f->isa,
+    };
+    f->mha_first = first;
+    f->mha_n = n;
+    f->mha_rows = f->tok_nkv[first + n - 1]; /* the last query reads the most */
+    fg_pool_run(f->pool, mha_job, f);
+    for (int t = first; t < first + n; t++)
+        for (int h = 0; h < H; h++)
+            fg_mha_finish(NV, f->o + ((size_t)t * H + h) * NV, f->mha_l[(size_t)t * H + h]);
 }
 
 /* Each thread takes heads until none are left; each head's product runs
@@ -479,10 +636,12 @@ static void run_heads(fg_forward_t *f, const fg_head_pass *p)
     fg_pool_run(f->pool, heads_job, f);
 }
 
+static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n);
+
 static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 {
     const fg_hparams *hp = &f->m->hp;
-    const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope, V = hp->n_v;
+    const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope;
     const int qk = nope + R;
 
     rmsnorm_rows(f, f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
@@ -505,20 +664,46 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
     }
 
-    /* Queries: rope part roped per head; no-rope part absorbed into the latent space. */
+    /* Queries: the rope part roped per head (the no-rope part is absorbed for
+     * sampled tokens, used as it is for prompt tokens). */
     for (int t = 0; t < n; t++)
         for (int h = 0; h < H; h++) {
             float *qr = f->q_rope + ((size_t)t * H + h) * R;
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
             fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, qr);
         }
+    f->layer = il;
+    int n_sampled = 0;
+    for (int t = 0; t < n; t++) {
+        f->tok_nkv[t] = f->tok_pos[t] + 1; /* causal: itself and everything before */
+        n_sampled += f->seqs[f->tok_seq[t]].sampled;
+    }
+    if (n_sampled > 0)
+        absorbed_attention(f, ly, n);
+    /* Prompt tokens, a sequence at a time, straight into o. */
+    for (int t = 0; t < n;) {
+        int e = t + 1;
+        while (e < n && f->tok_seq[e] == f->tok_seq[t])
+            e++;
+        if (!f->seqs[f->tok_seq[t]].sampled)
+            mha_prefill(f, il, t, e - t);
+        t = e;
+    }
+    matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
+}
+
+/* Attention of the batch's sampled tokens in the absorbed form, into their
+ * rows of o (the prompt tokens' rows get zeros; mha_prefill overwrites them). */
+static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, V = hp->n_v;
+    const int qk = hp->n_nope + R;
     const fg_head_pass kb = {.w = &ly->k_b, .src = f->q, .src_stride = H * qk, .src_step = qk,
                              .dst = f->q_lat, .dst_stride = H * L};
     run_heads(f, &kb);
 
-    f->layer = il;
-    for (int t = 0; t < n; t++)
-        f->tok_nkv[t] = f->tok_pos[t] + 1; /* causal: itself and everything before */
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
     f->split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     fg_pool_run(f->pool, attention_job, f);
@@ -536,8 +721,6 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
                              .dst = f->o, .dst_stride = H * V};
     run_heads(f, &vb);
-    matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
-    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 /* SwiGLU: y[n][d] = down(silu(gate(x)) * up(x)) with matrix `mat` of each. */
@@ -681,6 +864,9 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
     for (int t = 0; t < n; t++)
         fg_moe_route(&rp, f->router + (size_t)t * E, f->sel_ids + (size_t)t * K, f->sel_w + (size_t)t * K,
                      f->route_scratch);
+    if (f->pick_sink) /* plain counts here; the shared sink is touched once per run */
+        for (int i = 0; i < n * K; i++)
+            f->picks[f->sel_ids[i]]++;
     if (f->ep) {
         /* the model's own layer: the expert-parallel ranks read the unpacked weights */
         fg_err err = fg_moe_ep_experts(f->ep, &f->m->layers[ly - f->layers], n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
@@ -747,6 +933,8 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
             memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
     }
 }
+
+void fg_forward_count_experts(fg_forward_t *f, _Atomic uint64_t *sink) { f->pick_sink = sink; }
 
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
 {
@@ -815,6 +1003,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
 
     const int d = hp->n_embd;
     f->ep_err = FG_OK;
+    if (f->pick_sink)
+        memset(f->picks, 0, (size_t)hp->n_expert * sizeof *f->picks);
     for (int t = 0; t < n; t++)
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
     for (int t = 0; t < n; t++) /* every layer and head of a token rotates by the same angles */
@@ -828,6 +1018,9 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     f->seqs = NULL;
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
         return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
+    for (int e = 0; f->pick_sink && e < hp->n_expert; e++) /* counted once the tokens count: a failed run is redone */
+        if (f->picks[e])
+            atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
     logits_block(f, seqs, n_seqs);
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;

@@ -4,10 +4,14 @@
  * One call is one engine step: every weight matrix is streamed once for the
  * whole batch (a matrix product over all its tokens); MoE tokens are grouped
  * by expert so each chosen expert is read once; attention runs per token over
- * its own sequence's pages, in the absorbed MLA form.
+ * its own sequence's pages: sampled (decode) tokens in the absorbed MLA form,
+ * input (prompt) tokens in the decompressed form, which streams each page's
+ * rows through k_b and v_b once for all of a sequence's prompt tokens in the
+ * batch.
  *
- * Owns: scratch buffers for up to max_tokens tokens, sized at create; a run
- * allocates nothing.
+ * Owns: scratch buffers for up to max_tokens tokens, sized at create, and f32
+ * copies of every layer's k_b (transposed) and v_b for the decompressed form;
+ * a run allocates nothing.
  * Thread safety: one caller at a time (the engine's step thread); the pool's
  * workers are used inside a call.
  */
@@ -32,6 +36,10 @@ typedef struct fg_fwd_seq {
     int n_tokens;       /* tokens of this sequence in the batch (>= 1) */
     int n_logits;       /* 0, 1 (the last token) or n_tokens (every token) */
     float *logits;      /* [n_logits][n_vocab] */
+    bool sampled;       /* the tokens are the model's own samples fed back (decode): attention in the
+                           absorbed form; false: input (prompt) tokens, attention in the decompressed
+                           form (mha_attn.h). Set by what the tokens are, never by how a batch was cut,
+                           so that a token's result does not depend on its chunk or its neighbours. */
 } fg_fwd_seq;
 
 /* Errors: FG_ERR_INVALID_ARG (max_tokens < 1), FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM. */
@@ -51,6 +59,13 @@ int fg_forward_max_tokens(const fg_forward_t *f);
  * rank holds only its attention and shared-expert copies; after switching
  * back to NULL the routed experts run from the model's unpacked weights. */
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep);
+
+/* Counts routing: every successful run adds, per expert id, the (token,
+ * expert) picks of its tokens over all MoE layers into sink[n_expert]
+ * (relaxed atomic adds once per run, so sink may be shared by several
+ * forwards and read by any thread); NULL stops counting. sink must outlive
+ * its use. */
+void fg_forward_count_experts(fg_forward_t *f, _Atomic uint64_t *sink);
 
 /* Runs the batch: writes each token's cache rows at positions kv->n_tokens..,
  * advances kv->n_tokens, and fills the requested logits.

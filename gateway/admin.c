@@ -568,6 +568,59 @@ static void drain(fg_gateway_t *gw, gw_http_req *req)
     }
 }
 
+/* ---- experts ---- */
+
+typedef struct expert_heat {
+    uint64_t tokens;
+    int id;
+} expert_heat;
+
+/* Hottest first; equal counts in id order, so the answer is stable. */
+static int hotter_first(const void *a, const void *b)
+{
+    const expert_heat *x = a, *y = b;
+    if (x->tokens != y->tokens)
+        return x->tokens > y->tokens ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* GET /admin/experts: routed (token, expert) picks per expert id since start,
+ * and the heat order they suggest, in the form topology.hot_experts takes. */
+static void experts_get(fg_gateway_t *gw, gw_http_req *req)
+{
+    const int n = gw->engine ? fg_engine_expert_tokens(gw->engine, NULL, 0) : 0;
+    expert_heat *heat = calloc((size_t)(n > 0 ? n : 1), sizeof *heat);
+    uint64_t *tokens = calloc((size_t)(n > 0 ? n : 1), sizeof *tokens);
+    char *order = calloc((size_t)(n > 0 ? n : 1), 12); /* up to 10 digits and a comma each */
+    json_t *list = json_array();
+    if (!heat || !tokens || !order || !list) {
+        free(heat);
+        free(tokens);
+        free(order);
+        json_decref(list);
+        gw_http_error(req, 500, "internal_error", "out of memory");
+        return;
+    }
+    if (n > 0)
+        fg_engine_expert_tokens(gw->engine, tokens, n);
+    uint64_t total = 0;
+    for (int e = 0; e < n; e++) {
+        heat[e] = (expert_heat){.tokens = tokens[e], .id = e};
+        total += tokens[e];
+        json_array_append_new(list, json_integer((json_int_t)tokens[e]));
+    }
+    qsort(heat, (size_t)n, sizeof *heat, hotter_first);
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        at += (size_t)snprintf(order + at, 12, i ? ",%d" : "%d", heat[i].id);
+    reply_json(req, 200,
+               json_pack("{s:i, s:I, s:I, s:o, s:s}", "experts", n, "ranks", (json_int_t)gw->cfg->topology.ranks,
+                         "picks", (json_int_t)total, "tokens", list, "hot_experts", order));
+    free(heat);
+    free(tokens);
+    free(order);
+}
+
 /* ---- routing ---- */
 
 static void method_not_allowed(gw_http_req *req, const char *allowed)
@@ -674,6 +727,13 @@ int gw_admin_route(fg_gateway_t *gw, gw_http_req *req)
             else
                 method_not_allowed(req, "POST");
         }
+        return 1;
+    }
+    if (n == 1 && !strcmp(seg[0], "experts")) {
+        if (!get)
+            method_not_allowed(req, "GET");
+        else
+            experts_get(gw, req);
         return 1;
     }
     if (n == 2 && !strcmp(seg[0], "sessions")) {

@@ -269,6 +269,13 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->ep_redundant = (int)cfg->topology.redundant_experts;
     o->ep_placement = cfg->topology.placement == FG_CONFIG_PLACEMENT_STRIDED ? 1 : 0;
     o->ep_transport = cfg->topology.transport == FG_CONFIG_TRANSPORT_NCCL ? 1 : 0;
+    o->ep_ranks_per_node = (int)cfg->topology.ranks_per_node;
+    o->ep_node = (int)cfg->topology.node;
+    o->ep_bootstrap_redis = cfg->redis.address; /* several nodes: the config check asks for a shared one */
+    o->ep_bootstrap_prefix = cfg->topology.bootstrap;
+    o->ep_bootstrap_timeout_ms = (int)cfg->topology.bootstrap_timeout_ms;
+    o->ep_recv_capacity_rows = cfg->topology.recv_capacity_rows;
+    o->ep_hot_experts = cfg->topology.hot_experts;
     o->serve = true;
     o->wakeup = fg_gateway_wakeup;
     o->wakeup_user = gw;

@@ -116,8 +116,18 @@ static fg_err check_limits(const fg_hparams *hp, fg_diag *diag)
 static void cuda_close(fg_backend_t *b)
 {
     cuda_backend *c = (cuda_backend *)b;
+    cudaSetDevice(c->device);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->ep && c->ep_compute) /* the exchange outlives us: it must not call into freed buffers */
+        fg_moe_ep_set_compute(c->ep, NULL);
+    fg_cuda_moe_compute_destroy(c->ep_compute);
+    void *pinned[] = {c->h_ids, c->h_w, c->h_xn, c->h_x};
+    for (size_t i = 0; i < sizeof pinned / sizeof *pinned; i++)
+        if (pinned[i])
+            cudaFreeHost(pinned[i]);
+    free(c->picks);
+    free(c->kv_seen);
     for (int i = 0; i < c->n_allocs; i++)
         cudaFree(c->allocs[i]);
     cudaFree(c->d_pages);
@@ -136,6 +146,14 @@ static void cuda_close(fg_backend_t *b)
     free(c);
 }
 
+/* The current device is per host thread: a backend may be opened on one
+ * thread and run on another (the engine's step thread, an expert-parallel
+ * rank's thread), and several backends of a process sit on several devices. */
+static fg_err use_device(const cuda_backend *c, fg_diag *diag)
+{
+    return fg_cuda_rt(cudaSetDevice(c->device), "select the device", diag);
+}
+
 static fg_err page_of(cuda_backend *c, const uint8_t *page, size_t *index, fg_diag *diag)
 {
     *index = page ? fg_kv_store_page_index(c->kv, page) : (size_t)-1;
@@ -149,6 +167,8 @@ static fg_err cuda_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag)
     cuda_backend *c = (cuda_backend *)b;
     size_t i;
     fg_err e = page_of(c, page, &i, diag);
+    if (!e)
+        e = use_device(c, diag);
     if (e)
         return e;
     return fg_cuda_rt(cudaMemcpy(page, c->d_kv + i * c->geo.page_bytes, c->geo.page_bytes, cudaMemcpyDeviceToHost),
@@ -160,6 +180,8 @@ static fg_err cuda_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag 
     cuda_backend *c = (cuda_backend *)b;
     size_t i;
     fg_err e = page_of(c, page, &i, diag);
+    if (!e)
+        e = use_device(c, diag);
     if (e)
         return e;
     return fg_cuda_rt(cudaMemcpy(c->d_kv + i * c->geo.page_bytes, page, c->geo.page_bytes, cudaMemcpyHostToDevice),
@@ -168,7 +190,14 @@ static fg_err cuda_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag 
 
 static fg_err cuda_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
 {
-    return fg_cuda_forward_run((cuda_backend *)b, tokens, seqs, n_seqs, diag);
+    cuda_backend *c = (cuda_backend *)b;
+    fg_err e = use_device(c, diag);
+    if (e != FG_OK && c->ep) { /* the peers still exchange with us: fg_cuda_forward_run takes part with no tokens */
+        fg_diag ignored;
+        (void)fg_cuda_forward_run(c, tokens, seqs, 0, &ignored);
+        return e;
+    }
+    return e ? e : fg_cuda_forward_run(c, tokens, seqs, n_seqs, diag);
 }
 
 static const fg_backend_ops cuda_ops = {cuda_run, cuda_page_to_host, cuda_page_to_device, cuda_close};
@@ -199,6 +228,31 @@ static fg_err pick_device(int device, int *sm, fg_diag *diag)
     if ((e = cudaSetDevice(device)) != cudaSuccess)
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "backend cuda: cannot use device %d: %s", device,
                            cudaGetErrorString(e));
+    return FG_OK;
+}
+
+/* Expert parallelism: the host staging of a MoE layer, the picks, and this
+ * GPU's expert compute set on the exchange. */
+static fg_err open_ep(cuda_backend *c, const fg_backend_options *o, fg_diag *diag)
+{
+    const fg_hparams *hp = &c->m->hp;
+    const size_t T = (size_t)o->max_tokens, K = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    const size_t d = (size_t)hp->n_embd;
+    if (cudaMallocHost((void **)&c->h_ids, T * K * sizeof(int)) != cudaSuccess ||
+        cudaMallocHost((void **)&c->h_w, T * K * sizeof(float)) != cudaSuccess ||
+        cudaMallocHost((void **)&c->h_xn, T * d * sizeof(float)) != cudaSuccess ||
+        cudaMallocHost((void **)&c->h_x, T * d * sizeof(float)) != cudaSuccess ||
+        !(c->picks = calloc((size_t)(hp->n_expert > 0 ? hp->n_expert : 1), sizeof *c->picks))) {
+        cudaGetLastError();
+        return fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: cannot allocate the expert-parallel staging for %d "
+                           "tokens", o->max_tokens);
+    }
+    c->pick_sink = o->expert_tokens;
+    fg_err err = fg_cuda_moe_compute_create(c, o->ep, &c->ep_compute, diag);
+    if (err)
+        return err;
+    c->ep = o->ep;
+    fg_moe_ep_set_compute(o->ep, c->ep_compute);
     return FG_OK;
 }
 
@@ -326,6 +380,15 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
     if (failed) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: cannot allocate scratch for %d tokens", o->max_tokens);
         goto fail;
+    }
+    if (o->ep && (err = open_ep(c, o, diag)))
+        goto fail;
+    if (o->kv_versions) {
+        c->kv_versions = o->kv_versions;
+        if (!(c->kv_seen = calloc(c->n_pages ? c->n_pages : 1, sizeof *c->kv_seen))) {
+            err = fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: out of memory");
+            goto fail;
+        }
     }
     _Static_assert(sizeof(int) == sizeof(int32_t) && sizeof(uintptr_t) == sizeof(uint8_t *), "batch layout");
     c->batch = (fg_device_batch){.tok = c->h_ints, .pos = c->h_ints + T, .page0 = c->h_ints + 2 * T,

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/backend_impl.h"
+#include "engine/moe_compute.h"
 #include "engine/device_batch.h"
 #include "engine/rope.h"
 #include "kernels/cuda/launch_check.h"
@@ -79,7 +80,33 @@ typedef struct cuda_backend {
     size_t cap_pages;
     fg_device_batch batch;  /* views of h_ints, h_rows, h_pages */
     float *h_logits;        /* [T][V] pinned */
+
+    /* expert parallelism (NULL ep: none). Per MoE layer the routed ids and
+     * weights, the normalised inputs and the residual come to the host, the
+     * exchange adds the routed experts into the residual there, and it goes
+     * back up (forward_cuda.c moe_layer_ep). */
+    fg_moe_ep_t *ep;
+    struct fg_moe_compute *ep_compute; /* this GPU's expert compute, set on ep */
+    int *h_ids;             /* [T][k] pinned */
+    float *h_w;             /* [T][k] pinned */
+    float *h_xn, *h_x;      /* [T][d] pinned */
+    int ep_next;            /* [per run] first layer whose exchange has not run */
+    fg_err ep_err;          /* [per run] the first exchange error */
+    fg_diag ep_diag;
+    uint64_t *picks;        /* [E] routed picks of this run (under expert parallelism) */
+    _Atomic uint64_t *pick_sink; /* [E] where a run adds them; NULL: not counted */
+
+    /* several backends over one host store (fg_backend_options.kv_versions) */
+    uint32_t *kv_versions;  /* [n_pages] shared; NULL: this backend alone */
+    uint32_t *kv_seen;      /* [n_pages] the version of each page this device holds */
 } cuda_backend;
+
+/* moe_compute_cuda.c: the routed experts of this rank's slots on this GPU
+ * (engine/moe_compute.h), for the exchange ep: device buffers for its
+ * receive capacity. Errors: FG_ERR_NOMEM (device or pinned host memory). */
+fg_err fg_cuda_moe_compute_create(cuda_backend *c, const fg_moe_ep_t *ep, struct fg_moe_compute **out,
+                                  fg_diag *diag);
+void fg_cuda_moe_compute_destroy(struct fg_moe_compute *mc);
 
 /* forward_cuda.c */
 fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);

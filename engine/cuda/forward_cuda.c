@@ -11,6 +11,7 @@
  * memory, copies it over in three transfers, queues every launch on one
  * stream, and waits once for the logits.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "engine/cuda/backend_cuda_internal.h"
@@ -131,15 +132,11 @@ static fg_err swiglu(cuda_backend *c, const fg_dweight *gate, const fg_dweight *
     return FG_OK;
 }
 
-/* The MoE layer: route, group the routed slots by expert, the grouped expert
- * SwiGLU, the weighted combine into the residual, then the shared expert.
- * Expert parallelism (issue 8 part 3) goes between the grouping and the
- * combine: dispatch the grouped rows to the ranks holding their experts and
- * bring the outputs back in sorted-slot order. */
-static fg_err moe_layer(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
+/* The router on the GPU: sel_ids and sel_w [n][k]. */
+static fg_err route(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
 {
     const fg_hparams *hp = &c->m->hp;
-    const int d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, Fe = ly->gate_exps.n_out;
+    const int d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used;
     TRY(mm(c, &ly->router, c->xn, d, n, c->router, E), "router");
     fg_cuda_moe_route_params rp = {.logits = c->router, .bias = ly->exp_probs_b, .n_tok = n, .n_expert = E,
                                    .n_used = K, .gating = hp->gating, .n_group = hp->n_group > 0 ? hp->n_group : 1,
@@ -147,6 +144,76 @@ static fg_err moe_layer(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *di
                                    .norm = hp->expert_weights_norm, .scale = hp->expert_weights_scale,
                                    .ids = c->sel_ids, .weights = c->sel_w};
     TRY(fg_cuda_moe_route(&rp, &c->launch), "moe route");
+    return FG_OK;
+}
+
+static fg_err shared_expert(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
+{
+    if (!ly->gate_shexp.d)
+        return FG_OK;
+    fg_err e = swiglu(c, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, diag);
+    if (e)
+        return e;
+    TRY(add(c, c->x, c->tmp_d, (int64_t)n * c->m->hp.n_embd), "shared expert residual");
+    return FG_OK;
+}
+
+/* The MoE layer under expert parallelism: route here, then the routed ids,
+ * weights, normalised inputs and residual come down; the exchange
+ * (engine/moe_ep.h) sends the rows to the ranks holding their experts (this
+ * rank's own through its GPU compute, moe_compute_cuda.c) and adds the
+ * weighted results into the residual in the CPU's order; the residual goes
+ * back up and the shared expert runs here. An exchange error is kept and the
+ * pass goes on, so the peers complete every layer (as engine/forward.c). */
+static fg_err moe_layer_ep(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
+{
+    const fg_hparams *hp = &c->m->hp;
+    const int d = hp->n_embd, K = hp->n_expert_used;
+    const int il = (int)(ly - c->layers);
+    fg_err e = route(c, ly, n, diag);
+    if (e)
+        return e;
+    const size_t nk = (size_t)n * K, nd = (size_t)n * d;
+    cudaStream_t st = c->stream;
+    if ((e = fg_cuda_rt(cudaMemcpyAsync(c->h_ids, c->sel_ids, nk * sizeof(int), cudaMemcpyDeviceToHost, st),
+                        "download routed ids", diag)) ||
+        (e = fg_cuda_rt(cudaMemcpyAsync(c->h_w, c->sel_w, nk * sizeof(float), cudaMemcpyDeviceToHost, st),
+                        "download routed weights", diag)) ||
+        (e = fg_cuda_rt(cudaMemcpyAsync(c->h_xn, c->xn, nd * sizeof(float), cudaMemcpyDeviceToHost, st),
+                        "download expert inputs", diag)) ||
+        (e = fg_cuda_rt(cudaMemcpyAsync(c->h_x, c->x, nd * sizeof(float), cudaMemcpyDeviceToHost, st),
+                        "download residual", diag)) ||
+        (e = fg_cuda_rt(cudaStreamSynchronize(st), "moe layer", diag)))
+        return e;
+    if (c->pick_sink)
+        for (size_t i = 0; i < nk; i++)
+            if (c->h_ids[i] >= 0 && c->h_ids[i] < hp->n_expert)
+                c->picks[c->h_ids[i]]++;
+    c->ep_next = il + 1; /* this layer's exchange runs now, whatever it returns */
+    fg_diag xd;
+    const fg_err xe = fg_moe_ep_experts(c->ep, &c->m->layers[il], n, c->h_ids, c->h_w, c->h_xn, c->h_x, &xd);
+    if (xe != FG_OK && c->ep_err == FG_OK) {
+        c->ep_err = xe;
+        c->ep_diag = xd;
+    }
+    if ((e = fg_cuda_rt(cudaMemcpyAsync(c->x, c->h_x, nd * sizeof(float), cudaMemcpyHostToDevice, st),
+                        "upload residual", diag)))
+        return e;
+    return shared_expert(c, ly, n, diag);
+}
+
+/* The MoE layer: route, group the routed slots by expert, the grouped expert
+ * SwiGLU, the weighted combine into the residual, then the shared expert.
+ * Under expert parallelism: moe_layer_ep. */
+static fg_err moe_layer(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
+{
+    if (c->ep)
+        return moe_layer_ep(c, ly, n, diag);
+    const fg_hparams *hp = &c->m->hp;
+    const int d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, Fe = ly->gate_exps.n_out;
+    fg_err re = route(c, ly, n, diag);
+    if (re)
+        return re;
     fg_cuda_moe_group_params gp = {.ids = c->sel_ids, .n_tok = n, .n_used = K, .n_expert = E, .seg = c->seg,
                                    .sorted_tok = c->sorted_tok, .slot_pos = c->slot_pos};
     TRY(fg_cuda_moe_group(&gp, &c->launch), "moe group");
@@ -171,13 +238,7 @@ static fg_err moe_layer(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *di
     fg_cuda_moe_combine_params cp = {.x = c->x, .y = c->ex_out, .weights = c->sel_w, .slot_pos = c->slot_pos,
                                      .n_tok = n, .n_used = K, .d = d};
     TRY(fg_cuda_moe_combine(&cp, &c->launch), "moe combine");
-    if (ly->gate_shexp.d) {
-        fg_err e = swiglu(c, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, diag);
-        if (e)
-            return e;
-        TRY(add(c, c->x, c->tmp_d, (int64_t)n * d), "shared expert residual");
-    }
-    return FG_OK;
+    return shared_expert(c, ly, n, diag);
 }
 
 static fg_err ffn_block(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag *diag)
@@ -230,7 +291,53 @@ static fg_err stage_batch(cuda_backend *c, const int32_t *tokens, const fg_fwd_s
     return FG_OK;
 }
 
-fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+/* Several backends over one host store (fg_backend_options.kv_versions):
+ * every page the batch reads whose host version this device has not seen
+ * goes up first (written on another rank's GPU, or changed on the host). */
+static fg_err kv_pull(cuda_backend *c, const fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    for (int si = 0; si < n_seqs; si++) {
+        const fg_kv_seq *kv = seqs[si].kv;
+        const int used = (kv->n_tokens + seqs[si].n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+        for (int i = 0; i < used && i < kv->n_pages; i++) {
+            const size_t p = fg_kv_store_page_index(c->kv, kv->pages[i]);
+            if (p >= c->n_pages || c->kv_seen[p] == c->kv_versions[p])
+                continue;
+            fg_err e = fg_cuda_rt(cudaMemcpyAsync(c->d_kv + p * c->geo.page_bytes, kv->pages[i], c->geo.page_bytes,
+                                                  cudaMemcpyHostToDevice, c->stream), "upload a KV page", diag);
+            if (e)
+                return e;
+            c->kv_seen[p] = c->kv_versions[p];
+        }
+    }
+    return FG_OK;
+}
+
+/* After a run: the pages it wrote go back to their host pages, with a new
+ * version, so the other ranks' devices fetch them before reading them. */
+static fg_err kv_push(cuda_backend *c, const fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    for (int si = 0; si < n_seqs; si++) {
+        const fg_kv_seq *kv = seqs[si].kv;
+        const int first = kv->n_tokens / FG_KV_PAGE_TOKENS;
+        const int end = (kv->n_tokens + seqs[si].n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+        for (int i = first; i < end && i < kv->n_pages; i++) {
+            const size_t p = fg_kv_store_page_index(c->kv, kv->pages[i]);
+            if (p >= c->n_pages)
+                continue;
+            fg_err e = fg_cuda_rt(cudaMemcpyAsync(kv->pages[i], c->d_kv + p * c->geo.page_bytes, c->geo.page_bytes,
+                                                  cudaMemcpyDeviceToHost, c->stream), "write back a KV page", diag);
+            if (e)
+                return e;
+            c->kv_seen[p] = ++c->kv_versions[p];
+        }
+    }
+    return fg_cuda_rt(cudaStreamSynchronize(c->stream), "write back KV pages", diag);
+}
+
+/* The pass itself; under expert parallelism c->ep_next says how far the
+ * exchanges got when it returns. */
+static fg_err forward_pass(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
 {
     const fg_hparams *hp = &c->m->hp;
     const int T = c->base.max_tokens;
@@ -241,6 +348,8 @@ fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *s
     if (n == 0)
         return FG_OK;
 
+    if (c->kv_versions && (e = kv_pull(c, seqs, n_seqs, diag)))
+        return e;
     if ((e = stage_batch(c, tokens, seqs, n_seqs, diag)))
         return e;
     const int nl = c->batch.n_logit_rows;
@@ -265,11 +374,40 @@ fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *s
     }
     if ((e = fg_cuda_rt(cudaStreamSynchronize(c->stream), "forward pass", diag)))
         return e;
+    if (c->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
+        return fg_diag_set(diag, c->ep_err, "%s", c->ep_diag.msg);
+    if (c->kv_versions && (e = kv_push(c, seqs, n_seqs, diag)))
+        return e;
     int r = 0;
     for (int si = 0; si < n_seqs; si++) {
         for (int j = 0; j < seqs[si].n_logits; j++, r++)
             memcpy(seqs[si].logits + (size_t)j * V, c->h_logits + (size_t)r * V, (size_t)V * sizeof(float));
         seqs[si].kv->n_tokens += seqs[si].n_tokens;
     }
+    for (int x = 0; c->pick_sink && x < hp->n_expert; x++) /* counted once the tokens count: a failed run is redone */
+        if (c->picks[x])
+            atomic_fetch_add_explicit(&c->pick_sink[x], c->picks[x], memory_order_relaxed);
     return FG_OK;
+}
+
+fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    c->ep_next = 0;
+    c->ep_err = FG_OK;
+    if (c->picks)
+        memset(c->picks, 0, (size_t)c->m->hp.n_expert * sizeof *c->picks);
+    fg_err e = forward_pass(c, tokens, seqs, n_seqs, diag);
+    if (!c->ep)
+        return e;
+    /* The peers exchange with us at every MoE layer, whatever happened here:
+     * the layers this pass did not reach take part with no tokens. */
+    for (int il = c->ep_next; il < c->m->hp.n_layer; il++) {
+        if (!c->m->layers[il].is_moe)
+            continue;
+        fg_diag xd;
+        const fg_err xe = fg_moe_ep_experts(c->ep, &c->m->layers[il], 0, NULL, NULL, NULL, NULL, &xd);
+        if (xe != FG_OK && e == FG_OK)
+            e = fg_diag_set(diag, xe, "%s", xd.msg);
+    }
+    return e;
 }

@@ -6,7 +6,10 @@
  * tokens. Each session starts its next turn as soon as its reply is done
  * (closed loop, all sessions at once). Measured per turn: the time to first
  * token (respond to the first TOKEN event) against the history before the
- * turn; overall: the share of input tokens served from the cache
+ * turn, in wall time and in the process's CPU time over the same interval
+ * (with one session, the CPU spent on that turn's prefill: on a shared
+ * machine it moves far less with the neighbours' load than wall time does);
+ * overall: the share of input tokens served from the cache
  * (cached_tokens / input_tokens of each DONE), resident KV bytes per token.
  *
  * --reprefill is the comparison: each turn starts a fresh session and
@@ -32,6 +35,14 @@
 
 #define TENANT "bench"
 
+/* CPU seconds used by every thread of this process so far. */
+static double process_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 typedef struct agent {
     int id;
     char name[32];
@@ -40,8 +51,9 @@ typedef struct agent {
     int n_hist;
     int turn;               /* turns started */
     bool responding, got_first, done;
-    double t_start;
+    double t_start, cpu_start;
     double *ttft;           /* [turns + 1] seconds */
+    double *ttft_cpu;       /* [turns + 1] process CPU seconds over the same interval */
     int *hist_at;           /* [turns + 1] history tokens before each turn */
 } agent;
 
@@ -84,6 +96,7 @@ static int start_turn(bench *b, agent *a, int turn_index)
     fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = b->n_out};
     rp.sampling.temperature = 0;
     a->t_start = now_s();
+    a->cpu_start = process_cpu_s();
     if (e == FG_OK)
         e = fg_session_respond(a->s, &rp, NULL, &d);
     if (e != FG_OK) {
@@ -115,12 +128,13 @@ static int run_turns(bench *b, int from, int to)
                 agent *a = ready[r];
                 int m;
                 while ((m = fg_session_poll(a->s, ev, 64, text, sizeof text)) > 0) {
-                    double t = now_s();
+                    double t = now_s(), cpu = process_cpu_s();
                     for (int j = 0; j < m; j++) {
                         if (ev[j].type == FG_EVENT_TOKEN) {
                             if (!a->got_first) {
                                 a->got_first = true;
                                 a->ttft[a->turn] = t - a->t_start;
+                                a->ttft_cpu[a->turn] = cpu - a->cpu_start;
                             }
                             a->hist[a->n_hist++] = ev[j].token;
                         } else if (ev[j].type == FG_EVENT_DONE) {
@@ -150,8 +164,9 @@ static int run_turns(bench *b, int from, int to)
 static void print_turns(const bench *b, int from, int to)
 {
     double *v = malloc((size_t)b->n * sizeof *v);
-    printf("%6s %10s %12s %12s %12s\n", "turn", "history", "ttft p50 ms", "ttft p90 ms", "vs turn 1");
-    double first = 0;
+    printf("%6s %10s %12s %12s %12s %12s %12s\n", "turn", "history", "ttft p50 ms", "ttft p90 ms", "vs turn 1",
+           "cpu p50 ms", "vs turn 1");
+    double first = 0, first_cpu = 0;
     for (int t = from; t < to; t++) {
         double hist = 0;
         for (int i = 0; i < b->n; i++) {
@@ -159,10 +174,15 @@ static void print_turns(const bench *b, int from, int to)
             hist += b->a[i].hist_at[t];
         }
         double p50 = percentile(v, (size_t)b->n, 0.5), p90 = percentile(v, (size_t)b->n, 0.9);
-        if (t == 0)
+        for (int i = 0; i < b->n; i++)
+            v[i] = b->a[i].ttft_cpu[t];
+        double cpu50 = percentile(v, (size_t)b->n, 0.5);
+        if (t == 0) {
             first = p50;
-        printf("%6d %10.0f %12.1f %12.1f %11.2fx\n", t + 1, hist / b->n, 1e3 * p50, 1e3 * p90,
-               first > 0 ? p50 / first : 0);
+            first_cpu = cpu50;
+        }
+        printf("%6d %10.0f %12.1f %12.1f %11.2fx %12.1f %11.2fx\n", t + 1, hist / b->n, 1e3 * p50, 1e3 * p90,
+               first > 0 ? p50 / first : 0, 1e3 * cpu50, first_cpu > 0 ? cpu50 / first_cpu : 0);
     }
     free(v);
 }
@@ -183,10 +203,11 @@ int main(int argc, char **argv)
         {"turns", required_argument, 0, 'T'},     {"history", required_argument, 0, 'H'},
         {"output", required_argument, 0, 'o'},    {"reprefill", no_argument, 0, 'R'},
         {"persist-dir", required_argument, 0, 'P'}, {"kv-budget", required_argument, 0, 'B'},
-        {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+        {"threads", required_argument, 0, 't'},   {"prefill-chunk", required_argument, 0, 'C'},
+        {"max-batch", required_argument, 0, 'M'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': b.n = atoi(optarg); break;
@@ -197,9 +218,12 @@ int main(int argc, char **argv)
         case 'P': persist_dir = optarg; break;
         case 'B': eo.kv_budget_bytes = (size_t)atoll(optarg) << 20; break;
         case 't': eo.n_threads = atoi(optarg); break;
+        case 'C': eo.prefill_chunk = atoi(optarg); break;
+        case 'M': eo.max_batch_tokens = atoi(optarg); break;
         case 'h':
             printf("usage: flashgate-bench-agent [--model PATH] [--sessions 4] [--turns 10] [--history 16000] "
-                   "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N]\n");
+                   "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N] [--prefill-chunk 128] "
+                   "[--max-batch 256]\n");
             return 0;
         default: return 2;
         }
@@ -226,10 +250,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --history %d does not fit the context (%d)\n", history, info.n_ctx);
         return 2;
     }
-    printf("model %s: kv %s %zu B/token, %d threads; %d sessions x %d turns: %d new tokens + %d output per turn, "
-           "history to %d tokens; %s\n",
-           eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads, b.n, b.turns,
-           b.n_in, b.n_out, history, b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
+    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens; %d sessions x %d "
+           "turns: %d new tokens + %d output per turn, history to %d tokens; %s\n",
+           eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads,
+           eo.prefill_chunk, eo.max_batch_tokens, b.n, b.turns, b.n_in, b.n_out, history,
+           b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
     const int cap = history + 2 * (b.n_in + b.n_out) + 16;
     b.a = calloc((size_t)b.n, sizeof *b.a);
     for (int i = 0; i < b.n; i++) {
@@ -238,6 +263,7 @@ int main(int argc, char **argv)
         snprintf(a->name, sizeof a->name, "agent-%d", i);
         a->hist = malloc((size_t)cap * sizeof *a->hist);
         a->ttft = calloc((size_t)b.turns + 1, sizeof *a->ttft);
+        a->ttft_cpu = calloc((size_t)b.turns + 1, sizeof *a->ttft_cpu);
         a->hist_at = calloc((size_t)b.turns + 1, sizeof *a->hist_at);
         if (!b.reprefill) {
             fg_session_params sp = {.weight = 1, .user = a, .name = a->name, .tenant_name = TENANT};
@@ -303,11 +329,15 @@ int main(int argc, char **argv)
                    1e3 * save_s / b.n, 1e3 * restore_s / b.n);
         if (run_turns(&b, b.turns, b.turns + 1))
             return 1;
-        double *v = malloc((size_t)b.n * sizeof *v);
-        for (int i = 0; i < b.n; i++)
+        double *v = malloc((size_t)b.n * sizeof *v), *vc = malloc((size_t)b.n * sizeof *vc);
+        for (int i = 0; i < b.n; i++) {
             v[i] = b.a[i].ttft[b.turns];
-        printf("turn %d after the restart (history %d): ttft p50 %.1f ms, p90 %.1f ms\n", b.turns + 1,
-               b.a[0].hist_at[b.turns], 1e3 * percentile(v, (size_t)b.n, 0.5), 1e3 * percentile(v, (size_t)b.n, 0.9));
+            vc[i] = b.a[i].ttft_cpu[b.turns];
+        }
+        printf("turn %d after the restart (history %d): ttft p50 %.1f ms, p90 %.1f ms; cpu p50 %.1f ms\n",
+               b.turns + 1, b.a[0].hist_at[b.turns], 1e3 * percentile(v, (size_t)b.n, 0.5),
+               1e3 * percentile(v, (size_t)b.n, 0.9), 1e3 * percentile(vc, (size_t)b.n, 0.5));
+        free(vc);
         fg_engine_get_stats(b.e, &st);
         printf("after the restart: restores %llu (%.1f ms each)\n", (unsigned long long)st.restores,
                st.restores ? 1e3 * st.restore_seconds / (double)st.restores : 0.0);
@@ -317,6 +347,7 @@ int main(int argc, char **argv)
         fg_session_free(b.a[i].s);
         free(b.a[i].hist);
         free(b.a[i].ttft);
+        free(b.a[i].ttft_cpu);
         free(b.a[i].hist_at);
     }
     free(b.a);

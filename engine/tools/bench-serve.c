@@ -73,6 +73,39 @@ static void run_until_done(fg_engine_t *e, fg_bench_waker *w, client *c, int n, 
     }
 }
 
+/* The routed picks per expert, hottest first, as topology.hot_experts (--ep-hot) takes them. */
+static void print_expert_heat(const fg_engine_t *e)
+{
+    const int n = fg_engine_expert_tokens(e, NULL, 0);
+    uint64_t *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    int *order = calloc((size_t)(n > 0 ? n : 1), sizeof *order);
+    if (n <= 0 || !t || !order) {
+        free(t);
+        free(order);
+        return;
+    }
+    fg_engine_expert_tokens(e, t, n);
+    for (int i = 0; i < n; i++) { /* insertion sort: hottest first, equal counts in id order */
+        int j = i;
+        while (j > 0 && t[order[j - 1]] < t[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += t[i];
+    printf("expert heat (routed picks over all layers, %llu in all; hottest first): ", (unsigned long long)sum);
+    for (int i = 0; i < n; i++)
+        printf("%s%d", i ? "," : "", order[i]);
+    printf("\n  hottest %d: %.2f%% of picks, coldest %d: %.2f%% (even: %.2f%%)\n", order[0],
+           sum ? 100.0 * (double)t[order[0]] / (double)sum : 0, order[n - 1],
+           sum ? 100.0 * (double)t[order[n - 1]] / (double)sum : 0, 100.0 / n);
+    free(t);
+    free(order);
+}
+
 int main(int argc, char **argv)
 {
     fg_engine_options eo;
@@ -88,9 +121,11 @@ int main(int argc, char **argv)
         {"threads", required_argument, 0, 't'},  {"batch", required_argument, 0, 'b'},
         {"reps", required_argument, 0, 'r'},     {"kv-format", required_argument, 0, 'k'},
         {"ep-ranks", required_argument, 0, 'E'}, {"ep-redundant", required_argument, 0, 'R'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"ep-capacity", required_argument, 0, 'C'}, {"ep-hot", required_argument, 0, 'H'},
+        {"backend", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:C:H:B:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': snprintf(levels_arg, sizeof levels_arg, "%s", optarg); break;
@@ -102,10 +137,19 @@ int main(int argc, char **argv)
         case 'k': eo.kv_format = fg_kv_format_parse(optarg); break;
         case 'E': eo.ep_ranks = atoi(optarg); break; /* in-process expert-parallel ranks (docs/parallel.md) */
         case 'R': eo.ep_redundant = atoi(optarg); break;
+        case 'C': eo.ep_recv_capacity_rows = atoll(optarg); break; /* topology.recv_capacity_rows */
+        case 'H': eo.ep_hot_experts = optarg; break;               /* topology.hot_experts */
+        case 'B': /* model.backend; with --ep-ranks and cuda, rank i on GPU i */
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "error: --backend is cpu or cuda\n");
+                return 2;
+            }
+            eo.backend = strcmp(optarg, "cuda") == 0 ? FG_ENGINE_BACKEND_CUDA : FG_ENGINE_BACKEND_CPU;
+            break;
         case 'h':
             printf("usage: flashgate-bench-serve [--model PATH] [--sessions 1,8,64,256,1024] [--prompt 128] "
                    "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F] [--ep-ranks N] "
-                   "[--ep-redundant N]\n");
+                   "[--ep-redundant N] [--ep-capacity ROWS] [--ep-hot 5,0,9] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
@@ -204,6 +248,7 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak resident memory %.1f MB (model pages mapped from the file count when touched)\n", ru.ru_maxrss / 1024.0);
+    print_expert_heat(e);
     fg_engine_close(e);
     return 0;
 }

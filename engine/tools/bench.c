@@ -84,7 +84,7 @@ int main(int argc, char **argv)
             for (int v = 1; v < info.n_vocab; v++)
                 best = logits[v] > logits[best] ? v : best;
             next = best;
-            if ((e = fg_session_eval(s, &next, 1, logits, false, &diag)) != FG_OK) {
+            if ((e = fg_session_eval_sampled(s, next, logits, &diag)) != FG_OK) {
                 fprintf(stderr, "error: %s\n", diag.msg);
                 return 1;
             }

@@ -383,7 +383,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         /* The last token is evaluated only when its logits are wanted. */
         if ((n_gen < o.n_predict && !stopped) || lf) {
-            if ((e = fg_session_eval(sess, &next, 1, logits, false, &diag)) != FG_OK) {
+            if ((e = fg_session_eval_sampled(sess, next, logits, &diag)) != FG_OK) {
                 fprintf(stderr, "\nerror: decode failed: %s (%s)\n", diag.msg, fg_err_name(e));
                 goto out;
             }

@@ -153,7 +153,7 @@ static int greedy_run(fg_engine_t *e, int V, int n, int32_t *toks, float *lg, fg
     int rc = fg_session_eval(s, prompt, 16, lg, false, d) == FG_OK ? 0 : -1;
     for (int i = 0; i < n && rc == 0; i++) {
         toks[i] = argmax(lg + (size_t)i * V, V);
-        if (i + 1 < n && fg_session_eval(s, &toks[i], 1, lg + (size_t)(i + 1) * V, false, d) != FG_OK)
+        if (i + 1 < n && fg_session_eval_sampled(s, toks[i], lg + (size_t)(i + 1) * V, d) != FG_OK)
             rc = -1;
     }
     fg_session_free(s);

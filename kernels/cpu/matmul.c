@@ -13,6 +13,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/matmul_isa.h"
@@ -38,6 +39,7 @@ _Static_assert(MM_ROW_GRAIN % 16 == 0, "row chunks must hold whole 16-row panels
 enum {
     CPU_AVX2 = 1 << 0,    /* AVX2 + FMA + F16C with OS-enabled YMM state */
     CPU_AVX512 = 1 << 1,  /* AVX-512 F/BW/VL/DQ/VNNI with OS-enabled ZMM state */
+    CPU_AVX512_BF16 = 1 << 2, /* ... and AVX512-BF16 (vdpbf16ps), unless FG_NO_AVX512_BF16 is set */
     CPU_DETECTED = 1 << 30,
 };
 
@@ -72,11 +74,18 @@ static int detect_cpu(void)
         flags |= CPU_AVX2;
     /* The AVX-512 kernels use F/BW/VL/DQ and VNNI (vpdpbusd), and the F16C/FMA
      * forms of the AVX2 set. Without VNNI we fall back to AVX2 rather than keep
-     * a second AVX-512 Q8_0 kernel. AVX512-BF16 is in the file's compile flags
-     * but no instruction of it is used, so it is not required. */
+     * a second AVX-512 Q8_0 kernel. AVX512-BF16 is optional: only the BF16
+     * product uses it (vdpbf16ps), and widens to f32 where it is missing. */
     if ((flags & CPU_AVX2) && (xcr0 & 0xe0) == 0xe0 && avx512f && avx512dq && avx512bw && avx512vl &&
         avx512vnni)
         flags |= CPU_AVX512;
+    /* AVX512-BF16 is leaf 7, subleaf 1, EAX bit 5. FG_NO_AVX512_BF16 (any value
+     * but "0" or empty) keeps BF16 weights on the F32-widening path, to compare
+     * the two (flashgate-bench-matmul) or reproduce results of CPUs without it. */
+    const char *no_bf16 = getenv("FG_NO_AVX512_BF16");
+    if ((flags & CPU_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1) &&
+        !(no_bf16 && no_bf16[0] && strcmp(no_bf16, "0") != 0))
+        flags |= CPU_AVX512_BF16;
     return flags;
 }
 #else
@@ -118,6 +127,13 @@ fg_isa fg_isa_best(void)
     if (f & CPU_AVX2)
         return FG_ISA_AVX2;
     return FG_ISA_SCALAR;
+}
+
+int fg_matmul_bf16_native(fg_isa isa)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    return isa == FG_ISA_AVX512 && (cpu_get() & CPU_AVX512_BF16) != 0;
 }
 
 const char *fg_isa_name(fg_isa isa)
@@ -196,8 +212,18 @@ static size_t q8_layout(int64_t n_in, int64_t n_tok, void *scratch, fg_q8_act *x
     return total;
 }
 
+/* BF16 activations rounded for vdpbf16ps: [n_tok][round_up(n_in, 32)] BF16,
+ * rows of whole 64-byte lines. */
+static int64_t bf16_x_stride(int64_t n_in)
+{
+    return round_up(n_in, 32);
+}
+
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
 {
+    /* BF16 asks for it whatever the ISA: callers size scratch once, before they know */
+    if (wtype == FG_WTYPE_BF16)
+        return n_in > 0 && n_tok > 0 ? (size_t)(n_tok * bf16_x_stride(n_in)) * sizeof(uint16_t) : 0;
     if ((wtype != FG_WTYPE_Q8_0 && wtype != FG_WTYPE_Q8_0_P16) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
@@ -406,6 +432,7 @@ typedef struct mm_job {
     int n_ops;
     fg_isa isa;
     fg_matmul_args quant;  /* what the quantizer reads: the shared x and xq, the union of the ops' needs */
+    fg_matmul_args round;  /* native BF16: x and the rounded xb every BF16 op reads */
     int dynamic;           /* rows are taken chunk by chunk from `next` (batches) */
     long chunk[FG_MATMUL_MAX_OPS];            /* rows per chunk of each op */
     long first[FG_MATMUL_MAX_OPS + 1];        /* the index of each op's first chunk; first[n_ops]: all */
@@ -484,6 +511,16 @@ static void quant_job(void *ctx, int ith, int nth)
     run_quant(j, b, e);
 }
 
+/* Rounds tokens of x to BF16 once for every native BF16 op of the job (j->round). */
+static void round_bf16_job(void *ctx, int ith, int nth)
+{
+    const mm_job *j = ctx;
+    long b, e;
+    fg_pool_split((long)j->round.n_tok, 1, ith, nth, &b, &e);
+    if (b < e)
+        fg_matmul_round_bf16_avx512(&j->round, b, e);
+}
+
 /* Checks one product as fg_matmul() does; *isa becomes the ISA that runs it.
  * Returns 0, or -1 for an invalid product. */
 static int check_op(fg_isa *isa, int wtype, const void *w, int64_t n_in, int64_t n_out, const float *x,
@@ -504,8 +541,7 @@ static int check_op(fg_isa *isa, int wtype, const void *w, int64_t n_in, int64_t
     }
     if (n_out == 0 || n_tok == 0)
         return 0;
-    const int is_q8 = wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16;
-    if (!w || !x || !y || (is_q8 && !scratch))
+    if (!w || !x || !y || (fg_matmul_scratch_bytes(wtype, n_in, n_tok) > 0 && !scratch))
         return -1;
     return 0;
 }
@@ -519,7 +555,7 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
     memset(&j, 0, sizeof j);
     j.isa = isa;
     j.n_ops = n_ops;
-    int64_t macs = 0, any_q8 = 0;
+    int64_t macs = 0, any_q8 = 0, any_bf16 = 0;
     for (int i = 0; i < n_ops; i++) {
         fg_matmul_args *a = &j.args[i];
         a->wtype = ops[i].wtype;
@@ -541,9 +577,28 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
             j.quant.q8_panels |= a->q8_panels;
             j.quant.q8_pad |= a->q8_pad;
         }
+        if (a->wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(isa)) {
+            any_bf16 = 1;
+            a->bf16_native = 1;
+            a->xb = scratch;
+            a->xb_stride = bf16_x_stride(n_in);
+        }
     }
 
     const int parallel = pool && fg_pool_size(pool) > 1 && macs >= MM_MIN_PARALLEL_MACS;
+    if (any_bf16) {
+        /* x rounded once for all BF16 ops, before the rows, as Q8_0 activations are quantized */
+        j.round.n_in = n_in;
+        j.round.n_tok = n_tok;
+        j.round.x = x;
+        j.round.bf16_native = 1;
+        j.round.xb = scratch;
+        j.round.xb_stride = bf16_x_stride(n_in);
+        if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
+            fg_pool_run(pool, round_bf16_job, &j);
+        else
+            fg_matmul_round_bf16_avx512(&j.round, 0, n_tok);
+    }
     if (any_q8) {
         j.quant.n_in = n_in;
         j.quant.n_tok = n_tok;
@@ -588,7 +643,7 @@ static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops,
         return -1;
     fg_isa op_isa[FG_MATMUL_MAX_OPS];
     fg_matmul_op live[FG_MATMUL_MAX_OPS];
-    int n_live = 0, same_isa = 1;
+    int n_live = 0, same_isa = 1, has_q8 = 0, has_bf16 = 0;
     for (int i = 0; i < n_ops; i++) {
         op_isa[i] = isa;
         if (check_op(&op_isa[i], ops[i].wtype, ops[i].w, n_in, ops[i].n_out, x, n_tok, ops[i].y, scratch) != 0)
@@ -598,14 +653,19 @@ static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops,
         op_isa[n_live] = op_isa[i];
         live[n_live++] = ops[i];
         same_isa &= op_isa[n_live - 1] == op_isa[0];
+        has_q8 |= ops[i].wtype == FG_WTYPE_Q8_0 || ops[i].wtype == FG_WTYPE_Q8_0_P16;
+        has_bf16 |= ops[i].wtype == FG_WTYPE_BF16;
     }
     if (n_live == 0)
         return 0;
-    if (same_isa) {
+    /* Q8_0 activations and BF16-rounded ones both live at the start of
+     * scratch: a call that mixes the two types runs its ops one by one */
+    if (same_isa && !(has_q8 && has_bf16)) {
         run_ops(pool, op_isa[0], live, n_live, n_in, x, n_tok, scratch, src);
         return 0;
     }
-    /* packed weights off AVX-512 run on the reference: each op on its own, as fg_matmul would */
+    /* packed weights off AVX-512 run on the reference: each op on its own, as fg_matmul would
+     * (and so do mixed Q8_0 and BF16 ops, above) */
     for (int i = 0; i < n_live; i++)
         run_ops(pool, op_isa[i], &live[i], 1, n_in, x, n_tok, scratch, src);
     return 0;

@@ -11,13 +11,21 @@
  * must agree within a per-type normalised error):
  *   F32   : f32 products, f32 accumulation.
  *   F16   : W widened to f32 exactly, then as F32.
- *   BF16  : W widened to f32 exactly, then as F32.
+ *   BF16  : W widened to f32 exactly, then as F32 (the reference, AVX2, and
+ *           AVX-512 without avx512_bf16). With avx512_bf16 (see
+ *           fg_matmul_bf16_native) x is instead rounded to BF16 once per call,
+ *           round to nearest even, and multiplied with W as stored by
+ *           vdpbf16ps (exact products, f32 sums; denormal x or W count as 0):
+ *           within 2^-8 * sum_i |W[o, i] x[t, i]| (plus f32 summation error)
+ *           of the reference.
  *   Q8_0  : x is first quantized to Q8_0 per 32-block (fg_quantize_row_q8_0);
  *           y = sum over blocks of d_w * d_x * (integer dot of the 32 int8 pairs),
  *           as ggml's q8_0 x q8_0 dot does.
  *
  * Each weight row is read once per call for the whole batch (the batch loop is
- * inside the row loop), which is what makes batching cheap.
+ * inside the row loop), which is what makes batching cheap. For Q8_0 packed
+ * panels and native BF16 a token's outputs are bit-identical whatever batch
+ * it is computed in.
  *
  * Thread safety: pure; the work is split over the pool's threads by output rows.
  */
@@ -55,12 +63,20 @@ int fg_isa_supported(fg_isa isa);
 fg_isa fg_isa_best(void);
 const char *fg_isa_name(fg_isa isa);
 
-/* Bytes of scratch fg_matmul needs for this call (Q8_0 needs room for the
- * quantized activations; 0 for other types). */
+/* True when BF16 products on isa (FG_ISA_AUTO: the best) use vdpbf16ps and
+ * round x to BF16: isa is AVX-512 and the CPU has avx512_bf16, and the
+ * environment did not set FG_NO_AVX512_BF16 (read once, at the first call of
+ * any function here), which keeps the F32-widening path. */
+int fg_matmul_bf16_native(fg_isa isa);
+
+/* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0
+ * needs room for the quantized activations, BF16 for the activations rounded
+ * to BF16; 0 for other types). */
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
 
 /* Returns 0, or -1 if wtype is unknown, n_in is not a multiple of the type's
- * block, or the ISA is not supported. scratch: at least
+ * block, the ISA is not supported, or scratch is NULL where fg_matmul_scratch_bytes
+ * is not 0. scratch: at least
  * fg_matmul_scratch_bytes() bytes, 64-byte aligned (may be NULL if 0). */
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
               const float *x, int64_t n_tok, float *y, void *scratch);
@@ -81,9 +97,11 @@ typedef struct fg_matmul_op {
  * in one job, so the call costs one or two pool barriers instead of that many
  * per weight. Each op's y is bit-identical to a fg_matmul() of that weight
  * alone. n_ops in [1, FG_MATMUL_MAX_OPS]. Returns 0, or -1 (nothing computed)
- * if any op would make fg_matmul() fail or n_ops is out of range. scratch:
- * fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, n_in, n_tok) bytes when any op is
- * Q8_0, 64-byte aligned. */
+ * if any op would make fg_matmul() fail or n_ops is out of range. BF16 ops
+ * on fg_matmul_bf16_native share one rounding of x likewise. scratch: the
+ * largest fg_matmul_scratch_bytes() of the ops' types (Q8_0, BF16), 64-byte
+ * aligned (may be NULL if that is 0); a call that mixes Q8_0 and BF16 ops runs
+ * them one after the other. */
 int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
                    int64_t n_tok, void *scratch);
 

@@ -29,6 +29,10 @@
  *   Per block, the int32 lanes are widened to f32 and multiplied-added with
  *   the block scale d_w * d_x; a tile converts the scales of 16 blocks at once.
  *
+ * BF16 weights on a CPU with avx512_bf16 go through vdpbf16ps against the
+ * activations rounded to BF16 once per call (see "BF16 by vdpbf16ps" below);
+ * without it they are widened to f32 and take the float path.
+ *
  * The activation quantizer repeats fg_quantize_row_q8_0's arithmetic step for
  * step (same divisions, round half away from zero, NaN -> 0, clamp to 127), so
  * its output is bit-identical to the reference.
@@ -733,6 +737,125 @@ static void rows_q8_p16(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
     }
 }
 
+/* ---- BF16 by vdpbf16ps (avx512_bf16) ----
+ *
+ * Numerics (matmul.h): x is rounded to BF16 once per call, round to nearest
+ * even (vcvtne2ps2bf16), into scratch; the weights are used as stored. Each
+ * vdpbf16ps lane adds two exact BF16 x BF16 products to an f32 accumulator.
+ * Both instructions treat denormal inputs as zero and flush denormal results,
+ * whatever MXCSR says: activations or weights below 2^-126 in magnitude count
+ * as 0.
+ *
+ * Batch invariance: every (row, token) output is one accumulator over the
+ * 32-element chunks of the row in order (the last chunk masked; x's padding
+ * in scratch is zero), then _mm512_reduce_add_ps. The tiles below only share
+ * loads between rows and tokens, so a token gets the same bits alone, in any
+ * batch, in any tile position and on any thread split. One accumulator is
+ * enough to keep up with memory in decode: a 6-cycle chain still consumes
+ * 64 bytes of weights per ~6 cycles, above one core's share of the bandwidth. */
+
+void fg_matmul_round_bf16_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end)
+{
+    const int64_t n_in = a->n_in;
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const float *x = a->x + t * n_in;
+        uint16_t *xb = a->xb + t * a->xb_stride;
+        for (int64_t k = 0; k < a->xb_stride; k += 32) {
+            const int64_t left = n_in - k;
+            const __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+            const __m512 lo = _mm512_maskz_loadu_ps(m0, x + k), hi = _mm512_maskz_loadu_ps(m1, x + k + 16);
+            _mm512_store_si512((void *)(xb + k), (__m512i)_mm512_cvtne2ps_pbh(hi, lo)); /* lo fills the low half */
+        }
+    }
+}
+
+ALWAYS_INLINE void tile_bf16(const fg_matmul_args *a, const int R, const int T, int64_t o, int64_t t0)
+{
+    const int64_t n_in = a->n_in;
+    const uint16_t *wr[4];
+    const uint16_t *xt[4];
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        wr[r] = (const uint16_t *)((const uint8_t *)a->w + (size_t)(o + r) * a->row_bytes);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        xt[t] = a->xb + (t0 + t) * a->xb_stride;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= n_in; k += 32) {
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm512_loadu_si512((const void *)(wr[r] + k));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m512bh xv = (__m512bh)_mm512_load_si512((const void *)(xt[t] + k));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)wv[r], xv);
+        }
+    }
+    if (k < n_in) {
+        const __mmask32 m = (__mmask32)((1u << (n_in - k)) - 1); /* n_in - k < 32 */
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm512_maskz_loadu_epi16(m, wr[r] + k);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m512bh xv = (__m512bh)_mm512_load_si512((const void *)(xt[t] + k));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)wv[r], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            a->y[(t0 + t) * a->n_out + o + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* Decode and tiny batches: rows one after another (one sequential stream per
+ * thread), each against every token while it is in registers and L1. Batches:
+ * tiles of 4 rows x 4 tokens. The same per-output arithmetic either way. */
+static void rows_bf16_dp(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t n_tok = a->n_tok;
+    if (n_tok < TILE_MIN_TOKENS) {
+        for (int64_t o = o_begin; o < o_end; o++) {
+            if (n_tok == 1)
+                tile_bf16(a, 1, 1, o, 0);
+            else if (n_tok == 2)
+                tile_bf16(a, 1, 2, o, 0);
+            else
+                tile_bf16(a, 1, 3, o, 0);
+        }
+        return;
+    }
+    int64_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4) {
+        int64_t t = 0;
+        for (; t + 4 <= n_tok; t += 4)
+            tile_bf16(a, 4, 4, o, t);
+        for (; t < n_tok; t++)
+            tile_bf16(a, 4, 1, o, t);
+    }
+    for (; o < o_end; o++) {
+        int64_t t = 0;
+        for (; t + 4 <= n_tok; t += 4)
+            tile_bf16(a, 1, 4, o, t);
+        for (; t < n_tok; t++)
+            tile_bf16(a, 1, 1, o, t);
+    }
+}
+
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     rows_float(a, FG_WTYPE_F32, ob, oe);
@@ -758,7 +881,10 @@ void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_e
         rows_f16(a, o_begin, o_end);
         break;
     case FG_WTYPE_BF16:
-        rows_bf16(a, o_begin, o_end);
+        if (a->bf16_native)
+            rows_bf16_dp(a, o_begin, o_end);
+        else
+            rows_bf16(a, o_begin, o_end);
         break;
     case FG_WTYPE_Q8_0:
         rows_q8(a, o_begin, o_end);

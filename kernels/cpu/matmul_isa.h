@@ -51,6 +51,11 @@ typedef struct fg_matmul_args {
     int64_t src_qs_stride, src_d_stride;
     const int *src_rows;
     void *scratch;     /* scalar Q8_0: [n_tok][n_in / 32] fg_block_q8_0 */
+    /* BF16 by vdpbf16ps (AVX-512 with avx512_bf16), else 0: x rounded to BF16
+     * once per call, [n_tok][xb_stride] raw BF16 bits in scratch, zero past n_in. */
+    int bf16_native;
+    uint16_t *xb;
+    int64_t xb_stride; /* elements; a multiple of 32 (64 bytes) */
 } fg_matmul_args;
 
 /* Quantize tokens [t_begin, t_end) of a->x into a->xq (or copy them from a->src_qs). */
@@ -60,6 +65,9 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
 /* Which parts of fg_q8_act the AVX-512 kernels read for a product of wtype
  * over n_tok tokens (the q8_* fields of fg_matmul_args); each is 0 or 1. */
 void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad);
+
+/* Rounds tokens [t_begin, t_end) of a->x to BF16 into a->xb (bf16_native only). */
+void fg_matmul_round_bf16_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
 
 /* y[:, o_begin:o_end] for all tokens. */
 void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);

@@ -9,10 +9,11 @@
  * so no e^(-inf) is ever taken. The cost is one dequantization per row for all
  * heads and one rescale of o per new maximum.
  *
- * This file is also the dispatcher: fg_mla_attn_part hands the call to the
- * AVX-512 kernel (mla_attn_avx512.c) when the params' isa resolves to it.
+ * This file is also the dispatcher: fg_mla_attn_part and fg_mla_attn_multi
+ * hand the call to the AVX-512 kernel (mla_attn_avx512.c) or the AVX2 one
+ * (mla_attn_avx2.c) when the params' isa resolves to it.
  *
- * Scratch, in floats: the part's (reference: [kv_lora + n_rope] row; AVX-512:
+ * Scratch, in floats: the part's (reference: [kv_lora + n_rope] row; AVX2 and AVX-512:
  * [FG_MLA_ATTN_CHUNK][row stride] rows and [H][FG_MLA_ATTN_CHUNK] scores), and
  * at the end m, then l: [H] each for fg_mla_attn, [FG_MLA_ATTN_MAX_QUERIES][H]
  * each for fg_mla_attn_multi.
@@ -29,7 +30,7 @@
 #include <math.h>
 #include <string.h>
 
-/* Floats the part needs (the AVX-512 kernel's need covers the reference's row). */
+/* Floats the part needs (the vector kernels' need covers the reference's row). */
 static size_t part_scratch_floats(const fg_mla_attn_params *p)
 {
     return (size_t)FG_MLA_ATTN_CHUNK * (size_t)fg_mla_attn_row_stride(p) + (size_t)p->n_head * FG_MLA_ATTN_CHUNK;
@@ -44,10 +45,14 @@ size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p)
     return part_scratch_floats(p) + 2 * (size_t)p->n_head * FG_MLA_ATTN_MAX_QUERIES;
 }
 
-static int use_avx512(const fg_mla_attn_params *p)
+/* The kernel the params' isa resolves to: AUTO is the best this CPU runs;
+ * an ISA the CPU lacks runs the scalar reference (mla_attn.h). */
+static fg_isa kernel_isa(const fg_mla_attn_params *p)
 {
     const fg_isa isa = p->isa == FG_ISA_AUTO ? fg_isa_best() : p->isa;
-    return isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
+    if ((isa == FG_ISA_AVX512 || isa == FG_ISA_AVX2) && fg_isa_supported(isa))
+        return isa;
+    return FG_ISA_SCALAR;
 }
 
 /* Eight interleaved partial sums: the compiler can keep them in vector
@@ -149,10 +154,17 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
         }
         return;
     }
-    if (use_avx512(p))
+    switch (kernel_isa(p)) {
+    case FG_ISA_AVX512:
         fg_mla_attn_part_avx512(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
-    else
+        break;
+    case FG_ISA_AVX2:
+        fg_mla_attn_part_avx2(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
+        break;
+    default:
         part_scalar(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
+        break;
+    }
 }
 
 void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
@@ -205,13 +217,15 @@ void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, co
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
     float *m = scratch + part_scratch_floats(p); /* [MAX_QUERIES][H] running max */
     float *l = m + (size_t)H * FG_MLA_ATTN_MAX_QUERIES; /* [MAX_QUERIES][H] running denominator */
-    const int avx512 = use_avx512(p);
+    const fg_isa isa = kernel_isa(p);
     for (int q0 = 0; q0 < n_q; q0 += FG_MLA_ATTN_MAX_QUERIES) {
         const int g = n_q - q0 < FG_MLA_ATTN_MAX_QUERIES ? n_q - q0 : FG_MLA_ATTN_MAX_QUERIES;
         const float *ql = q_lat + (size_t)q0 * H * L, *qr = q_rope + (size_t)q0 * H * R;
         float *out = out_lat + (size_t)q0 * H * L;
-        if (avx512)
+        if (isa == FG_ISA_AVX512)
             fg_mla_attn_multi_avx512(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+        else if (isa == FG_ISA_AVX2)
+            fg_mla_attn_multi_avx2(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
         else
             multi_scalar(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
         for (int i = 0; i < g; i++)

@@ -14,9 +14,11 @@
  * The caller expands out[h] through v_b. One pass over the cache with an
  * online softmax: each row is dequantized once for all heads.
  *
- * Kernels: the scalar reference (mla_attn.c) and an AVX-512 path
- * (mla_attn_avx512.c, chunks of rows, vector dequantization); `isa` in the
- * params chooses. The two agree to float rounding (tests/unit/test_mla_attn.c).
+ * Kernels: the scalar reference (mla_attn.c), an AVX-512 path
+ * (mla_attn_avx512.c) and an AVX2 path (mla_attn_avx2.c), both by chunks of
+ * rows with vector dequantization; `isa` in the params chooses. All agree to
+ * float rounding (tests/unit/test_mla_attn.c holds each to a double-precision
+ * reference).
  *
  * fg_mla_attn_multi runs many queries of one sequence (a prefill chunk) in
  * one pass over the cache, bit-identical per query to fg_mla_attn.
@@ -45,8 +47,7 @@ typedef struct fg_mla_attn_params {
     size_t row_bytes;              /* fg_kv_bytes(format, kv_lora) + fg_kv_bytes(format, n_rope) */
     int n_kv;                      /* attend over tokens [0, n_kv); n_kv >= 1 */
     fg_isa isa;                    /* FG_ISA_AUTO (0): the best this CPU runs; an ISA
-                                      without its own attention kernel (AVX2), or one the
-                                      CPU lacks, runs the scalar reference */
+                                      the CPU lacks runs the scalar reference */
 } fg_mla_attn_params;
 
 /* Floats of scratch needed by one call (of either function, whatever the isa). */

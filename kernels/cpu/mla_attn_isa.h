@@ -1,5 +1,6 @@
 /* mla_attn_isa.h: internal to mla_attn*.c. The interface between the
- * dispatcher and reference (mla_attn.c) and the ISA-specific kernels.
+ * dispatcher and reference (mla_attn.c) and the ISA-specific kernels
+ * (mla_attn_avx2.c, mla_attn_avx512.c).
  * Nothing outside kernels/cpu/mla_attn*.c includes this.
  */
 #ifndef FG_MLA_ATTN_ISA_H
@@ -25,5 +26,11 @@ void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end
  * with AVX-512: unnormalised o into out_lat, m [n_q][H] and l [n_q][H]. */
 void fg_mla_attn_multi_avx512(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
                               const float *q_rope, float *out_lat, float *m, float *l, float *scratch);
+
+/* The same two with AVX2 + FMA + F16C (mla_attn_avx2.c). */
+void fg_mla_attn_part_avx2(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
+                           const float *q_rope, float *o, float *m, float *l, float *scratch);
+void fg_mla_attn_multi_avx2(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
+                            const float *q_rope, float *out_lat, float *m, float *l, float *scratch);
 
 #endif

@@ -8,12 +8,19 @@
  *  - cuda on a machine with a supported GPU: greedy tokens equal to the CPU
  *    backend's for 24 steps, and logits within 1e-3 of the largest CPU logit
  *    (F32 weights and KV: only summation order differs), on the tiny models.
+ *  - cuda with expert parallelism (topology.ranks 2, in-process transport,
+ *    local rank i on CUDA device i): without CUDA or a GPU for every rank it
+ *    fails the same way, the message naming the rank; with two GPUs the
+ *    cuda ranks give the greedy tokens of the cpu ranks and logits within
+ *    1e-3 (deploy/gpu-selfcheck.sh runs it there).
  *  - an out-of-range backend value is FG_ERR_INVALID_ARG.
  */
 #include <string.h>
 
 #include "engine/backend.h"
 #include "tests/model/model_test.h"
+
+static int ep_ranks; /* topology.ranks of the engines open_with makes; 0: none */
 
 static fg_err open_with(const char *file, int backend, int kv_format, fg_engine_t **e, fg_diag *d)
 {
@@ -25,6 +32,7 @@ static fg_err open_with(const char *file, int backend, int kv_format, fg_engine_
     o.n_threads = 2;
     o.kv_budget_bytes = (size_t)16 << 20;
     o.backend = backend;
+    o.ep_ranks = ep_ranks;
     return fg_engine_open(&o, e, d);
 }
 
@@ -122,6 +130,27 @@ int main(void)
                                 "tiny-yarn.gguf", "tiny-bf16.gguf", "tiny-q8_0.gguf"};
         for (size_t i = 0; i < sizeof models / sizeof *models; i++)
             compare_on_gpu(models[i]);
+    }
+
+    /* Expert parallelism on the cuda backend: one rank per GPU. */
+    ep_ranks = 2;
+    memset(&d, 0, sizeof d);
+    err = open_with("tiny.gguf", FG_ENGINE_BACKEND_CUDA, -1, &e, &d);
+    if (!fg_backend_compiled(FG_BACKEND_CUDA)) {
+        CHECK(err == FG_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(d.msg, "built without CUDA") && strstr(d.msg, "rank 0"), "message: %s", d.msg);
+        printf("ranks on cuda, no CUDA in this build: %s\n", d.msg);
+    } else if (err != FG_OK) {
+        CHECK_MSG(err == FG_ERR_UNSUPPORTED, "error %s: %s", fg_err_name(err), d.msg);
+        CHECK_MSG(strstr(d.msg, "backend cuda:") && strstr(d.msg, "rank "), "message: %s", d.msg);
+        printf("ranks on cuda, no GPU for every rank: %s\n", d.msg);
+    } else {
+        fg_engine_get_info(e, &info);
+        CHECK_MSG(strcmp(info.backend, "cuda") == 0, "backend %s", info.backend);
+        fg_engine_close(e);
+        const char *ep_models[] = {"tiny.gguf", "tiny-groups.gguf", "tiny-q8_0.gguf"};
+        for (size_t i = 0; i < sizeof ep_models / sizeof *ep_models; i++)
+            compare_on_gpu(ep_models[i]); /* cpu ranks against cuda ranks */
     }
     return fg_test_failures ? 1 : 0;
 }

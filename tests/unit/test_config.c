@@ -495,10 +495,10 @@ static void test_topology(void)
          "topology.ranks_per_node (3) does not divide topology.ranks (8)"},
         {"{\"topology\": {\"ranks\": 8, \"ranks_per_node\": 4, \"node\": 2, \"transport\": \"nccl\"}}",
          "topology.node (2) is outside the 2 nodes"},
-        {"{\"topology\": {\"ranks\": 4, \"redundant_experts\": 6}}",
-         "topology.redundant_experts (6) must be a multiple of topology.ranks (4)"},
         {"{\"topology\": {\"ranks\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 2}}",
-         "topology.experts_per_rank (2) leaves no slot for owned experts next to 2 replicas per rank"},
+         "topology.experts_per_rank (2) * topology.ranks (4) = 8 slots leave fewer than one owned expert per rank "
+         "next to topology.redundant_experts (8)"},
+        {"{\"topology\": {\"recv_capacity_rows\": -1}}", "topology.recv_capacity_rows: -1 is out of range"},
         {"{\"topology\": {\"ranks\": 8, \"ranks_per_node\": 4}}",
          "topology.transport inproc runs every rank in this process"},
         {"{\"topology\": {\"ranks\": 0}}", "topology.ranks: 0 is out of range [1, 1024]"},
@@ -507,8 +507,8 @@ static void test_topology(void)
         {"{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, \"node\": 17}, "
          "\"redis\": {\"address\": \"off\"}, \"model\": {\"backend\": \"cuda\"}}",
          fg_ep_nccl_available() ? "needs Redis to exchange the NCCL id" : no_nccl},
-        {"{\"topology\": {\"transport\": \"nccl\"}}",
-         fg_ep_nccl_available() ? "needs model.backend cuda" : no_nccl},
+        {"{\"topology\": {\"transport\": \"nccl\", \"ranks\": 8, \"ranks_per_node\": 4}}",
+         fg_ep_nccl_available() ? "over 2 nodes needs Redis to exchange the NCCL id, one every node reaches" : no_nccl},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fg_config c;
@@ -523,8 +523,11 @@ static void test_topology(void)
     }
     static const char *const good[] = {
         "{\"topology\": {\"ranks\": 4}}",
-        "{\"topology\": {\"ranks\": 4, \"ranks_per_node\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 6, "
-        "\"placement\": \"strided\"}}",
+        /* no model to check against here: uneven ownership and replicas are the engine's to check */
+        "{\"topology\": {\"ranks\": 3, \"redundant_experts\": 2, \"recv_capacity_rows\": 64}}",
+        "{\"topology\": {\"ranks\": 4, \"redundant_experts\": 6}}",
+        ("{\"topology\": {\"ranks\": 4, \"ranks_per_node\": 4, \"redundant_experts\": 8, \"experts_per_rank\": 6, "
+         "\"placement\": \"strided\"}}"),
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         fg_config c;
@@ -538,7 +541,11 @@ static void test_topology(void)
         fg_config_init_defaults(&c);
         fg_diag d = {{0}};
         const char *j = "{\"topology\": {\"transport\": \"nccl\", \"ranks\": 72, \"ranks_per_node\": 4, "
-                        "\"node\": 17}, \"model\": {\"backend\": \"cuda\"}}";
+                        "\"node\": 17}, \"redis\": {\"address\": \"10.0.0.1:6379\"}}";
+        CHECK_MSG(load(&c, j, &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s", d.msg);
+        fg_config_free(&c);
+        fg_config_init_defaults(&c); /* one node makes its NCCL id itself: no Redis needed */
+        j = "{\"topology\": {\"transport\": \"nccl\", \"ranks\": 2}, \"redis\": {\"address\": \"off\"}}";
         CHECK_MSG(load(&c, j, &d) == FG_OK && fg_config_validate(&c, &d) == FG_OK, "%s", d.msg);
         fg_config_free(&c);
     }

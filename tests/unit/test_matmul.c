@@ -9,7 +9,9 @@
  * pool must equal the single-threaded one bit for bit. Separately: Q8_0
  * activation quantization bit-exact across ISAs (one-hot weights read the
  * quantized values back exactly), NaN propagation for float weights, error
- * returns.
+ * returns. BF16 on a CPU with avx512_bf16 (vdpbf16ps, x rounded to BF16) has
+ * its own checks (the BF16 notes below), its rounding checked bit for bit and
+ * its batch invariance checked (test_bf16_native).
  */
 #include <math.h>
 #include <stdint.h>
@@ -41,6 +43,27 @@
 #define TOL_FLOAT 5e-5
 #define TOL_Q8_0 1e-5
 
+/* BF16 by vdpbf16ps (fg_matmul_bf16_native): x is rounded to BF16 first, so
+ * the fast path is not within TOL_FLOAT of the reference. Two checks instead:
+ *
+ * 1. Against the scalar reference, a bound derived from the rounding, per
+ *    output. BF16 keeps 8 significant bits, so rounding to nearest moves each
+ *    x_i by at most 2^-8 |x_i|; the BF16 x BF16 products are exact in f32
+ *    (8 x 8 bits of significand); then both sides' f32 sums of n terms are
+ *    each within about n * 2^-24 * sum|terms| of exact (the classical worst
+ *    case, far above the typical random walk). So
+ *      |y_fast - y_ref| <= (2^-8 + 2 * n * 2^-24 * (1 + 2^-8)) * sum_i |w_i x_i|,
+ *    checked with a factor 1.01 for the rounding of the bound itself. It
+ *    cannot fail for a correct kernel; a wrong or missing term of a short row
+ *    (n up to ~100, most cases here) breaks it. Observed: up to ~0.6 of it.
+ * 2. Against the exact product with the BF16-rounded x (in double, x rounded
+ *    by fg_f32_to_bf16), the normalised error under TOL_FLOAT: what remains
+ *    is only f32 summation order, as for the other float types. This one
+ *    catches a wrong term at any n, and a rounding other than nearest-even
+ *    (truncation moves y by ~1e-3 of |y|). */
+#define BF16_UNIT 0x1p-8
+#define F32_UNIT 0x1p-24
+
 #define GUARD 16
 #define CANARY 0x7fa5a5a5u
 
@@ -65,6 +88,7 @@ static fg_isa fast_isas[2];
 static int n_fast;
 static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst[4][2];  /* observed max normalised error per type and ISA */
+static double worst_bf16_bound; /* native BF16: observed max of error / derived bound */
 
 /* Random weights of one type: floats in [-1, 1) or Q8_0 blocks with every
  * int8 value possible (-128 included, which ggml's quantizer never makes but a
@@ -175,22 +199,48 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
     CHECK(guards_intact(y, ny));
 
     const double tol = wtype == FG_WTYPE_Q8_0 ? TOL_Q8_0 : TOL_FLOAT;
+    /* BF16 native: per output, sum|w x| for the derived bound (check 1 above)
+     * and the exact product with x rounded to BF16 (check 2) */
+    double *bound = NULL, *ybf = NULL, ybf_max = 0.0;
+    if (wtype == FG_WTYPE_BF16) {
+        bound = malloc((size_t)ny * sizeof *bound);
+        ybf = malloc((size_t)ny * sizeof *ybf);
+        const uint16_t *wb = w;
+        const double per_term = BF16_UNIT + 2.0 * (double)n_in * F32_UNIT * (1.0 + BF16_UNIT);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t o = 0; o < n_out; o++) {
+                double sabs = 0.0, yb = 0.0;
+                for (int64_t i = 0; i < n_in; i++) {
+                    const double wi = fg_bf16_to_f32(wb[o * n_in + i]), xi = x[t * n_in + i];
+                    sabs += fabs(wi * xi);
+                    yb += wi * (double)fg_bf16_to_f32(fg_f32_to_bf16(x[t * n_in + i]));
+                }
+                bound[t * n_out + o] = 1.01 * per_term * sabs;
+                ybf[t * n_out + o] = yb;
+                ybf_max = fmax(ybf_max, fabs(yb));
+            }
+    }
     for (int k = 0; k < n_fast; k++) {
+        const int bf16_native = wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(fast_isas[k]);
         for (int p = 1; p <= 3; p++) {
             const uint32_t c = CANARY;
             for (int64_t i = 0; i < ny; i++)
                 memcpy(&y[GUARD + i], &c, 4);
             rc = fg_matmul(pools[p], fast_isas[k], wtype, w, n_in, n_out, x, n_tok, y + GUARD, scratch);
             CHECK(rc == 0);
-            double err = 0.0;
+            double err = 0.0, over = 0.0;
             int nonfinite = 0;
             for (int64_t i = 0; i < ny; i++) {
                 if (!isfinite(y[GUARD + i]))
                     nonfinite++;
+                else if (bf16_native) {
+                    err = fmax(err, fabs((double)y[GUARD + i] - ybf[i]));
+                    over = fmax(over, fabs((double)y[GUARD + i] - (double)yref[GUARD + i]) / (bound[i] + 1e-300));
+                }
                 else
                     err = fmax(err, fabs((double)y[GUARD + i] - (double)yref[GUARD + i]));
             }
-            err /= ymax + 1e-30;
+            err /= (bf16_native ? ybf_max : ymax) + 1e-30;
             double *wst = &worst[type_index(wtype)][k];
             if (err > *wst) {
                 *wst = err;
@@ -199,17 +249,23 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
                             fg_isa_name(fast_isas[k]), wtype_name(wtype), (long long)n_out, (long long)n_in,
                             (long long)n_tok, err, ymax);
             }
+            if (bf16_native && over > worst_bf16_bound)
+                worst_bf16_bound = over;
             CHECK_MSG(nonfinite == 0, "%s %s pool %d %lldx%lld tok %lld: %d outputs not finite",
                       fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
                       (long long)n_tok, nonfinite);
-            CHECK_MSG(err <= tol, "%s %s pool %d %lldx%lld tok %lld: normalised error %.3g > %.3g",
-                      fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
-                      (long long)n_tok, err, tol);
+            CHECK_MSG(err <= tol, "%s %s%s pool %d %lldx%lld tok %lld: normalised error %.3g > %.3g",
+                      fg_isa_name(fast_isas[k]), wtype_name(wtype), bf16_native ? " (vs x rounded to bf16)" : "", p,
+                      (long long)n_out, (long long)n_in, (long long)n_tok, err, tol);
+            CHECK_MSG(over <= 1.0, "%s bf16 pool %d %lldx%lld tok %lld: error %.3g times the BF16 rounding bound",
+                      fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, over);
             CHECK_MSG(guards_intact(y, ny), "%s %s pool %d %lldx%lld tok %lld: guard overwritten",
                       fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
                       (long long)n_tok);
         }
     }
+    free(bound);
+    free(ybf);
     free(yref);
     free(y);
     free(scratch);
@@ -608,9 +664,10 @@ static void test_nan_propagation(void)
             x[n_in + n_in - 1] = NAN;  /* token 1, last element: in the tail for n_in = 100 */
             x[2 * n_in + 3] = INFINITY; /* token 2 */
             float y[21];
+            void *scratch = alloc_scratch(wtypes[ti], n_in, n_tok); /* BF16: x rounded to BF16 */
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
-                CHECK(fg_matmul(pools[2], isa, wtypes[ti], w, n_in, n_out, x, n_tok, y, NULL) == 0);
+                CHECK(fg_matmul(pools[2], isa, wtypes[ti], w, n_in, n_out, x, n_tok, y, scratch) == 0);
                 for (int64_t o = 0; o < n_out; o++) {
                     CHECK_MSG(isfinite(y[o]), "%s %s: token 0 not finite", fg_isa_name(isa), wtype_name(wtypes[ti]));
                     CHECK_MSG(isnan(y[n_out + o]), "%s %s: NaN did not propagate", fg_isa_name(isa),
@@ -619,9 +676,106 @@ static void test_nan_propagation(void)
                               wtype_name(wtypes[ti]));
                 }
             }
+            free(scratch);
             free(x);
             free(w);
         }
+}
+
+/* Native BF16 (vdpbf16ps), where the CPU has it:
+ * - x is rounded to BF16 round-to-nearest-even once, bit for bit as
+ *   fg_f32_to_bf16: one-hot weight rows (1.0 at column o) read each rounded
+ *   activation back exactly, over values with every low-half pattern, exact
+ *   ties both ways, and the largest finite values that stay finite. Denormal
+ *   activations come back as 0 (the instructions treat them as zero; matmul.h).
+ * - each token alone gives its row of a batch bit for bit, for batch sizes
+ *   that cover every tile shape, on 1 to 3 threads;
+ * - a NULL scratch is an error (BF16 asks for scratch on every ISA). */
+static void test_bf16_native(void)
+{
+    int native = -1;
+    for (int k = 0; k < n_fast; k++)
+        if (fg_matmul_bf16_native(fast_isas[k]))
+            native = k;
+    CHECK(!fg_matmul_bf16_native(FG_ISA_SCALAR) && !fg_matmul_bf16_native(FG_ISA_AVX2));
+    if (native < 0) {
+        fprintf(stderr, "test_matmul: no avx512_bf16 (or FG_NO_AVX512_BF16 set): native BF16 checks skipped\n");
+        return;
+    }
+    const fg_isa isa = fast_isas[native];
+
+    /* rounding, bit for bit */
+    const int64_t n_in = 96, n_out = 96, n_tok = 3;
+    uint16_t *w = calloc((size_t)(n_in * n_out), sizeof *w);
+    for (int64_t o = 0; o < n_out; o++)
+        w[o * n_in + o] = fg_f32_to_bf16(1.0f);
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+    for (int64_t i = 0; i < n_in * n_tok; i++) {
+        const uint32_t bits = (rng_u32() & 0x807fffffu) | ((uint32_t)(100 + rng_u32() % 56) << 23);
+        memcpy(&x[i], &bits, 4);
+    }
+    /* ties to even both ways, just below and above a tie, the largest finite
+     * values that stay finite, signed zeros; no infinity: it would make every
+     * output of its token NaN through the zero weights (0 * inf) */
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f80ffffu, 0x3f807fffu, 0x7f7f7fffu,
+                                0xff7f7fffu, 0x00000000u, 0x80000000u, 0x3f800001u, 0x3f808001u};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        memcpy(&x[i], &special[i], 4);
+    const uint32_t denormal = 0x00400000u;
+    memcpy(&x[n_in + 7], &denormal, 4);
+    void *scratch = alloc_scratch(FG_WTYPE_BF16, n_in, n_tok);
+    float *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
+    CHECK(fg_matmul(pools[2], isa, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch) == 0);
+    int bad = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t o = 0; o < n_out; o++) {
+            const float xv = x[t * n_in + o];
+            const float want = (fabsf(xv) < 0x1p-126f) ? 0.0f : fg_bf16_to_f32(fg_f32_to_bf16(xv));
+            const float got = y[t * n_out + o];
+            if (!(got == want || (isnan(got) && isnan(want))) && bad++ < 5)
+                fprintf(stderr, "  bf16 rounding: x %.9g (0x%04x) gives %.9g, want %.9g\n", xv,
+                        (unsigned)fg_f32_to_bf16(xv), got, want);
+        }
+    CHECK_MSG(bad == 0, "%d activations not rounded to BF16 as fg_f32_to_bf16 does", bad);
+    CHECK(fg_matmul(NULL, isa, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, NULL) == -1);
+    free(y);
+    free(scratch);
+    free(x);
+    free(w);
+
+    /* batch invariance */
+    const int64_t shapes[][2] = {{1024, 64}, {100, 33}, {31, 7}};
+    const int64_t batches[] = {2, 3, 4, 5, 7, 8, 13, 17, 64};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int64_t ni = shapes[sh][0], no = shapes[sh][1];
+        size_t bytes;
+        void *wr = make_weights(FG_WTYPE_BF16, ni, no, &bytes);
+        for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+            const int64_t nt = batches[bi];
+            float *xb = malloc((size_t)(ni * nt) * sizeof *xb), *yb = malloc((size_t)(no * nt) * sizeof *yb);
+            float *y1 = malloc((size_t)no * sizeof *y1);
+            for (int64_t i = 0; i < ni * nt; i++)
+                xb[i] = rng_f() * 4.0f;
+            void *sb = alloc_scratch(FG_WTYPE_BF16, ni, nt), *s1 = alloc_scratch(FG_WTYPE_BF16, ni, 1);
+            for (int p = 1; p <= 3; p++) {
+                CHECK(fg_matmul(pools[p], isa, FG_WTYPE_BF16, wr, ni, no, xb, nt, yb, sb) == 0);
+                int differ = 0;
+                for (int64_t t = 0; t < nt; t++) {
+                    CHECK(fg_matmul(NULL, isa, FG_WTYPE_BF16, wr, ni, no, xb + t * ni, 1, y1, s1) == 0);
+                    differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
+                }
+                CHECK_MSG(differ == 0,
+                          "bf16 %lldx%lld pool %d: %d of %lld tokens alone differ from their row in the batch",
+                          (long long)no, (long long)ni, p, differ, (long long)nt);
+            }
+            free(sb);
+            free(s1);
+            free(xb);
+            free(yb);
+            free(y1);
+        }
+        free(wr);
+    }
 }
 
 static void test_errors(void)
@@ -670,6 +824,70 @@ static void test_errors(void)
     free(scratch);
 }
 
+/* fg_matmul_many with BF16 ops: those on fg_matmul_bf16_native share one
+ * rounding of x; a call that mixes them with Q8_0 ops (both use the start of
+ * scratch) runs the ops one by one. Every y bit-identical to fg_matmul alone,
+ * with scratch the largest need of the ops' types. */
+static void test_many_bf16(void)
+{
+    enum { N_OPS = 4, MAX_TOK = 19 };
+    const int sets[3][N_OPS] = {{FG_WTYPE_BF16, FG_WTYPE_BF16, FG_WTYPE_F16, FG_WTYPE_BF16},
+                                {FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_BF16, FG_WTYPE_F32},
+                                {FG_WTYPE_Q8_0, FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_BF16}};
+    const int64_t ins[3] = {72, 96, 64}; /* 72: the rounded rows' padding past n_in */
+    const int64_t outs[N_OPS] = {40, 16, 24, 8};
+    const int64_t toks[] = {1, 2, 5, 19};
+    int bad = 0;
+    for (int si = 0; si < 3; si++) {
+        const int64_t n_in = ins[si];
+        void *w[N_OPS];
+        float *alone[N_OPS], *many[N_OPS];
+        size_t scratch_bytes = 0, bytes;
+        for (int i = 0; i < N_OPS; i++) {
+            w[i] = make_weights(sets[si][i], n_in, outs[i], &bytes);
+            alone[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+            many[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+            const size_t b = fg_matmul_scratch_bytes(sets[si][i], n_in, MAX_TOK);
+            scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
+        }
+        void *scratch = aligned_alloc(64, (scratch_bytes + 63) / 64 * 64);
+        float *x = malloc((size_t)n_in * MAX_TOK * sizeof *x);
+        for (int64_t i = 0; i < n_in * MAX_TOK; i++)
+            x[i] = rng_f() * 2.0f;
+        for (int k = -1; k < n_fast; k++) {
+            const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+            for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++)
+                for (int p = 0; p < 4; p += 2) {
+                    const int64_t n_tok = toks[ti];
+                    fg_matmul_op ops[N_OPS];
+                    for (int i = 0; i < N_OPS; i++) {
+                        CHECK(fg_matmul(pools[p], isa, sets[si][i], w[i], n_in, outs[i], x, n_tok, alone[i],
+                                        scratch) == 0);
+                        for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                            many[i][j] = NAN;
+                        ops[i] = (fg_matmul_op){.wtype = sets[si][i], .w = w[i], .n_out = outs[i], .y = many[i]};
+                    }
+                    memset(scratch, 0x5a, scratch_bytes);
+                    CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, n_in, x, n_tok, scratch) == 0);
+                    for (int i = 0; i < N_OPS; i++)
+                        bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+                    /* no scratch where an op needs it: refused */
+                    CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, n_in, x, n_tok, NULL) == -1);
+                }
+        }
+        for (int i = 0; i < N_OPS; i++) {
+            free(w[i]);
+            free(alone[i]);
+            free(many[i]);
+        }
+        free(scratch);
+        free(x);
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_many with BF16 ops differs from fg_matmul alone in %d products", bad);
+    printf("fg_matmul_many with BF16 ops (BF16 native: %s): bit-identical to fg_matmul alone\n",
+           fg_matmul_bf16_native(FG_ISA_AVX512) ? "yes" : "no");
+}
+
 int main(void)
 {
     rng_seed(0x2545f4914f6cdd1dull);
@@ -690,14 +908,21 @@ int main(void)
     test_errors();
     test_q8_quant_exact();
     test_nan_propagation();
+    test_bf16_native();
     test_shapes();
     test_q8_p16();
     test_many();
+    test_many_bf16();
 
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < n_fast; k++)
             fprintf(stderr, "test_matmul: %-4s %-6s max normalised error %.3g\n", wtype_name(wtypes[ti]),
                     fg_isa_name(fast_isas[k]), worst[ti][k]);
+    for (int k = 0; k < n_fast; k++)
+        if (fg_matmul_bf16_native(fast_isas[k]))
+            fprintf(stderr,
+                    "test_matmul: bf16 %-6s is vdpbf16ps: error vs the reference up to %.3g of the BF16 bound\n",
+                    fg_isa_name(fast_isas[k]), worst_bf16_bound);
     for (int p = 1; p <= 3; p++)
         fg_pool_destroy(pools[p]);
     return TEST_DONE("test_matmul");

@@ -1,0 +1,231 @@
+/* flashgate-bench-matmul: the BF16 matrix product on its two AVX-512 paths,
+ * the F32-widening one (what CPUs without avx512_bf16 run) and vdpbf16ps
+ * (activations rounded to BF16 once per call), on a few shapes.
+ *
+ * The CPU's features are detected once per process, so the widening path is
+ * measured in a child process started with FG_NO_AVX512_BF16=1 (matmul.h),
+ * before this process makes its first product; the child sends its times
+ * back through a pipe. Each figure is the median of --reps timings of one
+ * thread's CPU time (the machine is shared: wall time would measure the
+ * neighbours), each timing long enough (>= 20 ms) to be above the clock's
+ * resolution; GFLOP/s counts 2 * n_in * n_out per token. Both paths run on
+ * the same weights and activations, and the tool reports the largest
+ * normalised difference between them (the BF16 rounding of x, ~1e-3).
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/tools/bench_common.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/numeric.h"
+
+#define MAX_SHAPES 16
+
+typedef struct shape {
+    int64_t n_in, n_out, n_tok;
+} shape;
+
+static double thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A reproducible value in [-0.5, 0.5). */
+static float next_value(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(*s >> 40) / 16777216.0f - 0.5f;
+}
+
+/* Median seconds per product of `reps` timings, and the first product's
+ * output in y. Returns -1 if the product fails. */
+static double time_product(const shape *sh, int reps, float *y_out)
+{
+    uint64_t seed = 7;
+    const int64_t n_in = sh->n_in, n_out = sh->n_out, n_tok = sh->n_tok;
+    uint16_t *w = malloc((size_t)(n_in * n_out) * sizeof *w);
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
+    float *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
+    const size_t sb = fg_matmul_scratch_bytes(FG_WTYPE_BF16, n_in, n_tok);
+    void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+    double *t = malloc((size_t)reps * sizeof *t);
+    double result = -1.0;
+    if (!w || !x || !y || !scratch || !t)
+        goto out;
+    for (int64_t i = 0; i < n_in * n_out; i++)
+        w[i] = fg_f32_to_bf16(next_value(&seed));
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = next_value(&seed);
+    if (fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch) != 0)
+        goto out;
+    memcpy(y_out, y, (size_t)(n_out * n_tok) * sizeof *y);
+    /* iterations per timing: about 20 ms, from one timed product */
+    double t0 = thread_cpu_s();
+    (void)fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch);
+    const double one = thread_cpu_s() - t0;
+    const int iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-7 ? one : 1e-7)) + 1;
+    for (int r = 0; r < reps; r++) {
+        t0 = thread_cpu_s();
+        for (int i = 0; i < iters; i++)
+            (void)fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch);
+        t[r] = (thread_cpu_s() - t0) / iters;
+    }
+    result = median(t, reps);
+out:
+    free(w);
+    free(x);
+    free(y);
+    free(scratch);
+    free(t);
+    return result;
+}
+
+static size_t out_floats(const shape *sh, int n)
+{
+    size_t f = 0;
+    for (int i = 0; i < n; i++)
+        f += (size_t)(sh[i].n_out * sh[i].n_tok);
+    return f;
+}
+
+/* The widening path in a child process: times[n] and outputs through a pipe.
+ * Returns 0, or -1 if the child failed. */
+static int run_widened(const shape *sh, int n, int reps, double *times, float *outs)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    const pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(fd[0]);
+        setenv("FG_NO_AVX512_BF16", "1", 1);
+        float *o = outs;
+        for (int i = 0; i < n; i++) {
+            times[i] = time_product(&sh[i], reps, o);
+            o += sh[i].n_out * sh[i].n_tok;
+        }
+        const size_t tb = (size_t)n * sizeof *times, ob = out_floats(sh, n) * sizeof *outs;
+        const int ok = write(fd[1], times, tb) == (ssize_t)tb && write(fd[1], outs, ob) == (ssize_t)ob;
+        _exit(ok ? 0 : 1);
+    }
+    close(fd[1]);
+    const size_t want = (size_t)n * sizeof *times + out_floats(sh, n) * sizeof *outs;
+    uint8_t *buf = malloc(want);
+    size_t got = 0;
+    while (buf && got < want) {
+        const ssize_t r = read(fd[0], buf + got, want - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int ok = buf && got == want && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok) {
+        memcpy(times, buf, (size_t)n * sizeof *times);
+        memcpy(outs, buf + (size_t)n * sizeof *times, want - (size_t)n * sizeof *times);
+    }
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t n_in = 1024, n_out = 1024;
+    int reps = 7;
+    int64_t toks[MAX_SHAPES] = {1, 8, 64};
+    int n_toks = 3;
+    static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
+                                          {"tokens", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
+                                          {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "i:o:t:r:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'i': n_in = atoll(optarg); break;
+        case 'o': n_out = atoll(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 't': {
+            n_toks = 0;
+            for (char *s = optarg; *s && n_toks < MAX_SHAPES;) {
+                toks[n_toks++] = strtoll(s, &s, 10);
+                if (*s == ',')
+                    s++;
+                else if (*s)
+                    toks[n_toks - 1] = 0; /* rejected below */
+            }
+            break;
+        }
+        default:
+            fprintf(stderr,
+                    "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    int bad = n_in < 1 || n_out < 1 || n_in * n_out > (1ll << 28) || reps < 1 || reps > 101 || n_toks < 1;
+    for (int i = 0; i < n_toks; i++)
+        bad |= toks[i] < 1 || toks[i] > 4096;
+    if (bad) {
+        fprintf(stderr, "error: --n-in, --n-out >= 1 (at most 2^28 weights), --tokens 1..4096 each, --reps 1..101\n");
+        return 2;
+    }
+    shape sh[MAX_SHAPES];
+    for (int i = 0; i < n_toks; i++)
+        sh[i] = (shape){n_in, n_out, toks[i]};
+    double wide[MAX_SHAPES], native[MAX_SHAPES];
+    const size_t n_outs = out_floats(sh, n_toks);
+    float *out_w = malloc(n_outs * sizeof(float)), *out_n = malloc(n_outs * sizeof(float));
+    if (!out_w || !out_n) {
+        fprintf(stderr, "error: out of memory\n");
+        return 1;
+    }
+    /* the child first, while this process has not detected the CPU (no
+     * kernels/cpu call before this line: the child would inherit the result) */
+    if (run_widened(sh, n_toks, reps, wide, out_w) != 0) {
+        fprintf(stderr, "error: the F32-widening run failed%s\n",
+                fg_isa_supported(FG_ISA_AVX512) ? "" : " (this CPU has no AVX-512 F/BW/VL/DQ/VNNI)");
+        return 1;
+    }
+    const int has_native = fg_matmul_bf16_native(FG_ISA_AVX512);
+    float *o = out_n;
+    for (int i = 0; i < n_toks; i++) {
+        native[i] = has_native ? time_product(&sh[i], reps, o) : -1.0;
+        o += sh[i].n_out * sh[i].n_tok;
+    }
+    printf("BF16 weights %lld x %lld (n_out x n_in), AVX-512, 1 thread (CPU time, median of %d)\n", (long long)n_out,
+           (long long)n_in, reps);
+    printf("  %6s  %22s  %22s  %7s  %s\n", "tokens", "f32-widened", "vdpbf16ps", "speedup", "max |diff| / max |y|");
+    const float *pw = out_w, *pn = out_n;
+    for (int i = 0; i < n_toks; i++) {
+        const double flop = 2.0 * (double)(n_in * n_out * sh[i].n_tok);
+        const size_t ny = (size_t)(sh[i].n_out * sh[i].n_tok);
+        double diff = 0.0, ymax = 0.0;
+        for (size_t k = 0; has_native && k < ny; k++) {
+            diff = fmax(diff, fabs((double)pn[k] - pw[k]));
+            ymax = fmax(ymax, fabs((double)pw[k]));
+        }
+        if (has_native)
+            printf("  %6lld  %9.1f us %6.1f GF/s  %9.1f us %6.1f GF/s  %6.2fx  %.2g\n", (long long)sh[i].n_tok,
+                   wide[i] * 1e6, flop / wide[i] * 1e-9, native[i] * 1e6, flop / native[i] * 1e-9, wide[i] / native[i],
+                   diff / (ymax + 1e-30));
+        else
+            printf("  %6lld  %9.1f us %6.1f GF/s  %22s\n", (long long)sh[i].n_tok, wide[i] * 1e6,
+                   flop / wide[i] * 1e-9, "n/a (no avx512_bf16)");
+        pw += ny;
+        pn += ny;
+    }
+    free(out_w);
+    free(out_n);
+    return 0;
+}
