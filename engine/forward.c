@@ -69,6 +69,9 @@ struct fg_forward {
     int *exp_tasks;           /* [E + 1] the tasks of a layer: -1 the shared expert, else an expert id */
     int n_exp_tasks;
     atomic_int exp_next;      /* next task to take */
+    void *xn_q8;              /* xn's rows quantized once for the expert tasks (fg_q8_rows, [T] rows of d) */
+    bool xn_q8_valid;         /* this layer's expert tasks read xn through xn_q8 */
+    int *iota;                /* [T] 0, 1, ..: the shared expert's rows of xn_q8 */
     const fg_layer *exp_layer;
     /* The per-head products of a layer run as one pool job, one head per task: */
     const struct fg_head_pass *head_pass;
@@ -80,6 +83,7 @@ struct fg_forward {
     int *tok_pos;             /* [T] position of each token */
     int *tok_seq;             /* [T] sequence index of each token */
     int *tok_nkv;             /* [T] cached tokens each token attends over: its position + 1 */
+    float *rope_cs;           /* [T][rope] each token's RoPE cos/sin (fg_rope_coefs), once per run */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
@@ -311,9 +315,14 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->tok_pos = xalloc(T * sizeof(int), &failed);
     f->tok_seq = xalloc(T * sizeof(int), &failed);
     f->tok_nkv = xalloc(T * sizeof(int), &failed);
+    f->rope_cs = xalloc(T * R * fl, &failed);
     f->exp_out = xalloc(T * K * d * fl, &failed);
     f->shared_out = xalloc(T * d * fl, &failed);
     f->exp_tasks = xalloc((E + 1) * sizeof(int), &failed);
+    f->xn_q8 = xalloc(fg_q8_rows_bytes((int64_t)d, (int64_t)T), &failed);
+    f->iota = xalloc(T * sizeof(int), &failed);
+    for (size_t t = 0; f->iota && t < T; t++)
+        f->iota[t] = (int)t;
 
     fg_mla_attn_params ap = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
                              .format = geo->format, .row_bytes = geo->row_bytes, .n_kv = 1};
@@ -385,9 +394,9 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->tok_nkv, f->attn_scratch, f->part, f->mm_scratch, f->exp_out, f->shared_out,
-                    f->exp_tasks, f->picks, f->mha_wk, f->mha_wv, f->mha_tiles, f->mha_scratch, f->mha_m,
-                    f->mha_l};
+                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
+                    f->shared_out, f->exp_tasks, f->xn_q8, f->iota, f->picks, f->mha_wk, f->mha_wv, f->mha_tiles,
+                    f->mha_scratch, f->mha_m, f->mha_l};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -417,11 +426,30 @@ static void matmul(fg_forward_t *f, const fg_weight *w, int64_t mat, const float
     (void)fg_matmul(f->pool, f->isa, w->type, data, w->n_in, w->n_out, x, n, y, f->mm_scratch);
 }
 
-static void rmsnorm_rows(float *y, const float *x, const float *w, int n, int width, int y_stride, int x_stride,
-                         float eps)
+/* a[n][wa.n_out] and b[n][wb.n_out]: matrix `mat` of wa and of wb applied to
+ * the same x[n][n_in] in one fg_matmul_many call. */
+static void matmul2_on(fg_pool_t *pool, fg_isa isa, void *mm_scratch, const fg_weight *wa, float *a,
+                       const fg_weight *wb, float *b, int64_t mat, const float *x, int n)
+{
+    const fg_matmul_op ops[2] = {
+        {.wtype = wa->type, .w = (const uint8_t *)wa->data + (size_t)mat * wa->mat_bytes, .n_out = wa->n_out, .y = a},
+        {.wtype = wb->type, .w = (const uint8_t *)wb->data + (size_t)mat * wb->mat_bytes, .n_out = wb->n_out, .y = b},
+    };
+    /* Cannot fail: types and shapes were validated at model load (wa and wb read the same rows). */
+    (void)fg_matmul_many(pool, isa, ops, 2, wa->n_in, x, n, mm_scratch);
+}
+
+static void matmul2(fg_forward_t *f, const fg_weight *wa, float *a, const fg_weight *wb, float *b, int64_t mat,
+                    const float *x, int n)
+{
+    matmul2_on(f->pool, f->isa, f->mm_scratch, wa, a, wb, b, mat, x, n);
+}
+
+static void rmsnorm_rows(const fg_forward_t *f, float *y, const float *x, const float *w, int n, int width,
+                         int y_stride, int x_stride, float eps)
 {
     for (int t = 0; t < n; t++)
-        fg_rmsnorm(y + (size_t)t * y_stride, x + (size_t)t * x_stride, w, width, eps);
+        fg_rmsnorm_isa(f->isa, y + (size_t)t * y_stride, x + (size_t)t * x_stride, w, width, eps);
 }
 
 /* Copies column block [col, col + width) of src rows into dst rows (and back). */
@@ -616,21 +644,21 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope;
     const int qk = nope + R;
 
-    rmsnorm_rows(f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
+    rmsnorm_rows(f, f->xn, f->x, ly->attn_norm, n, d, d, d, hp->rms_eps);
+    /* the two products of xn in one call: xn quantized once, one row job */
     if (hp->q_lora > 0) {
-        matmul(f, &ly->q_a, 0, f->xn, n, f->qa);
-        rmsnorm_rows(f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
+        matmul2(f, &ly->q_a, f->qa, &ly->kv_a, f->kva, 0, f->xn, n);
+        rmsnorm_rows(f, f->qa, f->qa, ly->q_a_norm, n, hp->q_lora, hp->q_lora, hp->q_lora, hp->rms_eps);
         matmul(f, &ly->q_b, 0, f->qa, n, f->q);
     } else {
-        matmul(f, &ly->q_b, 0, f->xn, n, f->q);
+        matmul2(f, &ly->q_b, f->q, &ly->kv_a, f->kva, 0, f->xn, n);
     }
-    matmul(f, &ly->kv_a, 0, f->xn, n, f->kva);
 
     /* New cache rows: normalised latent and roped key, stored in the cache format. */
     for (int t = 0; t < n; t++) {
         float *kv = f->kva + (size_t)t * (L + R);
-        fg_rmsnorm(kv, kv, ly->kv_a_norm, L, hp->rms_eps);
-        fg_rope_apply(&f->rope, kv + L, f->tok_pos[t]);
+        fg_rmsnorm_isa(f->isa, kv, kv, ly->kv_a_norm, L, hp->rms_eps);
+        fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, kv + L);
         uint8_t *row = fg_kv_row(&f->geo, f->seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
         fg_kv_quantize(f->geo.format, kv, L, row);
         fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
@@ -642,7 +670,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         for (int h = 0; h < H; h++) {
             float *qr = f->q_rope + ((size_t)t * H + h) * R;
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
-            fg_rope_apply(&f->rope, qr, f->tok_pos[t]);
+            fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, qr);
         }
     f->layer = il;
     int n_sampled = 0;
@@ -662,8 +690,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         t = e;
     }
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 /* Attention of the batch's sampled tokens in the absorbed form, into their
@@ -700,27 +727,48 @@ static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n)
 static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, const fg_weight *down, int64_t mat,
                    const float *x, int n, float *y)
 {
-    matmul(f, gate, mat, x, n, f->ff_gate);
-    matmul(f, up, mat, x, n, f->ff_up);
+    matmul2(f, gate, f->ff_gate, up, f->ff_up, mat, x, n);
     for (int t = 0; t < n; t++)
-        fg_silu_mul(f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out, (int)gate->n_out);
+        fg_silu_mul_isa(f->isa, f->ff_gate + (size_t)t * gate->n_out, f->ff_up + (size_t)t * gate->n_out,
+                        (int)gate->n_out);
     matmul(f, down, mat, f->ff_gate, n, y);
 }
 
-/* SwiGLU of one expert task on the calling thread alone: y[n][d] = down(silu(gate(x)) * up(x)). */
+static bool is_q8(const fg_weight *w) { return w->type == FG_WTYPE_Q8_0 || w->type == FG_WTYPE_Q8_0_P16; }
+
+/* SwiGLU of one expert task on the calling thread alone: y[n][d] =
+ * down(silu(gate(x)) * up(x)) with x = rows rows[0 .. n) of xn (rows NULL:
+ * rows 0 .. n - 1). Where the layer quantized xn once (xn_q8_valid) and the
+ * gate and up are Q8_0, they read its quantized rows: no float gather, no
+ * quantization of their own (the same bits either way). */
 static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
-                       const fg_weight *down, int64_t mat, const float *x, int n, float *y)
+                       const fg_weight *down, int64_t mat, const int *rows, int n, float *y)
 {
-    const fg_weight *w[3] = {gate, up, down};
-    const uint8_t *data[3];
-    for (int i = 0; i < 3; i++)
-        data[i] = (const uint8_t *)w[i]->data + (size_t)mat * w[i]->mat_bytes;
-    /* Cannot fail: types and shapes were validated at model load. */
-    (void)fg_matmul(NULL, f->isa, gate->type, data[0], gate->n_in, gate->n_out, x, n, sc->gate, sc->mm);
-    (void)fg_matmul(NULL, f->isa, up->type, data[1], up->n_in, up->n_out, x, n, sc->up, sc->mm);
+    const int d = f->m->hp.n_embd;
+    if (f->xn_q8_valid && is_q8(gate) && is_q8(up)) {
+        const fg_matmul_op ops[2] = {
+            {.wtype = gate->type, .w = (const uint8_t *)gate->data + (size_t)mat * gate->mat_bytes,
+             .n_out = gate->n_out, .y = sc->gate},
+            {.wtype = up->type, .w = (const uint8_t *)up->data + (size_t)mat * up->mat_bytes, .n_out = up->n_out,
+             .y = sc->up},
+        };
+        /* Cannot fail: types and shapes were validated at model load, the rows are tokens of this step. */
+        (void)fg_matmul_q8_rows(NULL, f->isa, ops, 2, d, f->xn_q8, f->n, rows ? rows : f->iota, n, sc->mm);
+    } else {
+        const float *x = f->xn;
+        if (rows) {
+            for (int j = 0; j < n; j++)
+                memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)rows[j] * d, (size_t)d * sizeof(float));
+            x = sc->xe;
+        }
+        matmul2_on(NULL, f->isa, sc->mm, gate, sc->gate, up, sc->up, mat, x, n); /* x quantized once for both */
+    }
     for (int t = 0; t < n; t++)
-        fg_silu_mul(sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out, (int)gate->n_out);
-    (void)fg_matmul(NULL, f->isa, down->type, data[2], down->n_in, down->n_out, sc->gate, n, y, sc->mm);
+        fg_silu_mul_isa(f->isa, sc->gate + (size_t)t * gate->n_out, sc->up + (size_t)t * gate->n_out,
+                        (int)gate->n_out);
+    const uint8_t *down_data = (const uint8_t *)down->data + (size_t)mat * down->mat_bytes;
+    /* Cannot fail: types and shapes were validated at model load. */
+    (void)fg_matmul(NULL, f->isa, down->type, down_data, down->n_in, down->n_out, sc->gate, n, y, sc->mm);
 }
 
 /* Each thread takes tasks until none are left: task -1 is the shared expert
@@ -739,13 +787,12 @@ static void experts_job(void *ctx, int ith, int nth)
             return;
         const int e = f->exp_tasks[k];
         if (e < 0) {
-            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, f->n, f->shared_out);
+            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, NULL, f->n, f->shared_out);
             continue;
         }
         const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
-        for (int j = 0; j < m; j++)
-            memcpy(sc->xe + (size_t)j * d, f->xn + (size_t)f->exp_list[begin + j] * d, (size_t)d * sizeof(float));
-        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, sc->xe, m, f->exp_out + (size_t)begin * d);
+        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->exp_list + begin, m,
+                   f->exp_out + (size_t)begin * d);
     }
 }
 
@@ -764,8 +811,7 @@ static void add_shared_expert(fg_forward_t *f, const fg_layer *ly, int n)
     if (!ly->gate_shexp.data)
         return;
     swiglu(f, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, f->xn, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
@@ -782,14 +828,16 @@ static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
     if (nth > 1 && n_tasks >= 2 * nth) {
         f->n_exp_tasks = n_tasks;
         f->exp_layer = ly;
+        /* every routed token's row is read by K experts' gate and up: quantize it once here */
+        f->xn_q8_valid = (is_q8(&ly->gate_exps) || is_q8(&ly->gate_shexp)) &&
+                         fg_q8_rows_quantize(f->pool, f->isa, f->xn, d, n, f->xn_q8) == 0;
         atomic_store_explicit(&f->exp_next, 0, memory_order_relaxed); /* published by fg_pool_run */
         fg_pool_run(f->pool, experts_job, f);
         for (int e = 0; e < E; e++)
             for (int slot = e ? f->exp_count[e - 1] : 0; slot < f->exp_count[e]; slot++)
                 fg_axpy(f->x + (size_t)f->exp_list[slot] * d, f->exp_list_w[slot], f->exp_out + (size_t)slot * d, d);
         if (ly->gate_shexp.data)
-            for (size_t i = 0; i < (size_t)n * d; i++)
-                f->x[i] += f->shared_out[i];
+            fg_axpy(f->x, 1.0f, f->shared_out, n * d); /* x += shared_out: 1 * v is exact */
         return;
     }
     for (int e = 0; e < E; e++) {
@@ -847,14 +895,13 @@ static void ffn_block(fg_forward_t *f, const fg_layer *ly, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int d = hp->n_embd;
-    rmsnorm_rows(f->xn, f->x, ly->ffn_norm, n, d, d, d, hp->rms_eps);
+    rmsnorm_rows(f, f->xn, f->x, ly->ffn_norm, n, d, d, d, hp->rms_eps);
     if (ly->is_moe) {
         moe_block(f, ly, n);
         return;
     }
     swiglu(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, f->xn, n, f->tmp_d);
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        f->x[i] += f->tmp_d[i];
+    fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
 /* Final norm and LM head for the rows that asked for logits, LOGIT_CHUNK rows per product. */
@@ -868,7 +915,8 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
         fg_fwd_seq *s = &seqs[si];
         for (int j = 0; j < s->n_logits; j++) {
             int t = first + s->n_tokens - s->n_logits + j;
-            fg_rmsnorm(f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d, hp->rms_eps);
+            fg_rmsnorm_isa(f->isa, f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d,
+                           hp->rms_eps);
             dst[rows++] = s->logits + (size_t)j * V;
             if (rows == LOGIT_CHUNK) {
                 matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
@@ -959,6 +1007,8 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         memset(f->picks, 0, (size_t)hp->n_expert * sizeof *f->picks);
     for (int t = 0; t < n; t++)
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
+    for (int t = 0; t < n; t++) /* every layer and head of a token rotates by the same angles */
+        fg_rope_coefs(&f->rope, f->tok_pos[t], f->rope_cs + (size_t)t * hp->n_rope);
     f->seqs = seqs;
     f->n = n;
     for (int il = 0; il < hp->n_layer; il++) {

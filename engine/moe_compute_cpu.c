@@ -46,7 +46,7 @@ static fg_err cpu_run(fg_moe_compute *base, const fg_layer *ly, const fg_moe_row
         matmul(c, &ly->gate_exps, e, c->xe, m, c->ff_gate);
         matmul(c, &ly->up_exps, e, c->xe, m, c->ff_up);
         for (int j = 0; j < m; j++)
-            fg_silu_mul(c->ff_gate + (size_t)j * c->F, c->ff_up + (size_t)j * c->F, c->F);
+            fg_silu_mul_isa(c->isa, c->ff_gate + (size_t)j * c->F, c->ff_up + (size_t)j * c->F, c->F);
         matmul(c, &ly->down_exps, e, c->ff_gate, m, c->ye);
         for (int j = 0; j < m; j++)
             memcpy(r->y + (size_t)r->row[begin + j] * d, c->ye + (size_t)j * d, (size_t)d * sizeof(float));

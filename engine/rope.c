@@ -58,13 +58,28 @@ fg_err fg_rope_init(fg_rope *r, const fg_hparams *hp, fg_diag *diag)
     return FG_OK;
 }
 
-void fg_rope_apply(const fg_rope *r, float *x, int pos)
+void fg_rope_coefs(const fg_rope *r, int pos, float *cs)
 {
     for (int i = 0; i < r->n_dims / 2; i++) {
         double a = (double)pos * r->inv_freq[i];
-        float c = (float)cos(a) * r->mscale, s = (float)sin(a) * r->mscale;
-        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        cs[2 * i] = (float)cos(a) * r->mscale;
+        cs[2 * i + 1] = (float)sin(a) * r->mscale;
+    }
+}
+
+void fg_rope_apply_coefs(const fg_rope *r, const float *cs, float *x)
+{
+    for (int i = 0; i < r->n_dims / 2; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
         x[2 * i] = x0 * c - x1 * s;
         x[2 * i + 1] = x0 * s + x1 * c;
     }
+}
+
+void fg_rope_apply(const fg_rope *r, float *x, int pos)
+{
+    float cs[FG_ROPE_MAX_DIMS];
+    fg_rope_coefs(r, pos, cs);
+    fg_rope_apply_coefs(r, cs, x);
 }

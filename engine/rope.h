@@ -26,4 +26,13 @@ fg_err fg_rope_init(fg_rope *r, const fg_hparams *hp, fg_diag *diag);
 /* Rotates x[0..n_dims) in place for position pos. */
 void fg_rope_apply(const fg_rope *r, float *x, int pos);
 
+/* The rotation of position pos, for applying it many times (every head and
+ * layer of a token): cs[2i], cs[2i + 1] = cos, sin of pair i's angle, times
+ * mscale; cs is [n_dims] floats. */
+void fg_rope_coefs(const fg_rope *r, int pos, float *cs);
+
+/* Rotates x[0..n_dims) in place by coefficients from fg_rope_coefs: the same
+ * bits as fg_rope_apply at that position. */
+void fg_rope_apply_coefs(const fg_rope *r, const float *cs, float *x);
+
 #endif

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/kvquant_isa.h"
 #include "kernels/cpu/numeric.h"
 
 static const char *const format_names[FG_KV__COUNT] = {"f32", "f16", "int8", "fp8", "fp4"};
@@ -92,9 +93,17 @@ static uint8_t fp4_scale(float amax)
 
 void fg_kv_quantize(fg_kv_format f, const float *x, int n, void *dst)
 {
+    fg_kv_quantize_isa(FG_ISA_AUTO, f, x, n, dst);
+}
+
+void fg_kv_quantize_isa(fg_isa isa, fg_kv_format f, const float *x, int n, void *dst)
+{
     uint8_t *out = dst;
     if (n <= 0)
         return;
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    const int avx512 = isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
     switch (f) {
     case FG_KV_F32:
         memcpy(out, x, (size_t)n * 4);
@@ -127,11 +136,15 @@ void fg_kv_quantize(fg_kv_format f, const float *x, int n, void *dst)
         memset(out, 0, (size_t)n / 2);
         for (int k = 0; k < n / 16; k++) {
             const float *xb = x + 16 * k;
-            const uint8_t se = fp4_scale(amax_of(xb, 16));
+            const uint8_t se = fp4_scale(avx512 ? fg_kv_amax16_avx512(xb) : amax_of(xb, 16));
             scales[k] = se;
             if (se == 0)
                 continue; /* codes stay 0 */
             const float s = fg_e4m3_to_f32(se);
+            if (avx512) {
+                fg_kv_fp4_codes16_avx512(xb, s, out + 8 * k);
+                continue;
+            }
             for (int j = 0; j < 16; j++) {
                 const uint8_t c = fg_f32_to_e2m1(xb[j] / s);
                 out[8 * k + j / 2] |= (uint8_t)((j & 1) ? c << 4 : c);

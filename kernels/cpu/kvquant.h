@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/matmul.h" /* fg_isa */
+
 typedef enum fg_kv_format {
     FG_KV_F32 = 0,
     FG_KV_F16,
@@ -37,7 +39,11 @@ int fg_kv_format_parse(const char *name);
  * (n <= 0, or FP4 with n % 16 != 0). */
 size_t fg_kv_bytes(fg_kv_format f, int n);
 
+/* Quantizes x [n] into dst (fg_kv_bytes(f, n) bytes); nothing for an unusable n.
+ * The same bytes on every ISA: fg_kv_quantize picks the best (AVX-512 for FP4),
+ * fg_kv_quantize_isa the one asked for (FG_ISA_SCALAR: the reference). */
 void fg_kv_quantize(fg_kv_format f, const float *x, int n, void *dst);
+void fg_kv_quantize_isa(fg_isa isa, fg_kv_format f, const float *x, int n, void *dst);
 void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y);
 
 #endif

@@ -329,32 +329,129 @@ static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
 static void quant_scalar(const fg_matmul_args *a, int64_t t_begin, int64_t t_end)
 {
     const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
-    for (int64_t t = t_begin; t < t_end; t++)
-        fg_quantize_row_q8_0(a->x + t * a->n_in, (fg_block_q8_0 *)a->scratch + t * nb, a->n_in);
+    for (int64_t t = t_begin; t < t_end; t++) {
+        fg_block_q8_0 *blocks = (fg_block_q8_0 *)a->scratch + t * nb;
+        if (!a->src_qs) {
+            fg_quantize_row_q8_0(a->x + t * a->n_in, blocks, a->n_in);
+            continue;
+        }
+        /* quantized earlier (fg_matmul_q8_rows): the scales are F16 values, so this is exact */
+        const int8_t *qs = a->src_qs + (int64_t)a->src_rows[t] * a->src_qs_stride;
+        const float *d = a->src_d + (int64_t)a->src_rows[t] * a->src_d_stride;
+        for (int64_t b = 0; b < nb; b++) {
+            blocks[b].d = fg_f32_to_f16(d[b]);
+            memcpy(blocks[b].qs, qs + b * FG_Q8_0_BLOCK, FG_Q8_0_BLOCK);
+        }
+    }
+}
+
+/* ---- activations quantized once, read by several products (fg_q8_rows) ---- */
+
+/* [n_rows][qs_stride] int8, then [n_rows][d_stride] f32 scales: the fast
+ * kernels' own row layout (fg_q8_act's qs and d), so they copy rows whole. */
+static size_t q8_rows_layout(int64_t n_in, int64_t n_rows, const void *buf, int8_t **qs, float **d,
+                             int64_t *qs_stride, int64_t *d_stride)
+{
+    *qs_stride = round_up(n_in, 64);
+    *d_stride = round_up(n_in / FG_Q8_0_BLOCK, 16);
+    const size_t qs_bytes = (size_t)(n_rows * *qs_stride);
+    *qs = (int8_t *)buf;
+    *d = buf ? (float *)((uint8_t *)buf + qs_bytes) : NULL; /* (NULL: only the size is wanted) */
+    return qs_bytes + (size_t)(n_rows * *d_stride) * sizeof(float);
+}
+
+size_t fg_q8_rows_bytes(int64_t n_in, int64_t n_rows)
+{
+    if (n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_rows <= 0)
+        return 0;
+    int8_t *qs;
+    float *d;
+    int64_t qst, dst;
+    return q8_rows_layout(n_in, n_rows, NULL, &qs, &d, &qst, &dst);
+}
+
+typedef struct rows_quant_job {
+    fg_isa isa;
+    fg_matmul_args a; /* x, n_in, n_tok (= rows) and xq's qs and d pointing into the buffer */
+} rows_quant_job;
+
+static void rows_quant(void *ctx, int ith, int nth)
+{
+    const rows_quant_job *j = ctx;
+    const fg_matmul_args *a = &j->a;
+    long tb, te;
+    fg_pool_split((long)a->n_tok, 1, ith, nth, &tb, &te);
+    if (tb >= te)
+        return;
+    switch (j->isa) {
+    case FG_ISA_AVX2:
+        fg_matmul_quant_q8_avx2(a, tb, te);
+        return;
+    case FG_ISA_AVX512:
+        fg_matmul_quant_q8_avx512(a, tb, te);
+        return;
+    default:
+        break;
+    }
+    const int64_t nb = a->n_in / FG_Q8_0_BLOCK;
+    for (long t = tb; t < te; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            fg_block_q8_0 blk;
+            fg_quantize_row_q8_0(a->x + t * a->n_in + b * FG_Q8_0_BLOCK, &blk, FG_Q8_0_BLOCK);
+            memcpy(a->xq.qs + t * a->xq.qs_stride + b * FG_Q8_0_BLOCK, blk.qs, FG_Q8_0_BLOCK);
+            a->xq.d[t * a->xq.d_stride + b] = fg_f16_to_f32(blk.d);
+        }
+}
+
+int fg_q8_rows_quantize(fg_pool_t *pool, fg_isa isa, const float *x, int64_t n_in, int64_t n_rows, void *buf)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (!fg_isa_supported(isa) || !fg_q8_rows_bytes(n_in, n_rows) || !x || !buf)
+        return -1;
+    rows_quant_job j;
+    memset(&j, 0, sizeof j);
+    j.isa = isa;
+    j.a.x = x;
+    j.a.n_in = n_in;
+    j.a.n_tok = n_rows;
+    (void)q8_rows_layout(n_in, n_rows, buf, &j.a.xq.qs, &j.a.xq.d, &j.a.xq.qs_stride, &j.a.xq.d_stride);
+    if (pool && fg_pool_size(pool) > 1 && n_rows > 1 && n_in * n_rows >= MM_MIN_PARALLEL_QUANT)
+        fg_pool_run(pool, rows_quant, &j);
+    else
+        rows_quant(&j, 0, 1);
+    return 0;
 }
 
 /* ---- dispatch ---- */
 
+/* One call: one or more products over the same activations (fg_matmul_many),
+ * their rows handed out as one pool job. */
 typedef struct mm_job {
-    fg_matmul_args args;
+    fg_matmul_args args[FG_MATMUL_MAX_OPS];
+    int n_ops;
     fg_isa isa;
-    long chunk;        /* > 0: rows are taken chunk by chunk from `next` (batches) */
-    atomic_long next;  /* the first row not yet taken */
+    fg_matmul_args quant;  /* what the quantizer reads: the shared x and xq, the union of the ops' needs */
+    fg_matmul_args round;  /* native BF16: x and the rounded xb every BF16 op reads */
+    int dynamic;           /* rows are taken chunk by chunk from `next` (batches) */
+    long chunk[FG_MATMUL_MAX_OPS];            /* rows per chunk of each op */
+    long first[FG_MATMUL_MAX_OPS + 1];        /* the index of each op's first chunk; first[n_ops]: all */
+    atomic_long next;      /* the first chunk not yet taken */
 } mm_job;
 
-static void run_rows(const mm_job *j, int64_t ob, int64_t oe)
+static void run_rows(const mm_job *j, const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     if (ob >= oe)
         return;
     switch (j->isa) {
     case FG_ISA_AVX2:
-        fg_matmul_rows_avx2(&j->args, ob, oe);
+        fg_matmul_rows_avx2(a, ob, oe);
         break;
     case FG_ISA_AVX512:
-        fg_matmul_rows_avx512(&j->args, ob, oe);
+        fg_matmul_rows_avx512(a, ob, oe);
         break;
     default:
-        rows_scalar(&j->args, ob, oe);
+        rows_scalar(a, ob, oe);
         break;
     }
 }
@@ -365,13 +462,13 @@ static void run_quant(const mm_job *j, int64_t tb, int64_t te)
         return;
     switch (j->isa) {
     case FG_ISA_AVX2:
-        fg_matmul_quant_q8_avx2(&j->args, tb, te);
+        fg_matmul_quant_q8_avx2(&j->quant, tb, te);
         break;
     case FG_ISA_AVX512:
-        fg_matmul_quant_q8_avx512(&j->args, tb, te);
+        fg_matmul_quant_q8_avx512(&j->quant, tb, te);
         break;
     default:
-        quant_scalar(&j->args, tb, te);
+        quant_scalar(&j->quant, tb, te);
         break;
     }
 }
@@ -386,18 +483,23 @@ static void run_quant(const mm_job *j, int64_t tb, int64_t te)
 static void rows_job(void *ctx, int ith, int nth)
 {
     mm_job *j = ctx;
-    const long n_out = (long)j->args.n_out;
-    if (j->chunk <= 0) {
-        long b, e;
-        fg_pool_split(n_out, MM_ROW_GRAIN, ith, nth, &b, &e);
-        run_rows(j, b, e);
+    if (!j->dynamic) {
+        for (int i = 0; i < j->n_ops; i++) {
+            long b, e;
+            fg_pool_split((long)j->args[i].n_out, MM_ROW_GRAIN, ith, nth, &b, &e);
+            run_rows(j, &j->args[i], b, e);
+        }
         return;
     }
     for (;;) {
-        const long b = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (b >= n_out)
+        const long k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k >= j->first[j->n_ops])
             return;
-        run_rows(j, b, b + j->chunk < n_out ? b + j->chunk : n_out);
+        int i = 0;
+        while (k >= j->first[i + 1])
+            i++;
+        const long n_out = (long)j->args[i].n_out, b = (k - j->first[i]) * j->chunk[i];
+        run_rows(j, &j->args[i], b, b + j->chunk[i] < n_out ? b + j->chunk[i] : n_out);
     }
 }
 
@@ -405,83 +507,203 @@ static void quant_job(void *ctx, int ith, int nth)
 {
     const mm_job *j = ctx;
     long b, e;
-    fg_pool_split((long)j->args.n_tok, 1, ith, nth, &b, &e);
+    fg_pool_split((long)j->quant.n_tok, 1, ith, nth, &b, &e);
     run_quant(j, b, e);
 }
 
+/* Rounds tokens of x to BF16 once for every native BF16 op of the job (j->round). */
 static void round_bf16_job(void *ctx, int ith, int nth)
 {
     const mm_job *j = ctx;
     long b, e;
-    fg_pool_split((long)j->args.n_tok, 1, ith, nth, &b, &e);
+    fg_pool_split((long)j->round.n_tok, 1, ith, nth, &b, &e);
     if (b < e)
-        fg_matmul_round_bf16_avx512(&j->args, b, e);
+        fg_matmul_round_bf16_avx512(&j->round, b, e);
 }
 
-int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
-              const float *x, int64_t n_tok, float *y, void *scratch)
+/* Checks one product as fg_matmul() does; *isa becomes the ISA that runs it.
+ * Returns 0, or -1 for an invalid product. */
+static int check_op(fg_isa *isa, int wtype, const void *w, int64_t n_in, int64_t n_out, const float *x,
+                    int64_t n_tok, const float *y, const void *scratch)
 {
-    if (isa == FG_ISA_AUTO)
-        isa = fg_isa_best();
-    if (!fg_isa_supported(isa))
+    if (*isa == FG_ISA_AUTO)
+        *isa = fg_isa_best();
+    if (!fg_isa_supported(*isa))
         return -1;
-    const size_t row_bytes = fg_wtype_row_bytes(wtype, n_in);
-    if (row_bytes == 0 || n_out < 0 || n_tok < 0)
+    if (fg_wtype_row_bytes(wtype, n_in) == 0 || n_out < 0 || n_tok < 0)
         return -1;
-    const int is_q8 = wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16;
     if (wtype == FG_WTYPE_Q8_0_P16) {
         if (n_out % P16_ROWS)
             return -1;
         /* only AVX-512 has a kernel for the packed layout; the others read it through the reference */
-        if (isa != FG_ISA_AVX512)
-            isa = FG_ISA_SCALAR;
+        if (*isa != FG_ISA_AVX512)
+            *isa = FG_ISA_SCALAR;
     }
     if (n_out == 0 || n_tok == 0)
         return 0;
     if (!w || !x || !y || (fg_matmul_scratch_bytes(wtype, n_in, n_tok) > 0 && !scratch))
         return -1;
+    return 0;
+}
 
+/* Runs the checked products ops[0 .. n_ops) (none empty), all on one ISA.
+ * src: NULL, or the activations quantized earlier (its src_* fields), x then NULL. */
+static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                    int64_t n_tok, void *scratch, const fg_matmul_args *src)
+{
     mm_job j;
     memset(&j, 0, sizeof j);
     j.isa = isa;
-    j.args.wtype = wtype;
-    j.args.w = w;
-    j.args.row_bytes = row_bytes;
-    j.args.n_in = n_in;
-    j.args.n_out = n_out;
-    j.args.n_tok = n_tok;
-    j.args.x = x;
-    j.args.y = y;
-    j.args.scratch = scratch;
+    j.n_ops = n_ops;
+    int64_t macs = 0, any_q8 = 0, any_bf16 = 0;
+    for (int i = 0; i < n_ops; i++) {
+        fg_matmul_args *a = &j.args[i];
+        a->wtype = ops[i].wtype;
+        a->w = ops[i].w;
+        a->row_bytes = fg_wtype_row_bytes(ops[i].wtype, n_in);
+        a->n_in = n_in;
+        a->n_out = ops[i].n_out;
+        a->n_tok = n_tok;
+        a->x = x;
+        a->y = ops[i].y;
+        a->scratch = scratch;
+        macs += n_in * ops[i].n_out * n_tok;
+        if (a->wtype == FG_WTYPE_Q8_0 || a->wtype == FG_WTYPE_Q8_0_P16) {
+            any_q8 = 1;
+            q8_layout(n_in, n_tok, scratch, &a->xq);
+            if (isa == FG_ISA_AVX512)
+                fg_matmul_q8_needs_avx512(a->wtype, n_tok, &a->q8_corr, &a->q8_panels, &a->q8_pad);
+            j.quant.q8_corr |= a->q8_corr;
+            j.quant.q8_panels |= a->q8_panels;
+            j.quant.q8_pad |= a->q8_pad;
+        }
+        if (a->wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(isa)) {
+            any_bf16 = 1;
+            a->bf16_native = 1;
+            a->xb = scratch;
+            a->xb_stride = bf16_x_stride(n_in);
+        }
+    }
 
-    const int parallel = pool && fg_pool_size(pool) > 1 && n_in * n_out * n_tok >= MM_MIN_PARALLEL_MACS;
-    if (wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(isa)) {
-        /* x rounded once, before the rows, as Q8_0 activations are quantized */
-        j.args.bf16_native = 1;
-        j.args.xb = scratch;
-        j.args.xb_stride = bf16_x_stride(n_in);
+    const int parallel = pool && fg_pool_size(pool) > 1 && macs >= MM_MIN_PARALLEL_MACS;
+    if (any_bf16) {
+        /* x rounded once for all BF16 ops, before the rows, as Q8_0 activations are quantized */
+        j.round.n_in = n_in;
+        j.round.n_tok = n_tok;
+        j.round.x = x;
+        j.round.bf16_native = 1;
+        j.round.xb = scratch;
+        j.round.xb_stride = bf16_x_stride(n_in);
         if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
             fg_pool_run(pool, round_bf16_job, &j);
         else
-            fg_matmul_round_bf16_avx512(&j.args, 0, n_tok);
+            fg_matmul_round_bf16_avx512(&j.round, 0, n_tok);
     }
-    if (is_q8) {
-        q8_layout(n_in, n_tok, scratch, &j.args.xq);
+    if (any_q8) {
+        j.quant.n_in = n_in;
+        j.quant.n_tok = n_tok;
+        j.quant.x = x;
+        j.quant.scratch = scratch;
+        if (src) {
+            j.quant.src_qs = src->src_qs;
+            j.quant.src_d = src->src_d;
+            j.quant.src_qs_stride = src->src_qs_stride;
+            j.quant.src_d_stride = src->src_d_stride;
+            j.quant.src_rows = src->src_rows;
+        }
+        q8_layout(n_in, n_tok, scratch, &j.quant.xq);
         if (parallel && n_tok > 1 && n_in * n_tok >= MM_MIN_PARALLEL_QUANT)
             fg_pool_run(pool, quant_job, &j);
         else
             run_quant(&j, 0, n_tok);
     }
-    if (parallel) {
-        if (n_tok > 1) {
-            /* about 8 chunks per thread: enough to even out, few enough atomics */
-            const long per = (long)n_out / (8L * fg_pool_size(pool));
-            j.chunk = per < MM_ROW_GRAIN ? MM_ROW_GRAIN : per / MM_ROW_GRAIN * MM_ROW_GRAIN;
-            atomic_init(&j.next, 0); /* published to the workers by fg_pool_run */
-        }
-        fg_pool_run(pool, rows_job, &j);
+    if (!parallel) {
+        for (int i = 0; i < n_ops; i++)
+            run_rows(&j, &j.args[i], 0, j.args[i].n_out);
+        return;
     }
-    else
-        run_rows(&j, 0, n_out);
+    if (n_tok > 1) {
+        j.dynamic = 1;
+        for (int i = 0; i < n_ops; i++) {
+            /* about 8 chunks per thread: enough to even out, few enough atomics */
+            const long n_out = (long)ops[i].n_out, per = n_out / (8L * fg_pool_size(pool));
+            j.chunk[i] = per < MM_ROW_GRAIN ? MM_ROW_GRAIN : per / MM_ROW_GRAIN * MM_ROW_GRAIN;
+            j.first[i + 1] = j.first[i] + (n_out + j.chunk[i] - 1) / j.chunk[i];
+        }
+        atomic_init(&j.next, 0); /* published to the workers by fg_pool_run */
+    }
+    fg_pool_run(pool, rows_job, &j);
+}
+
+/* fg_matmul_many, or with src set fg_matmul_q8_rows (x is then a non-NULL stand-in for the checks). */
+static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                int64_t n_tok, void *scratch, const fg_matmul_args *src)
+{
+    if (n_ops < 1 || n_ops > FG_MATMUL_MAX_OPS || !ops)
+        return -1;
+    fg_isa op_isa[FG_MATMUL_MAX_OPS];
+    fg_matmul_op live[FG_MATMUL_MAX_OPS];
+    int n_live = 0, same_isa = 1, has_q8 = 0, has_bf16 = 0;
+    for (int i = 0; i < n_ops; i++) {
+        op_isa[i] = isa;
+        if (check_op(&op_isa[i], ops[i].wtype, ops[i].w, n_in, ops[i].n_out, x, n_tok, ops[i].y, scratch) != 0)
+            return -1;
+        if (ops[i].n_out == 0 || n_tok == 0)
+            continue;
+        op_isa[n_live] = op_isa[i];
+        live[n_live++] = ops[i];
+        same_isa &= op_isa[n_live - 1] == op_isa[0];
+        has_q8 |= ops[i].wtype == FG_WTYPE_Q8_0 || ops[i].wtype == FG_WTYPE_Q8_0_P16;
+        has_bf16 |= ops[i].wtype == FG_WTYPE_BF16;
+    }
+    if (n_live == 0)
+        return 0;
+    /* Q8_0 activations and BF16-rounded ones both live at the start of
+     * scratch: a call that mixes the two types runs its ops one by one */
+    if (same_isa && !(has_q8 && has_bf16)) {
+        run_ops(pool, op_isa[0], live, n_live, n_in, x, n_tok, scratch, src);
+        return 0;
+    }
+    /* packed weights off AVX-512 run on the reference: each op on its own, as fg_matmul would
+     * (and so do mixed Q8_0 and BF16 ops, above) */
+    for (int i = 0; i < n_live; i++)
+        run_ops(pool, op_isa[i], &live[i], 1, n_in, x, n_tok, scratch, src);
     return 0;
+}
+
+int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                   int64_t n_tok, void *scratch)
+{
+    return many(pool, isa, ops, n_ops, n_in, x, n_tok, scratch, NULL);
+}
+
+int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in,
+                      const void *rows_buf, int64_t n_buf_rows, const int *rows, int64_t n_tok, void *scratch)
+{
+    if (!rows_buf || !fg_q8_rows_bytes(n_in, n_buf_rows) || (n_tok > 0 && !rows) || n_ops < 1 ||
+        n_ops > FG_MATMUL_MAX_OPS || !ops)
+        return -1;
+    for (int i = 0; i < n_ops; i++)
+        if (ops[i].wtype != FG_WTYPE_Q8_0 && ops[i].wtype != FG_WTYPE_Q8_0_P16)
+            return -1; /* float weights read x itself */
+    for (int64_t t = 0; t < n_tok; t++)
+        if (rows[t] < 0 || rows[t] >= n_buf_rows)
+            return -1;
+    fg_matmul_args src;
+    memset(&src, 0, sizeof src);
+    int8_t *qs;
+    float *d;
+    (void)q8_rows_layout(n_in, n_buf_rows, rows_buf, &qs, &d, &src.src_qs_stride, &src.src_d_stride);
+    src.src_qs = qs;
+    src.src_d = d;
+    src.src_rows = rows;
+    /* the checks want an x: the buffer stands in (nothing reads it as floats) */
+    return many(pool, isa, ops, n_ops, n_in, (const float *)rows_buf, n_tok, scratch, &src);
+}
+
+int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
+              const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    const fg_matmul_op op = {.wtype = wtype, .w = w, .n_out = n_out, .y = y};
+    return fg_matmul_many(pool, isa, &op, 1, n_in, x, n_tok, scratch);
 }

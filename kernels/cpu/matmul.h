@@ -81,6 +81,51 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
 int fg_matmul(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t n_in, int64_t n_out,
               const float *x, int64_t n_tok, float *y, void *scratch);
 
+/* One weight of a fg_matmul_many() call: y [n_tok][n_out] = W x. */
+typedef struct fg_matmul_op {
+    int wtype;
+    const void *w;     /* [n_out][n_in] in wtype */
+    int64_t n_out;
+    float *y;          /* [n_tok][n_out], overwritten */
+} fg_matmul_op;
+
+#define FG_MATMUL_MAX_OPS 4
+
+/* Several weights applied to the same x [n_tok][n_in] (an expert's gate and
+ * up, the attention's q_a and kv_a): the Q8_0 activations are quantized once
+ * for all of them, and the rows of every weight are shared out over the pool
+ * in one job, so the call costs one or two pool barriers instead of that many
+ * per weight. Each op's y is bit-identical to a fg_matmul() of that weight
+ * alone. n_ops in [1, FG_MATMUL_MAX_OPS]. Returns 0, or -1 (nothing computed)
+ * if any op would make fg_matmul() fail or n_ops is out of range. BF16 ops
+ * on fg_matmul_bf16_native share one rounding of x likewise. scratch: the
+ * largest fg_matmul_scratch_bytes() of the ops' types (Q8_0, BF16), 64-byte
+ * aligned (may be NULL if that is 0); a call that mixes Q8_0 and BF16 ops runs
+ * them one after the other. */
+int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
+                   int64_t n_tok, void *scratch);
+
+/* Activations quantized once, for products over subsets of their rows (the
+ * MoE experts: each reads a few tokens' rows of the same normalised x, once
+ * for its gate and up). Quantizing them once per step instead of once per
+ * expert, and copying a quantized row instead of a float row, is the saving.
+ *
+ * fg_q8_rows_bytes: bytes of the buffer for n_rows rows of n_in (0 when n_in
+ * is not a positive multiple of 32 or n_rows <= 0).
+ * fg_q8_rows_quantize: quantizes x [n_rows][n_in] into buf (that many bytes,
+ * 64-byte aligned), as fg_matmul would (the Q8_0 rule of the top of this
+ * file); the rows are split over the pool. Returns 0, or -1 for a bad shape,
+ * a NULL pointer or an unsupported ISA.
+ * fg_matmul_q8_rows: fg_matmul_many for x = rows rows[0 .. n_tok) of the
+ * quantized buffer (n_buf_rows rows): each y bit-identical to fg_matmul_many
+ * on those rows of x. Every op must be Q8_0 or Q8_0_P16 (float weights need
+ * x itself). Returns 0, or -1 as fg_matmul_many, or for a row outside
+ * [0, n_buf_rows) or a float op. */
+size_t fg_q8_rows_bytes(int64_t n_in, int64_t n_rows);
+int fg_q8_rows_quantize(fg_pool_t *pool, fg_isa isa, const float *x, int64_t n_in, int64_t n_rows, void *buf);
+int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in,
+                      const void *rows_buf, int64_t n_buf_rows, const int *rows, int64_t n_tok, void *scratch);
+
 /* Q8_0 repacked for the AVX-512 panel kernel, once at load, so small batches
  * (the MoE experts' 1 .. 12 tokens) get the panel kernel's cost per product
  * without repacking each block on every call.

@@ -43,9 +43,16 @@ void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t
     const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t t = t_begin; t < t_end; t++) {
-        const float *x = a->x + t * n_in;
         int8_t *qs = a->xq.qs + t * a->xq.qs_stride;
         float *d = a->xq.d + t * a->xq.d_stride;
+        if (a->src_qs) { /* quantized earlier (fg_matmul_q8_rows) */
+            memcpy(qs, a->src_qs + (int64_t)a->src_rows[t] * a->src_qs_stride, (size_t)nb * 32);
+            memcpy(d, a->src_d + (int64_t)a->src_rows[t] * a->src_d_stride, (size_t)nb * sizeof *d);
+            for (int64_t b = nb; b < a->xq.d_stride; b++)
+                d[b] = 0.0f;
+            continue;
+        }
+        const float *x = a->x + t * n_in;
         for (int64_t b = 0; b < nb; b++) {
             __m256 v[4];
             __m256 m = _mm256_setzero_ps();

@@ -55,6 +55,9 @@
 #define PANEL_BLOCKS 16 /* blocks repacked at a time: 8 KB of weights and 1 KB of scales, in L1 */
 /* Q8_0 batches of 2 .. FEW_MAX_TOKENS tokens use the two-blocks-per-ZMM row kernel. */
 #define FEW_MAX_TOKENS 12
+/* Packed products of at least this many tokens per group accumulate each
+ * block in one vpdpbusd chain (the tokens' chains run side by side). */
+#define P16_ONE_CHAIN_TOKENS 4
 
 /* ---- activation quantization ---- */
 
@@ -78,27 +81,34 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
     const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
     const __m512 sign = _mm512_set1_ps(-0.0f);
     /* the panels (repacked here or at load) read the activations interleaved */
-    const int interleave = a->n_tok >= PANEL_MIN_TOKENS || a->wtype == FG_WTYPE_Q8_0_P16;
-    const int tiles = a->n_tok >= TILE_MIN_TOKENS && a->wtype == FG_WTYPE_Q8_0;
+    const int interleave = a->q8_panels, tiles = a->q8_corr;
     for (int64_t t = t_begin; t < t_end; t++) {
-        const float *x = a->x + t * n_in;
+        const float *x = a->x ? a->x + t * n_in : NULL;
         int8_t *qs = a->xq.qs + t * a->xq.qs_stride;
         int32_t *corr = a->xq.corr + t * a->xq.corr_stride;
         float *d = a->xq.d + t * a->xq.d_stride;
+        const int8_t *src_qs = a->src_qs ? a->src_qs + (int64_t)a->src_rows[t] * a->src_qs_stride : NULL;
+        const float *src_d = a->src_qs ? a->src_d + (int64_t)a->src_rows[t] * a->src_d_stride : NULL;
         for (int64_t b = 0; b < nb; b++) {
-            const __m512 v0 = _mm512_loadu_ps(x + b * 32);
-            const __m512 v1 = _mm512_loadu_ps(x + b * 32 + 16);
-            /* max(|v|, acc): a NaN lane yields acc, as fmaxf ignores NaN */
-            __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_setzero_ps());
-            m = _mm512_max_ps(_mm512_andnot_ps(sign, v1), m);
-            const float amax = _mm512_reduce_max_ps(m);
-            const float dd = amax / 127.0f;
-            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
-            const __m512 vid = _mm512_set1_ps(id);
-            const __m128i q0 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v0, vid)));
-            const __m128i q1 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v1, vid)));
-            const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            __m256i q;
+            if (src_qs) { /* quantized earlier (fg_matmul_q8_rows) */
+                q = _mm256_load_si256((const __m256i *)(src_qs + b * 32));
+                d[b] = src_d[b];
+            } else {
+                const __m512 v0 = _mm512_loadu_ps(x + b * 32);
+                const __m512 v1 = _mm512_loadu_ps(x + b * 32 + 16);
+                /* max(|v|, acc): a NaN lane yields acc, as fmaxf ignores NaN */
+                __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_setzero_ps());
+                m = _mm512_max_ps(_mm512_andnot_ps(sign, v1), m);
+                const float amax = _mm512_reduce_max_ps(m);
+                const float dd = amax / 127.0f;
+                const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+                d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+                const __m512 vid = _mm512_set1_ps(id);
+                const __m128i q0 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v0, vid)));
+                const __m128i q1 = _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(v1, vid)));
+                q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            }
             _mm256_store_si256((__m256i *)(qs + b * 32), q);
             if (!tiles && !interleave)
                 continue; /* only the tiles and panels use the correction */
@@ -118,7 +128,7 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
         }
         for (int64_t b = nb; b < a->xq.d_stride; b++)
             d[b] = 0.0f; /* the kernels load scales 16 at a time */
-        if (interleave && a->wtype == FG_WTYPE_Q8_0 && t == a->n_tok - 1) {
+        if (interleave && a->q8_pad && t == a->n_tok - 1) {
             /* the last group's tokens past n_tok: zeros (their results are never stored;
              * the packed kernel reads only the tokens there are, so it skips this) */
             for (int64_t j = a->n_tok % FG_Q8_PANEL_TOKENS; j && j < FG_Q8_PANEL_TOKENS; j++)
@@ -130,6 +140,13 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
                 }
         }
     }
+}
+
+void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad)
+{
+    *corr = n_tok >= TILE_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
+    *panels = n_tok >= PANEL_MIN_TOKENS || wtype == FG_WTYPE_Q8_0_P16;
+    *pad = n_tok >= PANEL_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
 }
 
 /* ---- helpers ---- */
@@ -535,6 +552,31 @@ ALWAYS_INLINE __m512i bcast4(const int8_t *p)
     return _mm512_broadcastd_epi32(_mm_loadu_si32(p));
 }
 
+/* One token's block against 16 packed rows: lane r = corr + the dot of row r's
+ * block (w ^ 0x80) with the token's 32 q. Integer sums, exact in any order,
+ * so the one-chain and two-chain forms give the same bits. */
+ALWAYS_INLINE __m512i block_dot_1chain(const __m512i wg[8], const int8_t *q, int32_t corr)
+{
+    __m512i acc = _mm512_set1_epi32(corr);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        acc = _mm512_dpbusd_epi32(acc, wg[g], bcast4(q + 4 * g));
+    return acc;
+}
+
+/* The same in two chains of 4: half the latency, for a token or few whose
+ * chains would not overlap enough. */
+ALWAYS_INLINE __m512i block_dot_2chains(const __m512i wg[8], const int8_t *q, int32_t corr)
+{
+    __m512i acc0 = _mm512_set1_epi32(corr), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        acc0 = _mm512_dpbusd_epi32(acc0, wg[g], bcast4(q + 4 * g));
+        acc1 = _mm512_dpbusd_epi32(acc1, wg[g + 4], bcast4(q + 16 + 4 * g));
+    }
+    return _mm512_add_epi32(acc0, acc1);
+}
+
 /* Token group grp (tokens 8 grp .. 8 grp + n_valid - 1) against a packed chunk
  * of blocks [b0, b0 + cb) of rows o .. o + 15. */
 static void panel_tokens(const fg_matmul_args *a, const panel *p, int64_t o, int64_t b0, int cb, int64_t grp,
@@ -559,15 +601,10 @@ static void panel_tokens(const fg_matmul_args *a, const panel *p, int64_t o, int
         const int8_t *q = pq + (size_t)i * FG_Q8_PANEL_TOKENS * 32;
 #pragma GCC unroll 8
         for (int t = 0; t < FG_Q8_PANEL_TOKENS; t++) {
-            /* two chains of 4 vpdpbusd rather than one of 8: half the latency */
-            __m512i acc0 = _mm512_set1_epi32(pc[i * FG_Q8_PANEL_TOKENS + t]), acc1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                acc0 = _mm512_dpbusd_epi32(acc0, wg[g], bcast4(q + 32 * t + 4 * g));
-                acc1 = _mm512_dpbusd_epi32(acc1, wg[g + 4], bcast4(q + 32 * t + 16 + 4 * g));
-            }
+            /* one chain of 8 vpdpbusd per token: the 8 tokens' chains overlap */
+            const __m512i dot = block_dot_1chain(wg, q + 32 * t, pc[i * FG_Q8_PANEL_TOKENS + t]);
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(pd[i * FG_Q8_PANEL_TOKENS + t]));
-            yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc0, acc1)), d, yacc[t]);
+            yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, yacc[t]);
         }
     }
 #pragma GCC unroll 8
@@ -660,14 +697,12 @@ ALWAYS_INLINE void p16_tokens(const fg_matmul_args *a, const uint8_t *pw, int64_
         const int8_t *q = pq + (size_t)b * FG_Q8_PANEL_TOKENS * 32;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512i acc0 = _mm512_set1_epi32(pc[b * FG_Q8_PANEL_TOKENS + t]), acc1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                acc0 = _mm512_dpbusd_epi32(acc0, wg[g], bcast4(q + 32 * t + 4 * g));
-                acc1 = _mm512_dpbusd_epi32(acc1, wg[g + 4], bcast4(q + 32 * t + 16 + 4 * g));
-            }
+            /* with 4+ tokens their chains overlap, and one chain saves an add and a zeroing */
+            const int32_t corr = pc[b * FG_Q8_PANEL_TOKENS + t];
+            const __m512i dot = T >= P16_ONE_CHAIN_TOKENS ? block_dot_1chain(wg, q + 32 * t, corr)
+                                                          : block_dot_2chains(wg, q + 32 * t, corr);
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(pd[b * FG_Q8_PANEL_TOKENS + t]));
-            yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc0, acc1)), d, yacc[t]);
+            yacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, yacc[t]);
         }
     }
     float *y = a->y + grp * FG_Q8_PANEL_TOKENS * a->n_out + o;

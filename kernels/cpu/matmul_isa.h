@@ -38,6 +38,18 @@ typedef struct fg_matmul_args {
     const float *x;    /* [n_tok][n_in] */
     float *y;          /* [n_tok][n_out] */
     fg_q8_act xq;      /* Q8_0 only */
+    /* Which parts of xq the AVX-512 quantizer fills, beyond qs and d: the
+     * union over every product that reads this quantization (fg_matmul_many) */
+    int q8_corr;       /* corr (the Q8_0 tiles) */
+    int q8_panels;     /* pq, pd, pc (the panels, repacked here or at load) */
+    int q8_pad;        /* zeros for the last panel group's tokens past n_tok (the repacking panel kernel) */
+    /* Set (fg_matmul_q8_rows): token t is row src_rows[t] of activations
+     * quantized earlier, [rows][src_qs_stride] int8 and [rows][src_d_stride]
+     * scales; the quantizer copies it rather than quantizing x (then NULL). */
+    const int8_t *src_qs;
+    const float *src_d;
+    int64_t src_qs_stride, src_d_stride;
+    const int *src_rows;
     void *scratch;     /* scalar Q8_0: [n_tok][n_in / 32] fg_block_q8_0 */
     /* BF16 by vdpbf16ps (AVX-512 with avx512_bf16), else 0: x rounded to BF16
      * once per call, [n_tok][xb_stride] raw BF16 bits in scratch, zero past n_in. */
@@ -46,9 +58,13 @@ typedef struct fg_matmul_args {
     int64_t xb_stride; /* elements; a multiple of 32 (64 bytes) */
 } fg_matmul_args;
 
-/* Quantize tokens [t_begin, t_end) of a->x into a->xq. */
+/* Quantize tokens [t_begin, t_end) of a->x into a->xq (or copy them from a->src_qs). */
 void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
 void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);
+
+/* Which parts of fg_q8_act the AVX-512 kernels read for a product of wtype
+ * over n_tok tokens (the q8_* fields of fg_matmul_args); each is 0 or 1. */
+void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad);
 
 /* Rounds tokens [t_begin, t_end) of a->x to BF16 into a->xb (bf16_native only). */
 void fg_matmul_round_bf16_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);

@@ -1,10 +1,13 @@
-/* vecops.c: the per-row vector operations of vecops.h, plain C.
- * The compiler vectorises the simple loops; none of these is hot enough to
- * deserve an ISA-specific version.
+/* vecops.c: the per-row vector operations of vecops.h, plain C, and the
+ * dispatch to the ISA-specific versions (vecops_isa.h).
+ * At -O2 the compiler vectorises none of these loops (unknown counts and
+ * aliasing); the hot ones have AVX-512 versions.
  */
 #include "kernels/cpu/vecops.h"
 
 #include <math.h>
+
+#include "kernels/cpu/vecops_isa.h"
 
 void fg_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
@@ -49,8 +52,32 @@ void fg_silu_mul(float *gate, const float *up, int n)
     }
 }
 
+void fg_silu_mul_isa(fg_isa isa, float *gate, const float *up, int n)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512))
+        fg_silu_mul_avx512(gate, up, n);
+    else
+        fg_silu_mul(gate, up, n);
+}
+
+void fg_rmsnorm_isa(fg_isa isa, float *y, const float *x, const float *w, int n, float eps)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    if (isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512))
+        fg_rmsnorm_avx512(y, x, w, n, eps);
+    else
+        fg_rmsnorm(y, x, w, n, eps);
+}
+
 void fg_axpy(float *y, float a, const float *x, int n)
 {
+    if (fg_isa_best() == FG_ISA_AVX512) {
+        fg_axpy_avx512(y, a, x, n);
+        return;
+    }
     for (int i = 0; i < n; i++)
         y[i] += a * x[i];
 }

@@ -41,7 +41,7 @@ static void direct(const fg_layer *ly, int e, const float *x, int m, int d, int 
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, ly->gate_exps.type, gw, d, F, x, m, g, scratch) == 0);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, ly->up_exps.type, uw, d, F, x, m, u, scratch) == 0);
     for (int j = 0; j < m; j++)
-        fg_silu_mul(g + (size_t)j * F, u + (size_t)j * F, F);
+        fg_silu_mul_isa(FG_ISA_AUTO, g + (size_t)j * F, u + (size_t)j * F, F); /* as the compute (FG_ISA_AUTO) */
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, ly->down_exps.type, dw, F, d, g, m, y, scratch) == 0);
     free(g);
     free(u);

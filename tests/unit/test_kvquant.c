@@ -268,6 +268,62 @@ static void test_zeros_and_extremes(void)
     }
 }
 
+/* Every format's bytes are the same on every ISA (the AVX-512 FP4 encoder
+ * against the reference): rows whose values sit on and around every E2M1
+ * rounding midpoint of their block's scale, random rows of many magnitudes,
+ * and NaN, infinities, -0, f32 subnormals, values past the largest scale, an
+ * all-zero and an all-NaN block. */
+static void test_isa_bytes(void)
+{
+    if (!fg_isa_supported(FG_ISA_AVX512)) {
+        fprintf(stderr, "test_kvquant: avx512 not supported here, skipped\n");
+        return;
+    }
+    enum { N = 256, ROWS = 400 };
+    static const float mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    float x[N];
+    uint8_t ref[N * 4 + 64], vec[N * 4 + 64];
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++) {
+        for (int i = 0; i < N; i++) {
+            if (r < 100) { /* block max 6: scale 1 exactly; the rest on or next to a midpoint */
+                const float m = mids[(i + r) % 7];
+                const int step = (i / 7 + r) % 3 - 1; /* just below, on, just above the midpoint */
+                x[i] = step == 0 ? m : nextafterf(m, step < 0 ? 0.0f : 10.0f);
+                if (i % 16 == 0)
+                    x[i] = 6.0f;
+                if ((i + r) % 5 == 0)
+                    x[i] = -x[i];
+            } else {
+                x[i] = rng_f() * powf(10.0f, (float)((r + i / 16) % 12) - 6.0f);
+            }
+        }
+        if (r % 10 == 3) {
+            x[1] = NAN;
+            x[4] = -NAN; /* E2M1 has no NaN: +0, whatever its sign */
+            x[2] = INFINITY;
+            x[19] = -INFINITY;
+            x[3] = -0.0f;
+            x[40] = 1e-40f;
+            x[41] = -1e-40f;
+            x[70] = 5000.0f;
+            for (int i = 96; i < 112; i++)
+                x[i] = 0.0f;
+            for (int i = 112; i < 128; i++)
+                x[i] = NAN;
+        }
+        for (int f = 0; f < FG_KV__COUNT; f++) {
+            const size_t nb = fg_kv_bytes((fg_kv_format)f, N);
+            memset(ref, 0xa5, sizeof ref);
+            memset(vec, 0x5a, sizeof vec);
+            fg_kv_quantize_isa(FG_ISA_SCALAR, (fg_kv_format)f, x, N, ref);
+            fg_kv_quantize_isa(FG_ISA_AVX512, (fg_kv_format)f, x, N, vec);
+            bad += memcmp(ref, vec, nb) != 0;
+        }
+    }
+    CHECK_MSG(bad == 0, "kv quantization: %d rows differ between the reference and avx512", bad);
+}
+
 int main(void)
 {
     rng_seed(0xd1b54a32d192ed03ull);
@@ -275,5 +331,6 @@ int main(void)
     test_layouts();
     test_roundtrip();
     test_zeros_and_extremes();
+    test_isa_bytes();
     return TEST_DONE("test_kvquant");
 }

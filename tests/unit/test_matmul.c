@@ -502,6 +502,151 @@ static void test_q8_p16(void)
     free(sc);
 }
 
+/* fg_matmul_many: several weights over the same x, each op's y bit-identical
+ * to fg_matmul of that weight alone, for every ISA, pool and batch size (the
+ * shared quantization must hold what every op's kernel reads: tiles, panels,
+ * the packed layout). A mix of Q8_0, packed Q8_0 and F32; off AVX-512 the
+ * packed op runs on the reference while the others do not. */
+static void test_many(void)
+{
+    enum { N_IN = 96, N_OPS = 4, MAX_TOK = 64 };
+    const int types[N_OPS] = {FG_WTYPE_Q8_0, FG_WTYPE_Q8_0_P16, FG_WTYPE_F32, FG_WTYPE_Q8_0};
+    const int64_t outs[N_OPS] = {48, 32, 20, 16};
+    void *w[N_OPS];
+    for (int i = 0; i < N_OPS; i++) {
+        size_t bytes;
+        w[i] = make_weights(types[i] == FG_WTYPE_Q8_0_P16 ? FG_WTYPE_Q8_0 : types[i], N_IN, outs[i], &bytes);
+        if (types[i] == FG_WTYPE_Q8_0_P16) {
+            void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            CHECK(fg_matmul_pack_q8_p16(w[i], N_IN, outs[i], packed) == 0);
+            free(w[i]);
+            w[i] = packed;
+        }
+    }
+    float *x = malloc((size_t)N_IN * MAX_TOK * sizeof *x);
+    for (int i = 0; i < N_IN * MAX_TOK; i++)
+        x[i] = rng_f() * 2.0f;
+    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
+    const size_t scratch_bytes = fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
+    float *alone[N_OPS], *many[N_OPS];
+    for (int i = 0; i < N_OPS; i++) {
+        alone[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+        many[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+    }
+    const int64_t toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 64};
+    int bad = 0;
+    for (int k = -1; k < n_fast; k++) {
+        const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+        for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++)
+            for (int p = 0; p < 4; p += 2) { /* no pool, 2 threads */
+                const int64_t n_tok = toks[ti];
+                fg_matmul_op ops[N_OPS];
+                for (int i = 0; i < N_OPS; i++) {
+                    CHECK(fg_matmul(pools[p], isa, types[i], w[i], N_IN, outs[i], x, n_tok, alone[i], scratch) == 0);
+                    for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                        many[i][j] = NAN;
+                    ops[i] = (fg_matmul_op){.wtype = types[i], .w = w[i], .n_out = outs[i], .y = many[i]};
+                }
+                memset(scratch, 0x5a, scratch_bytes); /* nothing left from the calls alone */
+                CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, N_IN, x, n_tok, scratch) == 0);
+                for (int i = 0; i < N_OPS; i++)
+                    bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+                /* two of the ops (one op is what fg_matmul itself runs) */
+                for (int i = 1; i < 3; i++)
+                    for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                        many[i][j] = NAN;
+                memset(scratch, 0x5a, scratch_bytes);
+                CHECK(fg_matmul_many(pools[p], isa, ops + 1, 2, N_IN, x, n_tok, scratch) == 0);
+                for (int i = 1; i < 3; i++)
+                    bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+            }
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_many differs from fg_matmul alone in %d products", bad);
+
+    /* fg_matmul_q8_rows: x quantized once (by each ISA), then products over
+     * scattered rows of it equal fg_matmul_many over those rows of x gathered */
+    const size_t rows_bytes = fg_q8_rows_bytes(N_IN, MAX_TOK);
+    void *rows_buf = aligned_alloc(64, (rows_bytes + 63) / 64 * 64);
+    float *xg = malloc((size_t)N_IN * MAX_TOK * sizeof *xg);
+    int rows[MAX_TOK];
+    const fg_matmul_op q8_ops_src[3] = {{.wtype = types[0], .w = w[0], .n_out = outs[0]},
+                                        {.wtype = types[1], .w = w[1], .n_out = outs[1]},
+                                        {.wtype = types[3], .w = w[3], .n_out = outs[3]}};
+    const int q8_idx[3] = {0, 1, 3};
+    for (int kq = -1; kq < n_fast; kq++) {
+        const fg_isa qisa = kq < 0 ? FG_ISA_SCALAR : fast_isas[kq];
+        memset(rows_buf, 0x5a, rows_bytes);
+        CHECK(fg_q8_rows_quantize(pools[2], qisa, x, N_IN, MAX_TOK, rows_buf) == 0);
+        for (int k = -1; k < n_fast; k++) {
+            const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+            for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++) {
+                const int64_t n_tok = toks[ti];
+                for (int64_t t = 0; t < n_tok; t++) {
+                    rows[t] = (int)((t * 37 + 11) % MAX_TOK); /* scattered, repeats allowed */
+                    memcpy(xg + t * N_IN, x + (int64_t)rows[t] * N_IN, N_IN * sizeof *xg);
+                }
+                fg_matmul_op ops[3];
+                for (int i = 0; i < 3; i++) {
+                    ops[i] = q8_ops_src[i];
+                    ops[i].y = alone[q8_idx[i]];
+                }
+                CHECK(fg_matmul_many(NULL, isa, ops, 3, N_IN, xg, n_tok, scratch) == 0);
+                for (int i = 0; i < 3; i++) {
+                    ops[i].y = many[q8_idx[i]];
+                    for (int64_t j = 0; j < outs[q8_idx[i]] * n_tok; j++)
+                        many[q8_idx[i]][j] = NAN;
+                }
+                memset(scratch, 0x5a, scratch_bytes);
+                CHECK(fg_matmul_q8_rows(pools[2], isa, ops, 3, N_IN, rows_buf, MAX_TOK, rows, n_tok, scratch) == 0);
+                for (int i = 0; i < 3; i++)
+                    bad += memcmp(many[q8_idx[i]], alone[q8_idx[i]],
+                                  (size_t)(outs[q8_idx[i]] * n_tok) * sizeof(float)) != 0;
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_q8_rows differs from fg_matmul_many on the gathered rows in %d products", bad);
+    {
+        fg_matmul_op ops[2] = {q8_ops_src[0], {.wtype = FG_WTYPE_F32, .w = w[2], .n_out = outs[2]}};
+        ops[0].y = many[0];
+        ops[1].y = many[2];
+        rows[0] = 0;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 2, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1); /* f32 */
+        rows[0] = MAX_TOK;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 1, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1);
+        rows[0] = -1;
+        CHECK(fg_matmul_q8_rows(NULL, FG_ISA_AUTO, ops, 1, N_IN, rows_buf, MAX_TOK, rows, 1, scratch) == -1);
+        CHECK(fg_q8_rows_quantize(NULL, FG_ISA_AUTO, x, 48, 2, rows_buf) == -1); /* n_in not x32 */
+        CHECK(fg_q8_rows_bytes(N_IN, 0) == 0);
+    }
+    free(rows_buf);
+    free(xg);
+
+    /* errors: no op, too many, one invalid op (nothing is written) */
+    fg_matmul_op ops[FG_MATMUL_MAX_OPS + 1];
+    for (int i = 0; i <= FG_MATMUL_MAX_OPS; i++)
+        ops[i] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0, .w = w[0], .n_out = outs[0], .y = many[0]};
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 0, N_IN, x, 1, scratch) == -1);
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, FG_MATMUL_MAX_OPS + 1, N_IN, x, 1, scratch) == -1);
+    for (int64_t j = 0; j < outs[0]; j++)
+        many[0][j] = NAN;
+    ops[1] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0_P16, .w = w[1], .n_out = 24, .y = many[1]}; /* not x16 */
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 2, N_IN, x, 1, scratch) == -1);
+    ops[1] = (fg_matmul_op){.wtype = FG_WTYPE_Q8_0, .w = w[0], .n_out = outs[0], .y = NULL};
+    CHECK(fg_matmul_many(NULL, FG_ISA_AUTO, ops, 2, N_IN, x, 1, scratch) == -1);
+    bad = 0;
+    for (int64_t j = 0; j < outs[0]; j++)
+        bad += !isnan(many[0][j]);
+    CHECK_MSG(bad == 0, "a failed fg_matmul_many wrote %d outputs", bad);
+
+    for (int i = 0; i < N_OPS; i++) {
+        free(w[i]);
+        free(alone[i]);
+        free(many[i]);
+    }
+    free(scratch);
+    free(x);
+}
+
 /* A NaN in x propagates to that token's outputs for float weights; the other
  * tokens are unaffected. Inf likewise gives non-finite outputs. */
 static void test_nan_propagation(void)
@@ -679,6 +824,70 @@ static void test_errors(void)
     free(scratch);
 }
 
+/* fg_matmul_many with BF16 ops: those on fg_matmul_bf16_native share one
+ * rounding of x; a call that mixes them with Q8_0 ops (both use the start of
+ * scratch) runs the ops one by one. Every y bit-identical to fg_matmul alone,
+ * with scratch the largest need of the ops' types. */
+static void test_many_bf16(void)
+{
+    enum { N_OPS = 4, MAX_TOK = 19 };
+    const int sets[3][N_OPS] = {{FG_WTYPE_BF16, FG_WTYPE_BF16, FG_WTYPE_F16, FG_WTYPE_BF16},
+                                {FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_BF16, FG_WTYPE_F32},
+                                {FG_WTYPE_Q8_0, FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_BF16}};
+    const int64_t ins[3] = {72, 96, 64}; /* 72: the rounded rows' padding past n_in */
+    const int64_t outs[N_OPS] = {40, 16, 24, 8};
+    const int64_t toks[] = {1, 2, 5, 19};
+    int bad = 0;
+    for (int si = 0; si < 3; si++) {
+        const int64_t n_in = ins[si];
+        void *w[N_OPS];
+        float *alone[N_OPS], *many[N_OPS];
+        size_t scratch_bytes = 0, bytes;
+        for (int i = 0; i < N_OPS; i++) {
+            w[i] = make_weights(sets[si][i], n_in, outs[i], &bytes);
+            alone[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+            many[i] = malloc((size_t)outs[i] * MAX_TOK * sizeof(float));
+            const size_t b = fg_matmul_scratch_bytes(sets[si][i], n_in, MAX_TOK);
+            scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
+        }
+        void *scratch = aligned_alloc(64, (scratch_bytes + 63) / 64 * 64);
+        float *x = malloc((size_t)n_in * MAX_TOK * sizeof *x);
+        for (int64_t i = 0; i < n_in * MAX_TOK; i++)
+            x[i] = rng_f() * 2.0f;
+        for (int k = -1; k < n_fast; k++) {
+            const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
+            for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++)
+                for (int p = 0; p < 4; p += 2) {
+                    const int64_t n_tok = toks[ti];
+                    fg_matmul_op ops[N_OPS];
+                    for (int i = 0; i < N_OPS; i++) {
+                        CHECK(fg_matmul(pools[p], isa, sets[si][i], w[i], n_in, outs[i], x, n_tok, alone[i],
+                                        scratch) == 0);
+                        for (int64_t j = 0; j < outs[i] * n_tok; j++)
+                            many[i][j] = NAN;
+                        ops[i] = (fg_matmul_op){.wtype = sets[si][i], .w = w[i], .n_out = outs[i], .y = many[i]};
+                    }
+                    memset(scratch, 0x5a, scratch_bytes);
+                    CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, n_in, x, n_tok, scratch) == 0);
+                    for (int i = 0; i < N_OPS; i++)
+                        bad += memcmp(many[i], alone[i], (size_t)(outs[i] * n_tok) * sizeof(float)) != 0;
+                    /* no scratch where an op needs it: refused */
+                    CHECK(fg_matmul_many(pools[p], isa, ops, N_OPS, n_in, x, n_tok, NULL) == -1);
+                }
+        }
+        for (int i = 0; i < N_OPS; i++) {
+            free(w[i]);
+            free(alone[i]);
+            free(many[i]);
+        }
+        free(scratch);
+        free(x);
+    }
+    CHECK_MSG(bad == 0, "fg_matmul_many with BF16 ops differs from fg_matmul alone in %d products", bad);
+    printf("fg_matmul_many with BF16 ops (BF16 native: %s): bit-identical to fg_matmul alone\n",
+           fg_matmul_bf16_native(FG_ISA_AVX512) ? "yes" : "no");
+}
+
 int main(void)
 {
     rng_seed(0x2545f4914f6cdd1dull);
@@ -702,6 +911,8 @@ int main(void)
     test_bf16_native();
     test_shapes();
     test_q8_p16();
+    test_many();
+    test_many_bf16();
 
     for (int ti = 0; ti < 4; ti++)
         for (int k = 0; k < n_fast; k++)

@@ -1,0 +1,44 @@
+/* kvquant_avx512.c: AVX-512 parts of the FP4 row quantization (kvquant_isa.h).
+ * Compiled with AVX-512 flags; kvquant.c calls in only after checking the CPU.
+ *
+ * E2M1 encoding without the integer rounding routine: the magnitudes are
+ * {0, 0.5, 1, 1.5, 2, 3, 4, 6}, so the nearest one (ties to the even code)
+ * is the count of the midpoints a value passes, a tie passing the midpoint
+ * only where the upper neighbour's code is even: > 0.25, >= 0.75, > 1.25,
+ * >= 1.75, > 2.5, >= 3.5, > 5. Everything from 6 up (infinity too) counts all
+ * seven: code 7, the saturation of fg_f32_to_e2m1. NaN passes none and loses
+ * its sign (E2M1 has no NaN: +0); -0 and negatives that round to 0 keep it.
+ */
+#include <immintrin.h>
+
+#include "kernels/cpu/kvquant_isa.h"
+
+float fg_kv_amax16_avx512(const float *x)
+{
+    const __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), _mm512_loadu_ps(x));
+    /* maxps returns its second operand when either is NaN: a NaN lane gives 0 */
+    return _mm512_reduce_max_ps(_mm512_max_ps(a, _mm512_setzero_ps()));
+}
+
+void fg_kv_fp4_codes16_avx512(const float *x, float s, uint8_t *out)
+{
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x), _mm512_set1_ps(s)); /* the reference's division */
+    const __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), v);
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i code = _mm512_setzero_si512();
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), code, one);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), code, one);
+    /* the sign bit (code 8) for every lane but NaN */
+    const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(v)) & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    code = _mm512_mask_or_epi32(code, neg, code, _mm512_set1_epi32(8));
+    /* 16 codes -> 16 bytes -> 8 bytes, element 2j in the low nibble of byte j */
+    const __m128i b = _mm512_cvtepi32_epi8(code);
+    const __m128i pairs = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi16(0x000f)),
+                                       _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi16(0x00f0)));
+    _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(pairs, _mm_setzero_si128()));
+}
