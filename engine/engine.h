@@ -159,6 +159,8 @@ typedef struct fg_engine_stats {
     size_t kv_pages_cached;        /* resident pages held only by the prefix cache */
     uint64_t prefix_lookups;       /* full pages looked up in the prefix cache */
     uint64_t prefix_hits;          /* of which found: shared instead of computed */
+    uint64_t prefix_waits;         /* prefill steps a session sat out because another session of its
+                                    * tenant was computing the same page in that step */
     uint64_t spills;               /* sessions written to disk and released from memory */
     uint64_t restores;             /* sessions loaded back from disk */
     uint64_t pages_to_disk;        /* cold cached pages written as page files when evicted */

@@ -150,6 +150,12 @@ typedef struct fg_save_job {
 } fg_save_job;
 
 /* A page file on disk (page_tier.c), by tenant and key. */
+/* A full page one prefill of a step computes first: its tenant and chained key. */
+typedef struct fg_page_claim {
+    uint64_t key;
+    int tenant_ix;
+} fg_page_claim;
+
 typedef enum { FG_DPAGE_WRITING, FG_DPAGE_ON_DISK, FG_DPAGE_LOADING } fg_dpage_state;
 typedef struct fg_dpage {
     uint64_t key;
@@ -207,6 +213,7 @@ struct fg_engine {
     fg_sched_t *sched;
     fg_sched_item *items;           /* [2 * max_batch_tokens] decode then prefill candidates */
     fg_session_t **cand;            /* [2 * max_batch_tokens] */
+    fg_page_claim *claims;          /* [max_batch_tokens] pages the step's prefills will compute first */
     fg_fwd_seq *fseqs;              /* [max_batch_tokens] */
     int32_t *btok;                  /* [max_batch_tokens] */
     float *logits;                  /* [max_batch_tokens][n_vocab] */
@@ -360,6 +367,10 @@ bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto);
  * true when the next page is being loaded from its page file: the caller
  * may wait (it is woken when done) or compute it [mu]. */
 bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
+/* The key of the page a prefill of s computes next, when it is a full page
+ * starting at a page boundary that the prefix cache could share; false
+ * otherwise [mu]. */
+bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key);
 /* Offers s's newly full pages to the prefix cache [mu]. */
 void fg_share_register(fg_engine_t *e, fg_session_t *s);
 /* After s's cache was cut to n tokens: forgets keys of pages past it. */

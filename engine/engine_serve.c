@@ -427,12 +427,31 @@ static void take_requests(fg_engine_t *e)
     }
 }
 
+/* Whether a prefill already in this step computes s's next page, a full page
+ * of its tenant's: s then sits the step out and takes that page from the
+ * prefix cache in the next, so sessions that start together with one prompt
+ * share it instead of each computing a copy. Otherwise claims the page for s. */
+static bool page_claimed(fg_engine_t *e, fg_session_t *s, int *n_claims)
+{
+    uint64_t key;
+    if (!fg_share_next_key(e, s, &key))
+        return false;
+    for (int c = 0; c < *n_claims; c++)
+        if (e->claims[c].key == key && e->claims[c].tenant_ix == s->tenant_ix) {
+            s->miss_at = -1; /* look it up again next step */
+            e->stats.prefix_waits++;
+            return true;
+        }
+    e->claims[(*n_claims)++] = (fg_page_claim){.key = key, .tenant_ix = s->tenant_ix};
+    return false;
+}
+
 /* Chooses this step's batch [mu held: reads queue room]. Returns the number of
  * sessions in it; fills e->cand with them in batch order. */
 static int plan_step(fg_engine_t *e)
 {
     const int T = e->opt.max_batch_tokens;
-    int n_dec = 0, n_pre = 0, paused = 0, waiting = 0, responding = 0;
+    int n_dec = 0, n_pre = 0, paused = 0, waiting = 0, responding = 0, n_claims = 0;
     fg_sched_item *dec = e->items, *pre = e->items + T;
     fg_session_t **dec_s = e->cand, **pre_s = e->cand + T;
 
@@ -457,6 +476,8 @@ static int plan_step(fg_engine_t *e)
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = s->order};
         if (s->todo_n > 0 && n_pre < T) {
+            if (page_claimed(e, s, &n_claims))
+                continue;
             it.want = s->todo_n < e->opt.prefill_chunk ? s->todo_n : e->opt.prefill_chunk;
             pre[n_pre] = it;
             pre_s[n_pre++] = s;
@@ -691,11 +712,12 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
     e->items = calloc(2 * T, sizeof *e->items);
     e->cand = calloc(2 * T, sizeof *e->cand);
+    e->claims = calloc(T, sizeof *e->claims);
     e->fseqs = calloc(T, sizeof *e->fseqs);
     e->btok = calloc(T, sizeof *e->btok);
     e->logits = malloc(T * V * sizeof *e->logits);
     e->text_scratch = malloc((size_t)FG_MAX_STOP_BYTES + (size_t)e->max_token_bytes + 1);
-    if (!e->items || !e->cand || !e->fseqs || !e->btok || !e->logits || !e->text_scratch)
+    if (!e->items || !e->cand || !e->claims || !e->fseqs || !e->btok || !e->logits || !e->text_scratch)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for %zu batch tokens", T);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work_cv, NULL);
@@ -749,6 +771,7 @@ void fg_engine_serve_stop(fg_engine_t *e)
     fg_sched_destroy(e->sched);
     free(e->items);
     free(e->cand);
+    free(e->claims);
     free(e->fseqs);
     free(e->btok);
     free(e->logits);

@@ -50,20 +50,42 @@ void fg_share_truncated(fg_session_t *s, int n_tokens)
 }
 
 
+/* Whether s's next input page is a whole page at a page boundary that a hit
+ * could replace. A generating response keeps at least one input token to
+ * evaluate: its logits are needed. */
+static bool next_page_shareable(const fg_engine_t *e, const fg_session_t *s)
+{
+    const int keep = s->resp.active && s->resp.p.generate ? 1 : 0;
+    return e->pc && !s->on_disk && s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
+           s->todo_n >= FG_KV_PAGE_TOKENS + keep;
+}
+
+/* The chained key of s's next input page (next_page_shareable holds). */
+static bool next_page_key(fg_engine_t *e, fg_session_t *s, uint64_t *prev, uint64_t *key)
+{
+    int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    if (!fg_share_page_keys(e, s, k - 1))
+        return false; /* also allocates the key array */
+    *prev = k ? s->phash[k - 1] : 0;
+    *key = fg_page_key(*prev, e->tenants[s->tenant_ix].salt, s->todo);
+    return true;
+}
+
+bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key)
+{
+    uint64_t prev;
+    return next_page_shareable(e, s) && next_page_key(e, s, &prev, key);
+}
+
 bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
 {
-    if (!e->pc || s->on_disk)
-        return false;
     fg_response *r = &s->resp;
-    /* A generating response keeps at least one input token to evaluate: its logits are needed. */
     const int keep = r->active && r->p.generate ? 1 : 0;
-    while (s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
-           s->todo_n >= FG_KV_PAGE_TOKENS + keep && s->miss_at != s->seq.n_tokens) {
+    while (next_page_shareable(e, s) && s->miss_at != s->seq.n_tokens) {
         int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-        if (!fg_share_page_keys(e, s, k - 1))
-            return false; /* also allocates the key array */
-        uint64_t prev = k ? s->phash[k - 1] : 0;
-        uint64_t key = fg_page_key(prev, e->tenants[s->tenant_ix].salt, s->todo);
+        uint64_t prev, key;
+        if (!next_page_key(e, s, &prev, &key))
+            return false;
         e->stats.prefix_lookups++;
         uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
         if (!page) {

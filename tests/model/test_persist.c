@@ -6,6 +6,7 @@
  *    version, another KV format) each give their named error, are moved
  *    aside, and leave other sessions alone; a full disk leaves the session
  *    resident and usable with a SAVE_FAILED event;
+ *  - sessions started together with one prompt hold one copy of it;
  *  - 100 sessions with one 2,000-token system prompt hold one copy of its
  *    pages, two tenants two copies, forks share, and greedy tokens equal
  *    those computed without sharing;
@@ -573,6 +574,53 @@ static void test_sharing(int n_vocab, size_t page_bytes)
     fg_engine_close(e);
 }
 
+/* Sessions that start together with one prompt share it too: a prefill
+ * whose next page another session of the tenant computes in the same step
+ * waits a step and takes it from the cache (no copy per session), and the
+ * greedy tokens equal a cache-less engine's. */
+static void test_sharing_together(int n_vocab, size_t page_bytes)
+{
+    enum { N = 8, PRE = 8 * FG_KV_PAGE_TOKENS };
+    static int32_t prompt[N][PRE + 1];
+    int32_t sys[PRE];
+    test_tokens(sys, PRE, n_vocab, 61);
+    for (int i = 0; i < N; i++) {
+        memcpy(prompt[i], sys, sizeof sys);
+        prompt[i][PRE] = 7 + i;
+    }
+    fg_engine_t *ref = open_e((eng_opts){.prefix = false});
+    fg_session_t *r = named(ref, NULL, NULL);
+    turn want = run_turn(r, prompt[N - 1], PRE + 1, 4);
+    fg_session_free(r);
+    fg_engine_close(ref);
+
+    fg_engine_t *e = open_e((eng_opts){.prefix = true});
+    fg_session_t *s[N];
+    turn t[N];
+    for (int i = 0; i < N; i++)
+        s[i] = named(e, "t1", NULL);
+    for (int i = 0; i < N; i++)
+        start(s[i], prompt[i], PRE + 1, 4, &t[i]);
+    CHECK(wait_turns(s, t, N));
+    CHECK_MSG(same_tokens(&t[N - 1], &want), "tokens differ when the prompt's pages came from another session");
+    long long cached = 0;
+    for (int i = 0; i < N; i++)
+        cached += t[i].last.usage.cached_tokens;
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    const int shared = PRE / FG_KV_PAGE_TOKENS;
+    /* One copy of the prompt's pages, plus each session's own last page. */
+    CHECK_MSG(st.kv_pages_used == (size_t)(shared + N), "%zu pages used, want %d (prefix waits %llu)",
+              st.kv_pages_used, shared + N, (unsigned long long)st.prefix_waits);
+    CHECK_MSG(cached == (long long)(N - 1) * PRE, "%lld tokens served from the cache, want %d", cached,
+              (N - 1) * PRE);
+    fg_tenant_kv_usage u;
+    CHECK(fg_engine_tenant_usage(e, "t1", &u) == FG_OK && u.resident_kv_bytes == (uint64_t)(shared + N) * page_bytes);
+    for (int i = 0; i < N; i++)
+        fg_session_free(s[i]);
+    fg_engine_close(e);
+}
+
 /* ---- 4. a pool smaller than the working set ---- */
 
 static void test_budget(int n_vocab, size_t page_bytes)
@@ -841,6 +889,7 @@ int main(void)
     if (!only || strcmp(only, "sharing") == 0) {
         test_sharing_exact(info.n_vocab, page_bytes);
         test_sharing(info.n_vocab, page_bytes);
+        test_sharing_together(info.n_vocab, page_bytes);
     }
     if (!only || strcmp(only, "budget") == 0)
         test_budget(info.n_vocab, page_bytes);
