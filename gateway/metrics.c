@@ -328,6 +328,9 @@ static void render_engine(fg_gateway_t *gw, text *t)
               (double)st.prefix_lookups);
     put_value(t, "flashgate_prefix_cache_hits_total", "counter", "Prefix-cache lookups found (shared, not computed).",
               (double)st.prefix_hits);
+    put_value(t, "flashgate_prefix_cache_waits_total", "counter",
+              "Prefill steps a session sat out to take a page another session of its tenant was computing.",
+              (double)st.prefix_waits);
     put_value(t, "flashgate_kv_spills_total", "counter", "Sessions written to disk and released from memory.",
               (double)st.spills);
     put_value(t, "flashgate_kv_restores_total", "counter", "Sessions loaded back from disk.", (double)st.restores);

@@ -55,6 +55,7 @@ FAMILIES = {
     "flashgate_sessions_on_disk": "gauge",
     "flashgate_prefix_cache_lookups": "counter",
     "flashgate_prefix_cache_hits": "counter",
+    "flashgate_prefix_cache_waits": "counter",
     "flashgate_kv_spills": "counter",
     "flashgate_kv_restores": "counter",
     "flashgate_kv_page_files_written": "counter",
