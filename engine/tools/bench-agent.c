@@ -35,13 +35,6 @@
 
 #define TENANT "bench"
 
-/* CPU seconds used by every thread of this process so far. */
-static double process_cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct agent {
     int id;

@@ -34,19 +34,6 @@
 #include "kernels/cpu/mha_attn.h"
 #include "kernels/cpu/mla_attn.h"
 
-static double thread_cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* A reproducible value in [-0.5, 0.5). */
-static float next_value(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)(*s >> 40) / 16777216.0f - 0.5f;
-}
 
 /* The decompressed form of the same attention: k_b and v_b (the model's first
  * layer's, or random), fresh q_nope, and q_lat recomputed from them through

@@ -32,19 +32,6 @@ typedef struct shape {
     int64_t n_in, n_out, n_tok;
 } shape;
 
-static double thread_cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* A reproducible value in [-0.5, 0.5). */
-static float next_value(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)(*s >> 40) / 16777216.0f - 0.5f;
-}
 
 /* Median seconds per product of `reps` timings, and the first product's
  * output in y. Returns -1 if the product fails. */

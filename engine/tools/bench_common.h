@@ -53,6 +53,23 @@ static inline double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds used so far by the calling thread / by every thread of this process. */
+static inline double clock_s(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static inline double thread_cpu_s(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
+static inline double process_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
+/* A reproducible value in [-0.5, 0.5) from a 64-bit LCG state. */
+static inline float next_value(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(*s >> 40) / 16777216.0f - 0.5f;
+}
+
 static inline int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

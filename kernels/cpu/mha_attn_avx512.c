@@ -12,7 +12,7 @@
  *           4 rows x 64 channels in 16 registers.
  * Attention keeps rows in lanes: the scores of 64 rows are 4 registers of
  * fused multiply-adds over the key channels (no horizontal sums), the
- * weights an AVX-512 exponential, and o += p_j v_j with v's rows in order.
+ * weights exp_avx512.h's exponential, and o += p_j v_j with v's rows in order.
  * It takes up to four queries of a head at once: one load of a key or value
  * vector feeds four queries' fused multiply-adds (alone, a query needs more
  * loads than multiply-adds, and loads were the limit: 1.5x faster at 128
@@ -24,6 +24,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/mha_attn_isa.h"
 
 #define PAGE FG_MHA_PAGE
@@ -34,26 +35,6 @@ _Static_assert(PAGE == 64, "the kernels keep a page's rows in four 16-lane regis
 static inline __mmask16 lanes(int n)
 {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-/* e^x for x <= 0 (softmax weights): x = n ln2 + r, |r| <= ln2 / 2, e^r by
- * its Taylor polynomial to degree 6 (relative error ~2e-7), times 2^n with
- * vscalefps, which underflows cleanly to 0. */
-static inline __m512 exp_neg(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 y = _mm512_set1_ps(1.0f / 720.0f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, n);
 }
 
 void fg_mha_decompress_avx512(const fg_mha_attn_params *p, const float *ct, int n_rows, int h, float *head_tile)
@@ -197,7 +178,7 @@ static inline __attribute__((always_inline)) void attend_group(const fg_mha_attn
         __m512 sum = _mm512_setzero_ps();
         FULL_UNROLL
         for (int b = 0; b < 4; b++) {
-            const __m512 e = _mm512_maskz_mov_ps(lanes(n[q] - 16 * b), exp_neg(_mm512_sub_ps(s[q][b], mv)));
+            const __m512 e = _mm512_maskz_mov_ps(lanes(n[q] - 16 * b), fg_exp_avx512(_mm512_sub_ps(s[q][b], mv)));
             sum = _mm512_add_ps(sum, e);
             _mm512_storeu_ps(pw + q * PAGE + 16 * b, e);
         }

@@ -138,6 +138,80 @@ static void multi_scalar(const fg_mla_attn_params *p, int n_q, const int *n_kv, 
     }
 }
 
+/* (m, l, o) = (-inf, 0, 0): also an empty part's state (weight 0 in the merge);
+ * for the fast kernels the first chunk's maximum replaces m with a rescale
+ * factor of 0, which clears o and l without reading them. */
+static void state_init(int H, int L, float *o_all, float *m, float *l)
+{
+    for (int h = 0; h < H; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+    }
+    memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
+}
+
+/* The fast kernels' walk for one query: chunks of at most FG_MLA_ATTN_CHUNK
+ * rows that never cross a page. */
+static void part_fast(const fg_mla_attn_kernels *k, const fg_mla_attn_params *p, int t_begin, int t_end,
+                      const float *q_lat, const float *q_rope, float *o_all, float *m, float *l, float *scratch)
+{
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                                            /* [CHUNK][stride] */
+    float *s = scratch + (size_t)FG_MLA_ATTN_CHUNK * (size_t)stride; /* [H][CHUNK] */
+    state_init(p->n_head, p->kv_lora, o_all, m, l);
+    for (int c0 = t_begin; c0 < t_end;) {
+        const int page = c0 / FG_KV_PAGE_TOKENS, first = c0 % FG_KV_PAGE_TOKENS;
+        int n = FG_KV_PAGE_TOKENS - first;
+        if (n > t_end - c0)
+            n = t_end - c0;
+        if (n > FG_MLA_ATTN_CHUNK)
+            n = FG_MLA_ATTN_CHUNK;
+        k->dequant_rows(p, p->pages[page], first, n, stride, rows);
+        k->chunk_update(p, rows, stride, n, q_lat, q_rope, o_all, m, l, s);
+        c0 += n;
+    }
+}
+
+/* The chunks are those part_fast takes for t_begin = 0 (whole pages, the
+ * last one cut at the query's n_kv): one tile of a page's rows, dequantized
+ * once up to the longest query's end, serves every query that reaches into
+ * the page, each over its own first rows of the tile; so each query's bits
+ * are those it gets alone. */
+static void multi_fast(const fg_mla_attn_kernels *k, const fg_mla_attn_params *p, int n_q, const int *n_kv,
+                       const float *q_lat, const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+{
+    const int H = p->n_head, L = p->kv_lora, R = p->n_rope, C = FG_MLA_ATTN_CHUNK;
+    const int stride = fg_mla_attn_row_stride(p);
+    float *rows = scratch;                            /* [CHUNK][stride] */
+    float *s = scratch + (size_t)C * (size_t)stride; /* [H][CHUNK] */
+    int n_max = 0;
+    for (int i = 0; i < n_q; i++) {
+        state_init(H, L, out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H);
+        n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
+    }
+    for (int c0 = 0; c0 < n_max; c0 += C) {
+        const int n_tile = n_max - c0 < C ? n_max - c0 : C;
+        k->dequant_rows(p, p->pages[c0 / FG_KV_PAGE_TOKENS], 0, n_tile, stride, rows);
+        for (int i = 0; i < n_q; i++) {
+            const int n = n_kv[i] - c0 < C ? n_kv[i] - c0 : C;
+            if (n <= 0)
+                continue;
+            k->chunk_update(p, rows, stride, n, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
+                            out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H, s);
+        }
+    }
+}
+
+/* The fast kernels for the params' isa, NULL for the scalar reference. */
+static const fg_mla_attn_kernels *fast_kernels(const fg_mla_attn_params *p)
+{
+    switch (kernel_isa(p)) {
+    case FG_ISA_AVX512: return &fg_mla_attn_kernels_avx512;
+    case FG_ISA_AVX2: return &fg_mla_attn_kernels_avx2;
+    default: return NULL;
+    }
+}
+
 void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
                       const float *q_rope, float *o_all, float *m, float *l, float *scratch)
 {
@@ -147,24 +221,14 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
     if (t_end > p->n_kv)
         t_end = p->n_kv;
     if (t_end <= t_begin) { /* an empty part: weight 0 in the merge */
-        memset(o_all, 0, (size_t)H * (size_t)L * sizeof *o_all);
-        for (int h = 0; h < H; h++) {
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
-        }
+        state_init(H, L, o_all, m, l);
         return;
     }
-    switch (kernel_isa(p)) {
-    case FG_ISA_AVX512:
-        fg_mla_attn_part_avx512(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
-        break;
-    case FG_ISA_AVX2:
-        fg_mla_attn_part_avx2(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
-        break;
-    default:
+    const fg_mla_attn_kernels *k = fast_kernels(p);
+    if (k)
+        part_fast(k, p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
+    else
         part_scalar(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
-        break;
-    }
 }
 
 void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
@@ -217,15 +281,13 @@ void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, co
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
     float *m = scratch + part_scratch_floats(p); /* [MAX_QUERIES][H] running max */
     float *l = m + (size_t)H * FG_MLA_ATTN_MAX_QUERIES; /* [MAX_QUERIES][H] running denominator */
-    const fg_isa isa = kernel_isa(p);
+    const fg_mla_attn_kernels *fast = fast_kernels(p);
     for (int q0 = 0; q0 < n_q; q0 += FG_MLA_ATTN_MAX_QUERIES) {
         const int g = n_q - q0 < FG_MLA_ATTN_MAX_QUERIES ? n_q - q0 : FG_MLA_ATTN_MAX_QUERIES;
         const float *ql = q_lat + (size_t)q0 * H * L, *qr = q_rope + (size_t)q0 * H * R;
         float *out = out_lat + (size_t)q0 * H * L;
-        if (isa == FG_ISA_AVX512)
-            fg_mla_attn_multi_avx512(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
-        else if (isa == FG_ISA_AVX2)
-            fg_mla_attn_multi_avx2(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+        if (fast)
+            multi_fast(fast, p, g, n_kv + q0, ql, qr, out, m, l, scratch);
         else
             multi_scalar(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
         for (int i = 0; i < g; i++)

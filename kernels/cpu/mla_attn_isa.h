@@ -18,19 +18,20 @@ static inline int fg_mla_attn_row_stride(const fg_mla_attn_params *p)
     return (p->kv_lora + p->n_rope + 15) & ~15;
 }
 
-/* fg_mla_attn_part, as mla_attn.h specifies it, with AVX-512 (F/BW/VL/DQ). */
-void fg_mla_attn_part_avx512(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
-                             const float *q_rope, float *o, float *m, float *l, float *scratch);
+/* What an ISA file supplies; mla_attn.c walks the cache with them (one
+ * walk for every ISA, so a query's chunks are the same alone and in a group).
+ * dequant_rows: rows [first, first + n) of one page (never crossing it) into
+ *   rows [n][stride] f32, exactly fg_kv_dequantize's values.
+ * chunk_update: the online-softmax update of every head's (o, m, l) [H][L],
+ *   [H], [H] with those n rows; s is [H][FG_MLA_ATTN_CHUNK] scratch. */
+typedef struct fg_mla_attn_kernels {
+    void (*dequant_rows)(const fg_mla_attn_params *p, const uint8_t *page, int first, int n, int stride,
+                         float *rows);
+    void (*chunk_update)(const fg_mla_attn_params *p, const float *rows, int stride, int n, const float *q_lat,
+                         const float *q_rope, float *o, float *m, float *l, float *s);
+} fg_mla_attn_kernels;
 
-/* fg_mla_attn_multi for queries [0, n_q), n_q <= FG_MLA_ATTN_MAX_QUERIES,
- * with AVX-512: unnormalised o into out_lat, m [n_q][H] and l [n_q][H]. */
-void fg_mla_attn_multi_avx512(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
-                              const float *q_rope, float *out_lat, float *m, float *l, float *scratch);
-
-/* The same two with AVX2 + FMA + F16C (mla_attn_avx2.c). */
-void fg_mla_attn_part_avx2(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
-                           const float *q_rope, float *o, float *m, float *l, float *scratch);
-void fg_mla_attn_multi_avx2(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
-                            const float *q_rope, float *out_lat, float *m, float *l, float *scratch);
+extern const fg_mla_attn_kernels fg_mla_attn_kernels_avx512; /* AVX-512 F/BW/VL/DQ (mla_attn_avx512.c) */
+extern const fg_mla_attn_kernels fg_mla_attn_kernels_avx2;   /* AVX2 + FMA + F16C (mla_attn_avx2.c) */
 
 #endif

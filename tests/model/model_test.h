@@ -9,6 +9,8 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "kernels/cpu/vecops.h"
 #include "tests/unit/fg_test.h"
 
 /* Path of a generated test model; exits (as a failure) when FG_TEST_DATA is unset. */
@@ -63,6 +65,34 @@ static inline void test_tokens(int32_t *t, int n, int n_vocab, unsigned seed)
         s = s * 1103515245u + 12345u;
         t[i] = 1 + (int32_t)((s >> 8) % (unsigned)(n_vocab - 3));
     }
+}
+
+/* Greedy tokens of a prompt alone on a direct-mode engine: the prompt as
+ * input, each later token as a sampled one (the serving engine's forms),
+ * stopping at EOS or max_tokens as the serving engine does. Returns the
+ * number of tokens written to out. */
+static inline int greedy_alone(fg_engine_t *direct, const int32_t *prompt, int n_prompt, int max_tokens,
+                               int32_t *out)
+{
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
+    float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
+    fg_session_t *s;
+    fg_diag d;
+    int n = 0;
+    CHECK(lg && fg_session_create(direct, NULL, &s) == FG_OK);
+    CHECK_MSG(fg_session_eval(s, prompt, n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
+    while (n < max_tokens) {
+        const int32_t t = fg_argmax(lg, info.n_vocab);
+        out[n++] = t;
+        if (t == eos || n == max_tokens)
+            break;
+        CHECK_MSG(fg_session_eval_sampled(s, t, lg, &d) == FG_OK, "%s", d.msg);
+    }
+    fg_session_free(s);
+    free(lg);
+    return n;
 }
 
 #endif

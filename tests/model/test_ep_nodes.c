@@ -66,29 +66,6 @@ static fg_engine_options node_options(int ranks, int per_node, int node, fg_ep_i
     return o;
 }
 
-/* Greedy tokens of r's prompt alone on a direct-mode engine, stopping at EOS like the serving engine. */
-static void greedy_alone(fg_engine_t *direct, run *r)
-{
-    fg_engine_info info;
-    fg_engine_get_info(direct, &info);
-    const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
-    float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
-    fg_session_t *s;
-    fg_diag d;
-    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
-    CHECK_MSG(fg_session_eval(s, r->prompt, r->n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
-    r->n_want = 0;
-    while (r->n_want < r->max_tokens) {
-        const int32_t t = fg_argmax(lg, info.n_vocab);
-        r->want[r->n_want++] = t;
-        if (t == eos || r->n_want == r->max_tokens)
-            break;
-        CHECK(fg_session_eval(s, &t, 1, lg, false, &d) == FG_OK);
-    }
-    fg_session_free(s);
-    free(lg);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -430,7 +407,7 @@ int main(int argc, char **argv)
         runs[i].n_prompt = 2 + (i * 13) % 60;
         test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 500 + (unsigned)i);
         runs[i].max_tokens = 3 + i % (MAXGEN - 3);
-        greedy_alone(plain, &runs[i]);
+        runs[i].n_want = greedy_alone(plain, runs[i].prompt, runs[i].n_prompt, runs[i].max_tokens, runs[i].want);
     }
     fg_engine_close(plain);
     if (nccl)

@@ -48,29 +48,6 @@ static fg_err open_ep(int ranks, int redundant, int placement, int64_t cap, bool
     return fg_engine_open(&o, e, d);
 }
 
-/* Greedy tokens of r's prompt on its own in a direct-mode engine, stopping at EOS like the engine. */
-static void greedy_alone(fg_engine_t *direct, const run *r, int32_t *out, int *n_out)
-{
-    fg_engine_info info;
-    fg_engine_get_info(direct, &info);
-    const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
-    float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
-    fg_session_t *s;
-    fg_diag d;
-    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
-    CHECK_MSG(fg_session_eval(s, r->prompt, r->n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
-    *n_out = 0;
-    while (*n_out < r->max_tokens) {
-        const int32_t t = fg_argmax(lg, info.n_vocab);
-        out[(*n_out)++] = t;
-        if (t == eos || *n_out == r->max_tokens)
-            break;
-        CHECK(fg_session_eval(s, &t, 1, lg, false, &d) == FG_OK);
-    }
-    fg_session_free(s);
-    free(lg);
-}
-
 /* Routed picks one token makes over the whole model: k experts in each MoE layer. */
 static uint64_t picks_per_token(void)
 {
@@ -148,7 +125,7 @@ int main(void)
         runs[i].n_prompt = 2 + (i * 13) % 60;
         test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 300 + (unsigned)i);
         runs[i].max_tokens = 3 + i % (MAXGEN - 3);
-        greedy_alone(plain, &runs[i], runs[i].want, &runs[i].n_want);
+        runs[i].n_want = greedy_alone(plain, runs[i].prompt, runs[i].n_prompt, runs[i].max_tokens, runs[i].want);
     }
     fg_engine_close(plain);
 
@@ -161,8 +138,7 @@ int main(void)
         CHECK(info.n_threads == 2); /* one per rank */
         for (int i = 0; i < N; i++) {
             int32_t got[MAXGEN];
-            int n;
-            greedy_alone(e, &runs[i], got, &n);
+            const int n = greedy_alone(e, runs[i].prompt, runs[i].n_prompt, runs[i].max_tokens, got);
             CHECK_MSG(n == runs[i].n_want && memcmp(got, runs[i].want, sizeof(int32_t) * (size_t)n) == 0,
                       "direct, 2 ranks: session %d differs", i);
         }
