@@ -162,30 +162,29 @@ static fg_err page_of(cuda_backend *c, const uint8_t *page, size_t *index, fg_di
     return FG_OK;
 }
 
-static fg_err cuda_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag)
+/* Copies one host page of the KV store to its device copy or back. */
+static fg_err copy_page(cuda_backend *c, uint8_t *page, bool to_device, fg_diag *diag)
 {
-    cuda_backend *c = (cuda_backend *)b;
     size_t i;
     fg_err e = page_of(c, page, &i, diag);
     if (!e)
         e = use_device(c, diag);
     if (e)
         return e;
-    return fg_cuda_rt(cudaMemcpy(page, c->d_kv + i * c->geo.page_bytes, c->geo.page_bytes, cudaMemcpyDeviceToHost),
-                      "copy a KV page to the host", diag);
+    uint8_t *dev = c->d_kv + i * c->geo.page_bytes;
+    return fg_cuda_rt(cudaMemcpy(to_device ? dev : page, to_device ? page : dev, c->geo.page_bytes,
+                                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
+                      to_device ? "copy a KV page to the device" : "copy a KV page to the host", diag);
+}
+
+static fg_err cuda_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag)
+{
+    return copy_page((cuda_backend *)b, page, false, diag);
 }
 
 static fg_err cuda_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag *diag)
 {
-    cuda_backend *c = (cuda_backend *)b;
-    size_t i;
-    fg_err e = page_of(c, page, &i, diag);
-    if (!e)
-        e = use_device(c, diag);
-    if (e)
-        return e;
-    return fg_cuda_rt(cudaMemcpy(c->d_kv + i * c->geo.page_bytes, page, c->geo.page_bytes, cudaMemcpyHostToDevice),
-                      "copy a KV page to the device", diag);
+    return copy_page((cuda_backend *)b, (uint8_t *)page, true, diag); /* read only when to_device */
 }
 
 static fg_err cuda_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)

@@ -117,5 +117,13 @@ fg_err fg_cuda_rt(cudaError_t e, const char *what, fg_diag *diag);
 /* A launcher status as an fg_err: FG_ERR_INVALID_ARG (shape, pointer, type),
  * FG_ERR_UNSUPPORTED (architecture), FG_ERR_IO (launch failed), or FG_OK. */
 fg_err fg_cuda_launched(fg_cuda_status s, const char *op, fg_diag *diag);
+/* Returns fg_cuda_launched's error of a launch from the enclosing function
+ * (which has an fg_diag *diag). */
+#define TRY(expr, op)                                                \
+    do {                                                             \
+        fg_err try_err_ = fg_cuda_launched((expr), (op), diag);      \
+        if (try_err_ != FG_OK)                                       \
+            return try_err_;                                         \
+    } while (0)
 
 #endif

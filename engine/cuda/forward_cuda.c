@@ -29,13 +29,6 @@
  * order backend_cuda.c points the fg_device_batch views at them. */
 enum { I_TOK, I_POS, I_PAGE0, I_NKV, I_LOGIT_ROW };
 
-#define TRY(expr, op)                                                \
-    do {                                                             \
-        fg_err try_err_ = fg_cuda_launched((expr), (op), diag);      \
-        if (try_err_ != FG_OK)                                       \
-            return try_err_;                                         \
-    } while (0)
-
 /* y[m][t] = W_m x[m][t] for a plain weight (n_mat 1) over n rows. */
 static fg_cuda_status mm(cuda_backend *c, const fg_dweight *w, const float *x, int64_t x_stride, int n, float *y,
                          int64_t y_stride)

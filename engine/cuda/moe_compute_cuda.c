@@ -41,13 +41,6 @@ typedef struct cuda_compute {
     int *slot_of;           /* [E] this round's slot of each expert id, -1: none */
 } cuda_compute;
 
-#define TRY(expr, op)                                                \
-    do {                                                             \
-        fg_err try_err_ = fg_cuda_launched((expr), (op), diag);      \
-        if (try_err_ != FG_OK)                                       \
-            return try_err_;                                         \
-    } while (0)
-
 /* Steps 1 to 4 of the header; on error the results are not written. */
 static fg_err run_round(cuda_compute *k, const fg_layer *ly, const fg_moe_rows *r, int *n_sorted, fg_diag *diag)
 {
