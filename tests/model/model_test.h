@@ -78,10 +78,11 @@ static inline int greedy_alone(fg_engine_t *direct, const int32_t *prompt, int n
     fg_engine_get_info(direct, &info);
     const int eos = fg_tokenizer_eos(fg_engine_tokenizer(direct));
     float *lg = malloc(sizeof(float) * (size_t)info.n_vocab);
-    fg_session_t *s;
+    fg_session_t *s = NULL;
     fg_diag d;
     int n = 0;
-    CHECK(lg && fg_session_create(direct, NULL, &s) == FG_OK);
+    CHECK(lg != NULL);
+    CHECK(fg_session_create(direct, NULL, &s) == FG_OK);
     CHECK_MSG(fg_session_eval(s, prompt, n_prompt, lg, false, &d) == FG_OK, "%s", d.msg);
     while (n < max_tokens) {
         const int32_t t = fg_argmax(lg, info.n_vocab);
