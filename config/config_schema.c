@@ -100,6 +100,11 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_INT(fg_config, "model.prefill_chunk", model.prefill_chunk, 128, 1, 65536,
           "Prompt tokens of one session prefilled per step, so that a long prompt does not stall "
           "other sessions' decoding; at most model.max_batch_tokens."),
+    K_INT(fg_config, "model.prefill_alone_tokens", model.prefill_alone_tokens, 512, 0, 65536,
+          "Prompt tokens of a step in which no session decodes (at least model.max_batch_tokens), one "
+          "session up to all of them: such a step delays nobody's next token, and longer chunks make "
+          "prefill over a long history cheaper. Results are the same for any chunking. 0 treats "
+          "those steps like any other."),
     K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
            "Compute backend: cpu, or cuda (needs a CUDA build and a GPU; with topology.ranks > 1 one GPU "
            "per local rank, rank i on device i)."),

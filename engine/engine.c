@@ -16,6 +16,7 @@ void fg_engine_options_default(fg_engine_options *o)
     o->kv_budget_bytes = (size_t)1 << 30;
     o->max_batch_tokens = 256;
     o->prefill_chunk = 128;
+    o->prefill_alone_tokens = 512;
     o->event_capacity = 64;
     o->text_capacity = 2048;
     o->prefix_cache = true;
@@ -84,6 +85,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if ((o->backend != FG_ENGINE_BACKEND_CPU && o->backend != FG_ENGINE_BACKEND_CUDA) || o->gpu_device < 0)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "backend %d or gpu_device %d out of range", o->backend,
                            o->gpu_device);
+    if (o->prefill_alone_tokens < 0 || o->prefill_alone_tokens > 65536)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_alone_tokens %d outside [0, 65536]",
+                           o->prefill_alone_tokens);
     if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
                      o->text_capacity < 64 || o->text_capacity > (1 << 26)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
@@ -94,6 +98,8 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if (!e)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
     e->opt = *o;
+    e->step_capacity = o->serve && o->prefill_alone_tokens > o->max_batch_tokens ? o->prefill_alone_tokens
+                                                                                 : o->max_batch_tokens;
     fg_err err;
     if ((err = fg_gguf_open_file(o->model_path, &e->gguf, diag)))
         goto fail;
@@ -126,7 +132,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         /* Each rank has its own forward pass and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
                                   .group = o->ep_transport == 0 ? o->ep_group : NULL,
-                                  .max_tokens = o->max_batch_tokens, .n_threads = nth,
+                                  .max_tokens = e->step_capacity, .n_threads = nth,
                                   .isa = o->isa, .experts_per_rank = o->ep_experts_per_rank,
                                   .redundant = o->ep_redundant, .placement = (fg_ep_placement)o->ep_placement,
                                   .recv_capacity_rows = o->ep_recv_capacity_rows,
@@ -163,7 +169,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
             goto fail;
         }
         fg_backend_options bo = {.kind = (fg_backend_kind)o->backend, .model = e->model, .geo = &geo, .kv = e->kv,
-                                 .max_tokens = o->max_batch_tokens, .pool = e->pool, .isa = o->isa,
+                                 .max_tokens = e->step_capacity, .pool = e->pool, .isa = o->isa,
                                  .expert_tokens = e->expert_tokens, .device = o->gpu_device};
         if ((err = fg_backend_open(&bo, &e->backend, diag)))
             goto fail;

@@ -62,6 +62,10 @@ typedef struct fg_engine_options {
     fg_engine_wakeup_fn wakeup;
     void *wakeup_user;
     int prefill_chunk;       /* max prompt tokens of one session per step; default 128 */
+    int prefill_alone_tokens; /* a step with no token to decode takes up to this many prompt
+                               * tokens (at least max_batch_tokens), one session up to all of
+                               * them; 0: max_batch_tokens and prefill_chunk as in any step;
+                               * default 512 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */
     /* expert parallelism (docs/parallel.md): 0 or 1 rank runs every expert
@@ -148,6 +152,7 @@ typedef struct fg_engine_stats {
     uint64_t prefill_tokens;       /* prompt tokens evaluated */
     uint64_t sampled_tokens;       /* tokens produced for responses */
     double step_seconds;           /* total time inside forward passes */
+    uint64_t steps_alone;          /* steps of prompt tokens only, at prefill_alone_tokens */
     int sessions;                  /* open */
     int responding;                /* with a response in progress */
     int paused;                    /* responding but held by a full output queue */

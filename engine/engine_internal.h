@@ -177,6 +177,8 @@ typedef struct fg_tenant_rec {
 
 struct fg_engine {
     fg_engine_options opt;          /* [const] */
+    int step_capacity;              /* [const] most tokens of one step: max_batch_tokens, or a
+                                     * larger prefill_alone_tokens in serving mode */
     fg_gguf_t *gguf;
     fg_model *model;
     fg_tokenizer_t *tok;
@@ -215,7 +217,7 @@ struct fg_engine {
     fg_session_t **cand;            /* [2 * max_batch_tokens] */
     fg_page_claim *claims;          /* [max_batch_tokens] pages the step's prefills will compute first */
     fg_fwd_seq *fseqs;              /* [max_batch_tokens] */
-    int32_t *btok;                  /* [max_batch_tokens] */
+    int32_t *btok;                  /* [step_capacity] */
     float *logits;                  /* [max_batch_tokens][n_vocab] */
     char *text_scratch;             /* [FG_MAX_STOP_BYTES + max_token_bytes] */
 

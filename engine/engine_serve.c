@@ -478,8 +478,7 @@ static int plan_step(fg_engine_t *e)
         if (s->todo_n > 0 && n_pre < T) {
             if (page_claimed(e, s, &n_claims))
                 continue;
-            it.want = s->todo_n < e->opt.prefill_chunk ? s->todo_n : e->opt.prefill_chunk;
-            pre[n_pre] = it;
+            pre[n_pre] = it; /* want: below, once it is known whether the step decodes */
             pre_s[n_pre++] = s;
         } else if (s->todo_n == 0 && r->have_next && n_dec < T) {
             it.want = 1;
@@ -493,8 +492,16 @@ static int plan_step(fg_engine_t *e)
     e->stats.paused = paused;
     e->stats.waiting_kv = waiting;
 
-    int budget = T - fg_sched_allocate(e->sched, dec, n_dec, T);
+    /* A step that decodes nothing delays no one's next token: it may take longer
+     * chunks, which also amortise prefill attention's expansion of cached rows
+     * over more queries. Results do not depend on the chunking. */
+    const bool alone = n_dec == 0 && e->opt.prefill_alone_tokens > 0;
+    const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
+    for (int i = 0; i < n_pre; i++)
+        pre[i].want = pre_s[i]->todo_n < chunk ? pre_s[i]->todo_n : chunk;
+    int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->sched, dec, n_dec, T);
     fg_sched_allocate(e->sched, pre, n_pre, budget);
+    e->stats.steps_alone += alone && n_pre > 0;
 
     /* Batch order: decodes, then prefills; contiguous tokens per session. */
     int n = 0, ntok = 0;
@@ -714,7 +721,7 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
     e->cand = calloc(2 * T, sizeof *e->cand);
     e->claims = calloc(T, sizeof *e->claims);
     e->fseqs = calloc(T, sizeof *e->fseqs);
-    e->btok = calloc(T, sizeof *e->btok);
+    e->btok = calloc((size_t)e->step_capacity, sizeof *e->btok);
     e->logits = malloc(T * V * sizeof *e->logits);
     e->text_scratch = malloc((size_t)FG_MAX_STOP_BYTES + (size_t)e->max_token_bytes + 1);
     if (!e->items || !e->cand || !e->claims || !e->fseqs || !e->btok || !e->logits || !e->text_scratch)

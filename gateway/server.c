@@ -264,6 +264,7 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->backend = cfg->model.backend == FG_CONFIG_BACKEND_CUDA ? FG_ENGINE_BACKEND_CUDA : FG_ENGINE_BACKEND_CPU;
     o->max_context = (int)cfg->model.max_context;
     o->prefill_chunk = (int)cfg->model.prefill_chunk;
+    o->prefill_alone_tokens = (int)cfg->model.prefill_alone_tokens;
     o->ep_ranks = (int)cfg->topology.ranks;
     o->ep_experts_per_rank = (int)cfg->topology.experts_per_rank;
     o->ep_redundant = (int)cfg->topology.redundant_experts;

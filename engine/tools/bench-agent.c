@@ -197,10 +197,11 @@ int main(int argc, char **argv)
         {"output", required_argument, 0, 'o'},    {"reprefill", no_argument, 0, 'R'},
         {"persist-dir", required_argument, 0, 'P'}, {"kv-budget", required_argument, 0, 'B'},
         {"threads", required_argument, 0, 't'},   {"prefill-chunk", required_argument, 0, 'C'},
-        {"max-batch", required_argument, 0, 'M'}, {"help", no_argument, 0, 'h'},
+        {"max-batch", required_argument, 0, 'M'}, {"prefill-alone", required_argument, 0, 'A'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:A:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': b.n = atoi(optarg); break;
@@ -213,10 +214,11 @@ int main(int argc, char **argv)
         case 't': eo.n_threads = atoi(optarg); break;
         case 'C': eo.prefill_chunk = atoi(optarg); break;
         case 'M': eo.max_batch_tokens = atoi(optarg); break;
+        case 'A': eo.prefill_alone_tokens = atoi(optarg); break;
         case 'h':
             printf("usage: flashgate-bench-agent [--model PATH] [--sessions 4] [--turns 10] [--history 16000] "
                    "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N] [--prefill-chunk 128] "
-                   "[--max-batch 256]\n");
+                   "[--max-batch 256] [--prefill-alone 512]\n");
             return 0;
         default: return 2;
         }
@@ -243,10 +245,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --history %d does not fit the context (%d)\n", history, info.n_ctx);
         return 2;
     }
-    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens; %d sessions x %d "
+    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens (%d with no decode); %d "
+           "sessions x %d "
            "turns: %d new tokens + %d output per turn, history to %d tokens; %s\n",
            eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads,
-           eo.prefill_chunk, eo.max_batch_tokens, b.n, b.turns, b.n_in, b.n_out, history,
+           eo.prefill_chunk, eo.max_batch_tokens, eo.prefill_alone_tokens, b.n, b.turns, b.n_in, b.n_out, history,
            b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
     const int cap = history + 2 * (b.n_in + b.n_out) + 16;
     b.a = calloc((size_t)b.n, sizeof *b.a);
@@ -278,9 +281,11 @@ int main(int argc, char **argv)
     fg_engine_get_stats(b.e, &st);
     fg_tenant_kv_usage u;
     bool have_usage = fg_engine_tenant_usage(b.e, TENANT, &u) == FG_OK;
-    printf("wall %.1f s; input tokens served from cache %.1f %% (%lld of %lld); prefilled %llu tokens\n", wall,
-           b.input_tokens ? 100.0 * (double)b.cached_tokens / (double)b.input_tokens : 0.0,
-           (long long)b.cached_tokens, (long long)b.input_tokens, (unsigned long long)st.prefill_tokens);
+    printf("wall %.1f s; input tokens served from cache %.1f %% (%lld of %lld); prefilled %llu tokens; %llu steps, "
+           "%llu of them prompt only\n",
+           wall, b.input_tokens ? 100.0 * (double)b.cached_tokens / (double)b.input_tokens : 0.0,
+           (long long)b.cached_tokens, (long long)b.input_tokens, (unsigned long long)st.prefill_tokens,
+           (unsigned long long)st.steps, (unsigned long long)st.steps_alone);
     if (have_usage)
         printf("resident KV %.1f MB for %lld tokens: %.0f B/token in memory (%d sessions resident, %d on disk)\n",
                u.resident_kv_bytes / 1e6, (long long)tokens, (double)u.resident_kv_bytes / (double)tokens,

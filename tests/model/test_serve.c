@@ -1,6 +1,7 @@
 /* Serving mode: many sessions batched into one forward pass per step produce
  * exactly what each produces alone, through joins and leaves, cancels, a full
- * KV pool and a reader that stops reading.
+ * KV pool, a reader that stops reading, and prompts that run alone in longer
+ * steps.
  *
  * The reference for every session is a direct-mode greedy run of the same
  * tokens on its own. Tiny model, F32 weights and cache. */
@@ -28,7 +29,7 @@ typedef struct run {
     bool waited;
 } run;
 
-static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
+static fg_engine_t *open_serving_alone(int max_batch, size_t kv_budget, int prefill_alone)
 {
     fg_engine_options o;
     fg_engine_options_default(&o);
@@ -36,6 +37,7 @@ static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
     o.kv_format = FG_KV_F32;
     o.max_batch_tokens = max_batch;
     o.prefill_chunk = 32;
+    o.prefill_alone_tokens = prefill_alone;
     o.n_threads = 2;
     o.kv_budget_bytes = kv_budget;
     o.serve = true;
@@ -48,6 +50,12 @@ static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
     }
     return e;
 }
+
+static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
+{
+    return open_serving_alone(max_batch, kv_budget, 512);
+}
+
 
 /* Greedy tokens of a prompt on its own (direct mode), stopping at EOS like the engine. */
 static void alone(fg_engine_t *direct, run *r)
@@ -141,6 +149,48 @@ static void check_same(const run *r, const char *what, int i)
         k++;
     CHECK_MSG(r->n_got == r->n_want && k == r->n_got, "%s: session %d got %d tokens, alone %d, first difference at %d",
               what, i, r->n_got, r->n_want, k);
+}
+
+/* Steps of more than 2^b tokens, from the batch-size histogram (bucket i: <= 2^i). */
+static uint64_t steps_over(const fg_engine_stats *st, int b)
+{
+    uint64_t n = 0;
+    for (int i = b + 1; i < FG_ENGINE_HIST_BUCKETS; i++)
+        n += st->batch_tokens_hist[i];
+    return n;
+}
+
+/* 6. A prompt with no one decoding beside it runs in prefill_alone_tokens
+ *    steps (one step for all 200 tokens), with prefill_alone_tokens 0 in
+ *    max_batch_tokens/prefill_chunk steps; the tokens are the same. */
+static void check_prefill_alone(fg_engine_t *direct, run *r)
+{
+    r->n_prompt = 200;
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    test_tokens(r->prompt, r->n_prompt, info.n_vocab, 77);
+    r->max_tokens = 8;
+    alone(direct, r);
+    for (int alone_tokens = 256; alone_tokens >= 0; alone_tokens -= 256) {
+        fg_engine_t *e = open_serving_alone(64, 64 << 20, alone_tokens);
+        start(e, r, 0);
+        CHECK(wait_all(r, 1, NULL));
+        check_same(r, alone_tokens ? "prefill alone" : "prefill in chunks", 0);
+        fg_engine_stats st;
+        fg_engine_get_stats(e, &st);
+        if (alone_tokens) {
+            CHECK_MSG(st.steps_alone == 1 && steps_over(&st, 7) == 1 && st.steps == 1 + 7,
+                      "200 prompt tokens alone: %llu steps (%llu alone, %llu over 128 tokens), want 1 + 7 decodes",
+                      (unsigned long long)st.steps, (unsigned long long)st.steps_alone,
+                      (unsigned long long)steps_over(&st, 7));
+        } else {
+            CHECK_MSG(st.steps_alone == 0 && steps_over(&st, 5) == 0 && st.steps == 7 + 7,
+                      "200 prompt tokens in chunks of 32: %llu steps (%llu over 32 tokens), want 7 + 7",
+                      (unsigned long long)st.steps, (unsigned long long)steps_over(&st, 5));
+        }
+        fg_session_free(r->s);
+        fg_engine_close(e);
+    }
 }
 
 int main(void)
@@ -263,6 +313,7 @@ int main(void)
         fg_session_free(runs[i].s);
     }
     fg_engine_close(e);
+    check_prefill_alone(direct, &runs[0]);
     fg_engine_close(direct);
     return TEST_DONE("test_serve");
 }
