@@ -369,7 +369,7 @@ int fg_session_length(const fg_session_t *s)
     return n;
 }
 
-/* fg_session_eval with the tokens marked as sampled (decode) or input. */
+/* fg_session_eval of sampled (decode) tokens, or of an input, whose length decides its form. */
 static fg_err session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                            bool sampled, fg_diag *diag)
 {
@@ -398,7 +398,8 @@ static fg_err session_eval(fg_session_t *s, const int32_t *tokens, int n, float 
     for (int done = 0; done < n;) {
         int m = n - done < chunk ? n - done : chunk;
         bool last = done + m == n;
-        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL, .sampled = sampled};
+        fg_fwd_seq fs = {.kv = &s->seq, .n_tokens = m, .n_logits = 0, .logits = NULL,
+                         .absorbed = sampled || n < FG_SHORT_INPUT};
         if (logits && logits_all) {
             fs.n_logits = m;
             fs.logits = logits + (size_t)done * V;

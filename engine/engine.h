@@ -150,6 +150,7 @@ typedef struct fg_engine_stats {
     uint64_t steps;
     uint64_t decode_tokens;        /* tokens evaluated as decode steps */
     uint64_t prefill_tokens;       /* prompt tokens evaluated */
+    uint64_t short_input_tokens;   /* of which in inputs shorter than FG_SHORT_INPUT (absorbed form) */
     uint64_t sampled_tokens;       /* tokens produced for responses */
     double step_seconds;           /* total time inside forward passes */
     uint64_t steps_alone;          /* steps of prompt tokens only, at prefill_alone_tokens */
@@ -228,6 +229,14 @@ void fg_session_delete(fg_session_t *s);
 /* Tokens in the session's cache (direct mode; in serving mode a snapshot). */
 int fg_session_length(const fg_session_t *s);
 
+/* Inputs (of one fg_session_eval, or one response's new tokens) shorter than
+ * this attend in the absorbed MLA form, as decode tokens do; longer ones in
+ * the decompressed form, which expands every cached row once per step for
+ * all of the input's tokens there and only pays off over enough of them
+ * (docs/benchmarks.md, "Short inputs"). Decided by the input's length, never
+ * by how it is cut into steps, so results do not depend on the batching. */
+#define FG_SHORT_INPUT 64
+
 /* Direct mode only. Appends n input tokens: runs them through the model (in
  * chunks of max_batch_tokens) and stores their KV. logits: NULL, or [vocab] for the
  * last token, or [n][vocab] when logits_all. On error the session is unchanged.
@@ -236,10 +245,8 @@ int fg_session_length(const fg_session_t *s);
 fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *logits, bool logits_all,
                        fg_diag *diag);
 /* Direct mode only. Appends one token that the model sampled (a decode
- * step): as fg_session_eval of that token, but its attention runs in the
- * absorbed form, as a served decode does (fg_session_eval's tokens are input
- * and run in the decompressed form, cheap per token only for many tokens at
- * once). logits: NULL or [vocab]. Errors: as fg_session_eval. */
+ * step): its attention runs in the absorbed form, as a served decode does.
+ * logits: NULL or [vocab]. Errors: as fg_session_eval. */
 fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag);
 
 /* ---- serving mode ---- */

@@ -42,6 +42,7 @@ typedef struct fg_response {
     int64_t cached_tokens;      /* in the KV when the response started */
     int64_t input_tokens;       /* history + new input at the start */
     bool have_next;             /* next_token sampled, not yet evaluated */
+    bool input_absorbed;        /* its input is shorter than FG_SHORT_INPUT: absorbed-form attention */
     int32_t next_token;
     char hold[FG_MAX_STOP_BYTES];  /* text held back: could be the start of a stop string */
     int hold_len;

@@ -205,6 +205,9 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     }
     r->cached_tokens = cache_len(s);
     r->input_tokens = (int64_t)cache_len(s) + s->todo_n;
+    /* The form of the input's attention, by its length (forward.h), fixed for
+     * the response however the input is cut into steps. */
+    r->input_absorbed = s->todo_n < FG_SHORT_INPUT;
 }
 
 static void note_waiting(fg_engine_t *e, fg_session_t *s);
@@ -520,7 +523,7 @@ static int plan_step(fg_engine_t *e)
             s->batch_logits = !pass || (s->batch_tokens == s->todo_n && s->resp.p.generate);
             e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
                                        .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL,
-                                       .sampled = !pass /* a decode feeds back the sampled token */};
+                                       .absorbed = !pass || s->resp.input_absorbed};
             e->cand[n++] = s; /* overwrites only entries already read */
             ntok += s->batch_tokens;
         }
@@ -655,7 +658,7 @@ static void *step_main(void *arg)
             pthread_mutex_lock(&e->mu);
             continue;
         }
-        int64_t dec_tok = 0, pre_tok = 0;
+        int64_t dec_tok = 0, pre_tok = 0, short_tok = 0;
         for (int i = 0; i < n; i++) {
             fg_session_t *s = e->cand[i];
             if (err != FG_OK)
@@ -668,6 +671,7 @@ static void *step_main(void *arg)
                 s->todo_n -= s->batch_tokens;
                 s->todo_sampled = false;
                 pre_tok += s->batch_tokens;
+                short_tok += s->resp.input_absorbed ? s->batch_tokens : 0;
             } else {
                 s->hist[s->hist_n++] = s->resp.next_token;
                 s->resp.have_next = false;
@@ -696,6 +700,7 @@ static void *step_main(void *arg)
         e->stats.steps++;
         e->stats.decode_tokens += (uint64_t)dec_tok;
         e->stats.prefill_tokens += (uint64_t)pre_tok;
+        e->stats.short_input_tokens += (uint64_t)short_tok;
         e->stats.step_seconds += dt;
         e->stats.step_time_hist[pow2_bucket(dt / FG_ENGINE_STEP_HIST_BASE_S)]++;
         e->stats.batch_tokens_hist[pow2_bucket((double)(dec_tok + pre_tok))]++;

@@ -6,11 +6,11 @@
  *   kva   = kv_a_mqa(xn)                                           [n][kv_lora + rope]
  *   c     = RMSNorm(kva[:kv_lora]) * kv_a_norm  -> cache latent     [n][kv_lora]
  *   kr    = RoPE(kva[kv_lora:], pos)            -> cache rope key   [n][rope]
- * sampled (decode) tokens, the absorbed form:
+ * absorbed sequences (decode tokens, short inputs), the absorbed form:
  *   q_lat[h] = k_b[h] q_nope[h]   (absorb: nope -> kv_lora)        [n][H][kv_lora]
  *   o_lat[h] = softmax(scale * (q_lat[h].c + RoPE(q_rope[h]).kr)) c  over the sequence's cache
  *   o[h]  = v_b[h] o_lat[h]        (expand: kv_lora -> v)          [n][H * v]
- * input (prompt) tokens, the decompressed form (kernels/cpu/mha_attn.h):
+ * other input tokens, the decompressed form (kernels/cpu/mha_attn.h):
  *   k[h] = k_b[h]^T c, v[h] = v_b[h] c  per cached row, a page at a time
  *   o[h]  = softmax(scale * (q_nope[h].k[h] + RoPE(q_rope[h]).kr)) v[h]
  *   x    += attn_output(o)
@@ -89,7 +89,7 @@ struct fg_forward {
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
     bool split_kv;            /* this layer: one token, its cache split over the threads */
 
-    /* The decompressed (MHA) form for prompt tokens: */
+    /* The decompressed (MHA) form: */
     float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
     float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
     float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
@@ -513,11 +513,11 @@ static void attention_job(void *ctx, int ith, int nth)
             long e = t + 1;
             while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
                 e++;
-            if (f->seqs[f->tok_seq[t]].sampled) {
+            if (f->seqs[f->tok_seq[t]].absorbed) {
                 const fg_mla_attn_params p = attn_params(f, t);
                 fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
                                   f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
-            } else { /* prompt tokens: mha_prefill writes their o after the v_b pass */
+            } else { /* decompressed: mha_prefill writes their o after the v_b pass */
                 memset(f->o_lat + (size_t)t * H * L, 0, (size_t)(e - t) * H * L * sizeof(float));
             }
             t = e;
@@ -576,7 +576,7 @@ static void mha_job(void *ctx, int ith, int nth)
     }
 }
 
-/* Attention of one sequence's prompt tokens, batch tokens [first, first + n)
+/* Attention of one sequence's tokens, batch tokens [first, first + n)
  * (consecutive positions), in the decompressed form, into their rows of o. */
 static void mha_prefill(fg_forward_t *f, int il, int first, int n)
 {
@@ -665,7 +665,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     }
 
     /* Queries: the rope part roped per head (the no-rope part is absorbed for
-     * sampled tokens, used as it is for prompt tokens). */
+     * absorbed sequences, used as it is in the decompressed form). */
     for (int t = 0; t < n; t++)
         for (int h = 0; h < H; h++) {
             float *qr = f->q_rope + ((size_t)t * H + h) * R;
@@ -673,19 +673,19 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
             fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, qr);
         }
     f->layer = il;
-    int n_sampled = 0;
+    int n_absorbed = 0;
     for (int t = 0; t < n; t++) {
         f->tok_nkv[t] = f->tok_pos[t] + 1; /* causal: itself and everything before */
-        n_sampled += f->seqs[f->tok_seq[t]].sampled;
+        n_absorbed += f->seqs[f->tok_seq[t]].absorbed;
     }
-    if (n_sampled > 0)
+    if (n_absorbed > 0)
         absorbed_attention(f, ly, n);
-    /* Prompt tokens, a sequence at a time, straight into o. */
+    /* Decompressed-form sequences, one at a time, straight into o. */
     for (int t = 0; t < n;) {
         int e = t + 1;
         while (e < n && f->tok_seq[e] == f->tok_seq[t])
             e++;
-        if (!f->seqs[f->tok_seq[t]].sampled)
+        if (!f->seqs[f->tok_seq[t]].absorbed)
             mha_prefill(f, il, t, e - t);
         t = e;
     }
@@ -693,8 +693,8 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
     fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
-/* Attention of the batch's sampled tokens in the absorbed form, into their
- * rows of o (the prompt tokens' rows get zeros; mha_prefill overwrites them). */
+/* Attention of the batch's absorbed sequences, into their rows of o (the
+ * other tokens' rows get zeros; mha_prefill overwrites them). */
 static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n)
 {
     const fg_hparams *hp = &f->m->hp;

@@ -4,10 +4,10 @@
  * One call is one engine step: every weight matrix is streamed once for the
  * whole batch (a matrix product over all its tokens); MoE tokens are grouped
  * by expert so each chosen expert is read once; attention runs per token over
- * its own sequence's pages: sampled (decode) tokens in the absorbed MLA form,
- * input (prompt) tokens in the decompressed form, which streams each page's
- * rows through k_b and v_b once for all of a sequence's prompt tokens in the
- * batch.
+ * its own sequence's pages, in one of two forms chosen per sequence: the
+ * absorbed MLA form (decode tokens, short inputs), or the decompressed form,
+ * which streams each page's rows through k_b and v_b once for all of a
+ * sequence's tokens in the batch (cheaper per token for many tokens).
  *
  * Owns: scratch buffers for up to max_tokens tokens, sized at create, and f32
  * copies of every layer's k_b (transposed) and v_b for the decompressed form;
@@ -36,10 +36,11 @@ typedef struct fg_fwd_seq {
     int n_tokens;       /* tokens of this sequence in the batch (>= 1) */
     int n_logits;       /* 0, 1 (the last token) or n_tokens (every token) */
     float *logits;      /* [n_logits][n_vocab] */
-    bool sampled;       /* the tokens are the model's own samples fed back (decode): attention in the
-                           absorbed form; false: input (prompt) tokens, attention in the decompressed
-                           form (mha_attn.h). Set by what the tokens are, never by how a batch was cut,
-                           so that a token's result does not depend on its chunk or its neighbours. */
+    bool absorbed;      /* attention in the absorbed form (decode tokens, and inputs shorter than
+                           FG_SHORT_INPUT, engine.h); false: the decompressed form (mha_attn.h). The engine sets it
+                           by what the tokens are (a sample fed back, an input of some length), never by
+                           how a batch was cut, so a token's result does not depend on its chunk or its
+                           neighbours. */
 } fg_fwd_seq;
 
 /* Errors: FG_ERR_INVALID_ARG (max_tokens < 1), FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM. */

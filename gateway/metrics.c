@@ -297,6 +297,11 @@ static void render_engine(fg_gateway_t *gw, text *t)
               (double)st.decode_tokens);
     put_value(t, "flashgate_engine_prefill_tokens_total", "counter", "Prompt tokens evaluated.",
               (double)st.prefill_tokens);
+    put_value(t, "flashgate_engine_short_input_tokens_total", "counter",
+              "Prompt tokens of inputs shorter than the decompressed form pays for (absorbed-form attention).",
+              (double)st.short_input_tokens);
+    put_value(t, "flashgate_engine_prompt_only_steps_total", "counter",
+              "Steps in which no session decoded, run at model.prefill_alone_tokens.", (double)st.steps_alone);
     family(t, "flashgate_engine_responses", "gauge",
            "Responses in the engine: running, paused (client behind) or waiting for KV pages (queued).");
     put(t, "flashgate_engine_responses{state=\"running\"} %d\n", st.responding - st.paused - st.waiting_kv);

@@ -3,7 +3,8 @@
  * N sessions (one tenant) each run --turns turns of a tool-call exchange: a
  * new input (the tool's result) of --history / --turns - --output tokens,
  * then a greedy reply of --output tokens, so the history grows to --history
- * tokens. Each session starts its next turn as soon as its reply is done
+ * tokens. With --first F, turn 1 is a long task of F - --output tokens and the
+ * later turns share the rest (short tool results over a long history). Each session starts its next turn as soon as its reply is done
  * (closed loop, all sessions at once). Measured per turn: the time to first
  * token (respond to the first TOKEN event) against the history before the
  * turn, in wall time and in the process's CPU time over the same interval
@@ -54,15 +55,20 @@ typedef struct bench {
     fg_engine_t *e;
     fg_bench_waker w;
     agent *a;
-    int n, turns, n_in, n_out, n_vocab;
+    int n, turns, n_first, n_in, n_out, n_vocab; /* n_first: turn 1's input, n_in: a later turn's */
     bool reprefill;
     int64_t input_tokens, cached_tokens;
 } bench;
 
+static int input_len(const bench *b, int turn_index)
+{
+    return turn_index == 0 ? b->n_first : b->n_in;
+}
+
 /* A tool result: tokens that differ per session and turn. */
 static void make_input(const bench *b, agent *a, int32_t *out)
 {
-    for (int j = 0; j < b->n_in; j++)
+    for (int j = 0; j < input_len(b, a->turn); j++)
         out[j] = (int32_t)(((unsigned)(a->id * 7919 + a->turn * 104729 + j * 31337)) % (unsigned)(b->n_vocab - 2)) + 1;
 }
 
@@ -81,11 +87,11 @@ static int start_turn(bench *b, agent *a, int turn_index)
         fg_session_params sp = {.weight = 1, .user = a, .tenant_name = TENANT};
         e = fg_session_create(b->e, &sp, &a->s);
         if (e == FG_OK)
-            e = fg_session_append(a->s, a->hist, a->n_hist + b->n_in, &d);
+            e = fg_session_append(a->s, a->hist, a->n_hist + input_len(b, turn_index), &d);
     } else {
-        e = fg_session_append(a->s, in, b->n_in, &d);
+        e = fg_session_append(a->s, in, input_len(b, turn_index), &d);
     }
-    a->n_hist += b->n_in;
+    a->n_hist += input_len(b, turn_index);
     fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = b->n_out};
     rp.sampling.temperature = 0;
     a->t_start = now_s();
@@ -189,7 +195,7 @@ int main(int argc, char **argv)
     eo.serve = true;
     eo.kv_budget_bytes = (size_t)2 << 30;
     bench b = {.n = 4, .turns = 10, .n_out = 16};
-    int history = 16000;
+    int history = 16000, first = 0;
     const char *persist_dir = NULL;
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},     {"sessions", required_argument, 0, 's'},
@@ -198,10 +204,10 @@ int main(int argc, char **argv)
         {"persist-dir", required_argument, 0, 'P'}, {"kv-budget", required_argument, 0, 'B'},
         {"threads", required_argument, 0, 't'},   {"prefill-chunk", required_argument, 0, 'C'},
         {"max-batch", required_argument, 0, 'M'}, {"prefill-alone", required_argument, 0, 'A'},
-        {"help", no_argument, 0, 'h'},
+        {"first", required_argument, 0, 'F'},     {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:A:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:T:H:o:RP:B:t:C:M:A:F:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': b.n = atoi(optarg); break;
@@ -215,16 +221,24 @@ int main(int argc, char **argv)
         case 'C': eo.prefill_chunk = atoi(optarg); break;
         case 'M': eo.max_batch_tokens = atoi(optarg); break;
         case 'A': eo.prefill_alone_tokens = atoi(optarg); break;
+        case 'F': first = atoi(optarg); break;
         case 'h':
             printf("usage: flashgate-bench-agent [--model PATH] [--sessions 4] [--turns 10] [--history 16000] "
                    "[--output 16] [--reprefill] [--persist-dir DIR] [--kv-budget MiB] [--threads N] [--prefill-chunk 128] "
-                   "[--max-batch 256] [--prefill-alone 512]\n");
+                   "[--max-batch 256] [--prefill-alone 512] [--first N]\n");
             return 0;
         default: return 2;
         }
     }
-    b.n_in = b.turns > 0 ? history / b.turns - b.n_out : 0;
-    if (b.n < 1 || b.turns < 1 || b.n_out < 1 || b.n_in < 1 || (b.reprefill && persist_dir)) {
+    /* Turn 1 takes --first tokens when given (a long task, then short tool
+     * results), else every turn takes the same. */
+    if (first > 0) {
+        b.n_first = first - b.n_out;
+        b.n_in = b.turns > 1 ? (history - first) / (b.turns - 1) - b.n_out : 0;
+    } else {
+        b.n_first = b.n_in = b.turns > 0 ? history / b.turns - b.n_out : 0;
+    }
+    if (b.n < 1 || b.turns < 1 || b.n_out < 1 || b.n_in < 1 || b.n_first < 1 || (b.reprefill && persist_dir)) {
         fprintf(stderr, "error: bad arguments (see --help; --reprefill runs without --persist-dir)\n");
         return 2;
     }
@@ -245,13 +259,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --history %d does not fit the context (%d)\n", history, info.n_ctx);
         return 2;
     }
-    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens (%d with no decode); %d "
-           "sessions x %d "
-           "turns: %d new tokens + %d output per turn, history to %d tokens; %s\n",
+    printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens (%d with no decode); "
+           "%d sessions x %d turns: %d new tokens (turn 1: %d) + %d output per turn, history to %d tokens; %s\n",
            eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads,
-           eo.prefill_chunk, eo.max_batch_tokens, eo.prefill_alone_tokens, b.n, b.turns, b.n_in, b.n_out, history,
-           b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
-    const int cap = history + 2 * (b.n_in + b.n_out) + 16;
+           eo.prefill_chunk, eo.max_batch_tokens, eo.prefill_alone_tokens, b.n, b.turns, b.n_in, b.n_first, b.n_out,
+           history, b.reprefill ? "re-prefill of the whole history each turn" : "persistent KV");
+    const int cap = history + 2 * (b.n_first + b.n_in + b.n_out) + 16;
     b.a = calloc((size_t)b.n, sizeof *b.a);
     for (int i = 0; i < b.n; i++) {
         agent *a = &b.a[i];

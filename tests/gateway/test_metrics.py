@@ -44,6 +44,8 @@ FAMILIES = {
     "flashgate_engine_steps": "counter",
     "flashgate_engine_decode_tokens": "counter",
     "flashgate_engine_prefill_tokens": "counter",
+    "flashgate_engine_short_input_tokens": "counter",
+    "flashgate_engine_prompt_only_steps": "counter",
     "flashgate_engine_responses": "gauge",
     "flashgate_engine_step_seconds": "histogram",
     "flashgate_engine_batch_tokens": "histogram",
@@ -161,6 +163,12 @@ async def test_metrics_parse_and_move():
         eq(dh("flashgate_queue_seconds"), 2, "queue-time observations")
         eq(dh("flashgate_response_seconds"), 2, "end-to-end observations")
         check(d("flashgate_engine_steps", "flashgate_engine_steps_total") >= out, "engine steps")
+        # a response's input is what it evaluated beyond the cache; under 64 tokens it is a short input
+        new_input = [u["input_tokens"] - u["input_token_details"]["cached_tokens"] for u in usage]
+        eq(d("flashgate_engine_prefill_tokens", "flashgate_engine_prefill_tokens_total"), sum(new_input),
+           "prefill tokens")
+        eq(d("flashgate_engine_short_input_tokens", "flashgate_engine_short_input_tokens_total"),
+           sum(n for n in new_input if n < 64), "short input tokens")
         check(dh("flashgate_engine_step_seconds") >= out, "step-time observations")
         check(value(after, "flashgate_kv_pages", tier="resident") >= 1, "resident KV pages")
         check(value(after, "flashgate_tenant_kv_bytes", tier="resident", tenant="acme") > 0, "tenant KV bytes")

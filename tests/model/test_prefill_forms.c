@@ -1,5 +1,5 @@
 /* Prompt tokens attend in the decompressed (MHA) form, sampled tokens in the
- * absorbed form (engine/forward.h, fg_fwd_seq.sampled). Through fg_forward_run
+ * absorbed form (engine/forward.h, fg_fwd_seq.absorbed). Through fg_forward_run
  * on a generated model, two threads:
  *
  *  1. Chunk invariance: one prompt prefilled in one chunk, in chunks of 1, 7
@@ -76,14 +76,14 @@ static void prefill(run *r, int chunk, bool sampled, bool neighbour)
             nt = OTHER;
         }
         fs[ns++] = (fg_fwd_seq){.kv = &r->kv, .n_tokens = m, .n_logits = m, .logits = r->logits + (size_t)at * V,
-                                .sampled = sampled};
+                                .absorbed = sampled};
         memcpy(btok + nt, g_tok + at, sizeof(int32_t) * (size_t)m);
         CHECK_MSG(fg_forward_run(g_f, btok, fs, ns, &d) == FG_OK, "%s", d.msg);
     }
     int32_t next = 0;
     for (int v = 1; v < V; v++)
         next = r->logits[(size_t)(N - 1) * V + v] > r->logits[(size_t)(N - 1) * V + next] ? v : next;
-    fg_fwd_seq fs = {.kv = &r->kv, .n_tokens = 1, .n_logits = 1, .logits = r->dec, .sampled = true};
+    fg_fwd_seq fs = {.kv = &r->kv, .n_tokens = 1, .n_logits = 1, .logits = r->dec, .absorbed = true};
     CHECK_MSG(fg_forward_run(g_f, &next, &fs, 1, &d) == FG_OK, "%s", d.msg);
     free(olog);
     fg_kv_seq_free(g_kv, &other);
