@@ -57,7 +57,6 @@ struct fg_session {
     fg_session_params params;       /* [const]; name and tenant_name point at the copies below */
     char name[FG_SESSION_NAME_MAX + 1];        /* [const] "" when anonymous */
     char tenant_name[FG_SESSION_NAME_MAX + 1]; /* [const] */
-    uint64_t order;                 /* [const] creation order, for scheduling */
     int ep_rank;                    /* [const] expert parallelism: the rank its KV and attention live on */
 
     /* [mu] requests from API threads */
@@ -207,7 +206,7 @@ struct fg_engine {
     fg_session_t *dirty_head;       /* [mu] sessions with requests */
     fg_session_t *ready_head;       /* [mu] sessions with events to poll */
     fg_engine_stats stats;          /* [mu] */
-    uint64_t session_order;         /* [mu] */
+    uint64_t session_order;         /* [mu] request counter: fg_response.order */
     bool wake_owner;                /* [mu] events were queued since the last wakeup call */
 
     /* [step] */

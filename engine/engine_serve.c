@@ -476,8 +476,10 @@ static int plan_step(fg_engine_t *e)
         }
         if (s->todo_n > 0)
             (void)fg_share_attach_hits(e, s); /* a page still loading is computed: no wait mid-prefill */
+        /* Within a tenant and priority, the oldest request first: a session's
+         * next turn queues behind requests that were waiting before it. */
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
-                            .priority = s->params.priority, .order = s->order};
+                            .priority = s->params.priority, .order = r->order};
         if (s->todo_n > 0 && n_pre < T) {
             if (page_claimed(e, s, &n_claims))
                 continue;
@@ -824,7 +826,6 @@ fg_err fg_session_serve_init(fg_session_t *s)
             }
     s->open_next = e->open_head;
     e->open_head = s;
-    s->order = e->session_order++;
     mark_dirty(e, s); /* the step thread adopts it */
     pthread_mutex_unlock(&e->mu);
     return FG_OK;

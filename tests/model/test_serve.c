@@ -1,10 +1,11 @@
 /* Serving mode: many sessions batched into one forward pass per step produce
  * exactly what each produces alone, through joins and leaves, cancels, a full
- * KV pool, a reader that stops reading, and prompts that run alone in longer
- * steps.
+ * KV pool, a reader that stops reading, prompts that run alone in longer
+ * steps, and requests served in the order they came.
  *
  * The reference for every session is a direct-mode greedy run of the same
  * tokens on its own. Tiny model, F32 weights and cache. */
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,6 +194,58 @@ static void check_prefill_alone(fg_engine_t *direct, run *r)
     }
 }
 
+/* 7. Within a tenant the oldest request goes first, not the oldest session:
+ *    session `young` asks first (a 20-token prompt), then the older session
+ *    `old` (190 tokens); in 4-token steps young's first token comes dozens of
+ *    steps before old's. Polled old first, so a tie would count against. */
+static void check_request_order(fg_engine_t *direct, run *old, run *young)
+{
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("tiny.gguf");
+    o.kv_format = FG_KV_F32;
+    o.max_batch_tokens = o.prefill_chunk = 4;
+    o.prefill_alone_tokens = 0;
+    o.n_threads = 2;
+    o.serve = true;
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    CHECK_MSG(fg_engine_open(&o, &e, &d) == FG_OK, "%s", d.msg);
+    fg_engine_info info;
+    fg_engine_get_info(direct, &info);
+    old->n_prompt = 190;
+    young->n_prompt = 20;
+    test_tokens(old->prompt, old->n_prompt, info.n_vocab, 31);
+    test_tokens(young->prompt, young->n_prompt, info.n_vocab, 32);
+    old->max_tokens = young->max_tokens = 2;
+    alone(direct, old);
+    alone(direct, young);
+    fg_session_params sp = {.tenant = 0, .weight = 1};
+    CHECK(fg_session_create(e, &sp, &old->s) == FG_OK);
+    CHECK(fg_session_create(e, &sp, &young->s) == FG_OK);
+    fg_response_params p = greedy(2);
+    CHECK(fg_session_append(young->s, young->prompt, young->n_prompt, &d) == FG_OK);
+    CHECK(fg_session_append(old->s, old->prompt, old->n_prompt, &d) == FG_OK);
+    CHECK(fg_session_respond(young->s, &p, NULL, &d) == FG_OK);
+    CHECK(fg_session_respond(old->s, &p, NULL, &d) == FG_OK);
+    old->n_got = young->n_got = 0;
+    old->done = young->done = false;
+    run *first = NULL;
+    for (double t0 = now_s(); now_s() - t0 < 240 && !(old->done && young->done);) {
+        drain(old);
+        drain(young);
+        if (!first && (old->n_got || young->n_got))
+            first = old->n_got ? old : young;
+        sched_yield();
+    }
+    CHECK_MSG(first == young, "the older session's later request got its first token first");
+    check_same(old, "request order", 0);
+    check_same(young, "request order", 1);
+    fg_session_free(old->s);
+    fg_session_free(young->s);
+    fg_engine_close(e);
+}
+
 int main(void)
 {
     fg_engine_t *direct = open_engine("tiny.gguf", FG_KV_F32, 64, 2);
@@ -314,6 +367,7 @@ int main(void)
     }
     fg_engine_close(e);
     check_prefill_alone(direct, &runs[0]);
+    check_request_order(direct, &runs[0], &runs[1]);
     fg_engine_close(direct);
     return TEST_DONE("test_serve");
 }
