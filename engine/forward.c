@@ -88,6 +88,7 @@ struct fg_forward {
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
     bool split_kv;            /* this layer: one token, its cache split over the threads */
+    int attn_block;           /* this layer: tokens per block of the absorbed attention job */
 
     /* The decompressed (MHA) form: */
     float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
@@ -503,13 +504,12 @@ static void attention_job(void *ctx, int ith, int nth)
         fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
         return;
     }
-    /* Blocks of FG_MLA_ATTN_MAX_QUERIES tokens dealt round-robin: a causal
-     * prefill's later queries read more rows, so contiguous halves would leave
-     * one thread with most of the work. */
-    const long n_blocks = (f->n + FG_MLA_ATTN_MAX_QUERIES - 1) / FG_MLA_ATTN_MAX_QUERIES;
+    /* Blocks dealt round-robin: a causal prefill's later queries read more
+     * rows, so contiguous halves would leave one thread with most of the work. */
+    const long B = f->attn_block, n_blocks = (f->n + B - 1) / B;
     for (long blk = ith; blk < n_blocks; blk += nth) {
-        const long t1 = (blk + 1) * FG_MLA_ATTN_MAX_QUERIES < f->n ? (blk + 1) * FG_MLA_ATTN_MAX_QUERIES : f->n;
-        for (long t = blk * FG_MLA_ATTN_MAX_QUERIES; t < t1;) {
+        const long t1 = (blk + 1) * B < f->n ? (blk + 1) * B : f->n;
+        for (long t = blk * B; t < t1;) {
             long e = t + 1;
             while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
                 e++;
@@ -636,7 +636,7 @@ static void run_heads(fg_forward_t *f, const fg_head_pass *p)
     fg_pool_run(f->pool, heads_job, f);
 }
 
-static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n);
+static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n, int n_absorbed);
 
 static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 {
@@ -679,7 +679,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         n_absorbed += f->seqs[f->tok_seq[t]].absorbed;
     }
     if (n_absorbed > 0)
-        absorbed_attention(f, ly, n);
+        absorbed_attention(f, ly, n, n_absorbed);
     /* Decompressed-form sequences, one at a time, straight into o. */
     for (int t = 0; t < n;) {
         int e = t + 1;
@@ -695,7 +695,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 
 /* Attention of the batch's absorbed sequences, into their rows of o (the
  * other tokens' rows get zeros; mha_prefill overwrites them). */
-static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n)
+static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n, int n_absorbed)
 {
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, V = hp->n_v;
@@ -706,6 +706,11 @@ static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n)
 
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
     f->split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
+    /* Up to FG_MLA_ATTN_MAX_QUERIES tokens a block, fewer when the absorbed
+     * tokens (decodes first in the batch, or one short input) would not give
+     * every thread one: a query's bits do not depend on its block. */
+    const int per_thread = (n_absorbed + nth - 1) / nth;
+    f->attn_block = per_thread < 1 ? 1 : per_thread < FG_MLA_ATTN_MAX_QUERIES ? per_thread : FG_MLA_ATTN_MAX_QUERIES;
     fg_pool_run(f->pool, attention_job, f);
     if (f->split_kv) {
         float *o[FG_MAX_POOL_PARTS], *m[FG_MAX_POOL_PARTS], *l[FG_MAX_POOL_PARTS];
