@@ -4,8 +4,9 @@
  * new input (the tool's result) of --history / --turns - --output tokens,
  * then a greedy reply of --output tokens, so the history grows to --history
  * tokens. With --first F, turn 1 is a long task of F - --output tokens and the
- * later turns share the rest (short tool results over a long history). Each session starts its next turn as soon as its reply is done
- * (closed loop, all sessions at once). Measured per turn: the time to first
+ * later turns share the rest (short tool results over a long history). Each
+ * session starts its next turn as soon as its reply is done (closed loop, all
+ * sessions at once). Measured per turn: the time to first
  * token (respond to the first TOKEN event) against the history before the
  * turn, in wall time and in the process's CPU time over the same interval
  * (with one session, the CPU spent on that turn's prefill: on a shared
