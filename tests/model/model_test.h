@@ -26,7 +26,19 @@ static inline const char *model_path(const char *file)
     return buf;
 }
 
-/* Opens an engine on a test model; exits on failure (nothing else can run). */
+/* Opens an engine with these options; exits on failure (nothing else can run). */
+static inline fg_engine_t *open_engine_with(const fg_engine_options *o)
+{
+    fg_diag d = {{0}};
+    fg_engine_t *e;
+    if (fg_engine_open(o, &e, &d) != FG_OK) {
+        fprintf(stderr, "cannot open %s: %s\n", o->model_path, d.msg);
+        exit(1);
+    }
+    return e;
+}
+
+/* Opens a direct-mode engine on a test model; exits on failure. */
 static inline fg_engine_t *open_engine(const char *file, int kv_format, int max_batch, int n_threads)
 {
     fg_engine_options o;
@@ -36,14 +48,7 @@ static inline fg_engine_t *open_engine(const char *file, int kv_format, int max_
     o.max_batch_tokens = max_batch;
     o.n_threads = n_threads;
     o.kv_budget_bytes = (size_t)64 << 20;
-    fg_diag d = {{0}};
-    fg_engine_t *e;
-    fg_err err = fg_engine_open(&o, &e, &d);
-    if (err != FG_OK) {
-        fprintf(stderr, "cannot open %s: %s\n", o.model_path, d.msg);
-        exit(1);
-    }
-    return e;
+    return open_engine_with(&o);
 }
 
 static inline float max_abs_diff(const float *a, const float *b, size_t n)

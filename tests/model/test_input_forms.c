@@ -36,13 +36,7 @@ static fg_engine_t *open_scalar(int max_batch, int n_threads, bool serve)
     o.isa = FG_ISA_SCALAR;
     o.kv_budget_bytes = (size_t)64 << 20;
     o.serve = serve;
-    fg_diag d = {{0}};
-    fg_engine_t *e;
-    if (fg_engine_open(&o, &e, &d) != FG_OK) {
-        fprintf(stderr, "cannot open tiny.gguf: %s\n", d.msg);
-        exit(1);
-    }
-    return e;
+    return open_engine_with(&o);
 }
 
 /* A direct-mode session holding the prompt. */

@@ -30,31 +30,25 @@ typedef struct run {
     bool waited;
 } run;
 
-static fg_engine_t *open_serving_alone(int max_batch, size_t kv_budget, int prefill_alone)
+static fg_engine_t *open_serving_with(int max_batch, int prefill_chunk, size_t kv_budget, int prefill_alone)
 {
     fg_engine_options o;
     fg_engine_options_default(&o);
     o.model_path = model_path("tiny.gguf");
     o.kv_format = FG_KV_F32;
     o.max_batch_tokens = max_batch;
-    o.prefill_chunk = 32;
+    o.prefill_chunk = prefill_chunk;
     o.prefill_alone_tokens = prefill_alone;
     o.n_threads = 2;
     o.kv_budget_bytes = kv_budget;
     o.serve = true;
     o.event_capacity = 8; /* small, so an unread session pauses quickly */
-    fg_diag d = {{0}};
-    fg_engine_t *e;
-    if (fg_engine_open(&o, &e, &d) != FG_OK) {
-        fprintf(stderr, "cannot open serving engine: %s\n", d.msg);
-        exit(1);
-    }
-    return e;
+    return open_engine_with(&o);
 }
 
 static fg_engine_t *open_serving(int max_batch, size_t kv_budget)
 {
-    return open_serving_alone(max_batch, kv_budget, 512);
+    return open_serving_with(max_batch, 32, kv_budget, 512);
 }
 
 
@@ -173,7 +167,7 @@ static void check_prefill_alone(fg_engine_t *direct, run *r)
     r->max_tokens = 8;
     alone(direct, r);
     for (int alone_tokens = 256; alone_tokens >= 0; alone_tokens -= 256) {
-        fg_engine_t *e = open_serving_alone(64, 64 << 20, alone_tokens);
+        fg_engine_t *e = open_serving_with(64, 32, 64 << 20, alone_tokens);
         start(e, r, 0);
         CHECK(wait_all(r, 1, NULL));
         check_same(r, alone_tokens ? "prefill alone" : "prefill in chunks", 0);
@@ -200,17 +194,8 @@ static void check_prefill_alone(fg_engine_t *direct, run *r)
  *    steps before old's. Polled old first, so a tie would count against. */
 static void check_request_order(fg_engine_t *direct, run *old, run *young)
 {
-    fg_engine_options o;
-    fg_engine_options_default(&o);
-    o.model_path = model_path("tiny.gguf");
-    o.kv_format = FG_KV_F32;
-    o.max_batch_tokens = o.prefill_chunk = 4;
-    o.prefill_alone_tokens = 0;
-    o.n_threads = 2;
-    o.serve = true;
-    fg_diag d = {{0}};
-    fg_engine_t *e;
-    CHECK_MSG(fg_engine_open(&o, &e, &d) == FG_OK, "%s", d.msg);
+    fg_engine_t *e = open_serving_with(4, 4, 64 << 20, 0);
+    fg_diag d;
     fg_engine_info info;
     fg_engine_get_info(direct, &info);
     old->n_prompt = 190;
