@@ -10,3 +10,7 @@ foreach(name protocol_flow errors resume isolation backpressure shutdown concurr
 endforeach()
 # 1000 sessions at once: alone, so that the other tests do not slow it past its timeout
 set_tests_properties(gateway_concurrency PROPERTIES RUN_SERIAL TRUE)
+# The fault matrix (test_faults.py's table): Redis stopped and killed, the gateway killed,
+# a full disk, a reader that never reads, a trickling body. Mounts a tmpfs where it may (root).
+fg_add_test(gateway_faults COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_faults.py
+            LABELS faults FIXTURES_REQUIRED models TIMEOUT 900)
