@@ -132,8 +132,8 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
                              (unsigned long long)have);
         goto out;
     }
-    fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
-                          .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
+    fg_sfile_content c = {.model_identity = e->expect.model_identity, .tenant = j->tenant, .geo = geo,
+                          .tokens = j->tokens, .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
                           .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
     j->err = fg_sfile_write(dir, j->name, &c, &d);
     if (j->err == FG_OK) {
@@ -638,6 +638,8 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
     fg_err err = fg_sfile_read(path, fg_sfile_max_size(&e->expect), buf, len, &d);
     if (err == FG_OK)
         err = fg_sfile_parse(*buf, *len, &e->expect, v, &d);
+    if (err == FG_OK)
+        err = fg_sfile_check_owner(v, tenant, name, &d);
     if (err != FG_OK) {
         free(*buf);
         *buf = NULL;

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""Persistence under crashes and hostile files, over the socket (docs/protocol.md "After a
+server restart", docs/admin.md "Redis"; gateway/gw_persist.c, gateway/redis_local.c).
+
+- a session file copied over another session's is refused with session_lost naming both, is
+  moved aside, and the session it was copied from resumes and continues;
+"""
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Conn, Server, check, eq, free_port, http_get, run_tests  # noqa: E402
+
+SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8}
+TURNS = ["List the files.", "Open the first one.", "Summarise it.", "Now the second."]
+
+
+def persist_server(pdir, **kw):
+    over = {"persistence": {"dir": pdir}, "redis": {"address": "off"}, **kw}
+    return Server(**over)
+
+
+def session_file(pdir, sid, tenant="acme"):
+    return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
+
+
+async def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def mtime(path):
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+async def saved_turn(c, pdir, text):
+    """One turn whose file write has landed (the file changes after response.done)."""
+    path = session_file(pdir, c.session_id)
+    before = mtime(path)
+    await c.add_user(text)
+    _, out, done = await c.respond()
+    await wait_for(lambda: mtime(path) not in (None, before), "the session file written after the turn")
+    return out, done
+
+
+def made_ids(events):
+    """The ids the server made in these events: event ids of numbered events, item ids of
+    added items, response ids of created responses."""
+    ids = []
+    for e in events:
+        if e["sequence_number"]:
+            ids.append(e["event_id"])
+        if e["type"] == "conversation.item.added":
+            ids.append(e["item"]["id"])
+        if e["type"] == "response.created":
+            ids.append(e["response"]["id"])
+    return ids
+
+
+def no_repeats(ids, what):
+    seen = set()
+    dup = sorted({i for i in ids if i in seen or seen.add(i)})
+    check(not dup, f"{what}: ids handed out twice: {dup[:10]}")
+
+
+# ---------------------------------------------------------------- a file copied over another
+
+
+async def test_copied_session_file_is_refused():
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        async with persist_server(pdir) as srv:
+            sids = []
+            for t in TURNS[:2]:
+                c = await Conn.open(srv)
+                await c.create_session(SETTINGS)
+                await saved_turn(c, pdir, t)
+                sids.append(c.session_id)
+        a, b = sids
+        shutil.copy(session_file(pdir, a), session_file(pdir, b))
+        async with persist_server(pdir) as srv:
+            c = await Conn.open(srv)
+            await c.send({"type": "session.resume", "session_id": b, "last_sequence_number": 0})
+            ev = await c.expect_error("session_lost", param="session_id", seq=0)
+            msg = ev["error"]["message"]
+            check(a in msg and b in msg, f"the message names both sessions: {msg}")
+            check(os.path.exists(session_file(pdir, b) + ".damaged"), "the copy is moved aside")
+            check(os.path.exists(session_file(pdir, a)), "the original stays")
+            await wait_for(lambda: srv.log_events("session_lost"), "session_lost logged")
+            o = await Conn.open(srv)
+            await o.resume(a, 0, allow_gap=True)
+            await o.add_user(TURNS[2])
+            _, _, done = await o.respond()
+            check(done["status"] in ("completed", "incomplete"), f"the original continues: {done}")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests(globals())
