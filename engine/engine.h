@@ -367,6 +367,15 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
  * without persist_dir. */
 fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag);
 
+/* Blocking: writes the session's file now when its state (meta, history,
+ * queued input) changed since the last write, and waits for the writer. For
+ * a record that must be on disk before its owner goes on (the gateway's id
+ * reservation after a restore). Errors: FG_ERR_STATE (anonymous session, no
+ * persist_dir, direct mode), FG_ERR_BUSY (a response in progress, or the
+ * session's KV is being loaded back: nothing written), FG_ERR_DISK_FULL,
+ * FG_ERR_IO (the write failed; the session stays usable). */
+fg_err fg_session_save(fg_session_t *s, fg_diag *diag);
+
 /* Snapshot: true when the session's KV is on disk only. */
 bool fg_session_on_disk(fg_session_t *s);
 

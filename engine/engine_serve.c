@@ -85,7 +85,7 @@ static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *
 
 /* ---- lists ---- */
 
-static void mark_dirty(fg_engine_t *e, fg_session_t *s)
+void fg_serve_mark_dirty(fg_engine_t *e, fg_session_t *s)
 {
     if (!s->dirty) {
         s->dirty = true;
@@ -95,6 +95,8 @@ static void mark_dirty(fg_engine_t *e, fg_session_t *s)
     e->work = true;
     pthread_cond_signal(&e->work_cv);
 }
+
+static void mark_dirty(fg_engine_t *e, fg_session_t *s) { fg_serve_mark_dirty(e, s); }
 
 static void ready_unlink(fg_engine_t *e, fg_session_t *s)
 {
@@ -416,6 +418,15 @@ static void take_requests(fg_engine_t *e)
             } else {
                 mark_dirty(e, s); /* retry next step */
             }
+        }
+        if (s->save_req) {
+            s->save_req = false;
+            const int queued = s->saves_inflight;
+            if (!s->resp.active && !s->respond_req)
+                fg_tier_save(e, s, false);
+            if (s->saves_inflight == queued)
+                s->save_skips++; /* nothing written: fg_session_save returns busy */
+            pthread_cond_broadcast(&e->done_cv);
         }
         if (s->respond_req) {
             s->respond_req = false;

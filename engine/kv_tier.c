@@ -443,6 +443,7 @@ static bool quiet(const fg_session_t *s)
 
 void fg_tier_reap(fg_engine_t *e)
 {
+    const bool any = e->done_jobs != NULL;
     while (e->done_jobs) {
         fg_save_job *j = e->done_jobs;
         e->done_jobs = j->next;
@@ -473,6 +474,8 @@ void fg_tier_reap(fg_engine_t *e)
                 s->spill_inflight = false;
             if (j->err != FG_OK) {
                 s->failed_gen = j->gen;
+                s->save_failures++;
+                s->save_err = j->err;
                 if (s->out.ev && s->out.ev_count < s->out.ev_cap) {
                     fg_outq *q = &s->out;
                     q->ev[(q->ev_head + q->ev_count) % q->ev_cap] =
@@ -501,6 +504,8 @@ void fg_tier_reap(fg_engine_t *e)
         }
         free_job(e, j);
     }
+    if (any)
+        pthread_cond_broadcast(&e->done_cv); /* a waiting fg_session_save reads file_gen and save_failures */
 }
 
 void fg_tier_save_all(fg_engine_t *e)

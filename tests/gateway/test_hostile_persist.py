@@ -2,6 +2,9 @@
 """Persistence under crashes and hostile files, over the socket (docs/protocol.md "After a
 server restart", docs/admin.md "Redis"; gateway/gw_persist.c, gateway/redis_local.c).
 
+- ids after crashes: a session SIGKILLed after a saved response, then mid-response, then
+  again after a restore before any response, hands out no event, item or response id twice
+  across the four runs;
 - a session file copied over another session's is refused with session_lost naming both, is
   moved aside, and the session it was copied from resumes and continues;
 """
@@ -73,6 +76,61 @@ def no_repeats(ids, what):
     seen = set()
     dup = sorted({i for i in ids if i in seen or seen.add(i)})
     check(not dup, f"{what}: ids handed out twice: {dup[:10]}")
+
+
+# ---------------------------------------------------------------- ids
+
+
+async def test_ids_never_repeat_after_sigkill():
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        ids = []
+        # run 1: two saved turns, then killed mid-response
+        srv = persist_server(pdir)
+        async with srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            sid = c.session_id
+            for t in TURNS[:2]:
+                await saved_turn(c, pdir, t)
+            await c.add_user(TURNS[2])
+            first = len(c.received)
+            await c.send({"type": "response.create", "response": {"max_output_tokens": 4000}})
+            while not any(e["type"] == "response.output_text.delta" for e in c.received[first:]):
+                await c.recv()
+            srv.kill()
+            ids += made_ids(c.received)
+            last = c.last_seq
+        # run 2: restored, an item added, killed before any response
+        srv = persist_server(pdir)
+        async with srv:
+            c = await Conn.open(srv)
+            await c.resume(sid, last)
+            await c.add_user(TURNS[2])
+            await c.add_user(TURNS[3])
+            srv.kill()
+            ids += made_ids(c.received)
+            last = c.last_seq
+        # run 3: restored again, a whole turn, killed after its save
+        srv = persist_server(pdir)
+        async with srv:
+            c = await Conn.open(srv)
+            await c.resume(sid, last)
+            await saved_turn(c, pdir, TURNS[3])
+            srv.kill()
+            ids += made_ids(c.received)
+            last = c.last_seq
+        # run 4: the next response and items
+        async with persist_server(pdir) as srv:
+            c = await Conn.open(srv)
+            await c.resume(sid, last)
+            await c.add_user("And the third.")
+            await c.respond()
+            ids += made_ids(c.received)
+        eq(sum(i.startswith("resp_") for i in ids), 5, f"responses started in {ids}")
+        no_repeats(ids, "across four runs")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- a file copied over another
