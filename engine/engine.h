@@ -302,6 +302,11 @@ typedef struct fg_event {
  * exceed the context), FG_ERR_NOMEM, FG_ERR_STATE (direct mode). */
 fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag *diag);
 
+/* Tokens that fg_session_append still accepts: the context minus the cache,
+ * the queued input and a sampled token not yet evaluated (a snapshot). A
+ * generating fg_session_respond needs at least 1 left after its input. */
+int fg_session_room(fg_session_t *s);
+
 /* Starts a response over the queued input (and the cached history).
  * Errors: FG_ERR_BUSY (a response is in progress), FG_ERR_INVALID_ARG (bad
  * parameters, or nothing to respond to), FG_ERR_STATE (direct mode). */

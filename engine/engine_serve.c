@@ -887,6 +887,17 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
     return err;
 }
 
+int fg_session_room(fg_session_t *s)
+{
+    fg_engine_t *e = s->e;
+    if (!e->opt.serve)
+        return e->n_ctx - s->seq.n_tokens;
+    pthread_mutex_lock(&e->mu);
+    int64_t room = e->n_ctx - s->committed;
+    pthread_mutex_unlock(&e->mu);
+    return room > 0 ? (int)room : 0;
+}
+
 static fg_err validate_response(const fg_engine_t *e, const fg_response_params *p, fg_diag *diag)
 {
     fg_err err = fg_sampling_validate(&p->sampling, diag);

@@ -199,6 +199,10 @@ fg_proto_code gw_persist_code(fg_err e);
  * internal_error) and msg (what the client is told). */
 gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
                                char *msg, size_t msg_cap);
+/* Whether the head with the session's instructions, its conversation and
+ * (generate) the reply marker and one token fit the context: a rebuild for
+ * new instructions is refused before anything is replaced when not. */
+bool gw_session_rebuild_fits(gw_session *s, bool generate);
 /* Resident KV bytes of a tenant (the engine's count; a walk of the sessions
  * when the engine cannot say). */
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);

@@ -188,6 +188,18 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     return s;
 }
 
+bool gw_session_rebuild_fits(gw_session *s, bool generate)
+{
+    fg_gateway_t *gw = s->gw;
+    fg_tokens head = {0}, reply = {0};
+    bool ok = fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) == FG_OK &&
+              (!generate || fg_template_reply(gw->tok, &reply) == FG_OK);
+    size_t need = head.n + s->conv.n + (generate ? reply.n + 1 : 0);
+    fg_tokens_free(&head);
+    fg_tokens_free(&reply);
+    return ok && need <= (size_t)gw->n_ctx;
+}
+
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant)
 {
     fg_tenant_kv_usage u;

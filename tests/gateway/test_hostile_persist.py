@@ -5,6 +5,11 @@ server restart", docs/admin.md "Redis"; gateway/gw_persist.c, gateway/redis_loca
 - ids after crashes: a session SIGKILLed after a saved response, then mid-response, then
   again after a restore before any response, hands out no event, item or response id twice
   across the four runs;
+- a refused response.create (new instructions too long for the context) leaves the session as
+  it was: a retry is refused the same way (it does not answer from an emptied context), its
+  file stays, and a good turn after shorter instructions, or after a SIGKILL and restart,
+  computes from the whole earlier conversation (the same input_tokens as a session that never
+  failed);
 - a session file copied over another session's is refused with session_lost naming both, is
   moved aside, and the session it was copied from resumes and continues;
 """
@@ -129,6 +134,87 @@ async def test_ids_never_repeat_after_sigkill():
             ids += made_ids(c.received)
         eq(sum(i.startswith("resp_") for i in ids), 5, f"responses started in {ids}")
         no_repeats(ids, "across four runs")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- refused responses
+
+LONG = "word " * 400  # far more tokens than a 256-token context
+
+
+def small_context(n_ctx):
+    return {"model": {"max_context": n_ctx}, "sessions": {"default_max_output_tokens": 16}}
+
+
+async def reference_input_tokens(n_ctx):
+    """input_tokens of the second turn of a session that never failed."""
+    pdir = tempfile.mkdtemp(prefix="fg-hp-ref-")
+    try:
+        async with persist_server(pdir, **small_context(n_ctx)) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            await c.add_user(TURNS[0])
+            await c.respond()
+            await c.add_user(TURNS[1])
+            _, _, done = await c.respond()
+            return done["usage"]["input_tokens"]
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def refused_rebuild(c):
+    """session.update with instructions that cannot fit, then response.create: refused."""
+    await c.update({"instructions": LONG})
+    await c.send({"type": "response.create", "event_id": "r1"})
+    await c.expect_error("context_length_exceeded", event_id="r1")
+
+
+async def test_refused_response_keeps_the_session():
+    want = await reference_input_tokens(256)
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        async with persist_server(pdir, **small_context(256)) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            await saved_turn(c, pdir, TURNS[0])
+            await refused_rebuild(c)
+            # the retry is refused the same way: nothing was emptied
+            await c.send({"type": "response.create", "event_id": "r2"})
+            ev = await c.recv()
+            check(ev["type"] == "error" and ev["error"]["code"] == "context_length_exceeded",
+                  f"the retry is refused too, not answered from an empty context: {ev}")
+            await asyncio.sleep(0.5)  # a removal would be the writer thread's
+            check(os.path.exists(session_file(pdir, c.session_id)), "the session file stays")
+            await c.update({"instructions": SETTINGS["instructions"]})
+            await c.add_user(TURNS[1])
+            _, _, done = await c.respond()
+            eq(done["usage"]["input_tokens"], want, "the turn after the refusal sees the whole conversation")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_refused_response_keeps_the_file_across_a_restart():
+    want = await reference_input_tokens(256)
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        srv = persist_server(pdir, **small_context(256))
+        async with srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            sid = c.session_id
+            await saved_turn(c, pdir, TURNS[0])
+            await refused_rebuild(c)
+            await asyncio.sleep(0.5)
+            srv.kill()
+            last = c.last_seq
+        async with persist_server(pdir, **small_context(256)) as srv:
+            c = await Conn.open(srv)
+            _, resumed = await c.resume(sid, last)  # refused as session_not_found if the file went
+            eq(resumed["session"]["instructions"], SETTINGS["instructions"], "the saved turn's instructions")
+            await c.add_user(TURNS[1])
+            _, _, done = await c.respond()
+            eq(done["usage"]["input_tokens"], want, "the turn after the restart sees the whole conversation")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
