@@ -135,6 +135,7 @@ struct fg_gateway {
     gw_tenant *tenants;             /* see tenants.h */
     int n_tenants, cap_tenants;
     fg_quota_t *quota;              /* NULL: no Redis, limits are the config's only */
+    fg_redis_local_t *redis_local;  /* our own redis-server, supervised by redis_watch; or NULL */
     char persist_dir[4096];         /* the engine's session files: <persistence.dir>/tenants */
     uint8_t *meta_buf;              /* FG_SESSION_META_MAX_BYTES: a session record being written */
     size_t kv_bytes_per_token;
@@ -146,6 +147,7 @@ struct fg_gateway {
     struct gw_dashboard *dashboard; /* dashboard.h: the page's files; NULL when not found */
 
     lws_sorted_usec_list_t sweep;   /* periodic idle-session sweep */
+    lws_sorted_usec_list_t redis_watch; /* periodic check of redis_local */
     lws_sorted_usec_list_t admin_drain; /* POST /admin/drain: starts the drain once its reply is out */
     atomic_bool stop_requested;     /* [any thread] */
     bool draining;

@@ -12,6 +12,10 @@ server restart", docs/admin.md "Redis"; gateway/gw_persist.c, gateway/redis_loca
   failed);
 - a session file copied over another session's is refused with session_lost naming both, is
   moved aside, and the session it was copied from resumes and continues;
+- the redis-server flashgate starts for itself is restarted when it is killed (-9): the zombie
+  is reaped, quotas of a fail-closed tenant work again, /metrics counts the restart;
+- a gateway SIGKILLed and started again at once on the same directory comes up, and the old
+  redis-server, dying later, does not remove the new one's socket.
 """
 import asyncio
 import os
@@ -248,6 +252,121 @@ async def test_copied_session_file_is_refused():
             await o.add_user(TURNS[2])
             _, _, done = await o.respond()
             check(done["status"] in ("completed", "incomplete"), f"the original continues: {done}")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- our own redis-server
+
+FAIL_CLOSED = [{"id": "acme", "name": "Acme", "api_keys": ["acme-test-key-0123456789abcdef"], "fail_mode": "closed"}]
+
+
+def redis_children(pid):
+    """Pids of the redis-server processes whose parent is pid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and comm.startswith("redis-server") and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+        return st[st.rindex(")") + 2:].split()[0]
+    except OSError:
+        return None
+
+
+def metric(port, name):
+    status, _, body = http_get(port, "/metrics")
+    eq(status, 200, "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def pings(path):
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(path)
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+async def session_opens(srv):
+    """A fail-closed tenant's session.create: True when created, False when refused for Redis."""
+    c = await Conn.open(srv)
+    try:
+        await c.send({"type": "session.create"})
+        ev = await c.recv(30)
+        if ev["type"] == "session.created":
+            return True
+        eq(ev["error"]["code"], "quota_unavailable", f"refused for Redis only: {ev}")
+        return False
+    finally:
+        await c.close()
+
+
+async def wait_session_opens(srv, what, timeout=90):
+    deadline = time.monotonic() + timeout
+    while not await session_opens(srv):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: sessions of the fail-closed tenant still refused after {timeout}s")
+        await asyncio.sleep(0.3)
+
+
+async def test_redis_child_restarted_after_kill():
+    async with Server(tenants=FAIL_CLOSED) as srv:
+        await wait_session_opens(srv, "at start")
+        kids = redis_children(srv.pid)
+        eq(len(kids), 1, "one redis-server child")
+        os.kill(kids[0], signal.SIGKILL)
+        await wait_for(lambda: proc_state(kids[0]) is None, "the killed child reaped (no zombie)", 30)
+        await wait_for(lambda: redis_children(srv.pid), "a new redis-server child", 60)
+        await wait_session_opens(srv, "after the restart")
+        check(metric(srv.port, "flashgate_redis_local_restarts_total") >= 1, "the restart counted in /metrics")
+        eq(metric(srv.port, "flashgate_redis_local_running"), 1, "running again")
+        check(srv.log_events("redis_exited") and srv.log_events("redis_restarted"), "logged")
+
+
+async def test_gateway_sigkill_and_restart_at_once():
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        port = free_port()
+        conf = {"persistence": {"dir": pdir}, "server": {"port": port}, "tenants": FAIL_CLOSED}
+        link = os.path.join(pdir, f"redis-{port}", "redis.sock")
+        srv = Server(**conf)
+        async with srv:
+            srv.port = port  # the harness picked another for its config; ours wins
+            await wait_session_opens(srv, "first gateway")
+            old = redis_children(srv.pid)
+            eq(len(old), 1, "one redis-server child")
+            # the old child is held while the gateway dies, and goes only once the new one runs
+            os.kill(old[0], signal.SIGSTOP)
+            srv.kill()
+        srv2 = Server(**conf)
+        async with srv2:
+            srv2.port = port
+            await wait_session_opens(srv2, "the gateway started at once")
+            os.kill(old[0], signal.SIGCONT)  # its death signal is pending: it shuts down now
+            await wait_for(lambda: proc_state(old[0]) in (None, "Z"), "the old redis-server gone", 30)
+            check(pings(link), f"the new redis-server still answers on {link} after the old one exited")
+            await wait_session_opens(srv2, "after the old redis-server exited")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
