@@ -9,7 +9,8 @@ server restart", docs/admin.md "Redis"; gateway/gw_persist.c, gateway/redis_loca
   it was: a retry is refused the same way (it does not answer from an emptied context), its
   file stays, and a good turn after shorter instructions, or after a SIGKILL and restart,
   computes from the whole earlier conversation (the same input_tokens as a session that never
-  failed);
+  failed); a response.create refused because the reply marker fits but no token after it does
+  appends nothing;
 - a session file copied over another session's is refused with session_lost naming both, is
   moved aside, and the session it was copied from resumes and continues;
 - the redis-server flashgate starts for itself is restarted when it is killed (-9): the zombie
@@ -219,6 +220,36 @@ async def test_refused_response_keeps_the_file_across_a_restart():
             await c.add_user(TURNS[1])
             _, _, done = await c.respond()
             eq(done["usage"]["input_tokens"], want, "the turn after the restart sees the whole conversation")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_refused_reply_appends_nothing():
+    """A response.create refused because the reply marker fits the context but no token after
+    it does: nothing of it stays in the conversation."""
+    item = "Open the first file and read it."
+    pdir = tempfile.mkdtemp(prefix="fg-hp-")
+    try:
+        # the item's context and the reply marker's length, on a roomy server
+        async with persist_server(pdir, **small_context(512)) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            await c.add_user(item)
+            _, _, done = await c.respond({"generate": False})
+            held = done["usage"]["input_tokens"]
+            _, _, done = await c.respond({"max_output_tokens": 1})
+            marker = done["usage"]["input_tokens"] - held
+            check(marker > 0, f"a reply marker: {done['usage']}")
+        shutil.rmtree(pdir, ignore_errors=True)
+        # a context with room for exactly the marker after the item
+        async with persist_server(pdir, **small_context(held + marker)) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            await c.add_user(item)
+            await c.send({"type": "response.create", "event_id": "r1"})
+            await c.expect_error("context_length_exceeded", event_id="r1")
+            _, _, done = await c.respond({"generate": False})
+            eq(done["usage"]["input_tokens"], held, "the refused response left no reply marker behind")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
