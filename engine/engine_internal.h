@@ -101,6 +101,10 @@ struct fg_session {
     bool on_disk;                   /* [mu] KV only in the file; hist and todo stay in memory */
     bool delete_file;               /* [mu] fg_session_delete: remove the file when freed */
     int saves_inflight;             /* [mu] writer jobs for it */
+    bool save_req;                  /* [mu] fg_session_save: the step thread writes its file */
+    uint64_t save_skips;            /* [mu] save requests that queued nothing (busy): the waiter returns */
+    uint64_t save_failures;         /* [mu] writes of its file that failed */
+    fg_err save_err;                /* [mu] the latest failure's code */
     bool spill_inflight;            /* [mu] */
     char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
     bool load_inflight;             /* [mu] the writer thread is reading its file */
@@ -287,6 +291,8 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag);
 void fg_engine_serve_stop(fg_engine_t *e);
 /* Hands a session to the step thread. FG_ERR_STATE: its name is open. */
 fg_err fg_session_serve_init(fg_session_t *s);
+/* Puts s on the dirty list and wakes the step thread [mu]. */
+void fg_serve_mark_dirty(fg_engine_t *e, fg_session_t *s);
 void fg_session_serve_release(fg_session_t *s);
 double fg_now_s(void);
 

@@ -85,7 +85,7 @@ static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *
 
 /* ---- lists ---- */
 
-static void mark_dirty(fg_engine_t *e, fg_session_t *s)
+void fg_serve_mark_dirty(fg_engine_t *e, fg_session_t *s)
 {
     if (!s->dirty) {
         s->dirty = true;
@@ -95,6 +95,8 @@ static void mark_dirty(fg_engine_t *e, fg_session_t *s)
     e->work = true;
     pthread_cond_signal(&e->work_cv);
 }
+
+static void mark_dirty(fg_engine_t *e, fg_session_t *s) { fg_serve_mark_dirty(e, s); }
 
 static void ready_unlink(fg_engine_t *e, fg_session_t *s)
 {
@@ -416,6 +418,15 @@ static void take_requests(fg_engine_t *e)
             } else {
                 mark_dirty(e, s); /* retry next step */
             }
+        }
+        if (s->save_req) {
+            s->save_req = false;
+            const int queued = s->saves_inflight;
+            if (!s->resp.active && !s->respond_req)
+                fg_tier_save(e, s, false);
+            if (s->saves_inflight == queued)
+                s->save_skips++; /* nothing written: fg_session_save returns busy */
+            pthread_cond_broadcast(&e->done_cv);
         }
         if (s->respond_req) {
             s->respond_req = false;
@@ -874,6 +885,17 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
     }
     pthread_mutex_unlock(&e->mu);
     return err;
+}
+
+int fg_session_room(fg_session_t *s)
+{
+    fg_engine_t *e = s->e;
+    if (!e->opt.serve)
+        return e->n_ctx - s->seq.n_tokens;
+    pthread_mutex_lock(&e->mu);
+    int64_t room = e->n_ctx - s->committed;
+    pthread_mutex_unlock(&e->mu);
+    return room > 0 ? (int)room : 0;
 }
 
 static fg_err validate_response(const fg_engine_t *e, const fg_response_params *p, fg_diag *diag)

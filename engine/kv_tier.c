@@ -132,8 +132,8 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
                              (unsigned long long)have);
         goto out;
     }
-    fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
-                          .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
+    fg_sfile_content c = {.model_identity = e->expect.model_identity, .tenant = j->tenant, .geo = geo,
+                          .tokens = j->tokens, .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
                           .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
     j->err = fg_sfile_write(dir, j->name, &c, &d);
     if (j->err == FG_OK) {
@@ -443,6 +443,7 @@ static bool quiet(const fg_session_t *s)
 
 void fg_tier_reap(fg_engine_t *e)
 {
+    const bool any = e->done_jobs != NULL;
     while (e->done_jobs) {
         fg_save_job *j = e->done_jobs;
         e->done_jobs = j->next;
@@ -473,6 +474,8 @@ void fg_tier_reap(fg_engine_t *e)
                 s->spill_inflight = false;
             if (j->err != FG_OK) {
                 s->failed_gen = j->gen;
+                s->save_failures++;
+                s->save_err = j->err;
                 if (s->out.ev && s->out.ev_count < s->out.ev_cap) {
                     fg_outq *q = &s->out;
                     q->ev[(q->ev_head + q->ev_count) % q->ev_cap] =
@@ -501,6 +504,8 @@ void fg_tier_reap(fg_engine_t *e)
         }
         free_job(e, j);
     }
+    if (any)
+        pthread_cond_broadcast(&e->done_cv); /* a waiting fg_session_save reads file_gen and save_failures */
 }
 
 void fg_tier_save_all(fg_engine_t *e)
@@ -638,6 +643,8 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
     fg_err err = fg_sfile_read(path, fg_sfile_max_size(&e->expect), buf, len, &d);
     if (err == FG_OK)
         err = fg_sfile_parse(*buf, *len, &e->expect, v, &d);
+    if (err == FG_OK)
+        err = fg_sfile_check_owner(v, tenant, name, &d);
     if (err != FG_OK) {
         free(*buf);
         *buf = NULL;

@@ -285,6 +285,8 @@ void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         if (j->err == FG_OK)
             j->err = fg_sfile_parse(j->buf, j->len, &e->expect, &j->v, d);
         if (j->err == FG_OK)
+            j->err = fg_sfile_check_owner(&j->v, j->tenant, hex, d);
+        if (j->err == FG_OK)
             j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
         if (damage(j->err))
             rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
@@ -312,8 +314,9 @@ void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     }
     uint8_t meta[FG_PFILE_META_BYTES];
     fg_pfile_meta(meta, j->key, j->prev, salt);
-    fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
-                          .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta, .rows = j->rows};
+    fg_sfile_content c = {.model_identity = e->expect.model_identity, .tenant = j->tenant, .geo = geo,
+                          .tokens = j->tokens, .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta,
+                          .rows = j->rows};
     j->err = fg_sfile_write_as(pages_dir, hex, FG_PFILE_SUFFIX, &c, d);
     if (j->err == FG_OK) {
         pthread_mutex_lock(&e->mu);
