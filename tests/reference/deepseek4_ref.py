@@ -11,6 +11,11 @@ Usage
     deepseek4_ref.py MODEL.gguf --tokens 1,2,3 --out logits.npy [--mtp-out mtp.npy]
         One pass over the tokens (positions 0..n-1).  Row i of the logits is the prediction
         after token i; row i of the MTP logits is the MTP block's draft from (h_i, token i+1).
+    deepseek4_ref.py compare MODEL.gguf --engine-logits FILE --tokens ... --n-prompt P
+                     [--tol 1e-4] [--tie-margin M]
+        Runs the reference over the tokens and checks an engine logits file (the FGLG format
+        and the comparison rules of deepseek2_ref.py, shared, not repeated).  Exit 0 = agree,
+        1 = mismatch, 2 = usage or format error.
     deepseek4_ref.py info MODEL.gguf
         Prints the hyper-parameters.
 
@@ -83,6 +88,7 @@ class Rope(object):
     def __init__(self, rd, base, freq_scale=1.0, ext_factor=0.0, n_ctx_orig=0,
                  beta_fast=32.0, beta_slow=1.0):
         self.rd = rd
+        self.base = base
         i = np.arange(rd // 2, dtype=np.float64)
         self.inv_freq = base ** (-2.0 * i / rd)                      # (rd/2,)
         self.freq_scale = freq_scale
@@ -398,16 +404,20 @@ class Model(object):
         return sorted(int(j) for j in top_indices(scores, n_keep))
 
     def attend(self, il, q, keys, pos):
-        """One softmax per head over keys (n, D) with the head's sink; K = V.
-        Then inverse RoPE on each head's output at pos, grouped output LoRA -> (E,)."""
+        """One softmax per head over keys (n, D) with the head's sink; K = V.  -> (E,)"""
         hp = self.hp
-        b = "blk.%d." % il
-        sinks = self.w(b + "attn_sinks.weight", [hp.H])               # (H,)
+        sinks = self.w("blk.%d.attn_sinks.weight" % il, [hp.H])       # (H,)
         logits = (q @ keys.T) / math.sqrt(hp.D)                       # (H, n)
         mx = np.maximum(logits.max(axis=1), sinks)                    # (H,)
         p = np.exp(logits - mx[:, None])
         p = p / (p.sum(axis=1) + np.exp(sinks - mx))[:, None]         # sink in the denominator
-        out = self.layer_rope(il).apply(p @ keys, pos, inverse=True)  # (H, D)
+        return self.attn_output(il, p @ keys, pos)
+
+    def attn_output(self, il, out, pos):
+        """Heads' outputs (H, D): inverse RoPE at pos, grouped output LoRA -> (E,)."""
+        hp = self.hp
+        b = "blk.%d." % il
+        out = self.layer_rope(il).apply(out, pos, inverse=True)       # (H, D)
         g_dim = hp.H * hp.D // hp.G
         wo_a = self.w(b + "attn_output_a.weight", [g_dim, hp.R * hp.G]).reshape(hp.G, hp.R, g_dim)
         grouped = out.reshape(hp.G, g_dim)                            # heads of a group adjacent
@@ -483,6 +493,8 @@ class Model(object):
         return logits, mtp
 
     def _layer_full(self, il, x, tokens, trace):
+        """One layer over the whole sequence: compressed rows pooled for every closed block
+        at once, then attention as a masked softmax over [all positions | all rows]."""
         hp = self.hp
         n = x.shape[0]
         b = "blk.%d." % il
@@ -490,35 +502,84 @@ class Model(object):
         pre = [self.hc_pre(il, "attn", x[i]) for i in range(n)]
         y = np.array([rmsnorm(v[0], hp.eps) for v in pre]) * self.w(b + "attn_norm.weight", [hp.E])  # (n, E)
         qkv = [self.attn_inputs(il, y[i], i) for i in range(n)]
+        q_all = np.array([v[0] for v in qkv])                                    # (n, H, D)
         kv_all = np.array([v[1] for v in qkv])                                   # (n, D)
-        rows, ikeys = [], []
-        if r != 0:
-            ent = [self.comp_entry(il, y[i], i) for i in range(n)]
-            for j in range(n // r):
-                prev = ent[(j - 1) * r:j * r] if (r == CSA and j > 0) else None
-                rows.append(self.pool_row(il, j, ent[j * r:(j + 1) * r], prev))
-            trace.setdefault("rows_emitted", {})[il] = len(rows)
-        if r == CSA:
-            ient = [self.comp_entry(il, y[i], i, indexer=True) for i in range(n)]
-            for j in range(n // r):
-                prev = ient[(j - 1) * r:j * r] if j > 0 else None
-                ikeys.append(self.pool_row(il, j, ient[j * r:(j + 1) * r], prev, indexer=True))
+        rows = self._pool_all(il, y) if r else np.zeros((0, hp.D))               # (nb, D)
+        nb = rows.shape[0]
+        if r:
+            trace.setdefault("rows_emitted", {})[il] = nb
+        pos = np.arange(n)
+        s = np.arange(n)
+        mask = np.zeros((n, n + nb), dtype=bool)                                 # query x key
+        mask[:, :n] = (s[None, :] <= pos[:, None]) & (pos[:, None] - s[None, :] < hp.window)
+        if r:
+            visible = np.arange(nb)[None, :] < ((pos + 1) // r)[:, None]          # (n, nb)
+            if r == CSA:
+                visible &= self._selected_all(il, y, [v[2] for v in qkv], visible, trace)
+            mask[:, n:] = visible
+        keys = np.concatenate([kv_all, rows], axis=0)                            # (n + nb, D)
+        sinks = self.w(b + "attn_sinks.weight", [hp.H])
+        logits = np.einsum("phd,kd->hpk", q_all, keys) / math.sqrt(hp.D)         # (H, n, n + nb)
+        logits = np.where(mask[None, :, :], logits, -np.inf)
+        mx = np.maximum(logits.max(axis=2), sinks[:, None])                      # (H, n)
+        pr = np.exp(logits - mx[:, :, None])
+        pr = pr / (pr.sum(axis=2) + np.exp(sinks[:, None] - mx))[:, :, None]
+        heads = np.einsum("hpk,kd->phd", pr, keys)                               # (n, H, D)
         out = np.zeros((n, 4, hp.E))
         for p in range(n):
-            q, _, qr = qkv[p]
-            keys = [kv_all[s] for s in range(max(0, p - hp.window + 1), p + 1)]  # window, itself included
-            n_vis = (p + 1) // r if r else 0                                     # rows j < (p+1)/r
-            if r == HCA:
-                keys += rows[:n_vis]
-            elif r == CSA:
-                iq, wh = self.indexer_query(il, y[p], qr, p)
-                keys += [rows[j] for j in self.select_rows(il, iq, wh, ikeys[:n_vis], trace)]
-            a = self.attend(il, q, np.array(keys), p)
+            a = self.attn_output(il, heads[p], p)
             x1 = self.hc_post(a, x[p], pre[p][1], pre[p][2])
             yf, post, comb = self.hc_pre(il, "ffn", x1)
             yf = rmsnorm(yf, hp.eps) * self.w(b + "ffn_norm.weight", [hp.E])
             out[p] = self.hc_post(self.ffn(il, yf, tokens[p], trace), x1, post, comb)
         return out
+
+    def _pool_all(self, il, y, indexer=False):
+        """Every closed block's compressed row from the layer inputs y (n, E) -> (n // r, width)."""
+        hp = self.hp
+        r = hp.ratios[il]
+        n = y.shape[0]
+        nb = n // r
+        if indexer:
+            pre, width = "blk.%d.indexer_compressor_" % il, hp.Di
+        else:
+            pre, width = "blk.%d.attn_compressor_" % il, hp.D
+        c = 2 if r == CSA else 1
+        kc = y @ self.w(pre + "kv.weight", [hp.E, c * width]).T                 # (n, c*width)
+        sc = y @ self.w(pre + "gate.weight", [hp.E, c * width]).T
+        sc = sc + self.w(pre + "ape.weight", [c * width, r])[np.arange(n) % r]
+        kc = kc[:nb * r].reshape(nb, r, c * width)
+        sc = sc[:nb * r].reshape(nb, r, c * width)
+        if r == CSA:                 # previous block's first half | this block's second half
+            kprev = np.concatenate([np.zeros((1, r, width)), kc[:-1, :, :width]], axis=0)
+            sprev = np.concatenate([np.full((1, r, width), -np.inf), sc[:-1, :, :width]], axis=0)
+            vals = np.concatenate([kprev, kc[:, :, width:]], axis=1)             # (nb, 2r, width)
+            scores = np.concatenate([sprev, sc[:, :, width:]], axis=1)
+        else:
+            vals, scores = kc, sc                                                # (nb, r, width)
+        wts = np.exp(scores - scores.max(axis=1, keepdims=True))
+        wts = wts / wts.sum(axis=1, keepdims=True)
+        rows = (wts * vals).sum(axis=1)                                          # (nb, width)
+        rows = rmsnorm(rows, hp.eps) * self.w(pre + "norm.weight", [width])
+        return np.array([self.rope_comp.apply(rows[j], j * r) for j in range(nb)]).reshape(nb, width)
+
+    def _selected_all(self, il, y, qrs, visible, trace):
+        """(n, nb) bool: the rows each query's indexer keeps (top min(top_k, visible))."""
+        hp = self.hp
+        n, nb = visible.shape
+        keep = np.zeros((n, nb), dtype=bool)
+        if nb == 0:
+            return keep
+        ikeys = self._pool_all(il, y, indexer=True)                              # (nb, Di)
+        for p in range(n):
+            iq, wh = self.indexer_query(il, y[p], qrs[p], p)                     # (Hi, Di), (Hi,)
+            scores = (np.maximum(iq @ ikeys.T, 0.0) * wh[:, None]).sum(axis=0)   # (nb,)
+            n_vis = int(visible[p].sum())
+            n_keep = min(hp.top_k, n_vis)
+            if n_keep < n_vis:
+                trace["rows_dropped"] = trace.get("rows_dropped", 0) + n_vis - n_keep
+            keep[p, top_indices(scores[:n_vis], n_keep)] = True
+        return keep
 
     # ==================================================================================
     # path 2: chunks appended to an explicit cache
@@ -619,13 +680,40 @@ def _parse_tokens(s):
     return [int(t) for t in s.replace(",", " ").split()]
 
 
+def _cmd_compare(argv):
+    import argparse
+    from deepseek2_ref import compare_logits, read_engine_logits
+    ap = argparse.ArgumentParser(prog="deepseek4_ref.py compare")
+    ap.add_argument("model")
+    ap.add_argument("--engine-logits", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--n-prompt", type=int, required=True)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--tie-margin", type=float, default=None)
+    a = ap.parse_args(argv)
+    try:
+        eng_tokens, eng_logits = read_engine_logits(a.engine_logits)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("deepseek4_ref: %s\n" % e)
+        return 2
+    tokens = _parse_tokens(a.tokens)
+    logits, _ = Model(a.model).forward(tokens)
+    ok, fails = compare_logits(logits, tokens, a.n_prompt, eng_tokens, eng_logits, a.tol, a.tie_margin)
+    for f in fails:
+        sys.stdout.write("FAIL: %s\n" % f)
+    sys.stdout.write("%s\n" % ("PASS" if ok else "MISMATCH"))
+    return 0 if ok else 1
+
+
 def main(argv):
     import argparse
-    if len(argv) > 1 and argv[1] == "info":
+    if len(argv) > 2 and argv[1] == "info":
         m = Model(argv[2])
         for k, v in sorted(vars(m.hp).items()):
             print("%-20s %s" % (k, v))
         return 0
+    if len(argv) > 1 and argv[1] == "compare":
+        return _cmd_compare(argv[2:])
     ap = argparse.ArgumentParser(description="deepseek4 float64 reference")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True)
