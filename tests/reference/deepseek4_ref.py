@@ -10,7 +10,10 @@ rank, Hi x Di indexer heads, G x R output groups, X experts (K used), F expert w
 Usage
     deepseek4_ref.py MODEL.gguf --tokens 1,2,3 --out logits.npy [--mtp-out mtp.npy]
         One pass over the tokens (positions 0..n-1).  Row i of the logits is the prediction
-        after token i; row i of the MTP logits is the MTP block's draft from (h_i, token i+1).
+        after token i.  Row i of the MTP logits is the MTP block's draft at position i, from
+        (h_{i-1}, token i) with h_{-1} = 0, i.e. its guess for token i + 1 (llama.cpp's
+        common_speculative_impl_draft_mtp pairs (h_p, x_{p+1}) at MTP position p + 1 and
+        starts from a zero h).
     deepseek4_ref.py compare MODEL.gguf --engine-logits FILE --tokens ... --n-prompt P
                      [--tol 1e-4] [--tie-margin M]
         Runs the reference over the tokens and checks an engine logits file (the FGLG format
@@ -158,12 +161,13 @@ class Model(object):
         return default
 
     def _per_layer(self, name, n, default=None):
+        """A scalar or an array; a shorter array repeats its last entry (llama.cpp's loader)."""
         v = self._key(name, default, required=default is None)
         if isinstance(v, (list, np.ndarray)):
             vals = [float(x) for x in v]
-            if len(vals) < n:
-                raise V4Error("per_layer_short", "%s has %d entries, fewer than %d" % (name, len(vals), n))
-            return vals[:n]
+            if not vals:
+                raise V4Error("per_layer_empty", "%s is an empty array" % name)
+            return (vals + [vals[-1]] * n)[:n]
         return [float(v)] * n
 
     def _read_hparams(self):
@@ -317,11 +321,19 @@ class Model(object):
         pre = sigmoid(m * scale[0] + base) + hp.hc_eps
         return pre @ x
 
-    def logits_of(self, x):
-        """x (4, E) -> (V,): hc head, output_norm, output."""
+    def logits_of(self, x, mtp=False):
+        """x (4, E) -> (V,): hc head, output_norm, output (the MTP block's own norm and head
+        when the file has nextn.shared_head_norm / shared_head_head)."""
         hp = self.hp
-        y = rmsnorm(self.hc_head(x), hp.eps) * self.w("output_norm.weight", [hp.E])
-        return self.w("output.weight", [hp.E, hp.V]) @ y
+        norm, head = "output_norm.weight", "output.weight"
+        if mtp:
+            b = "blk.%d.nextn." % hp.n_layer
+            if (b + "shared_head_norm.weight") in self.g.tensors:
+                norm = b + "shared_head_norm.weight"
+            if (b + "shared_head_head.weight") in self.g.tensors:
+                head = b + "shared_head_head.weight"
+        y = rmsnorm(self.hc_head(x), hp.eps) * self.w(norm, [hp.E])
+        return self.w(head, [hp.E, hp.V]) @ y
 
     def attn_inputs(self, il, y, pos):
         """y (E,) after attn_norm -> q (H, D) roped, kv (D,) roped, qr (Q,)."""
@@ -439,7 +451,8 @@ class Model(object):
         wts = p[chosen]
         if hp.w_norm:
             wts = wts / max(wts.sum(), 6.103515625e-5)
-        wts = wts * hp.w_scale
+        if hp.w_scale != 0.0 and hp.w_scale != 1.0:              # 0 means unscaled, as in llama.cpp
+            wts = wts * hp.w_scale
         gate_e = self.w(b + "ffn_gate_exps.weight", [hp.E, hp.F, hp.X])        # (X, F, E)
         up_e = self.w(b + "ffn_up_exps.weight", [hp.E, hp.F, hp.X])
         down_e = self.w(b + "ffn_down_exps.weight", [hp.F, hp.E, hp.X])        # (X, E, F)
@@ -459,11 +472,14 @@ class Model(object):
             up = np.clip(up, -limit, limit)
         return silu(gate) * up
 
-    def mtp_input(self, h, next_token):
-        """eh_proj([enorm(embed(next)); hnorm(h_s)]) per stream: h (4, E) -> (4, E)."""
+    def mtp_input(self, h, token):
+        """eh_proj([enorm(embed(token)); hnorm(h_s)]) per stream: h (4, E) -> (4, E).
+        h is the trunk's streams at the previous position (zeros before position 0)."""
         hp = self.hp
         b = "blk.%d.nextn." % hp.n_layer
-        e = rmsnorm(self.embed(next_token), hp.eps) * self.w(b + "enorm.weight", [hp.E])
+        table = b + "embed_tokens.weight" if (b + "embed_tokens.weight") in self.g.tensors else "token_embd.weight"
+        e = self.w(table, [hp.E, hp.V])[token]                              # (E,)
+        e = rmsnorm(e, hp.eps) * self.w(b + "enorm.weight", [hp.E])
         hn = rmsnorm(h, hp.eps) * self.w(b + "hnorm.weight", [hp.E])          # (4, E)
         cat = np.concatenate([np.repeat(e[None, :], 4, axis=0), hn], axis=1)  # (4, 2E)
         return cat @ self.w(b + "eh_proj.weight", [2 * hp.E, hp.E]).T
@@ -476,7 +492,7 @@ class Model(object):
     # ==================================================================================
 
     def forward(self, tokens, trace=None):
-        """tokens (n,) -> logits (n, V) and MTP logits (n-1, V) (None without MTP)."""
+        """tokens (n,) -> logits (n, V) and MTP logits (n, V) (None without MTP)."""
         hp = self.hp
         trace = {} if trace is None else trace
         tokens = [int(t) for t in tokens]
@@ -486,10 +502,11 @@ class Model(object):
             x = self._layer_full(il, x, tokens, trace)
         logits = np.array([self.logits_of(x[i]) for i in range(n)])
         mtp = None
-        if hp.n_nextn > 0 and n > 1:
-            xm = np.array([self.mtp_input(x[i], tokens[i + 1]) for i in range(n - 1)])
-            xm = self._layer_full(hp.n_layer, xm, tokens[1:], trace)
-            mtp = np.array([self.logits_of(xm[i]) for i in range(n - 1)])
+        if hp.n_nextn > 0:
+            h_prev = np.concatenate([np.zeros((1, 4, hp.E)), x[:-1]], axis=0)        # h_{p-1}
+            xm = np.array([self.mtp_input(h_prev[i], tokens[i]) for i in range(n)])
+            xm = self._layer_full(hp.n_layer, xm, tokens, trace)
+            mtp = np.array([self.logits_of(xm[i], mtp=True) for i in range(n)])
         return logits, mtp
 
     def _layer_full(self, il, x, tokens, trace):
@@ -589,8 +606,8 @@ class Model(object):
         return Cache(self.hp)
 
     def step(self, cache, tokens, trace=None):
-        """Appends tokens to the cache; returns their logits (m, V) and the MTP logits that
-        became computable (one per new (h_i, token i+1) pair), as a list of (i, (V,))."""
+        """Appends tokens to the cache; returns their logits (m, V) and MTP drafts (m, V)
+        (None without MTP)."""
         hp = self.hp
         trace = {} if trace is None else trace
         tokens = [int(t) for t in tokens]
@@ -599,17 +616,13 @@ class Model(object):
         for il in range(hp.n_layer):
             x = self._layer_cached(il, x, p0, tokens, cache.layers[il], trace)
         logits = np.array([self.logits_of(v) for v in x])
-        mtp = []
+        mtp = None
         if hp.n_nextn > 0:
-            hs = ([cache.last_h] if cache.last_h is not None else []) + list(x)
-            first = p0 - 1 if cache.last_h is not None else p0                # position of hs[0]
-            pairs = [(first + i, hs[i], tokens[first + i + 1 - p0]) for i in range(len(hs) - 1)]
-            if pairs:
-                xm = np.array([self.mtp_input(h, t) for _, h, t in pairs])
-                xm = self._layer_cached(hp.n_layer, xm, pairs[0][0], [t for _, _, t in pairs],
-                                        cache.layers[hp.n_layer], trace)
-                mtp = [(pairs[i][0], self.logits_of(xm[i])) for i in range(len(pairs))]
-            cache.last_h = x[-1]
+            h_prev = np.concatenate([cache.last_h[None], x[:-1]], axis=0)           # h_{p-1}
+            xm = np.array([self.mtp_input(h_prev[i], tokens[i]) for i in range(len(tokens))])
+            xm = self._layer_cached(hp.n_layer, xm, p0, tokens, cache.layers[hp.n_layer], trace)
+            mtp = np.array([self.logits_of(v, mtp=True) for v in xm])
+        cache.last_h = x[-1]
         cache.pos += len(tokens)
         return logits, mtp
 
@@ -670,7 +683,7 @@ class Cache(object):
     def __init__(self, hp):
         self.pos = 0
         self.layers = [LayerCache() for _ in range(hp.n_layer_all)]
-        self.last_h = None    # streams (4, E) of the last position, for the MTP block
+        self.last_h = np.zeros((4, hp.E))   # trunk streams of the last position (MTP input)
 
 
 def _parse_tokens(s):

@@ -74,17 +74,17 @@ def prompt(m, n, seed=7):
 
 
 def run_steps(m, tokens, schedule, trace=None):
-    """Appends tokens in chunks of the given sizes (cycled); returns logits (n, V), MTP (n-1, V)."""
+    """Appends tokens in chunks of the given sizes (cycled); returns logits (n, V), MTP (n, V)."""
     cache = m.new_cache()
     logits, mtp, i, k = [], [], 0, 0
     while i < len(tokens):
         size = schedule[k % len(schedule)]
         lg, dr = m.step(cache, tokens[i:i + size], trace)
         logits.append(lg)
-        mtp += [v for _, v in dr]
+        mtp.append(dr)
         i += size
         k += 1
-    return np.concatenate(logits), np.array(mtp)
+    return np.concatenate(logits), np.concatenate(mtp)
 
 
 def test_cache_vs_one_pass():
@@ -96,14 +96,14 @@ def test_cache_vs_one_pass():
     for t in toks:                                    # the prompt, one token at a time
         a, b = m.step(cache, [t], trace_c)
         lg.append(a)
-        dr += [v for _, v in b]
+        dr.append(b)
     for _ in range(N_DECODE):                         # greedy decode from the cache
         nxt = int(np.argmax(lg[-1][-1]))
         toks.append(nxt)
         a, b = m.step(cache, [nxt], trace_c)
         lg.append(a)
-        dr += [v for _, v in b]
-    lg, dr = np.concatenate(lg), np.array(dr)
+        dr.append(b)
+    lg, dr = np.concatenate(lg), np.concatenate(dr)
     trace_f = {}
     full, mtp = m.forward(toks, trace_f)
     _MODEL["tokens"], _MODEL["full"], _MODEL["mtp"] = toks, full, mtp
@@ -123,6 +123,18 @@ def test_cache_vs_one_pass():
     check("cache: the indexer's top-k dropped rows (both paths, same count)",
           csa and trace_f.get("rows_dropped", 0) > 0 and trace_f.get("rows_dropped") == trace_c.get("rows_dropped"),
           "%s / %s" % (trace_f.get("rows_dropped"), trace_c.get("rows_dropped")))
+
+
+def test_causality():
+    """Changing the last token moves only the last row of the logits and of the MTP drafts."""
+    m = fixture()
+    toks = prompt(m, 140, seed=13)
+    other = toks[:-1] + [(toks[-1] + 1) % m.hp.V]
+    a, am = m.forward(toks)
+    b, bm = m.forward(other)
+    check("causality: rows before the changed token are identical (trunk and MTP)",
+          maxabs(a[:-1], b[:-1]) == 0.0 and maxabs(am[:-1], bm[:-1]) == 0.0)
+    check("causality: the last row moves (trunk and MTP)", maxabs(a[-1], b[-1]) > 1e-6 and maxabs(am[-1], bm[-1]) > 1e-6)
 
 
 def test_negative_controls():
@@ -321,7 +333,7 @@ def main():
     global TMP
     TMP = tempfile.mkdtemp(prefix="fg_v4refcheck_")
     try:
-        for fn in (test_cache_vs_one_pass, test_chunked, test_negative_controls, test_validation,
+        for fn in (test_cache_vs_one_pass, test_chunked, test_causality, test_negative_controls, test_validation,
                    test_hash_routing, test_mxfp4, test_math_pieces, test_cli):
             run(fn)
     finally:
