@@ -267,6 +267,31 @@ def test_mxfp4():
     g.close()
 
 
+def test_fixture_types():
+    """The fixture exercises every type the reader decodes; --all-f32 writes F32 (and I32) only."""
+    import subprocess
+    fixture()
+    g = gguf_read.GGUFFile(tmp("v4.gguf"))
+    kinds = sorted({t.type_name for t in g.tensors.values()})
+    experts = {g.tensors["blk.1.ffn_%s_exps.weight" % w].type_name for w in ("gate", "up", "down")}
+    g.close()
+    check("fixture: BF16, F32, I32, MXFP4 and Q8_0 tensors, MXFP4 experts",
+          kinds == ["BF16", "F32", "I32", "MXFP4", "Q8_0"] and experts == {"MXFP4"}, str(kinds))
+    r = subprocess.run([sys.executable, os.path.join(HERE, "make_v4_fixture.py"), tmp("f32.gguf"), "--all-f32"],
+                       capture_output=True, text=True, timeout=120)
+    ok = r.returncode == 0
+    if ok:
+        g = gguf_read.GGUFFile(tmp("f32.gguf"))
+        kinds = sorted({t.type_name for t in g.tensors.values()})
+        g.close()
+        m = ref.Model(tmp("f32.gguf"))
+        toks = prompt(m, 40, seed=2)
+        full, mtp = m.forward(toks)
+        lg, dr = run_steps(m, toks, [3])
+        ok = kinds == ["F32", "I32"] and maxabs(full, lg) <= TOL and maxabs(mtp, dr) <= TOL
+    check("fixture: --all-f32 writes F32/I32 only and runs (one pass == cached)", ok, r.stderr[-300:])
+
+
 def test_math_pieces():
     m = fixture()
     x = np.random.default_rng(3).standard_normal((4, m.hp.E))
@@ -334,7 +359,7 @@ def main():
     TMP = tempfile.mkdtemp(prefix="fg_v4refcheck_")
     try:
         for fn in (test_cache_vs_one_pass, test_chunked, test_causality, test_negative_controls, test_validation,
-                   test_hash_routing, test_mxfp4, test_math_pieces, test_cli):
+                   test_hash_routing, test_mxfp4, test_fixture_types, test_math_pieces, test_cli):
             run(fn)
     finally:
         shutil.rmtree(TMP, ignore_errors=True)
