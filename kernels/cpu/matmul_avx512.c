@@ -145,7 +145,7 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
 void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad)
 {
     *corr = n_tok >= TILE_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
-    *panels = n_tok >= PANEL_MIN_TOKENS || wtype == FG_WTYPE_Q8_0_P16;
+    *panels = (n_tok >= PANEL_MIN_TOKENS && wtype == FG_WTYPE_Q8_0) || wtype == FG_WTYPE_Q8_0_P16;
     *pad = n_tok >= PANEL_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
 }
 
@@ -856,6 +856,86 @@ static void rows_bf16_dp(const fg_matmul_args *a, int64_t o_begin, int64_t o_end
     }
 }
 
+/* ---- MXFP4 ----
+ *
+ * Per row, a chunk of blocks (FG_MXFP4_CHUNK_BLOCKS) is decoded once, two
+ * blocks per ZMM: the 16 code bytes of each block are broadcast into two
+ * 128-bit lanes, the second lane's shifted right by 4, masked to nibbles, and
+ * vpshufb looks up the doubled E2M1 values (2 * e2m1, integers in [-12, 12])
+ * in a 16-entry table in every lane, so the register holds blocks b and b + 1
+ * in element order: the layout of the token's 64 contiguous int8 of x. The
+ * magnitudes and the sign mask are kept; each token then pays the few-token
+ * Q8_0 kernel's steps: q negated under the mask, one vpdpbusd (exact int32),
+ * the widening and one multiply-add with [d(b) x 8, d(b+1) x 8], where
+ * d = 2^(e - 128) * d_x formed as the reference forms it. An odd last block
+ * pairs with zeros (its partner's scale is 0, the activations' scales past
+ * n_in / 32 are 0). Two accumulators by pair index mod 2, one float per chunk:
+ * the per-token arithmetic is the same whatever the batch. */
+
+typedef struct mx_chunk_avx512 {
+    __m512i aw[FG_MXFP4_CHUNK_BLOCKS / 2];    /* blocks 2p, 2p + 1: magnitudes of their 64 values */
+    __mmask64 neg[FG_MXFP4_CHUNK_BLOCKS / 2]; /* which of them are negative */
+    float dw[FG_MXFP4_CHUNK_BLOCKS];          /* 2^(e - 128); 0 past the chunk's blocks */
+} mx_chunk_avx512;
+
+static void mx_decode(const uint8_t *blk, int cb, mx_chunk_avx512 *c)
+{
+    /* 2 * fg_e2m1_to_f32(code) for codes 0..15, in each 128-bit lane */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t bs = sizeof(fg_block_mxfp4);
+    for (int i = 0; i < cb; i += 2) {
+        const uint8_t *k0 = blk + (size_t)i * bs, *k1 = k0 + bs;
+        const int two = i + 1 < cb;
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(k0 + 1));
+        const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(k1 + 1)) : _mm_setzero_si128();
+        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
+                                       _mm256_broadcastsi128_si256(q1), 1);
+        v = _mm512_mask_srli_epi16(v, (__mmask32)0xff00ff00u, v, 4); /* lanes 1 and 3: the high nibbles */
+        const __m512i w = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4));
+        _mm512_store_si512(&c->aw[i / 2], _mm512_abs_epi8(w));
+        c->neg[i / 2] = _mm512_movepi8_mask(w);
+        c->dw[i] = fg_mxfp4_half_scale(k0[0]);
+        c->dw[i + 1] = two ? fg_mxfp4_half_scale(k1[0]) : 0.0f;
+    }
+}
+
+/* One token against a decoded chunk; xs and xd at the chunk's first block. */
+static float mx_chunk_dot(const mx_chunk_avx512 *c, int cb, const int8_t *xs, const float *xd)
+{
+    const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int p = 0; 2 * p < cb; p++) {
+        const __m512i q = _mm512_load_si512((const void *)(xs + p * 64));
+        const __m512i sq = _mm512_mask_sub_epi8(q, c->neg[p], _mm512_setzero_si512(), q);
+        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(&c->aw[p]), sq);
+        const __m128 dw2 = _mm_castpd_ps(_mm_load_sd((const double *)(c->dw + 2 * p)));
+        const __m128 dx2 = _mm_castpd_ps(_mm_load_sd((const double *)(xd + 2 * p)));
+        const __m512 d = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(dw2, dx2)));
+        acc[p & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), d, acc[p & 1]);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+}
+
+static void rows_mxfp4(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t nb = a->n_in / FG_MXFP4_BLOCK;
+    mx_chunk_avx512 c;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += FG_MXFP4_CHUNK_BLOCKS) {
+            const int cb = nb - b0 < FG_MXFP4_CHUNK_BLOCKS ? (int)(nb - b0) : FG_MXFP4_CHUNK_BLOCKS;
+            mx_decode(wr + (size_t)b0 * sizeof(fg_block_mxfp4), cb, &c);
+            for (int64_t t = 0; t < a->n_tok; t++) {
+                const float s = mx_chunk_dot(&c, cb, a->xq.qs + t * a->xq.qs_stride + b0 * 32,
+                                             a->xq.d + t * a->xq.d_stride + b0);
+                float *y = &a->y[t * a->n_out + o];
+                *y = b0 == 0 ? s : *y + s;
+            }
+        }
+    }
+}
+
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     rows_float(a, FG_WTYPE_F32, ob, oe);
@@ -891,6 +971,9 @@ void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_e
         break;
     case FG_WTYPE_Q8_0_P16:
         rows_q8_p16(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_MXFP4:
+        rows_mxfp4(a, o_begin, o_end);
         break;
     }
 }
