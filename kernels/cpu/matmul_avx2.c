@@ -275,14 +275,15 @@ static void rows_q8(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
  * the Q8_0 decode kernel's steps against the chunk: the sign trick,
  * vpmaddubsw pairs (at most 2 * 12 * 127, no saturation), vpmaddwd into exact
  * int32 lanes, and the block scale 2^(e - 128) * d_x as the reference forms
- * it, four accumulators by block index mod 4. The per-token arithmetic is the
+ * it (8 blocks' at once), four accumulators by block index mod 4. The per-token arithmetic is the
  * same whatever the batch. */
 
 typedef struct mx_chunk_avx2 {
     __m256i w[FG_MXFP4_CHUNK_BLOCKS];  /* block i's 32 values */
     __m256i aw[FG_MXFP4_CHUNK_BLOCKS]; /* their magnitudes */
-    float dw[FG_MXFP4_CHUNK_BLOCKS];   /* 2^(e - 128) */
+    float dw[FG_MXFP4_CHUNK_BLOCKS] __attribute__((aligned(32))); /* 2^(e - 128); 0 past the chunk's blocks */
 } mx_chunk_avx2;
+_Static_assert(FG_MXFP4_CHUNK_BLOCKS % 8 == 0, "chunks of whole 8-block scale groups");
 
 static void mx_decode(const uint8_t *blk, int cb, mx_chunk_avx2 *c)
 {
@@ -299,32 +300,38 @@ static void mx_decode(const uint8_t *blk, int cb, mx_chunk_avx2 *c)
         _mm256_store_si256(&c->aw[i], _mm256_abs_epi8(w));
         c->dw[i] = fg_mxfp4_half_scale(k[0]);
     }
+    for (int i = cb; i % 8; i++)
+        c->dw[i] = 0.0f;
 }
 
-ALWAYS_INLINE __m256 mx_block(const mx_chunk_avx2 *c, const int8_t *xs, const float *xd, int i, __m256 acc)
+/* acc + block i's products with the token's q; d8: the scales of the block's
+ * group of 8, of which it takes lane k. */
+ALWAYS_INLINE __m256 mx_block(const mx_chunk_avx2 *c, const int8_t *xs, int i, __m256 d8, const int k, __m256 acc)
 {
     const __m256i w = _mm256_load_si256(&c->w[i]);
     const __m256i q = _mm256_load_si256((const __m256i *)(xs + i * 32));
     const __m256i p16 = _mm256_maddubs_epi16(_mm256_load_si256(&c->aw[i]), _mm256_sign_epi8(q, w));
     const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(c->dw[i] * xd[i]), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(k)), acc);
 }
 
-/* One token against a decoded chunk; xs and xd at the chunk's first block. */
+/* One token against a decoded chunk; xs and xd at the chunk's first block.
+ * Groups of 8 blocks: their scales d = 2^(e - 128) * d_x in one multiply (the
+ * activations' scales past n_in / 32 are 0), each block then taking its own
+ * by a permute. */
 static float mx_chunk_dot(const mx_chunk_avx2 *c, int cb, const int8_t *xs, const float *xd)
 {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
-           acc3 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 4 <= cb; i += 4) {
-        acc0 = mx_block(c, xs, xd, i, acc0);
-        acc1 = mx_block(c, xs, xd, i + 1, acc1);
-        acc2 = mx_block(c, xs, xd, i + 2, acc2);
-        acc3 = mx_block(c, xs, xd, i + 3, acc3);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int g = 0; g < cb; g += 8) {
+        const __m256 d8 = _mm256_mul_ps(_mm256_load_ps(c->dw + g), _mm256_loadu_ps(xd + g));
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            if (g + k >= cb)
+                break;
+            acc[k & 3] = mx_block(c, xs, g + k, d8, k, acc[k & 3]);
+        }
     }
-    for (; i < cb; i++)
-        acc0 = mx_block(c, xs, xd, i, acc0);
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 static void rows_mxfp4(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
