@@ -76,8 +76,8 @@ const char *fg_isa_name(fg_isa isa);
 int fg_matmul_bf16_native(fg_isa isa);
 
 /* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0 and
- * MXFP4 need room for the quantized activations, BF16 for the activations rounded
- * to BF16; 0 for other types). */
+ * MXFP4 need room for the quantized activations, BF16 for the activations
+ * rounded to BF16; 0 for other types). */
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
 
 /* Returns 0, or -1 if wtype is unknown, n_in is not a multiple of the type's
@@ -99,9 +99,8 @@ typedef struct fg_matmul_op {
 
 /* Several weights applied to the same x [n_tok][n_in] (an expert's gate and
  * up, the attention's q_a and kv_a): the Q8_0 activations (of Q8_0 and MXFP4
- * weights) are quantized once
- * for all of them, and the rows of every weight are shared out over the pool
- * in one job, so the call costs one or two pool barriers instead of that many
+ * weights) are quantized once for all of them, and the rows of every weight
+ * are shared out over the pool in one job, so the call costs one or two pool barriers instead of that many
  * per weight. Each op's y is bit-identical to a fg_matmul() of that weight
  * alone. n_ops in [1, FG_MATMUL_MAX_OPS]. Returns 0, or -1 (nothing computed)
  * if any op would make fg_matmul() fail or n_ops is out of range. BF16 ops
@@ -126,8 +125,8 @@ int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_o
  * fg_matmul_q8_rows: fg_matmul_many for x = rows rows[0 .. n_tok) of the
  * quantized buffer (n_buf_rows rows): each y bit-identical to fg_matmul_many
  * on those rows of x. Every op must be Q8_0, Q8_0_P16 or MXFP4 (float
- * weights need x itself). Returns 0, or -1 as fg_matmul_many, or for a row outside
- * [0, n_buf_rows) or a float op. */
+ * weights need x itself). Returns 0, or -1 as fg_matmul_many, or for a row
+ * outside [0, n_buf_rows) or a float op. */
 size_t fg_q8_rows_bytes(int64_t n_in, int64_t n_rows);
 int fg_q8_rows_quantize(fg_pool_t *pool, fg_isa isa, const float *x, int64_t n_in, int64_t n_rows, void *buf);
 int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in,

@@ -859,15 +859,16 @@ static void rows_bf16_dp(const fg_matmul_args *a, int64_t o_begin, int64_t o_end
 /* ---- MXFP4 ----
  *
  * Two blocks per ZMM: the 16 code bytes of each block are broadcast into two
- * 128-bit lanes, the second lane's shifted right by 4, masked to nibbles, and
- * vpshufb looks up the doubled E2M1 values (2 * e2m1, integers in [-12, 12])
- * in a 16-entry table in every lane, so the register holds blocks b and b + 1
- * in element order: the layout of the token's 64 contiguous int8 of x. Then
- * the few-token Q8_0 kernel's steps: q negated under the values' sign mask,
- * one vpdpbusd of the magnitudes (exact int32), the widening and one
+ * 128-bit lanes, the second of the two shifted right by 4, masked to nibbles,
+ * and vpshufb looks up the doubled E2M1 values (2 * e2m1, integers in
+ * [-12, 12]) in a 16-entry table in every lane, so the register holds blocks b
+ * and b + 1 in element order: the layout of the token's 64 contiguous int8 of
+ * x. Then the few-token Q8_0 kernel's steps: q negated under the values' sign
+ * mask, one vpdpbusd of the magnitudes (exact int32), the widening and one
  * multiply-add with [d(b) x 8, d(b+1) x 8], where d = 2^(e - 128) * d_x is
- * formed as the reference forms it (16 blocks' at once). An odd last block pairs with zeros (its
- * partner's scale is 0, and so are the activations' scales past n_in / 32).
+ * formed as the reference forms it (16 blocks' at once). An odd last block
+ * pairs with zeros (its partner's scale is 0, and so are the activations'
+ * scales past n_in / 32).
  *
  * Per (row, token): two accumulators by pair index mod 2 over a chunk of
  * FG_MXFP4_CHUNK_BLOCKS blocks, reduced to one float, the chunks' floats added
