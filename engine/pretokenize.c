@@ -210,17 +210,26 @@ static size_t m_v3_main(const unsigned char *s, size_t pos, size_t end, size_t *
     return no_match(s, pos, end, next);
 }
 
+/* 's|'t|'re|'ve|'m|'ll|'d at pos: its length, or 0. */
+static size_t contraction_len(const unsigned char *s, size_t pos, size_t end)
+{
+    if (s[pos] != '\'' || end - pos < 2)
+        return 0;
+    unsigned char a = s[pos + 1], b = end - pos >= 3 ? s[pos + 2] : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        return 3;
+    return 0;
+}
+
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static size_t m_gpt2(const unsigned char *s, size_t pos, size_t end, size_t *next)
 {
     (void)next; /* every unit starts a match */
-    if (s[pos] == '\'' && pos + 1 < end) {
-        unsigned char a = s[pos + 1], b = pos + 2 < end ? s[pos + 2] : 0;
-        if (a == 's' || a == 't' || a == 'm' || a == 'd')
-            return pos + 2;
-        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-            return pos + 3;
-    }
+    size_t k = contraction_len(s, pos, end);
+    if (k)
+        return pos + k;
     unit c = unit_at(s, pos, end);
     size_t q = pos;
     if (c.cp == ' ') {
@@ -263,13 +272,9 @@ static int byte_class(unsigned char c)
 static size_t m_legacy(const unsigned char *s, size_t pos, size_t len, size_t *next)
 {
     (void)next; /* every byte starts a match */
-    if (s[pos] == '\'' && len - pos >= 2) {
-        unsigned char a = s[pos + 1], b = len - pos >= 3 ? s[pos + 2] : 0;
-        if (a == 's' || a == 't' || a == 'm' || a == 'd')
-            return pos + 2;
-        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-            return pos + 3;
-    }
+    size_t k = contraction_len(s, pos, len);
+    if (k)
+        return pos + k;
     /* ' '? followed by a run of one non-space class. */
     size_t start = pos;
     if (s[start] == ' ' && start + 1 < len && byte_class(s[start + 1]) != CLS_SPACE)
