@@ -11,3 +11,8 @@ set_tests_properties(tokenizer_deepseek_v3 PROPERTIES SKIP_RETURN_CODE 77)
 # engine/unicode_data.c is what engine/tools/gen_unicode_data.py writes.
 fg_add_test(unicode_data_current COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/engine/tools/gen_unicode_data.py --check
             LABELS "tokenizer;unit")
+
+# Every pre-tokenizer against its regexes run by node's regex engine.
+fg_add_test(tokenizer_regex_split COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/check_regex_split.sh
+            LABELS "tokenizer;unit")
+set_tests_properties(tokenizer_regex_split PROPERTIES SKIP_RETURN_CODE 77)

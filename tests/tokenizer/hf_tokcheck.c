@@ -17,6 +17,11 @@
  *       a limit) and "matched M of N"; exits 1 unless all match.
  *   hf_tokcheck roundtrip VOCAB.gguf COUNT SEED
  *       random byte strings -> ids -> bytes, with and without parse_special.
+ *   hf_tokcheck pieces CASES
+ *       CASES lines: a tokenizer.ggml.pre name, a tab, a string's UTF-8 bytes
+ *       in hex, a tab, the byte offsets where its pieces end (as a regex engine
+ *       split it, tests/tokenizer/regex_split.mjs); compares with
+ *       fg_pretok_split. Exits 1 unless all agree.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -27,6 +32,7 @@
 
 #include "engine/gguf.h"
 #include "engine/gguf_writer.h"
+#include "engine/pretokenize.h"
 #include "engine/tokenizer.h"
 
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5 };
@@ -342,8 +348,71 @@ static int roundtrip(const char *vocab, long count, unsigned long seed)
     return bad ? 1 : 0;
 }
 
+typedef struct ends {
+    size_t n;
+    size_t at[4096];
+} ends;
+
+static int add_end(void *ctx, size_t start, size_t end)
+{
+    ends *e = ctx;
+    (void)start;
+    if (e->n < sizeof e->at / sizeof e->at[0])
+        e->at[e->n] = end;
+    e->n++;
+    return 0;
+}
+
+static int pieces(const char *cases_path)
+{
+    FILE *f = fopen(cases_path, "r");
+    if (!f)
+        return fail("cannot open", cases_path);
+    static char line[1 << 16], text[1 << 15];
+    static ends want, got;
+    size_t n_cases = 0, n_ok = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (!t2)
+            continue;
+        fg_pretok_kind kind;
+        if (!fg_pretok_kind_from_name(line, (size_t)(t1 - line), &kind)) {
+            fclose(f);
+            return fail("unknown pre-tokenizer in", cases_path);
+        }
+        size_t n = 0;
+        for (char *p = t1 + 1; p + 1 < t2 && n < sizeof text; p += 2)
+            text[n++] = (char)(hexval(p[0]) << 4 | hexval(p[1]));
+        want.n = 0;
+        for (char *p = t2 + 1, *q; (strtoul(p, &q, 10), q != p) && want.n < 4096; p = q)
+            want.at[want.n++] = strtoul(p, NULL, 10);
+        got.n = 0;
+        fg_pretok_split(kind, text, n, add_end, &got);
+        bool same = got.n == want.n && !memcmp(got.at, want.at, got.n * sizeof got.at[0]);
+        n_cases++;
+        if (same) {
+            n_ok++;
+        } else if (n_cases - n_ok <= 30) {
+            printf("MISMATCH %.*s: ", (int)(t1 - line), line);
+            show(text, n);
+            printf("\n    regex    :");
+            for (size_t i = 0; i < want.n && i < 40; i++)
+                printf(" %zu", want.at[i]);
+            printf("\n    flashgate:");
+            for (size_t i = 0; i < got.n && i < 40; i++)
+                printf(" %zu", got.at[i]);
+            putchar('\n');
+        }
+    }
+    fclose(f);
+    printf("pieces agree on %zu of %zu splits\n", n_ok, n_cases);
+    return n_cases > 0 && n_ok == n_cases ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "pieces"))
+        return pieces(argv[2]);
     if (argc == 7 && !strcmp(argv[1], "convert"))
         return convert(argv[2], argv[3], strtol(argv[4], NULL, 10), argv[5], argv[6]);
     if (argc == 4 && !strcmp(argv[1], "check"))
@@ -352,6 +421,7 @@ int main(int argc, char **argv)
         return roundtrip(argv[2], strtol(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
     fprintf(stderr, "usage: hf_tokcheck convert TOKENIZER_JSON CONFIG_JSON VOCAB_SIZE PRE OUT.gguf\n"
                     "       hf_tokcheck check VOCAB.gguf CASES\n"
-                    "       hf_tokcheck roundtrip VOCAB.gguf COUNT SEED\n");
+                    "       hf_tokcheck roundtrip VOCAB.gguf COUNT SEED\n"
+                    "       hf_tokcheck pieces CASES\n");
     return 2;
 }

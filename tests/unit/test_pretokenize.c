@@ -2,9 +2,9 @@
  * out by hand from the regexes in engine/pretokenize.h; invalid UTF-8; the
  * split's contract on random bytes; the generated Unicode table.
  *
- * (deepseek-v3 is also checked against the real DeepSeek-V3 tokenizer by
- * tests/tokenizer/check_deepseek_v3.sh; deepseek-llm and deepseek-coder only
- * here.)
+ * (Every kind is also checked against its regexes in a real regex engine by
+ * tests/tokenizer/check_regex_split.sh, and deepseek-v3 against the real
+ * DeepSeek-V3 tokenizer by tests/tokenizer/check_deepseek_v3.sh.)
  */
 #include <stdint.h>
 #include <stdio.h>
