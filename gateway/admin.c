@@ -69,17 +69,12 @@ static void reply_unavailable(gw_http_req *req)
 
 /* ---- helpers ---- */
 
-/* [A-Za-z0-9_-]{1,64} */
+/* A whole id from a path segment or a JSON string (len: its full length, so
+ * that an embedded NUL is not cut off): the one name check (engine.h). */
+_Static_assert(FG_SESSION_NAME_MAX == FG_TENANT_ID_MAX, "tenant ids are checked as session names");
 static bool valid_id(const char *s, size_t len)
 {
-    if (len < 1 || len > FG_TENANT_ID_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return strlen(s) == len && fg_session_name_valid(s);
 }
 
 static const char *const LIMIT_NAMES[] = {"max_sessions",       "max_responses",      "tokens_per_minute",
