@@ -342,5 +342,28 @@ async def test_oversized_uris_and_headers_are_answered():
         healthy(srv)
 
 
+# ---------------------------------------------------------------- admin API
+
+
+async def test_concurrent_creation_of_one_tenant_gives_one_201():
+    async with admin_server() as srv:
+        for round_ in range(3):
+            tid = f"racer{round_}"
+            n = 8
+            barrier = threading.Barrier(n)
+            results = [None] * n
+
+            def create(i):
+                barrier.wait()
+                results[i] = admin(srv, "POST", "/admin/tenants", {"id": tid, "name": f"n{i}"})[0]
+
+            threads = [threading.Thread(target=create, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            eq(sorted(results), [201] + [409] * (n - 1), f"round {round_}: statuses")
+
+
 if __name__ == "__main__":
     run_tests(globals())
