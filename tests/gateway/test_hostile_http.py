@@ -365,5 +365,26 @@ async def test_concurrent_creation_of_one_tenant_gives_one_201():
             eq(sorted(results), [201] + [409] * (n - 1), f"round {round_}: statuses")
 
 
+# ---------------------------------------------------------------- public routes
+
+
+async def test_public_status_shows_no_filesystem_path():
+    """Without a dashboard key /v1/status is public: the Redis address it failed to reach
+    (a unix socket path here) must not appear in it."""
+    tmp_sock = "/tmp/fg-hostile-no-such-dir/redis.sock"
+    async with Server(redis={"address": tmp_sock}) as srv:
+        def has_error():
+            st, _, body = http_get(srv.port, "/v1/status")
+            eq(st, 200, "status")
+            js = json.loads(body)
+            return js if js["redis"]["last_error"] else None
+
+        js = await wait_for(has_error, 30, "a Redis error in /v1/status")
+        text = json.dumps(js)
+        check(tmp_sock not in text and "fg-hostile-no-such-dir" not in text,
+              f"the socket path is in /v1/status: {js['redis']}")
+        check("local" in js["redis"]["last_error"], f"the error names the socket as local: {js['redis']}")
+
+
 if __name__ == "__main__":
     run_tests(globals())
