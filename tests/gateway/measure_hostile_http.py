@@ -10,8 +10,10 @@ Three kinds of hostile client, N of each (one kind per phase, a fresh server per
   trickle    POST announcing 1000 bytes, one byte a second per connection until the
              server answers (408 after 30 s) or closes;
   pipelined  "GET /nope" then "POST /nope" with a 1-byte body in one write (this hung the
-             service thread at 100 % CPU before), then read until the server closes.
-Meanwhile one legitimate client sends GET /healthz on a new connection every 0.1 s and
+             service thread at 100 % CPU before), then read until the server closes; N at
+             once, round after round for --hold seconds.
+Meanwhile one legitimate client, in a process of its own (so that the hostile clients'
+event loop does not delay it), sends GET /healthz on a new connection every 0.1 s and
 records each one's time; the same client alone first gives the baseline.
 
   FG_BIN=build/test/bin FG_TEST_DATA=build/test/testdata /usr/bin/python3 \\
@@ -24,9 +26,13 @@ test_hostile_http.py does), so the figures are close to what a plain build holds
 """
 import argparse
 import asyncio
+import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,14 +59,26 @@ async def healthz_once(port):
     return time.monotonic() - t0, ok
 
 
-async def legit_client(port, stop, out):
-    while not stop.is_set():
+def legit_client(port, stop_file):
+    """The --legit mode: GET /healthz every 0.1 s until stop_file exists; prints the times
+    (seconds; null: no 200) as one JSON list."""
+    out = []
+    while not os.path.exists(stop_file):
+        t0 = time.monotonic()
         try:
-            dt, ok = await healthz_once(port)
-            out.append(dt if ok else float("inf"))
-        except (OSError, asyncio.TimeoutError):
-            out.append(float("inf"))
-        await asyncio.sleep(0.1)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(request("GET", "/healthz"))
+                data = b""
+                while True:
+                    b = s.recv(4096)
+                    if not b:
+                        break
+                    data += b
+            out.append(time.monotonic() - t0 if data.startswith(b"HTTP/1.1 200") else None)
+        except OSError:
+            out.append(None)
+        time.sleep(0.1)
+    print(json.dumps(out))
 
 
 def rss_kb(pid):
@@ -141,7 +159,7 @@ async def pipelined(port):
 
 
 def summary(lat):
-    ok = [x for x in lat if x != float("inf")]
+    ok = [x for x in lat if x is not None]
     if not ok:
         return f"{len(lat)} requests, none answered"
     ok.sort()
@@ -159,17 +177,24 @@ async def phase(kind, n, hold):
         base = rss_kb(srv.pid)
         cpu0 = cpu_s(srv.pid)
         stop = asyncio.Event()
-        lat, rss = [], []
-        tasks = [asyncio.create_task(legit_client(srv.port, stop, lat)),
-                 asyncio.create_task(sampler(srv.pid, stop, rss))]
+        rss = []
+        stop_file = tempfile.mktemp(prefix="fg-measure-stop-")
+        legit = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--legit", str(srv.port), stop_file],
+                                 stdout=subprocess.PIPE)
+        tasks = [asyncio.create_task(sampler(srv.pid, stop, rss))]
         t0 = time.monotonic()
         if kind == "partial":
             results = await asyncio.gather(*(partial(srv.port, hold) for _ in range(n)))
         elif kind == "trickle":
             results = await asyncio.gather(*(trickle(srv.port) for _ in range(n)))
-        else:
-            results = await asyncio.gather(*(pipelined(srv.port) for _ in range(n)))
+        else:  # rounds of n at once for --hold seconds
+            results = []
+            while time.monotonic() - t0 < hold:
+                results += await asyncio.gather(*(pipelined(srv.port) for _ in range(n)))
         elapsed = time.monotonic() - t0
+        open(stop_file, "w").close()
+        lat = json.loads(legit.communicate(timeout=60)[0])
+        os.unlink(stop_file)
         await asyncio.sleep(10)  # after: what stays
         stop.set()
         await asyncio.gather(*tasks)
@@ -182,7 +207,7 @@ async def phase(kind, n, hold):
         print(f"  server RSS: {base / 1024:.1f} MiB before, peak {max(rss) / 1024:.1f} MiB, "
               f"{after / 1024:.1f} MiB 10 s after; server CPU {cpu:.1f} s", flush=True)
         print(f"  /healthz alone: {summary(base_lat)}", flush=True)
-        print(f"  /healthz meanwhile: {summary(lat)}", flush=True)
+        print(f"  /healthz while they ran: {summary(lat)}", flush=True)
 
 
 async def main():
@@ -190,7 +215,10 @@ async def main():
     ap.add_argument("--clients", type=int, default=1000)
     ap.add_argument("--phase", choices=["partial", "trickle", "pipelined"], action="append")
     ap.add_argument("--hold", type=float, default=10.0, help="seconds a partial body is held open")
+    ap.add_argument("--legit", nargs=2, metavar=("PORT", "STOP_FILE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.legit:
+        return legit_client(int(a.legit[0]), a.legit[1])
     raise_nofile(a.clients * 2 + 256)
     for kind in a.phase or ["partial", "trickle", "pipelined"]:
         await phase(kind, a.clients, a.hold)
