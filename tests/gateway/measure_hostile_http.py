@@ -1,8 +1,7 @@
 #!/usr/bin/python3
 """measure_hostile_http.py: the server's resident memory under many hostile plain-HTTP
 clients, and how long a legitimate client's GET /healthz takes meanwhile (issue 14). A
-measurement, not a test: it prints numbers (the report and docs/benchmarks.md keep them)
-and asserts nothing.
+measurement, not a test: it prints numbers and asserts nothing.
 
 Three kinds of hostile client, N of each (one kind per phase, a fresh server per phase):
   partial    POST announcing 1 MiB, all but one byte sent, held open --hold seconds, then
