@@ -202,6 +202,10 @@ int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap);
 #define FG_SESSION_NAME_MAX 64     /* bytes of a session or tenant name: [A-Za-z0-9_-] */
 #define FG_SESSION_META_MAX 65536  /* bytes of an owner's meta blob */
 
+/* True when name (NUL-terminated) is 1..FG_SESSION_NAME_MAX bytes of
+ * [A-Za-z0-9_-]: the one check for session and tenant ids. Any thread. */
+bool fg_session_name_valid(const char *name);
+
 typedef struct fg_session_params {
     uint32_t tenant;   /* scheduling group (the quota layer maps tenants to ids) */
     int weight;        /* the tenant's share of each step, 1..1000 (default 1) */

@@ -278,9 +278,6 @@ fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *di
  * when out of memory (the array is unchanged then). */
 int fg_tokens_reserve(int32_t **arr, int *cap, int need);
 
-/* True when name is 1..FG_SESSION_NAME_MAX bytes of [A-Za-z0-9_-]. */
-bool fg_session_name_valid(const char *name);
-
 /* Allocates a session (not yet known to the step thread). Errors:
  * FG_ERR_INVALID_ARG, FG_ERR_NOMEM. */
 fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out);

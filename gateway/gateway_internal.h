@@ -141,6 +141,7 @@ struct fg_gateway {
     size_t kv_bytes_per_token;
     gw_conn *conns;
     size_t n_conns;
+    size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
 
     gw_metrics metrics;             /* metrics.h */
     struct gw_status *status;       /* status.h: the sampled history; NULL on out of memory */
