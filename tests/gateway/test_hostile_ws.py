@@ -3,7 +3,16 @@
 
 - "Closing": a WebSocket-level violation gets a close frame 1002 (a control frame longer than
   125 bytes, a close payload of one byte), never a bare TCP close or an empty close.
+- "Closing": a client that does not read is closed with 1008: past the hard limit at once,
+  above the soft limit for sessions.output_buffer_soft_s; its response is cancelled and its
+  session detached (resumable).
+- "Sequence numbers and resume": the resume buffer is bounded in bytes
+  (sessions.resume_buffer_bytes): a resume asking for events that left it gets sequence_expired.
+- Replies to a client without a session are never dropped: the server stops reading it instead.
 
+The non-reading clients are raw sockets with a small receive buffer, and the server's
+connections get a fixed 4 KiB send buffer (Server.limit_send_buffer), so that what the client
+does not read piles up in the gateway and not in the kernel.
 """
 import asyncio
 import json
@@ -14,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import RawWS, Server, Timeout, eq, run_tests, user_item  # noqa: E402
+from harness import Conn, RawWS, Server, Timeout, check, check_error, eq, log, run_tests, user_item  # noqa: E402
 
 PROMPT = user_item("Tell me a long story about a lighthouse keeper.")
 
@@ -97,6 +106,128 @@ async def test_well_formed_close_is_echoed():
         _, code = read_until_close(ws)
         ws.close()
         eq(code, 1000, "the server's answer to a close 1000")
+
+
+# ---- replies without a session: none dropped
+
+
+async def test_every_reply_without_a_session_arrives():
+    n = 500
+    async with Server(limits={"message_burst": 1000}) as srv:
+        ws = RawWS(srv.port)
+        # back to back: the server reads them far faster than it writes (one reply per writable callback)
+        send_in_background(ws, [{"type": "response.create", "event_id": f"e{i}"} for i in range(n)])
+        got = []
+        while len(got) < n:
+            ev = ws.recv_event(20)
+            check_error(ev, "no_session", event_id=f"e{len(got)}", seq=0)
+            got.append(ev["error"]["event_id"])
+        ws.close()
+        eq(got, [f"e{i}" for i in range(n)], "every no_session reply, in order")
+
+
+# ---- the resume buffer in bytes
+
+
+async def test_resume_buffer_is_bounded_in_bytes():
+    limit = 16384
+    async with Server(sessions={"resume_buffer_bytes": limit}) as srv:
+        c = await Conn.open(srv)
+        await c.create_session()
+        for u in updates(10, 8000):  # each session.updated echoes its 8000 bytes of instructions
+            await c.update(u["session"])
+        newest = c.last_seq
+        await c.close()
+        c2 = await Conn.open(srv)
+        await c2.send({"type": "session.resume", "session_id": c.session_id, "last_sequence_number": 0})
+        await c2.expect_error("sequence_expired", param="last_sequence_number", seq=0)
+        replayed, resumed = await c2.resume(c.session_id, 0, allow_gap=True)
+        eq(resumed["sequence_number"], newest + 1, "session.resumed's number")
+        seqs = [e["sequence_number"] for e in replayed]
+        eq(seqs, list(range(seqs[0], newest + 1)), "the replay: the newest events, contiguous")
+        kept = sum(len(m) for m in c2.raw[1:1 + len(replayed)])
+        log(f"    {len(replayed)} of {newest} events kept, {kept} bytes (limit {limit})")
+        check(seqs[0] > 1, "the oldest events left the resume buffer")
+        check(kept <= limit + 8200, f"the resume buffer kept {kept} bytes past its limit of {limit}")
+        await c2.close()
+
+
+# ---- clients that do not read: close 1008
+
+
+async def test_client_above_soft_limit_is_closed_1008():
+    """Sends session.update with big instructions and never reads: the server stops reading it
+    at the soft limit, and closes it with 1008 once it stayed above it output_buffer_soft_s."""
+    n = 40
+    async with Server(sessions={"output_buffer_bytes": 16384, "output_buffer_soft_s": 2}) as srv:
+        if not srv.limit_send_buffer(4096):
+            log("    skipped: cannot limit the server's send buffer here (pidfd_getfd refused)")
+            return
+        ws = RawWS(srv.port, rcvbuf=4096)
+        ws.send_json({"type": "session.create"})
+        sid = ws.recv_event()["session"]["id"]
+        sender = send_in_background(ws, updates(n, 8000))
+        closed = await wait_log(srv, "slow_client_closed")
+        eq(closed[0]["limit"], "soft", "the limit that closed it")
+        events, code = read_until_close(ws)
+        ws.close()
+        sender.join(30)
+        eq(code, 1008, "close code for a client that does not read")
+        # the session lives on, detached; the server answered only what it read before it stopped
+        c = await Conn.open(srv)
+        _, resumed = await c.resume(sid, 0, allow_gap=True)
+        answered = resumed["sequence_number"] - 2
+        log(f"    closed after {answered} of {n} updates were answered; {len(events)} read after the close")
+        check(answered < n, "the server kept reading a client that did not read")
+        await c.close()
+
+
+async def test_client_past_hard_limit_is_closed_1008_at_once():
+    async with Server(sessions={"output_buffer_bytes": 4096, "output_buffer_hard_bytes": 8192,
+                                "resume_buffer_bytes": 4096, "output_buffer_soft_s": 3600}) as srv:
+        if not srv.limit_send_buffer(4096):
+            log("    skipped: cannot limit the server's send buffer here (pidfd_getfd refused)")
+            return
+        ws = RawWS(srv.port, rcvbuf=4096)
+        ws.send_json({"type": "session.create"})
+        ws.recv_event()
+        sender = send_in_background(ws, updates(4, 20000))
+        closed = await wait_log(srv, "slow_client_closed")
+        eq(closed[0]["limit"], "hard", "the limit that closed it")
+        _, code = read_until_close(ws)
+        ws.close()
+        sender.join(30)
+        eq(code, 1008, "close code past the hard limit")
+
+
+async def test_response_of_a_client_closed_1008_is_cancelled():
+    async with Server(sessions={"output_buffer_bytes": 4096, "output_buffer_soft_s": 1}) as srv:
+        if not srv.limit_send_buffer(4096):
+            log("    skipped: cannot limit the server's send buffer here (pidfd_getfd refused)")
+            return
+        ws = RawWS(srv.port, rcvbuf=4096)
+        ws.send_json({"type": "session.create", "session": {"temperature": 0}})
+        sid = ws.recv_event()["session"]["id"]
+        ws.send_json({"type": "conversation.item.create", "item": PROMPT})
+        ws.recv_event()
+        ws.send_json({"type": "response.create", "response": {"max_output_tokens": 20000}})
+        await wait_log(srv, "slow_client_closed", timeout=120)
+        _, code = read_until_close(ws)
+        ws.close()
+        eq(code, 1008, "close code")
+        deadline = time.monotonic() + 60
+        while True:  # the engine's cancelled response.done reaches the resume buffer soon after the close
+            c = await Conn.open(srv)
+            replayed, _ = await c.resume(sid, 0, allow_gap=True)
+            done = [e for e in replayed if e["type"] == "response.done"]
+            if done:
+                break
+            await c.close()
+            check(time.monotonic() < deadline, "no response.done in the resume buffer after the close")
+            await asyncio.sleep(0.5)
+        eq(done[-1]["response"]["status"], "cancelled", "the response of a client closed for not reading")
+        eq(done[-1]["response"]["status_details"]["reason"], "slow_client", "its reason")
+        await c.close()
 
 
 if __name__ == "__main__":
