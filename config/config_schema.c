@@ -180,10 +180,11 @@ const fg_cfg_key fg_cfg_keys[] = {
           "with 1008."),
     K_INT(fg_config, "sessions.default_max_output_tokens", sessions.default_max_output_tokens, 512, 1,
           INT64_C(1) << 24, "Output tokens per response when response.create gives no limit."),
-    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes, 60 * KIB, 0,
+    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes,
+          FG_CONFIG_MAX_INSTRUCTIONS_BYTES, 0,
           INT64_C(1) << 26,
           "Longest instructions (system prompt) a session may set, in bytes; 0 refuses "
-          "instructions. At most limits.max_frame_bytes, and at most 61440, so that a session's "
+          "instructions. At most limits.max_frame_bytes, and at most 61440 (60 KiB), so that a session's "
           "settings fit its session file."),
 
     K_INT(fg_config, "limits.max_frame_bytes", limits.max_frame_bytes, MIB, KIB, INT64_C(1) << 28,
