@@ -887,7 +887,7 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
     fg_client_event ev;
     fg_proto_error err;
     fg_err e = fg_proto_parse(c->rx, c->rx_len, &gw->limits, &ev, &err);
-    if (c->rx_cap > 65536) { /* do not keep a big buffer per idle connection */
+    if (c->rx_cap > 16384) { /* do not keep a big buffer per idle connection */
         free(c->rx);
         c->rx = NULL;
         c->rx_cap = 0;
