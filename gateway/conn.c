@@ -62,6 +62,7 @@ static void close_for_output_limit(gw_conn *c, const char *limit)
     const gw_tenant *t = gw_tenant_at(gw, c->tenant);
     fg_log_at(FG_LOG_WARN, "slow_client_closed", t ? t->rec.id : NULL, s ? s->id : NULL,
               "\"limit\":\"%s\",\"unsent_bytes\":%zu", limit, unsent_bytes(c));
+    gw->metrics.output_limit_closes++;
     c->closing = true;
     c->close_code = FG_PROTO_CLOSE_POLICY;
     lws_sul_cancel(&c->limit_timer);

@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Conn, RawWS, Server, Timeout, check, check_error, eq, log, run_tests, user_item  # noqa: E402
+from harness import Conn, RawWS, Server, Timeout, check, check_error, eq, http_get, log, run_tests, user_item  # noqa: E402
 
 PROMPT = user_item("Tell me a long story about a lighthouse keeper.")
 
@@ -198,6 +198,9 @@ async def test_client_past_hard_limit_is_closed_1008_at_once():
         ws.close()
         sender.join(30)
         eq(code, 1008, "close code past the hard limit")
+        _, _, body = http_get(srv.port, "/metrics")
+        line = [ln for ln in body.decode().splitlines() if ln.startswith("flashgate_output_limit_closes_total")]
+        eq(line, ["flashgate_output_limit_closes_total 1"], "the metric of 1008 closes")
 
 
 async def test_response_of_a_client_closed_1008_is_cancelled():
