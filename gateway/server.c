@@ -177,7 +177,20 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.gw = gw;
         pss->conn.wsi = wsi;
         pss->conn.tenant = pss->tenant;
+        /* lws 4.1.6 drops a connection for some framing violations (a control
+         * frame longer than 125 bytes) without a reason, and so without a close
+         * frame: with this one preset it sends 1002. Every close of ours sets
+         * its own code; a peer's close is answered with its own payload. */
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
         gw_conn_on_open(&pss->conn);
+        return 0;
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        /* A close payload is empty or starts with a 2-byte code; lws echoes a
+         * 1-byte one as it is (RFC 6455 5.5.1): answer it with 1002 instead. */
+        if (len == 1) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
+            return -1;
+        }
         return 0;
     /* A refused handshake gets CLOSED without ESTABLISHED: conn.gw is still NULL. */
     case LWS_CALLBACK_RECEIVE:
