@@ -367,7 +367,7 @@ static fg_err check_operator_key(const fg_config *c, const char *name, const cha
 /* The topology rules that need no model; the ones that do (no more ranks
  * than experts, replicas evening the ranks out, experts_per_rank matching,
  * a receive capacity of at least one token's rows) run when the engine
- * opens (engine/ep_shard.h, engine/moe_ep.h). */
+ * opens (engine/ep/ep_shard.h, engine/ep/moe_ep.h). */
 static fg_err check_topology(const fg_config *c, fg_diag *d)
 {
     const fg_config_topology *t = &c->topology;

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
-#include "engine/ep_bootstrap.h"
+#include "engine/ep/ep_bootstrap.h"
 
 void fg_engine_options_default(fg_engine_options *o)
 {

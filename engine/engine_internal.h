@@ -11,17 +11,17 @@
 
 #include <pthread.h>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/ep_ranks.h"
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
-#include "engine/prefix_cache.h"
-#include "engine/session_file.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "engine/ep/ep_ranks.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/gguf.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/kv/prefix_cache.h"
+#include "engine/kv/session_file.h"
+#include "engine/serve/sampler.h"
+#include "engine/serve/scheduler.h"
 #include "kernels/cpu/pool.h"
 
 /* A session's bounded output queue: events plus the bytes of their text. */

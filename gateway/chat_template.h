@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gateway/protocol.h"
 
 /* A growable token list. */

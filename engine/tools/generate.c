@@ -17,8 +17,8 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "engine/sampler.h"
-#include "engine/stop.h"
+#include "engine/serve/sampler.h"
+#include "engine/serve/stop.h"
 
 #define MAX_STOPS 8
 

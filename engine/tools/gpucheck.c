@@ -2,7 +2,7 @@
  *
  *  1. the device: name, compute capability, memory, the peak memory bandwidth
  *     from the device attributes, and a measured device-to-device copy rate;
- *  2. every CUDA op against its CPU reference (engine/cuda/selfcheck.h);
+ *  2. every CUDA op against its CPU reference (engine/backend/cuda/selfcheck.h);
  *  3. the whole forward pass of each --model on the CUDA backend against the
  *     CPU backend: a prompt, then greedy decode; the greedy tokens must be
  *     equal and the logits within FWD_TOL of the largest CPU logit (F32 KV, so
@@ -21,17 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/model/gguf.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/model.h"
 #include "engine/tools/bench_common.h"
 
 #ifdef FG_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "engine/cuda/selfcheck.h"
+#include "engine/backend/cuda/selfcheck.h"
 #include "kernels/cuda/launch_check.h"
 
 #define FWD_TOL 1e-3  /* max |cuda - cpu| / max |cpu| over every logit of the run */

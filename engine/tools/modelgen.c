@@ -1,7 +1,7 @@
 /* flashgate-modelgen: writes a deterministic random-weight deepseek2 GGUF.
  *
  * Starts from a preset (tiny, flash-mini), applies the flags, prints the
- * parameter counts and writes the file (engine/modelgen.h does the work).
+ * parameter counts and writes the file (engine/model/modelgen.h does the work).
  * Exit status: 0 on success, 1 when writing fails, 2 on a bad command line.
  */
 #include <errno.h>
@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "engine/gguf.h"
-#include "engine/modelgen.h"
+#include "engine/model/gguf.h"
+#include "engine/model/modelgen.h"
 
 static void usage(FILE *f)
 {

@@ -25,11 +25,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/ep_ranks.h"
-#include "engine/ep_transport.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/ep/ep_ranks.h"
+#include "engine/ep/ep_transport.h"
+#include "engine/model/gguf.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 

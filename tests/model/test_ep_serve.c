@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/model/gguf.h"
+#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 

@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include <utime.h>
 
-#include "engine/prefix_cache.h" /* fg_page_key, to name page files */
+#include "engine/kv/prefix_cache.h" /* fg_page_key, to name page files */
 #include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
 #include "tests/model/model_test.h"
 

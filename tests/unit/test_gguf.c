@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 #include "tests/unit/fg_test.h"
 
 static char tmp_dir[64];

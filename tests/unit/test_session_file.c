@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/hash64.h"
-#include "engine/session_file.h"
+#include "engine/kv/session_file.h"
 #include "tests/unit/fg_test.h"
 
 #define N_TOK 150 /* two full pages and a partial one */
