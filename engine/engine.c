@@ -97,6 +97,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+    fg_list_init(&e->all);
+    fg_list_init(&e->dirty);
+    fg_list_init(&e->ready);
     e->opt = *o;
     e->step_capacity = o->serve && o->prefill_alone_tokens > o->max_batch_tokens ? o->prefill_alone_tokens
                                                                                  : o->max_batch_tokens;
@@ -245,12 +248,16 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
     if (p.weight < 1 || p.weight > 1000 || p.priority < -1000 || p.priority > 1000)
         return FG_ERR_INVALID_ARG;
-    if ((p.name && !fg_session_name_valid(p.name)) || (p.tenant_name && !fg_session_name_valid(p.tenant_name)))
+    if ((p.name && !fg_name_valid(p.name, strlen(p.name))) ||
+        (p.tenant_name && !fg_name_valid(p.tenant_name, strlen(p.tenant_name))))
         return FG_ERR_INVALID_ARG;
     fg_session_t *s = calloc(1, sizeof *s);
     if (!s)
         return FG_ERR_NOMEM;
     s->e = e;
+    fg_list_init(&s->all_link);
+    fg_list_init(&s->dirty_link);
+    fg_list_init(&s->ready_link);
     s->params = p;
     s->ep_rank = e->ep ? (int)(atomic_fetch_add(&e->ep_next_rank, 1u) % (unsigned)fg_ep_ranks_count(e->ep)) : 0;
     /* The names are copied: the caller's strings need not outlive the call. */
@@ -281,9 +288,9 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
 void fg_session_dealloc(fg_session_t *s)
 {
     fg_kv_seq_free(s->e->kv, &s->seq);
-    free(s->in_tok);
-    free(s->todo);
-    free(s->hist);
+    fg_tokens_free(&s->in);
+    fg_tokens_free(&s->todo);
+    fg_tokens_free(&s->hist);
     free(s->phash);
     free(s->meta);
     free(s->load_buf);
@@ -330,33 +337,6 @@ fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *di
     if (e->ep)
         fg_ep_ranks_page_changed(e->ep, page);
     return e->backend ? fg_backend_kv_page_to_device(e->backend, page, diag) : FG_OK;
-}
-
-int fg_tokens_reserve(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
-
-bool fg_session_name_valid(const char *name)
-{
-    size_t n = 0;
-    for (; name[n]; n++) {
-        char c = name[n];
-        if (n >= FG_SESSION_NAME_MAX ||
-            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return n > 0;
 }
 
 int fg_session_length(const fg_session_t *s)

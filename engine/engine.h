@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/name.h"
 #include "config/fg_error.h"
 #include "engine/serve/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -199,7 +200,6 @@ int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap);
 
 /* ---- sessions ---- */
 
-#define FG_SESSION_NAME_MAX 64     /* bytes of a session or tenant name: [A-Za-z0-9_-] */
 #define FG_SESSION_META_MAX 65536  /* bytes of an owner's meta blob */
 
 typedef struct fg_session_params {

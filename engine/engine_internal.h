@@ -11,6 +11,9 @@
 
 #include <pthread.h>
 
+#include "config/base/clock.h"
+#include "config/base/list.h"
+#include "config/base/tokens.h"
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/ep/ep_ranks.h"
@@ -55,13 +58,12 @@ typedef struct fg_response {
 struct fg_session {
     fg_engine_t *e;                 /* [const] */
     fg_session_params params;       /* [const]; name and tenant_name point at the copies below */
-    char name[FG_SESSION_NAME_MAX + 1];        /* [const] "" when anonymous */
-    char tenant_name[FG_SESSION_NAME_MAX + 1]; /* [const] */
+    char name[FG_NAME_MAX + 1];        /* [const] "" when anonymous */
+    char tenant_name[FG_NAME_MAX + 1]; /* [const] */
     int ep_rank;                    /* [const] expert parallelism: the rank its KV and attention live on */
 
     /* [mu] requests from API threads */
-    int32_t *in_tok;
-    int in_n, in_cap;
+    fg_tokens in;                   /* input not yet taken by the step thread */
     bool respond_req;
     fg_response_params req;
     uint64_t req_id;
@@ -69,23 +71,19 @@ struct fg_session {
     bool cancel_req;
     bool freed;                     /* the owner let go; the step thread frees */
     bool responding;                /* from respond() until the DONE event is queued */
-    bool dirty;                     /* on the engine's dirty list */
-    fg_session_t *dirty_next;
-    bool ready;                     /* on the engine's ready list */
-    fg_session_t *ready_next;
+    fg_list dirty_link;             /* on e->dirty while it has requests for the step thread */
+    fg_list ready_link;             /* on e->ready while it has events to poll */
     fg_outq out;
     int length_snapshot;            /* seq.n_tokens as of the last step */
     int64_t committed;              /* tokens in the cache, queued, or sampled: bounded by the context */
 
     /* [step] */
     fg_kv_seq seq;                  /* empty while on_disk */
-    int32_t *todo;                  /* tokens to prefill */
-    int todo_n, todo_cap;
-    int32_t *hist;                  /* token ids whose KV is in seq, in order */
-    int hist_n, hist_cap;
+    fg_tokens todo;                 /* tokens to prefill */
+    fg_tokens hist;                 /* token ids whose KV is in seq, in order */
     fg_response resp;
     bool adopted;
-    fg_session_t *all_next, *all_prev;
+    fg_list all_link;               /* on e->all while adopted */
     int batch_tokens;               /* this step: tokens in the batch */
     int batch_logits;               /* this step: 1 when the step samples for it */
 
@@ -102,7 +100,7 @@ struct fg_session {
     bool delete_file;               /* [mu] fg_session_delete: remove the file when freed */
     int saves_inflight;             /* [mu] writer jobs for it */
     bool spill_inflight;            /* [mu] */
-    char load_name[FG_SESSION_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
+    char load_name[FG_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
     bool load_inflight;             /* [mu] the writer thread is reading its file */
     uint8_t *load_buf;              /* [mu] the file, read and validated, until its KV is in pages */
     fg_sfile_view load_view;        /* [mu] into load_buf */
@@ -127,14 +125,14 @@ typedef struct fg_save_job {
     bool remove;                    /* unlink the file instead of writing it */
     bool read;                      /* read and validate the file (a load back) instead */
     bool from_file;                 /* save: the KV rows come from the file load_name (session on disk) */
-    char load_name[FG_SESSION_NAME_MAX + 1];
+    char load_name[FG_NAME_MAX + 1];
     uint8_t *buf;                   /* read: the file */
     size_t len;
     fg_sfile_view v;
     bool spill;                     /* release the session's pages when written */
     uint64_t uid, gen;
     int tenant_ix;
-    char tenant[FG_SESSION_NAME_MAX + 1], name[FG_SESSION_NAME_MAX + 1];
+    char tenant[FG_NAME_MAX + 1], name[FG_NAME_MAX + 1];
     int32_t *tokens;                /* [n_tokens + n_pending] */
     int n_tokens, n_pending;
     void *meta;
@@ -169,7 +167,7 @@ typedef struct fg_dpage {
 /* Per tenant: disk bytes and session counts [mu]; resident bytes come from
  * the KV store's owner counts. */
 typedef struct fg_tenant_rec {
-    char name[FG_SESSION_NAME_MAX + 1];
+    char name[FG_NAME_MAX + 1];
     uint64_t salt;
     uint64_t disk_bytes;
     int sessions_resident, sessions_on_disk;
@@ -203,14 +201,14 @@ struct fg_engine {
     pthread_cond_t work_cv;
     bool stop;                      /* [mu] */
     bool work;                      /* [mu] something changed since the last look */
-    fg_session_t *dirty_head;       /* [mu] sessions with requests */
-    fg_session_t *ready_head;       /* [mu] sessions with events to poll */
+    fg_list dirty;                  /* [mu] sessions with requests (dirty_link), newest first */
+    fg_list ready;                  /* [mu] sessions with events to poll (ready_link), newest first */
     fg_engine_stats stats;          /* [mu] */
     uint64_t session_order;         /* [mu] request counter: fg_response.order */
     bool wake_owner;                /* [mu] events were queued since the last wakeup call */
 
     /* [step] */
-    fg_session_t *all_head;         /* adopted sessions */
+    fg_list all;                    /* adopted sessions (all_link), newest first */
     fg_sampler_t *sampler;
     fg_sched_t *sched;
     fg_sched_item *items;           /* [2 * max_batch_tokens] decode then prefill candidates */
@@ -250,6 +248,20 @@ struct fg_engine {
     char save_all_msg[320];         /* [mu] */
 };
 
+/* The first adopted session (newest first), and the one after s; NULL at the
+ * end. s stays valid while it is visited: free a session only outside such a
+ * walk [step]. */
+static inline fg_session_t *fg_all_first(const fg_engine_t *e)
+{
+    fg_list *l = fg_list_first(&e->all);
+    return l ? fg_list_entry(l, fg_session_t, all_link) : NULL;
+}
+static inline fg_session_t *fg_all_next(const fg_engine_t *e, const fg_session_t *s)
+{
+    fg_list *l = fg_list_next(&e->all, &s->all_link);
+    return l ? fg_list_entry(l, fg_session_t, all_link) : NULL;
+}
+
 /* engine.c: one forward pass over seqs[n], the sequences of sessions[n],
  * through the plain pass or the expert-parallel ranks. Errors: as
  * fg_forward_run / fg_ep_ranks_run. */
@@ -270,13 +282,6 @@ fg_err fg_engine_round(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, 
 fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag);
 fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag);
 
-/* Grows *arr (capacity *cap, doubling from 64) to hold need tokens; 0, or -1
- * when out of memory (the array is unchanged then). */
-int fg_tokens_reserve(int32_t **arr, int *cap, int need);
-
-/* True when name is 1..FG_SESSION_NAME_MAX bytes of [A-Za-z0-9_-]. */
-bool fg_session_name_valid(const char *name);
-
 /* Allocates a session (not yet known to the step thread). Errors:
  * FG_ERR_INVALID_ARG, FG_ERR_NOMEM. */
 fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out);
@@ -288,7 +293,6 @@ void fg_engine_serve_stop(fg_engine_t *e);
 /* Hands a session to the step thread. FG_ERR_STATE: its name is open. */
 fg_err fg_session_serve_init(fg_session_t *s);
 void fg_session_serve_release(fg_session_t *s);
-double fg_now_s(void);
 
 /* kv_tier.c: the disk tier and prefix sharing, on the step thread unless said. */
 /* Opens persist_dir (scan, temp files removed) and starts the writer; at open. */

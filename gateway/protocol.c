@@ -18,6 +18,7 @@
  * compatibility); integer fields accept a real with an integral value (5.0),
  * since some JSON encoders write every number as a float.
  */
+#include "config/base/name.h"
 #include "gateway/protocol.h"
 #include "gateway/protocol_internal.h"
 
@@ -408,12 +409,8 @@ static int parse_message(ctx *c, json_t *item, fg_proto_item *it)
 /* A function name as tool-calling models and frameworks allow it. */
 static int check_function_name(ctx *c, fg_proto_str name)
 {
-    for (size_t i = 0; i < name.len; i++) {
-        const char ch = name.ptr[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-              ch == '-'))
-            return fail(c, FG_PROTO_INVALID_VALUE, "item.name", "item.name may hold only A-Z, a-z, 0-9, _ and -");
-    }
+    if (!fg_name_valid(name.ptr, name.len))
+        return fail(c, FG_PROTO_INVALID_VALUE, "item.name", "item.name may hold only A-Z, a-z, 0-9, _ and -");
     return 0;
 }
 

@@ -96,7 +96,7 @@ static void drain_step(fg_gateway_t *gw)
         c->close_code = FG_PROTO_CLOSE_GOING_AWAY;
         gw_conn_request_write(c);
     }
-    if (gw->n_conns == 0 || gw_now() > gw->drain_deadline) {
+    if (gw->n_conns == 0 || fg_clock_mono_s() > gw->drain_deadline) {
         if (gw->n_conns)
             fg_log(FG_LOG_WARN, "drain_timeout", "\"connections\":%zu", gw->n_conns);
         gw->done = true;
@@ -109,7 +109,7 @@ static void begin_drain(fg_gateway_t *gw)
     if (gw->draining)
         return;
     gw->draining = true;
-    gw->drain_deadline = gw_now() + (double)gw->cfg->server.drain_timeout_s;
+    gw->drain_deadline = fg_clock_mono_s() + (double)gw->cfg->server.drain_timeout_s;
     int cancelled = 0;
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         if (s->responding) {

@@ -1,4 +1,5 @@
 /* ep_bootstrap.c: the NCCL id exchange through Redis (see ep_bootstrap.h). */
+#include "config/base/clock.h"
 #include "engine/ep/ep_bootstrap.h"
 
 #include <stdarg.h>
@@ -10,13 +11,6 @@
 #include <hiredis/hiredis.h>
 
 #define POLL_MS 20 /* between looks at a key that is not there yet */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -82,7 +76,7 @@ static fg_err publish(redisContext *c, const fg_ep_bootstrap_options *o, const c
             return FG_ERR_IO;
         taken = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
         freeReplyObject(r);
-        if (taken >= o->n_nodes - 1 || mono_ms() >= deadline)
+        if (taken >= o->n_nodes - 1 || fg_clock_mono_us() / 1000 >= deadline)
             break;
         sleep_ms(POLL_MS);
     }
@@ -106,7 +100,7 @@ static fg_err fetch(redisContext *c, const fg_ep_bootstrap_options *o, const cha
         if (r->type == REDIS_REPLY_STRING)
             break;
         freeReplyObject(r);
-        if (mono_ms() >= deadline)
+        if (fg_clock_mono_us() / 1000 >= deadline)
             return fg_diag_set(diag, FG_ERR_IO, "bootstrap: no id under '%s' after %d ms (is node 0 up, with the same "
                                "topology.bootstrap?)", id_key, o->timeout_ms);
         sleep_ms(POLL_MS);
@@ -139,7 +133,7 @@ fg_err fg_ep_bootstrap_exchange(const fg_ep_bootstrap_options *o, uint8_t *blob,
     if ((size_t)snprintf(id_key, sizeof id_key, "%s:id", o->prefix) >= sizeof id_key ||
         (size_t)snprintf(taken_key, sizeof taken_key, "%s:taken", o->prefix) >= sizeof taken_key)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bootstrap: key prefix longer than %zu bytes", sizeof id_key - 8);
-    const int64_t deadline = mono_ms() + o->timeout_ms;
+    const int64_t deadline = fg_clock_mono_us() / 1000 + o->timeout_ms;
     const int step_ms = o->timeout_ms < 2000 ? o->timeout_ms : 2000; /* one command's limit */
     struct timeval tv = {step_ms / 1000, (step_ms % 1000) * 1000};
     redisContext *c = connect_address(o->redis_address, tv);

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/hash64.h"
+#include "config/base/hash64.h"
 #include "engine/backend/moe_compute.h"
 #include "kernels/cpu/vecops.h"
 

@@ -32,9 +32,9 @@ bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto)
     uint64_t salt = e->tenants[s->tenant_ix].salt;
     while (s->phash_n <= upto) {
         int k = s->phash_n;
-        if ((k + 1) * FG_KV_PAGE_TOKENS > s->hist_n)
+        if ((k + 1) * FG_KV_PAGE_TOKENS > (int)s->hist.n)
             return false;
-        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist + (size_t)k * FG_KV_PAGE_TOKENS);
+        s->phash[k] = fg_page_key(k ? s->phash[k - 1] : 0, salt, s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS);
         s->phash_n++;
     }
     return true;
@@ -56,8 +56,8 @@ void fg_share_truncated(fg_session_t *s, int n_tokens)
 static bool next_page_shareable(const fg_engine_t *e, const fg_session_t *s)
 {
     const int keep = s->resp.active && s->resp.p.generate ? 1 : 0;
-    return e->pc && !s->on_disk && s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && s->hist_n == s->seq.n_tokens &&
-           s->todo_n >= FG_KV_PAGE_TOKENS + keep;
+    return e->pc && !s->on_disk && s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && (int)s->hist.n == s->seq.n_tokens &&
+           (int)s->todo.n >= FG_KV_PAGE_TOKENS + keep;
 }
 
 /* The chained key of s's next input page (next_page_shareable holds). */
@@ -67,7 +67,7 @@ static bool next_page_key(fg_engine_t *e, fg_session_t *s, uint64_t *prev, uint6
     if (!fg_share_page_keys(e, s, k - 1))
         return false; /* also allocates the key array */
     *prev = k ? s->phash[k - 1] : 0;
-    *key = fg_page_key(*prev, e->tenants[s->tenant_ix].salt, s->todo);
+    *key = fg_page_key(*prev, e->tenants[s->tenant_ix].salt, s->todo.v);
     return true;
 }
 
@@ -87,25 +87,25 @@ bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
         if (!next_page_key(e, s, &prev, &key))
             return false;
         e->stats.prefix_lookups++;
-        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo, fg_now_s());
+        uint8_t *page = fg_prefix_cache_find(e->pc, key, prev, s->tenant_ix, s->todo.v, fg_clock_mono_s());
         if (!page) {
             /* Its page file (and those of the pages after it) may be loaded instead of computed. */
-            if (e->persist && fg_ptier_fetch(e, s->tenant_ix, prev, s->todo, (s->todo_n - keep) / FG_KV_PAGE_TOKENS))
+            if (e->persist && fg_ptier_fetch(e, s->tenant_ix, prev, s->todo.v, (s->todo.n - keep) / FG_KV_PAGE_TOKENS))
                 return true;
             s->miss_at = s->seq.n_tokens;
             return false;
         }
-        if (fg_tokens_reserve(&s->hist, &s->hist_cap, s->hist_n + FG_KV_PAGE_TOKENS + 1) != 0 ||
+        if (fg_tokens_reserve(&s->hist, s->hist.n + FG_KV_PAGE_TOKENS + 1) != 0 ||
             fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
             return false;
         e->stats.prefix_hits++;
         fg_kv_page_retain(e->kv, page);
         fg_kv_seq_set_page(e->kv, &s->seq, k, page);
         s->seq.n_tokens += FG_KV_PAGE_TOKENS;
-        memcpy(s->hist + s->hist_n, s->todo, FG_KV_PAGE_TOKENS * sizeof *s->todo);
-        s->hist_n += FG_KV_PAGE_TOKENS;
-        memmove(s->todo, s->todo + FG_KV_PAGE_TOKENS, (size_t)(s->todo_n - FG_KV_PAGE_TOKENS) * sizeof *s->todo);
-        s->todo_n -= FG_KV_PAGE_TOKENS;
+        memcpy(s->hist.v + s->hist.n, s->todo.v, FG_KV_PAGE_TOKENS * sizeof *s->todo.v);
+        s->hist.n += FG_KV_PAGE_TOKENS;
+        memmove(s->todo.v, s->todo.v + FG_KV_PAGE_TOKENS, (size_t)(s->todo.n - FG_KV_PAGE_TOKENS) * sizeof *s->todo.v);
+        s->todo.n -= FG_KV_PAGE_TOKENS;
         s->todo_sampled = false;
         s->phash[k] = key;
         s->phash_n = k + 1;
@@ -123,14 +123,14 @@ void fg_share_register(fg_engine_t *e, fg_session_t *s)
     if (!e->pc || s->on_disk)
         return;
     int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-    if (full > s->hist_n / FG_KV_PAGE_TOKENS)
-        full = s->hist_n / FG_KV_PAGE_TOKENS;
+    if (full > (int)s->hist.n / FG_KV_PAGE_TOKENS)
+        full = s->hist.n / FG_KV_PAGE_TOKENS;
     if (s->reg_n >= full || !fg_share_page_keys(e, s, full - 1))
         return;
-    double now = fg_now_s();
+    double now = fg_clock_mono_s();
     for (int k = s->reg_n; k < full; k++)
         fg_prefix_cache_insert(e->pc, e->kv, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
-                               s->hist + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
+                               s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
     s->reg_n = full;
 }
 
@@ -140,8 +140,8 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
 {
     if (src->resp.active || src->respond_req || src->responding)
         return FG_ERR_BUSY; /* its partial page is being written */
-    const int n = src->hist_n;
-    if (fg_tokens_reserve(&dst->hist, &dst->hist_cap, n + 1) != 0)
+    const int n = src->hist.n;
+    if (fg_tokens_reserve(&dst->hist, n + 1) != 0)
         return FG_ERR_NOMEM;
     if (src->on_disk) {
         dst->on_disk = true;
@@ -152,8 +152,8 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
             return err;
     }
     if (n) /* an empty source has no array */
-        memcpy(dst->hist, src->hist, (size_t)n * sizeof *dst->hist);
-    dst->hist_n = n;
+        memcpy(dst->hist.v, src->hist.v, (size_t)n * sizeof *dst->hist.v);
+    dst->hist.n = n;
     if (src->phash_n > 0 && phash_room(e, dst, src->phash_n + 1)) {
         memcpy(dst->phash, src->phash, (size_t)src->phash_n * sizeof *dst->phash);
         dst->phash_n = src->phash_n;
@@ -161,9 +161,9 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     dst->reg_n = src->reg_n;
     dst->committed = n;
     /* The token the source's last response sampled is part of the conversation, not queued input. */
-    if (src->todo_sampled && src->todo_n > 0 && fg_tokens_reserve(&dst->todo, &dst->todo_cap, 1) == 0) {
-        dst->todo[0] = src->todo[0];
-        dst->todo_n = 1;
+    if (src->todo_sampled && src->todo.n > 0 && fg_tokens_reserve(&dst->todo, 1) == 0) {
+        dst->todo.v[0] = src->todo.v[0];
+        dst->todo.n = 1;
         dst->todo_sampled = true;
         dst->committed++;
     }

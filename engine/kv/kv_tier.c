@@ -76,7 +76,7 @@ static int64_t file_size(const char *path)
 
 static void run_job(fg_engine_t *e, fg_save_job *j)
 {
-    double t0 = fg_now_s();
+    double t0 = fg_clock_mono_s();
     char dir[4096], path[4096];
     fg_diag d = {{0}};
     j->err = FG_OK;
@@ -143,7 +143,7 @@ static void run_job(fg_engine_t *e, fg_save_job *j)
     }
 out:
     snprintf(j->msg, sizeof j->msg, "%s", d.msg);
-    j->seconds = fg_now_s() - t0;
+    j->seconds = fg_clock_mono_s() - t0;
 }
 
 static void *writer_main(void *arg)
@@ -236,7 +236,7 @@ static fg_err scan_dir(fg_engine_t *e, fg_diag *diag)
         return fg_diag_set(diag, FG_ERR_IO, "persist_dir %s: %s", e->persist_dir, strerror(errno));
     struct dirent *te;
     while ((te = readdir(top))) {
-        if (!fg_session_name_valid(te->d_name))
+        if (!fg_name_valid(te->d_name, strlen(te->d_name)))
             continue;
         char dir[4096];
         if (!fg_tier_path(e, te->d_name, NULL, "", dir, sizeof dir))
@@ -349,7 +349,7 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         if (s->gen == s->file_gen || s->load_inflight || s->load_buf)
             return;
         spill = false; /* only its meta or queued input changed: rewrite the file from itself */
-    } else if (s->hist_n != s->seq.n_tokens)
+    } else if ((int)s->hist.n != s->seq.n_tokens)
         return; /* mid-response: cannot happen for idle sessions */
     if (spill && s->gen == s->file_gen && s->saves_inflight == 0) {
         /* The file on disk is this very state: release the pages without writing again. */
@@ -359,24 +359,24 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         return;
     }
     fg_save_job *j = calloc(1, sizeof *j);
-    int n_pages = s->on_disk ? 0 : (s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    int n_pages = s->on_disk ? 0 : (s->hist.n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (!j)
         return;
     j->from_file = s->on_disk;
     strcpy(j->load_name, s->load_name);
-    j->tokens = malloc(((size_t)s->hist_n + (size_t)s->todo_n + 1) * sizeof *j->tokens);
+    j->tokens = malloc(((size_t)s->hist.n + (size_t)s->todo.n + 1) * sizeof *j->tokens);
     j->pages = malloc(((size_t)n_pages + 1) * sizeof *j->pages);
     j->meta = s->meta_len ? malloc(s->meta_len) : NULL;
     if (!j->tokens || !j->pages || (s->meta_len && !j->meta)) {
         free_job(e, j);
         return; /* out of memory: the file stays as it was; the next save retries */
     }
-    if (s->hist_n) /* an empty session has no arrays: memcpy from NULL is undefined even for 0 bytes */
-        memcpy(j->tokens, s->hist, (size_t)s->hist_n * sizeof *j->tokens);
-    if (s->todo_n)
-        memcpy(j->tokens + s->hist_n, s->todo, (size_t)s->todo_n * sizeof *j->tokens);
-    j->n_tokens = s->hist_n;
-    j->n_pending = s->todo_n;
+    if (s->hist.n) /* an empty session has no arrays: memcpy from NULL is undefined even for 0 bytes */
+        memcpy(j->tokens, s->hist.v, (size_t)s->hist.n * sizeof *j->tokens);
+    if (s->todo.n)
+        memcpy(j->tokens + s->hist.n, s->todo.v, (size_t)s->todo.n * sizeof *j->tokens);
+    j->n_tokens = s->hist.n;
+    j->n_pending = s->todo.n;
     if (s->meta_len)
         memcpy(j->meta, s->meta, s->meta_len);
     j->meta_len = s->meta_len;
@@ -427,7 +427,7 @@ void fg_tier_remove(fg_engine_t *e, const char *tenant, const char *name, int te
 
 static fg_session_t *by_uid(fg_engine_t *e, uint64_t uid)
 {
-    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+    for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s))
         if (s->uid == uid)
             return s;
     return NULL;
@@ -479,11 +479,8 @@ void fg_tier_reap(fg_engine_t *e)
                         (fg_event){.type = FG_EVENT_SAVE_FAILED, .error = j->err,
                                    .text_off = (q->text_head + q->text_count) % q->text_cap};
                     q->ev_count++;
-                    if (!s->ready) {
-                        s->ready = true;
-                        s->ready_next = e->ready_head;
-                        e->ready_head = s;
-                    }
+                    if (!fg_list_linked(&s->ready_link))
+                        fg_list_push_front(&e->ready, &s->ready_link);
                     e->wake_owner = true;
                 }
             } else {
@@ -505,7 +502,7 @@ void fg_tier_reap(fg_engine_t *e)
 
 void fg_tier_save_all(fg_engine_t *e)
 {
-    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+    for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s))
         if (!s->resp.active || (s->on_disk && !s->resp.admitted))
             fg_tier_save(e, s, false);
     /* Sessions not adopted yet (on the dirty list) have nothing computed to save. */
@@ -523,8 +520,8 @@ void fg_tier_idle(fg_engine_t *e)
 {
     if (!e->persist || e->opt.idle_spill_seconds <= 0)
         return;
-    double now = fg_now_s();
-    for (fg_session_t *s = e->all_head; s; s = s->all_next)
+    double now = fg_clock_mono_s();
+    for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s))
         if (spillable(e, s) && !s->responding && now - s->last_used >= e->opt.idle_spill_seconds)
             fg_tier_save(e, s, true);
     /* Cold cached pages idle as long go to page files too; the scan walks the
@@ -545,7 +542,7 @@ void fg_tier_drop_cold(fg_engine_t *e, size_t need)
 {
     if (!e->pc || fg_kv_store_pages_free(e->kv) >= need)
         return;
-    int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, fg_now_s());
+    int n = fg_prefix_cache_cold(e->pc, e->kv, cand, MAX_EVICT, fg_clock_mono_s());
     fg_kv_evict_order(cand, n);
     for (int i = 0; i < n && fg_kv_store_pages_free(e->kv) < need; i++) {
         if (e->persist)
@@ -557,7 +554,7 @@ void fg_tier_drop_cold(fg_engine_t *e, size_t need)
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)
 {
     static fg_session_t *cand_s[MAX_EVICT];    /* sessions by candidate id */
-    double now = fg_now_s();
+    double now = fg_clock_mono_s();
     size_t free_pages = fg_kv_store_pages_free(e->kv);
     if (free_pages >= need_pages)
         return;
@@ -571,7 +568,7 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
     /* Then idle sessions to disk, in the policy's order; spills in flight count as coming. */
     size_t coming = 0;
     int n = 0;
-    for (fg_session_t *s = e->all_head; s; s = s->all_next) {
+    for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s)) {
         if (s->spill_inflight)
             coming += (size_t)s->seq.n_pages;
         else if (s != except && spillable(e, s) && n < MAX_EVICT) {
@@ -682,15 +679,15 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         drop_load(s);
         return err;
     }
-    double t0 = fg_now_s();
-    const int n = s->hist_n;
+    double t0 = fg_clock_mono_s();
+    const int n = s->hist.n;
     const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     /* Pages the cache already holds (full pages the session had before it spilled). */
     int hits = 0;
     if (e->pc && n >= FG_KV_PAGE_TOKENS && fg_share_page_keys(e, s, n / FG_KV_PAGE_TOKENS - 1))
         for (int k = 0; k < n / FG_KV_PAGE_TOKENS; k++)
             hits += fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
-                                         s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
+                                         s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, t0) != NULL;
     if (fg_kv_store_pages_free(e->kv) < (size_t)(n_pages - hits))
         return FG_ERR_KV_FULL; /* the file stays read until pages free up */
     if (fg_kv_seq_grow_table(&s->seq, n_pages) != FG_OK)
@@ -698,7 +695,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
     const fg_sfile_view v = s->load_view;
     bool match = v.n_tokens >= n;
     for (int i = 0; match && i < n; i++)
-        match = fg_sfile_token(&v, i) == s->hist[i];
+        match = fg_sfile_token(&v, i) == s->hist.v[i];
     if (!match) {
         drop_load(s);
         move_aside(e, s->tenant_name, s->load_name, s->tenant_ix, true);
@@ -711,7 +708,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         uint8_t *page = NULL;
         if (e->pc && (k + 1) * FG_KV_PAGE_TOKENS <= n && k < s->phash_n)
             page = fg_prefix_cache_find(e->pc, s->phash[k], k ? s->phash[k - 1] : 0, s->tenant_ix,
-                                        s->hist + (size_t)k * FG_KV_PAGE_TOKENS, t0);
+                                        s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, t0);
         if (page) {
             fg_kv_page_retain(e->kv, page);
         } else {
@@ -740,15 +737,15 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
     s->reg_n = 0;
     fg_share_register(e, s);
     e->stats.restores++;
-    e->stats.restore_seconds += s->load_seconds + (fg_now_s() - t0);
+    e->stats.restore_seconds += s->load_seconds + (fg_clock_mono_s() - t0);
     return FG_OK;
 }
 
 void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
 {
-    s->committed -= s->hist_n + s->todo_n;
-    s->hist_n = 0;
-    s->todo_n = 0;
+    s->committed -= s->hist.n + s->todo.n;
+    s->hist.n = 0;
+    s->todo.n = 0;
     s->todo_sampled = false;
     drop_load(s);
     fg_kv_seq_truncate(e->kv, &s->seq, 0);

@@ -171,7 +171,7 @@ bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t 
             break;
         }
         if (d->state == FG_DPAGE_ON_DISK &&
-            (k == 0 || !fg_prefix_cache_find(e->pc, key, prev, tenant_ix, tk, fg_now_s()))) {
+            (k == 0 || !fg_prefix_cache_find(e->pc, key, prev, tenant_ix, tk, fg_clock_mono_s()))) {
             fg_save_job *j = calloc(1, sizeof *j);
             if (!j)
                 break;
@@ -203,7 +203,7 @@ void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
         }
         d->state = FG_DPAGE_ON_DISK;
         d->bytes = fg_pfile_size(&e->expect.geo);
-        d->born = fg_now_s();
+        d->born = fg_clock_mono_s();
         e->stats.pages_to_disk++;
         return;
     }
@@ -218,7 +218,7 @@ void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
     int32_t tk[FG_KV_PAGE_TOKENS];
     for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
         tk[t] = fg_sfile_token(&j->v, t);
-    if (!e->pc || fg_prefix_cache_find(e->pc, j->key, j->prev, j->tenant_ix, tk, fg_now_s()))
+    if (!e->pc || fg_prefix_cache_find(e->pc, j->key, j->prev, j->tenant_ix, tk, fg_clock_mono_s()))
         return; /* computed meanwhile */
     fg_tier_drop_cold(e, 1); /* may list more page files: the index moves */
     if ((i = find(e, j->tenant_ix, j->key)) < 0)
@@ -234,7 +234,7 @@ void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
             memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, fg_sfile_row(&j->v, geo, il, t),
                    geo->row_bytes);
     if (fg_engine_page_to_device(e, page, NULL) == FG_OK &&
-        fg_prefix_cache_insert(e->pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_now_s()))
+        fg_prefix_cache_insert(e->pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_clock_mono_s()))
         e->stats.pages_from_disk++;
     else
         d->no_room = true;

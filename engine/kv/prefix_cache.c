@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/hash64.h"
+#include "config/base/hash64.h"
 
 typedef struct entry {
     uint64_t key, prev;

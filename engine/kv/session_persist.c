@@ -121,22 +121,22 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
         return err;
     }
     int n = v.n_tokens, m = v.n_pending;
-    s->hist = malloc(((size_t)n + 1) * sizeof *s->hist);
-    s->todo = malloc(((size_t)m + 1) * sizeof *s->todo);
+    s->hist.v = malloc(((size_t)n + 1) * sizeof *s->hist.v);
+    s->todo.v = malloc(((size_t)m + 1) * sizeof *s->todo.v);
     s->meta = v.meta_len ? malloc(v.meta_len) : NULL;
-    if (!s->hist || !s->todo || (v.meta_len && !s->meta)) {
+    if (!s->hist.v || !s->todo.v || (v.meta_len && !s->meta)) {
         free(buf);
         fg_session_dealloc(s);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory restoring %s", p->name);
     }
     for (int i = 0; i < n; i++)
-        s->hist[i] = fg_sfile_token(&v, i);
+        s->hist.v[i] = fg_sfile_token(&v, i);
     for (int i = 0; i < m; i++)
-        s->todo[i] = fg_sfile_token(&v, n + i);
-    s->hist_n = n;
-    s->hist_cap = n + 1;
-    s->todo_n = m;
-    s->todo_cap = m + 1;
+        s->todo.v[i] = fg_sfile_token(&v, n + i);
+    s->hist.n = n;
+    s->hist.cap = n + 1;
+    s->todo.n = m;
+    s->todo.cap = m + 1;
     if (v.meta_len)
         memcpy(s->meta, v.meta, v.meta_len);
     s->meta_len = v.meta_len;
@@ -202,7 +202,7 @@ fg_err fg_engine_tenant_usage(fg_engine_t *e, const char *tenant_name, fg_tenant
 {
     memset(u, 0, sizeof *u);
     const char *t = tenant_or_default(tenant_name);
-    if (!fg_session_name_valid(t))
+    if (!fg_name_valid(t, strlen(t)))
         return FG_ERR_INVALID_ARG;
     if (!e->opt.serve)
         return FG_OK;

@@ -22,6 +22,7 @@
  * loads. Tensor data and fg_gguf_get_arr_data() hand out raw file bytes, which
  * is only meaningful on a little-endian host, hence the #error below.
  */
+#include "config/base/random.h"
 #include "engine/model/gguf.h"
 
 #include <errno.h>
@@ -377,18 +378,6 @@ static uint64_t name_hash(uint64_t seed, const char *s, size_t len)
     uint64_t w = 0;
     memcpy(&w, s, len);
     return mix64(h ^ w ^ 0x5bd1e995ull);
-}
-
-static uint64_t new_seed(const void *salt)
-{
-    uint64_t seed = 0;
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
-        /* No entropy yet (early boot): fall back to ASLR and the clock. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        seed = (uint64_t)(uintptr_t)salt ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec;
-    }
-    return mix64(seed);
 }
 
 static fg_err index_init(name_index *ix, uint64_t n)
@@ -789,7 +778,7 @@ static fg_err open_common(const uint8_t *base, uint64_t size, bool mapped, fg_gg
     g->base = base;
     g->size = size;
     g->mapped = mapped;
-    g->hash_seed = new_seed(g);
+    g->hash_seed = fg_random_seed();
     fg_err e = parse(g, diag);
     if (e) {
         g->mapped = false; /* the caller still owns the mapping on failure */

@@ -23,6 +23,7 @@
  * default 32 is used). expert_weights_norm and expert_gating_func are always
  * written (llama.cpp treats them as optional).
  */
+#include "config/base/hash64.h"
 #include "engine/model/modelgen.h"
 
 #include <math.h>
@@ -367,12 +368,7 @@ static uint64_t splitmix64(uint64_t *state)
 
 static uint64_t tensor_seed(uint64_t seed, const char *name)
 {
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the name */
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
-    uint64_t st = seed ^ h;
+    uint64_t st = seed ^ fg_fnv1a64(name, strlen(name));
     return splitmix64(&st);
 }
 

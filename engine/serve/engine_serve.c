@@ -24,13 +24,6 @@
 #define SCHED_QUANTUM 16 /* tokens of credit per unit of tenant weight per DRR round */
 #define EVENTS_PER_STEP 3 /* TOKEN, DONE and WAITING at most, per session and step */
 
-double fg_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The stats histogram bucket of v (fg_engine_stats): the smallest i with v <= 2^i, the last bucket above. */
 static int pow2_bucket(double v)
 {
@@ -59,11 +52,8 @@ static void mark_ready(fg_engine_t *e, fg_session_t *s)
 {
     /* Not a freed one: the owner may free a session while its step runs
      * (unlocked), and must not hear of it again (its user pointer is gone). */
-    if (!s->ready && !s->freed) {
-        s->ready = true;
-        s->ready_next = e->ready_head;
-        e->ready_head = s;
-    }
+    if (!fg_list_linked(&s->ready_link) && !s->freed)
+        fg_list_push_front(&e->ready, &s->ready_link);
 }
 
 /* Queues an event with text; room was checked before the step. */
@@ -87,37 +77,18 @@ static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *
 
 static void mark_dirty(fg_engine_t *e, fg_session_t *s)
 {
-    if (!s->dirty) {
-        s->dirty = true;
-        s->dirty_next = e->dirty_head;
-        e->dirty_head = s;
-    }
+    if (!fg_list_linked(&s->dirty_link))
+        fg_list_push_front(&e->dirty, &s->dirty_link);
     e->work = true;
     pthread_cond_signal(&e->work_cv);
 }
 
-static void ready_unlink(fg_engine_t *e, fg_session_t *s)
-{
-    for (fg_session_t **p = &e->ready_head; *p; p = &(*p)->ready_next)
-        if (*p == s) {
-            *p = s->ready_next;
-            break;
-        }
-    s->ready = false;
-}
-
 static void free_session(fg_engine_t *e, fg_session_t *s)
 {
-    if (s->adopted) {
-        if (s->all_prev)
-            s->all_prev->all_next = s->all_next;
-        else
-            e->all_head = s->all_next;
-        if (s->all_next)
-            s->all_next->all_prev = s->all_prev;
-    }
-    if (s->ready)
-        ready_unlink(e, s);
+    if (s->adopted)
+        fg_list_remove(&s->all_link);
+    if (fg_list_linked(&s->ready_link))
+        fg_list_remove(&s->ready_link);
     if (s->delete_file)
         fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
     fg_session_dealloc(s);
@@ -126,14 +97,14 @@ static void free_session(fg_engine_t *e, fg_session_t *s)
 /* Tokens whose KV the session holds, resident or on disk. */
 static int cache_len(const fg_session_t *s)
 {
-    return s->on_disk ? s->hist_n : s->seq.n_tokens;
+    return s->on_disk ? (int)s->hist.n : s->seq.n_tokens;
 }
 
 /* ---- responses [step, under mu where they queue events] ---- */
 
 static int reserve_need(const fg_engine_t *e, const fg_session_t *s)
 {
-    long need = (long)cache_len(s) + s->todo_n + (s->resp.p.generate ? s->resp.p.max_tokens : 0);
+    long need = (long)cache_len(s) + s->todo.n + (s->resp.p.generate ? s->resp.p.max_tokens : 0);
     return need > e->n_ctx ? e->n_ctx : (int)need;
 }
 
@@ -148,21 +119,21 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
                              .output_tokens = r->generated}};
     outq_push(e, s, ev, text, len);
     /* A sampled but unevaluated token becomes the first input of the next turn. */
-    if (r->have_next && fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + 1) == 0) {
-        memmove(s->todo + 1, s->todo, (size_t)s->todo_n * sizeof *s->todo);
-        s->todo[0] = r->next_token;
-        s->todo_n++;
+    if (r->have_next && fg_tokens_reserve(&s->todo, s->todo.n + 1) == 0) {
+        memmove(s->todo.v + 1, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
+        s->todo.v[0] = r->next_token;
+        s->todo.n++;
         s->todo_sampled = true;
     }
     if (r->admitted)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
     memset(r, 0, sizeof *r);
     s->responding = false;
-    s->last_used = fg_now_s();
+    s->last_used = fg_clock_mono_s();
     s->gen++;
-    if (s->hist_n > 0 || s->todo_n > 0)
+    if (s->hist.n > 0 || s->todo.n > 0)
         fg_tier_save(e, s, false); /* the file follows every completed response */
-    if (s->in_n)
+    if (s->in.n)
         mark_dirty(e, s); /* input that arrived during the response */
 }
 
@@ -171,12 +142,12 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
     const int keep = (int)s->resp.cached_tokens, extra = s->seq.n_tokens - keep;
-    if (extra > 0 && fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + extra) == 0) {
-        memmove(s->todo + extra, s->todo, (size_t)s->todo_n * sizeof *s->todo);
-        memcpy(s->todo, s->hist + keep, (size_t)extra * sizeof *s->todo);
+    if (extra > 0 && fg_tokens_reserve(&s->todo, s->todo.n + extra) == 0) {
+        memmove(s->todo.v + extra, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
+        memcpy(s->todo.v, s->hist.v + keep, (size_t)extra * sizeof *s->todo.v);
         s->todo_sampled = false;
-        s->todo_n += extra;
-        s->hist_n = keep;
+        s->todo.n += extra;
+        s->hist.n = keep;
         fg_kv_seq_truncate(e->kv, &s->seq, keep);
         fg_share_truncated(s, keep);
     }
@@ -193,21 +164,21 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     r->order = e->session_order++; /* request order: oldest is admitted first */
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
-    if (r->p.generate && s->todo_n == 0 && s->hist_n > 0) {
-        if (fg_tokens_reserve(&s->todo, &s->todo_cap, 1) == 0) {
-            s->todo[0] = s->hist[s->hist_n - 1];
-            s->todo_n = 1;
-            s->hist_n--;
+    if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
+        if (fg_tokens_reserve(&s->todo, 1) == 0) {
+            s->todo.v[0] = s->hist.v[s->hist.n - 1];
+            s->todo.n = 1;
+            s->hist.n--;
             if (!s->on_disk)
                 fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
-            fg_share_truncated(s, s->hist_n);
+            fg_share_truncated(s, s->hist.n);
         }
     }
     r->cached_tokens = cache_len(s);
-    r->input_tokens = (int64_t)cache_len(s) + s->todo_n;
+    r->input_tokens = (int64_t)cache_len(s) + s->todo.n;
     /* The form of the input's attention, by its length (forward.h), fixed for
      * the response however the input is cut into steps. */
-    r->input_absorbed = s->todo_n < FG_SHORT_INPUT;
+    r->input_absorbed = s->todo.n < FG_SHORT_INPUT;
 }
 
 static void note_waiting(fg_engine_t *e, fg_session_t *s);
@@ -222,7 +193,7 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         finish(e, s, FG_FINISH_ERROR, FG_ERR_KV_FULL); /* could never fit */
         return false;
     }
-    if (fg_tokens_reserve(&s->hist, &s->hist_cap, need + 1) != 0)
+    if (fg_tokens_reserve(&s->hist, need + 1) != 0)
         return false; /* out of memory: try again next step */
     if (s->on_disk) {
         /* Its KV comes back from the file first. */
@@ -232,7 +203,7 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
             return false; /* its file is being read; the writer wakes the step when done */
         if (err == FG_ERR_KV_FULL) {
             /* Dropping cold pages frees memory at once: then try again now. */
-            fg_tier_relieve(e, (size_t)(s->hist_n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
+            fg_tier_relieve(e, (size_t)(s->hist.n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
             err = fg_tier_load(e, s, &d);
         }
         if (err == FG_ERR_KV_FULL) {
@@ -296,7 +267,7 @@ static void admit_waiting(fg_engine_t *e)
     bool blocked = false;
     for (;;) {
         fg_session_t *oldest = NULL;
-        for (fg_session_t *s = e->all_head; s; s = s->all_next)
+        for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s))
             if (s->resp.active && !s->resp.admitted && !s->resp.considered &&
                 (!oldest || s->resp.order < oldest->resp.order))
                 oldest = s;
@@ -379,39 +350,34 @@ static void emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok)
 /* Takes every pending request [mu]. */
 static void take_requests(fg_engine_t *e)
 {
-    fg_session_t *s = e->dirty_head;
-    e->dirty_head = NULL;
-    while (s) {
-        fg_session_t *next = s->dirty_next;
-        s->dirty = false;
+    fg_list taken; /* requests made while these are handled wait for the next step */
+    fg_list_take(&taken, &e->dirty);
+    for (fg_list *l; (l = fg_list_pop_front(&taken));) {
+        fg_session_t *s = fg_list_entry(l, fg_session_t, dirty_link);
         if (!s->adopted) {
             s->adopted = true;
-            s->all_next = e->all_head;
-            if (e->all_head)
-                e->all_head->all_prev = s;
-            e->all_head = s;
+            fg_list_push_front(&e->all, &s->all_link);
             e->stats.sessions++;
         }
         if (s->freed) {
             e->stats.sessions--;
             free_session(e, s);
-            s = next;
             continue;
         }
         if (s->fork_src && !s->fork_done) {
             s->fork_err = fg_share_fork(e, s, s->fork_src);
             s->fork_done = true;
-            s->last_used = fg_now_s();
+            s->last_used = fg_clock_mono_s();
             pthread_cond_broadcast(&e->done_cv);
         }
         if (!s->last_used)
-            s->last_used = fg_now_s();
+            s->last_used = fg_clock_mono_s();
         /* Input queued during a response waits for it to end: it belongs to the next turn. */
-        if (s->in_n && !s->resp.active) {
-            if (fg_tokens_reserve(&s->todo, &s->todo_cap, s->todo_n + s->in_n) == 0) {
-                memcpy(s->todo + s->todo_n, s->in_tok, (size_t)s->in_n * sizeof *s->todo);
-                s->todo_n += s->in_n;
-                s->in_n = 0;
+        if (s->in.n && !s->resp.active) {
+            if (fg_tokens_reserve(&s->todo, s->todo.n + s->in.n) == 0) {
+                memcpy(s->todo.v + s->todo.n, s->in.v, (size_t)s->in.n * sizeof *s->todo.v);
+                s->todo.n += s->in.n;
+                s->in.n = 0;
                 s->gen++;
             } else {
                 mark_dirty(e, s); /* retry next step */
@@ -426,7 +392,6 @@ static void take_requests(fg_engine_t *e)
             if (s->resp.active)
                 finish(e, s, FG_FINISH_CANCELLED, FG_OK);
         }
-        s = next;
     }
 }
 
@@ -459,7 +424,7 @@ static int plan_step(fg_engine_t *e)
     fg_session_t **dec_s = e->cand, **pre_s = e->cand + T;
 
     admit_waiting(e);
-    for (fg_session_t *s = e->all_head; s; s = s->all_next) {
+    for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s)) {
         fg_response *r = &s->resp;
         r->considered = false;
         s->batch_tokens = s->batch_logits = 0;
@@ -474,22 +439,22 @@ static int plan_step(fg_engine_t *e)
             paused++;
             continue;
         }
-        if (s->todo_n > 0)
+        if (s->todo.n > 0)
             (void)fg_share_attach_hits(e, s); /* a page still loading is computed: no wait mid-prefill */
         /* Within a tenant and priority, the oldest request first: a session's
          * next turn queues behind requests that were waiting before it. */
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = r->order};
-        if (s->todo_n > 0 && n_pre < T) {
+        if (s->todo.n > 0 && n_pre < T) {
             if (page_claimed(e, s, &n_claims))
                 continue;
             pre[n_pre] = it; /* want: below, once it is known whether the step decodes */
             pre_s[n_pre++] = s;
-        } else if (s->todo_n == 0 && r->have_next && n_dec < T) {
+        } else if (s->todo.n == 0 && r->have_next && n_dec < T) {
             it.want = 1;
             dec[n_dec] = it;
             dec_s[n_dec++] = s;
-        } else if (s->todo_n == 0 && !r->p.generate) {
+        } else if (s->todo.n == 0 && !r->p.generate) {
             finish(e, s, FG_FINISH_PREFILLED, FG_OK); /* nothing left to prefill */
         }
     }
@@ -503,7 +468,7 @@ static int plan_step(fg_engine_t *e)
     const bool alone = n_dec == 0 && e->opt.prefill_alone_tokens > 0;
     const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
     for (int i = 0; i < n_pre; i++)
-        pre[i].want = pre_s[i]->todo_n < chunk ? pre_s[i]->todo_n : chunk;
+        pre[i].want = (int)pre_s[i]->todo.n < chunk ? (int)pre_s[i]->todo.n : chunk;
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->sched, dec, n_dec, T);
     fg_sched_allocate(e->sched, pre, n_pre, budget);
     e->stats.steps_alone += alone && n_pre > 0;
@@ -519,10 +484,10 @@ static int plan_step(fg_engine_t *e)
                 continue;
             fg_session_t *s = ss[i];
             s->batch_tokens = items[i].grant;
-            const int32_t *src = pass ? s->todo : &s->resp.next_token;
+            const int32_t *src = pass ? s->todo.v : &s->resp.next_token;
             memcpy(e->btok + ntok, src, (size_t)s->batch_tokens * sizeof *src);
             /* Sample after a decode, or after the chunk that ends the input of a generating response. */
-            s->batch_logits = !pass || (s->batch_tokens == s->todo_n && s->resp.p.generate);
+            s->batch_logits = !pass || (s->batch_tokens == (int)s->todo.n && s->resp.p.generate);
             e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
                                        .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL,
                                        .absorbed = !pass || s->resp.input_absorbed};
@@ -553,11 +518,7 @@ static void wake_owner(fg_engine_t *e)
 /* Waits on work_cv for up to wait seconds unless work or a stop is pending [mu]. */
 static void wait_for_work(fg_engine_t *e, double wait)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait;
-    ts.tv_sec = (time_t)t;
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    struct timespec ts = fg_clock_deadline(wait);
     if (!e->work && !e->stop)
         pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
 }
@@ -653,9 +614,9 @@ static void *step_main(void *arg)
 
         fg_diag diag;
         bool stepped;
-        double t0 = fg_now_s();
+        double t0 = fg_clock_mono_s();
         fg_err err = forward_step(e, n, leave, &stepped, &diag);
-        double dt = fg_now_s() - t0;
+        double dt = fg_clock_mono_s() - t0;
         if (!stepped || n == 0) { /* a round without a step, or a step without local tokens */
             pthread_mutex_lock(&e->mu);
             continue;
@@ -666,16 +627,16 @@ static void *step_main(void *arg)
             if (err != FG_OK)
                 break;
             /* The evaluated tokens join the history. */
-            if (s->todo_n > 0) {
-                memcpy(s->hist + s->hist_n, s->todo, (size_t)s->batch_tokens * sizeof *s->todo);
-                s->hist_n += s->batch_tokens;
-                memmove(s->todo, s->todo + s->batch_tokens, (size_t)(s->todo_n - s->batch_tokens) * sizeof *s->todo);
-                s->todo_n -= s->batch_tokens;
+            if (s->todo.n > 0) {
+                memcpy(s->hist.v + s->hist.n, s->todo.v, (size_t)s->batch_tokens * sizeof *s->todo.v);
+                s->hist.n += s->batch_tokens;
+                memmove(s->todo.v, s->todo.v + s->batch_tokens, (size_t)(s->todo.n - s->batch_tokens) * sizeof *s->todo.v);
+                s->todo.n -= s->batch_tokens;
                 s->todo_sampled = false;
                 pre_tok += s->batch_tokens;
                 short_tok += s->resp.input_absorbed ? s->batch_tokens : 0;
             } else {
-                s->hist[s->hist_n++] = s->resp.next_token;
+                s->hist.v[s->hist.n++] = s->resp.next_token;
                 s->resp.have_next = false;
                 dec_tok++;
             }
@@ -768,15 +729,13 @@ void fg_engine_serve_stop(fg_engine_t *e)
         e->thread_started = false;
         fg_tier_close(e); /* queued writes finish; their snapshots are released */
         /* Sessions the owner never freed, adopted or not. */
-        while (e->dirty_head) {
-            fg_session_t *s = e->dirty_head;
-            e->dirty_head = s->dirty_next;
-            s->dirty = false;
+        for (fg_list *l; (l = fg_list_pop_front(&e->dirty));) {
+            fg_session_t *s = fg_list_entry(l, fg_session_t, dirty_link);
             if (!s->adopted)
                 free_session(e, s);
         }
-        while (e->all_head)
-            free_session(e, e->all_head);
+        for (fg_list *l; (l = fg_list_first(&e->all));)
+            free_session(e, fg_list_entry(l, fg_session_t, all_link));
         fg_tier_destroy(e);
         pthread_cond_destroy(&e->work_cv);
         pthread_mutex_destroy(&e->mu);
@@ -841,8 +800,8 @@ void fg_session_serve_release(fg_session_t *s)
             break;
         }
     s->freed = true;
-    if (s->ready)
-        ready_unlink(e, s); /* the owner must not hear of it again */
+    if (fg_list_linked(&s->ready_link))
+        fg_list_remove(&s->ready_link); /* the owner must not hear of it again */
     mark_dirty(e, s);
     pthread_mutex_unlock(&e->mu);
 }
@@ -864,11 +823,11 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
     if (s->committed + n > e->n_ctx) {
         err = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "%lld + %d tokens exceed the context of %d tokens",
                           (long long)s->committed, n, e->n_ctx);
-    } else if (fg_tokens_reserve(&s->in_tok, &s->in_cap, s->in_n + n) != 0) {
+    } else if (fg_tokens_reserve(&s->in, s->in.n + n) != 0) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for %d input tokens", n);
     } else if (n > 0) {
-        memcpy(s->in_tok + s->in_n, tokens, (size_t)n * sizeof *tokens);
-        s->in_n += n;
+        memcpy(s->in.v + s->in.n, tokens, (size_t)n * sizeof *tokens);
+        s->in.n += n;
         s->committed += n;
         mark_dirty(e, s);
     }
@@ -986,10 +945,8 @@ int fg_engine_take_ready(fg_engine_t *e, void **users, int max)
         return 0;
     pthread_mutex_lock(&e->mu);
     int n = 0;
-    while (n < max && e->ready_head) {
-        fg_session_t *s = e->ready_head;
-        e->ready_head = s->ready_next;
-        s->ready = false;
+    for (fg_list *l; n < max && (l = fg_list_pop_front(&e->ready));) {
+        fg_session_t *s = fg_list_entry(l, fg_session_t, ready_link);
         users[n++] = s->params.user;
     }
     pthread_mutex_unlock(&e->mu);

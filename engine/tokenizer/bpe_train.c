@@ -12,6 +12,7 @@
  * strings; a pair whose result already exists is banned for the rest of the
  * run (it would add a duplicate token string, which GGUF readers key by text).
  */
+#include "config/base/hash64.h"
 #include "engine/tokenizer/bpe_train.h"
 
 #include <stdlib.h>
@@ -71,19 +72,9 @@ typedef struct text_set {
     size_t cap;        /* power of two, at least twice the token count */
 } text_set;
 
-static size_t hash_str(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ULL;
-    }
-    return (size_t)h;
-}
-
 static int text_set_has(const text_set *ts, char *const *texts, const char *s)
 {
-    size_t i = hash_str(s) & (ts->cap - 1);
+    size_t i = (size_t)fg_fnv1a64(s, strlen(s)) & (ts->cap - 1);
     while (ts->slot[i]) {
         if (strcmp(texts[ts->slot[i] - 1], s) == 0)
             return 1;
@@ -94,7 +85,7 @@ static int text_set_has(const text_set *ts, char *const *texts, const char *s)
 
 static void text_set_put(text_set *ts, char *const *texts, uint32_t id)
 {
-    size_t i = hash_str(texts[id]) & (ts->cap - 1);
+    size_t i = (size_t)fg_fnv1a64(texts[id], strlen(texts[id])) & (ts->cap - 1);
     while (ts->slot[i])
         i = (i + 1) & (ts->cap - 1);
     ts->slot[i] = id + 1;

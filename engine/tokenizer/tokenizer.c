@@ -26,6 +26,7 @@
  *    grown to the longest piece, never per token; the tokenizer itself stays
  *    immutable so concurrent encodes need no lock.
  */
+#include "config/base/hash64.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -90,16 +91,6 @@ struct fg_tokenizer {
 };
 
 /* ---------------------------------------------------------------- hashing */
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static uint64_t hash_u64(uint64_t x)
 {
@@ -170,7 +161,7 @@ static void map_put_new(u64map *m, uint64_t key, uint64_t val)
 /* Normal token with exactly this text, or -1. */
 static int32_t text_lookup(const fg_tokenizer_t *t, const char *s, size_t n)
 {
-    for (size_t i = hash_bytes(s, n) & t->text_mask;; i = (i + 1) & t->text_mask) {
+    for (size_t i = fg_fnv1a64(s, n) & t->text_mask;; i = (i + 1) & t->text_mask) {
         int32_t id = t->text_ids[i];
         if (id < 0)
             return -1;
@@ -184,7 +175,7 @@ static int32_t text_lookup(const fg_tokenizer_t *t, const char *s, size_t n)
 static void text_insert(fg_tokenizer_t *t, int32_t id)
 {
     const token *k = &t->tok[id];
-    size_t i = hash_bytes(k->text, k->text_len) & t->text_mask;
+    size_t i = fg_fnv1a64(k->text, k->text_len) & t->text_mask;
     for (; t->text_ids[i] >= 0; i = (i + 1) & t->text_mask) {
         const token *o = &t->tok[t->text_ids[i]];
         if (o->text_len == k->text_len && memcmp(o->text, k->text, k->text_len) == 0)

@@ -258,7 +258,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
     double t0 = 0;
     for (int s = -2; s < S; s++) { /* two warm-up steps */
         if (s == 0)
-            t0 = now_s();
+            t0 = fg_clock_mono_s();
         for (int b = 0; b < B; b++) {
             tok[b] = (int32_t)(1 + (s * 31 + b) % (m->hp.n_vocab - 3));
             fs[b] = (fg_fwd_seq){.kv = &seqs[b], .n_tokens = 1, .n_logits = 1,
@@ -270,7 +270,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
             goto done;
         }
     }
-    const double dt = (now_s() - t0) / S;
+    const double dt = (fg_clock_mono_s() - t0) / S;
     /* Bytes one step must read at least: the active weights once (more experts are
      * touched when B > 1, so this is a lower bound) and every sequence's cache. */
     const double ctx_avg = P + 2 + S / 2.0;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/hash64.h"
+#include "config/base/hash64.h"
 #include "engine/kv/page_file.h"
 #include "engine/kv/session_file.h"
 

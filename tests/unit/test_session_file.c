@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/hash64.h"
+#include "config/base/hash64.h"
 #include "engine/kv/session_file.h"
 #include "tests/unit/fg_test.h"
 

@@ -1,5 +1,6 @@
 /* model.c: binds a deepseek2 GGUF to fg_model, validating every hyperparameter
  * and tensor against llama.cpp's conventions (see GGUF-DEEPSEEK2.md). */
+#include "config/base/hash64.h"
 #include "engine/model/deepseek2/model.h"
 
 #include "kernels/cpu/numeric.h"
@@ -275,15 +276,16 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_hparams *hp, int il, fg_la
 
 static void compute_identity(const fg_gguf_t *g, char out[17])
 {
-    /* FNV-1a over the header (metadata + tensor directory) and the file size:
-     * two files with the same header but different sizes are different models. */
-    const unsigned char *p = fg_gguf_file_bytes(g);
-    uint64_t n = fg_gguf_data_offset(g), h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    uint64_t size = fg_gguf_file_size(g);
+    /* FNV-1a over the header (metadata + tensor directory) and the file size
+     * (little-endian): two files with the same header but different sizes are
+     * different models. Its start value is not FNV's (a digit short), and
+     * stays: cache files record the identity. */
+    uint64_t h = fg_fnv1a64_add(1469598103934665603ull, fg_gguf_file_bytes(g), fg_gguf_data_offset(g));
+    const uint64_t size = fg_gguf_file_size(g);
+    uint8_t le[8];
     for (int i = 0; i < 8; i++)
-        h = (h ^ ((size >> (8 * i)) & 0xff)) * 1099511628211ull;
+        le[i] = (uint8_t)(size >> (8 * i));
+    h = fg_fnv1a64_add(h, le, sizeof le);
     snprintf(out, 17, "%016" PRIx64, h);
 }
 

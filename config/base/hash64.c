@@ -1,6 +1,6 @@
 /* hash64.c: see hash64.h. The constants are large odd numbers with well mixed
  * bits (from the 64-bit golden ratio and primes); little-endian loads. */
-#include "engine/hash64.h"
+#include "config/base/hash64.h"
 
 #include <string.h>
 
@@ -100,3 +100,13 @@ uint64_t fg_hash64(const void *data, size_t n, uint64_t seed)
     fg_hash64_update(&h, data, n);
     return fg_hash64_final(&h);
 }
+
+uint64_t fg_fnv1a64_add(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * FG_FNV1A64_PRIME;
+    return h;
+}
+
+uint64_t fg_fnv1a64(const void *data, size_t n) { return fg_fnv1a64_add(FG_FNV1A64_INIT, data, n); }

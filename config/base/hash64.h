@@ -1,5 +1,7 @@
-/* hash64.h: our 64-bit non-cryptographic hash, for session file checksums and
- * the prefix cache's chained page hashes.
+/* hash64.h: our two 64-bit non-cryptographic hashes.
+ *
+ * fg_hash64, for session file checksums and the prefix cache's chained page
+ * hashes (long inputs, where its four lanes pay off):
  *
  * Four 64-bit lanes take 32-byte stripes (multiply, rotate, multiply), then a
  * tail and an avalanche finish; streaming and one-shot give the same value for
@@ -28,5 +30,15 @@ void fg_hash64_update(fg_hash64_state *h, const void *data, size_t n);
 uint64_t fg_hash64_final(const fg_hash64_state *h);
 /* One call: init, update, final. */
 uint64_t fg_hash64(const void *data, size_t n, uint64_t seed);
+
+/* FNV-1a (64-bit), for short keys (names, strings in hash tables) and for
+ * the model identity that cache files record, whose value must never change:
+ * h = (h ^ byte) * FG_FNV1A64_PRIME per byte from FG_FNV1A64_INIT.
+ * fg_fnv1a64_add continues h over more bytes, so split input hashes as one. */
+#define FG_FNV1A64_INIT 0xcbf29ce484222325ull
+#define FG_FNV1A64_PRIME 0x100000001b3ull
+uint64_t fg_fnv1a64_add(uint64_t h, const void *data, size_t n);
+/* fg_fnv1a64_add(FG_FNV1A64_INIT, data, n). */
+uint64_t fg_fnv1a64(const void *data, size_t n);
 
 #endif
