@@ -17,12 +17,11 @@
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/ep/ep_ranks.h"
-#include "engine/model/deepseek2/forward.h"
-#include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
-#include "engine/model/deepseek2/model.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/session_file.h"
+#include "engine/model/arch.h"
+#include "engine/model/gguf.h"
 #include "engine/serve/sampler.h"
 #include "engine/serve/scheduler.h"
 #include "kernels/cpu/pool.h"
@@ -178,7 +177,7 @@ struct fg_engine {
     int step_capacity;              /* [const] most tokens of one step: max_batch_tokens, or a
                                      * larger prefill_alone_tokens in serving mode */
     fg_gguf_t *gguf;
-    fg_model *model;
+    fg_arch_model *model;           /* its architecture: model->arch */
     fg_tokenizer_t *tok;
     fg_kv_store_t *kv;
     fg_pool_t *pool;

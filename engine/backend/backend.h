@@ -2,7 +2,7 @@
  * forward-pass granularity, so the engine, the scheduler and sessions do not
  * change with the device:
  *   - open for a model, a KV geometry and a batch size;
- *   - run one batch (the contract of engine/model/deepseek2/forward.h fg_forward_run);
+ *   - run one batch (the contract of fg_arch.forward_run, engine/model/arch.h);
  *   - the KV page pool: pages are allocated and freed by the host store
  *     (engine/kv/kv_store.h, reference counts and page tables unchanged); a
  *     backend keeps the resident copy of each page where it computes. The CPU
@@ -11,8 +11,9 @@
  *     next tier: kv_page_to_host / kv_page_to_device move one page between them
  *     (for spilling to disk and restoring).
  *
- * Backends: "cpu" (engine/model/deepseek2/forward.c, always built, the reference) and "cuda"
- * (engine/backend/cuda/, built when CMake finds nvcc). Expert parallelism plugs in at
+ * Backends: "cpu" (the architecture's forward pass, always built, the
+ * reference) and "cuda" (engine/backend/cuda/, deepseek2 only, built when
+ * CMake finds nvcc). Expert parallelism plugs in at
  * each backend's MoE layer step (fg_backend_options.ep).
  *
  * Thread safety: a backend belongs to the engine's step thread (or the
@@ -25,10 +26,9 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/model/deepseek2/forward.h"
-#include "engine/kv/kv_store.h"
-#include "engine/model/deepseek2/model.h"
 #include "engine/ep/moe_ep.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/arch.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -45,7 +45,7 @@ int fg_backend_compiled(fg_backend_kind k);
 
 typedef struct fg_backend_options {
     fg_backend_kind kind;
-    const fg_model *model;
+    const fg_arch_model *model; /* cpu: any architecture (its forward pass); cuda: deepseek2 */
     const fg_kv_geometry *geo;
     fg_kv_store_t *kv;     /* the host page store; its pages are the ones in fg_kv_seq tables */
     int max_tokens;        /* tokens per run, >= 1 */
@@ -85,9 +85,9 @@ void fg_backend_close(fg_backend_t *b);
 fg_backend_kind fg_backend_kind_of(const fg_backend_t *b);
 int fg_backend_max_tokens(const fg_backend_t *b);
 
-/* One batch, as fg_forward_run (engine/model/deepseek2/forward.h): writes each token's cache
+/* One batch, as fg_arch.forward_run (engine/model/arch.h): writes each token's cache
  * rows, advances kv->n_tokens, fills the requested logits (host memory).
- * Errors: those of fg_forward_run; FG_ERR_IO when the device failed (the
+ * Errors: those of forward_run; FG_ERR_IO when the device failed (the
  * message has the CUDA error). */
 fg_err fg_backend_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 

@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/model/deepseek2/forward.h"
 #include "engine/kv/kv_store.h"
+#include "engine/model/arch.h"
 
 /* Arrays of at least max_tokens entries (pages: cap_pages), owned by the caller
  * (the CUDA backend keeps them in pinned memory). */

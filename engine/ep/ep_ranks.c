@@ -15,6 +15,7 @@
 
 #include "engine/ep/ep_transport.h"
 #include "engine/ep/moe_ep.h"
+#include "engine/model/deepseek2/forward.h"
 #include "kernels/cpu/pool.h"
 
 typedef struct rank {
@@ -238,7 +239,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             return err;
         }
         if (o->backend == FG_BACKEND_CUDA) {
-            fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = geo, .kv = o->kv,
+            fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = &m->base, .geo = geo, .kv = o->kv,
                                      .max_tokens = r->max_tokens, .pool = k->pool, .isa = o->isa,
                                      .expert_tokens = o->expert_tokens, .ep = k->ep,
                                      .kv_versions = r->kv_versions, .device = i};

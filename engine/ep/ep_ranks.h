@@ -39,10 +39,10 @@
 #include "engine/backend/backend.h"
 #include "engine/ep/ep_shard.h"
 #include "engine/ep/ep_transport.h"
-#include "engine/model/deepseek2/forward.h"
-#include "engine/kv/kv_store.h"
-#include "engine/model/deepseek2/model.h"
 #include "engine/ep/moe_ep.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/arch.h"
+#include "engine/model/deepseek2/model.h"
 
 typedef struct fg_ep_ranks fg_ep_ranks_t;
 

@@ -31,10 +31,10 @@
 #define FG_MOE_EP_H
 
 #include "config/fg_error.h"
+#include "engine/backend/moe_compute.h"
 #include "engine/ep/ep_shard.h"
 #include "engine/ep/ep_transport.h"
 #include "engine/model/deepseek2/model.h"
-#include "engine/backend/moe_compute.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 

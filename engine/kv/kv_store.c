@@ -18,27 +18,6 @@ struct fg_kv_store {
     size_t n_free;
 };
 
-fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_format format, fg_diag *diag)
-{
-    memset(geo, 0, sizeof *geo);
-    if ((unsigned)format >= FG_KV__COUNT)
-        return fg_diag_set(diag, FG_ERR_KV_FORMAT, "unknown KV cache format %d", (int)format);
-    size_t lat = fg_kv_bytes(format, hp->kv_lora), rope = fg_kv_bytes(format, hp->n_rope);
-    if (!lat || !rope)
-        return fg_diag_set(diag, FG_ERR_KV_FORMAT, "KV format %s cannot store widths %d and %d (fp4 needs multiples of 16)",
-                           fg_kv_format_name(format), hp->kv_lora, hp->n_rope);
-    geo->format = format;
-    geo->n_layer = hp->n_layer;
-    geo->kv_lora = hp->kv_lora;
-    geo->n_rope = hp->n_rope;
-    geo->latent_bytes = lat;
-    /* Rows are padded to 4 bytes so the f32 scales of INT8/FP8 segments stay aligned. */
-    geo->row_bytes = (lat + rope + 3) & ~(size_t)3;
-    geo->bytes_per_token = geo->row_bytes * (size_t)hp->n_layer;
-    geo->page_bytes = geo->bytes_per_token * FG_KV_PAGE_TOKENS;
-    return FG_OK;
-}
-
 fg_err fg_kv_store_create(const fg_kv_geometry *geo, size_t budget_bytes, fg_kv_store_t **out, fg_diag *diag)
 {
     *out = NULL;

@@ -23,10 +23,12 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/mla_attn.h"
 
+/* The cache layout of a model and format, from its architecture
+ * (engine/model/arch.h). The store needs only the row, page and sequence
+ * sizes; kv_lora and n_rope say how deepseek2's attention reads a row. */
 typedef struct fg_kv_geometry {
     fg_kv_format format;
     int n_layer;
@@ -36,11 +38,9 @@ typedef struct fg_kv_geometry {
     size_t row_bytes;        /* latent + rope segments: one token, one layer */
     size_t page_bytes;       /* FG_KV_PAGE_TOKENS * n_layer * row_bytes */
     size_t bytes_per_token;  /* n_layer * row_bytes */
+    size_t seq_bytes;        /* what a sequence holds besides its pages (deepseek2: nothing) */
 } fg_kv_geometry;
 
-/* Errors: FG_ERR_KV_FORMAT when a width does not fit the format (FP4 needs
- * multiples of 16). */
-fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_format format, fg_diag *diag);
 
 typedef struct fg_kv_store fg_kv_store_t;
 

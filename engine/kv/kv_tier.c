@@ -284,7 +284,7 @@ fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag)
 {
     const fg_kv_geometry *geo = fg_kv_store_geometry(e->kv);
     e->expect = (fg_sfile_expect){.model_identity = e->model->identity, .geo = *geo, .max_tokens = e->n_ctx,
-                                  .n_vocab = e->model->hp.n_vocab};
+                                  .n_vocab = e->model->n_vocab};
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->writer_cv, NULL);
     if (e->opt.prefix_cache && fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->pc) != FG_OK)

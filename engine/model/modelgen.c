@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer/bpe_train.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/bpe_train.h"
 #include "kernels/cpu/numeric.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

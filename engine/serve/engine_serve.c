@@ -489,7 +489,7 @@ static int plan_step(fg_engine_t *e)
             /* Sample after a decode, or after the chunk that ends the input of a generating response. */
             s->batch_logits = !pass || (s->batch_tokens == (int)s->todo.n && s->resp.p.generate);
             e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
-                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->hp.n_vocab : NULL,
+                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->n_vocab : NULL,
                                        .absorbed = !pass || s->resp.input_absorbed};
             e->cand[n++] = s; /* overwrites only entries already read */
             ntok += s->batch_tokens;
@@ -681,7 +681,7 @@ static void *step_main(void *arg)
 
 fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
 {
-    const size_t T = (size_t)e->opt.max_batch_tokens, V = (size_t)e->model->hp.n_vocab;
+    const size_t T = (size_t)e->opt.max_batch_tokens, V = (size_t)e->model->n_vocab;
     if (fg_sampler_create((int)V, &e->sampler, diag) != FG_OK ||
         fg_sched_create((int)T, SCHED_QUANTUM, &e->sched) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
@@ -813,7 +813,7 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
         return fg_diag_set(diag, FG_ERR_STATE, "fg_session_append needs a serving engine");
     if (n < 0 || (n > 0 && !tokens))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "bad token list");
-    const int V = e->model->hp.n_vocab;
+    const int V = e->model->n_vocab;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d at index %d outside the vocabulary [0, %d)",

@@ -23,9 +23,9 @@
 
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
 #include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "engine/tools/bench_common.h"
 
 #ifdef FG_HAVE_CUDA
@@ -232,7 +232,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
         rc = -1;
         goto done;
     }
-    fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = &geo, .kv = kv,
+    fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = &m->base, .geo = &geo, .kv = kv,
                              .max_tokens = B > P ? B : P, .device = g_device};
     if (fg_backend_open(&bo, &be, &d) || !(logits = malloc(sizeof(float) * (size_t)B * m->hp.n_vocab))) {
         say("bench    %s: cannot open the cuda backend: %s\n", path, d.msg);
@@ -274,7 +274,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
     /* Bytes one step must read at least: the active weights once (more experts are
      * touched when B > 1, so this is a lower bound) and every sequence's cache. */
     const double ctx_avg = P + 2 + S / 2.0;
-    const double bytes = (double)m->weight_bytes_active + (double)B * ctx_avg * (double)geo.bytes_per_token;
+    const double bytes = (double)m->base.weight_bytes_active + (double)B * ctx_avg * (double)geo.bytes_per_token;
     say("bench    %-40s batch %3d: %8.1f tokens/s (%.3f ms/step), >= %.1f GB/s achieved = %.1f%% of peak %.0f GB/s, "
         "%.1f%% of measured copy %.0f GB/s\n",
         path, B, B / dt, dt * 1e3, bytes / dt / 1e9, di->peak_bw > 0 ? 100.0 * bytes / dt / di->peak_bw : 0.0,

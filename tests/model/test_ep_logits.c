@@ -20,10 +20,10 @@
 
 #include "engine/ep/ep_ranks.h"
 #include "engine/ep/moe_ep.h"
-#include "engine/model/deepseek2/forward.h"
-#include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define NSEQ 8

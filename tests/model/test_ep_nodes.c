@@ -30,6 +30,7 @@
 #include "engine/ep/ep_transport.h"
 #include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"

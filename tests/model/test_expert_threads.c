@@ -7,10 +7,10 @@
  * tokens per expert) and decode steps of 48 sequences (a few per expert). */
 #include <string.h>
 
-#include "engine/model/deepseek2/forward.h"
-#include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define NSEQ 48

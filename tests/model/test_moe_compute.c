@@ -14,9 +14,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/model/gguf.h"
-#include "engine/model/deepseek2/model.h"
 #include "engine/backend/moe_compute.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 

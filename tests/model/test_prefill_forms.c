@@ -29,10 +29,10 @@
  */
 #include <string.h>
 
-#include "engine/model/deepseek2/forward.h"
-#include "engine/model/gguf.h"
 #include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define N 100    /* prompt tokens: two pages, the last one partly filled */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/backend/device_batch.h"
+#include "engine/model/deepseek2/model.h"
 #include "tests/unit/fg_test.h"
 
 #define DEV_BASE ((uintptr_t)0x7f0000000000ull)

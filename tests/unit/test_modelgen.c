@@ -17,11 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
+#include "engine/model/modelgen.h"
 #include "engine/tokenizer/bpe_train.h"
 #include "engine/tokenizer/byte_unicode.h"
-#include "engine/model/gguf.h"
-#include "engine/model/deepseek2/model.h"
-#include "engine/model/modelgen.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"

@@ -2,6 +2,7 @@
  * gets its named error (truncated anywhere, a bit flipped anywhere, another
  * model, another format version, another KV format, bad sizes, bad token
  * ids); the hash gives one value however its input is split. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/tokenizer/byte_unicode.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/byte_unicode.h"
 #include "engine/tokenizer/pretokenize.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/unit/fg_test.h"

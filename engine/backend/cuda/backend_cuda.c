@@ -257,7 +257,11 @@ static fg_err open_ep(cuda_backend *c, const fg_backend_options *o, fg_diag *dia
 
 fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_diag *diag)
 {
-    const fg_hparams *hp = &o->model->hp;
+    const fg_model *m = fg_deepseek2_of(o->model);
+    if (!m)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "backend cuda: runs deepseek2 models only, not %s; set "
+                           "model.backend to cpu", o->model->arch->name);
+    const fg_hparams *hp = &m->hp;
     int sm = 0;
     fg_err err = pick_device(o->device, &sm, diag);
     if (err)
@@ -268,7 +272,7 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
     if (!c)
         return fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: out of memory");
     c->base = (struct fg_backend){.ops = &cuda_ops, .kind = FG_BACKEND_CUDA, .max_tokens = o->max_tokens};
-    c->m = o->model;
+    c->m = m;
     c->geo = *o->geo;
     c->kv = o->kv;
     c->device = o->device;
@@ -279,7 +283,6 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
     c->launch = (fg_cuda_launch){.sm = sm, .stream = (struct CUstream_st *)c->stream};
 
     int failed = 0;
-    const fg_model *m = o->model;
     c->tok_embd = upload_weight(c, &m->tok_embd, &failed);
     c->output = m->output.data == m->tok_embd.data ? c->tok_embd : upload_weight(c, &m->output, &failed);
     c->output_norm = upload_vec(c, m->output_norm, hp->n_embd, &failed);
@@ -310,7 +313,7 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
     c->d_inv_freq = (double *)dev_upload(c, inv_freq, (size_t)(hp->n_rope / 2) * sizeof(double), &failed);
     if (failed) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "backend cuda: cannot copy the weights (%.1f GiB) to the device",
-                          (double)m->weight_bytes_total / (1 << 30));
+                          (double)m->base.weight_bytes_total / (1 << 30));
         goto fail;
     }
 

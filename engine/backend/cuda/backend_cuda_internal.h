@@ -15,8 +15,8 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/backend/backend_impl.h"
-#include "engine/backend/moe_compute.h"
 #include "engine/backend/device_batch.h"
+#include "engine/backend/moe_compute.h"
 #include "engine/model/rope.h"
 #include "kernels/cuda/launch_check.h"
 

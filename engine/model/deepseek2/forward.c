@@ -178,7 +178,7 @@ static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *d
     for (int64_t i = 0; i < src->n_mat; i++)
         (void)fg_matmul_pack_q8_p16((const uint8_t *)src->data + (size_t)i * src->mat_bytes, src->n_in, src->n_out,
                                     (uint8_t *)buf + (size_t)i * src->mat_bytes);
-    if (f->m->weights_file_mapped) {
+    if (f->m->base.weights_file_mapped) {
         const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
         const uintptr_t b = ((uintptr_t)src->data + page - 1) / page * page;
         const uintptr_t e = ((uintptr_t)src->data + total) / page * page;

@@ -1,5 +1,5 @@
 /* forward.h: the deepseek2 forward pass over one batch of tokens from one or
- * more sequences, on the CPU.
+ * more sequences (fg_fwd_seq, engine/model/arch.h), on the CPU.
  *
  * One call is one engine step: every weight matrix is streamed once for the
  * whole batch (a matrix product over all its tokens); MoE tokens are grouped
@@ -22,26 +22,14 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/kv/kv_store.h"
-#include "engine/model/deepseek2/model.h"
 #include "engine/ep/moe_ep.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/arch.h"
+#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
 typedef struct fg_forward fg_forward_t;
-
-/* One sequence's share of a batch; its tokens are contiguous in the batch. */
-typedef struct fg_fwd_seq {
-    fg_kv_seq *kv;      /* pages must exist for kv->n_tokens + n_tokens rows */
-    int n_tokens;       /* tokens of this sequence in the batch (>= 1) */
-    int n_logits;       /* 0, 1 (the last token) or n_tokens (every token) */
-    float *logits;      /* [n_logits][n_vocab] */
-    bool absorbed;      /* attention in the absorbed form (decode tokens, and inputs shorter than
-                           FG_SHORT_INPUT, engine.h); false: the decompressed form (mha_attn.h). The engine sets it
-                           by what the tokens are (a sample fed back, an input of some length), never by
-                           how a batch was cut, so a token's result does not depend on its chunk or its
-                           neighbours. */
-} fg_fwd_seq;
 
 /* Errors: FG_ERR_INVALID_ARG (max_tokens < 1), FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM. */
 fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool, fg_isa isa,

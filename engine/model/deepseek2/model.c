@@ -1,6 +1,5 @@
 /* model.c: binds a deepseek2 GGUF to fg_model, validating every hyperparameter
  * and tensor against llama.cpp's conventions (see GGUF-DEEPSEEK2.md). */
-#include "config/base/hash64.h"
 #include "engine/model/deepseek2/model.h"
 
 #include "kernels/cpu/numeric.h"
@@ -274,21 +273,6 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_hparams *hp, int il, fg_la
     return FG_OK;
 }
 
-static void compute_identity(const fg_gguf_t *g, char out[17])
-{
-    /* FNV-1a over the header (metadata + tensor directory) and the file size
-     * (little-endian): two files with the same header but different sizes are
-     * different models. Its start value is not FNV's (a digit short), and
-     * stays: cache files record the identity. */
-    uint64_t h = fg_fnv1a64_add(1469598103934665603ull, fg_gguf_file_bytes(g), fg_gguf_data_offset(g));
-    const uint64_t size = fg_gguf_file_size(g);
-    uint8_t le[8];
-    for (int i = 0; i < 8; i++)
-        le[i] = (uint8_t)(size >> (8 * i));
-    h = fg_fnv1a64_add(h, le, sizeof le);
-    snprintf(out, 17, "%016" PRIx64, h);
-}
-
 fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
 {
     *out = NULL;
@@ -341,10 +325,14 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
         active += attn + dense + shared + router +
                   (L->is_moe ? experts / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used : 0);
     }
-    m->weight_bytes_total = total;
-    m->weight_bytes_active = active;
-    m->weights_file_mapped = fg_gguf_is_file_mapping(g);
-    compute_identity(g, m->identity);
+    fg_arch_model_init(&m->base, &fg_arch_deepseek2, g);
+    m->base.n_vocab = hp->n_vocab;
+    m->base.n_ctx_train = hp->n_ctx_train;
+    m->base.n_layer = hp->n_layer;
+    m->base.n_embd = hp->n_embd;
+    m->base.n_expert = hp->n_expert;
+    m->base.weight_bytes_total = total;
+    m->base.weight_bytes_active = active;
     *out = m;
     return FG_OK;
 fail:

@@ -1,4 +1,6 @@
-/* model.h: a deepseek2 model bound to the tensors of an open GGUF file.
+/* model.h: a deepseek2 model bound to the tensors of an open GGUF file, and
+ * the deepseek2 architecture (engine/model/arch.h) that serves it to the
+ * engine.
  *
  * fg_model_load() reads the hyperparameters, checks every required tensor's
  * presence, type and shape against them, and keeps pointers into the GGUF
@@ -15,6 +17,8 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 
 /* A weight matrix (or a stack of expert matrices) in row-major form:
@@ -87,15 +91,12 @@ typedef struct fg_layer {
 } fg_layer;
 
 typedef struct fg_model {
+    fg_arch_model base;            /* first: what the engine reads (vocabulary, weight bytes, identity) */
     fg_hparams hp;
     fg_weight tok_embd;            /* rows: token -> d (n_out = vocab) */
     const float *output_norm;      /* [d] */
     fg_weight output;              /* d -> vocab; equals tok_embd when tied */
     fg_layer *layers;              /* [n_layer] */
-    uint64_t weight_bytes_total;   /* all tensors */
-    uint64_t weight_bytes_active;  /* read per token: attention, dense, shared, top-k experts, head */
-    char identity[17];             /* 64-bit hash (hex) of the metadata and tensor directory, for cache files */
-    bool weights_file_mapped;      /* the weights are a private file mapping: unused pages may be dropped */
 } fg_model;
 
 /* Errors: FG_ERR_MODEL_ARCH, FG_ERR_MODEL_HPARAM, FG_ERR_MODEL_TENSOR,
@@ -105,5 +106,22 @@ void fg_model_free(fg_model *m);
 
 /* Copies row `row` of a 2-D weight into f32 (used for embeddings). */
 void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out);
+
+/* The architecture (engine/model/deepseek2/deepseek2.c): fg_model_load,
+ * fg_kv_geometry_init and engine/model/deepseek2/forward.h behind arch.h.
+ * Its model's base.weight_bytes_active counts attention, dense, shared,
+ * top-k experts and the head. */
+extern const fg_arch fg_arch_deepseek2;
+
+/* The deepseek2 model behind m, or NULL when m is another architecture's
+ * (for the parts that read deepseek2's layers: the CUDA backend, expert
+ * parallelism). */
+const fg_model *fg_deepseek2_of(const fg_arch_model *m);
+
+/* The deepseek2 cache: per token and layer one row of the latent (kv_lora)
+ * and the RoPE key (n_rope) in the chosen format; nothing per sequence
+ * besides pages. Errors: FG_ERR_KV_FORMAT when a width does not fit the
+ * format (FP4 needs multiples of 16). */
+fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_format format, fg_diag *diag);
 
 #endif
