@@ -37,7 +37,12 @@
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
 #define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
 
+/* Three lifetimes, as in llama2.c's run.c: the weights (the model's and the
+ * copies derived from them at create), the scratch (sized once at create for
+ * max_tokens tokens; a run allocates nothing), and the arguments of each
+ * pool job (their own small structs below, made per job). */
 struct fg_forward {
+    /* ---- settings, fixed at create ---- */
     const fg_model *m;
     fg_kv_geometry geo;
     fg_pool_t *pool;
@@ -45,8 +50,19 @@ struct fg_forward {
     int max_tokens;
     fg_rope rope;
     fg_moe_route_params route;
+    fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
+    _Atomic uint64_t *pick_sink; /* [E] where a run adds its picks (fg_forward_count_experts); NULL: not counted */
 
-    /* scratch, sized for max_tokens (T) tokens */
+    /* ---- weights: the layers as the products read them ----
+     * The model's, the routed experts' Q8_0 matrices replaced (AVX-512) by
+     * copies packed at create into 16-row panels (FG_WTYPE_Q8_0_P16,
+     * pack_weight), and f32 copies for the decompressed form. */
+    fg_layer *layers;         /* [n_layer] */
+    void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
+    float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
+    float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
+
+    /* ---- scratch, sized for max_tokens (T) tokens ---- */
     float *x, *xn;            /* [T][d] */
     float *qa;                /* [T][q_lora] */
     float *q;                 /* [T][H * qk] */
@@ -67,15 +83,8 @@ struct fg_forward {
     float *exp_out;           /* [T * k][d] each routed slot's expert output, in exp_list order */
     float *shared_out;        /* [T][d] the shared expert's output */
     int *exp_tasks;           /* [E + 1] the tasks of a layer: -1 the shared expert, else an expert id */
-    int n_exp_tasks;
-    atomic_int exp_next;      /* next task to take */
     void *xn_q8;              /* xn's rows quantized once for the expert tasks (fg_q8_rows, [T] rows of d) */
-    bool xn_q8_valid;         /* this layer's expert tasks read xn through xn_q8 */
     int *iota;                /* [T] 0, 1, ..: the shared expert's rows of xn_q8 */
-    const fg_layer *exp_layer;
-    /* The per-head products of a layer run as one pool job, one head per task: */
-    const struct fg_head_pass *head_pass;
-    atomic_int head_next;     /* next head to take */
     struct fg_expert_scratch *exp_scratch; /* [nth] one per thread */
     float *route_scratch;
     float *logit_rows;        /* [LOGIT_CHUNK][d] */
@@ -87,40 +96,16 @@ struct fg_forward {
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
     float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
-    bool split_kv;            /* this layer: one token, its cache split over the threads */
-    int attn_block;           /* this layer: tokens per block of the absorbed attention job */
-
-    /* The decompressed (MHA) form: */
-    float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
-    float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
     float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
     size_t mha_tile_floats, mha_page_tile_floats;
     float *mha_scratch;       /* [nth][mha_scratch_floats] */
     size_t mha_scratch_floats;
     float *mha_m, *mha_l;     /* [T][H] each prompt query's running maximum and denominator */
-    fg_mha_attn_params mha;   /* the job's sequence and layer */
-    int mha_first, mha_n;     /* the job: the sequence's prompt tokens [first, first + n) of the batch */
-    int mha_rows;             /* rows of the sequence that the job's queries may read */
     void *mm_scratch;
     size_t mm_scratch_bytes;
-
-    /* The layers as the products read them: the model's, the routed experts'
-     * Q8_0 matrices replaced (AVX-512) by copies packed at create into 16-row
-     * panels (FG_WTYPE_Q8_0_P16, pack_weight) */
-    fg_layer *layers;         /* [n_layer] */
-    void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
-
     uint64_t *picks;          /* [E] routed (token, expert) picks of this run per expert id, all MoE layers */
-    _Atomic uint64_t *pick_sink; /* [E] where a run adds them (fg_forward_count_experts); NULL: not counted */
-
-    fg_moe_ep_t *ep;          /* expert parallelism: routed experts run through it; NULL: here */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
     fg_diag ep_diag;
-
-    /* set per run, read by the attention job */
-    fg_fwd_seq *seqs;
-    int layer;
-    int n;
 };
 
 /* One thread's buffers for the expert and head tasks, sized for max_tokens (T) tokens. */
@@ -132,7 +117,12 @@ typedef struct fg_expert_scratch {
     void *mm;                 /* matmul scratch */
 } fg_expert_scratch;
 
-/* One per-head product over all heads: for every head h and token t,
+/* The pool jobs of a run take their arguments from a small struct made for
+ * the one job (on the caller's stack), never from fields of the forward:
+ * what a job reads is in its struct, and the long-lived struct holds only
+ * weights, settings and scratch. */
+
+/* One per-head product over all heads: for every head h and token t < n,
  * dst[t][h * out_w ..] = matrix h of w applied to src[t][h * src_step .. + in_w]. */
 typedef struct fg_head_pass {
     const fg_weight *w;
@@ -141,6 +131,40 @@ typedef struct fg_head_pass {
     float *dst;
     int dst_stride;            /* floats; head h's outputs start at h * w->n_out */
 } fg_head_pass;
+
+typedef struct heads_args {
+    fg_forward_t *f;
+    const fg_head_pass *p;
+    int n;                     /* tokens */
+    atomic_int next;           /* next head to take */
+} heads_args;
+
+/* Absorbed attention of the batch's n tokens in one layer. */
+typedef struct attn_args {
+    fg_forward_t *f;
+    const fg_fwd_seq *seqs;
+    int layer, n;
+    bool split_kv;             /* one token, its cache split over the threads */
+    int block;                 /* tokens per block */
+} attn_args;
+
+/* Decompressed (MHA) attention of one sequence's prompt tokens
+ * [first, first + n) of the batch. */
+typedef struct mha_args {
+    fg_forward_t *f;
+    fg_mha_attn_params p;      /* the sequence and the layer */
+    int first, n;
+    int rows;                  /* rows of the sequence that the queries may read */
+} mha_args;
+
+/* The expert tasks of one MoE layer over the batch's n tokens. */
+typedef struct experts_args {
+    fg_forward_t *f;
+    const fg_layer *ly;
+    int n, n_tasks;            /* tokens; tasks in f->exp_tasks */
+    bool xn_q8;                /* the tasks read xn through f->xn_q8 */
+    atomic_int next;           /* next task to take */
+} experts_args;
 
 static void *xalloc(size_t n, int *failed)
 {
@@ -466,10 +490,11 @@ static void scatter_cols(float *dst, const float *src, int n, int dst_stride, in
         memcpy(dst + (size_t)t * dst_stride + col, src + (size_t)t * width, (size_t)width * sizeof(float));
 }
 
-static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
+static fg_mla_attn_params attn_params(const attn_args *a, long t)
 {
+    const fg_forward_t *f = a->f;
     const fg_hparams *hp = &f->m->hp;
-    const fg_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+    const fg_fwd_seq *s = &a->seqs[f->tok_seq[t]];
     return (fg_mla_attn_params){
         .n_head = hp->n_head,
         .kv_lora = hp->kv_lora,
@@ -477,7 +502,7 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
         .scale = f->rope.attn_scale,
         .format = f->geo.format,
         .pages = (const uint8_t *const *)s->kv->pages,
-        .layer_offset = (size_t)f->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
+        .layer_offset = (size_t)a->layer * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
         .row_bytes = f->geo.row_bytes,
         .n_kv = f->tok_pos[t] + 1, /* causal: itself and everything before */
         .isa = f->isa,
@@ -492,12 +517,13 @@ static fg_mla_attn_params attn_params(const fg_forward_t *f, long t)
  * and the parts merged afterwards. */
 static void attention_job(void *ctx, int ith, int nth)
 {
-    fg_forward_t *f = ctx;
+    const attn_args *a = ctx;
+    fg_forward_t *f = a->f;
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
-    if (f->split_kv) {
-        fg_mla_attn_params p = attn_params(f, 0);
+    if (a->split_kv) {
+        fg_mla_attn_params p = attn_params(a, 0);
         long b, e;
         fg_pool_split(p.n_kv, 16, ith, nth, &b, &e);
         float *part = f->part + (size_t)ith * (H * L + 2 * H);
@@ -506,15 +532,15 @@ static void attention_job(void *ctx, int ith, int nth)
     }
     /* Blocks dealt round-robin: a causal prefill's later queries read more
      * rows, so contiguous halves would leave one thread with most of the work. */
-    const long B = f->attn_block, n_blocks = (f->n + B - 1) / B;
+    const long B = a->block, n_blocks = (a->n + B - 1) / B;
     for (long blk = ith; blk < n_blocks; blk += nth) {
-        const long t1 = (blk + 1) * B < f->n ? (blk + 1) * B : f->n;
+        const long t1 = (blk + 1) * B < a->n ? (blk + 1) * B : a->n;
         for (long t = blk * B; t < t1;) {
             long e = t + 1;
             while (e < t1 && f->tok_seq[e] == f->tok_seq[t])
                 e++;
-            if (f->seqs[f->tok_seq[t]].absorbed) {
-                const fg_mla_attn_params p = attn_params(f, t);
+            if (a->seqs[f->tok_seq[t]].absorbed) {
+                const fg_mla_attn_params p = attn_params(a, t);
                 fg_mla_attn_multi(&p, (int)(e - t), f->tok_nkv + t, f->q_lat + (size_t)t * H * L,
                                   f->q_rope + (size_t)t * H * R, f->o_lat + (size_t)t * H * L, scratch);
             } else { /* decompressed: mha_prefill writes their o after the v_b pass */
@@ -534,9 +560,10 @@ static void attention_job(void *ctx, int ith, int nth)
  * Which thread does a task does not change any bit. */
 static void mha_job(void *ctx, int ith, int nth)
 {
-    fg_forward_t *f = ctx;
+    const mha_args *a = ctx;
+    fg_forward_t *f = a->f;
     const fg_hparams *hp = &f->m->hp;
-    const int H = hp->n_head, R = hp->n_rope, qk = hp->n_nope + R, NV = hp->n_v, n = f->mha_n;
+    const int H = hp->n_head, R = hp->n_rope, qk = hp->n_nope + R, NV = hp->n_v, n = a->n;
     const int parts = nth > H ? nth / H : 1; /* query parts per head */
     long b, e;
     fg_pool_split((long)H * parts, 1, ith, nth, &b, &e);
@@ -545,18 +572,18 @@ static void mha_job(void *ctx, int ith, int nth)
     float *page_tile = f->mha_tiles + (size_t)ith * f->mha_tile_floats;
     float *head_tile = page_tile + f->mha_page_tile_floats;
     float *scratch = f->mha_scratch + (size_t)ith * f->mha_scratch_floats;
-    const int pages = (f->mha_rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    const int pages = (a->rows + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     for (int page = 0; page < pages; page++) {
-        const int left = f->mha_rows - page * FG_KV_PAGE_TOKENS;
+        const int left = a->rows - page * FG_KV_PAGE_TOKENS;
         const int rows = left < FG_KV_PAGE_TOKENS ? left : FG_KV_PAGE_TOKENS;
-        fg_mha_load_page(&f->mha, page, rows, page_tile, scratch);
+        fg_mha_load_page(&a->p, page, rows, page_tile, scratch);
         for (long task = b; task < e; task++) {
             const int h = (int)(task / parts), part = (int)(task % parts);
-            const int q_begin = f->mha_first + (int)((long)n * part / parts);
-            const int q_end = f->mha_first + (int)((long)n * (part + 1) / parts);
+            const int q_begin = a->first + (int)((long)n * part / parts);
+            const int q_end = a->first + (int)((long)n * (part + 1) / parts);
             if (q_begin >= q_end)
                 continue;
-            fg_mha_decompress(&f->mha, page_tile, rows, h, head_tile);
+            fg_mha_decompress(&a->p, page_tile, rows, h, head_tile);
             for (int t0 = q_begin; t0 < q_end; t0 += FG_MHA_GROUP) {
                 const int g = q_end - t0 < FG_MHA_GROUP ? q_end - t0 : FG_MHA_GROUP;
                 const float *qn[FG_MHA_GROUP], *qr[FG_MHA_GROUP];
@@ -569,7 +596,7 @@ static void mha_job(void *ctx, int ith, int nth)
                     m[i] = f->mha_m + th;
                     l[i] = f->mha_l + th;
                 }
-                fg_mha_attend(&f->mha, page_tile, head_tile, page, rows, h, g, f->tok_nkv + t0, qn, qr, o, m, l,
+                fg_mha_attend(&a->p, page_tile, head_tile, page, rows, h, g, f->tok_nkv + t0, qn, qr, o, m, l,
                               scratch);
             }
         }
@@ -578,12 +605,13 @@ static void mha_job(void *ctx, int ith, int nth)
 
 /* Attention of one sequence's tokens, batch tokens [first, first + n)
  * (consecutive positions), in the decompressed form, into their rows of o. */
-static void mha_prefill(fg_forward_t *f, int il, int first, int n)
+static void mha_prefill(fg_forward_t *f, const fg_fwd_seq *seqs, int il, int first, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, NV = hp->n_v;
-    const fg_fwd_seq *s = &f->seqs[f->tok_seq[first]];
-    f->mha = (fg_mha_attn_params){
+    const fg_fwd_seq *s = &seqs[f->tok_seq[first]];
+    mha_args a = {.f = f, .first = first, .n = n, .rows = f->tok_nkv[first + n - 1]}; /* the last query reads the most */
+    a.p = (fg_mha_attn_params){
         .n_head = H,
         .kv_lora = L,
         .n_rope = hp->n_rope,
@@ -598,10 +626,7 @@ static void mha_prefill(fg_forward_t *f, int il, int first, int n)
         .wv = f->mha_wv + (size_t)il * L * H * NV,
         .isa = f->isa,
     };
-    f->mha_first = first;
-    f->mha_n = n;
-    f->mha_rows = f->tok_nkv[first + n - 1]; /* the last query reads the most */
-    fg_pool_run(f->pool, mha_job, f);
+    fg_pool_run(f->pool, mha_job, &a);
     for (int t = first; t < first + n; t++)
         for (int h = 0; h < H; h++)
             fg_mha_finish(NV, f->o + ((size_t)t * H + h) * NV, f->mha_l[(size_t)t * H + h]);
@@ -613,32 +638,34 @@ static void mha_prefill(fg_forward_t *f, int il, int first, int n)
 static void heads_job(void *ctx, int ith, int nth)
 {
     (void)nth;
-    fg_forward_t *f = ctx;
-    const fg_head_pass *p = f->head_pass;
+    heads_args *a = ctx;
+    const fg_forward_t *f = a->f;
+    const fg_head_pass *p = a->p;
     fg_expert_scratch *sc = &f->exp_scratch[ith];
-    const int H = (int)p->w->n_mat, in_w = (int)p->w->n_in, out_w = (int)p->w->n_out;
+    const int H = (int)p->w->n_mat, in_w = (int)p->w->n_in, out_w = (int)p->w->n_out, n = a->n;
     for (;;) {
-        const int h = atomic_fetch_add_explicit(&f->head_next, 1, memory_order_relaxed);
+        const int h = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (h >= H)
             return;
-        gather_cols(sc->head_in, p->src, f->n, p->src_stride, h * p->src_step, in_w);
+        gather_cols(sc->head_in, p->src, n, p->src_stride, h * p->src_step, in_w);
         /* Cannot fail: types and shapes were validated at model load. */
         (void)fg_matmul(NULL, f->isa, p->w->type, (const uint8_t *)p->w->data + (size_t)h * p->w->mat_bytes, in_w,
-                        out_w, sc->head_in, f->n, sc->head_out, sc->mm);
-        scatter_cols(p->dst, sc->head_out, f->n, p->dst_stride, h * out_w, out_w);
+                        out_w, sc->head_in, n, sc->head_out, sc->mm);
+        scatter_cols(p->dst, sc->head_out, n, p->dst_stride, h * out_w, out_w);
     }
 }
 
-static void run_heads(fg_forward_t *f, const fg_head_pass *p)
+static void run_heads(fg_forward_t *f, const fg_head_pass *p, int n)
 {
-    f->head_pass = p;
-    atomic_store_explicit(&f->head_next, 0, memory_order_relaxed); /* published by fg_pool_run */
-    fg_pool_run(f->pool, heads_job, f);
+    heads_args a = {.f = f, .p = p, .n = n};
+    atomic_init(&a.next, 0); /* published by fg_pool_run */
+    fg_pool_run(f->pool, heads_job, &a);
 }
 
-static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n, int n_absorbed);
+static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n,
+                               int n_absorbed);
 
-static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
+static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope;
@@ -659,7 +686,7 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
         float *kv = f->kva + (size_t)t * (L + R);
         fg_rmsnorm_isa(f->isa, kv, kv, ly->kv_a_norm, L, hp->rms_eps);
         fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, kv + L);
-        uint8_t *row = fg_kv_row(&f->geo, f->seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
+        uint8_t *row = fg_kv_row(&f->geo, seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
         fg_kv_quantize(f->geo.format, kv, L, row);
         fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
     }
@@ -672,21 +699,20 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
             memcpy(qr, f->q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)R * sizeof(float));
             fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, qr);
         }
-    f->layer = il;
     int n_absorbed = 0;
     for (int t = 0; t < n; t++) {
         f->tok_nkv[t] = f->tok_pos[t] + 1; /* causal: itself and everything before */
-        n_absorbed += f->seqs[f->tok_seq[t]].absorbed;
+        n_absorbed += seqs[f->tok_seq[t]].absorbed;
     }
     if (n_absorbed > 0)
-        absorbed_attention(f, ly, n, n_absorbed);
+        absorbed_attention(f, seqs, ly, il, n, n_absorbed);
     /* Decompressed-form sequences, one at a time, straight into o. */
     for (int t = 0; t < n;) {
         int e = t + 1;
         while (e < n && f->tok_seq[e] == f->tok_seq[t])
             e++;
-        if (!f->seqs[f->tok_seq[t]].absorbed)
-            mha_prefill(f, il, t, e - t);
+        if (!seqs[f->tok_seq[t]].absorbed)
+            mha_prefill(f, seqs, il, t, e - t);
         t = e;
     }
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
@@ -695,24 +721,26 @@ static void attention_block(fg_forward_t *f, const fg_layer *ly, int il, int n)
 
 /* Attention of the batch's absorbed sequences, into their rows of o (the
  * other tokens' rows get zeros; mha_prefill overwrites them). */
-static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n, int n_absorbed)
+static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n,
+                               int n_absorbed)
 {
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, V = hp->n_v;
     const int qk = hp->n_nope + R;
     const fg_head_pass kb = {.w = &ly->k_b, .src = f->q, .src_stride = H * qk, .src_step = qk,
                              .dst = f->q_lat, .dst_stride = H * L};
-    run_heads(f, &kb);
+    run_heads(f, &kb, n);
 
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
-    f->split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
+    attn_args a = {.f = f, .seqs = seqs, .layer = il, .n = n};
+    a.split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     /* Up to FG_MLA_ATTN_MAX_QUERIES tokens a block, fewer when the absorbed
      * tokens (decodes first in the batch, or one short input) would not give
      * every thread one: a query's bits do not depend on its block. */
     const int per_thread = (n_absorbed + nth - 1) / nth;
-    f->attn_block = per_thread < 1 ? 1 : per_thread < FG_MLA_ATTN_MAX_QUERIES ? per_thread : FG_MLA_ATTN_MAX_QUERIES;
-    fg_pool_run(f->pool, attention_job, f);
-    if (f->split_kv) {
+    a.block = per_thread < 1 ? 1 : per_thread < FG_MLA_ATTN_MAX_QUERIES ? per_thread : FG_MLA_ATTN_MAX_QUERIES;
+    fg_pool_run(f->pool, attention_job, &a);
+    if (a.split_kv) {
         float *o[FG_MAX_POOL_PARTS], *m[FG_MAX_POOL_PARTS], *l[FG_MAX_POOL_PARTS];
         int parts = nth < FG_MAX_POOL_PARTS ? nth : FG_MAX_POOL_PARTS;
         for (int k = 0; k < parts; k++) {
@@ -725,7 +753,7 @@ static void absorbed_attention(fg_forward_t *f, const fg_layer *ly, int n, int n
 
     const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
                              .dst = f->o, .dst_stride = H * V};
-    run_heads(f, &vb);
+    run_heads(f, &vb, n);
 }
 
 /* SwiGLU: y[n][d] = down(silu(gate(x)) * up(x)) with matrix `mat` of each. */
@@ -743,14 +771,15 @@ static bool is_q8(const fg_weight *w) { return w->type == FG_WTYPE_Q8_0 || w->ty
 
 /* SwiGLU of one expert task on the calling thread alone: y[n][d] =
  * down(silu(gate(x)) * up(x)) with x = rows rows[0 .. n) of xn (rows NULL:
- * rows 0 .. n - 1). Where the layer quantized xn once (xn_q8_valid) and the
+ * rows 0 .. n - 1). Where the layer quantized xn once (a->xn_q8) and the
  * gate and up are Q8_0, they read its quantized rows: no float gather, no
  * quantization of their own (the same bits either way). */
-static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
+static void expert_ffn(const experts_args *a, fg_expert_scratch *sc, const fg_weight *gate, const fg_weight *up,
                        const fg_weight *down, int64_t mat, const int *rows, int n, float *y)
 {
+    const fg_forward_t *f = a->f;
     const int d = f->m->hp.n_embd;
-    if (f->xn_q8_valid && is_q8(gate) && is_q8(up)) {
+    if (a->xn_q8 && is_q8(gate) && is_q8(up)) {
         const fg_matmul_op ops[2] = {
             {.wtype = gate->type, .w = (const uint8_t *)gate->data + (size_t)mat * gate->mat_bytes,
              .n_out = gate->n_out, .y = sc->gate},
@@ -758,7 +787,7 @@ static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_we
              .y = sc->up},
         };
         /* Cannot fail: types and shapes were validated at model load, the rows are tokens of this step. */
-        (void)fg_matmul_q8_rows(NULL, f->isa, ops, 2, d, f->xn_q8, f->n, rows ? rows : f->iota, n, sc->mm);
+        (void)fg_matmul_q8_rows(NULL, f->isa, ops, 2, d, f->xn_q8, a->n, rows ? rows : f->iota, n, sc->mm);
     } else {
         const float *x = f->xn;
         if (rows) {
@@ -782,21 +811,22 @@ static void expert_ffn(const fg_forward_t *f, fg_expert_scratch *sc, const fg_we
 static void experts_job(void *ctx, int ith, int nth)
 {
     (void)nth;
-    fg_forward_t *f = ctx;
-    const fg_layer *ly = f->exp_layer;
+    experts_args *a = ctx;
+    const fg_forward_t *f = a->f;
+    const fg_layer *ly = a->ly;
     const int d = f->m->hp.n_embd;
     fg_expert_scratch *sc = &f->exp_scratch[ith];
     for (;;) {
-        const int k = atomic_fetch_add_explicit(&f->exp_next, 1, memory_order_relaxed);
-        if (k >= f->n_exp_tasks)
+        const int k = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (k >= a->n_tasks)
             return;
         const int e = f->exp_tasks[k];
         if (e < 0) {
-            expert_ffn(f, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, NULL, f->n, f->shared_out);
+            expert_ffn(a, sc, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, NULL, a->n, f->shared_out);
             continue;
         }
         const int begin = e ? f->exp_count[e - 1] : 0, m = f->exp_count[e] - begin;
-        expert_ffn(f, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->exp_list + begin, m,
+        expert_ffn(a, sc, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, f->exp_list + begin, m,
                    f->exp_out + (size_t)begin * d);
     }
 }
@@ -831,13 +861,12 @@ static void run_experts(fg_forward_t *f, const fg_layer *ly, int n)
             f->exp_tasks[n_tasks++] = e;
 
     if (nth > 1 && n_tasks >= 2 * nth) {
-        f->n_exp_tasks = n_tasks;
-        f->exp_layer = ly;
+        experts_args a = {.f = f, .ly = ly, .n = n, .n_tasks = n_tasks};
         /* every routed token's row is read by K experts' gate and up: quantize it once here */
-        f->xn_q8_valid = (is_q8(&ly->gate_exps) || is_q8(&ly->gate_shexp)) &&
-                         fg_q8_rows_quantize(f->pool, f->isa, f->xn, d, n, f->xn_q8) == 0;
-        atomic_store_explicit(&f->exp_next, 0, memory_order_relaxed); /* published by fg_pool_run */
-        fg_pool_run(f->pool, experts_job, f);
+        a.xn_q8 = (is_q8(&ly->gate_exps) || is_q8(&ly->gate_shexp)) &&
+                  fg_q8_rows_quantize(f->pool, f->isa, f->xn, d, n, f->xn_q8) == 0;
+        atomic_init(&a.next, 0); /* published by fg_pool_run */
+        fg_pool_run(f->pool, experts_job, &a);
         for (int e = 0; e < E; e++)
             for (int slot = e ? f->exp_count[e - 1] : 0; slot < f->exp_count[e]; slot++)
                 fg_axpy(f->x + (size_t)f->exp_list[slot] * d, f->exp_list_w[slot], f->exp_out + (size_t)slot * d, d);
@@ -1014,13 +1043,10 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         fg_weight_row_f32(&f->m->tok_embd, tokens[t], f->x + (size_t)t * d);
     for (int t = 0; t < n; t++) /* every layer and head of a token rotates by the same angles */
         fg_rope_coefs(&f->rope, f->tok_pos[t], f->rope_cs + (size_t)t * hp->n_rope);
-    f->seqs = seqs;
-    f->n = n;
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(f, &f->layers[il], il, n);
+        attention_block(f, seqs, &f->layers[il], il, n);
         ffn_block(f, &f->layers[il], n);
     }
-    f->seqs = NULL;
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
         return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
     for (int e = 0; f->pick_sink && e < hp->n_expert; e++) /* counted once the tokens count: a failed run is redone */
