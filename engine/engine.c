@@ -97,9 +97,11 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
-    fg_list_init(&e->all);
-    fg_list_init(&e->dirty);
-    fg_list_init(&e->ready);
+    fg_list_init(&e->serve.all);
+    fg_list_init(&e->serve.dirty);
+    fg_list_init(&e->serve.ready);
+    fg_list_init(&e->tier.jobs);
+    fg_list_init(&e->tier.done_jobs);
     e->opt = *o;
     e->step_capacity = o->serve && o->prefill_alone_tokens > o->max_batch_tokens ? o->prefill_alone_tokens
                                                                                  : o->max_batch_tokens;
@@ -260,9 +262,9 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     if (!s)
         return FG_ERR_NOMEM;
     s->e = e;
-    fg_list_init(&s->all_link);
-    fg_list_init(&s->dirty_link);
-    fg_list_init(&s->ready_link);
+    fg_list_init(&s->serve.all_link);
+    fg_list_init(&s->serve.dirty_link);
+    fg_list_init(&s->serve.ready_link);
     s->params = p;
     s->ep_rank = e->ep ? (int)(atomic_fetch_add(&e->ep_next_rank, 1u) % (unsigned)fg_ep_ranks_count(e->ep)) : 0;
     /* The names are copied: the caller's strings need not outlive the call. */
@@ -272,8 +274,8 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     }
     strcpy(s->tenant_name, p.tenant_name ? p.tenant_name : "default");
     s->params.tenant_name = s->tenant_name;
-    strcpy(s->load_name, s->name);
-    s->miss_at = -1;
+    strcpy(s->tier.load_name, s->name);
+    s->share.miss_at = -1;
     if (e->opt.serve) {
         pthread_mutex_lock(&e->mu);
         s->tenant_ix = fg_tier_tenant(e, s->tenant_name);
@@ -293,14 +295,14 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
 void fg_session_dealloc(fg_session_t *s)
 {
     fg_kv_seq_free(s->e->kv, &s->seq);
-    fg_tokens_free(&s->in);
+    fg_tokens_free(&s->serve.in);
     fg_tokens_free(&s->todo);
     fg_tokens_free(&s->hist);
-    free(s->phash);
-    free(s->meta);
-    free(s->load_buf);
-    free(s->out.ev);
-    free(s->out.text);
+    free(s->share.phash);
+    free(s->tier.meta);
+    free(s->tier.load_buf);
+    free(s->serve.out.ev);
+    free(s->serve.out.text);
     free(s);
 }
 
@@ -349,7 +351,7 @@ int fg_session_length(const fg_session_t *s)
     if (!s->e->opt.serve)
         return s->seq.n_tokens;
     pthread_mutex_lock(&s->e->mu);
-    int n = s->length_snapshot;
+    int n = s->serve.length_snapshot;
     pthread_mutex_unlock(&s->e->mu);
     return n;
 }

@@ -29,23 +29,23 @@
 
 static int find(const fg_engine_t *e, int tenant_ix, uint64_t key)
 {
-    for (int i = 0; i < e->n_dpages; i++)
-        if (e->dpages[i].key == key && e->dpages[i].tenant_ix == tenant_ix)
+    for (int i = 0; i < e->tier.n_dpages; i++)
+        if (e->tier.dpages[i].key == key && e->tier.dpages[i].tenant_ix == tenant_ix)
             return i;
     return -1;
 }
 
 static fg_dpage *add(fg_engine_t *e, int tenant_ix, uint64_t key)
 {
-    if (e->n_dpages == e->cap_dpages) {
-        int cap = e->cap_dpages ? 2 * e->cap_dpages : 64;
-        fg_dpage *p = realloc(e->dpages, (size_t)cap * sizeof *p);
+    if (e->tier.n_dpages == e->tier.cap_dpages) {
+        int cap = e->tier.cap_dpages ? 2 * e->tier.cap_dpages : 64;
+        fg_dpage *p = realloc(e->tier.dpages, (size_t)cap * sizeof *p);
         if (!p)
             return NULL;
-        e->dpages = p;
-        e->cap_dpages = cap;
+        e->tier.dpages = p;
+        e->tier.cap_dpages = cap;
     }
-    fg_dpage *d = &e->dpages[e->n_dpages++];
+    fg_dpage *d = &e->tier.dpages[e->tier.n_dpages++];
     *d = (fg_dpage){.key = key, .tenant_ix = tenant_ix, .state = FG_DPAGE_WRITING};
     return d;
 }
@@ -53,24 +53,24 @@ static fg_dpage *add(fg_engine_t *e, int tenant_ix, uint64_t key)
 /* Unlists entry i, uncounting its bytes when it was on disk. */
 static void unlist(fg_engine_t *e, int i)
 {
-    if (e->dpages[i].state != FG_DPAGE_WRITING)
-        fg_tier_disk_add(e, e->dpages[i].tenant_ix, -(int64_t)e->dpages[i].bytes);
-    e->dpages[i] = e->dpages[--e->n_dpages];
+    if (e->tier.dpages[i].state != FG_DPAGE_WRITING)
+        fg_tier_disk_add(e, e->tier.dpages[i].tenant_ix, -(int64_t)e->tier.dpages[i].bytes);
+    e->tier.dpages[i] = e->tier.dpages[--e->tier.n_dpages];
 }
 
 static bool page_path(const fg_engine_t *e, int tenant_ix, uint64_t key, const char *suffix, char *out, size_t cap)
 {
     char hex[17];
     fg_pfile_name(key, hex);
-    int n = snprintf(out, cap, "%s/%s/pages/%s%s", e->persist_dir, e->tenants[tenant_ix].name, hex, suffix);
+    int n = snprintf(out, cap, "%s/%s/pages/%s%s", e->tier.persist_dir, e->tier.tenants[tenant_ix].name, hex, suffix);
     return n > 0 && (size_t)n < cap;
 }
 
 void fg_ptier_destroy(fg_engine_t *e)
 {
-    free(e->dpages);
-    e->dpages = NULL;
-    e->n_dpages = e->cap_dpages = 0;
+    free(e->tier.dpages);
+    e->tier.dpages = NULL;
+    e->tier.n_dpages = e->tier.cap_dpages = 0;
 }
 
 void fg_ptier_scan(fg_engine_t *e, int tenant_ix, const char *tenant_dir)
@@ -106,6 +106,15 @@ void fg_ptier_scan(fg_engine_t *e, int tenant_ix, const char *tenant_dir)
     closedir(d);
 }
 
+/* The two kinds of page job (fg_job_kind): a page file's write, and its read
+ * back; run on the writer thread, finish on the step thread. */
+static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d);
+static void write_finish(fg_engine_t *e, fg_save_job *j);
+static void read_run(fg_engine_t *e, fg_save_job *j, fg_diag *d);
+static void read_finish(fg_engine_t *e, fg_save_job *j);
+static const fg_job_kind write_kind = {write_run, write_finish};
+static const fg_job_kind read_kind = {read_run, read_finish};
+
 /* ---- step thread ---- */
 
 static bool damage(fg_err err)
@@ -121,9 +130,9 @@ void fg_ptier_spill(fg_engine_t *e, uint32_t id)
     int tenant;
     const int32_t *tokens;
     uint8_t *page;
-    if (!fg_prefix_cache_entry(e->pc, id, &key, &prev, &tenant, &tokens, &page) || find(e, tenant, key) >= 0)
+    if (!fg_prefix_cache_entry(e->share.pc, id, &key, &prev, &tenant, &tokens, &page) || find(e, tenant, key) >= 0)
         return; /* already on disk (page files never change) or being written */
-    const fg_kv_geometry *geo = &e->expect.geo;
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
     if (e->opt.disk_budget_bytes && fg_pfile_size(geo) > e->opt.disk_budget_bytes)
         return;
     if (fg_engine_page_to_host(e, page, NULL) != FG_OK)
@@ -146,40 +155,39 @@ void fg_ptier_spill(fg_engine_t *e, uint32_t id)
     for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
         for (int il = 0; il < geo->n_layer; il++, dst += geo->row_bytes)
             memcpy(dst, page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, geo->row_bytes);
-    j->page = true;
+    j->kind = &write_kind;
     j->key = key;
     j->prev = prev;
     j->n_tokens = FG_KV_PAGE_TOKENS;
     j->tenant_ix = tenant;
-    strcpy(j->tenant, e->tenants[tenant].name);
+    strcpy(j->tenant, e->tier.tenants[tenant].name);
     fg_tier_push_job(e, j);
 }
 
 bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t *tokens, int n_pages)
 {
-    const uint64_t salt = e->tenants[tenant_ix].salt;
+    const uint64_t salt = e->tier.tenants[tenant_ix].salt;
     bool wait = false;
     for (int k = 0; k < n_pages; k++) {
         const int32_t *tk = tokens + (size_t)k * FG_KV_PAGE_TOKENS;
         uint64_t key = fg_page_key(prev, salt, tk);
         int i = find(e, tenant_ix, key);
-        if (i < 0 || e->dpages[i].state == FG_DPAGE_WRITING)
+        if (i < 0 || e->tier.dpages[i].state == FG_DPAGE_WRITING)
             break;
-        fg_dpage *d = &e->dpages[i];
+        fg_dpage *d = &e->tier.dpages[i];
         if (d->no_room) {
             d->no_room = false; /* its last load found the pool full: computed this time */
             break;
         }
         if (d->state == FG_DPAGE_ON_DISK &&
-            (k == 0 || !fg_prefix_cache_find(e->pc, key, prev, tenant_ix, tk, fg_clock_mono_s()))) {
+            (k == 0 || !fg_prefix_cache_find(e->share.pc, key, prev, tenant_ix, tk, fg_clock_mono_s()))) {
             fg_save_job *j = calloc(1, sizeof *j);
             if (!j)
                 break;
-            j->page = true;
-            j->read = true;
+            j->kind = &read_kind;
             j->key = key;
             j->tenant_ix = tenant_ix;
-            strcpy(j->tenant, e->tenants[tenant_ix].name);
+            strcpy(j->tenant, e->tier.tenants[tenant_ix].name);
             d->state = FG_DPAGE_LOADING;
             fg_tier_push_job(e, j);
         }
@@ -190,23 +198,30 @@ bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t 
     return wait;
 }
 
-void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
+/* A page file written: listed as on disk (or dropped when the write failed). */
+static void write_finish(fg_engine_t *e, fg_save_job *j)
 {
     int i = find(e, j->tenant_ix, j->key);
     if (i < 0)
         return;
-    fg_dpage *d = &e->dpages[i];
-    if (!j->read) {
-        if (j->err != FG_OK) {
-            unlist(e, i); /* over the budget or a failed write: dropped as without a disk tier */
-            return;
-        }
-        d->state = FG_DPAGE_ON_DISK;
-        d->bytes = fg_pfile_size(&e->expect.geo);
-        d->born = fg_clock_mono_s();
-        e->stats.pages_to_disk++;
+    fg_dpage *d = &e->tier.dpages[i];
+    if (j->err != FG_OK) {
+        unlist(e, i); /* over the budget or a failed write: dropped as without a disk tier */
         return;
     }
+    d->state = FG_DPAGE_ON_DISK;
+    d->bytes = fg_pfile_size(&e->tier.expect.geo);
+    d->born = fg_clock_mono_s();
+    e->stats.pages_to_disk++;
+}
+
+/* A page file read: its rows go into a fresh pool page offered to the prefix cache. */
+static void read_finish(fg_engine_t *e, fg_save_job *j)
+{
+    int i = find(e, j->tenant_ix, j->key);
+    if (i < 0)
+        return;
+    fg_dpage *d = &e->tier.dpages[i];
     if (j->err != FG_OK) {
         if (damage(j->err))
             e->stats.page_files_damaged++;
@@ -214,16 +229,16 @@ void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
         return;
     }
     d->state = FG_DPAGE_ON_DISK;
-    const fg_kv_geometry *geo = &e->expect.geo;
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
     int32_t tk[FG_KV_PAGE_TOKENS];
     for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
         tk[t] = fg_sfile_token(&j->v, t);
-    if (!e->pc || fg_prefix_cache_find(e->pc, j->key, j->prev, j->tenant_ix, tk, fg_clock_mono_s()))
+    if (!e->share.pc || fg_prefix_cache_find(e->share.pc, j->key, j->prev, j->tenant_ix, tk, fg_clock_mono_s()))
         return; /* computed meanwhile */
     fg_tier_drop_cold(e, 1); /* may list more page files: the index moves */
     if ((i = find(e, j->tenant_ix, j->key)) < 0)
         return;
-    d = &e->dpages[i];
+    d = &e->tier.dpages[i];
     uint8_t *page = fg_kv_store_pages_free(e->kv) ? fg_kv_page_alloc_for(e->kv, j->tenant_ix) : NULL;
     if (!page) {
         d->no_room = true;
@@ -234,7 +249,7 @@ void fg_ptier_reap(fg_engine_t *e, fg_save_job *j)
             memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, fg_sfile_row(&j->v, geo, il, t),
                    geo->row_bytes);
     if (fg_engine_page_to_device(e, page, NULL) == FG_OK &&
-        fg_prefix_cache_insert(e->pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_clock_mono_s()))
+        fg_prefix_cache_insert(e->share.pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_clock_mono_s()))
         e->stats.pages_from_disk++;
     else
         d->no_room = true;
@@ -248,13 +263,13 @@ void fg_ptier_make_room(fg_engine_t *e, int tenant_ix, uint64_t need)
     for (;;) {
         pthread_mutex_lock(&e->mu);
         int oldest = -1;
-        if (e->disk_bytes + need > e->opt.disk_budget_bytes)
-            for (int i = 0; i < e->n_dpages; i++)
-                if (e->dpages[i].tenant_ix == tenant_ix && e->dpages[i].state == FG_DPAGE_ON_DISK &&
-                    (oldest < 0 || e->dpages[i].born < e->dpages[oldest].born))
+        if (e->tier.disk_bytes + need > e->opt.disk_budget_bytes)
+            for (int i = 0; i < e->tier.n_dpages; i++)
+                if (e->tier.dpages[i].tenant_ix == tenant_ix && e->tier.dpages[i].state == FG_DPAGE_ON_DISK &&
+                    (oldest < 0 || e->tier.dpages[i].born < e->tier.dpages[oldest].born))
                     oldest = i;
         char path[4096];
-        bool ok = oldest >= 0 && page_path(e, tenant_ix, e->dpages[oldest].key, FG_PFILE_SUFFIX, path, sizeof path);
+        bool ok = oldest >= 0 && page_path(e, tenant_ix, e->tier.dpages[oldest].key, FG_PFILE_SUFFIX, path, sizeof path);
         if (oldest >= 0)
             unlist(e, oldest);
         pthread_mutex_unlock(&e->mu);
@@ -265,36 +280,51 @@ void fg_ptier_make_room(fg_engine_t *e, int tenant_ix, uint64_t need)
     }
 }
 
-void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
+/* The tenant's directory, the page file's path and where a damaged one goes,
+ * and the tenant's salt; false when a path is too long. */
+static bool job_paths(fg_engine_t *e, const fg_save_job *j, char *dir, char *path, char *aside, uint64_t *salt)
+{
+    pthread_mutex_lock(&e->mu); /* the tenant table may grow meanwhile */
+    bool ok = fg_tier_path(e, j->tenant, NULL, "", dir, 4096) &&
+              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX, path, 4096) &&
+              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX ".damaged", aside, 4096);
+    *salt = e->tier.tenants[j->tenant_ix].salt;
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+static void read_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
+{
+    char dir[4096], path[4096], aside[4096];
+    uint64_t salt;
+    if (!job_paths(e, j, dir, path, aside, &salt)) {
+        j->err = fg_diag_set(d, FG_ERR_IO, "page path too long under %s", e->tier.persist_dir);
+        return;
+    }
+    j->err = fg_sfile_read(path, fg_pfile_size(&e->tier.expect.geo), &j->buf, &j->len, d);
+    if (j->err == FG_OK)
+        j->err = fg_sfile_parse(j->buf, j->len, &e->tier.expect, &j->v, d);
+    if (j->err == FG_OK)
+        j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
+    if (damage(j->err))
+        rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
+}
+
+static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 {
     char dir[4096], path[4096], aside[4096], hex[17];
+    uint64_t salt;
     fg_pfile_name(j->key, hex);
-    pthread_mutex_lock(&e->mu); /* the tenant table may grow meanwhile */
-    bool ok = fg_tier_path(e, j->tenant, NULL, "", dir, sizeof dir) &&
-              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX, path, sizeof path) &&
-              page_path(e, j->tenant_ix, j->key, FG_PFILE_SUFFIX ".damaged", aside, sizeof aside);
-    const uint64_t salt = e->tenants[j->tenant_ix].salt;
-    pthread_mutex_unlock(&e->mu);
-    if (!ok) {
-        j->err = fg_diag_set(d, FG_ERR_IO, "page path too long under %s", e->persist_dir);
+    if (!job_paths(e, j, dir, path, aside, &salt)) {
+        j->err = fg_diag_set(d, FG_ERR_IO, "page path too long under %s", e->tier.persist_dir);
         return;
     }
-    const fg_kv_geometry *geo = &e->expect.geo;
-    if (j->read) {
-        j->err = fg_sfile_read(path, fg_pfile_size(geo), &j->buf, &j->len, d);
-        if (j->err == FG_OK)
-            j->err = fg_sfile_parse(j->buf, j->len, &e->expect, &j->v, d);
-        if (j->err == FG_OK)
-            j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
-        if (damage(j->err))
-            rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
-        return;
-    }
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
     uint64_t size = fg_pfile_size(geo);
     if (e->opt.disk_budget_bytes) {
         fg_ptier_make_room(e, j->tenant_ix, size);
         pthread_mutex_lock(&e->mu);
-        bool over = e->disk_bytes + size > e->opt.disk_budget_bytes;
+        bool over = e->tier.disk_bytes + size > e->opt.disk_budget_bytes;
         pthread_mutex_unlock(&e->mu);
         if (over) {
             j->err = fg_diag_set(d, FG_ERR_DISK_FULL, "page %s: over the disk budget", hex);
@@ -312,7 +342,7 @@ void fg_ptier_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     }
     uint8_t meta[FG_PFILE_META_BYTES];
     fg_pfile_meta(meta, j->key, j->prev, salt);
-    fg_sfile_content c = {.model_identity = e->expect.model_identity, .geo = geo, .tokens = j->tokens,
+    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .geo = geo, .tokens = j->tokens,
                           .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta, .rows = j->rows};
     j->err = fg_sfile_write_as(pages_dir, hex, FG_PFILE_SUFFIX, &c, d);
     if (j->err == FG_OK) {

@@ -25,22 +25,22 @@ fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session
     if (err != FG_OK)
         return fg_diag_set(diag, err, "fork: %s", err == FG_ERR_INVALID_ARG ? "bad session parameters" : fg_err_describe(err));
     pthread_mutex_lock(&e->mu);
-    bool busy = src->responding;
+    bool busy = src->serve.responding;
     pthread_mutex_unlock(&e->mu);
     if (busy) {
         fg_session_dealloc(s);
         return fg_diag_set(diag, FG_ERR_BUSY, "the source session has a response in progress");
     }
-    s->fork_src = src;
+    s->share.fork_src = src;
     if ((err = fg_session_serve_init(s)) != FG_OK) {
         fg_session_dealloc(s);
         return fg_diag_set(diag, err, "a session named %s is open", sp.name ? sp.name : "");
     }
     pthread_mutex_lock(&e->mu);
-    while (!s->fork_done)
+    while (!s->share.fork_done)
         pthread_cond_wait(&e->done_cv, &e->mu);
-    err = s->fork_err;
-    s->fork_src = NULL;
+    err = s->share.fork_err;
+    s->share.fork_src = NULL;
     pthread_mutex_unlock(&e->mu);
     if (err != FG_OK) {
         fg_session_free(s);
@@ -64,10 +64,10 @@ fg_err fg_session_set_meta(fg_session_t *s, const void *meta, size_t len, fg_dia
         memcpy(copy, meta, len);
     if (e->opt.serve)
         pthread_mutex_lock(&e->mu);
-    free(s->meta);
-    s->meta = copy;
-    s->meta_len = (uint32_t)len;
-    s->gen++;
+    free(s->tier.meta);
+    s->tier.meta = copy;
+    s->tier.meta_len = (uint32_t)len;
+    s->tier.gen++;
     if (e->opt.serve)
         pthread_mutex_unlock(&e->mu);
     return FG_OK;
@@ -78,9 +78,9 @@ size_t fg_session_get_meta(fg_session_t *s, void *buf, size_t cap)
     fg_engine_t *e = s->e;
     if (e->opt.serve)
         pthread_mutex_lock(&e->mu);
-    size_t n = s->meta_len;
+    size_t n = s->tier.meta_len;
     if (buf && cap)
-        memcpy(buf, s->meta, n < cap ? n : cap);
+        memcpy(buf, s->tier.meta, n < cap ? n : cap);
     if (e->opt.serve)
         pthread_mutex_unlock(&e->mu);
     return n;
@@ -91,7 +91,7 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
     *out = NULL;
     if (!e->opt.serve)
         return fg_diag_set(diag, FG_ERR_STATE, "fg_session_restore needs a serving engine");
-    if (!e->persist_dir)
+    if (!e->tier.persist_dir)
         return fg_diag_set(diag, FG_ERR_STATE, "no persist_dir: sessions are not saved");
     if (!p || !p->name)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_session_restore needs a session name");
@@ -101,7 +101,7 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
         return fg_diag_set(diag, err, "restore: %s", err == FG_ERR_INVALID_ARG ? "bad session name or parameters"
                                                                               : fg_err_describe(err));
     pthread_mutex_lock(&e->mu);
-    for (fg_session_t *o = e->open_head; o; o = o->open_next)
+    for (fg_session_t *o = e->serve.open_head; o; o = o->serve.open_next)
         if (o->tenant_ix == s->tenant_ix && strcmp(o->name, s->name) == 0) {
             pthread_mutex_unlock(&e->mu);
             fg_session_dealloc(s);
@@ -123,8 +123,8 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
     int n = v.n_tokens, m = v.n_pending;
     s->hist.v = malloc(((size_t)n + 1) * sizeof *s->hist.v);
     s->todo.v = malloc(((size_t)m + 1) * sizeof *s->todo.v);
-    s->meta = v.meta_len ? malloc(v.meta_len) : NULL;
-    if (!s->hist.v || !s->todo.v || (v.meta_len && !s->meta)) {
+    s->tier.meta = v.meta_len ? malloc(v.meta_len) : NULL;
+    if (!s->hist.v || !s->todo.v || (v.meta_len && !s->tier.meta)) {
         free(buf);
         fg_session_dealloc(s);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory restoring %s", p->name);
@@ -138,14 +138,14 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
     s->todo.n = m;
     s->todo.cap = m + 1;
     if (v.meta_len)
-        memcpy(s->meta, v.meta, v.meta_len);
-    s->meta_len = v.meta_len;
+        memcpy(s->tier.meta, v.meta, v.meta_len);
+    s->tier.meta_len = v.meta_len;
     free(buf);
     /* The KV stays in the file until the session gets work. */
-    s->on_disk = true;
-    s->committed = n + m;
-    s->length_snapshot = n;
-    s->gen = s->file_gen = 1;
+    s->tier.on_disk = true;
+    s->serve.committed = n + m;
+    s->serve.length_snapshot = n;
+    s->tier.gen = s->tier.file_gen = 1;
     if ((err = fg_session_serve_init(s)) != FG_OK) {
         fg_session_dealloc(s);
         return fg_diag_set(diag, err, "session %s is open", p->name);
@@ -156,20 +156,20 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
 
 fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag)
 {
-    if (!e->opt.serve || !e->persist)
+    if (!e->opt.serve || !e->tier.persist)
         return FG_OK;
     pthread_mutex_lock(&e->mu);
-    e->save_all_err = FG_OK;
-    e->save_all_msg[0] = 0;
-    e->save_all_queued = false;
-    e->save_all_req = true;
-    e->work = true;
-    pthread_cond_signal(&e->work_cv);
-    while (!e->save_all_queued || e->jobs_done < e->save_all_target)
+    e->tier.save_all_err = FG_OK;
+    e->tier.save_all_msg[0] = 0;
+    e->tier.save_all_queued = false;
+    e->tier.save_all_req = true;
+    e->serve.work = true;
+    pthread_cond_signal(&e->serve.work_cv);
+    while (!e->tier.save_all_queued || e->tier.jobs_done < e->tier.save_all_target)
         pthread_cond_wait(&e->done_cv, &e->mu);
-    fg_err err = e->save_all_err;
+    fg_err err = e->tier.save_all_err;
     if (err != FG_OK)
-        fg_diag_set(diag, err, "%s", e->save_all_msg);
+        fg_diag_set(diag, err, "%s", e->tier.save_all_msg);
     pthread_mutex_unlock(&e->mu);
     return err;
 }
@@ -180,7 +180,7 @@ bool fg_session_on_disk(fg_session_t *s)
     if (!e->opt.serve)
         return false;
     pthread_mutex_lock(&e->mu);
-    bool d = s->on_disk;
+    bool d = s->tier.on_disk;
     pthread_mutex_unlock(&e->mu);
     return d;
 }
@@ -192,7 +192,7 @@ void fg_session_delete(fg_session_t *s)
     fg_engine_t *e = s->e;
     if (e->opt.serve) {
         pthread_mutex_lock(&e->mu);
-        s->delete_file = true;
+        s->tier.delete_file = true;
         pthread_mutex_unlock(&e->mu);
     }
     fg_session_free(s);
@@ -207,14 +207,14 @@ fg_err fg_engine_tenant_usage(fg_engine_t *e, const char *tenant_name, fg_tenant
     if (!e->opt.serve)
         return FG_OK;
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->n_tenants; i++)
-        if (strcmp(e->tenants[i].name, t) == 0) {
+    for (int i = 0; i < e->tier.n_tenants; i++)
+        if (strcmp(e->tier.tenants[i].name, t) == 0) {
             u->resident_kv_bytes = (uint64_t)fg_kv_owner_pages(e->kv, i) * fg_kv_store_geometry(e->kv)->page_bytes;
-            u->disk_bytes = e->tenants[i].disk_bytes;
-            for (fg_session_t *s = e->open_head; s; s = s->open_next)
+            u->disk_bytes = e->tier.tenants[i].disk_bytes;
+            for (fg_session_t *s = e->serve.open_head; s; s = s->serve.open_next)
                 if (s->tenant_ix == i) {
-                    u->sessions_on_disk += s->on_disk;
-                    u->sessions_resident += !s->on_disk;
+                    u->sessions_on_disk += s->tier.on_disk;
+                    u->sessions_resident += !s->tier.on_disk;
                 }
             break;
         }

@@ -52,14 +52,14 @@ static void mark_ready(fg_engine_t *e, fg_session_t *s)
 {
     /* Not a freed one: the owner may free a session while its step runs
      * (unlocked), and must not hear of it again (its user pointer is gone). */
-    if (!fg_list_linked(&s->ready_link) && !s->freed)
-        fg_list_push_front(&e->ready, &s->ready_link);
+    if (!fg_list_linked(&s->serve.ready_link) && !s->serve.freed)
+        fg_list_push_front(&e->serve.ready, &s->serve.ready_link);
 }
 
 /* Queues an event with text; room was checked before the step. */
 static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *text, uint32_t len)
 {
-    fg_outq *q = &s->out;
+    fg_outq *q = &s->serve.out;
     if (q->ev_count == q->ev_cap || q->text_cap - q->text_count < len)
         return; /* cannot happen: outq_has_room gates every session in a batch */
     ev.text_off = (q->text_head + q->text_count) % q->text_cap;
@@ -70,26 +70,26 @@ static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *
     q->ev[(q->ev_head + q->ev_count) % q->ev_cap] = ev;
     q->ev_count++;
     mark_ready(e, s);
-    e->wake_owner = true;
+    e->serve.wake_owner = true;
 }
 
 /* ---- lists ---- */
 
 static void mark_dirty(fg_engine_t *e, fg_session_t *s)
 {
-    if (!fg_list_linked(&s->dirty_link))
-        fg_list_push_front(&e->dirty, &s->dirty_link);
-    e->work = true;
-    pthread_cond_signal(&e->work_cv);
+    if (!fg_list_linked(&s->serve.dirty_link))
+        fg_list_push_front(&e->serve.dirty, &s->serve.dirty_link);
+    e->serve.work = true;
+    pthread_cond_signal(&e->serve.work_cv);
 }
 
 static void free_session(fg_engine_t *e, fg_session_t *s)
 {
-    if (s->adopted)
-        fg_list_remove(&s->all_link);
-    if (fg_list_linked(&s->ready_link))
-        fg_list_remove(&s->ready_link);
-    if (s->delete_file)
+    if (s->serve.adopted)
+        fg_list_remove(&s->serve.all_link);
+    if (fg_list_linked(&s->serve.ready_link))
+        fg_list_remove(&s->serve.ready_link);
+    if (s->tier.delete_file)
         fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
     fg_session_dealloc(s);
 }
@@ -97,20 +97,20 @@ static void free_session(fg_engine_t *e, fg_session_t *s)
 /* Tokens whose KV the session holds, resident or on disk. */
 static int cache_len(const fg_session_t *s)
 {
-    return s->on_disk ? (int)s->hist.n : s->seq.n_tokens;
+    return s->tier.on_disk ? (int)s->hist.n : s->seq.n_tokens;
 }
 
 /* ---- responses [step, under mu where they queue events] ---- */
 
 static int reserve_need(const fg_engine_t *e, const fg_session_t *s)
 {
-    long need = (long)cache_len(s) + s->todo.n + (s->resp.p.generate ? s->resp.p.max_tokens : 0);
+    long need = (long)cache_len(s) + s->todo.n + (s->serve.resp.p.generate ? s->serve.resp.p.max_tokens : 0);
     return need > e->n_ctx ? e->n_ctx : (int)need;
 }
 
 static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
 {
-    fg_response *r = &s->resp;
+    fg_response *r = &s->serve.resp;
     /* Text held back for a possible stop string is released unless it stopped. */
     const char *text = why == FG_FINISH_STOP ? "" : r->hold;
     uint32_t len = why == FG_FINISH_STOP ? 0 : (uint32_t)r->hold_len;
@@ -128,12 +128,12 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
     if (r->admitted)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
     memset(r, 0, sizeof *r);
-    s->responding = false;
-    s->last_used = fg_clock_mono_s();
-    s->gen++;
+    s->serve.responding = false;
+    s->tier.last_used = fg_clock_mono_s();
+    s->tier.gen++;
     if (s->hist.n > 0 || s->todo.n > 0)
         fg_tier_save(e, s, false); /* the file follows every completed response */
-    if (s->in.n)
+    if (s->serve.in.n)
         mark_dirty(e, s); /* input that arrived during the response */
 }
 
@@ -141,7 +141,7 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
  * its evaluated tokens go back to the input queue and their pages are freed. */
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
-    const int keep = (int)s->resp.cached_tokens, extra = s->seq.n_tokens - keep;
+    const int keep = (int)s->serve.resp.cached_tokens, extra = s->seq.n_tokens - keep;
     if (extra > 0 && fg_tokens_reserve(&s->todo, s->todo.n + extra) == 0) {
         memmove(s->todo.v + extra, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
         memcpy(s->todo.v, s->hist.v + keep, (size_t)extra * sizeof *s->todo.v);
@@ -155,13 +155,13 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 
 static void start_response(fg_engine_t *e, fg_session_t *s)
 {
-    fg_response *r = &s->resp;
+    fg_response *r = &s->serve.resp;
     memset(r, 0, sizeof *r);
     r->active = true;
-    r->id = s->req_id;
-    r->p = s->req;
+    r->id = s->serve.req_id;
+    r->p = s->serve.req;
     r->rng = fg_sampler_rng_init(r->p.sampling.seed);
-    r->order = e->session_order++; /* request order: oldest is admitted first */
+    r->order = e->serve.session_order++; /* request order: oldest is admitted first */
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
@@ -169,7 +169,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
             s->todo.v[0] = s->hist.v[s->hist.n - 1];
             s->todo.n = 1;
             s->hist.n--;
-            if (!s->on_disk)
+            if (!s->tier.on_disk)
                 fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
             fg_share_truncated(s, s->hist.n);
         }
@@ -186,7 +186,7 @@ static void note_waiting(fg_engine_t *e, fg_session_t *s);
 /* Reserves the pages of a waiting response. Returns true when admitted. */
 static bool admit(fg_engine_t *e, fg_session_t *s)
 {
-    fg_response *r = &s->resp;
+    fg_response *r = &s->serve.resp;
     int need = reserve_need(e, s);
     size_t pages = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (pages > fg_kv_store_pages_total(e->kv)) {
@@ -195,7 +195,7 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     }
     if (fg_tokens_reserve(&s->hist, need + 1) != 0)
         return false; /* out of memory: try again next step */
-    if (s->on_disk) {
+    if (s->tier.on_disk) {
         /* Its KV comes back from the file first. */
         fg_diag d;
         fg_err err = fg_tier_load(e, s, &d);
@@ -252,9 +252,9 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
 /* Emits the WAITING event once per response. */
 static void note_waiting(fg_engine_t *e, fg_session_t *s)
 {
-    if (!s->resp.waiting_reported) {
-        s->resp.waiting_reported = true;
-        outq_push(e, s, (fg_event){.type = FG_EVENT_WAITING, .response_id = s->resp.id, .error = FG_ERR_KV_FULL},
+    if (!s->serve.resp.waiting_reported) {
+        s->serve.resp.waiting_reported = true;
+        outq_push(e, s, (fg_event){.type = FG_EVENT_WAITING, .response_id = s->serve.resp.id, .error = FG_ERR_KV_FULL},
                   "", 0);
     }
 }
@@ -268,15 +268,15 @@ static void admit_waiting(fg_engine_t *e)
     for (;;) {
         fg_session_t *oldest = NULL;
         for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s))
-            if (s->resp.active && !s->resp.admitted && !s->resp.considered &&
-                (!oldest || s->resp.order < oldest->resp.order))
+            if (s->serve.resp.active && !s->serve.resp.admitted && !s->serve.resp.considered &&
+                (!oldest || s->serve.resp.order < oldest->serve.resp.order))
                 oldest = s;
         if (!oldest)
             return;
-        oldest->resp.considered = true;
+        oldest->serve.resp.considered = true;
         if (blocked)
             note_waiting(e, oldest);
-        else if (!admit(e, oldest) && oldest->resp.active && !oldest->load_inflight)
+        else if (!admit(e, oldest) && oldest->serve.resp.active && !oldest->tier.load_inflight)
             blocked = true; /* (one whose file is being read holds nobody up) */
     }
 }
@@ -285,11 +285,11 @@ static void admit_waiting(fg_engine_t *e)
  * Sets *stopped when a stop string matched. */
 static uint32_t release_text(fg_engine_t *e, fg_session_t *s, int32_t tok, const char **out, bool *stopped)
 {
-    fg_response *r = &s->resp;
+    fg_response *r = &s->serve.resp;
     const char *bytes = "";
     size_t nb = 0;
     fg_tokenizer_token_bytes(e->tok, tok, false, &bytes, &nb);
-    char *buf = e->text_scratch;
+    char *buf = e->serve.text_scratch;
     memcpy(buf, r->hold, (size_t)r->hold_len);
     memcpy(buf + r->hold_len, bytes, nb);
     size_t len = (size_t)r->hold_len + nb;
@@ -326,9 +326,9 @@ static uint32_t release_text(fg_engine_t *e, fg_session_t *s, int32_t tok, const
 /* Queues the TOKEN event of a freshly sampled token and ends the response when due. */
 static void emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok)
 {
-    fg_response *r = &s->resp;
+    fg_response *r = &s->serve.resp;
     r->generated++;
-    s->committed++;
+    s->serve.committed++;
     const char *text;
     bool stopped;
     uint32_t len = release_text(e, s, tok, &text, &stopped);
@@ -351,45 +351,45 @@ static void emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok)
 static void take_requests(fg_engine_t *e)
 {
     fg_list taken; /* requests made while these are handled wait for the next step */
-    fg_list_take(&taken, &e->dirty);
+    fg_list_take(&taken, &e->serve.dirty);
     for (fg_list *l; (l = fg_list_pop_front(&taken));) {
-        fg_session_t *s = fg_list_entry(l, fg_session_t, dirty_link);
-        if (!s->adopted) {
-            s->adopted = true;
-            fg_list_push_front(&e->all, &s->all_link);
+        fg_session_t *s = fg_list_entry(l, fg_session_t, serve.dirty_link);
+        if (!s->serve.adopted) {
+            s->serve.adopted = true;
+            fg_list_push_front(&e->serve.all, &s->serve.all_link);
             e->stats.sessions++;
         }
-        if (s->freed) {
+        if (s->serve.freed) {
             e->stats.sessions--;
             free_session(e, s);
             continue;
         }
-        if (s->fork_src && !s->fork_done) {
-            s->fork_err = fg_share_fork(e, s, s->fork_src);
-            s->fork_done = true;
-            s->last_used = fg_clock_mono_s();
+        if (s->share.fork_src && !s->share.fork_done) {
+            s->share.fork_err = fg_share_fork(e, s, s->share.fork_src);
+            s->share.fork_done = true;
+            s->tier.last_used = fg_clock_mono_s();
             pthread_cond_broadcast(&e->done_cv);
         }
-        if (!s->last_used)
-            s->last_used = fg_clock_mono_s();
+        if (!s->tier.last_used)
+            s->tier.last_used = fg_clock_mono_s();
         /* Input queued during a response waits for it to end: it belongs to the next turn. */
-        if (s->in.n && !s->resp.active) {
-            if (fg_tokens_reserve(&s->todo, s->todo.n + s->in.n) == 0) {
-                memcpy(s->todo.v + s->todo.n, s->in.v, (size_t)s->in.n * sizeof *s->todo.v);
-                s->todo.n += s->in.n;
-                s->in.n = 0;
-                s->gen++;
+        if (s->serve.in.n && !s->serve.resp.active) {
+            if (fg_tokens_reserve(&s->todo, s->todo.n + s->serve.in.n) == 0) {
+                memcpy(s->todo.v + s->todo.n, s->serve.in.v, (size_t)s->serve.in.n * sizeof *s->todo.v);
+                s->todo.n += s->serve.in.n;
+                s->serve.in.n = 0;
+                s->tier.gen++;
             } else {
                 mark_dirty(e, s); /* retry next step */
             }
         }
-        if (s->respond_req) {
-            s->respond_req = false;
+        if (s->serve.respond_req) {
+            s->serve.respond_req = false;
             start_response(e, s);
         }
-        if (s->cancel_req) {
-            s->cancel_req = false;
-            if (s->resp.active)
+        if (s->serve.cancel_req) {
+            s->serve.cancel_req = false;
+            if (s->serve.resp.active)
                 finish(e, s, FG_FINISH_CANCELLED, FG_OK);
         }
     }
@@ -405,12 +405,12 @@ static bool page_claimed(fg_engine_t *e, fg_session_t *s, int *n_claims)
     if (!fg_share_next_key(e, s, &key))
         return false;
     for (int c = 0; c < *n_claims; c++)
-        if (e->claims[c].key == key && e->claims[c].tenant_ix == s->tenant_ix) {
-            s->miss_at = -1; /* look it up again next step */
+        if (e->serve.claims[c].key == key && e->serve.claims[c].tenant_ix == s->tenant_ix) {
+            s->share.miss_at = -1; /* look it up again next step */
             e->stats.prefix_waits++;
             return true;
         }
-    e->claims[(*n_claims)++] = (fg_page_claim){.key = key, .tenant_ix = s->tenant_ix};
+    e->serve.claims[(*n_claims)++] = (fg_page_claim){.key = key, .tenant_ix = s->tenant_ix};
     return false;
 }
 
@@ -420,14 +420,14 @@ static int plan_step(fg_engine_t *e)
 {
     const int T = e->opt.max_batch_tokens;
     int n_dec = 0, n_pre = 0, paused = 0, waiting = 0, responding = 0, n_claims = 0;
-    fg_sched_item *dec = e->items, *pre = e->items + T;
-    fg_session_t **dec_s = e->cand, **pre_s = e->cand + T;
+    fg_sched_item *dec = e->serve.items, *pre = e->serve.items + T;
+    fg_session_t **dec_s = e->serve.cand, **pre_s = e->serve.cand + T;
 
     admit_waiting(e);
     for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s)) {
-        fg_response *r = &s->resp;
+        fg_response *r = &s->serve.resp;
         r->considered = false;
-        s->batch_tokens = s->batch_logits = 0;
+        s->serve.batch_tokens = s->serve.batch_logits = 0;
         if (!r->active)
             continue;
         responding++;
@@ -435,7 +435,7 @@ static int plan_step(fg_engine_t *e)
             waiting++;
             continue;
         }
-        if (!outq_has_room(e, &s->out)) {
+        if (!outq_has_room(e, &s->serve.out)) {
             paused++;
             continue;
         }
@@ -469,8 +469,8 @@ static int plan_step(fg_engine_t *e)
     const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
     for (int i = 0; i < n_pre; i++)
         pre[i].want = (int)pre_s[i]->todo.n < chunk ? (int)pre_s[i]->todo.n : chunk;
-    int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->sched, dec, n_dec, T);
-    fg_sched_allocate(e->sched, pre, n_pre, budget);
+    int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
+    fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
     e->stats.steps_alone += alone && n_pre > 0;
 
     /* Batch order: decodes, then prefills; contiguous tokens per session. */
@@ -483,16 +483,16 @@ static int plan_step(fg_engine_t *e)
             if (!items[i].grant)
                 continue;
             fg_session_t *s = ss[i];
-            s->batch_tokens = items[i].grant;
-            const int32_t *src = pass ? s->todo.v : &s->resp.next_token;
-            memcpy(e->btok + ntok, src, (size_t)s->batch_tokens * sizeof *src);
+            s->serve.batch_tokens = items[i].grant;
+            const int32_t *src = pass ? s->todo.v : &s->serve.resp.next_token;
+            memcpy(e->serve.btok + ntok, src, (size_t)s->serve.batch_tokens * sizeof *src);
             /* Sample after a decode, or after the chunk that ends the input of a generating response. */
-            s->batch_logits = !pass || (s->batch_tokens == (int)s->todo.n && s->resp.p.generate);
-            e->fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->batch_tokens, .n_logits = s->batch_logits,
-                                       .logits = s->batch_logits ? e->logits + (size_t)n * e->model->n_vocab : NULL,
-                                       .absorbed = !pass || s->resp.input_absorbed};
-            e->cand[n++] = s; /* overwrites only entries already read */
-            ntok += s->batch_tokens;
+            s->serve.batch_logits = !pass || (s->serve.batch_tokens == (int)s->todo.n && s->serve.resp.p.generate);
+            e->serve.fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->serve.batch_tokens, .n_logits = s->serve.batch_logits,
+                                       .logits = s->serve.batch_logits ? e->serve.logits + (size_t)n * e->model->n_vocab : NULL,
+                                       .absorbed = !pass || s->serve.resp.input_absorbed};
+            e->serve.cand[n++] = s; /* overwrites only entries already read */
+            ntok += s->serve.batch_tokens;
         }
     }
     return n;
@@ -501,7 +501,7 @@ static int plan_step(fg_engine_t *e)
 /* Calls the owner's wakeup outside the lock [mu held on entry and exit]. */
 static void wake_owner(fg_engine_t *e)
 {
-    e->wake_owner = false;
+    e->serve.wake_owner = false;
     if (!e->opt.wakeup)
         return;
     pthread_mutex_unlock(&e->mu);
@@ -519,8 +519,8 @@ static void wake_owner(fg_engine_t *e)
 static void wait_for_work(fg_engine_t *e, double wait)
 {
     struct timespec ts = fg_clock_deadline(wait);
-    if (!e->work && !e->stop)
-        pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+    if (!e->serve.work && !e->serve.stop)
+        pthread_cond_timedwait(&e->serve.work_cv, &e->mu, &ts);
 }
 
 /* Why nothing can step once the job of several nodes is down (node: who left; -1: the transport failed). */
@@ -545,11 +545,11 @@ static fg_err forward_step(fg_engine_t *e, int n, bool leave, bool *stepped, fg_
 {
     *stepped = true;
     if (!e->ep_nodes)
-        return fg_engine_forward(e, e->btok, e->fseqs, e->cand, n, diag);
+        return fg_engine_forward(e, e->serve.btok, e->serve.fseqs, e->serve.cand, n, diag);
     if (e->ep_down)
         return job_down(e->ep_left_node, diag);
     fg_ep_round rd;
-    fg_err err = fg_engine_round(e, e->btok, e->fseqs, e->cand, n, leave, &rd, diag);
+    fg_err err = fg_engine_round(e, e->serve.btok, e->serve.fseqs, e->serve.cand, n, leave, &rd, diag);
     e->ep_peers_busy = rd.stepped;
     if (rd.left_node >= 0 || err == FG_ERR_IO) {
         e->ep_down = true; /* the transport is gone, or a node will run no more rounds */
@@ -569,21 +569,21 @@ static void *step_main(void *arg)
     for (;;) {
         /* While the nodes' job is up, this node's stop is announced in a round first. */
         const bool rounds = e->ep_nodes && !e->ep_down;
-        if (e->stop && !rounds)
+        if (e->serve.stop && !rounds)
             break;
         fg_tier_reap(e);
         take_requests(e);
-        if (e->save_all_req) {
+        if (e->tier.save_all_req) {
             fg_tier_save_all(e);
-            e->save_all_req = false;
-            e->save_all_target = e->jobs_queued;
-            e->save_all_queued = true;
+            e->tier.save_all_req = false;
+            e->tier.save_all_target = e->tier.jobs_queued;
+            e->tier.save_all_queued = true;
             pthread_cond_broadcast(&e->done_cv);
         }
         fg_tier_idle(e);
-        int n = e->stop ? 0 : plan_step(e);
-        if (n == 0 && !e->stop) {
-            if (e->wake_owner) {
+        int n = e->serve.stop ? 0 : plan_step(e);
+        if (n == 0 && !e->serve.stop) {
+            if (e->serve.wake_owner) {
                 wake_owner(e);
                 continue;
             }
@@ -591,25 +591,25 @@ static void *step_main(void *arg)
                 if (!e->ep_peers_busy && !polled) {
                     /* Nobody had work at the last round: a short wait for local work, then poll the peers. */
                     wait_for_work(e, NODE_IDLE_WAIT_S);
-                    e->work = false;
+                    e->serve.work = false;
                     polled = true;
                     continue;
                 }
             } else {
-                if (e->persist && e->opt.idle_spill_seconds > 0) {
+                if (e->tier.persist && e->opt.idle_spill_seconds > 0) {
                     /* Idle spills are due without any event: look again now and then. */
                     wait_for_work(e, e->opt.idle_spill_seconds / 4 < 1 ? e->opt.idle_spill_seconds / 4 : 1);
                 } else {
-                    while (!e->work && !e->stop)
-                        pthread_cond_wait(&e->work_cv, &e->mu);
+                    while (!e->serve.work && !e->serve.stop)
+                        pthread_cond_wait(&e->serve.work_cv, &e->mu);
                 }
-                e->work = false;
+                e->serve.work = false;
                 continue;
             }
         }
         polled = false;
-        e->work = false;
-        const bool leave = e->stop;
+        e->serve.work = false;
+        const bool leave = e->serve.stop;
         pthread_mutex_unlock(&e->mu);
 
         fg_diag diag;
@@ -623,31 +623,31 @@ static void *step_main(void *arg)
         }
         int64_t dec_tok = 0, pre_tok = 0, short_tok = 0;
         for (int i = 0; i < n; i++) {
-            fg_session_t *s = e->cand[i];
+            fg_session_t *s = e->serve.cand[i];
             if (err != FG_OK)
                 break;
             /* The evaluated tokens join the history. */
             if (s->todo.n > 0) {
-                memcpy(s->hist.v + s->hist.n, s->todo.v, (size_t)s->batch_tokens * sizeof *s->todo.v);
-                s->hist.n += s->batch_tokens;
-                memmove(s->todo.v, s->todo.v + s->batch_tokens, (size_t)(s->todo.n - s->batch_tokens) * sizeof *s->todo.v);
-                s->todo.n -= s->batch_tokens;
+                memcpy(s->hist.v + s->hist.n, s->todo.v, (size_t)s->serve.batch_tokens * sizeof *s->todo.v);
+                s->hist.n += s->serve.batch_tokens;
+                memmove(s->todo.v, s->todo.v + s->serve.batch_tokens, (size_t)(s->todo.n - s->serve.batch_tokens) * sizeof *s->todo.v);
+                s->todo.n -= s->serve.batch_tokens;
                 s->todo_sampled = false;
-                pre_tok += s->batch_tokens;
-                short_tok += s->resp.input_absorbed ? s->batch_tokens : 0;
+                pre_tok += s->serve.batch_tokens;
+                short_tok += s->serve.resp.input_absorbed ? s->serve.batch_tokens : 0;
             } else {
-                s->hist.v[s->hist.n++] = s->resp.next_token;
-                s->resp.have_next = false;
+                s->hist.v[s->hist.n++] = s->serve.resp.next_token;
+                s->serve.resp.have_next = false;
                 dec_tok++;
             }
-            if (s->batch_logits)
-                s->resp.next_token = fg_sampler_sample(e->sampler, &s->resp.p.sampling, &s->resp.rng,
-                                                       e->fseqs[i].logits);
+            if (s->serve.batch_logits)
+                s->serve.resp.next_token = fg_sampler_sample(e->serve.sampler, &s->serve.resp.p.sampling, &s->serve.resp.rng,
+                                                       e->serve.fseqs[i].logits);
         }
 
         pthread_mutex_lock(&e->mu);
         for (int i = 0; i < n; i++) {
-            fg_session_t *s = e->cand[i];
+            fg_session_t *s = e->serve.cand[i];
             if (err != FG_OK) {
                 /* Cannot happen with validated input; end the response, keep the session. */
                 rewind_to_start(e, s);
@@ -655,10 +655,10 @@ static void *step_main(void *arg)
                 continue;
             }
             fg_share_register(e, s); /* pages that became full */
-            s->gen++;
-            if (s->batch_logits)
-                emit_token(e, s, s->resp.next_token);
-            s->length_snapshot = s->seq.n_tokens;
+            s->tier.gen++;
+            if (s->serve.batch_logits)
+                emit_token(e, s, s->serve.resp.next_token);
+            s->serve.length_snapshot = s->seq.n_tokens;
         }
         e->stats.steps++;
         e->stats.decode_tokens += (uint64_t)dec_tok;
@@ -670,7 +670,7 @@ static void *step_main(void *arg)
         e->stats.batch_sessions_hist[pow2_bucket((double)n)]++;
         e->stats.batch_sessions_sum += (uint64_t)n;
         e->stats.kv_pages_used = fg_kv_store_pages_total(e->kv) - fg_kv_store_pages_free(e->kv);
-        if (e->wake_owner)
+        if (e->serve.wake_owner)
             wake_owner(e);
     }
     pthread_mutex_unlock(&e->mu);
@@ -682,73 +682,73 @@ static void *step_main(void *arg)
 fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
 {
     const size_t T = (size_t)e->opt.max_batch_tokens, V = (size_t)e->model->n_vocab;
-    if (fg_sampler_create((int)V, &e->sampler, diag) != FG_OK ||
-        fg_sched_create((int)T, SCHED_QUANTUM, &e->sched) != FG_OK)
+    if (fg_sampler_create((int)V, &e->serve.sampler, diag) != FG_OK ||
+        fg_sched_create((int)T, SCHED_QUANTUM, &e->serve.sched) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
-    e->items = calloc(2 * T, sizeof *e->items);
-    e->cand = calloc(2 * T, sizeof *e->cand);
-    e->claims = calloc(T, sizeof *e->claims);
-    e->fseqs = calloc(T, sizeof *e->fseqs);
-    e->btok = calloc((size_t)e->step_capacity, sizeof *e->btok);
-    e->logits = malloc(T * V * sizeof *e->logits);
-    e->text_scratch = malloc((size_t)FG_MAX_STOP_BYTES + (size_t)e->max_token_bytes + 1);
-    if (!e->items || !e->cand || !e->claims || !e->fseqs || !e->btok || !e->logits || !e->text_scratch)
+    e->serve.items = calloc(2 * T, sizeof *e->serve.items);
+    e->serve.cand = calloc(2 * T, sizeof *e->serve.cand);
+    e->serve.claims = calloc(T, sizeof *e->serve.claims);
+    e->serve.fseqs = calloc(T, sizeof *e->serve.fseqs);
+    e->serve.btok = calloc((size_t)e->step_capacity, sizeof *e->serve.btok);
+    e->serve.logits = malloc(T * V * sizeof *e->serve.logits);
+    e->serve.text_scratch = malloc((size_t)FG_MAX_STOP_BYTES + (size_t)e->max_token_bytes + 1);
+    if (!e->serve.items || !e->serve.cand || !e->serve.claims || !e->serve.fseqs || !e->serve.btok || !e->serve.logits || !e->serve.text_scratch)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for %zu batch tokens", T);
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->work_cv, NULL);
+    pthread_cond_init(&e->serve.work_cv, NULL);
     e->stats.kv_pages_total = fg_kv_store_pages_total(e->kv);
-    e->thread_started = false;
+    e->serve.thread_started = false;
     fg_err terr = fg_tier_open(e, diag);
     if (terr != FG_OK) {
         fg_tier_close(e);
         fg_tier_destroy(e);
-        pthread_cond_destroy(&e->work_cv);
+        pthread_cond_destroy(&e->serve.work_cv);
         pthread_mutex_destroy(&e->mu);
         e->opt.serve = false; /* nothing of serving mode is left to stop */
         return terr;
     }
-    if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
+    if (pthread_create(&e->serve.thread, NULL, step_main, e) != 0) {
         fg_tier_close(e);
         fg_tier_destroy(e);
-        pthread_cond_destroy(&e->work_cv);
+        pthread_cond_destroy(&e->serve.work_cv);
         pthread_mutex_destroy(&e->mu);
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: cannot start the step thread");
     }
-    e->thread_started = true;
+    e->serve.thread_started = true;
     return FG_OK;
 }
 
 void fg_engine_serve_stop(fg_engine_t *e)
 {
-    if (e->thread_started) {
+    if (e->serve.thread_started) {
         pthread_mutex_lock(&e->mu);
-        e->stop = true;
-        pthread_cond_signal(&e->work_cv);
+        e->serve.stop = true;
+        pthread_cond_signal(&e->serve.work_cv);
         pthread_mutex_unlock(&e->mu);
-        pthread_join(e->thread, NULL);
-        e->thread_started = false;
+        pthread_join(e->serve.thread, NULL);
+        e->serve.thread_started = false;
         fg_tier_close(e); /* queued writes finish; their snapshots are released */
         /* Sessions the owner never freed, adopted or not. */
-        for (fg_list *l; (l = fg_list_pop_front(&e->dirty));) {
-            fg_session_t *s = fg_list_entry(l, fg_session_t, dirty_link);
-            if (!s->adopted)
+        for (fg_list *l; (l = fg_list_pop_front(&e->serve.dirty));) {
+            fg_session_t *s = fg_list_entry(l, fg_session_t, serve.dirty_link);
+            if (!s->serve.adopted)
                 free_session(e, s);
         }
-        for (fg_list *l; (l = fg_list_first(&e->all));)
-            free_session(e, fg_list_entry(l, fg_session_t, all_link));
+        for (fg_list *l; (l = fg_list_first(&e->serve.all));)
+            free_session(e, fg_list_entry(l, fg_session_t, serve.all_link));
         fg_tier_destroy(e);
-        pthread_cond_destroy(&e->work_cv);
+        pthread_cond_destroy(&e->serve.work_cv);
         pthread_mutex_destroy(&e->mu);
     }
-    fg_sampler_destroy(e->sampler);
-    fg_sched_destroy(e->sched);
-    free(e->items);
-    free(e->cand);
-    free(e->claims);
-    free(e->fseqs);
-    free(e->btok);
-    free(e->logits);
-    free(e->text_scratch);
+    fg_sampler_destroy(e->serve.sampler);
+    fg_sched_destroy(e->serve.sched);
+    free(e->serve.items);
+    free(e->serve.cand);
+    free(e->serve.claims);
+    free(e->serve.fseqs);
+    free(e->serve.btok);
+    free(e->serve.logits);
+    free(e->serve.text_scratch);
 }
 
 /* ---- the thread-safe session calls ---- */
@@ -758,7 +758,7 @@ void fg_engine_serve_stop(fg_engine_t *e)
 static fg_err outq_alloc(fg_session_t *s)
 {
     fg_engine_t *e = s->e;
-    if (s->out.ev)
+    if (s->serve.out.ev)
         return FG_OK;
     uint32_t room = 2 * text_room(e);
     uint32_t text_cap = (uint32_t)e->opt.text_capacity > room ? (uint32_t)e->opt.text_capacity : room;
@@ -769,7 +769,7 @@ static fg_err outq_alloc(fg_session_t *s)
         free(text);
         return FG_ERR_NOMEM;
     }
-    s->out = (fg_outq){.ev = ev, .ev_cap = e->opt.event_capacity, .text = text, .text_cap = text_cap};
+    s->serve.out = (fg_outq){.ev = ev, .ev_cap = e->opt.event_capacity, .text = text, .text_cap = text_cap};
     return FG_OK;
 }
 
@@ -778,13 +778,13 @@ fg_err fg_session_serve_init(fg_session_t *s)
     fg_engine_t *e = s->e;
     pthread_mutex_lock(&e->mu);
     if (s->name[0])
-        for (fg_session_t *o = e->open_head; o; o = o->open_next)
+        for (fg_session_t *o = e->serve.open_head; o; o = o->serve.open_next)
             if (o->tenant_ix == s->tenant_ix && strcmp(o->name, s->name) == 0) {
                 pthread_mutex_unlock(&e->mu);
                 return FG_ERR_STATE;
             }
-    s->open_next = e->open_head;
-    e->open_head = s;
+    s->serve.open_next = e->serve.open_head;
+    e->serve.open_head = s;
     mark_dirty(e, s); /* the step thread adopts it */
     pthread_mutex_unlock(&e->mu);
     return FG_OK;
@@ -794,14 +794,14 @@ void fg_session_serve_release(fg_session_t *s)
 {
     fg_engine_t *e = s->e;
     pthread_mutex_lock(&e->mu);
-    for (fg_session_t **p = &e->open_head; *p; p = &(*p)->open_next)
+    for (fg_session_t **p = &e->serve.open_head; *p; p = &(*p)->serve.open_next)
         if (*p == s) {
-            *p = s->open_next;
+            *p = s->serve.open_next;
             break;
         }
-    s->freed = true;
-    if (fg_list_linked(&s->ready_link))
-        fg_list_remove(&s->ready_link); /* the owner must not hear of it again */
+    s->serve.freed = true;
+    if (fg_list_linked(&s->serve.ready_link))
+        fg_list_remove(&s->serve.ready_link); /* the owner must not hear of it again */
     mark_dirty(e, s);
     pthread_mutex_unlock(&e->mu);
 }
@@ -820,15 +820,15 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
                                tokens[i], i, V);
     fg_err err = FG_OK;
     pthread_mutex_lock(&e->mu);
-    if (s->committed + n > e->n_ctx) {
+    if (s->serve.committed + n > e->n_ctx) {
         err = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "%lld + %d tokens exceed the context of %d tokens",
-                          (long long)s->committed, n, e->n_ctx);
-    } else if (fg_tokens_reserve(&s->in, s->in.n + n) != 0) {
+                          (long long)s->serve.committed, n, e->n_ctx);
+    } else if (fg_tokens_reserve(&s->serve.in, s->serve.in.n + n) != 0) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for %d input tokens", n);
     } else if (n > 0) {
-        memcpy(s->in.v + s->in.n, tokens, (size_t)n * sizeof *tokens);
-        s->in.n += n;
-        s->committed += n;
+        memcpy(s->serve.in.v + s->serve.in.n, tokens, (size_t)n * sizeof *tokens);
+        s->serve.in.n += n;
+        s->serve.committed += n;
         mark_dirty(e, s);
     }
     pthread_mutex_unlock(&e->mu);
@@ -861,21 +861,21 @@ fg_err fg_session_respond(fg_session_t *s, const fg_response_params *p, uint64_t
     if (err != FG_OK)
         return err;
     pthread_mutex_lock(&e->mu);
-    if (s->responding) {
+    if (s->serve.responding) {
         err = fg_diag_set(diag, FG_ERR_BUSY, "a response is already in progress");
-    } else if (s->committed == 0) {
+    } else if (s->serve.committed == 0) {
         err = fg_diag_set(diag, FG_ERR_INVALID_ARG, "nothing to respond to: the session has no input");
-    } else if (p->generate && s->committed + 1 > e->n_ctx) {
+    } else if (p->generate && s->serve.committed + 1 > e->n_ctx) {
         err = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "the context of %d tokens is full", e->n_ctx);
     } else if (outq_alloc(s) != FG_OK) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for the output queue");
     } else {
-        s->responding = true;
-        s->respond_req = true;
-        s->req = *p;
-        s->req_id = ++s->next_response_id;
+        s->serve.responding = true;
+        s->serve.respond_req = true;
+        s->serve.req = *p;
+        s->serve.req_id = ++s->serve.next_response_id;
         if (response_id)
-            *response_id = s->req_id;
+            *response_id = s->serve.req_id;
         mark_dirty(e, s);
     }
     pthread_mutex_unlock(&e->mu);
@@ -888,8 +888,8 @@ void fg_session_cancel(fg_session_t *s)
     if (!e->opt.serve)
         return;
     pthread_mutex_lock(&e->mu);
-    if (s->responding) {
-        s->cancel_req = true;
+    if (s->serve.responding) {
+        s->serve.cancel_req = true;
         mark_dirty(e, s);
     }
     pthread_mutex_unlock(&e->mu);
@@ -901,7 +901,7 @@ int fg_session_poll(fg_session_t *s, fg_event *ev, int max, char *text, size_t t
     if (!e->opt.serve)
         return 0;
     pthread_mutex_lock(&e->mu);
-    fg_outq *q = &s->out;
+    fg_outq *q = &s->serve.out;
     bool had_room = outq_has_room(e, q);
     int n = 0;
     size_t used = 0;
@@ -921,8 +921,8 @@ int fg_session_poll(fg_session_t *s, fg_event *ev, int max, char *text, size_t t
         n++;
     }
     if (!had_room && outq_has_room(e, q)) {
-        e->work = true; /* a paused response can go on */
-        pthread_cond_signal(&e->work_cv);
+        e->serve.work = true; /* a paused response can go on */
+        pthread_cond_signal(&e->serve.work_cv);
     }
     pthread_mutex_unlock(&e->mu);
     return n;
@@ -934,7 +934,7 @@ bool fg_session_responding(fg_session_t *s)
     if (!e->opt.serve)
         return false;
     pthread_mutex_lock(&e->mu);
-    bool r = s->responding;
+    bool r = s->serve.responding;
     pthread_mutex_unlock(&e->mu);
     return r;
 }
@@ -945,8 +945,8 @@ int fg_engine_take_ready(fg_engine_t *e, void **users, int max)
         return 0;
     pthread_mutex_lock(&e->mu);
     int n = 0;
-    for (fg_list *l; n < max && (l = fg_list_pop_front(&e->ready));) {
-        fg_session_t *s = fg_list_entry(l, fg_session_t, ready_link);
+    for (fg_list *l; n < max && (l = fg_list_pop_front(&e->serve.ready));) {
+        fg_session_t *s = fg_list_entry(l, fg_session_t, serve.ready_link);
         users[n++] = s->params.user;
     }
     pthread_mutex_unlock(&e->mu);
@@ -965,10 +965,10 @@ void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st)
     *st = e->stats;
     st->kv_pages_used = fg_kv_store_pages_total(e->kv) - fg_kv_store_pages_free(e->kv);
     st->kv_pages_shared = fg_kv_pages_shared(e->kv);
-    st->kv_pages_cached = e->pc ? fg_prefix_cache_cold_count(e->pc, e->kv) : 0;
-    st->disk_bytes = e->disk_bytes;
+    st->kv_pages_cached = e->share.pc ? fg_prefix_cache_cold_count(e->share.pc, e->kv) : 0;
+    st->disk_bytes = e->tier.disk_bytes;
     st->sessions_on_disk = 0;
-    for (fg_session_t *s = e->open_head; s; s = s->open_next)
-        st->sessions_on_disk += s->on_disk;
+    for (fg_session_t *s = e->serve.open_head; s; s = s->serve.open_next)
+        st->sessions_on_disk += s->tier.on_disk;
     pthread_mutex_unlock(&e->mu);
 }
