@@ -61,18 +61,20 @@ typedef struct ggml_type_info {
     const char *name;
     uint32_t block_elems;
     uint32_t block_bytes;
+    bool computable; /* the engine's products read it (fg_ggml_type_computable) */
 } ggml_type_info;
 
-/* Block sizes as ggml's block_* structs define them (QK_K = 256). Gaps (4, 5,
- * 31..33, 36..38) are ids ggml retired; files using them are rejected. */
+/* Every type id of ggml's enum ggml_type, with block sizes as its block_*
+ * structs define them (QK_K = 256). Gaps (4, 5, 31..33, 36..38) are ids ggml
+ * retired; files using them are rejected. */
 static const ggml_type_info ggml_types[] = {
-    [0] = {"f32", 1, 4},
-    [1] = {"f16", 1, 2},
+    [0] = {"f32", 1, 4, true},
+    [1] = {"f16", 1, 2, true},
     [2] = {"q4_0", 32, 18},
     [3] = {"q4_1", 32, 20},
     [6] = {"q5_0", 32, 22},
     [7] = {"q5_1", 32, 24},
-    [8] = {"q8_0", 32, 34},
+    [8] = {"q8_0", 32, 34, true},
     [9] = {"q8_1", 32, 36},
     [10] = {"q2_K", 256, 84},
     [11] = {"q3_K", 256, 110},
@@ -94,12 +96,13 @@ static const ggml_type_info ggml_types[] = {
     [27] = {"i64", 1, 8},
     [28] = {"f64", 1, 8},
     [29] = {"iq1_m", 256, 56},
-    [30] = {"bf16", 1, 2},
+    [30] = {"bf16", 1, 2, true},
     [34] = {"tq1_0", 256, 54},
     [35] = {"tq2_0", 256, 66},
     [39] = {"mxfp4", 32, 17},
     [40] = {"nvfp4", 64, 36},
     [41] = {"q1_0", 128, 18},
+    [42] = {"q2_0", 64, 18},
 };
 
 static const ggml_type_info *type_info(uint32_t type)
@@ -125,6 +128,23 @@ bool fg_ggml_type_size(uint32_t type, uint32_t *block_elems, uint32_t *block_byt
     if (block_bytes)
         *block_bytes = ti->block_bytes;
     return true;
+}
+
+bool fg_ggml_type_computable(uint32_t type)
+{
+    const ggml_type_info *ti = type_info(type);
+    return ti && ti->computable;
+}
+
+fg_err fg_ggml_check_computable(const char *tensor, uint32_t type, fg_diag *diag)
+{
+    if (fg_ggml_type_computable(type))
+        return FG_OK;
+    const char *name = fg_ggml_type_name(type);
+    if (!name)
+        return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has unknown ggml type id %" PRIu32, tensor, type);
+    return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with f32, f16, bf16, q8_0",
+                       tensor, name);
 }
 
 uint64_t fg_ggml_row_bytes(uint32_t type, int64_t n)

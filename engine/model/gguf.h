@@ -44,8 +44,9 @@ typedef enum fg_gguf_vtype {
 } fg_gguf_vtype;
 
 /* ggml tensor type ids (the on-disk ids, as ggml defines them). Only the ones
- * the engine computes with are named; the reader knows the block sizes of all
- * standard ggml types so that any valid file parses. */
+ * the engine computes with are named; the reader knows the block sizes of
+ * every current ggml type (up to 42, q2_0) so that any valid file parses, and
+ * binding refuses the others by name (fg_ggml_check_computable). */
 enum {
     FG_GGML_F32 = 0,
     FG_GGML_F16 = 1,
@@ -142,6 +143,11 @@ bool fg_ggml_type_size(uint32_t type, uint32_t *block_elems, uint32_t *block_byt
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size
  * (or negative, or the type is unknown, or the size overflows). */
 uint64_t fg_ggml_row_bytes(uint32_t type, int64_t n);
+/* True for the types the engine's matrix products read: f32, f16, bf16, q8_0. */
+bool fg_ggml_type_computable(uint32_t type);
+/* FG_OK for a computable type; otherwise FG_ERR_MODEL_TYPE with a message
+ * that names the tensor and its type (diag may be NULL). */
+fg_err fg_ggml_check_computable(const char *tensor, uint32_t type, fg_diag *diag);
 /* Bytes of a whole tensor of shape ne[0..n_dims-1] (ggml order). The one
  * shape rule shared by the reader and the writer. Errors (diag names the
  * problem; diag may be NULL): FG_ERR_GGUF_TENSOR_TYPE for an unknown type,

@@ -551,8 +551,9 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
     }
     e = fg_gguf_writer_add_str(w, KEY("tokenizer.ggml.model"), "gpt2");
     if (!e)
-        /* "gpt2": the pre-split our tokenizer and trainer use, so llama.cpp splits text alike. */
-        e = fg_gguf_writer_add_str(w, KEY("tokenizer.ggml.pre"), "gpt2");
+        /* "gpt-2" (llama.cpp's name for it; it refuses "gpt2"): the pre-split
+         * our tokenizer and trainer use, so llama.cpp splits text alike. */
+        e = fg_gguf_writer_add_str(w, KEY("tokenizer.ggml.pre"), "gpt-2");
     if (!e)
         e = fg_gguf_writer_add_arr_str(w, KEY("tokenizer.ggml.tokens"), texts, NULL, n_tok);
     if (!e)

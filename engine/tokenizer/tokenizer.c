@@ -43,6 +43,7 @@
 #define KEY_BOS "tokenizer.ggml.bos_token_id"
 #define KEY_EOS "tokenizer.ggml.eos_token_id"
 #define KEY_ADD_BOS "tokenizer.ggml.add_bos_token"
+#define KEY_PRE "tokenizer.ggml.pre"
 
 enum { TOK_NORMAL = 0, TOK_CONTROL = 3, TOK_USER = 4 };
 
@@ -466,6 +467,13 @@ fg_err fg_tokenizer_create(const fg_gguf_t *g, fg_tokenizer_t **out, fg_diag *di
         return fg_diag_set(diag, FG_ERR_TOKENIZER, "%s is \"%s\"; only \"gpt2\" (byte-level BPE) is supported",
                            KEY_MODEL, excerpt(ex, sizeof ex, model.ptr, (size_t)model.len));
     }
+
+    /* The pre-split is GPT-2's (pretokenize.h) whatever the file names:
+     * "gpt-2" is llama.cpp's name for it, and "gpt2" the one our generator
+     * wrote before, so both are read alike; absent is fine too. */
+    fg_gguf_str pre;
+    if ((e = fg_gguf_get_str(g, KEY_PRE, &pre)) != FG_OK && e != FG_ERR_NOT_FOUND)
+        return fg_diag_set(diag, FG_ERR_TOKENIZER, "%s is not a string", KEY_PRE);
 
     fg_tokenizer_t *t = calloc(1, sizeof *t);
     if (!t)

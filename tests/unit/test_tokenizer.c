@@ -66,6 +66,8 @@ typedef struct variant {
     uint32_t bos;      /* 0: T_BOS */
     int add_bos;       /* 0 absent, 1 true, 2 false */
     bool add_bos_wrong_type;
+    const char *pre;   /* tokenizer.ggml.pre; NULL: absent */
+    bool pre_wrong_type;
 } variant;
 
 static char g_dir[64];
@@ -120,6 +122,10 @@ static fg_err write_vocab(const char *path, const variant *v, fg_diag *d)
         e = fg_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos == 1);
     if (!e && v->add_bos_wrong_type)
         e = fg_gguf_writer_add_str(w, "tokenizer.ggml.add_bos_token", "yes");
+    if (!e && v->pre)
+        e = fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre);
+    if (!e && v->pre_wrong_type)
+        e = fg_gguf_writer_add_u32(w, "tokenizer.ggml.pre", 2);
     if (!e)
         e = fg_gguf_writer_begin_data(w, d);
     if (!e)
@@ -483,6 +489,35 @@ static void test_bad_vocabs(void)
     fg_gguf_close(g);
 }
 
+/* The GPT-2 pre-split under both its names: "gpt-2" (llama.cpp's, which our
+ * generator writes) and "gpt2" (what it wrote before); a non-string is refused. */
+static void test_pre_names(void)
+{
+    static const char *const names[] = {"gpt-2", "gpt2"};
+    int32_t ids[2][16];
+    size_t n[2] = {0, 0};
+    const char *text = " hello world  it's 12345";
+    for (int i = 0; i < 2; i++) {
+        variant v = {.name = names[i], .pre = names[i]};
+        fg_gguf_t *g;
+        fg_tokenizer_t *t;
+        fg_diag d = {{0}};
+        CHECK_MSG(load_variant(&v, &g, &t, &d) == FG_OK, "pre %s: %s", names[i], d.msg);
+        if (t)
+            CHECK(fg_tokenizer_encode(t, text, strlen(text), false, false, ids[i], 16, &n[i]) == FG_OK);
+        fg_tokenizer_destroy(t);
+        fg_gguf_close(g);
+    }
+    CHECK(n[0] > 0 && n[0] == n[1] && memcmp(ids[0], ids[1], n[0] * sizeof ids[0][0]) == 0);
+    variant bad = {.name = "pre not a string", .pre_wrong_type = true};
+    fg_gguf_t *g;
+    fg_tokenizer_t *t;
+    fg_diag d = {{0}};
+    CHECK(load_variant(&bad, &g, &t, &d) == FG_ERR_TOKENIZER && strstr(d.msg, "tokenizer.ggml.pre"));
+    fg_tokenizer_destroy(t);
+    fg_gguf_close(g);
+}
+
 int main(void)
 {
     test_pretokenize();
@@ -511,6 +546,7 @@ int main(void)
     fg_tokenizer_destroy(t);
     fg_gguf_close(g);
     test_bad_vocabs();
+    test_pre_names();
     rmdir(g_dir);
     return TEST_DONE("test_tokenizer");
 }

@@ -153,11 +153,6 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
     return FG_OK;
 }
 
-static bool computable_type(uint32_t t)
-{
-    return t == FG_GGML_F32 || t == FG_GGML_F16 || t == FG_GGML_BF16 || t == FG_GGML_Q8_0;
-}
-
 /* Finds a tensor and checks its shape (ggml order; 0 in want means "1 or absent"). */
 static fg_err find_tensor(const fg_gguf_t *g, const char *name, int n_dims, const int64_t *want, bool required,
                           const fg_gguf_tensor **out, fg_diag *diag)
@@ -207,9 +202,7 @@ static fg_err bind_matrix(const fg_gguf_t *g, const char *name, int64_t n_in, in
     memset(w, 0, sizeof *w);
     if (!t)
         return FG_OK;
-    if (!computable_type(t->type))
-        return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with f32, f16, bf16, q8_0",
-                           name, fg_ggml_type_name(t->type) ? fg_ggml_type_name(t->type) : "?");
+    TRY(fg_ggml_check_computable(name, t->type, diag));
     w->data = t->data;
     w->type = (int)t->type;
     w->n_in = n_in;
