@@ -302,6 +302,11 @@ typedef struct fg_event {
  * exceed the context), FG_ERR_NOMEM, FG_ERR_STATE (direct mode). */
 fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag *diag);
 
+/* Tokens that fg_session_append still accepts: the context minus the cache,
+ * the queued input and a sampled token not yet evaluated (a snapshot). A
+ * generating fg_session_respond needs at least 1 left after its input. */
+int fg_session_room(fg_session_t *s);
+
 /* Starts a response over the queued input (and the cached history).
  * Errors: FG_ERR_BUSY (a response is in progress), FG_ERR_INVALID_ARG (bad
  * parameters, or nothing to respond to), FG_ERR_STATE (direct mode). */
@@ -366,6 +371,15 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
  * session; returns the first error (FG_ERR_DISK_FULL, FG_ERR_IO), FG_OK
  * without persist_dir. */
 fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag);
+
+/* Blocking: writes the session's file now when its state (meta, history,
+ * queued input) changed since the last write, and waits for the writer. For
+ * a record that must be on disk before its owner goes on (the gateway's id
+ * reservation after a restore). Errors: FG_ERR_STATE (anonymous session, no
+ * persist_dir, direct mode), FG_ERR_BUSY (a response in progress, or the
+ * session's KV is being loaded back: nothing written), FG_ERR_DISK_FULL,
+ * FG_ERR_IO (the write failed; the session stays usable). */
+fg_err fg_session_save(fg_session_t *s, fg_diag *diag);
 
 /* Snapshot: true when the session's KV is on disk only. */
 bool fg_session_on_disk(fg_session_t *s);

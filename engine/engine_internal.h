@@ -129,6 +129,8 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag);
 void fg_engine_serve_stop(fg_engine_t *e);
 /* Hands a session to the step thread. FG_ERR_STATE: its name is open. */
 fg_err fg_session_serve_init(fg_session_t *s);
+/* Puts s on the dirty list and wakes the step thread [mu]. */
+void fg_serve_mark_dirty(fg_engine_t *e, fg_session_t *s);
 void fg_session_serve_release(fg_session_t *s);
 
 #endif

@@ -509,7 +509,11 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     const char *msg = NULL;
     if (rp->generate) {
         fg_tokens t = {0};
-        code = fg_template_reply(gw->tok, &t) == FG_OK ? append_tokens(s, t.v, t.n) : FG_PROTO_INTERNAL_ERROR;
+        code = fg_template_reply(gw->tok, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
+        /* The marker and a token to generate fit, or nothing is appended: a refusal leaves the session as it was. */
+        if (code == FG_PROTO_OK)
+            code = (size_t)fg_session_room(s->es) < t.n + 1 ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
+                                                           : append_tokens(s, t.v, t.n);
         if (code == FG_PROTO_OK)
             fg_tokens_push(&s->conv, t.v, t.n);
         fg_tokens_free(&t);
@@ -609,8 +613,12 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
             return fail(c, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
                         "this session was restored without its token history, so its instructions cannot change; "
                         "start a new session");
-        /* The old cache goes with its file; the new session of the same name writes it again. */
-        fg_session_delete(s->es);
+        /* Checked before anything is replaced: a refusal leaves the session, and its file, as they were. */
+        if (!gw_session_rebuild_fits(s, ev->u.response.generate))
+            return fail(c, ev, FG_PROTO_CONTEXT_LENGTH_EXCEEDED, NULL, "%s",
+                        "the conversation does not fit the model's context");
+        /* The old file stays until the new session of the same name writes its own. */
+        fg_session_free(s->es);
         const gw_tenant *t = gw_tenant_at(gw, s->tenant);
         int64_t w = t->rec.limits.weight;
         fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,

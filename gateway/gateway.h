@@ -16,6 +16,7 @@
 #include "config/fg_config.h"
 #include "config/fg_error.h"
 #include "engine/engine.h"
+#include "gateway/redis_local.h"
 #include "policies/quota.h"
 
 typedef struct fg_gateway fg_gateway_t;
@@ -31,6 +32,10 @@ void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine);
  * fg_gateway_wakeup with the gateway); without one, only the config's limits
  * apply and the config's tenants and keys are used. */
 void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota);
+/* Supervises the redis-server flashgate started for itself (redis_local.h)
+ * from a timer on the service thread, and shows its state in /metrics. It
+ * must outlive the gateway. */
+void fg_gateway_set_redis_local(fg_gateway_t *gw, fg_redis_local_t *r);
 /* The wakeup hook for fg_engine_options and fg_quota_options (thread-safe). */
 void fg_gateway_wakeup(void *gateway);
 /* Fills the engine options from the config, with the wakeup hook pointing at gw. */

@@ -136,6 +136,7 @@ struct fg_gateway {
     gw_tenant *tenants;             /* see tenants.h */
     int n_tenants, cap_tenants;
     fg_quota_t *quota;              /* NULL: no Redis, limits are the config's only */
+    fg_redis_local_t *redis_local;  /* our own redis-server, supervised by redis_watch; or NULL */
     char persist_dir[4096];         /* the engine's session files: <persistence.dir>/tenants */
     uint8_t *meta_buf;              /* FG_SESSION_META_MAX_BYTES: a session record being written */
     size_t kv_bytes_per_token;
@@ -147,6 +148,7 @@ struct fg_gateway {
     struct gw_dashboard *dashboard; /* dashboard.h: the page's files; NULL when not found */
 
     lws_sorted_usec_list_t sweep;   /* periodic idle-session sweep */
+    lws_sorted_usec_list_t redis_watch; /* periodic check of redis_local */
     lws_sorted_usec_list_t admin_drain; /* POST /admin/drain: starts the drain once its reply is out */
     atomic_bool stop_requested;     /* [any thread] */
     bool draining;
@@ -199,6 +201,10 @@ fg_proto_code gw_persist_code(fg_err e);
  * internal_error) and msg (what the client is told). */
 gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
                                char *msg, size_t msg_cap);
+/* Whether the head with the session's instructions, its conversation and
+ * (generate) the reply marker and one token fit the context: a rebuild for
+ * new instructions is refused before anything is replaced when not. */
+bool gw_session_rebuild_fits(gw_session *s, bool generate);
 /* Resident KV bytes of a tenant (the engine's count; a walk of the sessions
  * when the engine cannot say). */
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);

@@ -3,6 +3,12 @@
  * spill and at shutdown; here the gateway keeps its record current
  * (session_meta.h), restores a session a client resumes after a restart, and
  * turns the engine's persistence errors into protocol codes.
+ *
+ * Ids (evt_, item_, resp_) are never handed out twice, crashes included: a
+ * record does not hold the id counters but a reservation above them
+ * (ID_RESERVE more), so the file written at the end of a response covers the
+ * ids that response and the events after it use; a restored session starts
+ * at the reservation and writes a new one before it hands out any id.
  * Service thread only. */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +16,10 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 #include "gateway/session_meta.h"
+
+/* Ids a record covers beyond the counters when it is made: more than one
+ * response of the largest context makes, with the events around it. */
+#define ID_RESERVE (UINT64_C(1) << 20)
 
 fg_proto_code gw_persist_code(fg_err e)
 {
@@ -47,9 +57,9 @@ void gw_session_store_meta(gw_session *s)
     m.n_stop = s->n_stop;
     memcpy(m.stop, s->stop, sizeof m.stop);
     m.next_seq = s->next_seq;
-    m.evt_counter = s->evt_counter;
-    m.item_counter = s->item_counter;
-    m.resp_counter = s->resp_counter;
+    m.evt_counter = s->evt_counter + ID_RESERVE;
+    m.item_counter = s->item_counter + ID_RESERVE;
+    m.resp_counter = s->resp_counter + ID_RESERVE;
     m.rebuild = s->rebuild;
     /* The record's tokens must be what the saved cache holds after the head:
      * conv minus the input queued since (not part of the file). A restore
@@ -90,9 +100,9 @@ static void apply_meta(gw_session *s, fg_session_meta *m)
     s->n_stop = m->n_stop;
     memcpy(s->stop, m->stop, sizeof s->stop);
     s->next_seq = m->next_seq;
-    s->evt_counter = m->evt_counter;
+    s->evt_counter = m->evt_counter; /* the reservations: above every id handed out under this record */
     s->item_counter = m->item_counter;
-    s->resp_counter = m->resp_counter + 1; /* a response started before the save may be lost: never reuse its id */
+    s->resp_counter = m->resp_counter;
     s->rebuild = m->rebuild;
 }
 
@@ -157,9 +167,30 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     }
     fg_tokens_free(&head);
     fg_session_meta_free(&m);
+    /* The file must hold a reservation above the ids this run hands out
+     * before the first of them, or a second crash would hand them out again.
+     * A restore reads the whole file on this thread already; the write is of
+     * the same size. */
+    gw_session_store_meta(s);
+    e = fg_session_save(es, &d);
+    if (e != FG_OK) /* the session goes on; only a second crash before its next save could repeat ids */
+        fg_log_at(FG_LOG_WARN, "session_save_failed", tenant_id, s->id, "\"error\":\"%s\",\"when\":\"restore\"",
+                  fg_err_name(e));
     fg_log_at(FG_LOG_INFO, "session_restored", tenant_id, s->id, "\"tokens\":%d,\"history_known\":%s,\"on_disk\":%s",
               len, s->conv_known ? "true" : "false", fg_session_on_disk(es) ? "true" : "false");
     return s;
+}
+
+bool gw_session_rebuild_fits(gw_session *s, bool generate)
+{
+    fg_gateway_t *gw = s->gw;
+    fg_tokens head = {0}, reply = {0};
+    bool ok = fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) == FG_OK &&
+              (!generate || fg_template_reply(gw->tok, &reply) == FG_OK);
+    size_t need = head.n + s->conv.n + (generate ? reply.n + 1 : 0);
+    fg_tokens_free(&head);
+    fg_tokens_free(&reply);
+    return ok && need <= (size_t)gw->n_ctx;
 }
 
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant)

@@ -372,6 +372,12 @@ static void render_quota(fg_gateway_t *gw, text *t)
     put_value(t, "flashgate_redis_errors_total", "counter", "Redis errors (connection, timeout, error replies).",
               (double)qs.errors);
     put_value(t, "flashgate_redis_reconnects_total", "counter", "Redis reconnections.", (double)qs.reconnects);
+    fg_redis_local_stats rl;
+    fg_redis_local_get_stats(gw->redis_local, &rl);
+    put_value(t, "flashgate_redis_local_running", "gauge",
+              "1 while the redis-server flashgate started for itself runs (0 without one).", rl.running ? 1 : 0);
+    put_value(t, "flashgate_redis_local_restarts_total", "counter",
+              "Times that redis-server was started again after it died.", (double)rl.restarts);
     put_pow2_hist(t, "flashgate_redis_round_trip_seconds", "Time of one pipelined exchange with Redis.", qs.rtt_hist,
                   FG_QUOTA_RTT_BUCKETS, FG_QUOTA_RTT_BASE_S, qs.rtt_seconds_sum);
     put_value(t, "flashgate_quota_degraded_decisions_total", "counter",

@@ -18,7 +18,6 @@
  * compatibility); integer fields accept a real with an integral value (5.0),
  * since some JSON encoders write every number as a float.
  */
-#include "config/base/name.h"
 #include "gateway/protocol.h"
 #include "gateway/protocol_internal.h"
 
@@ -26,6 +25,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "config/base/name.h"
 
 void fg_proto_limits_default(fg_proto_limits *lim)
 {

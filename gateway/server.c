@@ -357,6 +357,22 @@ void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota)
     gw->quota = quota;
 }
 
+#define REDIS_WATCH_US (200 * LWS_US_PER_MS)
+
+static void redis_watch_cb(lws_sorted_usec_list_t *sul)
+{
+    fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, redis_watch);
+    fg_redis_local_check(gw->redis_local, fg_clock_mono_s());
+    lws_sul_schedule(gw->ctx, 0, &gw->redis_watch, redis_watch_cb, REDIS_WATCH_US);
+}
+
+void fg_gateway_set_redis_local(fg_gateway_t *gw, fg_redis_local_t *r)
+{
+    gw->redis_local = r;
+    if (r)
+        lws_sul_schedule(gw->ctx, 0, &gw->redis_watch, redis_watch_cb, REDIS_WATCH_US);
+}
+
 void fg_gateway_wakeup(void *gateway)
 {
     fg_gateway_t *gw = gateway;

@@ -2,12 +2,13 @@
  * session_meta.h for the format). The decoder trusts nothing: the engine's
  * checksum guards the file against damage, not against a record written by
  * another version of the gateway. */
-#include "config/base/name.h"
 #include "gateway/session_meta.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config/base/name.h"
 
 #define META_MAGIC "FGSM"
 #define FLAG_HAS_SEED 1u

@@ -10,7 +10,9 @@
  *   f64 temperature, top_p, min_p; u32 top_k; u64 seed; u32 max_output_tokens
  *   u8 n_stop, then per stop: u8 len + bytes
  *   u32 len + instructions
- *   u64 next_seq, evt_counter, item_counter, resp_counter
+ *   u64 next_seq, evt_counter, item_counter, resp_counter (the id counters are
+ *   the first ids a restored session may use: gw_persist.c writes a
+ *   reservation above those handed out)
  *   u32 cached_tokens (engine cache length when written), u32 n_conv,
  *   n_conv tokens as unsigned LEB128 varints
  * The conversation is left out (n_conv 0, flag CONV_KNOWN clear) when it
@@ -44,7 +46,7 @@ typedef struct fg_session_meta {
     uint32_t max_output_tokens;
     uint32_t n_stop;
     char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
-    uint64_t next_seq, evt_counter, item_counter, resp_counter;
+    uint64_t next_seq, evt_counter, item_counter, resp_counter; /* the id counters: reservations */
     uint32_t cached_tokens;         /* tokens in the engine's cache when the record was made */
     bool rebuild;                   /* instructions changed since the cache was built */
     bool conv_known;                /* conv holds the conversation after the head */

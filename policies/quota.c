@@ -9,7 +9,6 @@
  * fg_quota, so two gateways' session ids can never collide in Redis and a
  * member tells which gateway holds it.
  */
-#include "config/base/random.h"
 #include "policies/quota_internal.h"
 
 #include <errno.h>
@@ -19,6 +18,8 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "config/base/random.h"
 
 #define DEFAULT_TIMEOUT_MS 200
 #define DEFAULT_LEASE_TTL_MS 30000

@@ -6,12 +6,13 @@
  * so no tombstones). Both stay O(1) per response however many responses a
  * tenant runs here at once.
  */
-#include "config/base/hash64.h"
 #include "policies/quota_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config/base/hash64.h"
 
 /* Slot holding member (its value is then non-zero), or the empty slot where it would go. */
 static size_t slot_of(const fg_qlease_vec *v, const char *member, uint64_t h)

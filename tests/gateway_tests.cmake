@@ -4,9 +4,13 @@
 # on a failure. Run one by hand: FG_BIN=build/bin FG_TEST_DATA=build/testdata /usr/bin/python3
 # tests/gateway/test_errors.py [test names]
 foreach(name protocol_flow errors resume isolation backpressure shutdown concurrency cli admin quotas metrics
-             dashboard logs expert_parallel persist)
+             dashboard logs expert_parallel persist hostile_persist)
   fg_add_test(gateway_${name} COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_${name}.py
               LABELS gateway FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
 # 1000 sessions at once: alone, so that the other tests do not slow it past its timeout
 set_tests_properties(gateway_concurrency PROPERTIES RUN_SERIAL TRUE)
+# The fault matrix (test_faults.py's table): Redis stopped and killed, the gateway killed,
+# a full disk, a reader that never reads, a trickling body. Mounts a tmpfs where it may (root).
+fg_add_test(gateway_faults COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_faults.py
+            LABELS faults FIXTURES_REQUIRED models TIMEOUT 900)

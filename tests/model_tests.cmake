@@ -14,6 +14,9 @@ endforeach()
 # The engine against the independent float64 numpy reference (non-absorbed MLA).
 fg_add_test(reference_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_reference_selfcheck.py
             LABELS reference TIMEOUT 300)
+# The deepseek4 reference against itself: one pass vs its explicit cache, validation, MXFP4.
+fg_add_test(reference_deepseek4_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_deepseek4_selfcheck.py
+            LABELS reference TIMEOUT 300)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)

@@ -1,5 +1,4 @@
 /* ep_bootstrap.c: the NCCL id exchange through Redis (see ep_bootstrap.h). */
-#include "config/base/clock.h"
 #include "engine/ep/ep_bootstrap.h"
 
 #include <stdarg.h>
@@ -9,6 +8,8 @@
 #include <time.h>
 
 #include <hiredis/hiredis.h>
+
+#include "config/base/clock.h"
 
 #define POLL_MS 20 /* between looks at a key that is not there yet */
 

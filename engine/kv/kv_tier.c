@@ -132,8 +132,8 @@ static fg_err save_write(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         return fg_diag_set(d, FG_ERR_DISK_FULL, "session %s/%s: %llu bytes would pass the disk budget of %llu (%llu used)",
                            j->tenant, j->name, (unsigned long long)size, (unsigned long long)e->opt.disk_budget_bytes,
                            (unsigned long long)have);
-    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .geo = geo, .tokens = j->tokens,
-                          .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
+    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .tenant = j->tenant, .geo = geo,
+                          .tokens = j->tokens, .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
                           .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
     fg_err err = fg_sfile_write(dir, j->name, &c, d);
     if (err == FG_OK) {
@@ -165,6 +165,8 @@ static void save_finish(fg_engine_t *e, fg_save_job *j)
         s->tier.spill_inflight = false;
     if (j->err != FG_OK) {
         s->tier.failed_gen = j->gen;
+        s->tier.save_failures++;
+        s->tier.save_err = j->err;
         if (s->serve.out.ev && s->serve.out.ev_count < s->serve.out.ev_cap) {
             fg_outq *q = &s->serve.out;
             q->ev[(q->ev_head + q->ev_count) % q->ev_cap] =
@@ -529,12 +531,15 @@ static bool quiet(const fg_session_t *s)
 
 void fg_tier_reap(fg_engine_t *e)
 {
+    const bool any = !fg_list_empty(&e->tier.done_jobs);
     for (fg_list *l; (l = fg_list_pop_front(&e->tier.done_jobs));) {
         fg_save_job *j = fg_list_entry(l, fg_save_job, link);
         if (j->kind->finish)
             j->kind->finish(e, j);
         fg_tier_free_job(e, j);
     }
+    if (any)
+        pthread_cond_broadcast(&e->done_cv); /* a waiting fg_session_save reads file_gen and save_failures */
 }
 
 void fg_tier_save_all(fg_engine_t *e)
@@ -674,6 +679,8 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
     fg_err err = fg_sfile_read(path, fg_sfile_max_size(&e->tier.expect), buf, len, &d);
     if (err == FG_OK)
         err = fg_sfile_parse(*buf, *len, &e->tier.expect, v, &d);
+    if (err == FG_OK)
+        err = fg_sfile_check_owner(v, tenant, name, &d);
     if (err != FG_OK) {
         free(*buf);
         *buf = NULL;

@@ -88,6 +88,10 @@ typedef struct fg_session_tier {
     bool on_disk;                   /* [mu] KV only in the file; hist and todo stay in memory */
     bool delete_file;               /* [mu] fg_session_delete: remove the file when freed */
     int saves_inflight;             /* [mu] writer jobs for it */
+    bool save_req;                  /* [mu] fg_session_save: the step thread writes its file */
+    uint64_t save_skips;            /* [mu] save requests that queued nothing (busy): the waiter returns */
+    uint64_t save_failures;         /* [mu] writes of its file that failed */
+    fg_err save_err;                /* [mu] the latest failure's code */
     bool spill_inflight;            /* [mu] */
     char load_name[FG_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
     bool load_inflight;             /* [mu] the writer thread is reading its file */

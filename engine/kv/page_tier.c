@@ -295,8 +295,9 @@ static bool job_paths(fg_engine_t *e, const fg_save_job *j, char *dir, char *pat
 
 static void read_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 {
-    char dir[4096], path[4096], aside[4096];
+    char dir[4096], path[4096], aside[4096], hex[17];
     uint64_t salt;
+    fg_pfile_name(j->key, hex);
     if (!job_paths(e, j, dir, path, aside, &salt)) {
         j->err = fg_diag_set(d, FG_ERR_IO, "page path too long under %s", e->tier.persist_dir);
         return;
@@ -304,6 +305,8 @@ static void read_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     j->err = fg_sfile_read(path, fg_pfile_size(&e->tier.expect.geo), &j->buf, &j->len, d);
     if (j->err == FG_OK)
         j->err = fg_sfile_parse(j->buf, j->len, &e->tier.expect, &j->v, d);
+    if (j->err == FG_OK)
+        j->err = fg_sfile_check_owner(&j->v, j->tenant, hex, d);
     if (j->err == FG_OK)
         j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
     if (damage(j->err))
@@ -342,8 +345,9 @@ static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     }
     uint8_t meta[FG_PFILE_META_BYTES];
     fg_pfile_meta(meta, j->key, j->prev, salt);
-    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .geo = geo, .tokens = j->tokens,
-                          .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta, .rows = j->rows};
+    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .tenant = j->tenant, .geo = geo,
+                          .tokens = j->tokens, .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta,
+                          .rows = j->rows};
     j->err = fg_sfile_write_as(pages_dir, hex, FG_PFILE_SUFFIX, &c, d);
     if (j->err == FG_OK) {
         pthread_mutex_lock(&e->mu);

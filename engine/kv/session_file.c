@@ -2,6 +2,7 @@
 #include "engine/kv/session_file.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,18 @@ uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, int n_pending, u
 uint64_t fg_sfile_max_size(const fg_sfile_expect *ex)
 {
     return fg_sfile_size(&ex->geo, ex->max_tokens, 0, FG_SFILE_META_MAX);
+}
+
+/* A NUL-padded name field: 1..64 bytes, nothing but NULs after them. */
+static bool read_name(const uint8_t *field, char out[FG_SFILE_OWNER_BYTES + 1])
+{
+    size_t n = strnlen((const char *)field, FG_SFILE_OWNER_BYTES);
+    for (size_t i = n; i < FG_SFILE_OWNER_BYTES; i++)
+        if (field[i])
+            return false;
+    memcpy(out, field, n);
+    out[n] = 0;
+    return n > 0;
 }
 
 fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex, fg_sfile_view *v, fg_diag *diag)
@@ -92,6 +105,10 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "KV cache format %s (%u-byte rows), this engine uses %s",
                            format < FG_KV__COUNT ? fg_kv_format_name((fg_kv_format)format) : "unknown", row_bytes,
                            fg_kv_format_name(ex->geo.format));
+    if (!read_name(buf + 96, v->tenant) || !read_name(buf + 96 + FG_SFILE_OWNER_BYTES, v->name)) {
+        memset(v, 0, sizeof *v);
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the header's tenant or file name is malformed");
+    }
     v->n_tokens = (int)n_tokens;
     v->n_pending = (int)n_pending;
     v->tokens = buf + FG_SFILE_HEADER_BYTES;
@@ -106,6 +123,14 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         }
     }
     return FG_OK;
+}
+
+fg_err fg_sfile_check_owner(const fg_sfile_view *v, const char *tenant, const char *name, fg_diag *diag)
+{
+    if (strcmp(v->tenant, tenant) == 0 && strcmp(v->name, name) == 0)
+        return FG_OK;
+    return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the file is %s/%s's, not %s/%s (copied or renamed)", v->tenant,
+                       v->name, tenant, name);
 }
 
 int32_t fg_sfile_token(const fg_sfile_view *v, int i) { return (int32_t)rd32(v->tokens + (size_t)i * 4); }
@@ -224,6 +249,10 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
                          fg_diag *diag)
 {
     char path[4096], tmp[4096];
+    size_t tl = c->tenant ? strlen(c->tenant) : 0, nl = strlen(name);
+    if (tl < 1 || tl > FG_SFILE_OWNER_BYTES || nl < 1 || nl > FG_SFILE_OWNER_BYTES)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session file %s: tenant and name must be 1..%d bytes", name,
+                           FG_SFILE_OWNER_BYTES);
     if ((size_t)snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix) >= sizeof path ||
         (size_t)snprintf(tmp, sizeof tmp, "%s/%s%s.tmp", dir, name, suffix) >= sizeof tmp)
         return fg_diag_set(diag, FG_ERR_IO, "session path too long under %s", dir);
@@ -256,6 +285,8 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
     wr32(hdr + 56, c->meta_len);
     wr32(hdr + 60, (uint32_t)c->n_pending);
     wr64(hdr + 64, (uint64_t)c->n_tokens * geo->bytes_per_token);
+    memcpy(hdr + 96, c->tenant, tl);
+    memcpy(hdr + 96 + FG_SFILE_OWNER_BYTES, name, nl);
     wb_put(w, hdr, sizeof hdr);
     wb_put(w, c->tokens, ((size_t)c->n_tokens + (size_t)c->n_pending) * 4);
     if (c->meta_len)

@@ -1,5 +1,5 @@
 /* session_persist.c: the persistence calls of engine.h (fork, meta, restore,
- * save_all, delete, on_disk, tenant usage). They run on the caller's thread
+ * save, save_all, delete, on_disk, tenant usage). They run on the caller's thread
  * and hand work that touches pages to the step thread (engine_serve.c,
  * kv_tier.c). */
 #include <stdlib.h>
@@ -171,6 +171,33 @@ fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag)
     if (err != FG_OK)
         fg_diag_set(diag, err, "%s", e->tier.save_all_msg);
     pthread_mutex_unlock(&e->mu);
+    return err;
+}
+
+fg_err fg_session_save(fg_session_t *s, fg_diag *diag)
+{
+    fg_engine_t *e = s->e;
+    if (!e->opt.serve || !e->tier.persist || !s->name[0])
+        return fg_diag_set(diag, FG_ERR_STATE, "fg_session_save needs a named session of a serving engine with "
+                                               "persist_dir");
+    pthread_mutex_lock(&e->mu);
+    if (s->serve.responding) {
+        pthread_mutex_unlock(&e->mu);
+        return fg_diag_set(diag, FG_ERR_BUSY, "session %s has a response in progress", s->name);
+    }
+    /* The step thread may fold queued input in first (a later gen); any write from want on will do. */
+    const uint64_t want = s->tier.gen, failures = s->tier.save_failures, skips = s->tier.save_skips;
+    if (s->tier.file_gen < want) {
+        s->tier.save_req = true;
+        fg_serve_mark_dirty(e, s);
+        while (s->tier.file_gen < want && s->tier.save_failures == failures && s->tier.save_skips == skips)
+            pthread_cond_wait(&e->done_cv, &e->mu);
+    }
+    fg_err err = s->tier.file_gen >= want ? FG_OK : s->tier.save_failures != failures ? s->tier.save_err : FG_ERR_BUSY;
+    pthread_mutex_unlock(&e->mu);
+    if (err != FG_OK)
+        fg_diag_set(diag, err, "session %s/%s: its file was not written (%s)", s->tenant_name, s->name,
+                    err == FG_ERR_BUSY ? "busy" : fg_err_describe(err));
     return err;
 }
 

@@ -22,7 +22,6 @@
  * loads. Tensor data and fg_gguf_get_arr_data() hand out raw file bytes, which
  * is only meaningful on a little-endian host, hence the #error below.
  */
-#include "config/base/random.h"
 #include "engine/model/gguf.h"
 
 #include <errno.h>
@@ -39,6 +38,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "config/base/random.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "flashgate hands out raw little-endian GGUF data; a big-endian host needs byte swapping"

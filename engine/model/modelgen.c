@@ -23,7 +23,6 @@
  * default 32 is used). expert_weights_norm and expert_gating_func are always
  * written (llama.cpp treats them as optional).
  */
-#include "config/base/hash64.h"
 #include "engine/model/modelgen.h"
 
 #include <math.h>
@@ -31,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/hash64.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
 #include "engine/tokenizer/bpe_train.h"

@@ -75,13 +75,15 @@ static void outq_push(fg_engine_t *e, fg_session_t *s, fg_event ev, const char *
 
 /* ---- lists ---- */
 
-static void mark_dirty(fg_engine_t *e, fg_session_t *s)
+void fg_serve_mark_dirty(fg_engine_t *e, fg_session_t *s)
 {
     if (!fg_list_linked(&s->serve.dirty_link))
         fg_list_push_front(&e->serve.dirty, &s->serve.dirty_link);
     e->serve.work = true;
     pthread_cond_signal(&e->serve.work_cv);
 }
+
+static void mark_dirty(fg_engine_t *e, fg_session_t *s) { fg_serve_mark_dirty(e, s); }
 
 static void free_session(fg_engine_t *e, fg_session_t *s)
 {
@@ -382,6 +384,15 @@ static void take_requests(fg_engine_t *e)
             } else {
                 mark_dirty(e, s); /* retry next step */
             }
+        }
+        if (s->tier.save_req) {
+            s->tier.save_req = false;
+            const int queued = s->tier.saves_inflight;
+            if (!s->serve.resp.active && !s->serve.respond_req)
+                fg_tier_save(e, s, false);
+            if (s->tier.saves_inflight == queued)
+                s->tier.save_skips++; /* nothing written: fg_session_save returns busy */
+            pthread_cond_broadcast(&e->done_cv);
         }
         if (s->serve.respond_req) {
             s->serve.respond_req = false;
@@ -833,6 +844,17 @@ fg_err fg_session_append(fg_session_t *s, const int32_t *tokens, int n, fg_diag 
     }
     pthread_mutex_unlock(&e->mu);
     return err;
+}
+
+int fg_session_room(fg_session_t *s)
+{
+    fg_engine_t *e = s->e;
+    if (!e->opt.serve)
+        return e->n_ctx - s->seq.n_tokens;
+    pthread_mutex_lock(&e->mu);
+    int64_t room = e->n_ctx - s->serve.committed;
+    pthread_mutex_unlock(&e->mu);
+    return room > 0 ? (int)room : 0;
 }
 
 static fg_err validate_response(const fg_engine_t *e, const fg_response_params *p, fg_diag *diag)

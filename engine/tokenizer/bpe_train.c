@@ -12,12 +12,12 @@
  * strings; a pair whose result already exists is banned for the rest of the
  * run (it would add a duplicate token string, which GGUF readers key by text).
  */
-#include "config/base/hash64.h"
 #include "engine/tokenizer/bpe_train.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/hash64.h"
 #include "engine/tokenizer/byte_unicode.h"
 #include "engine/tokenizer/pretokenize.h"
 

@@ -26,13 +26,13 @@
  *    grown to the longest piece, never per token; the tokenizer itself stays
  *    immutable so concurrent encodes need no lock.
  */
-#include "config/base/hash64.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/hash64.h"
 #include "engine/tokenizer/byte_unicode.h"
 #include "engine/tokenizer/pretokenize.h"
 

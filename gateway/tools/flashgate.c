@@ -110,6 +110,7 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
         fg_quota_tenant_seed(*quota, &rec, t->api_keys.items, t->api_keys.count);
     }
     fg_gateway_set_quota(gw, *quota);
+    fg_gateway_set_redis_local(gw, *redis);
     return 0;
 }
 

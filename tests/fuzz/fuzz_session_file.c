@@ -6,9 +6,11 @@
  * does. A failed parse must say why in the diag. When bit 0 of header byte
  * 72 (reserved, unchecked) is set, the trailing checksum is recomputed first,
  * so mutations reach the checks behind it. The seed corpus is
- * tests/fuzz/corpus/fuzz_session_file/ (a file written by the writer).
- * A parsed file is also checked as a page file (page_file.h) under the key
- * its meta names, and the input's first bytes as a page file name.
+ * tests/fuzz/corpus/fuzz_session_file/ (files written by the writer, format
+ * version 2, session acme/s1).
+ * A parsed file is also checked against the owner acme/s1 (the seeds' names),
+ * as a page file (page_file.h) under the key its meta names, and the input's
+ * first bytes as a page file name.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -56,6 +58,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (v.n_tokens < 0 || v.n_tokens > ex.max_tokens || v.meta_len > FG_SFILE_META_MAX)
+        abort();
+    /* The names it gives itself are NUL-terminated and non-empty; a mismatch says why. */
+    if (!v.tenant[0] || !v.name[0] || strlen(v.tenant) > FG_SFILE_OWNER_BYTES || strlen(v.name) > FG_SFILE_OWNER_BYTES)
+        abort();
+    fg_diag od = {{0}};
+    if (fg_sfile_check_owner(&v, "acme", "s1", &od) != FG_OK && !od.msg[0])
         abort();
     for (int i = 0; i < v.n_tokens; i++)
         sink += (uint64_t)fg_sfile_token(&v, i);

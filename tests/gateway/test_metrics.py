@@ -68,6 +68,8 @@ FAMILIES = {
     "flashgate_kv_spill_seconds": "counter",
     "flashgate_kv_restore_seconds": "counter",
     "flashgate_redis_enabled": "gauge",
+    "flashgate_redis_local_running": "gauge",
+    "flashgate_redis_local_restarts": "counter",
     "flashgate_redis_up": "gauge",
     "flashgate_quota_degraded": "gauge",
     "flashgate_redis_commands": "counter",

@@ -18,8 +18,8 @@ Shape convention: ggml lists dimensions ne0 first, ne0 being the contiguous one.
 row-major numpy array therefore has the REVERSED shape: ggml {ne0, ne1, ne2} -> numpy
 (ne2, ne1, ne0), so that a[i2, i1, i0] is ggml element (i0, i1, i2).
 
-Dequantisation to float64 is supported for F32, F16, BF16, Q8_0 (and the plain F64 /
-I8 / I16 / I32 / I64 types).  Other block formats raise NotImplementedError.
+Dequantisation to float64 is supported for F32, F16, BF16, Q8_0, MXFP4 (and the plain
+F64 / I8 / I16 / I32 / I64 types).  Other block formats raise NotImplementedError.
 """
 
 import struct
@@ -81,6 +81,7 @@ GGML_TYPE_I32 = 26
 GGML_TYPE_I64 = 27
 GGML_TYPE_F64 = 28
 GGML_TYPE_BF16 = 30
+GGML_TYPE_MXFP4 = 39
 
 GGML_TYPE_NAMES = {
     0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
@@ -99,6 +100,7 @@ GGML_BLOCK_INFO = {
     GGML_TYPE_Q5_1: (32, 24), GGML_TYPE_Q8_0: (32, 34), GGML_TYPE_Q8_1: (32, 36),
     GGML_TYPE_Q2_K: (256, 84), GGML_TYPE_Q3_K: (256, 110), GGML_TYPE_Q4_K: (256, 144),
     GGML_TYPE_Q5_K: (256, 176), GGML_TYPE_Q6_K: (256, 210), GGML_TYPE_Q8_K: (256, 292),
+    GGML_TYPE_MXFP4: (32, 17),
 }
 
 _PLAIN_DTYPES = {
@@ -111,6 +113,26 @@ _PLAIN_DTYPES = {
 # Q8_0: per 32 values, one f16 scale d followed by 32 int8 quants; value = d * q.
 Q8_0_BLOCK_DTYPE = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
 assert Q8_0_BLOCK_DTYPE.itemsize == 34
+
+# MXFP4 (OCP microscaling FP4): per 32 values one E8M0 scale byte e, then 16 bytes of
+# E2M1 nibbles; byte j holds value j in its low nibble and value j + 16 in its high one.
+# value = e2m1(nibble) * 2^(e - 127).
+MXFP4_BLOCK_DTYPE = np.dtype([("e", "u1"), ("qs", "u1", (16,))])
+assert MXFP4_BLOCK_DTYPE.itemsize == 17
+
+
+def e2m1_value(nibble):
+    """FP4 E2M1 from its bits: sign (bit 3), 2 exponent bits (bias 1), 1 mantissa bit."""
+    nibble = int(nibble)
+    sign = -1.0 if nibble & 8 else 1.0
+    exp = (nibble >> 1) & 3
+    man = nibble & 1
+    if exp == 0:
+        return sign * 0.5 * man                      # subnormal: 0 or 0.5
+    return sign * 2.0 ** (exp - 1) * (1.0 + 0.5 * man)
+
+
+E2M1_VALUES = np.array([e2m1_value(n) for n in range(16)], dtype=np.float64)
 
 
 class GGUFError(Exception):
@@ -336,6 +358,14 @@ class GGUFFile(object):
         t = self.tensors[name]
         return dequantize(self.raw_bytes(name), t.ggml_type, t.ne)
 
+    def tensor_int(self, name):
+        """An integer tensor (I8/I16/I32/I64) as int64, numpy shape reversed(ne)."""
+        t = self.tensors[name]
+        if t.ggml_type not in (GGML_TYPE_I8, GGML_TYPE_I16, GGML_TYPE_I32, GGML_TYPE_I64):
+            raise GGUFError("%s: tensor %s is %s, not an integer type" % (self.path, name, t.type_name))
+        a = np.frombuffer(self.raw_bytes(name), dtype=_PLAIN_DTYPES[t.ggml_type], count=t.n_elements)
+        return a.astype(np.int64).reshape(t.shape)
+
     def close(self):
         mm = getattr(self, "_mm", None)
         if mm is not None and getattr(mm, "_mmap", None) is not None:
@@ -363,6 +393,14 @@ def dequantize(raw, ggml_type, ne):
         d = blocks["d"].astype(np.float64)[:, None]
         q = blocks["qs"].astype(np.float64)
         return (d * q).reshape(shape)
+    if ggml_type == GGML_TYPE_MXFP4:
+        if int(ne[0]) % 32 != 0:
+            raise GGUFError("MXFP4 tensor with ne0=%d not a multiple of 32" % ne[0])
+        blocks = np.frombuffer(raw, dtype=MXFP4_BLOCK_DTYPE, count=n // 32)
+        scale = np.ldexp(1.0, blocks["e"].astype(np.int64) - 127)[:, None]
+        qs = blocks["qs"]
+        nib = np.concatenate([qs & 0x0F, qs >> 4], axis=1)    # values 0..15, then 16..31
+        return (E2M1_VALUES[nib] * scale).reshape(shape)
     raise NotImplementedError("dequantisation of ggml type %s is not implemented in the reference"
                               % GGML_TYPE_NAMES.get(ggml_type, ggml_type))
 

@@ -1,7 +1,9 @@
 /* Session files: a written file reads back byte for byte; every kind of damage
  * gets its named error (truncated anywhere, a bit flipped anywhere, another
  * model, another format version, another KV format, bad sizes, bad token
- * ids); the hash gives one value however its input is split. */
+ * ids); a file names its tenant and session, and a file read as another's
+ * (copied over it) is refused; the hash gives one value however its input is
+ * split. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,7 @@ static uint8_t *make_file(const fg_kv_geometry *g, const char *id, int32_t tok0,
     for (int i = 0; i < N_TOK + 2; i++)
         tokens[i] = tok0 + i;
     const char meta[] = "{\"instructions\":\"be brief\"}";
-    fg_sfile_content c = {.model_identity = id, .geo = g, .tokens = tokens, .n_tokens = N_TOK, .n_pending = 2, .meta = meta,
+    fg_sfile_content c = {.model_identity = id, .tenant = "acme", .geo = g, .tokens = tokens, .n_tokens = N_TOK, .n_pending = 2, .meta = meta,
                           .meta_len = sizeof meta - 1, .pages = pages};
     fg_diag d = {{0}};
     CHECK_MSG(fg_sfile_write(dir, "s1", &c, &d) == FG_OK, "%s", d.msg);
@@ -59,6 +61,8 @@ static uint8_t *make_file(const fg_kv_geometry *g, const char *id, int32_t tok0,
         CHECK_MSG(fg_sfile_parse(buf, *len, &ex, &v, &d) == FG_OK, "%s", d.msg);
         CHECK(v.n_tokens == N_TOK && v.n_pending == 2 && v.meta_len == sizeof meta - 1 && memcmp(v.meta, meta, v.meta_len) == 0);
         CHECK(fg_sfile_token(&v, 0) == tok0 && fg_sfile_token(&v, N_TOK + 1) == tok0 + N_TOK + 1);
+        CHECK(strcmp(v.tenant, "acme") == 0 && strcmp(v.name, "s1") == 0);
+        CHECK_MSG(fg_sfile_check_owner(&v, "acme", "s1", &d) == FG_OK, "%s", d.msg);
         uint8_t *back[3];
         for (int p = 0; p < 3; p++)
             back[p] = calloc(1, g->page_bytes);
@@ -158,10 +162,42 @@ int main(void)
     g_layers.bytes_per_token = g_layers.row_bytes * 4;
     CHECK(parse(buf, len, &g_layers, id) == FG_ERR_SESSION_MODEL);
 
-    /* A file claiming another format version. */
-    buf[8] = 2;
+    /* A file claiming another format version: a newer one, and version 1 (without the names). */
+    buf[8] = FG_SFILE_VERSION + 1;
     CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_VERSION);
     buf[8] = 1;
+    CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_VERSION);
+    buf[8] = FG_SFILE_VERSION;
+    CHECK(parse(buf, len, &g, id) == FG_OK);
+
+    /* The file names its owner: read as another session's or tenant's (a copy over
+     * it), it is refused with a message naming both; an intact file whose name
+     * field is malformed (checksum recomputed) is corrupt. */
+    {
+        fg_sfile_expect ex = expect_of(&g, id);
+        fg_sfile_view v;
+        fg_diag d = {{0}};
+        CHECK(fg_sfile_parse(buf, len, &ex, &v, &d) == FG_OK);
+        CHECK(fg_sfile_check_owner(&v, "acme", "s2", &d) == FG_ERR_SESSION_CORRUPT);
+        CHECK_MSG(strstr(d.msg, "acme/s1") && strstr(d.msg, "acme/s2"), "%s", d.msg);
+        CHECK(fg_sfile_check_owner(&v, "beta", "s1", &d) == FG_ERR_SESSION_CORRUPT);
+        CHECK(fg_sfile_check_owner(&v, "acme", "s", &d) == FG_ERR_SESSION_CORRUPT);
+        uint8_t keep = buf[160 + 3];
+        buf[160 + 3] = 'x'; /* "s1\0x": bytes after the name's end */
+        uint64_t sum = fg_hash64(buf, len - 8, FG_SFILE_MAGIC_SEED);
+        uint64_t old_sum;
+        memcpy(&old_sum, buf + len - 8, 8);
+        memcpy(buf + len - 8, &sum, 8);
+        CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_CORRUPT);
+        buf[160 + 3] = keep;
+        memset(buf + 96, 0, FG_SFILE_OWNER_BYTES); /* no tenant */
+        sum = fg_hash64(buf, len - 8, FG_SFILE_MAGIC_SEED);
+        memcpy(buf + len - 8, &sum, 8);
+        CHECK(parse(buf, len, &g, id) == FG_ERR_SESSION_CORRUPT);
+        memcpy(buf + 96, "acme", 4);
+        memcpy(buf + len - 8, &old_sum, 8);
+        CHECK(parse(buf, len, &g, id) == FG_OK);
+    }
     /* Absurd sizes are refused before any arithmetic with them. */
     uint8_t save[4];
     memcpy(save, buf + 52, 4);
@@ -200,8 +236,16 @@ int main(void)
     /* A directory that cannot be created: an I/O error, no crash. */
     uint8_t *pg = calloc(1, g.page_bytes);
     int32_t t1 = 1;
-    fg_sfile_content c = {.model_identity = id, .geo = &g, .tokens = &t1, .n_tokens = 1, .pages = &pg};
+    fg_sfile_content c = {.model_identity = id, .tenant = "acme", .geo = &g, .tokens = &t1, .n_tokens = 1, .pages = &pg};
     CHECK(fg_sfile_write("/proc/nonexistent/x", "s", &c, &d) == FG_ERR_IO);
+    /* A writer without a tenant or with a name too long for the header: refused, nothing written. */
+    c.tenant = NULL;
+    CHECK(fg_sfile_write(dir, "s", &c, &d) == FG_ERR_INVALID_ARG);
+    c.tenant = "acme";
+    char long_name[80];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = 0;
+    CHECK(fg_sfile_write(dir, long_name, &c, &d) == FG_ERR_INVALID_ARG);
     free(pg);
     unlink(path);
     rmdir(dir);
