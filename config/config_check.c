@@ -422,6 +422,13 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
                            "sessions.default_max_output_tokens (%" PRId64 ") must be below model.max_context (%" PRId64
                            "), which also holds the prompt",
                            c->sessions.default_max_output_tokens, c->model.max_context);
+    if (c->sessions.output_buffer_hard_bytes < c->sessions.output_buffer_bytes ||
+        c->sessions.output_buffer_hard_bytes < c->sessions.resume_buffer_bytes)
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "sessions.output_buffer_hard_bytes (%" PRId64 ") is below sessions.output_buffer_bytes (%" PRId64
+                           ") or sessions.resume_buffer_bytes (%" PRId64 "): a client that reads would be closed",
+                           c->sessions.output_buffer_hard_bytes, c->sessions.output_buffer_bytes,
+                           c->sessions.resume_buffer_bytes);
     if (c->sessions.max_instructions_bytes > c->limits.max_frame_bytes)
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "sessions.max_instructions_bytes (%" PRId64 ") exceeds limits.max_frame_bytes (%" PRId64

@@ -157,18 +157,34 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_INT(fg_config, "sessions.resume_buffer_events", sessions.resume_buffer_events, 1024, 16, 1000000,
           "Server events kept per session so that a reconnecting client can ask for those it "
           "missed (by sequence_number)."),
+    K_INT(fg_config, "sessions.resume_buffer_bytes", sessions.resume_buffer_bytes, 256 * KIB, 4 * KIB, GIB,
+          "Bytes of server events kept per session for a reconnecting client, besides those its "
+          "connected client has not been sent yet; past it (or past sessions.resume_buffer_events) "
+          "the oldest leave, and a resume that asks for them gets sequence_expired. The newest "
+          "event always stays."),
     K_INT(fg_config, "sessions.max_per_tenant", sessions.max_per_tenant, 1000, 1, 10000000,
           "Most sessions one tenant may have open on this gateway, whatever its quota says."),
     K_INT(fg_config, "sessions.output_buffer_bytes", sessions.output_buffer_bytes, 256 * KIB, 4 * KIB,
           GIB,
-          "Bytes of output a connection may have queued unsent; above it generation for that "
-          "connection pauses until the client reads."),
+          "Soft limit on the bytes of events a connection has queued unsent: above it the "
+          "connection's generation pauses and the server stops reading the client until it reads "
+          "(to half of it); a connection above it for sessions.output_buffer_soft_s is closed with "
+          "1008."),
+    K_INT(fg_config, "sessions.output_buffer_hard_bytes", sessions.output_buffer_hard_bytes, 4 * MIB, 4 * KIB,
+          GIB,
+          "Hard limit on the bytes of events a connection has queued unsent: past it the "
+          "connection is closed with 1008 at once. At least sessions.output_buffer_bytes and "
+          "sessions.resume_buffer_bytes (a resume replays up to that much)."),
+    K_INT(fg_config, "sessions.output_buffer_soft_s", sessions.output_buffer_soft_s, 30, 1, 3600,
+          "Seconds a connection may stay above sessions.output_buffer_bytes before it is closed "
+          "with 1008."),
     K_INT(fg_config, "sessions.default_max_output_tokens", sessions.default_max_output_tokens, 512, 1,
           INT64_C(1) << 24, "Output tokens per response when response.create gives no limit."),
-    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes, 60 * KIB, 0,
+    K_INT(fg_config, "sessions.max_instructions_bytes", sessions.max_instructions_bytes,
+          FG_CONFIG_MAX_INSTRUCTIONS_BYTES, 0,
           INT64_C(1) << 26,
           "Longest instructions (system prompt) a session may set, in bytes; 0 refuses "
-          "instructions. At most limits.max_frame_bytes, and at most 61440, so that a session's "
+          "instructions. At most limits.max_frame_bytes, and at most 61440 (60 KiB), so that a session's "
           "settings fit its session file."),
 
     K_INT(fg_config, "limits.max_frame_bytes", limits.max_frame_bytes, MIB, KIB, INT64_C(1) << 28,

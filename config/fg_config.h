@@ -115,8 +115,11 @@ typedef struct fg_config_model {
 typedef struct fg_config_sessions {
     int64_t idle_timeout_s;         /* seconds */
     int64_t resume_buffer_events;   /* server events kept per session */
+    int64_t resume_buffer_bytes;    /* bytes of events kept per session, beyond the unsent */
     int64_t max_per_tenant;
-    int64_t output_buffer_bytes;    /* bytes per connection */
+    int64_t output_buffer_bytes;    /* bytes per connection: soft limit on unsent events */
+    int64_t output_buffer_hard_bytes; /* bytes per connection: hard limit on unsent events */
+    int64_t output_buffer_soft_s;   /* seconds above the soft limit before the close */
     int64_t default_max_output_tokens;
     int64_t max_instructions_bytes; /* bytes; 0: instructions refused */
 } fg_config_sessions;

@@ -250,7 +250,7 @@ typedef struct admin_ctx {
     int kind;                    /* CTX_* */
 } admin_ctx;
 
-enum { CTX_PUT, CTX_DELETE, CTX_KEY_ADD, CTX_KEY_REVOKE };
+enum { CTX_PUT, CTX_CREATE, CTX_DELETE, CTX_KEY_ADD, CTX_KEY_REVOKE };
 
 static admin_ctx *ctx_new(gw_http_req *req, fg_gateway_t *gw, int kind, unsigned ok_status)
 {
@@ -272,7 +272,7 @@ static void on_admin_done(void *user, const fg_quota_result *r)
     gw_http_req *req = x->req;
     switch (r->verdict) {
     case FG_QUOTA_OK:
-        if (x->kind == CTX_PUT) {
+        if (x->kind == CTX_PUT || x->kind == CTX_CREATE) {
             reply_json(req, x->ok_status, record_json(&x->rec));
             fg_log_at(FG_LOG_INFO, "admin_tenant_put", x->rec.id, NULL, NULL);
         } else if (x->kind == CTX_KEY_ADD) {
@@ -291,6 +291,9 @@ static void on_admin_done(void *user, const fg_quota_result *r)
             reply_error(req, 404, "key_not_found", "key", "%s", "the tenant has no such key");
         else if (x->kind == CTX_KEY_ADD)
             reply_error(req, 409, "key_conflict", NULL, "%s", "the new key is already bound to a tenant: retry");
+        else if (x->kind == CTX_CREATE) /* the record was checked here: it is the tenant that exists */
+            reply_error(req, 409, "tenant_exists", "id", "tenant '%s' exists (PUT /admin/tenants/%s replaces it)",
+                        x->rec.id, x->rec.id);
         else
             reply_error(req, 400, "invalid_value", NULL, "%s", "the quota module refused the record");
         break;
@@ -334,11 +337,14 @@ static void tenant_put(fg_gateway_t *gw, gw_http_req *req, const char *path_id)
     if (!path_id && exists)
         return reply_error(req, 409, "tenant_exists", "id", "tenant '%s' exists (PUT /admin/tenants/%s replaces it)",
                            t.id, t.id);
-    admin_ctx *x = ctx_new(req, gw, CTX_PUT, path_id ? 200 : 201);
+    admin_ctx *x = ctx_new(req, gw, path_id ? CTX_PUT : CTX_CREATE, path_id ? 200 : 201);
     if (!x)
         return;
     x->rec = t;
-    fg_quota_tenant_put(gw->quota, &t, on_admin_done, x);
+    if (path_id)
+        fg_quota_tenant_put(gw->quota, &t, on_admin_done, x);
+    else /* atomic in Redis: of concurrent creations of one id, one gets 201 */
+        fg_quota_tenant_create(gw->quota, &t, on_admin_done, x);
 }
 
 static void tenant_delete(fg_gateway_t *gw, gw_http_req *req, const char *id)

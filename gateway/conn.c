@@ -10,7 +10,9 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 
-#define OWN_QUEUE_EVENTS 64 /* connection-level events (errors before a session) kept unsent */
+/* Seconds a connection closed for its output limit has to take the close
+ * frame before it is dropped without one (it may not read at all). */
+#define LIMIT_CLOSE_GRACE_S 5
 
 void gw_conn_request_write(gw_conn *c)
 {
@@ -20,22 +22,93 @@ void gw_conn_request_write(gw_conn *c)
 void gw_conn_push_own(gw_conn *c)
 {
     fg_gateway_t *gw = c->gw;
-    gw_event dropped;
-    if (gw_ring_push(&c->own, OWN_QUEUE_EVENTS, UINT64_MAX, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len,
-                     &dropped)) {
-        free(dropped.buf); /* a client that never reads its errors loses the oldest */
-        gw_conn_request_write(c);
+    if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
+        return; /* closed for not reading: nothing more is queued for it */
+    if (!gw_ring_push(&c->own, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len)) {
+        fg_log(FG_LOG_ERROR, "event_dropped", "\"reason\":\"out_of_memory\"");
+        return;
     }
+    gw_conn_request_write(c);
+    gw_conn_output_changed(c);
+}
+
+/* Bytes of events queued for the client and not yet handed to lws: the
+ * connection's own, its session's unsent ones and the delta text not yet an event. */
+static size_t unsent_bytes(const gw_conn *c)
+{
+    const gw_session *s = c->session;
+    return c->own.bytes + (s ? s->unsent_bytes + s->pending_len : 0);
 }
 
 void gw_conn_rx_update(gw_conn *c)
 {
     const gw_session *s = c->session;
-    bool pause = s && (s->output_paused || s->quota_pending);
+    /* a client whose events pile up is not read either: its requests would queue more */
+    bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending)) ||
+                 (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY);
     if (c->rx_paused != pause) {
         c->rx_paused = pause;
         lws_rx_flow_control(c->wsi, pause ? 0 : 1);
     }
+}
+
+/* The client does not read: it is closed with 1008. Its queued events go, a
+ * response in progress is cancelled (its KV and quota reservation released
+ * by the engine's response.done), and the session is detached, resumable with
+ * what its resume buffer keeps. */
+static void close_for_output_limit(gw_conn *c, const char *limit)
+{
+    fg_gateway_t *gw = c->gw;
+    gw_session *s = c->session;
+    const gw_tenant *t = gw_tenant_at(gw, c->tenant);
+    fg_log_at(FG_LOG_WARN, "slow_client_closed", t ? t->rec.id : NULL, s ? s->id : NULL,
+              "\"limit\":\"%s\",\"unsent_bytes\":%zu", limit, unsent_bytes(c));
+    gw->metrics.output_limit_closes++;
+    c->closing = true;
+    c->close_code = FG_PROTO_CLOSE_POLICY;
+    lws_sul_cancel(&c->limit_timer);
+    if (s) {
+        if (s->responding) {
+            s->cancel_reason = "slow_client";
+            fg_session_cancel(s->es); /* its response.done (cancelled) goes to the resume buffer */
+        }
+        gw_session_detach(s);
+    }
+    gw_ring_free(&c->own);
+    gw_conn_rx_update(c);
+    gw_conn_request_write(c); /* the close frame, once the socket takes it */
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LIMIT_CLOSE_GRACE_S);
+}
+
+static void on_limit_timer(lws_sorted_usec_list_t *sul)
+{
+    gw_conn *c = lws_container_of(sul, gw_conn, limit_timer);
+    if (c->closing)
+        return;
+    close_for_output_limit(c, c->past_hard ? "hard" : "soft");
+}
+
+void gw_conn_output_changed(gw_conn *c)
+{
+    const fg_config_sessions *cfg = &c->gw->cfg->sessions;
+    if (c->past_hard || (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY))
+        return; /* its close is scheduled, or under way */
+    const size_t queued = unsent_bytes(c), soft = (size_t)cfg->output_buffer_bytes;
+    if (queued > (size_t)cfg->output_buffer_hard_bytes) {
+        /* at once, but out of this call: its caller may still use the session */
+        c->past_hard = c->over_soft = true;
+        lws_sul_schedule(lws_get_context(c->wsi), 0, &c->limit_timer, on_limit_timer, 1);
+    } else {
+        /* above the soft limit until the client has read half of it: not read, and timed */
+        const bool over = c->over_soft ? queued * 2 > soft : queued > soft;
+        if (over && !c->over_soft)
+            lws_sul_schedule(lws_get_context(c->wsi), 0, &c->limit_timer, on_limit_timer,
+                             (lws_usec_t)cfg->output_buffer_soft_s * LWS_US_PER_SEC);
+        else if (!over && c->over_soft)
+            lws_sul_cancel(&c->limit_timer);
+        c->over_soft = over;
+    }
+    gw_conn_rx_update(c);
 }
 
 /* Sends an error event: in the session's numbering when one is attached. */
@@ -77,6 +150,7 @@ void gw_conn_on_open(gw_conn *c)
 void gw_conn_on_close(gw_conn *c)
 {
     fg_gateway_t *gw = c->gw;
+    lws_sul_cancel(&c->limit_timer);
     if (c->session)
         gw_session_detach(c->session); /* the session outlives the socket */
     free(c->rx);
@@ -438,7 +512,7 @@ static void on_session_resume(gw_conn *c, const fg_client_event *ev)
     if (last > newest)
         return fail(c, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
                     "last_sequence_number is newer than the session's newest event");
-    uint64_t oldest = s->ring.count ? s->ring.ev[s->ring.head].seq : s->next_seq;
+    uint64_t oldest = s->ring.count ? gw_ring_at(&s->ring, 0)->seq : s->next_seq;
     if (last + 1 < oldest && !ev->u.resume.allow_gap)
         return fail(c, ev, FG_PROTO_SEQUENCE_EXPIRED, "last_sequence_number", "%s",
                     "some events after last_sequence_number have left the resume buffer");
@@ -704,16 +778,17 @@ void gw_session_close(gw_session *s, const char *reason)
             gw_session_push(s, dseq);
     }
     for (uint32_t i = 0; i < s->ring.count; i++) {
-        const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+        const gw_event *e = gw_ring_at(&s->ring, i);
         if (e->seq > s->sent_seq)
-            gw_ring_push(&c->own, UINT32_MAX, 0, e->seq, e->buf + LWS_PRE, e->len, NULL);
+            gw_ring_push(&c->own, e->seq, e->buf + LWS_PRE, e->len);
     }
     uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
-        gw_ring_push(&c->own, UINT32_MAX, 0, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len, NULL);
+        gw_ring_push(&c->own, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
     fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
     gw_session_destroy(s, false);
     gw_conn_request_write(c);
+    gw_conn_output_changed(c);
 }
 
 static void on_session_close(gw_conn *c, const fg_client_event *ev)
@@ -766,6 +841,8 @@ static bool rate_ok(gw_conn *c)
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
 {
     fg_gateway_t *gw = c->gw;
+    if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
+        return; /* closed for not reading: what it still sends is not answered */
     if (lws_is_first_fragment(c->wsi)) {
         c->rx_len = 0;
         c->rx_too_big = false;
@@ -810,7 +887,7 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
     fg_client_event ev;
     fg_proto_error err;
     fg_err e = fg_proto_parse(c->rx, c->rx_len, &gw->limits, &ev, &err);
-    if (c->rx_cap > 65536) { /* do not keep a big buffer per idle connection */
+    if (c->rx_cap > 16384) { /* do not keep a big buffer per idle connection */
         free(c->rx);
         c->rx = NULL;
         c->rx_cap = 0;
@@ -835,34 +912,30 @@ int gw_conn_on_writable(gw_conn *c)
 {
     fg_gateway_t *gw = c->gw;
     if (c->own.count) {
-        gw_event e = c->own.ev[c->own.head];
-        c->own.head = (c->own.head + 1) % c->own.cap;
-        c->own.count--;
-        int rc = write_event(c, &e);
-        free(e.buf);
+        int rc = write_event(c, gw_ring_at(&c->own, 0));
+        gw_ring_drop_oldest(&c->own);
         if (rc)
             return -1;
         gw_conn_request_write(c);
+        gw_conn_output_changed(c);
         return 0;
     }
     gw_session *s = c->session;
     if (s) {
         gw_session_flush_delta(s); /* every token since the last write, in one frame */
         for (uint32_t i = 0; i < s->ring.count; i++) {
-            const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+            const gw_event *e = gw_ring_at(&s->ring, i);
             if (e->seq <= s->sent_seq)
                 continue;
             if (write_event(c, e))
                 return -1;
-            s->sent_seq = e->seq;
-            s->unsent_bytes -= e->len;
-            s->unsent_events--;
+            gw_session_sent(s, e);
             if (s->output_paused && s->unsent_bytes * 2 <= (size_t)gw->cfg->sessions.output_buffer_bytes &&
                 s->unsent_events * 4 <= (uint32_t)gw->cfg->sessions.resume_buffer_events) {
                 s->output_paused = false; /* the client caught up: let the engine go on */
-                gw_conn_rx_update(c);
                 gw_session_drain_engine(s);
             }
+            gw_conn_output_changed(c);
             if (s->unsent_events || s->pending_len || c->closing)
                 gw_conn_request_write(c); /* more to write, or the close frame */
             return 0;

@@ -35,6 +35,7 @@ typedef struct gw_event {
 typedef struct gw_ring {
     gw_event *ev;
     uint32_t cap, head, count;
+    size_t bytes;                   /* sum of the events' len */
 } gw_ring;
 
 struct gw_session {
@@ -65,9 +66,10 @@ struct gw_session {
     /* events */
     uint64_t next_seq;              /* the next sequence number (the first event is 1) */
     uint64_t evt_counter;           /* event ids "evt_<n>" */
-    gw_ring ring;                   /* the newest events (resume buffer) */
+    gw_ring ring;                   /* the newest events (resume buffer): the unsent ones, and up to
+                                       sessions.resume_buffer_bytes of the others */
     uint64_t sent_seq;              /* newest seq written to the attached connection */
-    size_t unsent_bytes;            /* bytes of ring events newer than sent_seq */
+    size_t unsent_bytes;            /* bytes of ring events newer than sent_seq (attached) */
     uint32_t unsent_events;
     bool output_paused;             /* not draining the engine: the client is behind */
 
@@ -115,6 +117,12 @@ struct gw_conn {
     bool rx_paused;                 /* reading stopped while the client is behind */
     bool closing;                   /* close with close_code once the queue is written */
     int close_code;
+    /* output limits (sessions.output_buffer_*): the soft limit's timer, or the
+     * hard limit's close deferred out of the pushing call */
+    bool over_soft;                 /* unsent output above the soft limit (to half of it): not read,
+                                       limit_timer runs */
+    bool past_hard;                 /* past the hard limit: limit_timer closes it at once */
+    lws_sorted_usec_list_t limit_timer;
     gw_conn *all_next, *all_prev;
 };
 
@@ -142,6 +150,7 @@ struct fg_gateway {
     size_t kv_bytes_per_token;
     gw_conn *conns;
     size_t n_conns;
+    size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
 
     gw_metrics metrics;             /* metrics.h */
     struct gw_status *status;       /* status.h: the sampled history; NULL on out of memory */
@@ -216,9 +225,14 @@ int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
-/* Stops reading a client while its session's output is paused or a quota
- * answer is awaited, and reads again when neither holds. */
+/* Stops reading a client while its session's output is paused, a quota
+ * answer is awaited or its unsent output is above the soft limit (reading
+ * starts again at half of it), and reads again when none holds. */
 void gw_conn_rx_update(gw_conn *c);
+/* After the connection's unsent output changed (a push, a write): applies the
+ * output limits (reading, the soft limit's timer, the close 1008 past the
+ * hard one, deferred to a timer so the caller's state stays valid). */
+void gw_conn_output_changed(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
 /* Closes a session for good: an attached client gets its unwritten events, a
  * cancelled response.done if it was responding, then session.closed with
@@ -226,11 +240,19 @@ void gw_conn_request_write(gw_conn *c);
 void gw_session_close(gw_session *s, const char *reason);
 
 /* rings */
-/* Appends an event. When the ring is at cap_limit the oldest event leaves
- * (into *dropped, or freed) unless its seq > keep_after: events a connected
- * client has not been sent yet are never dropped, the ring grows instead. */
-bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t keep_after, uint64_t seq, const char *json, size_t len,
-                  gw_event *dropped);
+/* Appends a copy of an event; the ring grows as needed (its owner bounds it).
+ * False on out of memory (nothing appended). */
+bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len);
+/* The i-th oldest event (i < count). */
+static inline gw_event *gw_ring_at(const gw_ring *r, uint32_t i)
+{
+    return &r->ev[(r->head + i) % r->cap];
+}
+/* Frees the oldest event (count > 0). */
+void gw_ring_drop_oldest(gw_ring *r);
 void gw_ring_free(gw_ring *r);
+/* The session's write path: the event e of its ring was written to the
+ * attached connection; what was sent beyond the resume buffer's limits leaves. */
+void gw_session_sent(gw_session *s, const gw_event *e);
 
 #endif

@@ -9,9 +9,13 @@
  * they are written, for replay.
  *
  * Backpressure: when a connection falls behind (unsent bytes above
- * sessions.output_buffer_bytes, or half the ring unsent) the session stops
- * draining the engine, whose bounded queue then pauses the generation; the
- * drain resumes once the client has read half of it. Nothing is dropped.
+ * sessions.output_buffer_bytes, or half the ring's event count unsent) the
+ * session stops draining the engine, whose bounded queue then pauses the
+ * generation; the drain resumes once the client has read half of it. Nothing
+ * an attached client was not sent is dropped; a client that does not read at
+ * all meets the output limits instead (conn.c: close 1008). The resume buffer
+ * keeps, besides the unsent events, the newest sent ones up to its byte and
+ * event limits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,38 +30,20 @@
 
 /* ---- rings ---- */
 
-bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t keep_after, uint64_t seq, const char *json, size_t len,
-                  gw_event *dropped)
+bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len)
 {
-    if (dropped)
-        dropped->buf = NULL;
     if (r->count == r->cap) {
-        const bool oldest_unsent = r->count && r->ev[r->head].seq > keep_after;
-        if (r->cap < cap_limit || oldest_unsent) {
-            /* grow: rings start small so an idle session costs little, and
-             * never drop what an attached client has not been sent */
-            uint32_t nc = r->cap ? r->cap * 2 : 8;
-            if (nc > cap_limit && !oldest_unsent)
-                nc = cap_limit;
-            gw_event *ev = malloc(nc * sizeof *ev);
-            if (!ev)
-                return false;
-            for (uint32_t i = 0; i < r->count; i++)
-                ev[i] = r->ev[(r->head + i) % r->cap];
-            free(r->ev);
-            r->ev = ev;
-            r->cap = nc;
-            r->head = 0;
-        } else {
-            /* full: the oldest event leaves */
-            gw_event *old = &r->ev[r->head];
-            if (dropped)
-                *dropped = *old;
-            else
-                free(old->buf);
-            r->head = (r->head + 1) % r->cap;
-            r->count--;
-        }
+        /* rings start small so that an idle session costs little */
+        uint32_t nc = r->cap ? r->cap * 2 : 8;
+        gw_event *ev = malloc(nc * sizeof *ev);
+        if (!ev)
+            return false;
+        for (uint32_t i = 0; i < r->count; i++)
+            ev[i] = *gw_ring_at(r, i);
+        free(r->ev);
+        r->ev = ev;
+        r->cap = nc;
+        r->head = 0;
     }
     char *buf = malloc(LWS_PRE + len + 1);
     if (!buf)
@@ -65,13 +51,23 @@ bool gw_ring_push(gw_ring *r, uint32_t cap_limit, uint64_t keep_after, uint64_t 
     memcpy(buf + LWS_PRE, json, len + 1);
     r->ev[(r->head + r->count) % r->cap] = (gw_event){.seq = seq, .buf = buf, .len = len};
     r->count++;
+    r->bytes += len;
     return true;
+}
+
+void gw_ring_drop_oldest(gw_ring *r)
+{
+    gw_event *old = gw_ring_at(r, 0);
+    r->bytes -= old->len;
+    free(old->buf);
+    r->head = (r->head + 1) % r->cap;
+    r->count--;
 }
 
 void gw_ring_free(gw_ring *r)
 {
     for (uint32_t i = 0; i < r->count; i++)
-        free(r->ev[(r->head + i) % r->cap].buf);
+        free(gw_ring_at(r, i)->buf);
     free(r->ev);
     memset(r, 0, sizeof *r);
 }
@@ -209,30 +205,52 @@ uint64_t gw_session_take_seq(gw_session *s)
     return s->next_seq++;
 }
 
+/* The resume buffer's limits: events already sent (all of them while
+ * detached) leave, oldest first, past sessions.resume_buffer_events or
+ * sessions.resume_buffer_bytes; the newest event always stays. Unsent events
+ * of an attached client never leave: the output limits bound those. */
+static void trim_resume_buffer(gw_session *s)
+{
+    const fg_config_sessions *cfg = &s->gw->cfg->sessions;
+    gw_ring *r = &s->ring;
+    while (r->count > 1) {
+        const gw_event *old = gw_ring_at(r, 0);
+        const bool unsent = old->seq > s->sent_seq;
+        if (s->conn && unsent)
+            break;
+        const size_t kept = s->conn ? r->bytes - s->unsent_bytes : r->bytes;
+        if (kept <= (size_t)cfg->resume_buffer_bytes && r->count <= (uint32_t)cfg->resume_buffer_events)
+            break;
+        if (unsent) { /* detached: it leaves the resume buffer unsent */
+            s->unsent_bytes -= old->len;
+            s->unsent_events--;
+        }
+        gw_ring_drop_oldest(r);
+    }
+}
+
 void gw_session_push(gw_session *s, uint64_t seq)
 {
     fg_gateway_t *gw = s->gw;
-    const char *json = fg_proto_buf_text(&gw->scratch);
-    gw_event dropped;
-    /* Attached: nothing unsent may leave. Detached: the oldest events go (a
-     * resume then needs allow_gap), so a session nobody reads stays bounded. */
-    uint64_t keep_after = s->conn ? s->sent_seq : UINT64_MAX;
-    if (!gw_ring_push(&s->ring, (uint32_t)gw->cfg->sessions.resume_buffer_events, keep_after, seq, json,
-                      gw->scratch.len, &dropped)) {
+    if (!gw_ring_push(&s->ring, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len)) {
         fg_log_at(FG_LOG_ERROR, "event_dropped", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
         return;
     }
-    if (dropped.buf) {
-        if (dropped.seq > s->sent_seq) { /* detached: it leaves the resume buffer unsent */
-            s->unsent_bytes -= dropped.len;
-            s->unsent_events--;
-        }
-        free(dropped.buf);
-    }
     s->unsent_bytes += gw->scratch.len;
     s->unsent_events++;
-    if (s->conn)
+    trim_resume_buffer(s);
+    if (s->conn) {
         gw_conn_request_write(s->conn);
+        gw_conn_output_changed(s->conn);
+    }
+}
+
+void gw_session_sent(gw_session *s, const gw_event *e)
+{
+    s->sent_seq = e->seq;
+    s->unsent_bytes -= e->len;
+    s->unsent_events--;
+    trim_resume_buffer(s);
 }
 
 void gw_session_info(const gw_session *s, fg_proto_session_info *info)
@@ -452,6 +470,8 @@ void gw_session_drain_engine(gw_session *s)
     }
     if (s->conn && (s->pending_len || s->unsent_events))
         gw_conn_request_write(s->conn);
+    if (s->conn) /* the delta text not yet an event counts too */
+        gw_conn_output_changed(s->conn);
 }
 
 /* ---- attach and detach ---- */
@@ -471,7 +491,7 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
     s->unsent_bytes = 0;
     s->unsent_events = 0;
     for (uint32_t i = 0; i < s->ring.count; i++) {
-        const gw_event *e = &s->ring.ev[(s->ring.head + i) % s->ring.cap];
+        const gw_event *e = gw_ring_at(&s->ring, i);
         if (e->seq > last_seq) {
             s->unsent_bytes += e->len;
             s->unsent_events++;
@@ -479,6 +499,7 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
     }
     s->last_activity = fg_clock_mono_s();
     gw_conn_request_write(c);
+    gw_conn_output_changed(c); /* the replay counts against the output limits */
 }
 
 void gw_session_detach(gw_session *s)
@@ -495,6 +516,7 @@ void gw_session_detach(gw_session *s)
     }
     s->last_activity = fg_clock_mono_s();
     gw_session_flush_delta(s);
+    trim_resume_buffer(s); /* what the client was not sent now counts against the resume buffer */
 }
 
 void gw_sessions_sweep(fg_gateway_t *gw)

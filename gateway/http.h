@@ -5,10 +5,13 @@
  * dashboard key or the admin key as a bearer token when auth.dashboard_key is
  * set (docs/metrics.md).
  *
- * A request may be answered at once or later (after an asynchronous quota
- * call): the handler keeps the gw_http_req and calls gw_http_reply exactly
- * once. If the client went away meanwhile the reply is dropped and the request
- * freed then. Service thread only.
+ * A request is routed exactly once, when it is whole (headers, then its
+ * Content-Length body), and answered at once or later (after an asynchronous
+ * quota call): the handler keeps the gw_http_req and calls gw_http_reply (or
+ * gw_http_error) once; later calls are ignored. The connection owns the
+ * request: if the client goes away before the handler replies, the reply is
+ * dropped and frees the request; a request that was never routed is freed
+ * with its connection. Service thread only.
  */
 #ifndef FG_GATEWAY_HTTP_H
 #define FG_GATEWAY_HTTP_H
@@ -19,7 +22,14 @@
 typedef struct fg_gateway fg_gateway_t;
 typedef struct gw_http_req gw_http_req;
 
-#define GW_HTTP_MAX_BODY (1u << 20) /* request bodies above this get 413 */
+/* Limits on what a client may send (docs/admin.md, "HTTP limits"). */
+#define GW_HTTP_MAX_BODY (1u << 20)          /* bytes of one request body; above: 413 */
+#define GW_HTTP_BODY_BUDGET (64u << 20)      /* bytes buffered for all bodies being received; above: 503 */
+#define GW_HTTP_MAX_URI_BYTES 4096           /* bytes of the decoded path; at or above: 414 */
+#define GW_HTTP_MAX_HEADER_BYTES 4096        /* bytes of one known header's value; at or above: 431 */
+#define GW_HTTP_HEADER_SPACE (16u << 10)     /* the lws header buffer: a header block beyond it is closed unanswered */
+#define GW_HTTP_HEADER_TIMEOUT_S 10          /* first byte to the end of the headers; then closed (by lws) */
+#define GW_HTTP_BODY_TIMEOUT_S 30            /* end of the headers to the end of the body; then 408 */
 
 fg_gateway_t *gw_http_gateway(const gw_http_req *req);
 /* "GET", "POST", "PUT", "PATCH", "DELETE" or "OTHER" */

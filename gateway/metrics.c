@@ -214,6 +214,9 @@ static void render_gateway(fg_gateway_t *gw, text *t)
     put_value(t, "flashgate_backpressure_pauses_total", "counter",
               "Times a session's generation paused because its client read too slowly.",
               (double)m->backpressure_pauses);
+    put_value(t, "flashgate_output_limit_closes_total", "counter",
+              "WebSocket connections closed with 1008 because their client did not read (output limits).",
+              (double)m->output_limit_closes);
 
     /* sessions by state per tenant */
     char id[160];

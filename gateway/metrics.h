@@ -67,6 +67,7 @@ typedef struct gw_metrics {
     uint64_t connections_refused;          /* upgrades refused (bad key, draining, full) */
     uint64_t http_requests;                /* plain HTTP requests routed */
     uint64_t backpressure_pauses;          /* sessions paused because their client was behind */
+    uint64_t output_limit_closes;          /* connections closed with 1008 for not reading */
     uint64_t output_tokens;                /* tokens as the gateway forwards them (all tenants) */
     gw_hist ttft;                          /* response.create received -> first output token */
     gw_hist inter_token;                   /* between two output tokens of one response */

@@ -21,6 +21,8 @@
 #include "gateway/protocol.h"
 #include "gateway/protocol_internal.h"
 
+#include "config/fg_config.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,7 +33,7 @@
 void fg_proto_limits_default(fg_proto_limits *lim)
 {
     lim->max_message_bytes = (size_t)1 << 20;
-    lim->max_instructions_bytes = (size_t)64 << 10;
+    lim->max_instructions_bytes = FG_CONFIG_MAX_INSTRUCTIONS_BYTES;
     lim->max_text_bytes = (size_t)256 << 10;
     lim->max_output_tokens = 32768;
     lim->max_depth = 32;

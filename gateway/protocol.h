@@ -53,7 +53,7 @@ enum {
 /* Configurable parse limits; the gateway fills them from its config. */
 typedef struct fg_proto_limits {
     size_t max_message_bytes;      /* one client message (all its frames); default 1 MiB */
-    size_t max_instructions_bytes; /* session.instructions; default 64 KiB */
+    size_t max_instructions_bytes; /* session.instructions; default FG_CONFIG_MAX_INSTRUCTIONS_BYTES */
     size_t max_text_bytes;         /* one content part's text, arguments, output; default 256 KiB */
     uint32_t max_output_tokens;    /* upper bound of every max_output_tokens; default 32768 */
     uint32_t max_depth;            /* JSON nesting of the message; default 32 */

@@ -24,7 +24,7 @@
 typedef struct gw_pss {
     gw_conn conn;
     int tenant;             /* from the handshake, before ESTABLISHED */
-    gw_http_req *http;      /* the HTTP request in progress */
+    gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
 
 static fg_gateway_t *gateway_of(struct lws *wsi)
@@ -177,7 +177,20 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.gw = gw;
         pss->conn.wsi = wsi;
         pss->conn.tenant = pss->tenant;
+        /* lws 4.1.6 drops a connection for some framing violations (a control
+         * frame longer than 125 bytes) without a reason, and so without a close
+         * frame: with this one preset it sends 1002. Every close of ours sets
+         * its own code; a peer's close is answered with its own payload. */
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
         gw_conn_on_open(&pss->conn);
+        return 0;
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        /* A close payload is empty or starts with a 2-byte code; lws echoes a
+         * 1-byte one as it is (RFC 6455 5.5.1): answer it with 1002 instead. */
+        if (len == 1) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
+            return -1;
+        }
         return 0;
     /* A refused handshake gets CLOSED without ESTABLISHED: conn.gw is still NULL. */
     case LWS_CALLBACK_RECEIVE:
@@ -198,31 +211,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             on_wakeup(gw);
         return 0;
     case LWS_CALLBACK_HTTP:
-        pss->http = gw_http_begin(gateway_of(wsi), wsi, in ? (const char *)in : "");
-        if (!pss->http)
+        if (!pss || pss->http) /* one request per connection (http_internal.h) */
             return -1;
-        if (!gw_http_has_body(pss->http))
-            gw_http_dispatch(pss->http);
-        return 0;
+        pss->http = gw_http_begin(gateway_of(wsi), wsi, in, len);
+        return pss->http ? 0 : -1;
     case LWS_CALLBACK_HTTP_BODY:
         if (pss && pss->http)
             gw_http_body_chunk(pss->http, in, len);
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (pss && pss->http)
-            gw_http_dispatch(pss->http);
-        return 0;
-    case LWS_CALLBACK_HTTP_WRITEABLE: {
-        if (!pss || !pss->http)
-            return 0;
-        int r = gw_http_writable(pss->http);
-        if (r == 1) {
-            gw_http_finished(pss->http);
-            pss->http = NULL;
-            return lws_http_transaction_completed(wsi) ? -1 : 0;
-        }
-        return r;
-    }
+        return pss && pss->http ? gw_http_body_done(pss->http) : 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        return pss && pss->http ? gw_http_writable(pss->http) : 0;
     case LWS_CALLBACK_CLOSED_HTTP:
         if (pss && pss->http) { /* NULL pss: a connection that never finished a request (closed at shutdown) */
             gw_http_closed(pss->http);
@@ -326,6 +326,9 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     if (cfg->server.host && inet_pton(AF_INET, cfg->server.host, &v4) == 1)
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.timeout_secs = 30;
+    info.timeout_secs_ah_idle = GW_HTTP_HEADER_TIMEOUT_S;
+    info.max_http_header_data = GW_HTTP_HEADER_SPACE;
+    info.token_limits = gw_http_token_limits();
     info.ka_time = 60; /* TCP keepalive finds dead peers of detached sessions */
     info.ka_probes = 3;
     info.ka_interval = 10;

@@ -156,6 +156,25 @@ FIELD(f_conns, s->connections)
 FIELD(f_rej, s->quota_rejections)
 #undef FIELD
 
+/* msg with each word that starts with '/' (a unix socket's path, up to the
+ * next space or ':') replaced by "local": the document can be public
+ * (docs/metrics.md), and a path tells about the host. */
+static void without_paths(const char *msg, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; msg[i] && o + 1 < cap;) {
+        if (msg[i] == '/' && (i == 0 || msg[i - 1] == ' ')) {
+            while (msg[i] && msg[i] != ' ' && msg[i] != ':')
+                i++;
+            for (const char *r = "local"; *r && o + 1 < cap; r++)
+                out[o++] = *r;
+            continue;
+        }
+        out[o++] = msg[i++];
+    }
+    out[o] = 0;
+}
+
 static json_t *series(const gw_status *st, sample_field f)
 {
     json_t *a = json_array();
@@ -216,10 +235,12 @@ char *gw_status_render(fg_gateway_t *gw)
     memset(&qs, 0, sizeof qs);
     if (gw->quota)
         fg_quota_get_stats(gw->quota, &qs);
+    char last_error[sizeof qs.last_error];
+    without_paths(qs.last_error, last_error, sizeof last_error);
     json_t *redis = json_pack("{s:b, s:b, s:b, s:I, s:I, s:f, s:I, s:s}", "enabled", gw->quota != NULL, "up",
                               qs.connected, "degraded", gw->quota && !qs.connected, "commands", (json_int_t)qs.calls,
                               "errors", (json_int_t)qs.errors, "last_round_trip_ms", round3(qs.last_call_ms),
-                              "journal_entries", (json_int_t)qs.journal_entries, "last_error", qs.last_error);
+                              "journal_entries", (json_int_t)qs.journal_entries, "last_error", last_error);
 
     const double page_bytes = (double)gw->kv_bytes_per_token * FG_KV_PAGE_TOKENS;
     json_t *kv = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "resident_bytes",

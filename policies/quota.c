@@ -322,6 +322,18 @@ void fg_quota_tenant_put(fg_quota_t *q, const fg_tenant_record *t, fg_quota_cb c
     enqueue(q, r);
 }
 
+void fg_quota_tenant_create(fg_quota_t *q, const fg_tenant_record *t, fg_quota_cb cb, void *user)
+{
+    fg_qreq *r = req_new(FG_QREQ_CREATE, t ? t->id : NULL, cb, user);
+    if (!r)
+        return;
+    if (t)
+        r->rec = *t;
+    if (r->reject != FG_QUOTA_OK)
+        r->reject = FG_QUOTA_INVALID;
+    enqueue(q, r);
+}
+
 void fg_quota_tenant_delete(fg_quota_t *q, const char *tenant_id, fg_quota_cb cb, void *user)
 {
     fg_qreq *r = req_new(FG_QREQ_DELETE, tenant_id, cb, user);

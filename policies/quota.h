@@ -129,6 +129,11 @@ void fg_quota_poll(fg_quota_t *q);
 void fg_quota_tenant_seed(fg_quota_t *q, const fg_tenant_record *t, const char *const *api_keys, size_t n_keys);
 /* Creates or replaces; callback verdict FG_QUOTA_OK or FG_QUOTA_UNAVAILABLE. */
 void fg_quota_tenant_put(fg_quota_t *q, const fg_tenant_record *t, fg_quota_cb cb, void *user);
+/* Creates only if the tenant does not exist, atomically in Redis (of several
+ * concurrent creations of one id, across gateways, one succeeds); callback
+ * verdict FG_QUOTA_OK, FG_QUOTA_INVALID when the tenant exists or the record
+ * is malformed, or FG_QUOTA_UNAVAILABLE. */
+void fg_quota_tenant_create(fg_quota_t *q, const fg_tenant_record *t, fg_quota_cb cb, void *user);
 void fg_quota_tenant_delete(fg_quota_t *q, const char *tenant_id, fg_quota_cb cb, void *user);
 void fg_quota_key_add(fg_quota_t *q, const char *tenant_id, const char *api_key, fg_quota_cb cb, void *user);
 void fg_quota_key_revoke(fg_quota_t *q, const char *tenant_id, const char *api_key, fg_quota_cb cb, void *user);

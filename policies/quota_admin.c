@@ -250,6 +250,36 @@ static void put(struct fg_quota *q, fg_qreq *r)
     r->result.verdict = written ? FG_QUOTA_OK : FG_QUOTA_UNAVAILABLE;
 }
 
+/* The create script, then the index and the version (only when it wrote). */
+static void create(struct fg_quota *q, fg_qreq *r)
+{
+    if (!valid_record(&r->rec)) {
+        r->result.verdict = FG_QUOTA_INVALID;
+        return;
+    }
+    char key[FG_QUOTA_REDIS_KEY_MAX];
+    fg_tenant_record rec = normalised(&r->rec);
+    fg_qkey(key, rec.id, "config");
+    fg_qcmd c[2];
+    redisReply *rep[2] = {NULL};
+    fg_qcmd_init(&c[0]);
+    fg_qcmd_script(&c[0], FG_QSCRIPT_CREATE, 1);
+    fg_qcmd_str(&c[0], key);
+    fg_qcmd_config_fields(&c[0], &rec);
+    bool ok = run(q, c, 1, rep);
+    const bool written = ok && rep_int_is(rep[0], 1), exists = ok && rep_int_is(rep[0], 0);
+    free_all(c, 1, rep);
+    if (!written) {
+        r->result.verdict = exists ? FG_QUOTA_INVALID : FG_QUOTA_UNAVAILABLE;
+        return;
+    }
+    cmd3(&c[0], "SADD", "flashgate:tenants", rec.id);
+    cmd2(&c[1], "INCR", VERSION_KEY);
+    ok = run(q, c, 2, rep);
+    free_all(c, 2, rep);
+    r->result.verdict = ok ? FG_QUOTA_OK : FG_QUOTA_UNAVAILABLE;
+}
+
 static void delete_tenant(struct fg_quota *q, fg_qreq *r)
 {
     char key[FG_QUOTA_REDIS_KEY_MAX];
@@ -433,6 +463,9 @@ void fg_qadmin_handle(struct fg_quota *q, fg_qreq *r)
     switch (r->kind) {
     case FG_QREQ_PUT:
         put(q, r);
+        break;
+    case FG_QREQ_CREATE:
+        create(q, r);
         break;
     case FG_QREQ_DELETE:
         delete_tenant(q, r);

@@ -57,6 +57,7 @@ typedef enum fg_qreq_kind {
     FG_QREQ_SETTLE,
     FG_QREQ_SEED,
     FG_QREQ_PUT,
+    FG_QREQ_CREATE,
     FG_QREQ_DELETE,
     FG_QREQ_KEY_ADD,
     FG_QREQ_KEY_REVOKE,
@@ -74,7 +75,7 @@ typedef struct fg_qreq {
     int64_t reserve_tokens, used_tokens;     /* tokens */
     int64_t kv_bytes;                        /* bytes */
     int64_t context_tokens, max_output_tokens;
-    fg_tenant_record rec;                    /* seed, put */
+    fg_tenant_record rec;                    /* seed, put, create */
     char (*seed_hashes)[FG_SHA256_HEX_LEN + 1]; /* seed: hex SHA-256 of its keys */
     size_t n_seed_hashes;
     fg_quota_cb cb;

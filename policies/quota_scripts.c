@@ -238,6 +238,16 @@ static const char USAGE[] = PRELUDE
     "if idx >= 5 and idx <= 7 then used = tonumber(redis.call('GET', KEYS[idx])) or 0 end\n"
     "return {1, s, r, left, used}\n";
 
+/* create: a tenant's record, only where there is none (POST /admin/tenants from
+ * several clients or gateways at once: one of them creates it).
+ *   KEYS[1] {tenant:ID}:config    hash
+ *   ARGV    the record's field, value pairs (as HSET takes them)
+ * Reply: 1 written, 0 the tenant exists (nothing written). */
+static const char CREATE[] =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+    "redis.call('HSET', KEYS[1], unpack(ARGV))\n"
+    "return 1\n";
+
 static const struct {
     const char *name, *source;
 } SCRIPTS[FG_QSCRIPT__COUNT] = {
@@ -247,6 +257,7 @@ static const struct {
     [FG_QSCRIPT_RENEW] = {"renew", RENEW},
     [FG_QSCRIPT_REPLAY] = {"replay", REPLAY},
     [FG_QSCRIPT_USAGE] = {"usage", USAGE},
+    [FG_QSCRIPT_CREATE] = {"create", CREATE},
 };
 
 const char *fg_qscript_source(fg_qscript_id id)

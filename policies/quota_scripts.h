@@ -1,7 +1,7 @@
 /* quota_scripts.h: the Lua scripts the quota thread runs on Redis.
  *
- * Every script reads the time with TIME (Redis's clock, so all gateways
- * agree), touches only the KEYS it is given (all in one tenant's hash slot:
+ * Every script that needs the time reads it with TIME (Redis's clock, so all
+ * gateways agree), touches only the KEYS it is given (all in one tenant's hash slot:
  * Redis Cluster safe), and is loaded once per connection with SCRIPT LOAD and
  * then called with EVALSHA (EVAL of the source on a NOSCRIPT reply).
  * quota_scripts.c documents each script's KEYS, ARGV and reply, with units.
@@ -19,6 +19,7 @@ typedef enum fg_qscript_id {
     FG_QSCRIPT_RENEW,    /* renew many leases of one tenant */
     FG_QSCRIPT_REPLAY,   /* apply journaled fail-open usage, idempotently */
     FG_QSCRIPT_USAGE,    /* read a tenant's live usage */
+    FG_QSCRIPT_CREATE,   /* write a tenant's record only if it has none */
     FG_QSCRIPT__COUNT
 } fg_qscript_id;
 

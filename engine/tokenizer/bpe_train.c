@@ -133,6 +133,20 @@ static void apply_merge(uint32_t *sym, const size_t *start, size_t *plen, size_t
     }
 }
 
+typedef struct pieces {
+    size_t *start;
+    size_t *len;
+    size_t n;
+} pieces;
+
+static int add_piece(void *ctx, size_t start, size_t end)
+{
+    pieces *p = ctx;
+    p->start[p->n] = start;
+    p->len[p->n++] = end - start;
+    return 0;
+}
+
 fg_err fg_bpe_train(const char *text, size_t len, uint32_t n_merges, fg_bpe_vocab *out, fg_diag *diag)
 {
     if (!out || (!text && len))
@@ -178,18 +192,11 @@ fg_err fg_bpe_train(const char *text, size_t len, uint32_t n_merges, fg_bpe_voca
     }
 
     /* Pieces. */
-    size_t n_pieces = 0;
-    for (size_t pos = 0; pos < len;) {
-        size_t end = fg_pretok_next(text, len, pos);
-        if (end <= pos || end > len)
-            end = pos + 1; /* defensive: never loop forever on a bad splitter */
-        start[n_pieces] = pos;
-        plen[n_pieces] = end - pos;
-        n_pieces++;
-        for (size_t i = pos; i < end; i++)
-            sym[i] = (unsigned char)text[i];
-        pos = end;
-    }
+    pieces pc = {start, plen, 0};
+    (void)fg_pretok_split(FG_PRETOK_GPT2, text, len, add_piece, &pc);
+    size_t n_pieces = pc.n;
+    for (size_t i = 0; i < len; i++)
+        sym[i] = (unsigned char)text[i];
 
     while (out->n_merges < n_merges) {
         pair_table_clear(&pt);

@@ -1,8 +1,11 @@
 /* bpe_train.h: a small, deterministic byte-level BPE trainer for the model
  * generator's vocabularies.
  *
- * The text is split into pieces with fg_pretok_next (the same splitter the
- * tokenizer uses, so merges never cross a piece boundary); each piece starts as
+ * The text is split into pieces as tokenizer.ggml.pre "gpt-2" splits it
+ * (engine/tokenizer/pretokenize.h), the splitter of the vocabularies the model generator
+ * writes, so merges never cross a piece boundary; on the built-in corpus, which
+ * is ASCII, the older "gpt2" byte-class splitter gives the same pieces, so
+ * either name yields the same vocabulary. Each piece starts as
  * its bytes (token ids 0..255 are the bytes in byte order). Each round counts
  * the adjacent pairs over all pieces and merges the most frequent one
  * everywhere, ties broken by the smallest (left id, right id). Merge i creates

@@ -37,6 +37,7 @@
 #include "engine/tokenizer/pretokenize.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
+#define KEY_PRE "tokenizer.ggml.pre"
 #define KEY_TOKENS "tokenizer.ggml.tokens"
 #define KEY_TYPES "tokenizer.ggml.token_type"
 #define KEY_MERGES "tokenizer.ggml.merges"
@@ -72,6 +73,7 @@ struct fg_tokenizer {
     int32_t n_vocab;
     int32_t bos, eos;  /* -1 when absent */
     bool add_bos;
+    fg_pretok_kind pre; /* from tokenizer.ggml.pre */
     token *tok;        /* [n_vocab] */
     char *arena;
 
@@ -468,16 +470,23 @@ fg_err fg_tokenizer_create(const fg_gguf_t *g, fg_tokenizer_t **out, fg_diag *di
                            KEY_MODEL, excerpt(ex, sizeof ex, model.ptr, (size_t)model.len));
     }
 
-    /* The pre-split is GPT-2's (pretokenize.h) whatever the file names:
-     * "gpt-2" is llama.cpp's name for it, and "gpt2" the one our generator
-     * wrote before, so both are read alike; absent is fine too. */
-    fg_gguf_str pre;
-    if ((e = fg_gguf_get_str(g, KEY_PRE, &pre)) != FG_OK && e != FG_ERR_NOT_FOUND)
+    /* No key: the splitter this project's generated models had before they
+     * wrote one, so their ids stay what they were. */
+    fg_pretok_kind pre = FG_PRETOK_LEGACY;
+    fg_gguf_str pre_name;
+    e = fg_gguf_get_str(g, KEY_PRE, &pre_name);
+    if (e != FG_OK && e != FG_ERR_NOT_FOUND)
         return fg_diag_set(diag, FG_ERR_TOKENIZER, "%s is not a string", KEY_PRE);
+    if (e == FG_OK && !fg_pretok_kind_from_name(pre_name.ptr, (size_t)pre_name.len, &pre)) {
+        char ex[64];
+        return fg_diag_set(diag, FG_ERR_TOKENIZER, "%s is \"%s\"; supported: %s", KEY_PRE,
+                           excerpt(ex, sizeof ex, pre_name.ptr, (size_t)pre_name.len), FG_PRETOK_NAMES);
+    }
 
     fg_tokenizer_t *t = calloc(1, sizeof *t);
     if (!t)
         return fg_diag_set(diag, FG_ERR_NOMEM, "tokenizer");
+    t->pre = pre;
     if ((e = load_tokens(t, g, diag)) != FG_OK || (e = build_text_table(t, diag)) != FG_OK ||
         (e = load_merges(t, g, diag)) != FG_OK || (e = build_special_trie(t, diag)) != FG_OK ||
         (e = read_opt_id(g, KEY_BOS, t->n_vocab, &t->bos, diag)) != FG_OK ||
@@ -677,18 +686,22 @@ static fg_err bpe_piece(enc *s, const unsigned char *p, size_t n)
     return FG_OK;
 }
 
+typedef struct plain_ctx {
+    enc *s;
+    const unsigned char *text;
+} plain_ctx;
+
+static int plain_piece(void *ctx, size_t start, size_t end)
+{
+    plain_ctx *c = ctx;
+    return bpe_piece(c->s, c->text + start, end - start);
+}
+
 /* Text without specials: pieces, then BPE on each. */
 static fg_err encode_plain(enc *s, const char *text, size_t len)
 {
-    size_t pos = 0;
-    while (pos < len) {
-        size_t end = fg_pretok_next(text, len, pos);
-        fg_err e = bpe_piece(s, (const unsigned char *)text + pos, end - pos);
-        if (e != FG_OK)
-            return e;
-        pos = end;
-    }
-    return FG_OK;
+    plain_ctx c = {s, (const unsigned char *)text};
+    return (fg_err)fg_pretok_split(s->t->pre, text, len, plain_piece, &c);
 }
 
 /* Longest special token starting at text[pos]; returns its id and sets *end,

@@ -1,14 +1,16 @@
 /* tokenizer.h: byte-level BPE (GPT-2 style) from a GGUF's tokenizer.ggml.* metadata.
  *
- * Reads tokenizer.ggml.model (must be "gpt2"), .tokens, .token_type (optional),
- * .merges, .bos_token_id, .eos_token_id, .add_bos_token (optional). Token
- * strings use GPT-2's byte-to-unicode mapping, so every byte 0..255 has a token
- * and encode/decode round-trips any byte string exactly.
+ * Reads tokenizer.ggml.model (must be "gpt2"), .pre (optional), .tokens,
+ * .token_type (optional), .merges, .bos_token_id, .eos_token_id,
+ * .add_bos_token (optional). Token strings use GPT-2's byte-to-unicode mapping,
+ * so every byte 0..255 has a token and encode/decode round-trips any byte
+ * string exactly.
  *
- * Encoding: text is first split GPT-2 style (contractions, optional-space +
- * letters, optional-space + digits, optional-space + other symbols, spaces),
- * with bytes >= 0x80 counted as letters; each piece is merged by merge rank.
- * Special (control) tokens are recognised in the text only when asked.
+ * Encoding: text is split into pieces by the pre-tokenizer tokenizer.ggml.pre
+ * names (engine/tokenizer/pretokenize.h: deepseek-v3, deepseek-llm, deepseek-coder,
+ * gpt-2; "gpt2" or no key: the byte-class splitter of older generated models);
+ * each piece is merged by merge rank. Control (type 3) and user-defined
+ * (type 4) tokens are matched in the text only when the caller asks.
  *
  * Owns: its own copies of the vocabulary (independent of the gguf_t lifetime).
  * Thread safety: immutable after create; encode/decode may run concurrently.
@@ -25,8 +27,9 @@
 
 typedef struct fg_tokenizer fg_tokenizer_t;
 
-/* Errors: FG_ERR_TOKENIZER (missing/invalid keys, a byte without a token, a
- * merge naming unknown tokens, ids out of range), FG_ERR_NOMEM. */
+/* Errors: FG_ERR_TOKENIZER (missing/invalid keys, an unknown
+ * tokenizer.ggml.pre, a byte without a token, a merge naming unknown tokens,
+ * ids out of range), FG_ERR_NOMEM. */
 fg_err fg_tokenizer_create(const fg_gguf_t *g, fg_tokenizer_t **out, fg_diag *diag);
 void fg_tokenizer_destroy(fg_tokenizer_t *t);
 
@@ -38,7 +41,11 @@ bool fg_tokenizer_add_bos(const fg_tokenizer_t *t);  /* tokenizer.ggml.add_bos_t
 /* Encodes len bytes. Writes at most cap ids to out and always sets *n_out to the
  * number needed; returns FG_ERR_INVALID_ARG when cap is too small (call again
  * with a bigger buffer). add_bos prepends BOS when the vocabulary has one.
- * parse_special: exact texts of control tokens in the input become those tokens. */
+ * parse_special: the texts of control and user-defined tokens in the input
+ * become those tokens, matched as Hugging Face's tokenizers match added tokens
+ * (leftmost, longest at a position; the text between is split and merged on its
+ * own). Without it no text becomes such a token (stricter than llama.cpp, which
+ * still matches user-defined ones): what a user typed stays plain text. */
 fg_err fg_tokenizer_encode(const fg_tokenizer_t *t, const char *text, size_t len, bool add_bos,
                            bool parse_special, int32_t *out, size_t cap, size_t *n_out);
 

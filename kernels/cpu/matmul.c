@@ -1,9 +1,9 @@
 /* matmul.c: dispatch, threading and the scalar reference of matmul.h.
  *
  * A call validates its arguments, picks the ISA, prepares Q8_0 activations
- * (quantized once, before the row-parallel part, so every thread reads the same
- * finished scratch: fg_pool_run's completion orders the two phases), then splits
- * the output rows over the pool in multiples of MM_ROW_GRAIN (statically for
+ * for Q8_0 and MXFP4 weights (quantized once, before the row-parallel part, so
+ * every thread reads the same finished scratch: fg_pool_run's completion orders
+ * the two phases), then splits the output rows over the pool in multiples of MM_ROW_GRAIN (statically for
  * one token, chunk by chunk from a counter for batches). Each thread's kernel
  * loops over the tokens inside its row loop, so a weight row is fetched from
  * memory once per call whatever the batch.
@@ -168,6 +168,10 @@ size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
         if (n_in % FG_Q8_0_BLOCK)
             return 0;
         return (size_t)(n_in / FG_Q8_0_BLOCK) * sizeof(fg_block_q8_0);
+    case FG_WTYPE_MXFP4:
+        if (n_in % FG_MXFP4_BLOCK)
+            return 0;
+        return (size_t)(n_in / FG_MXFP4_BLOCK) * sizeof(fg_block_mxfp4);
     }
     return 0;
 }
@@ -175,6 +179,12 @@ size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
 static int64_t round_up(int64_t v, int64_t m)
 {
     return (v + m - 1) / m * m;
+}
+
+/* The weight types whose products read x quantized to Q8_0. */
+static int reads_q8(int wtype)
+{
+    return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4;
 }
 
 /* Lays out the fast kernels' activation buffers in scratch (scratch may be
@@ -224,7 +234,7 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
     /* BF16 asks for it whatever the ISA: callers size scratch once, before they know */
     if (wtype == FG_WTYPE_BF16)
         return n_in > 0 && n_tok > 0 ? (size_t)(n_tok * bf16_x_stride(n_in)) * sizeof(uint16_t) : 0;
-    if ((wtype != FG_WTYPE_Q8_0 && wtype != FG_WTYPE_Q8_0_P16) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
+    if (!reads_q8(wtype) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
 }
@@ -317,6 +327,22 @@ static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
                     for (int j = 0; j < FG_Q8_0_BLOCK; j++)
                         isum += (int32_t)wbb->qs[j] * (int32_t)xb[b].qs[j];
                     sum += (float)isum * (fg_f16_to_f32(wbb->d) * fg_f16_to_f32(xb[b].d));
+                }
+                break;
+            }
+            case FG_WTYPE_MXFP4: {
+                /* ggml's form: doubled E2M1 values (integers) against the int8 of x, half the scale */
+                const fg_block_mxfp4 *wb = (const fg_block_mxfp4 *)wrow;
+                const int64_t nb = n_in / FG_MXFP4_BLOCK;
+                const fg_block_q8_0 *xb = (const fg_block_q8_0 *)a->scratch + t * nb;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t isum = 0;
+                    for (int j = 0; j < FG_MXFP4_BLOCK / 2; j++) {
+                        const int32_t lo = (int32_t)(2.0f * fg_e2m1_to_f32(wb[b].qs[j] & 15));
+                        const int32_t hi = (int32_t)(2.0f * fg_e2m1_to_f32(wb[b].qs[j] >> 4));
+                        isum += lo * (int32_t)xb[b].qs[j] + hi * (int32_t)xb[b].qs[j + FG_MXFP4_BLOCK / 2];
+                    }
+                    sum += (float)isum * ((0.5f * fg_e8m0_to_f32(wb[b].e)) * fg_f16_to_f32(xb[b].d));
                 }
                 break;
             }
@@ -568,7 +594,7 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
         a->y = ops[i].y;
         a->scratch = scratch;
         macs += n_in * ops[i].n_out * n_tok;
-        if (a->wtype == FG_WTYPE_Q8_0 || a->wtype == FG_WTYPE_Q8_0_P16) {
+        if (reads_q8(a->wtype)) {
             any_q8 = 1;
             q8_layout(n_in, n_tok, scratch, &a->xq);
             if (isa == FG_ISA_AVX512)
@@ -653,13 +679,13 @@ static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops,
         op_isa[n_live] = op_isa[i];
         live[n_live++] = ops[i];
         same_isa &= op_isa[n_live - 1] == op_isa[0];
-        has_q8 |= ops[i].wtype == FG_WTYPE_Q8_0 || ops[i].wtype == FG_WTYPE_Q8_0_P16;
+        has_q8 |= reads_q8(ops[i].wtype);
         has_bf16 |= ops[i].wtype == FG_WTYPE_BF16;
     }
     if (n_live == 0)
         return 0;
-    /* Q8_0 activations and BF16-rounded ones both live at the start of
-     * scratch: a call that mixes the two types runs its ops one by one */
+    /* Q8_0 activations (of Q8_0 and MXFP4 ops) and BF16-rounded ones both live at
+     * the start of scratch: a call that mixes the two kinds runs its ops one by one */
     if (same_isa && !(has_q8 && has_bf16)) {
         run_ops(pool, op_isa[0], live, n_live, n_in, x, n_tok, scratch, src);
         return 0;
@@ -684,7 +710,7 @@ int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int 
         n_ops > FG_MATMUL_MAX_OPS || !ops)
         return -1;
     for (int i = 0; i < n_ops; i++)
-        if (ops[i].wtype != FG_WTYPE_Q8_0 && ops[i].wtype != FG_WTYPE_Q8_0_P16)
+        if (!reads_q8(ops[i].wtype))
             return -1; /* float weights read x itself */
     for (int64_t t = 0; t < n_tok; t++)
         if (rows[t] < 0 || rows[t] >= n_buf_rows)

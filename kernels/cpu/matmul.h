@@ -21,11 +21,16 @@
  *   Q8_0  : x is first quantized to Q8_0 per 32-block (fg_quantize_row_q8_0);
  *           y = sum over blocks of d_w * d_x * (integer dot of the 32 int8 pairs),
  *           as ggml's q8_0 x q8_0 dot does.
+ *   MXFP4 : x quantized to Q8_0 as for Q8_0; y = sum over blocks of
+ *           (2^(e - 128) * d_x) * (integer dot of the 32 doubled E2M1 values
+ *           2 * e2m1, integers in [-12, 12], with the 32 int8 of x), as ggml's
+ *           mxfp4 x q8_0 dot does (numeric.h has the layout; the engine
+ *           refuses blocks fg_mxfp4_validate_rows rejects).
  *
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
- * panels and native BF16 a token's outputs are bit-identical whatever batch
- * it is computed in.
+ * panels, MXFP4 and native BF16 a token's outputs are bit-identical whatever
+ * batch it is computed in.
  *
  * Thread safety: pure; the work is split over the pool's threads by output rows.
  */
@@ -43,6 +48,7 @@ enum fg_wtype {
     FG_WTYPE_F16 = 1,
     FG_WTYPE_Q8_0 = 8,
     FG_WTYPE_BF16 = 30,
+    FG_WTYPE_MXFP4 = 39,
     /* Not a ggml type: Q8_0 weights repacked by fg_matmul_pack_q8_p16 into
      * panels of 16 rows (see there). Same values and results as Q8_0. */
     FG_WTYPE_Q8_0_P16 = 1008,
@@ -69,9 +75,9 @@ const char *fg_isa_name(fg_isa isa);
  * any function here), which keeps the F32-widening path. */
 int fg_matmul_bf16_native(fg_isa isa);
 
-/* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0
- * needs room for the quantized activations, BF16 for the activations rounded
- * to BF16; 0 for other types). */
+/* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0 and
+ * MXFP4 need room for the quantized activations, BF16 for the activations
+ * rounded to BF16; 0 for other types). */
 size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok);
 
 /* Returns 0, or -1 if wtype is unknown, n_in is not a multiple of the type's
@@ -92,16 +98,16 @@ typedef struct fg_matmul_op {
 #define FG_MATMUL_MAX_OPS 4
 
 /* Several weights applied to the same x [n_tok][n_in] (an expert's gate and
- * up, the attention's q_a and kv_a): the Q8_0 activations are quantized once
- * for all of them, and the rows of every weight are shared out over the pool
- * in one job, so the call costs one or two pool barriers instead of that many
+ * up, the attention's q_a and kv_a): the Q8_0 activations (of Q8_0 and MXFP4
+ * weights) are quantized once for all of them, and the rows of every weight
+ * are shared out over the pool in one job, so the call costs one or two pool barriers instead of that many
  * per weight. Each op's y is bit-identical to a fg_matmul() of that weight
  * alone. n_ops in [1, FG_MATMUL_MAX_OPS]. Returns 0, or -1 (nothing computed)
  * if any op would make fg_matmul() fail or n_ops is out of range. BF16 ops
  * on fg_matmul_bf16_native share one rounding of x likewise. scratch: the
- * largest fg_matmul_scratch_bytes() of the ops' types (Q8_0, BF16), 64-byte
- * aligned (may be NULL if that is 0); a call that mixes Q8_0 and BF16 ops runs
- * them one after the other. */
+ * largest fg_matmul_scratch_bytes() of the ops' types (Q8_0, MXFP4, BF16),
+ * 64-byte aligned (may be NULL if that is 0); a call that mixes BF16 ops with
+ * Q8_0 or MXFP4 ops runs them one after the other. */
 int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in, const float *x,
                    int64_t n_tok, void *scratch);
 
@@ -118,9 +124,9 @@ int fg_matmul_many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_o
  * a NULL pointer or an unsupported ISA.
  * fg_matmul_q8_rows: fg_matmul_many for x = rows rows[0 .. n_tok) of the
  * quantized buffer (n_buf_rows rows): each y bit-identical to fg_matmul_many
- * on those rows of x. Every op must be Q8_0 or Q8_0_P16 (float weights need
- * x itself). Returns 0, or -1 as fg_matmul_many, or for a row outside
- * [0, n_buf_rows) or a float op. */
+ * on those rows of x. Every op must be Q8_0, Q8_0_P16 or MXFP4 (float
+ * weights need x itself). Returns 0, or -1 as fg_matmul_many, or for a row
+ * outside [0, n_buf_rows) or a float op. */
 size_t fg_q8_rows_bytes(int64_t n_in, int64_t n_rows);
 int fg_q8_rows_quantize(fg_pool_t *pool, fg_isa isa, const float *x, int64_t n_in, int64_t n_rows, void *buf);
 int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops, int64_t n_in,

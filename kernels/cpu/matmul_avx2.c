@@ -11,7 +11,7 @@
  * sign of w applied (q is in [-127, 127], so the negation never overflows),
  * vpmaddubsw into 16-bit pairs (at most 2 * 128 * 127 = 32512: no saturation),
  * vpmaddwd by ones into 8 exact int32 lanes, then per block the f32 multiply-add
- * with d_w * d_x.
+ * with d_w * d_x. MXFP4 takes the same steps on its decoded values (below).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -266,6 +266,93 @@ static void rows_q8(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
             a->y[t * a->n_out + o] = row_q8_1(a, o, t);
 }
 
+/* ---- MXFP4 ----
+ *
+ * Per row, a chunk of blocks (FG_MXFP4_CHUNK_BLOCKS) is decoded once into the
+ * int8 values ggml computes with, 2 * E2M1 in [-12, 12], by vpshufb of the
+ * nibbles in a 16-entry table (low nibbles: the block's values 0..15, high
+ * nibbles 16..31), with their magnitudes beside them; then every token runs
+ * the Q8_0 decode kernel's steps against the chunk: the sign trick,
+ * vpmaddubsw pairs (at most 2 * 12 * 127, no saturation), vpmaddwd into exact
+ * int32 lanes, and the block scale 2^(e - 128) * d_x as the reference forms
+ * it (8 blocks' at once), four accumulators by block index mod 4. The per-token arithmetic is the
+ * same whatever the batch. */
+
+typedef struct mx_chunk_avx2 {
+    __m256i w[FG_MXFP4_CHUNK_BLOCKS];  /* block i's 32 values */
+    __m256i aw[FG_MXFP4_CHUNK_BLOCKS]; /* their magnitudes */
+    float dw[FG_MXFP4_CHUNK_BLOCKS] __attribute__((aligned(32))); /* 2^(e - 128); 0 past the chunk's blocks */
+} mx_chunk_avx2;
+_Static_assert(FG_MXFP4_CHUNK_BLOCKS % 8 == 0, "chunks of whole 8-block scale groups");
+
+static void mx_decode(const uint8_t *blk, int cb, mx_chunk_avx2 *c)
+{
+    /* 2 * fg_e2m1_to_f32(code) for codes 0..15 */
+    const __m128i tab = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int i = 0; i < cb; i++) {
+        const uint8_t *k = blk + (size_t)i * sizeof(fg_block_mxfp4);
+        const __m128i qs = _mm_loadu_si128((const __m128i *)(k + 1));
+        const __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(qs, m4));
+        const __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(qs, 4), m4));
+        const __m256i w = _mm256_set_m128i(hi, lo);
+        _mm256_store_si256(&c->w[i], w);
+        _mm256_store_si256(&c->aw[i], _mm256_abs_epi8(w));
+        c->dw[i] = fg_mxfp4_half_scale(k[0]);
+    }
+    for (int i = cb; i % 8; i++)
+        c->dw[i] = 0.0f;
+}
+
+/* acc + block i's products with the token's q; d8: the scales of the block's
+ * group of 8, of which it takes lane k. */
+ALWAYS_INLINE __m256 mx_block(const mx_chunk_avx2 *c, const int8_t *xs, int i, __m256 d8, const int k, __m256 acc)
+{
+    const __m256i w = _mm256_load_si256(&c->w[i]);
+    const __m256i q = _mm256_load_si256((const __m256i *)(xs + i * 32));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_load_si256(&c->aw[i]), _mm256_sign_epi8(q, w));
+    const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(k)), acc);
+}
+
+/* One token against a decoded chunk; xs and xd at the chunk's first block.
+ * Groups of 8 blocks: their scales d = 2^(e - 128) * d_x in one multiply (the
+ * activations' scales past n_in / 32 are 0), each block then taking its own
+ * by a permute. */
+static float mx_chunk_dot(const mx_chunk_avx2 *c, int cb, const int8_t *xs, const float *xd)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int g = 0; g < cb; g += 8) {
+        const __m256 d8 = _mm256_mul_ps(_mm256_load_ps(c->dw + g), _mm256_loadu_ps(xd + g));
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            if (g + k >= cb)
+                break;
+            acc[k & 3] = mx_block(c, xs, g + k, d8, k, acc[k & 3]);
+        }
+    }
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+static void rows_mxfp4(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t nb = a->n_in / FG_MXFP4_BLOCK;
+    mx_chunk_avx2 c;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += FG_MXFP4_CHUNK_BLOCKS) {
+            const int cb = nb - b0 < FG_MXFP4_CHUNK_BLOCKS ? (int)(nb - b0) : FG_MXFP4_CHUNK_BLOCKS;
+            mx_decode(wr + (size_t)b0 * sizeof(fg_block_mxfp4), cb, &c);
+            for (int64_t t = 0; t < a->n_tok; t++) {
+                const float s = mx_chunk_dot(&c, cb, a->xq.qs + t * a->xq.qs_stride + b0 * 32,
+                                             a->xq.d + t * a->xq.d_stride + b0);
+                float *y = &a->y[t * a->n_out + o];
+                *y = b0 == 0 ? s : *y + s;
+            }
+        }
+    }
+}
+
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     rows_float(a, FG_WTYPE_F32, ob, oe);
@@ -295,6 +382,9 @@ void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end
         break;
     case FG_WTYPE_Q8_0:
         rows_q8(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_MXFP4:
+        rows_mxfp4(a, o_begin, o_end);
         break;
     }
 }

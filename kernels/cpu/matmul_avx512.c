@@ -145,7 +145,7 @@ void fg_matmul_quant_q8_avx512(const fg_matmul_args *a, int64_t t_begin, int64_t
 void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels, int *pad)
 {
     *corr = n_tok >= TILE_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
-    *panels = n_tok >= PANEL_MIN_TOKENS || wtype == FG_WTYPE_Q8_0_P16;
+    *panels = (n_tok >= PANEL_MIN_TOKENS && wtype == FG_WTYPE_Q8_0) || wtype == FG_WTYPE_Q8_0_P16;
     *pad = n_tok >= PANEL_MIN_TOKENS && wtype == FG_WTYPE_Q8_0;
 }
 
@@ -856,6 +856,140 @@ static void rows_bf16_dp(const fg_matmul_args *a, int64_t o_begin, int64_t o_end
     }
 }
 
+/* ---- MXFP4 ----
+ *
+ * Two blocks per ZMM: the 16 code bytes of each block are broadcast into two
+ * 128-bit lanes, the second of the two shifted right by 4, masked to nibbles,
+ * and vpshufb looks up the doubled E2M1 values (2 * e2m1, integers in
+ * [-12, 12]) in a 16-entry table in every lane, so the register holds blocks b
+ * and b + 1 in element order: the layout of the token's 64 contiguous int8 of
+ * x. Then the few-token Q8_0 kernel's steps: q negated under the values' sign
+ * mask, one vpdpbusd of the magnitudes (exact int32), the widening and one
+ * multiply-add with [d(b) x 8, d(b+1) x 8], where d = 2^(e - 128) * d_x is
+ * formed as the reference forms it (16 blocks' at once). An odd last block
+ * pairs with zeros (its partner's scale is 0, and so are the activations'
+ * scales past n_in / 32).
+ *
+ * Per (row, token): two accumulators by pair index mod 2 over a chunk of
+ * FG_MXFP4_CHUNK_BLOCKS blocks, reduced to one float, the chunks' floats added
+ * in order. A chunk is decoded once per row into a buffer (in L1) that every
+ * token of the batch then reads, so a token's arithmetic, and its result, do
+ * not depend on its batch. */
+
+typedef struct mx_pair {
+    __m512i aw;    /* magnitudes of the pair's 64 values */
+    __mmask64 neg; /* which are negative */
+} mx_pair;
+
+ALWAYS_INLINE mx_pair mx_pair_decode(const uint8_t *k0, int two)
+{
+    /* 2 * fg_e2m1_to_f32(code) for codes 0..15, in each 128-bit lane */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)(k0 + 1));
+    const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(k0 + sizeof(fg_block_mxfp4) + 1)) : _mm_setzero_si128();
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
+                                   _mm256_broadcastsi128_si256(q1), 1);
+    v = _mm512_mask_srli_epi16(v, (__mmask32)0xff00ff00u, v, 4); /* lanes 1 and 3: the high nibbles */
+    const __m512i w = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+    mx_pair p;
+    p.aw = _mm512_abs_epi8(w);
+    p.neg = _mm512_movepi8_mask(w);
+    return p;
+}
+
+/* acc + the pair's products with the token's 64 int8 q; d16: the scales of
+ * the 16 blocks of the pair's group, of which this pair takes lanes 2i, 2i + 1. */
+ALWAYS_INLINE __m512 mx_pair_dot(mx_pair w, const int8_t *q, __m512 d16, const int i, __m512 acc)
+{
+    const __m512i idx = _mm512_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 1,
+                                          2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1);
+    const __m512i qv = _mm512_load_si512((const void *)q);
+    const __m512i sq = _mm512_mask_sub_epi8(qv, w.neg, _mm512_setzero_si512(), qv);
+    const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.aw, sq);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(idx, d16), acc);
+}
+
+/* fg_mxfp4_half_scale of the scale bytes of the blocks from k in the lanes of
+ * m, 0 in the others. The bytes sit 17 apart: a gather of 4 bytes at each (the
+ * scale and the first codes, inside the block), keeping the low one. */
+ALWAYS_INLINE __m512 mx_scales16(const uint8_t *k, __mmask16 m)
+{
+    const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(fg_block_mxfp4)));
+    const __m512i e = _mm512_and_si512(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off, k, 1),
+                                       _mm512_set1_epi32(0xff));
+    /* e >= 2: the biased exponent e - 1; e = 1, 0: the subnormals 2^-127, 2^-128; 0xFF: NaN */
+    __m512i b = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    b = _mm512_mask_mov_epi32(b, _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)),
+                              _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e));
+    b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xff)), _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(_mm512_maskz_mov_epi32(m, b));
+}
+
+typedef struct mx_chunk_avx512 {
+    __m512i aw[FG_MXFP4_CHUNK_BLOCKS / 2];
+    __mmask64 neg[FG_MXFP4_CHUNK_BLOCKS / 2];
+    float dw[FG_MXFP4_CHUNK_BLOCKS] __attribute__((aligned(64))); /* 2^(e - 128); 0 past the chunk's blocks */
+} mx_chunk_avx512;
+_Static_assert(FG_MXFP4_CHUNK_BLOCKS % 16 == 0, "chunks of whole 16-block scale groups");
+
+/* One token against the cb decoded blocks of c; xs, xd: the token's q and
+ * scales of the chunk's first block. Groups of 16 blocks: their 16 scales
+ * d = 2^(e - 128) * d_x in one multiply, each pair then taking its two by a
+ * permute. */
+static float mx_chunk_dot(const mx_chunk_avx512 *c, int cb, const int8_t *xs, const float *xd)
+{
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int g = 0; g < cb; g += 16) {
+        const int gb = cb - g < 16 ? cb - g : 16;
+        const __mmask16 m = (__mmask16)(gb == 16 ? 0xffffu : (1u << gb) - 1);
+        const __m512 d16 = _mm512_mul_ps(_mm512_load_ps(c->dw + g), _mm512_maskz_loadu_ps(m, xd + g));
+        const int8_t *q = xs + g * 32;
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            if (2 * i >= gb)
+                break;
+            const mx_pair pr = {c->aw[g / 2 + i], c->neg[g / 2 + i]};
+            if (i & 1)
+                acc1 = mx_pair_dot(pr, q + 64 * i, d16, i, acc1);
+            else
+                acc0 = mx_pair_dot(pr, q + 64 * i, d16, i, acc0);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+static void rows_mxfp4(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t nb = a->n_in / FG_MXFP4_BLOCK;
+    const size_t bs = sizeof(fg_block_mxfp4);
+    mx_chunk_avx512 c;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += FG_MXFP4_CHUNK_BLOCKS) {
+            const int cb = nb - b0 < FG_MXFP4_CHUNK_BLOCKS ? (int)(nb - b0) : FG_MXFP4_CHUNK_BLOCKS;
+            const uint8_t *wc = wr + (size_t)b0 * bs;
+            for (int i = 0; i < cb; i += 2) {
+                const mx_pair pr = mx_pair_decode(wc + (size_t)i * bs, i + 1 < cb);
+                c.aw[i / 2] = pr.aw;
+                c.neg[i / 2] = pr.neg;
+            }
+            for (int g = 0; g < cb; g += 16) {
+                const int gb = cb - g < 16 ? cb - g : 16;
+                const __mmask16 m = (__mmask16)(gb == 16 ? 0xffffu : (1u << gb) - 1);
+                _mm512_store_ps(c.dw + g, mx_scales16(wc + (size_t)g * bs, m));
+            }
+            for (int64_t t = 0; t < a->n_tok; t++) {
+                const int8_t *xs = a->xq.qs + t * a->xq.qs_stride + b0 * 32;
+                const float *xd = a->xq.d + t * a->xq.d_stride + b0;
+                const float s = mx_chunk_dot(&c, cb, xs, xd);
+                float *y = &a->y[t * a->n_out + o];
+                *y = b0 == 0 ? s : *y + s;
+            }
+        }
+    }
+}
+
 static void rows_f32(const fg_matmul_args *a, int64_t ob, int64_t oe)
 {
     rows_float(a, FG_WTYPE_F32, ob, oe);
@@ -891,6 +1025,9 @@ void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_e
         break;
     case FG_WTYPE_Q8_0_P16:
         rows_q8_p16(a, o_begin, o_end);
+        break;
+    case FG_WTYPE_MXFP4:
+        rows_mxfp4(a, o_begin, o_end);
         break;
     }
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Q8_0-quantized activations as the fast kernels want them: the int8 values
  * of each token contiguous, the block scales apart. Built in the caller's
@@ -57,6 +58,24 @@ typedef struct fg_matmul_args {
     uint16_t *xb;
     int64_t xb_stride; /* elements; a multiple of 32 (64 bytes) */
 } fg_matmul_args;
+
+/* MXFP4: the scale of a block for ggml's doubled E2M1 values, 2^(e - 128)
+ * (half the E8M0 scale), NaN for e = 0xFF; bit for bit the reference's
+ * 0.5f * fg_e8m0_to_f32(e), inline for the fast kernels' row decoders. */
+static inline float fg_mxfp4_half_scale(uint8_t e)
+{
+    /* e >= 2: the biased exponent e - 1; e = 1, 0: the subnormals 2^-127, 2^-128 */
+    const uint32_t bits = e == 0xff ? 0x7fc00000u : e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Rows of MXFP4 are decoded into the fast kernels' own form this many blocks
+ * at a time (a few KB on the stack, in L1 while every token passes over
+ * them); each token's sum over a chunk is reduced to one float and the chunks'
+ * sums added in order, so a token's result does not depend on the batch. */
+#define FG_MXFP4_CHUNK_BLOCKS 128
 
 /* Quantize tokens [t_begin, t_end) of a->x into a->xq (or copy them from a->src_qs). */
 void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t_end);

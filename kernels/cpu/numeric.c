@@ -197,3 +197,104 @@ void fg_dequantize_row_q8_0(const fg_block_q8_0 *x, float *y, int64_t n)
             y[b * FG_Q8_0_BLOCK + j] = d * (float)x[b].qs[j];
     }
 }
+
+/* ---- E8M0 and MXFP4 ---- */
+
+_Static_assert(sizeof(fg_block_mxfp4) == 17, "block_mxfp4 is 17 bytes, as in a GGUF file");
+
+float fg_e8m0_to_f32(uint8_t e)
+{
+    if (e == 0xff)
+        return NAN;
+    /* 2^(e - 127): the f32 exponent field is the same biased exponent; e = 0 is the subnormal 2^-127 */
+    return e ? f32_from_bits((uint32_t)e << 23) : f32_from_bits(0x00400000u);
+}
+
+/* The E2M1 code nearest to x / s, ties toward zero (s a power of two, so the
+ * division is exact). The midpoints between the magnitudes 0, 0.5, 1, 1.5, 2,
+ * 3, 4, 6 decide: a magnitude is taken once t passes the midpoint below it,
+ * strictly, which is ggml's first-index rule over its table (smaller
+ * magnitudes first, +0 before -0). NaN passes none: +0. */
+static uint8_t mxfp4_code(float x, float s)
+{
+    static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    const float t = fabsf(x) / s;
+    uint8_t m = 0;
+    for (int i = 0; i < 7; i++)
+        m += t > mid[i];
+    return (uint8_t)(m && x < 0.0f ? m | 8 : m);
+}
+
+int fg_quantize_row_mxfp4(const float *x, fg_block_mxfp4 *y, int64_t n)
+{
+    int ret = 0;
+    const int64_t nb = n / FG_MXFP4_BLOCK;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + b * FG_MXFP4_BLOCK;
+        float amax = 0.0f;
+        for (int j = 0; j < FG_MXFP4_BLOCK; j++) {
+            if (!isfinite(xb[j]))
+                ret = -1;
+            if (fabsf(xb[j]) > amax) /* a NaN never compares greater: skipped, as in ggml */
+                amax = fabsf(xb[j]);
+        }
+        /* ggml's expression in f32. Its log2f rounds: an amax within a few ulps
+         * below a power of two gets that power's exponent, one more than its
+         * own. Kept, so that our files match ggml's byte for byte. */
+        const float fe = amax > 0.0f ? floorf(log2f(amax)) - 2.0f + 127.0f : 0.0f;
+        const uint8_t e = fe <= 0.0f ? 0 : fe >= 254.0f ? 254 : (uint8_t)fe;
+        const float s = fg_e8m0_to_f32(e);
+        y[b].e = e;
+        for (int j = 0; j < FG_MXFP4_BLOCK / 2; j++)
+            y[b].qs[j] = (uint8_t)(mxfp4_code(xb[j], s) | mxfp4_code(xb[j + FG_MXFP4_BLOCK / 2], s) << 4);
+    }
+    return ret;
+}
+
+void fg_dequantize_row_mxfp4(const fg_block_mxfp4 *x, float *y, int64_t n)
+{
+    const int64_t nb = n / FG_MXFP4_BLOCK;
+    for (int64_t b = 0; b < nb; b++) {
+        const float s = fg_e8m0_to_f32(x[b].e);
+        for (int j = 0; j < FG_MXFP4_BLOCK / 2; j++) {
+            y[b * FG_MXFP4_BLOCK + j] = fg_e2m1_to_f32(x[b].qs[j] & 15) * s;
+            y[b * FG_MXFP4_BLOCK + j + FG_MXFP4_BLOCK / 2] = fg_e2m1_to_f32(x[b].qs[j] >> 4) * s;
+        }
+    }
+}
+
+int fg_mxfp4_validate_rows(const void *w, int64_t n_in, int64_t n_rows, int64_t *bad_row, int64_t *bad_block)
+{
+    int64_t r_bad = -1, b_bad = -1;
+    int ret = 0;
+    if (n_in <= 0 || n_in % FG_MXFP4_BLOCK || n_rows < 0 || (!w && n_rows > 0)) {
+        ret = -1;
+        goto out;
+    }
+    const int64_t nb = n_in / FG_MXFP4_BLOCK;
+    const fg_block_mxfp4 *blk = w;
+    for (int64_t r = 0; r < n_rows && !ret; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const fg_block_mxfp4 *k = &blk[r * nb + b];
+            int ok = k->e != 0xff;
+            /* up to e = 252 the largest value, 6 * 2^125, is finite */
+            if (ok && k->e >= 253) {
+                float v[FG_MXFP4_BLOCK];
+                fg_dequantize_row_mxfp4(k, v, FG_MXFP4_BLOCK);
+                for (int j = 0; j < FG_MXFP4_BLOCK; j++)
+                    ok &= isfinite(v[j]) != 0;
+            }
+            if (!ok) {
+                r_bad = r;
+                b_bad = b;
+                ret = -1;
+                break;
+            }
+        }
+out:
+    if (bad_row)
+        *bad_row = r_bad;
+    if (bad_block)
+        *bad_block = b_bad;
+    return ret;
+}

@@ -28,6 +28,7 @@ FAMILIES = {
     "flashgate_http_requests": "counter",
     "flashgate_draining": "gauge",
     "flashgate_backpressure_pauses": "counter",
+    "flashgate_output_limit_closes": "counter",
     "flashgate_sessions": "gauge",
     "flashgate_sessions_opened": "counter",
     "flashgate_responses_started": "counter",

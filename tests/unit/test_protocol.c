@@ -701,7 +701,7 @@ static void test_limits(void)
           err.param[0] == '\0');
     free(msg);
 
-    /* instructions of exactly 64 KiB pass; text parts of 256 KiB pass */
+    /* instructions of exactly the default limit pass; text parts of 256 KiB pass */
     size_t n = lim.max_instructions_bytes;
     size_t cap = n + 200;
     msg = malloc(cap);

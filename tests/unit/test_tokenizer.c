@@ -1,5 +1,6 @@
-/* test_tokenizer.c: the pretokenizer's piece boundaries and the byte-level BPE
- * tokenizer over a small vocabulary written here with the GGUF writer.
+/* test_tokenizer.c: the byte-level BPE tokenizer over a small vocabulary
+ * written here with the GGUF writer (the pieces it merges are
+ * tests/unit/test_pretokenize.c's subject).
  *
  * The vocabulary: ids 0..255 are the byte tokens in byte order (so a byte's
  * id is the byte), then a few merges chosen so that rank order matters
@@ -58,6 +59,8 @@ typedef struct variant {
     bool tokens_not_strings;
     bool no_model;
     const char *model; /* NULL: "gpt2" */
+    const char *pre;   /* tokenizer.ggml.pre; NULL: absent */
+    bool pre_not_string;
     int break_byte;    /* >0: that byte's token gets another text */
     const char *bad_merge; /* appended to the merges */
     bool no_merges;
@@ -66,8 +69,6 @@ typedef struct variant {
     uint32_t bos;      /* 0: T_BOS */
     int add_bos;       /* 0 absent, 1 true, 2 false */
     bool add_bos_wrong_type;
-    const char *pre;   /* tokenizer.ggml.pre; NULL: absent */
-    bool pre_wrong_type;
 } variant;
 
 static char g_dir[64];
@@ -105,6 +106,10 @@ static fg_err write_vocab(const char *path, const variant *v, fg_diag *d)
     e = fg_gguf_writer_add_str(w, "general.architecture", "test");
     if (!e && !v->no_model)
         e = fg_gguf_writer_add_str(w, "tokenizer.ggml.model", v->model ? v->model : "gpt2");
+    if (!e && v->pre)
+        e = fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre);
+    if (!e && v->pre_not_string)
+        e = fg_gguf_writer_add_u32(w, "tokenizer.ggml.pre", 3);
     if (!e && !v->no_tokens && !v->tokens_not_strings)
         e = fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, N_VOCAB);
     if (!e && v->tokens_not_strings)
@@ -122,10 +127,6 @@ static fg_err write_vocab(const char *path, const variant *v, fg_diag *d)
         e = fg_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos == 1);
     if (!e && v->add_bos_wrong_type)
         e = fg_gguf_writer_add_str(w, "tokenizer.ggml.add_bos_token", "yes");
-    if (!e && v->pre)
-        e = fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre);
-    if (!e && v->pre_wrong_type)
-        e = fg_gguf_writer_add_u32(w, "tokenizer.ggml.pre", 2);
     if (!e)
         e = fg_gguf_writer_begin_data(w, d);
     if (!e)
@@ -153,84 +154,6 @@ static fg_err load_variant(const variant *v, fg_gguf_t **g, fg_tokenizer_t **t, 
         return e;
     }
     return fg_tokenizer_create(*g, t, d);
-}
-
-/* ---------------------------------------------------------------- pretokenizer */
-
-typedef struct pretok_case {
-    const char *in;
-    size_t len; /* 0: strlen */
-    const char *pieces[16];
-} pretok_case;
-
-static void test_pretokenize(void)
-{
-    static const pretok_case cases[] = {
-        {"hello world", 0, {"hello", " world"}},
-        {" hello world  ", 0, {" hello", " world", "  "}},
-        {"don't", 0, {"don", "'t"}},
-        {"I'll we've they're she's I'm he'd it't", 0,
-         {"I", "'ll", " we", "'ve", " they", "'re", " she", "'s", " I", "'m", " he", "'d", " it", "'t"}},
-        {"'S 'x", 0, {"'", "S", " '", "x"}},
-        {"...'s", 0, {"...'", "s"}},
-        {"abc123def", 0, {"abc", "123", "def"}},
-        {"x  42", 0, {"x", " ", " 42"}},
-        {"12345 6", 0, {"12345", " 6"}},
-        {"hello!!! ...?", 0, {"hello", "!!!", " ...?"}},
-        {"  !", 0, {" ", " !"}},
-        {"a\n\nb", 0, {"a", "\n", "\n", "b"}},
-        {"\n\n", 0, {"\n\n"}},
-        {"a\n\n", 0, {"a", "\n\n"}},
-        {"a \tb", 0, {"a", " ", "\t", "b"}},
-        {"x \n", 0, {"x", " \n"}},
-        {"   x", 0, {"  ", " x"}},
-        {" ", 0, {" "}},
-        {"h\xc3\xa9llo w\xc3\xb6rld", 0, {"h\xc3\xa9llo", " w\xc3\xb6rld"}},
-        {"\xe6\x97\xa5\xe6\x9c\xac text", 0, {"\xe6\x97\xa5\xe6\x9c\xac", " text"}},
-        {"\xff\xfe" "a1", 0, {"\xff\xfe" "a", "1"}},
-        {"a\0b", 3, {"a", "\0", "b"}},
-        {"\r\n\r\nok", 0, {"\r\n\r", "\n", "ok"}},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const pretok_case *k = &cases[c];
-        size_t len = k->len ? k->len : strlen(k->in);
-        size_t pos = 0, i = 0;
-        bool ok = true;
-        while (pos < len && ok) {
-            size_t end = fg_pretok_next(k->in, len, pos);
-            const char *want = k->pieces[i];
-            /* Expected pieces are C strings; the one NUL piece is written "\0". */
-            size_t want_len = want ? (want[0] ? strlen(want) : 1) : 0;
-            ok = end > pos && end <= len && want && end - pos == want_len &&
-                 memcmp(k->in + pos, want, want_len) == 0;
-            CHECK_MSG(ok, "case %zu piece %zu: got [%zu,%zu)", c, i, pos, end);
-            pos = end;
-            i++;
-        }
-        CHECK_MSG(!ok || k->pieces[i] == NULL, "case %zu: only %zu pieces", c, i);
-    }
-
-    /* Every byte string splits without loss and each call advances. */
-    uint32_t seed = 12345;
-    char buf[512];
-    for (int r = 0; r < 500; r++) {
-        size_t len = 1 + r % sizeof buf;
-        for (size_t i = 0; i < len; i++) {
-            seed = seed * 1664525u + 1013904223u;
-            /* Mostly from a small alphabet that hits every rule. */
-            static const char alpha[] = " \n'sltd1a!\xc3";
-            buf[i] = (seed >> 24) & 1 ? alpha[(seed >> 16) % (sizeof alpha - 1)] : (char)(seed >> 8);
-        }
-        size_t pos = 0;
-        while (pos < len) {
-            size_t end = fg_pretok_next(buf, len, pos);
-            if (end <= pos || end > len) {
-                CHECK_MSG(0, "random %d: pos %zu -> %zu", r, pos, end);
-                break;
-            }
-            pos = end;
-        }
-    }
 }
 
 /* ---------------------------------------------------------------- encode / decode */
@@ -444,6 +367,8 @@ static void test_bad_vocabs(void)
         {.name = "tokens not strings", .tokens_not_strings = true},
         {.name = "no model", .no_model = true},
         {.name = "wrong model", .model = "llama"},
+        {.name = "unknown pre", .pre = "default"},
+        {.name = "pre not a string", .pre_not_string = true},
         {.name = "byte without token", .break_byte = 0x41},
         {.name = "merge with two spaces", .bad_merge = "h  e"},
         {.name = "merge without space", .bad_merge = "he"},
@@ -464,12 +389,37 @@ static void test_bad_vocabs(void)
                   fg_err_name(e));
         if (e == FG_ERR_TOKENIZER)
             fprintf(stderr, "  %-28s -> %s\n", bad[i].name, d.msg);
+        if (bad[i].pre)
+            CHECK_MSG(strstr(d.msg, "tokenizer.ggml.pre") && strstr(d.msg, "\"default\"") &&
+                          strstr(d.msg, "deepseek-v3"),
+                      "message names the key, the value and what is supported: %s", d.msg);
         if (bad[i].break_byte)
             CHECK_MSG(strstr(d.msg, "0x41") != NULL, "message names the byte: %s", d.msg);
         if (bad[i].bad_merge)
             CHECK_MSG(strstr(d.msg, "[24]") != NULL, "message names merge 24: %s", d.msg);
         fg_tokenizer_destroy(t);
         fg_gguf_close(g);
+    }
+
+    /* tokenizer.ggml.pre picks the splitter: "3312" is one piece for "gpt2",
+     * "gpt-2" and no key, but "331" + "2" for "deepseek-v3" (digit groups of
+     * three), so the "1 2" merge cannot apply there. */
+    static const struct { const char *pre; size_t n; } pres[] = {
+        {NULL, 3}, {"gpt2", 3}, {"gpt-2", 3}, {"deepseek-v3", 4}, {"deepseek-llm", 3}, {"deepseek-coder", 4},
+    };
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        variant pv = {.name = "pre", .pre = pres[i].pre};
+        fg_gguf_t *pg;
+        fg_tokenizer_t *pt;
+        fg_diag pd = {{0}};
+        CHECK_MSG(load_variant(&pv, &pg, &pt, &pd) == FG_OK, "pre %s: %s", pres[i].pre, pd.msg);
+        int32_t out[8];
+        size_t n = 0;
+        CHECK_MSG(pt && fg_tokenizer_encode(pt, "3312", 4, false, false, out, 8, &n) == FG_OK &&
+                      n == pres[i].n,
+                  "pre %s: %zu ids", pres[i].pre ? pres[i].pre : "(none)", n);
+        fg_tokenizer_destroy(pt);
+        fg_gguf_close(pg);
     }
 
     /* Good variants: no BOS and add_bos_token false. */
@@ -489,39 +439,8 @@ static void test_bad_vocabs(void)
     fg_gguf_close(g);
 }
 
-/* The GPT-2 pre-split under both its names: "gpt-2" (llama.cpp's, which our
- * generator writes) and "gpt2" (what it wrote before); a non-string is refused. */
-static void test_pre_names(void)
-{
-    static const char *const names[] = {"gpt-2", "gpt2"};
-    int32_t ids[2][16];
-    size_t n[2] = {0, 0};
-    const char *text = " hello world  it's 12345";
-    for (int i = 0; i < 2; i++) {
-        variant v = {.name = names[i], .pre = names[i]};
-        fg_gguf_t *g;
-        fg_tokenizer_t *t;
-        fg_diag d = {{0}};
-        CHECK_MSG(load_variant(&v, &g, &t, &d) == FG_OK, "pre %s: %s", names[i], d.msg);
-        if (t)
-            CHECK(fg_tokenizer_encode(t, text, strlen(text), false, false, ids[i], 16, &n[i]) == FG_OK);
-        fg_tokenizer_destroy(t);
-        fg_gguf_close(g);
-    }
-    CHECK(n[0] > 0 && n[0] == n[1] && memcmp(ids[0], ids[1], n[0] * sizeof ids[0][0]) == 0);
-    variant bad = {.name = "pre not a string", .pre_wrong_type = true};
-    fg_gguf_t *g;
-    fg_tokenizer_t *t;
-    fg_diag d = {{0}};
-    CHECK(load_variant(&bad, &g, &t, &d) == FG_ERR_TOKENIZER && strstr(d.msg, "tokenizer.ggml.pre"));
-    fg_tokenizer_destroy(t);
-    fg_gguf_close(g);
-}
-
 int main(void)
 {
-    test_pretokenize();
-
     snprintf(g_dir, sizeof g_dir, "/tmp/fg_test_tok_XXXXXX");
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -546,7 +465,6 @@ int main(void)
     fg_tokenizer_destroy(t);
     fg_gguf_close(g);
     test_bad_vocabs();
-    test_pre_names();
     rmdir(g_dir);
     return TEST_DONE("test_tokenizer");
 }
