@@ -163,7 +163,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     r->id = s->serve.req_id;
     r->p = s->serve.req;
     r->rng = fg_sampler_rng_init(r->p.sampling.seed);
-    r->order = e->serve.session_order++; /* request order: oldest is admitted first */
+    r->order = s->serve.req_order; /* request order: oldest is admitted first */
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
@@ -896,6 +896,10 @@ fg_err fg_session_respond(fg_session_t *s, const fg_response_params *p, uint64_t
         s->serve.respond_req = true;
         s->serve.req = *p;
         s->serve.req_id = ++s->serve.next_response_id;
+        /* Counted here, not when the step thread takes the request: the order
+         * in which the step thread finds dirty sessions is not the order of
+         * the requests. */
+        s->serve.req_order = e->serve.session_order++;
         if (response_id)
             *response_id = s->serve.req_id;
         mark_dirty(e, s);

@@ -61,6 +61,7 @@ typedef struct fg_session_serve {
     bool respond_req;
     fg_response_params req;
     uint64_t req_id;
+    uint64_t req_order;             /* the request's place in e->serve.session_order, taken when it is made */
     uint64_t next_response_id;
     bool cancel_req;
     bool freed;                     /* the owner let go; the step thread frees */
@@ -89,7 +90,7 @@ typedef struct fg_engine_serve {
     bool work;                      /* [mu] something changed since the last look */
     fg_list dirty;                  /* [mu] sessions with requests (dirty_link), newest first */
     fg_list ready;                  /* [mu] sessions with events to poll (ready_link), newest first */
-    uint64_t session_order;         /* [mu] request counter: fg_response.order */
+    uint64_t session_order;         /* [mu] request counter, counted by fg_session_respond: fg_response.order */
     bool wake_owner;                /* [mu] events were queued since the last wakeup call */
 
     /* [step] */
