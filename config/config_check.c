@@ -174,20 +174,6 @@ fg_err fg_cfg_check(const fg_cfg_key *k, const fg_cfg_value *v, const char *wher
 
 /* ---- tenants ---- */
 
-static bool id_is_valid(const char *id)
-{
-    const size_t n = strlen(id);
-    if (n == 0 || n > FG_CFG_TENANT_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        const char ch = id[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '-'))
-            return false;
-    }
-    return true;
-}
-
 /* Why a key (api, admin or dashboard) is unusable, or NULL. Keys travel in
  * HTTP headers, hence printable ASCII without spaces. */
 static const char *key_problem(const char *key)
@@ -241,7 +227,7 @@ static fg_err check_tenant(const fg_config_tenant *t, size_t ti, fg_diag *d)
     char where[64];
     if (!t->id)
         return fg_diag_set(d, FG_ERR_CONFIG, "tenants[%zu]: missing required key 'id'", ti);
-    if (!id_is_valid(t->id)) {
+    if (!fg_name_valid(t->id, strlen(t->id))) {
         char q[80];
         fg_cfg_quote(q, sizeof q, t->id);
         return fg_diag_set(d, FG_ERR_CONFIG,
@@ -367,7 +353,7 @@ static fg_err check_operator_key(const fg_config *c, const char *name, const cha
 /* The topology rules that need no model; the ones that do (no more ranks
  * than experts, replicas evening the ranks out, experts_per_rank matching,
  * a receive capacity of at least one token's rows) run when the engine
- * opens (engine/ep_shard.h, engine/moe_ep.h). */
+ * opens (engine/ep/ep_shard.h, engine/ep/moe_ep.h). */
 static fg_err check_topology(const fg_config *c, fg_diag *d)
 {
     const fg_config_topology *t = &c->topology;

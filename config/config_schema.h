@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/name.h"
 #include "config/fg_config.h"
 #include "config/fg_error.h"
 
@@ -76,8 +77,7 @@ extern const size_t fg_cfg_n_tenant_keys;
 extern const fg_cfg_section fg_cfg_sections[];
 extern const size_t fg_cfg_n_sections;
 
-/* Tenant id and api key limits, shared by the checks and the tenant lookup. */
-#define FG_CFG_TENANT_ID_MAX 64
+/* Api key limits, shared by the checks and the tenant lookup (tenant ids: config/base/name.h). */
 #define FG_CFG_API_KEY_MIN 16
 #define FG_CFG_API_KEY_MAX 256
 

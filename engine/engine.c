@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
-#include "engine/ep_bootstrap.h"
+#include "engine/ep/ep_bootstrap.h"
 
 void fg_engine_options_default(fg_engine_options *o)
 {
@@ -97,39 +97,49 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
+    fg_list_init(&e->serve.all);
+    fg_list_init(&e->serve.dirty);
+    fg_list_init(&e->serve.ready);
+    fg_list_init(&e->tier.jobs);
+    fg_list_init(&e->tier.done_jobs);
     e->opt = *o;
     e->step_capacity = o->serve && o->prefill_alone_tokens > o->max_batch_tokens ? o->prefill_alone_tokens
                                                                                  : o->max_batch_tokens;
     fg_err err;
     if ((err = fg_gguf_open_file(o->model_path, &e->gguf, diag)))
         goto fail;
-    if ((err = fg_model_load(e->gguf, &e->model, diag)))
+    if ((err = fg_arch_load(e->gguf, &e->model, diag)))
         goto fail;
     if ((err = fg_tokenizer_create(e->gguf, &e->tok, diag)))
         goto fail;
-    const fg_hparams *hp = &e->model->hp;
-    if (fg_tokenizer_vocab_size(e->tok) > hp->n_vocab) {
+    const fg_arch_model *m = e->model;
+    const fg_arch *arch = m->arch;
+    if (fg_tokenizer_vocab_size(e->tok) > m->n_vocab) {
         err = fg_diag_set(diag, FG_ERR_TOKENIZER, "tokenizer has %d tokens but the embedding only %d rows",
-                          fg_tokenizer_vocab_size(e->tok), hp->n_vocab);
+                          fg_tokenizer_vocab_size(e->tok), m->n_vocab);
         goto fail;
     }
-    e->n_ctx = o->max_context > 0 && o->max_context < hp->n_ctx_train ? o->max_context : hp->n_ctx_train;
+    e->n_ctx = o->max_context > 0 && o->max_context < m->n_ctx_train ? o->max_context : m->n_ctx_train;
 
-    int fmt = o->kv_format;
-    if (fmt < 0)
-        fmt = fg_kv_bytes(FG_KV_FP4, hp->kv_lora) && fg_kv_bytes(FG_KV_FP4, hp->n_rope) ? FG_KV_FP4 : FG_KV_F16;
+    const fg_kv_format fmt = o->kv_format < 0 ? arch->cache_default(m) : (fg_kv_format)o->kv_format;
     fg_kv_geometry geo;
-    if ((err = fg_kv_geometry_init(&geo, hp, (fg_kv_format)fmt, diag)))
+    if ((err = arch->cache(m, fmt, &geo, diag)))
         goto fail;
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (hp->n_expert > 0 && !(e->expert_tokens = calloc((size_t)hp->n_expert, sizeof *e->expert_tokens))) {
+    if (m->n_expert > 0 && !(e->expert_tokens = calloc((size_t)m->n_expert, sizeof *e->expert_tokens))) {
         err = fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
     if (o->ep_ranks > 1) {
         /* Each rank has its own forward pass and share of the threads. */
+        const fg_model *ds2 = fg_deepseek2_of(m);
+        if (!ds2) {
+            err = fg_diag_set(diag, FG_ERR_UNSUPPORTED, "expert parallelism runs deepseek2 models only, not %s",
+                              arch->name);
+            goto fail;
+        }
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
                                   .group = o->ep_transport == 0 ? o->ep_group : NULL,
                                   .max_tokens = e->step_capacity, .n_threads = nth,
@@ -144,7 +154,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
                 goto fail;
             eo.nccl_id = nccl_id;
         }
-        if ((err = fg_ep_ranks_create(e->model, &geo, &eo, &e->ep, diag)))
+        if ((err = fg_ep_ranks_create(ds2, &geo, &eo, &e->ep, diag)))
             goto fail;
         e->ep_nodes = fg_ep_ranks_multinode(e->ep);
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);
@@ -156,7 +166,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         if (o->ep_experts_per_rank || o->ep_redundant || (o->ep_hot_experts && *o->ep_hot_experts)) {
             /* one rank: still say when the numbers do not fit */
             fg_ep_shard_t *shard;
-            fg_ep_shard_options so = {.n_expert = hp->n_expert, .n_ranks = 1,
+            fg_ep_shard_options so = {.n_expert = m->n_expert, .n_ranks = 1,
                                       .experts_per_rank = o->ep_experts_per_rank, .redundant = o->ep_redundant,
                                       .hot_list = o->ep_hot_experts};
             if ((err = fg_ep_shard_create(&so, &shard, diag)))
@@ -202,14 +212,14 @@ void fg_engine_close(fg_engine_t *e)
     fg_pool_destroy(e->pool);
     fg_kv_store_destroy(e->kv);
     fg_tokenizer_destroy(e->tok);
-    fg_model_free(e->model);
+    fg_arch_free(e->model);
     fg_gguf_close(e->gguf);
     free(e);
 }
 
 int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap)
 {
-    const int n = e->model->hp.n_expert;
+    const int n = e->model->n_expert;
     for (int i = 0; i < n && i < cap && e->expert_tokens; i++)
         out[i] = atomic_load_explicit(&e->expert_tokens[i], memory_order_relaxed);
     return n;
@@ -217,13 +227,13 @@ int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap)
 
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 {
-    const fg_hparams *hp = &e->model->hp;
+    const fg_arch_model *m = e->model;
     const fg_kv_geometry *geo = fg_kv_store_geometry(e->kv);
     *info = (fg_engine_info){
-        .n_vocab = hp->n_vocab,
+        .n_vocab = m->n_vocab,
         .n_ctx = e->n_ctx,
-        .n_layer = hp->n_layer,
-        .n_embd = hp->n_embd,
+        .n_layer = m->n_layer,
+        .n_embd = m->n_embd,
         .kv_format = geo->format,
         .kv_bytes_per_token = geo->bytes_per_token,
         .kv_pages_total = fg_kv_store_pages_total(e->kv),
@@ -245,12 +255,16 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     fg_session_params p = params ? *params : (fg_session_params){.weight = 1};
     if (p.weight < 1 || p.weight > 1000 || p.priority < -1000 || p.priority > 1000)
         return FG_ERR_INVALID_ARG;
-    if ((p.name && !fg_session_name_valid(p.name)) || (p.tenant_name && !fg_session_name_valid(p.tenant_name)))
+    if ((p.name && !fg_name_valid(p.name, strlen(p.name))) ||
+        (p.tenant_name && !fg_name_valid(p.tenant_name, strlen(p.tenant_name))))
         return FG_ERR_INVALID_ARG;
     fg_session_t *s = calloc(1, sizeof *s);
     if (!s)
         return FG_ERR_NOMEM;
     s->e = e;
+    fg_list_init(&s->serve.all_link);
+    fg_list_init(&s->serve.dirty_link);
+    fg_list_init(&s->serve.ready_link);
     s->params = p;
     s->ep_rank = e->ep ? (int)(atomic_fetch_add(&e->ep_next_rank, 1u) % (unsigned)fg_ep_ranks_count(e->ep)) : 0;
     /* The names are copied: the caller's strings need not outlive the call. */
@@ -260,8 +274,8 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     }
     strcpy(s->tenant_name, p.tenant_name ? p.tenant_name : "default");
     s->params.tenant_name = s->tenant_name;
-    strcpy(s->load_name, s->name);
-    s->miss_at = -1;
+    strcpy(s->tier.load_name, s->name);
+    s->share.miss_at = -1;
     if (e->opt.serve) {
         pthread_mutex_lock(&e->mu);
         s->tenant_ix = fg_tier_tenant(e, s->tenant_name);
@@ -281,14 +295,14 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
 void fg_session_dealloc(fg_session_t *s)
 {
     fg_kv_seq_free(s->e->kv, &s->seq);
-    free(s->in_tok);
-    free(s->todo);
-    free(s->hist);
-    free(s->phash);
-    free(s->meta);
-    free(s->load_buf);
-    free(s->out.ev);
-    free(s->out.text);
+    fg_tokens_free(&s->serve.in);
+    fg_tokens_free(&s->todo);
+    fg_tokens_free(&s->hist);
+    free(s->share.phash);
+    free(s->tier.meta);
+    free(s->tier.load_buf);
+    free(s->serve.out.ev);
+    free(s->serve.out.text);
     free(s);
 }
 
@@ -332,39 +346,12 @@ fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *di
     return e->backend ? fg_backend_kv_page_to_device(e->backend, page, diag) : FG_OK;
 }
 
-int fg_tokens_reserve(int32_t **arr, int *cap, int need)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *p = realloc(*arr, (size_t)c * sizeof *p);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = c;
-    return 0;
-}
-
-bool fg_session_name_valid(const char *name)
-{
-    size_t n = 0;
-    for (; name[n]; n++) {
-        char c = name[n];
-        if (n >= FG_SESSION_NAME_MAX ||
-            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return n > 0;
-}
-
 int fg_session_length(const fg_session_t *s)
 {
     if (!s->e->opt.serve)
         return s->seq.n_tokens;
     pthread_mutex_lock(&s->e->mu);
-    int n = s->length_snapshot;
+    int n = s->serve.length_snapshot;
     pthread_mutex_unlock(&s->e->mu);
     return n;
 }
@@ -384,7 +371,7 @@ static fg_err session_eval(fg_session_t *s, const int32_t *tokens, int n, float 
     if (n > s->seq.max_tokens - start)
         return fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "%d + %d tokens exceed the context of %d", start, n,
                            s->seq.max_tokens);
-    const int V = e->model->hp.n_vocab;
+    const int V = e->model->n_vocab;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d at index %d outside the vocabulary [0, %d)",

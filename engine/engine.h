@@ -33,9 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/name.h"
 #include "config/fg_error.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/serve/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
 
@@ -44,7 +45,7 @@ typedef struct fg_session fg_session_t;
 
 typedef void (*fg_engine_wakeup_fn)(void *user);
 
-/* Where the forward pass runs (fg_engine_options.backend; engine/backend.h). */
+/* Where the forward pass runs (fg_engine_options.backend; engine/backend/backend.h). */
 enum { FG_ENGINE_BACKEND_CPU = 0, FG_ENGINE_BACKEND_CUDA = 1 };
 
 typedef struct fg_engine_options {
@@ -86,12 +87,12 @@ typedef struct fg_engine_options {
      * process as nodes): a group of ep_ranks every node's engine shares,
      * outliving them; NULL: the engine's ranks make their own (one node) */
     struct fg_ep_inproc_group *ep_group;
-    /* NCCL over several nodes: where node 0 publishes the NCCL id (engine/ep_bootstrap.h) */
+    /* NCCL over several nodes: where node 0 publishes the NCCL id (engine/ep/ep_bootstrap.h) */
     const char *ep_bootstrap_redis;   /* Redis address */
     const char *ep_bootstrap_prefix;  /* key prefix, one per launch */
     int ep_bootstrap_timeout_ms;      /* 0: 60000 */
     int64_t ep_recv_capacity_rows; /* rows a rank receives per exchange round; 0: the worst case (moe_ep.h) */
-    const char *ep_hot_experts;    /* replica heat order, "5,0,9" hottest first (engine/ep_shard.h); NULL: id order */
+    const char *ep_hot_experts;    /* replica heat order, "5,0,9" hottest first (engine/ep/ep_shard.h); NULL: id order */
     /* persistence and sharing (see docs/engine.md, "Persistence") */
     const char *persist_dir;     /* NULL or "": no disk tier (no files, no spills) */
     bool prefix_cache;           /* default true: full pages shared by chained hash within a tenant */
@@ -199,12 +200,7 @@ int fg_engine_expert_tokens(const fg_engine_t *e, uint64_t *out, int cap);
 
 /* ---- sessions ---- */
 
-#define FG_SESSION_NAME_MAX 64     /* bytes of a session or tenant name: [A-Za-z0-9_-] */
 #define FG_SESSION_META_MAX 65536  /* bytes of an owner's meta blob */
-
-/* True when name (NUL-terminated) is 1..FG_SESSION_NAME_MAX bytes of
- * [A-Za-z0-9_-]: the one check for session and tenant ids. Any thread. */
-bool fg_session_name_valid(const char *name);
 
 typedef struct fg_session_params {
     uint32_t tenant;   /* scheduling group (the quota layer maps tenants to ids) */

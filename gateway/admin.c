@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "config/base/random.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http.h"
 #include "gateway/log.h"
@@ -68,14 +69,6 @@ static void reply_unavailable(gw_http_req *req)
 }
 
 /* ---- helpers ---- */
-
-/* A whole id from a path segment or a JSON string (len: its full length, so
- * that an embedded NUL is not cut off): the one name check (engine.h). */
-_Static_assert(FG_SESSION_NAME_MAX == FG_TENANT_ID_MAX, "tenant ids are checked as session names");
-static bool valid_id(const char *s, size_t len)
-{
-    return strlen(s) == len && fg_session_name_valid(s);
-}
 
 static const char *const LIMIT_NAMES[] = {"max_sessions",       "max_responses",      "tokens_per_minute",
                                           "daily_tokens",       "max_kv_bytes",       "max_context_tokens",
@@ -178,7 +171,7 @@ static bool tenant_from_json(gw_http_req *req, json_t *root, const char *path_id
             reply_error(req, 400, "missing_field", "id", "%s", "id is required");
             return false;
         }
-        if (!json_is_string(id) || !valid_id(json_string_value(id), json_string_length(id))) {
+        if (!json_is_string(id) || !fg_name_valid(json_string_value(id), json_string_length(id))) {
             reply_error(req, 400, "invalid_value", "id", "%s", "id must be a string of 1 to 64 of A-Z a-z 0-9 _ -");
             return false;
         }
@@ -427,13 +420,8 @@ static void tenant_get(fg_gateway_t *gw, gw_http_req *req, const char *id)
 static bool random_key(char *out, size_t cap)
 {
     unsigned char r[ADMIN_KEY_RANDOM_BYTES];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
-        if (n <= 0)
-            return false;
-        got += (size_t)n;
-    }
+    if (!fg_random_bytes(r, sizeof r))
+        return false;
     static const char hex[] = "0123456789abcdef";
     if (cap < 3 + 2 * sizeof r + 1)
         return false;
@@ -526,7 +514,7 @@ static void sessions_list(fg_gateway_t *gw, gw_http_req *req, const char *id)
     if (idx < 0 && !fg_quota_tenant_get(gw->quota, id, &t))
         return reply_error(req, 404, "tenant_not_found", NULL, "no tenant '%s'", id);
     json_t *arr = json_array();
-    const double now = gw_now();
+    const double now = fg_clock_mono_s();
     for (gw_session *s = gw->sessions; s && idx >= 0; s = s->all_next) {
         if (s->tenant != idx)
             continue;
@@ -699,7 +687,7 @@ int gw_admin_route(fg_gateway_t *gw, gw_http_req *req)
             gw_http_error(req, 404, "not_found", "no such endpoint");
             return 1;
         }
-        if (!valid_id(id, strlen(id))) {
+        if (!fg_name_valid(id, strlen(id))) {
             reply_error(req, 400, "invalid_id", NULL, "%s", "tenant ids are 1 to 64 of A-Z a-z 0-9 _ -");
             return 1;
         }
@@ -740,7 +728,7 @@ int gw_admin_route(fg_gateway_t *gw, gw_http_req *req)
     if (n == 2 && !strcmp(seg[0], "sessions")) {
         if (!del)
             method_not_allowed(req, "DELETE");
-        else if (!valid_id(seg[1], strlen(seg[1])))
+        else if (!fg_name_valid(seg[1], strlen(seg[1])))
             reply_error(req, 400, "invalid_id", NULL, "%s", "session ids are 1 to 64 of A-Z a-z 0-9 _ -");
         else
             session_delete(gw, req, seg[1]);

@@ -1,7 +1,6 @@
 /* chat_template.c: items to tokens (see chat_template.h). */
 #include "gateway/chat_template.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
@@ -12,47 +11,13 @@
 #define TOOL_OUT_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "begin\xef\xbd\x9c>"
 #define TOOL_OUT_END "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "end\xef\xbd\x9c>"
 
-void fg_tokens_free(fg_tokens *t)
-{
-    free(t->v);
-    memset(t, 0, sizeof *t);
-}
-
-/* Makes room for n more tokens. */
-static fg_err reserve(fg_tokens *t, size_t n)
-{
-    if (t->n + n <= t->cap)
-        return FG_OK;
-    size_t c = t->cap ? t->cap : 64;
-    while (c < t->n + n)
-        c *= 2;
-    int32_t *v = realloc(t->v, c * sizeof *v);
-    if (!v)
-        return FG_ERR_NOMEM;
-    t->v = v;
-    t->cap = c;
-    return FG_OK;
-}
-
-fg_err fg_tokens_push(fg_tokens *t, const int32_t *ids, size_t n)
-{
-    if (n == 0)
-        return FG_OK;
-    fg_err e = reserve(t, n);
-    if (e)
-        return e;
-    memcpy(t->v + t->n, ids, n * sizeof *ids);
-    t->n += n;
-    return FG_OK;
-}
-
 /* Encodes text and appends it; special tokens are recognised only in markers. */
 static fg_err push_text(const fg_tokenizer_t *tok, const char *s, size_t len, int special, fg_tokens *out)
 {
     if (len == 0)
         return FG_OK;
     /* A byte-level BPE never yields more tokens than bytes. */
-    fg_err e = reserve(out, len);
+    fg_err e = fg_tokens_reserve(out, out->n + len);
     if (e)
         return e;
     size_t got = 0;

@@ -12,18 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/tokens.h"
 #include "config/fg_error.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gateway/protocol.h"
-
-/* A growable token list. */
-typedef struct fg_tokens {
-    int32_t *v;
-    size_t n, cap;
-} fg_tokens;
-
-void fg_tokens_free(fg_tokens *t);
-fg_err fg_tokens_push(fg_tokens *t, const int32_t *ids, size_t n);
 
 /* Appends the session head: BOS (if the vocabulary has one) and the instructions. */
 fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, size_t len, fg_tokens *out);

@@ -73,13 +73,6 @@ struct fg_client_loop {
     fg_client_conn_t *notify_head, *notify_tail;
 };
 
-int64_t fg_client_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* ---- URL ---- */
 
 static fg_err url_fail(fg_diag *diag, const char *url, const char *why)

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/clock.h"
 #include "config/fg_error.h"
 
 typedef struct fg_client_loop fg_client_loop_t;
@@ -110,8 +111,5 @@ bool fg_client_conn_is_closed(const fg_client_conn_t *c);
 size_t fg_client_conn_pending(const fg_client_conn_t *c);
 /* Frees c; an open connection is dropped first without running on_close. NULL is a no-op. */
 void fg_client_conn_free(fg_client_conn_t *c);
-
-/* Microseconds of a monotonic clock. */
-int64_t fg_client_now_us(void);
 
 #endif

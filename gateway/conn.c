@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "config/base/random.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 
@@ -137,7 +138,7 @@ void gw_conn_on_open(gw_conn *c)
 {
     fg_gateway_t *gw = c->gw;
     c->bucket = (double)gw->cfg->limits.message_burst;
-    c->bucket_time = gw_now();
+    c->bucket_time = fg_clock_mono_s();
     c->all_next = gw->conns;
     if (gw->conns)
         gw->conns->all_prev = c;
@@ -547,9 +548,7 @@ static void on_item_create(gw_conn *c, const fg_client_event *ev)
 
 static uint64_t random_seed(void)
 {
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != sizeof v)
-        v = (uint64_t)(gw_now() * 1e9);
+    const uint64_t v = fg_random_seed();
     return v & ((UINT64_C(1) << 53) - 1);
 }
 
@@ -619,7 +618,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     s->responding = true;
     s->resp_tokens = 0;
     s->resp_last_token_at = 0;
-    gw_hist_observe(&gw->metrics.queue, gw_now() - s->resp_created_at);
+    gw_hist_observe(&gw->metrics.queue, fg_clock_mono_s() - s->resp_created_at);
     gw_tenant_at(gw, s->tenant)->m.responses_started++;
     snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
     snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
@@ -682,7 +681,7 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
     if (gw->draining)
         return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
-    s->resp_created_at = gw_now();
+    s->resp_created_at = fg_clock_mono_s();
     if (s->rebuild) {
         if (!s->conv_known)
             return fail(c, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
@@ -803,7 +802,7 @@ static void dispatch(gw_conn *c, const fg_client_event *ev)
     if (!c->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
         return fail(c, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
     if (c->session)
-        c->session->last_activity = gw_now();
+        c->session->last_activity = fg_clock_mono_s();
     switch (ev->type) {
     case FG_CLIENT_SESSION_CREATE: on_session_create(c, ev); break;
     case FG_CLIENT_SESSION_UPDATE: on_session_update(c, ev); break;
@@ -819,7 +818,7 @@ static void dispatch(gw_conn *c, const fg_client_event *ev)
 static bool rate_ok(gw_conn *c)
 {
     const fg_config *cfg = c->gw->cfg;
-    double now = gw_now();
+    double now = fg_clock_mono_s();
     c->bucket += (now - c->bucket_time) * cfg->limits.messages_per_second;
     if (c->bucket > (double)cfg->limits.message_burst)
         c->bucket = (double)cfg->limits.message_burst;

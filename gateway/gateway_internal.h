@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config/base/clock.h"
 #include "gateway/chat_template.h"
 #include "gateway/gateway.h"
 #include "gateway/metrics.h"
@@ -164,7 +165,6 @@ struct fg_gateway {
     bool done;
 };
 
-double gw_now(void);
 /* The session's tenant id (for logs). */
 static inline const char *gw_session_tenant(gw_session *s)
 {

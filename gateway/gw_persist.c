@@ -80,14 +80,7 @@ void gw_session_store_meta(gw_session *s)
 
 static bool valid_id(const char *id, size_t len)
 {
-    if (len < 1 || len >= sizeof(((gw_session *)0)->id))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return len < sizeof(((gw_session *)0)->id) && fg_name_valid(id, len);
 }
 
 /* Applies a decoded record to a restored session. */

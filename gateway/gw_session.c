@@ -23,15 +23,10 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "config/base/hash64.h"
+#include "config/base/random.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
-
-double gw_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- rings ---- */
 
@@ -81,10 +76,7 @@ void gw_ring_free(gw_ring *r)
 
 static size_t hash_id(const char *id, size_t len)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)id[i]) * 1099511628211ull;
-    return (size_t)h;
+    return (size_t)fg_fnv1a64(id, len);
 }
 
 gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len)
@@ -98,11 +90,7 @@ gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len)
 static void make_id(char *out)
 {
     unsigned char r[16];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
-        if (n > 0)
-            got += (size_t)n;
+    while (!fg_random_bytes(r, sizeof r)) {
     }
     static const char hex[] = "0123456789abcdef";
     memcpy(out, "sess_", 5);
@@ -161,7 +149,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
     s->top_p = 1.0;
     s->max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
     s->next_seq = 1;
-    s->last_activity = gw_now();
+    s->last_activity = fg_clock_mono_s();
     size_t b = hash_id(s->id, strlen(s->id)) % gw->table_size;
     s->hash_next = gw->table[b];
     gw->table[b] = s;
@@ -336,7 +324,7 @@ static void record_done(gw_session *s, fg_proto_response_status status, const fg
     m->input_tokens += (uint64_t)(u->input_tokens > 0 ? u->input_tokens : 0);
     m->cached_input_tokens += (uint64_t)(u->cached_tokens > 0 ? u->cached_tokens : 0);
     m->output_tokens += (uint64_t)(u->output_tokens > 0 ? u->output_tokens : 0);
-    gw_hist_observe(&s->gw->metrics.e2e, gw_now() - s->resp_created_at);
+    gw_hist_observe(&s->gw->metrics.e2e, fg_clock_mono_s() - s->resp_created_at);
 }
 
 static void finish_response(gw_session *s, const fg_event *ev)
@@ -405,7 +393,7 @@ static void finish_response(gw_session *s, const fg_event *ev)
     s->responding = false;
     s->out_len = 0;
     s->cancel_reason = NULL;
-    s->last_activity = gw_now();
+    s->last_activity = fg_clock_mono_s();
     /* Items added during the response come after its output, as in the engine. */
     fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
     s->deferred.n = 0;
@@ -450,7 +438,7 @@ void gw_session_drain_engine(gw_session *s)
             break;
         for (int i = 0; i < n; i++) {
             if (ev[i].type == FG_EVENT_TOKEN) {
-                const double now = gw_now();
+                const double now = fg_clock_mono_s();
                 gw_metrics *m = &s->gw->metrics;
                 if (s->resp_last_token_at > 0)
                     gw_hist_observe(&m->inter_token, now - s->resp_last_token_at);
@@ -509,7 +497,7 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
             s->unsent_events++;
         }
     }
-    s->last_activity = gw_now();
+    s->last_activity = fg_clock_mono_s();
     gw_conn_request_write(c);
     gw_conn_output_changed(c); /* the replay counts against the output limits */
 }
@@ -526,14 +514,14 @@ void gw_session_detach(gw_session *s)
         s->output_paused = false;
         gw_session_drain_engine(s);
     }
-    s->last_activity = gw_now();
+    s->last_activity = fg_clock_mono_s();
     gw_session_flush_delta(s);
     trim_resume_buffer(s); /* what the client was not sent now counts against the resume buffer */
 }
 
 void gw_sessions_sweep(fg_gateway_t *gw)
 {
-    const double now = gw_now(), idle = (double)gw->cfg->sessions.idle_timeout_s;
+    const double now = fg_clock_mono_s(), idle = (double)gw->cfg->sessions.idle_timeout_s;
     gw_session *next;
     for (gw_session *s = gw->sessions; s; s = next) {
         next = s->all_next;

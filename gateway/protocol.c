@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config/base/name.h"
+
 void fg_proto_limits_default(fg_proto_limits *lim)
 {
     lim->max_message_bytes = (size_t)1 << 20;
@@ -410,12 +412,8 @@ static int parse_message(ctx *c, json_t *item, fg_proto_item *it)
 /* A function name as tool-calling models and frameworks allow it. */
 static int check_function_name(ctx *c, fg_proto_str name)
 {
-    for (size_t i = 0; i < name.len; i++) {
-        const char ch = name.ptr[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-              ch == '-'))
-            return fail(c, FG_PROTO_INVALID_VALUE, "item.name", "item.name may hold only A-Z, a-z, 0-9, _ and -");
-    }
+    if (!fg_name_valid(name.ptr, name.len))
+        return fail(c, FG_PROTO_INVALID_VALUE, "item.name", "item.name may hold only A-Z, a-z, 0-9, _ and -");
     return 0;
 }
 

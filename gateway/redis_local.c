@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/base/clock.h"
 #include "gateway/log.h"
 
 #define BACKOFF_MIN_S 0.1
@@ -36,13 +37,6 @@ struct fg_redis_local {
     double backoff_s;        /* the wait before the next start; 0 before the first death */
     uint64_t restarts, exits;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* mkdir -p */
 static int make_dirs(const char *path)
@@ -163,7 +157,7 @@ static fg_err spawn(fg_redis_local_t *r, fg_diag *diag)
     }
     r->gen = gen;
     r->pid = pid;
-    r->started_at = now_s();
+    r->started_at = fg_clock_mono_s();
     memcpy(r->socket, sock, sizeof sock);
     point_link(r);
     return FG_OK;
@@ -227,7 +221,7 @@ void fg_redis_local_check(fg_redis_local_t *r, double now)
         pid_t w = waitpid(r->pid, &status, WNOHANG);
         if (w == 0 || (w < 0 && errno != ECHILD))
             return; /* still running */
-        const double ran = now_s() - r->started_at;
+        const double ran = fg_clock_mono_s() - r->started_at;
         r->backoff_s = r->backoff_s == 0 || ran >= STABLE_S ? BACKOFF_MIN_S
                        : r->backoff_s * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S
                                                           : r->backoff_s * 2;

@@ -96,7 +96,7 @@ static void drain_step(fg_gateway_t *gw)
         c->close_code = FG_PROTO_CLOSE_GOING_AWAY;
         gw_conn_request_write(c);
     }
-    if (gw->n_conns == 0 || gw_now() > gw->drain_deadline) {
+    if (gw->n_conns == 0 || fg_clock_mono_s() > gw->drain_deadline) {
         if (gw->n_conns)
             fg_log(FG_LOG_WARN, "drain_timeout", "\"connections\":%zu", gw->n_conns);
         gw->done = true;
@@ -109,7 +109,7 @@ static void begin_drain(fg_gateway_t *gw)
     if (gw->draining)
         return;
     gw->draining = true;
-    gw->drain_deadline = gw_now() + (double)gw->cfg->server.drain_timeout_s;
+    gw->drain_deadline = fg_clock_mono_s() + (double)gw->cfg->server.drain_timeout_s;
     int cancelled = 0;
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         if (s->responding) {
@@ -365,7 +365,7 @@ void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota)
 static void redis_watch_cb(lws_sorted_usec_list_t *sul)
 {
     fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, redis_watch);
-    fg_redis_local_check(gw->redis_local, gw_now());
+    fg_redis_local_check(gw->redis_local, fg_clock_mono_s());
     lws_sul_schedule(gw->ctx, 0, &gw->redis_watch, redis_watch_cb, REDIS_WATCH_US);
 }
 

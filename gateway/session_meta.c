@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/name.h"
+
 #define META_MAGIC "FGSM"
 #define FLAG_HAS_SEED 1u
 #define FLAG_REBUILD 2u
@@ -61,18 +63,6 @@ static void put_varint(wbuf *w, uint32_t v)
     put(w, b, (size_t)n);
 }
 
-static bool valid_tenant(const char *t, size_t n)
-{
-    if (n < 1 || n > 64)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
 /* Everything but the conversation's tokens; n_conv written as given. */
 static void put_head(wbuf *w, const fg_session_meta *m, bool conv_known, uint32_t n_conv)
 {
@@ -109,7 +99,7 @@ static void put_head(wbuf *w, const fg_session_meta *m, bool conv_known, uint32_
 fg_err fg_session_meta_encode(const fg_session_meta *m, uint8_t *buf, size_t cap, size_t *len, fg_diag *diag)
 {
     *len = 0;
-    if (!valid_tenant(m->tenant, strlen(m->tenant)))
+    if (!fg_name_valid(m->tenant, strlen(m->tenant)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session record: tenant id '%s' is not 1..64 of [A-Za-z0-9_-]",
                            m->tenant);
     if (m->n_stop > FG_PROTO_MAX_STOP)
@@ -215,7 +205,7 @@ fg_err fg_session_meta_decode(const uint8_t *buf, size_t len, fg_session_meta *m
         return bad(m, diag, "unknown flags");
     size_t tl = (size_t)get_u(&r, 1);
     const uint8_t *t = take(&r, tl);
-    if (!t || !valid_tenant((const char *)t, tl))
+    if (!t || !fg_name_valid((const char *)t, tl))
         return bad(m, diag, "bad tenant id");
     memcpy(m->tenant, t, tl);
     m->has_seed = flags & FLAG_HAS_SEED;

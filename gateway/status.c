@@ -43,18 +43,11 @@ gw_status *gw_status_create(void)
 {
     gw_status *st = calloc(1, sizeof *st);
     if (st)
-        st->started = gw_now();
+        st->started = fg_clock_mono_s();
     return st;
 }
 
 void gw_status_destroy(gw_status *st) { free(st); }
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t total_rejections(const fg_gateway_t *gw)
 {
@@ -100,7 +93,7 @@ void gw_status_sample(fg_gateway_t *gw)
     if (!st)
         return;
     gw_metrics_intern_tenants(gw);
-    const double now = gw_now();
+    const double now = fg_clock_mono_s();
     live l;
     read_live(gw, &l);
     const gw_metrics *m = &gw->metrics;
@@ -113,7 +106,7 @@ void gw_status_sample(fg_gateway_t *gw)
         st->count++;
     }
     memset(s, 0, sizeof *s);
-    s->t = wall_now();
+    s->t = fg_clock_real_s();
     const double dt = st->last_mono > 0 ? now - st->last_mono : 0;
     if (dt > 0) {
         s->tokens_per_s = (float)((double)(m->output_tokens - st->last_tokens) / dt);
@@ -307,7 +300,7 @@ char *gw_status_render(fg_gateway_t *gw)
         json_object_set_new(ser, "tenant_sessions", ts);
     }
     json_t *doc = json_pack("{s:s, s:f, s:f, s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "version", FG_PROTO_SUBPROTOCOL,
-                            "time", round3(wall_now()), "uptime_s", st ? round3(gw_now() - st->started) : 0.0,
+                            "time", round3(fg_clock_real_s()), "uptime_s", st ? round3(fg_clock_mono_s() - st->started) : 0.0,
                             "draining", gw->draining, "sample_interval_s", 1, "now", now, "kv", kv, "redis", redis,
                             "tenants", tenants_json(gw), "series", ser ? ser : json_object());
     if (!doc)

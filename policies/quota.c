@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/base/random.h"
+
 #define DEFAULT_TIMEOUT_MS 200
 #define DEFAULT_LEASE_TTL_MS 30000
 #define MIN_LEASE_TTL_MS 30 /* renewal every ttl / 3 must stay a positive, sane period */
@@ -51,12 +53,7 @@ void fg_qreq_free(fg_qreq *r)
 
 static void make_instance_id(char out[FG_QUOTA_INSTANCE_LEN + 1])
 {
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        v = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 32);
-    }
+    const uint64_t v = fg_random_seed();
     snprintf(out, FG_QUOTA_INSTANCE_LEN + 1, "%016llx", (unsigned long long)v);
 }
 
@@ -254,7 +251,7 @@ static fg_qreq *req_new(fg_qreq_kind kind, const char *tenant_id, fg_quota_cb cb
     r->kind = kind;
     r->cb = cb;
     r->user = user;
-    if (fg_quota_valid_tenant_id(tenant_id))
+    if (tenant_id && fg_name_valid(tenant_id, strlen(tenant_id)))
         snprintf(r->tenant, sizeof r->tenant, "%s", tenant_id);
     else
         r->reject = FG_QUOTA_UNKNOWN_TENANT;
@@ -282,7 +279,7 @@ static void hash_key(const char *api_key, char hex[FG_SHA256_HEX_LEN + 1])
 
 void fg_quota_tenant_seed(fg_quota_t *q, const fg_tenant_record *t, const char *const *api_keys, size_t n_keys)
 {
-    if (!t || !fg_quota_valid_tenant_id(t->id) || !memchr(t->name, '\0', sizeof t->name))
+    if (!t || !fg_name_valid(t->id, strlen(t->id)) || !memchr(t->name, '\0', sizeof t->name))
         return;
     fg_qseed *s = calloc(1, sizeof *s);
     if (!s)
@@ -393,7 +390,7 @@ bool fg_quota_tenant_by_key(fg_quota_t *q, const char *api_key, fg_tenant_record
 
 bool fg_quota_tenant_get(fg_quota_t *q, const char *tenant_id, fg_tenant_record *out)
 {
-    if (!fg_quota_valid_tenant_id(tenant_id))
+    if (!tenant_id && fg_name_valid(tenant_id, strlen(tenant_id)))
         return false;
     return fg_qcache_get(q, tenant_id, out);
 }

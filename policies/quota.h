@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/base/name.h"
 #include "config/fg_error.h"
 
 typedef struct fg_quota fg_quota_t;
@@ -49,11 +50,10 @@ typedef struct fg_tenant_limits {
     bool fail_closed;            /* when Redis is unreachable: refuse (true) or admit within the backstop */
 } fg_tenant_limits;
 
-#define FG_TENANT_ID_MAX 64
 #define FG_TENANT_NAME_MAX 128
 
 typedef struct fg_tenant_record {
-    char id[FG_TENANT_ID_MAX + 1];
+    char id[FG_NAME_MAX + 1];
     char name[FG_TENANT_NAME_MAX + 1];
     fg_tenant_limits limits;
 } fg_tenant_record;

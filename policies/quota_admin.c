@@ -73,7 +73,7 @@ static bool rep_str_is(const redisReply *r, const char *s)
 static bool valid_record(const fg_tenant_record *t)
 {
     const fg_tenant_limits *l = &t->limits;
-    if (!fg_quota_valid_tenant_id(t->id) || memchr(t->name, '\0', sizeof t->name) == NULL)
+    if (!fg_name_valid(t->id, strlen(t->id)) || memchr(t->name, '\0', sizeof t->name) == NULL)
         return false;
     if (l->max_sessions < 0 || l->max_responses < 0 || l->tokens_per_minute < 0 || l->daily_tokens < 0 ||
         l->max_kv_bytes < 0 || l->max_context_tokens < 0 || l->max_output_tokens < 0)

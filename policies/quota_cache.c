@@ -222,11 +222,11 @@ bool fg_qcache_refresh(struct fg_quota *q, bool force)
     redisReply **rep = calloc(2 * n + 1, sizeof *rep);
     bool ok = cmds && ptrs && rep;
     size_t n_valid = 0;
-    char (*ids)[FG_TENANT_ID_MAX + 1] = ok ? calloc(n + 1, sizeof *ids) : NULL;
+    char (*ids)[FG_NAME_MAX + 1] = ok ? calloc(n + 1, sizeof *ids) : NULL;
     ok = ok && ids;
     for (size_t i = 0; ok && i < n; i++) {
         const redisReply *e = r0[1]->element[i];
-        if (e->type != REDIS_REPLY_STRING || !fg_quota_valid_tenant_id(e->str))
+        if (e->type != REDIS_REPLY_STRING || !fg_name_valid(e->str, strlen(e->str)))
             continue;
         snprintf(ids[n_valid], sizeof ids[n_valid], "%s", e->str);
         char key[FG_QUOTA_REDIS_KEY_MAX];
@@ -294,7 +294,7 @@ bool fg_qcache_refresh(struct fg_quota *q, bool force)
         return true;
     }
     snprintf(q->cache_version, sizeof q->cache_version, "%s", version);
-    q->next_full_reload_us = fg_quota_mono_us() + FG_QUOTA_FULL_RELOAD_MS * 1000LL;
+    q->next_full_reload_us = fg_clock_mono_us() + FG_QUOTA_FULL_RELOAD_MS * 1000LL;
     return true;
 }
 

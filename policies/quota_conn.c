@@ -103,13 +103,13 @@ void fg_qcmd_script(fg_qcmd *c, fg_qscript_id id, int nkeys)
 
 int64_t fg_quota_redis_now_us(const struct fg_quota *q)
 {
-    return fg_quota_real_us() + q->conn.clock_offset_us;
+    return fg_clock_real_us() + q->conn.clock_offset_us;
 }
 
 void fg_quota_note_redis_ms(struct fg_quota *q, int64_t redis_ms)
 {
     if (redis_ms > 0)
-        q->conn.clock_offset_us = redis_ms * 1000 - fg_quota_real_us();
+        q->conn.clock_offset_us = redis_ms * 1000 - fg_clock_real_us();
 }
 
 /* ---- connection ---- */
@@ -118,7 +118,7 @@ void fg_quota_note_redis_ms(struct fg_quota *q, int64_t redis_ms)
 static void schedule_retry(struct fg_quota *q)
 {
     fg_qconn *c = &q->conn;
-    int64_t now_us = fg_quota_mono_us();
+    int64_t now_us = fg_clock_mono_us();
     /* Jitter of +-20 % from the clock's low bits, so instances spread out. */
     int64_t wait_us = (int64_t)c->backoff_ms * 1000;
     wait_us += (wait_us * ((now_us / 7) % 41 - 20)) / 100;
@@ -147,7 +147,7 @@ void fg_qconn_drop(struct fg_quota *q, const char *why)
     fg_qconn_close(q);
     /* The first attempt right away (a restarted Redis is back at once), then backoff. */
     q->conn.backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
-    q->conn.next_attempt_us = fg_quota_mono_us();
+    q->conn.next_attempt_us = fg_clock_mono_us();
 }
 
 /* "host:port", "[v6]:port" or "/unix/path" into a context. */
@@ -240,7 +240,7 @@ bool fg_qconn_connect_if_due(struct fg_quota *q, int64_t now_us)
         redisReply **e = rep[FG_QSCRIPT__COUNT]->element;
         int64_t s = strtoll(e[0]->str ? e[0]->str : "0", NULL, 10);
         int64_t us = strtoll(e[1]->str ? e[1]->str : "0", NULL, 10);
-        c->clock_offset_us = s * 1000000 + us - fg_quota_real_us();
+        c->clock_offset_us = s * 1000000 + us - fg_clock_real_us();
     }
     for (int i = 0; i <= FG_QSCRIPT__COUNT; i++) {
         if (rep[i])
@@ -314,7 +314,7 @@ static bool is_noscript(const redisReply *r)
 static bool round_trip(struct fg_quota *q, fg_qcmd *const *cmds, const size_t *idx, size_t n,
                        redisReply **replies, bool eval)
 {
-    int64_t t0 = fg_quota_mono_us();
+    int64_t t0 = fg_clock_mono_us();
     size_t appended = 0;
     for (size_t k = 0; k < n; k++) {
         size_t i = idx ? idx[k] : k;
@@ -332,13 +332,13 @@ static bool round_trip(struct fg_quota *q, fg_qcmd *const *cmds, const size_t *i
         if (redisGetReply(q->conn.ctx, &r) != REDIS_OK || !r) {
             char why[100];
             snprintf(why, sizeof why, "%.99s", q->conn.ctx->errstr[0] ? q->conn.ctx->errstr : strerror(errno));
-            fg_quota_stat_calls(q, appended, (double)(fg_quota_mono_us() - t0) / 1000.0);
+            fg_quota_stat_calls(q, appended, (double)(fg_clock_mono_us() - t0) / 1000.0);
             fg_qconn_drop(q, why);
             return false;
         }
         replies[i] = r;
     }
-    fg_quota_stat_calls(q, appended, (double)(fg_quota_mono_us() - t0) / 1000.0);
+    fg_quota_stat_calls(q, appended, (double)(fg_clock_mono_us() - t0) / 1000.0);
     return true;
 }
 

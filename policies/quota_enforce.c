@@ -111,12 +111,12 @@ static void decide_local(struct fg_quota *q, fg_qreq *r)
         return;
     }
     int64_t day = redis_day(q);
-    res->verdict = fg_backstop_admit(&t->backstop, l, n, r->reserve_tokens, fg_quota_mono_us(), day,
+    res->verdict = fg_backstop_admit(&t->backstop, l, n, r->reserve_tokens, fg_clock_mono_us(), day,
                                      to_midnight_s(q), res);
     if (res->verdict == FG_QUOTA_OK) {
         if (!fg_qlease_add(&t->responses, r->member, r->reserve_tokens, day, false)) {
             /* Cannot track it: give the tokens back and refuse. */
-            fg_backstop_settle(&t->backstop, l, n, r->reserve_tokens, 0, fg_quota_mono_us());
+            fg_backstop_settle(&t->backstop, l, n, r->reserve_tokens, 0, fg_clock_mono_us());
             res->verdict = FG_QUOTA_UNAVAILABLE;
         }
     }
@@ -348,7 +348,7 @@ void fg_qenforce_batch(struct fg_quota *q, fg_qreq **reqs, size_t n)
                 fg_tenant_record rec;
                 if (fg_qcache_get(q, r->tenant, &rec))
                     fg_backstop_settle(&t->backstop, &rec.limits, q->expected_instances, s[i].lease.reserved,
-                                       r->used_tokens, fg_quota_mono_us());
+                                       r->used_tokens, fg_clock_mono_us());
                 journal_settle(q, r->tenant, &s[i].lease, r->used_tokens);
             } else if (up) {
                 settle_cmd(&cmds[i], r->tenant, &s[i].lease, r->used_tokens);

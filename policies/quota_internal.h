@@ -31,6 +31,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "config/base/clock.h"
 #include "policies/backstop.h"
 #include "policies/quota.h"
 #include "policies/quota_scripts.h"
@@ -68,7 +69,7 @@ typedef enum fg_qreq_kind {
 typedef struct fg_qreq {
     struct fg_qreq *next;
     fg_qreq_kind kind;
-    char tenant[FG_TENANT_ID_MAX + 1];
+    char tenant[FG_NAME_MAX + 1];
     char member[FG_QUOTA_MEMBER_MAX + 1];    /* "<instance>:<key>" (sessions, responses) */
     char key_hash[FG_SHA256_HEX_LEN + 1];    /* key add / revoke */
     int64_t reserve_tokens, used_tokens;     /* tokens */
@@ -179,7 +180,7 @@ bool fg_qlease_take(fg_qlease_vec *v, const char *member, fg_qlease *out);
 void fg_qlease_vec_free(fg_qlease_vec *v);
 
 typedef struct fg_qtenant {
-    char id[FG_TENANT_ID_MAX + 1];
+    char id[FG_NAME_MAX + 1];
     fg_qlease_vec sessions, responses;
     fg_backstop backstop;
 } fg_qtenant;
@@ -213,7 +214,7 @@ void fg_qenforce_batch(struct fg_quota *q, fg_qreq **reqs, size_t n);
 typedef struct fg_qjentry {
     char kind;                               /* 'S': settle of a reservation held in Redis;
                                                 'U': usage admitted by the backstop */
-    char tenant[FG_TENANT_ID_MAX + 1];
+    char tenant[FG_NAME_MAX + 1];
     char member[FG_QUOTA_MEMBER_MAX + 1];    /* 'S': the lease; 'U': a unique entry id */
     int64_t day;                             /* UTC day the tokens count in, days since the epoch */
     int64_t reserved, used;                  /* tokens */
@@ -276,7 +277,6 @@ bool fg_qadmin_run_seeds(struct fg_quota *q);
 
 /* ---- keys and names (quota_keys.c) ---- */
 
-bool fg_quota_valid_tenant_id(const char *id);
 bool fg_quota_valid_key(const char *key);  /* session id / response key */
 /* "{tenant:ID}:suffix" into buf (FG_QUOTA_REDIS_KEY_MAX bytes). */
 void fg_qkey(char *buf, const char *tenant, const char *suffix);
@@ -289,8 +289,6 @@ void fg_qcmd_key_daily(fg_qcmd *c, const char *tenant, int64_t day);
 void fg_qcmd_config_fields(fg_qcmd *c, const fg_tenant_record *t);
 void fg_qconfig_parse(const redisReply *hgetall, const char *id, fg_tenant_record *out);
 
-int64_t fg_quota_mono_us(void);
-int64_t fg_quota_real_us(void);
 
 /* ---- the quota object ---- */
 

@@ -44,14 +44,14 @@ static bool push(fg_qjournal *j, const fg_qjentry *e)
 /* Parses one line (without its '\n'); false if malformed. */
 static bool parse_line(const char *line, fg_qjentry *e)
 {
-    char kind[2], tenant[FG_TENANT_ID_MAX + 2], member[FG_QUOTA_MEMBER_MAX + 2];
+    char kind[2], tenant[FG_NAME_MAX + 2], member[FG_QUOTA_MEMBER_MAX + 2];
     long long day, reserved, used, ts;
     char extra;
     memset(e, 0, sizeof *e);
     if (sscanf(line, "%1s %65s %218s %lld %lld %lld %lld %c", kind, tenant, member, &day, &reserved,
                &used, &ts, &extra) != 7)
         return false;
-    if ((kind[0] != 'S' && kind[0] != 'U') || !fg_quota_valid_tenant_id(tenant) ||
+    if ((kind[0] != 'S' && kind[0] != 'U') || !fg_name_valid(tenant, strlen(tenant)) ||
         strlen(member) > FG_QUOTA_MEMBER_MAX || used < 0 || reserved < 0 || day < 0)
         return false;
     e->kind = kind[0];

@@ -1,5 +1,5 @@
 /* quota_keys.c: names and values of the quota keys in Redis (the layout is in
- * quota_internal.h and docs/quotas.md), input validation, and clocks.
+ * quota_internal.h and docs/quotas.md) and input validation.
  *
  * Tenant ids are [A-Za-z0-9_-]{1,64}: no '{', '}' or ':', so "{tenant:ID}" is
  * always a well-formed Redis Cluster hash tag and key names cannot collide.
@@ -11,21 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-bool fg_quota_valid_tenant_id(const char *id)
-{
-    if (!id)
-        return false;
-    size_t n = 0;
-    for (const char *p = id; *p; p++, n++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '-';
-        if (!ok || n >= FG_TENANT_ID_MAX)
-            return false;
-    }
-    return n > 0;
-}
 
 bool fg_quota_valid_key(const char *key)
 {
@@ -134,16 +119,3 @@ void fg_qconfig_parse(const redisReply *h, const char *id, fg_tenant_record *out
         out->limits.weight = 1000;
 }
 
-int64_t fg_quota_mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t fg_quota_real_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}

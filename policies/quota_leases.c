@@ -12,15 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
+#include "config/base/hash64.h"
 
 /* Slot holding member (its value is then non-zero), or the empty slot where it would go. */
 static size_t slot_of(const fg_qlease_vec *v, const char *member, uint64_t h)
@@ -56,7 +48,7 @@ fg_qlease *fg_qlease_find(fg_qlease_vec *v, const char *member)
 {
     if (!v->n)
         return NULL;
-    size_t i = slot_of(v, member, fnv1a(member));
+    size_t i = slot_of(v, member, fg_fnv1a64(member, strlen(member)));
     return v->slots[i] ? &v->v[v->slots[i] - 1] : NULL;
 }
 
@@ -77,7 +69,7 @@ bool fg_qlease_add(fg_qlease_vec *v, const char *member, int64_t reserved, int64
         char *m = strdup(member);
         if (!m)
             return false;
-        uint64_t h = fnv1a(member);
+        uint64_t h = fg_fnv1a64(member, strlen(member));
         size_t i = slot_of(v, member, h);
         l = &v->v[v->n++];
         l->member = m;
@@ -113,7 +105,7 @@ bool fg_qlease_take(fg_qlease_vec *v, const char *member, fg_qlease *out)
 {
     if (!v->n)
         return false;
-    size_t i = slot_of(v, member, fnv1a(member));
+    size_t i = slot_of(v, member, fg_fnv1a64(member, strlen(member)));
     if (!v->slots[i])
         return false;
     size_t k = v->slots[i] - 1;

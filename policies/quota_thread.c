@@ -200,7 +200,7 @@ static void on_connected(struct fg_quota *q, int64_t now_us)
 
 static void run_timers(struct fg_quota *q)
 {
-    int64_t now = fg_quota_mono_us();
+    int64_t now = fg_clock_mono_us();
     if (!fg_qconn_up(q) && fg_qconn_connect_if_due(q, now))
         on_connected(q, now);
     if (!fg_qconn_up(q))
@@ -249,7 +249,7 @@ void *fg_quota_thread_main(void *arg)
         int64_t wake = next_wake(q);
         pthread_mutex_lock(&q->mu);
         while (!q->in_head && !q->stop) {
-            if (fg_quota_mono_us() >= wake)
+            if (fg_clock_mono_us() >= wake)
                 break;
             struct timespec ts = {.tv_sec = wake / 1000000, .tv_nsec = (wake % 1000000) * 1000};
             pthread_cond_timedwait(&q->cv, &q->mu, &ts);
@@ -260,7 +260,7 @@ void *fg_quota_thread_main(void *arg)
         bool stop = q->stop;
         pthread_mutex_unlock(&q->mu);
 
-        int64_t now = fg_quota_mono_us();
+        int64_t now = fg_clock_mono_us();
         if (list && !fg_qconn_up(q) && fg_qconn_connect_if_due(q, now))
             on_connected(q, now);
         handle_requests(q, list);

@@ -8,7 +8,7 @@ fg_add_test(tokenizer_deepseek_v3 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/
             LABELS "tokenizer;model" TIMEOUT 600)
 set_tests_properties(tokenizer_deepseek_v3 PROPERTIES SKIP_RETURN_CODE 77)
 
-# engine/unicode_data.c is what engine/tools/gen_unicode_data.py writes.
+# engine/tokenizer/unicode_data.c is what engine/tools/gen_unicode_data.py writes.
 fg_add_test(unicode_data_current COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/engine/tools/gen_unicode_data.py --check
             LABELS "tokenizer;unit")
 

@@ -95,7 +95,7 @@ static int start_turn(bench *b, agent *a, int turn_index)
     a->n_hist += input_len(b, turn_index);
     fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = b->n_out};
     rp.sampling.temperature = 0;
-    a->t_start = now_s();
+    a->t_start = fg_clock_mono_s();
     a->cpu_start = process_cpu_s();
     if (e == FG_OK)
         e = fg_session_respond(a->s, &rp, NULL, &d);
@@ -128,7 +128,7 @@ static int run_turns(bench *b, int from, int to)
                 agent *a = ready[r];
                 int m;
                 while ((m = fg_session_poll(a->s, ev, 64, text, sizeof text)) > 0) {
-                    double t = now_s(), cpu = process_cpu_s();
+                    double t = fg_clock_mono_s(), cpu = process_cpu_s();
                     for (int j = 0; j < m; j++) {
                         if (ev[j].type == FG_EVENT_TOKEN) {
                             if (!a->got_first) {
@@ -283,10 +283,10 @@ int main(int argc, char **argv)
             }
         }
     }
-    double t0 = now_s();
+    double t0 = fg_clock_mono_s();
     if (run_turns(&b, 0, b.turns))
         return 1;
-    double wall = now_s() - t0;
+    double wall = fg_clock_mono_s() - t0;
     print_turns(&b, 0, b.turns);
     int64_t tokens = 0;
     for (int i = 0; i < b.n; i++)
@@ -311,9 +311,9 @@ int main(int argc, char **argv)
 
     if (persist_dir) {
         /* A restart: save everything, close, open again, restore every session, one more turn. */
-        double ts = now_s();
+        double ts = fg_clock_mono_s();
         fg_err e = fg_engine_save_all(b.e, &d);
-        double save_s = now_s() - ts;
+        double save_s = fg_clock_mono_s() - ts;
         if (e != FG_OK)
             fprintf(stderr, "warning: save_all: %s\n", d.msg);
         for (int i = 0; i < b.n; i++)
@@ -324,7 +324,7 @@ int main(int argc, char **argv)
             return 1;
         }
         bool ok = fg_engine_tenant_usage(b.e, TENANT, &u) == FG_OK;
-        double tr = now_s();
+        double tr = fg_clock_mono_s();
         for (int i = 0; i < b.n; i++) {
             agent *a = &b.a[i];
             fg_session_params sp = {.weight = 1, .user = a, .name = a->name, .tenant_name = TENANT};
@@ -333,7 +333,7 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        double restore_s = now_s() - tr;
+        double restore_s = fg_clock_mono_s() - tr;
         if (ok)
             printf("on disk %.1f MB for %lld tokens: %.0f B/token; save_all %.1f ms (%.2f ms per session), "
                    "restore %.2f ms per session\n",

@@ -27,9 +27,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "engine/tools/bench_common.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/mha_attn.h"
 #include "kernels/cpu/mla_attn.h"

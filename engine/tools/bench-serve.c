@@ -55,7 +55,7 @@ static void run_until_done(fg_engine_t *e, fg_bench_waker *w, client *c, int n, 
                 client *cl = ready[i];
                 int m;
                 while ((m = fg_session_poll(cl->s, ev, 64, text, sizeof text)) > 0) {
-                    double t = now_s();
+                    double t = fg_clock_mono_s();
                     for (int j = 0; j < m; j++) {
                         if (ev[j].type == FG_EVENT_TOKEN) {
                             if (cl->tokens > 0 && *n_gaps < cap)
@@ -198,7 +198,7 @@ int main(int argc, char **argv)
             int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
             fg_engine_stats st0, st1;
             fg_engine_get_stats(e, &st0);
-            double t0 = now_s();
+            double t0 = fg_clock_mono_s();
             for (int i = 0; i < n; i++) {
                 fg_session_params sp = {.tenant = (uint32_t)(i % 4), .weight = 1, .user = &cl[i]};
                 for (int j = 0; j < n_prompt; j++)
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
                 }
             }
             run_until_done(e, &w, cl, n, gaps, &n_gaps, 0);
-            double t1 = now_s(), c1 = cpu_s();
+            double t1 = fg_clock_mono_s(), c1 = cpu_s();
             for (int i = 0; i < n; i++) {
                 fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = n_decode};
                 cl[i].done = 0;
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
                 }
             }
             run_until_done(e, &w, cl, n, gaps, &n_gaps, cap);
-            double t2 = now_s(), c2 = cpu_s();
+            double t2 = fg_clock_mono_s(), c2 = cpu_s();
             long generated = 0;
             for (int i = 0; i < n; i++) {
                 generated += cl[i].tokens;

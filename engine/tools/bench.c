@@ -71,13 +71,13 @@ int main(int argc, char **argv)
         fg_session_t *s;
         if (fg_session_create(eng, NULL, &s) != FG_OK)
             return 1;
-        double t = now_s();
+        double t = fg_clock_mono_s();
         if ((e = fg_session_eval(s, toks, n_prompt, logits, false, &diag)) != FG_OK) {
             fprintf(stderr, "error: %s\n", diag.msg);
             return 1;
         }
-        pre[r] = n_prompt / (now_s() - t);
-        t = now_s();
+        pre[r] = n_prompt / (fg_clock_mono_s() - t);
+        t = fg_clock_mono_s();
         int32_t next = 0;
         for (int i = 0; i < n_decode; i++) {
             int best = 0;
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        dec[r] = n_decode / (now_s() - t);
+        dec[r] = n_decode / (fg_clock_mono_s() - t);
         fg_session_free(s);
     }
     double p = median(pre, reps), d = median(dec, reps);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/base/clock.h"
 #include "kernels/cpu/pool.h"
 
 /* The engine's wakeup callback for a tool that polls sessions on its main
@@ -35,22 +36,11 @@ static inline void fg_bench_wait(fg_bench_waker *w, long timeout_ms)
 {
     pthread_mutex_lock(&w->mu);
     if (!w->pending) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += timeout_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = fg_clock_deadline(timeout_ms / 1000.0);
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     }
     w->pending = 0;
     pthread_mutex_unlock(&w->mu);
-}
-
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* CPU seconds used so far by the calling thread / by every thread of this process. */
@@ -115,9 +105,9 @@ static inline double measure_bandwidth(fg_pool_t *pool, int reps)
     j.buf = buf;
     double r[32];
     for (int i = 0; i < reps; i++) {
-        double t = now_s();
+        double t = fg_clock_mono_s();
         fg_pool_run(pool, bw_read, &j);
-        r[i] = bytes / (now_s() - t);
+        r[i] = bytes / (fg_clock_mono_s() - t);
     }
     free(buf);
     return median(r, reps);

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Writes engine/unicode_data.c: the code point classes the pre-tokenizers need.
+"""Writes engine/tokenizer/unicode_data.c: the code point classes the pre-tokenizers need.
 
 Run with Debian's /usr/bin/python3; its unicodedata module fixes the Unicode
 version, which goes into the generated file's header and FG_UCD_VERSION:
     /usr/bin/python3 engine/tools/gen_unicode_data.py            # rewrite the file
     /usr/bin/python3 engine/tools/gen_unicode_data.py --check    # exit 1 if it differs
 
-Classes (bits of engine/unicode_data.h):
+Classes (bits of engine/tokenizer/unicode_data.h):
   L M N P S   the general categories \\p{L} \\p{M} \\p{N} \\p{P} \\p{S}
   WS          Unicode's White_Space property (what \\s means to Oniguruma, to
               llama.cpp's tables and to tokenizers.js)
@@ -55,7 +55,7 @@ LLM_LETTER = [
 ]
 
 MAX_CP = 0x10FFFF
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unicode_data.c")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer", "unicode_data.c")
 
 
 def flags_of_all():
@@ -93,10 +93,10 @@ def render():
                " *\n"
                " * Made with /usr/bin/python3 %s, whose unicodedata module is Unicode %s:\n"
                " *   /usr/bin/python3 engine/tools/gen_unicode_data.py\n"
-               " * Each entry gives the class bits (engine/unicode_data.h) of the code points\n"
+               " * Each entry gives the class bits (engine/tokenizer/unicode_data.h) of the code points\n"
                " * from its first up to the next entry's first.\n"
                " */\n" % (sys.version.split()[0], ver))
-    out.append('#include "engine/unicode_data.h"\n\n')
+    out.append('#include "engine/tokenizer/unicode_data.h"\n\n')
     out.append('const char fg_ucd_version[] = "%s";\n\n' % ver)
     out.append("const uint16_t fg_ucd_ascii[128] = {\n")
     for i in range(0, 128, 8):
@@ -115,7 +115,7 @@ def main():
     if "--check" in sys.argv[1:]:
         with open(OUT, encoding="utf-8") as fh:
             same = fh.read() == text
-        print("engine/unicode_data.c is %s" % ("up to date" if same else "NOT what the script writes"))
+        print("engine/tokenizer/unicode_data.c is %s" % ("up to date" if same else "NOT what the script writes"))
         return 0 if same else 1
     with open(OUT, "w", encoding="utf-8") as fh:
         fh.write(text)

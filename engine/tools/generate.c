@@ -16,9 +16,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/base/clock.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
-#include "engine/stop.h"
+#include "engine/serve/sampler.h"
+#include "engine/serve/stop.h"
 
 #define MAX_STOPS 8
 
@@ -265,13 +266,6 @@ static int32_t *prompt_tokens(const options *o, const fg_tokenizer_t *tok, int n
     return ids;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int write_logits_record(FILE *f, int32_t token, const float *logits, int n_vocab)
 {
     return fwrite(&token, 4, 1, f) == 1 && fwrite(logits, 4, (size_t)n_vocab, f) == (size_t)n_vocab ? 0 : -1;
@@ -334,12 +328,12 @@ int main(int argc, char **argv)
         }
     }
 
-    double t0 = now_s();
+    double t0 = fg_clock_mono_s();
     if ((e = fg_session_eval(sess, prompt, n_prompt, logits, lf != NULL, &diag)) != FG_OK) {
         fprintf(stderr, "error: prefill failed: %s (%s)\n", diag.msg, fg_err_name(e));
         goto out;
     }
-    double t_prefill = now_s() - t0;
+    double t_prefill = fg_clock_mono_s() - t0;
     const float *last = lf ? logits + (size_t)(n_prompt - 1) * V : logits;
     for (int i = 0; lf && i < n_prompt; i++)
         if (write_logits_record(lf, prompt[i], logits + (size_t)i * V, V)) {
@@ -347,7 +341,7 @@ int main(int argc, char **argv)
             goto out;
         }
 
-    double t1 = now_s();
+    double t1 = fg_clock_mono_s();
     uint64_t rng = fg_sampler_rng_init(o.sampling.seed);
     int stopped = 0;
     while (n_gen < o.n_predict && !stopped) {
@@ -394,7 +388,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    double t_decode = now_s() - t1;
+    double t_decode = fg_clock_mono_s() - t1;
     printf("\n");
     fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s); generated: %d tokens in %.3f s (%.1f tokens/s); "
                     "kv %s %zu B/token; %d threads, %s\n",

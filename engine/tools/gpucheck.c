@@ -2,7 +2,7 @@
  *
  *  1. the device: name, compute capability, memory, the peak memory bandwidth
  *     from the device attributes, and a measured device-to-device copy rate;
- *  2. every CUDA op against its CPU reference (engine/cuda/selfcheck.h);
+ *  2. every CUDA op against its CPU reference (engine/backend/cuda/selfcheck.h);
  *  3. the whole forward pass of each --model on the CUDA backend against the
  *     CPU backend: a prompt, then greedy decode; the greedy tokens must be
  *     equal and the logits within FWD_TOL of the largest CPU logit (F32 KV, so
@@ -21,17 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "engine/tools/bench_common.h"
 
 #ifdef FG_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "engine/cuda/selfcheck.h"
+#include "engine/backend/cuda/selfcheck.h"
 #include "kernels/cuda/launch_check.h"
 
 #define FWD_TOL 1e-3  /* max |cuda - cpu| / max |cpu| over every logit of the run */
@@ -232,7 +232,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
         rc = -1;
         goto done;
     }
-    fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = &geo, .kv = kv,
+    fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = &m->base, .geo = &geo, .kv = kv,
                              .max_tokens = B > P ? B : P, .device = g_device};
     if (fg_backend_open(&bo, &be, &d) || !(logits = malloc(sizeof(float) * (size_t)B * m->hp.n_vocab))) {
         say("bench    %s: cannot open the cuda backend: %s\n", path, d.msg);
@@ -258,7 +258,7 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
     double t0 = 0;
     for (int s = -2; s < S; s++) { /* two warm-up steps */
         if (s == 0)
-            t0 = now_s();
+            t0 = fg_clock_mono_s();
         for (int b = 0; b < B; b++) {
             tok[b] = (int32_t)(1 + (s * 31 + b) % (m->hp.n_vocab - 3));
             fs[b] = (fg_fwd_seq){.kv = &seqs[b], .n_tokens = 1, .n_logits = 1,
@@ -270,11 +270,11 @@ static int bench(const char *path, int B, int P, int S, const device_info *di)
             goto done;
         }
     }
-    const double dt = (now_s() - t0) / S;
+    const double dt = (fg_clock_mono_s() - t0) / S;
     /* Bytes one step must read at least: the active weights once (more experts are
      * touched when B > 1, so this is a lower bound) and every sequence's cache. */
     const double ctx_avg = P + 2 + S / 2.0;
-    const double bytes = (double)m->weight_bytes_active + (double)B * ctx_avg * (double)geo.bytes_per_token;
+    const double bytes = (double)m->base.weight_bytes_active + (double)B * ctx_avg * (double)geo.bytes_per_token;
     say("bench    %-40s batch %3d: %8.1f tokens/s (%.3f ms/step), >= %.1f GB/s achieved = %.1f%% of peak %.0f GB/s, "
         "%.1f%% of measured copy %.0f GB/s\n",
         path, B, B / dt, dt * 1e3, bytes / dt / 1e9, di->peak_bw > 0 ? 100.0 * bytes / dt / di->peak_bw : 0.0,

@@ -1,7 +1,7 @@
 /* flashgate-modelgen: writes a deterministic random-weight deepseek2 GGUF.
  *
  * Starts from a preset (tiny, flash-mini), applies the flags, prints the
- * parameter counts and writes the file (engine/modelgen.h does the work).
+ * parameter counts and writes the file (engine/model/modelgen.h does the work).
  * Exit status: 0 on success, 1 when writing fails, 2 on a bad command line.
  */
 #include <errno.h>
@@ -14,8 +14,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "engine/gguf.h"
-#include "engine/modelgen.h"
+#include "config/base/clock.h"
+#include "engine/model/gguf.h"
+#include "engine/model/modelgen.h"
 
 static void usage(FILE *f)
 {
@@ -64,13 +65,6 @@ static const char *type_name(uint32_t t)
     case FG_GGML_Q8_0: return "q8_0";
     default: return "?";
     }
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -208,9 +202,9 @@ int main(int argc, char **argv)
            active, active / 1e6);
     fflush(stdout);
 
-    double t0 = now_s();
+    double t0 = fg_clock_mono_s();
     fg_err e = fg_modelgen_write(&spec, out, &diag);
-    double dt = now_s() - t0;
+    double dt = fg_clock_mono_s() - t0;
     if (e != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s (%s)\n", diag.msg, fg_err_name(e));
         return 1;

@@ -91,7 +91,7 @@ static void chat_fail(chat *ch, const char *fmt, const char *arg)
     fputc('\n', stderr);
     ch->exit_code = CLI_EXIT_FAIL;
     ch->phase = CHAT_DONE;
-    ch->deadline = fg_client_now_us() + CHAT_CLOSE_WAIT_US;
+    ch->deadline = fg_clock_mono_us() + CHAT_CLOSE_WAIT_US;
     if (ch->conn)
         fg_client_conn_close(ch->conn, 1000);
 }
@@ -118,7 +118,7 @@ static void chat_send_response_create(chat *ch)
     snprintf(ch->resp_event_id, sizeof ch->resp_event_id, "cli_resp_%u", ch->turn);
     ch->phase = CHAT_RESPONSE;
     ch->resp_created = false;
-    ch->t_sent = fg_client_now_us();
+    ch->t_sent = fg_clock_mono_us();
     ch->t_first = 0;
     chat_send(ch, fg_client_ev_response_create(ch->resp_event_id, NULL));
 }
@@ -151,7 +151,7 @@ static void chat_on_done(chat *ch, const fg_client_event_view *ev)
     double cached = fg_client_ev_num(ev, "response.usage.input_token_details.cached_tokens", 0);
     double out = fg_client_ev_num(ev, "response.usage.output_tokens", 0);
     const char *reason = fg_client_ev_str(ev, "response.status_details.reason");
-    int64_t now = fg_client_now_us();
+    int64_t now = fg_clock_mono_us();
     double secs = (double)(now - ch->t_sent) / 1e6;
     chat_end_text(ch);
     fprintf(stderr, "[%s%s%s: %.0f output tokens, %.0f input tokens (%.0f cached), %.2f s", status ? status : "?",
@@ -192,7 +192,7 @@ static void chat_on_error(chat *ch, const fg_client_event_view *ev)
     }
     if (eid && ch->phase == CHAT_CLOSING && !strcmp(eid, "cli_close")) {
         ch->phase = CHAT_DONE;
-        ch->deadline = fg_client_now_us() + CHAT_CLOSE_WAIT_US;
+        ch->deadline = fg_clock_mono_us() + CHAT_CLOSE_WAIT_US;
         if (ch->conn)
             fg_client_conn_close(ch->conn, 1000);
     }
@@ -251,7 +251,7 @@ static void chat_on_message(fg_client_conn_t *c, void *user, const char *text, s
     } else if (!strcmp(t, "response.output_text.delta")) {
         const char *delta = fg_client_ev_str(&ev, "delta");
         if (!ch->t_first)
-            ch->t_first = fg_client_now_us();
+            ch->t_first = fg_clock_mono_us();
         if (ch->phase == CHAT_RESPONSE && delta && *delta) {
             fputs(delta, stdout);
             fflush(stdout);
@@ -266,7 +266,7 @@ static void chat_on_message(fg_client_conn_t *c, void *user, const char *text, s
         const char *reason = fg_client_ev_str(&ev, "reason");
         if (ch->phase == CHAT_CLOSING) {
             ch->phase = CHAT_DONE;
-            ch->deadline = fg_client_now_us() + CHAT_CLOSE_WAIT_US;
+            ch->deadline = fg_clock_mono_us() + CHAT_CLOSE_WAIT_US;
             fg_client_conn_close(ch->conn, 1000);
         } else {
             chat_fail(ch, "the server ended the session (%s)", reason ? reason : "?");
@@ -292,7 +292,7 @@ static void chat_on_close(fg_client_conn_t *c, void *user, const fg_client_close
     ch->reconnects++;
     fprintf(stderr, "[%s; reconnecting (%d of %d)]\n", why, ch->reconnects, CHAT_MAX_RECONNECTS);
     ch->resuming = false;
-    ch->reconnect_at = fg_client_now_us() + 500000LL * ch->reconnects;
+    ch->reconnect_at = fg_clock_mono_us() + 500000LL * ch->reconnects;
 }
 
 static const fg_client_handlers chat_handlers = {chat_on_open, chat_on_message, chat_on_close};
@@ -316,14 +316,14 @@ static void chat_on_line(chat *ch, cli_line *ln)
 static void chat_begin_close(chat *ch)
 {
     ch->phase = CHAT_CLOSING;
-    ch->deadline = fg_client_now_us() + CHAT_CLOSE_WAIT_US;
+    ch->deadline = fg_clock_mono_us() + CHAT_CLOSE_WAIT_US;
     chat_send(ch, fg_client_ev_session_close("cli_close"));
 }
 
 /* One pass of the main loop after a service cycle. */
 static void chat_step(chat *ch, int *seen_interrupts)
 {
-    int64_t now = fg_client_now_us();
+    int64_t now = fg_clock_mono_us();
     if (cli_interrupts != *seen_interrupts) {
         *seen_interrupts = cli_interrupts;
         if (ch->phase == CHAT_RESPONSE && !ch->cancel_sent && ch->conn && !ch->resuming) {
@@ -388,7 +388,7 @@ static int chat_run(chat *ch)
     }
     int seen_interrupts = cli_interrupts;
     for (;;) {
-        if (ch->phase == CHAT_DONE && (!ch->conn || fg_client_now_us() > ch->deadline))
+        if (ch->phase == CHAT_DONE && (!ch->conn || fg_clock_mono_us() > ch->deadline))
             break; /* closed, or the server does not answer the close frame */
         fg_client_loop_service(ch->loop);
         if (ch->phase != CHAT_DONE)

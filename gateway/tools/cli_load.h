@@ -150,7 +150,7 @@ static void load_finish_session(load_sess *S)
     else
         L->n_ok++;
     if (L->n_finished == L->n_started && L->n_started == L->o.sessions)
-        L->t_end = fg_client_now_us();
+        L->t_end = fg_clock_mono_us();
 }
 
 static void load_send(load_sess *S, const char *msg, size_t len);
@@ -170,7 +170,7 @@ static void load_fail(load_sess *S, const char *code)
         L->n_holding--;
     bool has_session = S->st == LS_TURN || S->st == LS_HOLDING;
     S->st = LS_CLOSING;
-    S->deadline = fg_client_now_us() + LOAD_CLOSE_WAIT_US;
+    S->deadline = fg_clock_mono_us() + LOAD_CLOSE_WAIT_US;
     if (S->c && fg_client_conn_is_open(S->c) && has_session)
         load_send(S, L->ev_close, L->len_close);
     else if (S->c && !fg_client_conn_is_closed(S->c))
@@ -202,7 +202,7 @@ static void load_start_turn(load_sess *S)
     S->t_last_delta = 0;
     S->deltas = 0;
     load_send(S, L->ev_item, L->len_item);
-    S->t_sent = fg_client_now_us();
+    S->t_sent = fg_clock_mono_us();
     S->deadline = S->t_sent + (int64_t)(L->o.timeout_s * 1e6);
     load_send(S, L->ev_response, L->len_response);
 }
@@ -218,7 +218,7 @@ static void load_next(load_sess *S)
         L->n_holding++;
     } else {
         S->st = LS_CLOSING;
-        S->deadline = fg_client_now_us() + LOAD_CLOSE_WAIT_US;
+        S->deadline = fg_clock_mono_us() + LOAD_CLOSE_WAIT_US;
         load_send(S, L->ev_close, L->len_close);
     }
 }
@@ -226,7 +226,7 @@ static void load_next(load_sess *S)
 static void load_on_delta(load_sess *S)
 {
     load *L = S->L;
-    int64_t now = fg_client_now_us();
+    int64_t now = fg_clock_mono_us();
     if (S->st != LS_TURN)
         return;
     if (!S->t_last_delta)
@@ -274,7 +274,7 @@ static void load_on_open(fg_client_conn_t *c, void *user)
     load_sess *S = user;
     (void)c;
     S->st = LS_CREATING;
-    S->deadline = fg_client_now_us() + (int64_t)(S->L->o.timeout_s * 1e6);
+    S->deadline = fg_clock_mono_us() + (int64_t)(S->L->o.timeout_s * 1e6);
     load_send(S, S->L->ev_create, S->L->len_create);
 }
 
@@ -363,7 +363,7 @@ static void load_start_session(load *L, load_sess *S)
 {
     S->L = L;
     S->st = LS_CONNECTING;
-    S->deadline = fg_client_now_us() + (int64_t)(L->o.timeout_s * 1e6);
+    S->deadline = fg_clock_mono_us() + (int64_t)(L->o.timeout_s * 1e6);
     L->n_started++;
     if (cli_conn_open(L->co, L->loop, &load_handlers, S, &S->c)) {
         S->c = NULL;
@@ -429,7 +429,7 @@ static void load_release_holds(load *L)
         L->held_open++;
         L->n_holding--;
         S->st = LS_CLOSING;
-        S->deadline = fg_client_now_us() + LOAD_CLOSE_WAIT_US;
+        S->deadline = fg_clock_mono_us() + LOAD_CLOSE_WAIT_US;
         load_send(S, L->ev_close, L->len_close);
     }
 }
@@ -599,11 +599,11 @@ static int load_run(load *L)
     if (L->o.server_pid)
         L->rss_server_before = load_rss_kib(L->o.server_pid);
 
-    L->t_start = fg_client_now_us();
+    L->t_start = fg_clock_mono_us();
     int64_t last_scan = L->t_start, last_progress = L->t_start;
     bool interrupted = false;
     while (L->n_finished < L->o.sessions) {
-        int64_t now = fg_client_now_us();
+        int64_t now = fg_clock_mono_us();
         /* the ramp: session i starts at i * ramp / N */
         while (L->n_started < L->o.sessions && !interrupted) {
             double at = L->o.ramp_s * 1e6 * (double)L->n_started / (double)L->o.sessions;
@@ -612,7 +612,7 @@ static int load_run(load *L)
             load_start_session(L, &L->sess[L->n_started]);
         }
         fg_client_loop_service(L->loop);
-        now = fg_client_now_us();
+        now = fg_clock_mono_us();
         if (now - last_scan > 100000) {
             last_scan = now;
             load_check_timeouts(L, now);
@@ -661,7 +661,7 @@ static int load_run(load *L)
         }
     }
     if (!L->t_end)
-        L->t_end = fg_client_now_us();
+        L->t_end = fg_clock_mono_us();
     for (uint64_t i = 0; i < L->o.sessions; i++) {
         fg_client_conn_free(L->sess[i].c);
         L->sess[i].c = NULL;

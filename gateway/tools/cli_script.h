@@ -248,7 +248,7 @@ static bool script_connect(script *s)
     s->conns = sc;
     s->cur = sc;
     s->phase = SCRIPT_CONNECTING;
-    s->deadline = fg_client_now_us() + (int64_t)(s->timeout_s * 1e6);
+    s->deadline = fg_clock_mono_us() + (int64_t)(s->timeout_s * 1e6);
     if (cli_conn_open(s->co, s->loop, &script_handlers, sc, &sc->c)) {
         sc->c = NULL;
         script_error(s, CLI_EXIT_FAIL, "%s", "cannot open a connection");
@@ -400,7 +400,7 @@ static void script_directive(script *s, const char *p)
             return;
         }
         s->phase = SCRIPT_WAITING;
-        s->deadline = fg_client_now_us() + (int64_t)(s->timeout_s * 1e6);
+        s->deadline = fg_clock_mono_us() + (int64_t)(s->timeout_s * 1e6);
     } else if (script_word(p, "!timeout")) {
         if (!cli_parse_double(arg, 0.001, 86400, &secs)) {
             script_error(s, CLI_EXIT_USAGE, "%s", "!timeout needs seconds (0.001..86400)");
@@ -413,11 +413,11 @@ static void script_directive(script *s, const char *p)
             return;
         }
         s->phase = SCRIPT_SLEEPING;
-        s->deadline = fg_client_now_us() + (int64_t)(secs * 1e6);
+        s->deadline = fg_clock_mono_us() + (int64_t)(secs * 1e6);
     } else if (script_word(p, "!drop")) {
         if (s->cur && s->cur->c) {
             s->phase = SCRIPT_DRAINING;
-            s->deadline = fg_client_now_us() + (int64_t)(s->timeout_s * 1e6);
+            s->deadline = fg_clock_mono_us() + (int64_t)(s->timeout_s * 1e6);
         }
     } else if (script_word(p, "!close")) {
         uint64_t code = 1000;
@@ -464,7 +464,7 @@ static void script_line(script *s, cli_line *ln)
 static void script_finish(script *s)
 {
     s->phase = SCRIPT_CLOSING;
-    s->deadline = fg_client_now_us() + SCRIPT_CLOSE_WAIT_US;
+    s->deadline = fg_clock_mono_us() + SCRIPT_CLOSE_WAIT_US;
     for (script_conn *sc = s->conns; sc; sc = sc->next)
         if (sc->c)
             fg_client_conn_close(sc->c, 1000);
@@ -480,7 +480,7 @@ static bool script_all_closed(const script *s)
 
 static void script_step(script *s)
 {
-    int64_t now = fg_client_now_us();
+    int64_t now = fg_clock_mono_us();
     if (cli_interrupts) {
         script_error(s, CLI_EXIT_FAIL, "%s", "interrupted");
         return;

@@ -7,7 +7,7 @@
  * launch). The launcher runs the check first and launches nothing unless it
  * returns FG_CUDA_OK; no launcher aborts or exits. kernels/ sits below config/,
  * so these return fg_cuda_status; the engine's CUDA backend turns a status
- * into an fg_err with a message (engine/cuda/).
+ * into an fg_err with a message (engine/backend/cuda/).
  *
  * Thread safety: pure functions.
  */

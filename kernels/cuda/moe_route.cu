@@ -1,5 +1,5 @@
 /* moe_route.cu: routing, one block per token: the scores in parallel, then
- * the selection by thread 0 in the order engine/moe_route.c uses (so ties
+ * the selection by thread 0 in the order engine/model/deepseek2/moe_route.c uses (so ties
  * break the same way); k and the group count are small, the expert count at
  * most FG_CUDA_MOE_MAX_EXPERTS. Grouping: one block, one thread, a counting
  * sort over tokens x k slots (a few thousand at most per step). */

@@ -1,5 +1,5 @@
 /* moe_route.cuh: deepseek2 expert selection on the GPU (launcher only), the
- * rules of engine/moe_route.h per token: scores = softmax or sigmoid(logits);
+ * rules of engine/model/deepseek2/moe_route.h per token: scores = softmax or sigmoid(logits);
  * selection on scores + bias, limited to the best n_group_used groups (a
  * group's score: the sum of its two best biased scores); ids in descending
  * biased score, lowest id first on ties; weights = unbiased scores,
@@ -22,7 +22,7 @@ extern "C" {
 #define FG_CUDA_MOE_MAX_EXPERTS 1024
 #define FG_CUDA_MOE_MAX_USED 32
 #define FG_CUDA_MOE_MAX_GROUPS 64
-#define FG_CUDA_GATING_SOFTMAX 1 /* the values of fg_gating (engine/model.h) */
+#define FG_CUDA_GATING_SOFTMAX 1 /* the values of fg_gating (engine/model/deepseek2/model.h) */
 #define FG_CUDA_GATING_SIGMOID 2
 
 typedef struct fg_cuda_moe_route_params {

@@ -1,4 +1,4 @@
-/* rope.cu: one thread per rotated pair; angles in double as engine/rope.c
+/* rope.cu: one thread per rotated pair; angles in double as engine/model/rope.c
  * computes them, so positions in the hundreds of thousands keep their phase. */
 #include "kernels/cuda/rope.cuh"
 

@@ -1,7 +1,7 @@
 /* rope.cuh: rotary position embedding on the GPU (launcher only), in place.
  * For token t and vector v, pairs (x[2i], x[2i+1]) of the first n_dims
  * channels rotate by a = pos[t] * inv_freq[i] (computed in double, as
- * engine/rope.c does), with cos/sin scaled by mscale. The host computes
+ * engine/model/rope.c does), with cos/sin scaled by mscale. The host computes
  * inv_freq (YaRN blending included) with fg_rope_init and uploads it.
  */
 #ifndef FG_CUDA_ROPE_CUH

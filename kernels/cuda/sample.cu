@@ -3,7 +3,7 @@
  *  - top-k: k block-argmax passes, each taking the best candidate ordered
  *    after the previous one (logit descending, id ascending), so no exclusion
  *    list is needed and the candidates come out sorted; then thread 0 applies
- *    the temperature, top-p, min-p and the draw exactly as engine/sampler.c. */
+ *    the temperature, top-p, min-p and the draw exactly as engine/serve/sampler.c. */
 #include "kernels/cuda/sample.cuh"
 
 #include "kernels/cuda/common.cuh"
@@ -91,7 +91,7 @@ __global__ void sample_kernel(fg_cuda_sample_params p)
         p.out[r] = 0;
         return;
     }
-    /* engine/sampler.c from here on; probabilities reuse cand_v. */
+    /* engine/serve/sampler.c from here on; probabilities reuse cand_v. */
     const float inv_t = 1.0f / row.temperature, top = cand_v[0];
     double sum = 0;
     for (int i = 0; i < n; i++) {

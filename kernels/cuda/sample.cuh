@@ -1,5 +1,5 @@
 /* sample.cuh: choosing next tokens from logits on the GPU (launcher only),
- * one row per sequence, with the rules of engine/sampler.h:
+ * one row per sequence, with the rules of engine/serve/sampler.h:
  *  - temperature 0: argmax, lowest id on ties, NaN skipped;
  *  - otherwise: the top_k best logits (1 .. FG_CUDA_SAMPLE_MAX_K; top_k "off"
  *    or larger is not done here, the caller samples on the host), softmax at

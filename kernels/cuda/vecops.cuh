@@ -1,5 +1,5 @@
 /* vecops.cuh: the element-wise and row steps of the forward pass on the GPU
- * (launcher only), as kernels/cpu/vecops.h and engine/model.c do them:
+ * (launcher only), as kernels/cpu/vecops.h and engine/model/deepseek2/model.c do them:
  *   silu_mul:  g[t][i] = silu(g[t][i]) * u[t][i]
  *   add:       x[i] += y[i]
  *   get_rows:  out[t] = f32(row ids[t] of a [n_rows][n] weight)  (embedding)

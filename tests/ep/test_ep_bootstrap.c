@@ -8,8 +8,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "engine/ep_bootstrap.h"
-#include "engine/ep_transport.h"
+#include "engine/ep/ep_bootstrap.h"
+#include "engine/ep/ep_transport.h"
 #include "redis_fixture.h"
 #include "tests/unit/fg_test.h"
 

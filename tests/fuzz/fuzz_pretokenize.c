@@ -1,7 +1,7 @@
 /* fuzz_pretokenize.c: libFuzzer target for the pre-tokenizers.
  *
  * Splits the input (any bytes: ill-formed UTF-8 included) with every kind of
- * engine/pretokenize.h and checks the contract: each piece is non-empty and
+ * engine/tokenizer/pretokenize.h and checks the contract: each piece is non-empty and
  * starts where the previous one ended, and the pieces cover the input exactly,
  * so concatenated they are the input. A broken contract aborts (a crash for
  * libFuzzer).
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/pretokenize.h"
+#include "engine/tokenizer/pretokenize.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/hash64.h"
-#include "engine/page_file.h"
-#include "engine/session_file.h"
+#include "config/base/hash64.h"
+#include "engine/kv/page_file.h"
+#include "engine/kv/session_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -188,7 +188,7 @@ def damage_flip(path):
 
 
 def damage_version(path):
-    with open(path, "r+b") as f:  # the format version: u32 after the 8-byte magic (engine/session_file.h)
+    with open(path, "r+b") as f:  # the format version: u32 after the 8-byte magic (engine/kv/session_file.h)
         f.seek(8)
         v = int.from_bytes(f.read(4), "little")
         f.seek(8)

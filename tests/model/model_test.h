@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/unit/fg_test.h"
 

@@ -1,4 +1,4 @@
-/* test_backend.c: choosing the backend (engine/backend.h, config key
+/* test_backend.c: choosing the backend (engine/backend/backend.h, config key
  * model.backend).
  *  - cpu: the default; the engine reports it.
  *  - cuda in a build without CUDA, or on a machine without a usable GPU (CI):
@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "tests/model/model_test.h"
 
 static int ep_ranks; /* topology.ranks of the engines open_with makes; 0: none */

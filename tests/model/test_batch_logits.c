@@ -6,10 +6,10 @@
  * products). */
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define NSEQ 64

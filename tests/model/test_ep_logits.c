@@ -18,12 +18,12 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "engine/ep_ranks.h"
-#include "engine/moe_ep.h"
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/ep/ep_ranks.h"
+#include "engine/ep/moe_ep.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define NSEQ 8

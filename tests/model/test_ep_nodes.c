@@ -25,11 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/ep_ranks.h"
-#include "engine/ep_transport.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "config/base/clock.h"
+#include "engine/ep/ep_ranks.h"
+#include "engine/ep/ep_transport.h"
+#include "engine/model/gguf.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 
@@ -64,13 +66,6 @@ static fg_engine_options node_options(int ranks, int per_node, int node, fg_ep_i
     o.ep_node = node;
     o.ep_group = g;
     return o;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void start(run *r)
@@ -108,7 +103,7 @@ static bool poll_run(run *r)
 static void poll_until(run *runs, int n, int until_tokens)
 {
     /* Backstop only (sanitizer builds are slow); ctest's timeout is the real one. */
-    for (double t0 = now_s(); now_s() - t0 < 240;) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
         int left = 0, with_token = 0;
         for (int i = 0; i < n; i++) {
             if (!runs[i].started)
@@ -442,14 +437,14 @@ int main(int argc, char **argv)
         /* A figure, not a check: the CPU an idle job burns on its agreement rounds. */
         struct rusage ru0, ru1;
         getrusage(RUSAGE_SELF, &ru0);
-        const double t0 = now_s();
+        const double t0 = fg_clock_mono_s();
         usleep(500000);
         getrusage(RUSAGE_SELF, &ru1);
         const double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
                                     ru0.ru_stime.tv_sec) +
                            (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
                                     ru0.ru_stime.tv_usec) * 1e-6;
-        fprintf(stderr, "2 idle nodes x 1 rank: %.1f %% of one core on rounds\n", 100 * cpu / (now_s() - t0));
+        fprintf(stderr, "2 idle nodes x 1 rank: %.1f %% of one core on rounds\n", 100 * cpu / (fg_clock_mono_s() - t0));
         /* Only node 1 has sessions; node 0 idles and joins every step with zero rows. */
         for (int i = 0; i < N / 2; i++) {
             runs[i].e = nodes[1];

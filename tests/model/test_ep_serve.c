@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "config/base/clock.h"
+#include "engine/model/gguf.h"
+#include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 
@@ -66,13 +67,6 @@ static uint64_t picks_per_token(void)
     return n;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void serve_all(fg_engine_t *e, run *runs, const char *what)
 {
     fg_diag d;
@@ -86,7 +80,7 @@ static void serve_all(fg_engine_t *e, run *runs, const char *what)
         r->done = false;
     }
     /* Backstop only (sanitizer builds are slow); ctest's timeout is the real one. */
-    for (double t0 = now_s(); now_s() - t0 < 240;) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
         int left = 0;
         for (int i = 0; i < N; i++) {
             fg_event ev[16];

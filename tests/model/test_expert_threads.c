@@ -1,16 +1,16 @@
 /* The MoE layer gives the same bits whatever the threading: with a pool of two
  * threads a batch's experts run as parallel tasks (one expert per thread at a
  * time), on one thread they run one after another with their products whole;
- * engine/forward.c adds the outputs in the same order both ways, so the logits
+ * engine/model/deepseek2/forward.c adds the outputs in the same order both ways, so the logits
  * must be byte-identical, not merely close. Checked on F32 weights (where
  * batched == alone exactness matters) and Q8_0, for prefill batches (many
  * tokens per expert) and decode steps of 48 sequences (a few per expert). */
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define NSEQ 48

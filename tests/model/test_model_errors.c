@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 #include "tests/model/model_test.h"
 
 typedef struct edit {

@@ -1,4 +1,4 @@
-/* The CPU expert compute behind engine/moe_compute.h (what every
+/* The CPU expert compute behind engine/backend/moe_compute.h (what every
  * expert-parallel rank on the cpu backend runs) on the tiny models (F32 and
  * Q8_0 experts): rows received in a scrambled order, grouped by three of the
  * model's experts (one slot with no rows), must come out at their receive
@@ -14,9 +14,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/moe_compute.h"
+#include "engine/backend/moe_compute.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
 

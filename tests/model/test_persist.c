@@ -25,20 +25,14 @@
 #include <unistd.h>
 #include <utime.h>
 
-#include "engine/prefix_cache.h" /* fg_page_key, to name page files */
+#include "engine/kv/prefix_cache.h" /* fg_page_key, to name page files */
 #include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
+#include "config/base/clock.h"
 #include "tests/model/model_test.h"
 
 #define MAXGEN 16
 
 static char root[256];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct eng_opts {
     const char *model;
@@ -125,7 +119,7 @@ static void start(fg_session_t *s, const int32_t *in, int n, int max_tokens, tur
 /* Polls until every turn is done; 240 s is only a backstop for slow sanitizer builds. */
 static bool wait_turns(fg_session_t **s, turn *t, int n)
 {
-    for (double t0 = now_s(); now_s() - t0 < 240;) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
         int left = 0;
         for (int i = 0; i < n; i++)
             if (!t[i].done) {
@@ -154,7 +148,7 @@ static bool same_tokens(const turn *a, const turn *b)
 
 static bool wait_on_disk(fg_session_t *s)
 {
-    for (double t0 = now_s(); now_s() - t0 < 240; usleep(1000))
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000))
         if (fg_session_on_disk(s))
             return true;
     return false;
@@ -444,7 +438,7 @@ static void test_damage(int n_vocab)
     fg_session_t *s = named(e, "acme", "big");
     turn t1 = run_turn(s, prompt, 100, 4);
     CHECK(t1.done && t1.last.finish == FG_FINISH_LENGTH);
-    for (double t0 = now_s(); t1.save_failed == FG_OK && now_s() - t0 < 240; usleep(1000))
+    for (double t0 = fg_clock_mono_s(); t1.save_failed == FG_OK && fg_clock_mono_s() - t0 < 240; usleep(1000))
         drain(s, &t1);
     CHECK_MSG(t1.save_failed == FG_ERR_DISK_FULL, "save failure: %s", fg_err_name(t1.save_failed));
     CHECK(!fg_session_on_disk(s));
@@ -659,7 +653,7 @@ static void test_budget(int n_vocab, size_t page_bytes)
     for (int k = 0; k < TURNS; k++) {
         for (int i = 0; i < N; i++)
             start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &got[k][i]);
-        for (double t0 = now_s(); now_s() - t0 < 240; usleep(500)) {
+        for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(500)) {
             int left = 0;
             for (int i = 0; i < N; i++)
                 if (!got[k][i].done) {
@@ -673,7 +667,7 @@ static void test_budget(int n_vocab, size_t page_bytes)
             total = st.kv_pages_total;
             if (!left)
                 break;
-            if (getenv("FG_TEST_VERBOSE") && now_s() - t0 > 5)
+            if (getenv("FG_TEST_VERBOSE") && fg_clock_mono_s() - t0 > 5)
                 fprintf(stderr, "turn %d: %d left, responding %d waiting %d used %zu spills %llu restores %llu\n", k, left,
                         st.responding, st.waiting_kv, st.kv_pages_used, (unsigned long long)st.spills,
                         (unsigned long long)st.restores);
@@ -707,7 +701,7 @@ static fg_engine_stats stats_of(fg_engine_t *e)
 /* Waits (backstop only) until the writer has written n page files in all. */
 static bool wait_pages_written(fg_engine_t *e, uint64_t n)
 {
-    for (double t0 = now_s(); now_s() - t0 < 240; usleep(1000))
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000))
         if (stats_of(e).pages_to_disk >= n)
             return true;
     return false;
@@ -809,7 +803,7 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     CHECK(wait_pages_written(e, written + 4));
     static char n1[64][32], n2[64][32];
     /* The count above may include t1's recomputed page 1, written asynchronously: wait for t2's own files. */
-    for (double t0 = now_s(); page_files(dir, "t2", n2, 64) < 4 && now_s() - t0 < 240;)
+    for (double t0 = fg_clock_mono_s(); page_files(dir, "t2", n2, 64) < 4 && fg_clock_mono_s() - t0 < 240;)
         usleep(1000);
     int c1 = page_files(dir, "t1", n1, 64), c2 = page_files(dir, "t2", n2, 64);
     CHECK_MSG(c2 >= 4, "t2 has %d page files", c2);

@@ -1,5 +1,5 @@
 /* Prompt tokens attend in the decompressed (MHA) form, sampled tokens in the
- * absorbed form (engine/forward.h, fg_fwd_seq.absorbed). Through fg_forward_run
+ * absorbed form (engine/model/deepseek2/forward.h, fg_fwd_seq.absorbed). Through fg_forward_run
  * on a generated model, two threads:
  *
  *  1. Chunk invariance: one prompt prefilled in one chunk, in chunks of 1, 7
@@ -29,10 +29,10 @@
  */
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/kv_store.h"
-#include "engine/model.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/deepseek2/forward.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
 #define N 100    /* prompt tokens: two pages, the last one partly filled */

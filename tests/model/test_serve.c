@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/base/clock.h"
 #include "kernels/cpu/mla_attn.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/model/model_test.h"
@@ -112,18 +113,11 @@ static void drain(run *r)
         }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Polls every unfinished run (except `skip`) until all are done; gives up
  * after 240 s (sanitizer builds are slow; ctest's timeout is the backstop). */
 static bool wait_all(run *runs, int n, const run *skip)
 {
-    for (double t0 = now_s(); now_s() - t0 < 240;) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
         int left = 0;
         for (int i = 0; i < n; i++)
             if (&runs[i] != skip && !runs[i].done) {
@@ -216,7 +210,7 @@ static void check_request_order(fg_engine_t *direct, run *old, run *young)
     old->n_got = young->n_got = 0;
     old->done = young->done = false;
     run *first = NULL;
-    for (double t0 = now_s(); now_s() - t0 < 240 && !(old->done && young->done);) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240 && !(old->done && young->done);) {
         drain(old);
         drain(young);
         if (!first && (old->n_got || young->n_got))
@@ -314,7 +308,7 @@ int main(void)
     for (int i = 0; i < 12; i++)
         start(small, &runs[i], 0);
     int finished = 0, waited = 0;
-    for (double t0 = now_s(); now_s() - t0 < 240 && finished < 12;) {
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240 && finished < 12;) {
         for (int i = 0; i < 12; i++) {
             if (runs[i].done || !runs[i].s)
                 continue;

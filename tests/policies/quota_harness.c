@@ -51,7 +51,7 @@ void qh_on_result(void *user, const fg_quota_result *r)
     qh_wait *w = user;
     w->r = *r;
     w->done = true;
-    w->done_ms = fg_now_ms();
+    w->done_ms = fg_clock_mono_s() * 1e3;
 }
 
 void qh_on_usage(void *user, bool ok, const fg_tenant_usage *u)
@@ -60,7 +60,7 @@ void qh_on_usage(void *user, bool ok, const fg_tenant_usage *u)
     w->usage_ok = ok;
     w->usage = *u;
     w->done = true;
-    w->done_ms = fg_now_ms();
+    w->done_ms = fg_clock_mono_s() * 1e3;
 }
 
 void qh_pump(qh *h, double ms)
@@ -68,11 +68,7 @@ void qh_pump(qh *h, double ms)
     pthread_mutex_lock(&h->mu);
     unsigned long seen = h->notified;
     if (ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long long ns = ts.tv_nsec + (long long)(ms * 1e6);
-        ts.tv_sec += (time_t)(ns / 1000000000LL);
-        ts.tv_nsec = (long)(ns % 1000000000LL);
+        struct timespec ts = fg_clock_deadline(ms / 1e3);
         while (h->notified == seen)
             if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) != 0)
                 break;
@@ -83,10 +79,10 @@ void qh_pump(qh *h, double ms)
 
 bool qh_wait_for(qh *h, qh_wait *w, double timeout_ms)
 {
-    double end = fg_now_ms() + timeout_ms;
+    double end = fg_clock_mono_s() * 1e3 + timeout_ms;
     fg_quota_poll(h->q);
     while (!w->done) {
-        double left = end - fg_now_ms();
+        double left = end - fg_clock_mono_s() * 1e3;
         if (left <= 0)
             return false;
         qh_pump(h, left < 5 ? left : 5);
@@ -104,7 +100,7 @@ static fg_quota_result timed_out(void)
 
 fg_quota_result qh_session_open(qh *h, const char *tenant, const char *sid)
 {
-    qh_wait w = {.issued_ms = fg_now_ms()};
+    qh_wait w = {.issued_ms = fg_clock_mono_s() * 1e3};
     fg_quota_session_open(h->q, tenant, sid, qh_on_result, &w);
     return qh_wait_for(h, &w, 10000) ? w.r : timed_out();
 }
@@ -112,7 +108,7 @@ fg_quota_result qh_session_open(qh *h, const char *tenant, const char *sid)
 fg_quota_result qh_reserve(qh *h, const char *tenant, const char *key, long long tokens, long long kv,
                            long long ctx, long long max_out)
 {
-    qh_wait w = {.issued_ms = fg_now_ms()};
+    qh_wait w = {.issued_ms = fg_clock_mono_s() * 1e3};
     fg_quota_response_reserve(h->q, tenant, key, tokens, kv, ctx, max_out, qh_on_result, &w);
     return qh_wait_for(h, &w, 10000) ? w.r : timed_out();
 }
@@ -157,13 +153,13 @@ bool qh_usage(qh *h, const char *tenant, fg_tenant_usage *u)
 
 bool qh_wait_connected(qh *h, bool journal_empty, double timeout_ms)
 {
-    double end = fg_now_ms() + timeout_ms;
+    double end = fg_clock_mono_s() * 1e3 + timeout_ms;
     for (;;) {
         fg_quota_stats st;
         fg_quota_get_stats(h->q, &st);
         if (st.connected && (!journal_empty || st.journal_entries == 0))
             return true;
-        if (fg_now_ms() > end)
+        if (fg_clock_mono_s() * 1e3 > end)
             return false;
         qh_pump(h, 10);
     }

@@ -15,6 +15,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "config/base/clock.h"
+
 typedef struct fg_redis_fixture {
     char dir[256];     /* temp directory (socket, AOF, log) */
     char sock[320];    /* unix socket path */
@@ -41,8 +43,6 @@ long long fg_redis_int(redisContext *c, const char *fmt, ...);
 /* "calls" of one command in INFO commandstats (e.g. "evalsha"), -1 on error. */
 long long fg_redis_cmdstat(redisContext *c, const char *command);
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-double fg_now_ms(void);
 void fg_sleep_ms(double ms);
 
 #endif

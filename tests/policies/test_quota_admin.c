@@ -13,13 +13,13 @@
 /* Polls until fg_quota_tenant_by_key(key) == want (as an id, NULL: not found). */
 static double wait_key(qh *h, const char *key, const char *want, double timeout_ms)
 {
-    double t0 = fg_now_ms();
+    double t0 = fg_clock_mono_s() * 1e3;
     for (;;) {
         fg_tenant_record r;
         bool found = fg_quota_tenant_by_key(h->q, key, &r);
         if (want ? found && strcmp(r.id, want) == 0 : !found)
-            return fg_now_ms() - t0;
-        if (fg_now_ms() - t0 > timeout_ms)
+            return fg_clock_mono_s() * 1e3 - t0;
+        if (fg_clock_mono_s() * 1e3 - t0 > timeout_ms)
             return -1;
         qh_pump(h, 10);
     }

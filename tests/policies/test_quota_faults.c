@@ -43,7 +43,7 @@ static void issue(qh *h, flight *f, const char *tenant, long long cost)
     snprintf(f->tenant, sizeof f->tenant, "%s", tenant);
     snprintf(f->key, sizeof f->key, "resp-%d", seq++);
     f->cost = cost;
-    f->w.issued_ms = fg_now_ms();
+    f->w.issued_ms = fg_clock_mono_s() * 1e3;
     fg_quota_response_reserve(h->q, tenant, f->key, cost, 0, 0, 0, qh_on_result, &f->w);
 }
 
@@ -128,10 +128,10 @@ int test_quota_faults(void)
     CHECK(hung[1].w.r.verdict == FG_QUOTA_UNAVAILABLE && hung[1].w.r.degraded);
     settle(&h, &hung[0], 60, &used_open); /* admitted by the backstop: journaled */
     /* Calls keep coming while it stays stopped (reconnect attempts time out in turn). */
-    double stop_start = fg_now_ms();
+    double stop_start = fg_clock_mono_s() * 1e3;
     int n_stopped = 0;
     worst = 0;
-    while (fg_now_ms() - stop_start < 1500) {
+    while (fg_clock_mono_s() * 1e3 - stop_start < 1500) {
         flight *g = &f[300 + (n_stopped % 2)];
         issue(&h, g, n_stopped % 2 ? "t-open" : "t-closed", 10);
         double w = wait_all(&h, g, 1);
@@ -186,10 +186,10 @@ int test_quota_faults(void)
     r = qh_reserve(&h, "t-closed", "late", 10, 0, 0, 0);
     CHECK(r.verdict == FG_QUOTA_UNAVAILABLE && r.degraded);
 
-    double out_start = fg_now_ms();
+    double out_start = fg_clock_mono_s() * 1e3;
     long long out_used = 0, out_refused = 0;
     int n_out = 0;
-    while (fg_now_ms() - out_start < 1500 && n_out < 400) {
+    while (fg_clock_mono_s() * 1e3 - out_start < 1500 && n_out < 400) {
         flight *g = &f[100 + (n_out % 300)];
         issue(&h, g, "t-open", 1000);
         n_out++;
@@ -206,7 +206,7 @@ int test_quota_faults(void)
             fg_sleep_ms(5);
         }
     }
-    double out_s = (fg_now_ms() - out_start) / 1000.0;
+    double out_s = (fg_clock_mono_s() * 1e3 - out_start) / 1000.0;
     double share = TPM / INSTANCES; /* tokens per minute, and the burst */
     double allowed = share + share / 60.0 * out_s + 1000;
     fprintf(stderr,

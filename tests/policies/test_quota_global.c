@@ -80,16 +80,16 @@ int test_quota_global(void)
     fg_quota_response_settle(a.q, "t-global", "drain", TPM, TPM);
 
     driver da = {.h = &a, .name = 'a'}, db = {.h = &b, .name = 'b'};
-    double start = fg_now_ms();
+    double start = fg_clock_mono_s() * 1e3;
     double win_start = start + 200, win_end = win_start + WINDOW_MS;
-    for (double now = start; now < win_end + 50; now = fg_now_ms()) {
+    for (double now = start; now < win_end + 50; now = fg_clock_mono_s() * 1e3) {
         drive(&da, now, win_start, win_end);
         drive(&db, now, win_start, win_end);
         fg_sleep_ms(0.1);
     }
     /* Let the last answers land (not counted: outside the window). */
     for (int i = 0; i < 100; i++) {
-        double now = fg_now_ms();
+        double now = fg_clock_mono_s() * 1e3;
         drive(&da, now, win_start, win_end);
         drive(&db, now, win_start, win_end);
         bool busy = false;

@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/pretokenize.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/pretokenize.h"
+#include "engine/tokenizer/tokenizer.h"
 
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5 };
 

@@ -8,7 +8,7 @@
 // \s and \S become \p{White_Space} and \P{White_Space}, what \s means to
 // Oniguruma and to llama.cpp (JavaScript's \s differs at U+0085 and U+FEFF).
 // Code points come from blocks assigned by Unicode 14.0 (the version of
-// engine/unicode_data.c), so Node's newer Unicode tables classify them alike.
+// engine/tokenizer/unicode_data.c), so Node's newer Unicode tables classify them alike.
 import fs from "node:fs";
 
 const ws = (re) => re.replaceAll("\\s", "\\p{White_Space}").replaceAll("\\S", "\\P{White_Space}");

@@ -20,7 +20,7 @@
 
 #include "config/config_schema.h"
 #include "config/fg_config.h"
-#include "engine/ep_transport.h"
+#include "engine/ep/ep_transport.h"
 #include "tests/unit/fg_test.h"
 
 #define DEV_KEY "fg-dev-key-change-me-0001"

@@ -1,5 +1,5 @@
 /* test_device_batch.c: the batch description a device backend uploads each
- * step (engine/device_batch.h), built on the CPU from real KV store pages:
+ * step (engine/backend/device_batch.h), built on the CPU from real KV store pages:
  * device page addresses follow the host pages' indices (not their order in
  * memory), sequences' page tables are concatenated with each token pointing
  * at its own sequence's first page, row addresses land on the right page and
@@ -8,7 +8,8 @@
  */
 #include <string.h>
 
-#include "engine/device_batch.h"
+#include "engine/backend/device_batch.h"
+#include "engine/model/deepseek2/model.h"
 #include "tests/unit/fg_test.h"
 
 #define DEV_BASE ((uintptr_t)0x7f0000000000ull)

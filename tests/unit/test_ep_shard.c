@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "engine/ep_shard.h"
+#include "engine/ep/ep_shard.h"
 #include "tests/unit/fg_test.h"
 
 static fg_ep_shard_t *make(int E, int R, int per_rank, int redundant, fg_ep_placement pl, const int *hot)

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "engine/ep_transport.h"
+#include "engine/ep/ep_transport.h"
 #include "tests/unit/fg_test.h"
 
 #define R 4

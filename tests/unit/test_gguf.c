@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 #include "tests/unit/fg_test.h"
 
 static char tmp_dir[64];
@@ -750,6 +750,40 @@ static void test_files_and_writer(void)
 
 /* ------------------------------------------------------------- type table */
 
+/* The types ggml added last (39 mxfp4 .. 42 q2_0) are known to the reader,
+ * and binding refuses every type the engine cannot compute with an error
+ * that names the tensor and the type. */
+static void test_type_table_current(void)
+{
+    static const struct {
+        uint32_t id, elems, bytes;
+        const char *name;
+    } added[] = {{39, 32, 17, "mxfp4"}, {40, 64, 36, "nvfp4"}, {41, 128, 18, "q1_0"}, {42, 64, 18, "q2_0"}};
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
+        uint32_t e = 0, by = 0;
+        CHECK_MSG(fg_ggml_type_size(added[i].id, &e, &by) && e == added[i].elems && by == added[i].bytes,
+                  "type %" PRIu32, added[i].id);
+        CHECK(fg_ggml_type_name(added[i].id) && strcmp(fg_ggml_type_name(added[i].id), added[i].name) == 0);
+    }
+    CHECK(!fg_ggml_type_size(43, NULL, NULL));
+    for (uint32_t type = 0; type <= 43; type++) {
+        const bool computable = type == FG_GGML_F32 || type == FG_GGML_F16 || type == FG_GGML_BF16 ||
+                                type == FG_GGML_Q8_0;
+        CHECK_MSG(fg_ggml_type_computable(type) == computable, "type %" PRIu32, type);
+        fg_diag d = {{0}};
+        const fg_err err = fg_ggml_check_computable("blk.0.ffn_up_exps.weight", type, &d);
+        if (computable) {
+            CHECK_MSG(err == FG_OK, "type %" PRIu32, type);
+            continue;
+        }
+        CHECK_MSG(err == FG_ERR_MODEL_TYPE && strstr(d.msg, "blk.0.ffn_up_exps.weight"), "type %" PRIu32 ": %s", type,
+                  d.msg);
+        const char *name = fg_ggml_type_name(type);
+        CHECK_MSG(name ? strstr(d.msg, name) != NULL : strstr(d.msg, "unknown") != NULL, "type %" PRIu32 ": %s", type,
+                  d.msg);
+    }
+}
+
 static void test_type_table(void)
 {
     static const struct {
@@ -811,6 +845,7 @@ int main(void)
         return 1;
     }
     test_type_table();
+    test_type_table_current();
     test_round_trip();
     test_all_types();
     test_bad_inputs();

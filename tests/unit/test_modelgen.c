@@ -17,12 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/bpe_train.h"
-#include "engine/byte_unicode.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/modelgen.h"
-#include "engine/tokenizer.h"
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/gguf.h"
+#include "engine/model/modelgen.h"
+#include "engine/tokenizer/bpe_train.h"
+#include "engine/tokenizer/byte_unicode.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
 
@@ -198,7 +198,7 @@ static void check_keys(const fg_gguf_t *g, const fg_modelgen_spec *s)
         expect_absent(g, "deepseek2.rope.scaling.factor");
     }
     expect_str(g, "tokenizer.ggml.model", "gpt2");
-    expect_str(g, "tokenizer.ggml.pre", "gpt2"); /* our pre-split is GPT-2 style */
+    expect_str(g, "tokenizer.ggml.pre", "gpt-2"); /* our pre-split is GPT-2's, by llama.cpp's name */
     expect_u32(g, "tokenizer.ggml.bos_token_id", s->n_vocab - 2);
     expect_u32(g, "tokenizer.ggml.eos_token_id", s->n_vocab - 1);
     expect_bool(g, "tokenizer.ggml.add_bos_token", true);

@@ -4,7 +4,7 @@
  * so pages outlive their sessions as "cold" pages until dropped. */
 #include <string.h>
 
-#include "engine/prefix_cache.h"
+#include "engine/kv/prefix_cache.h"
 #include "tests/unit/fg_test.h"
 
 int main(void)

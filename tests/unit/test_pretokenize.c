@@ -1,5 +1,5 @@
 /* test_pretokenize.c: the piece boundaries of every pre-tokenizer kind, worked
- * out by hand from the regexes in engine/pretokenize.h; invalid UTF-8; the
+ * out by hand from the regexes in engine/tokenizer/pretokenize.h; invalid UTF-8; the
  * split's contract on random bytes; the generated Unicode table.
  *
  * (Every kind is also checked against its regexes in a real regex engine by
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/bpe_train.h"
-#include "engine/pretokenize.h"
-#include "engine/unicode_data.h"
+#include "engine/tokenizer/bpe_train.h"
+#include "engine/tokenizer/pretokenize.h"
+#include "engine/tokenizer/unicode_data.h"
 #include "tests/unit/fg_test.h"
 
 #define MAX_PIECES 4096

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/sampler.h"
-#include "engine/stop.h"
+#include "engine/serve/sampler.h"
+#include "engine/serve/stop.h"
 #include "tests/unit/fg_test.h"
 
 #define DRAWS 20000

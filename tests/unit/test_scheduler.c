@@ -2,7 +2,7 @@
  * priorities and age order within a tenant, grants never exceed wants or budget. */
 #include <stdlib.h>
 
-#include "engine/scheduler.h"
+#include "engine/serve/scheduler.h"
 #include "tests/unit/fg_test.h"
 
 int main(void)

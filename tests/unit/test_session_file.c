@@ -4,12 +4,13 @@
  * ids); a file names its tenant and session, and a file read as another's
  * (copied over it) is refused; the hash gives one value however its input is
  * split. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/hash64.h"
-#include "engine/session_file.h"
+#include "config/base/hash64.h"
+#include "engine/kv/session_file.h"
 #include "tests/unit/fg_test.h"
 
 #define N_TOK 150 /* two full pages and a partial one */

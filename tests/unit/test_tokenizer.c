@@ -16,10 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/byte_unicode.h"
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/byte_unicode.h"
+#include "engine/tokenizer/pretokenize.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/unit/fg_test.h"
 
 #define BOS_TEXT "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"

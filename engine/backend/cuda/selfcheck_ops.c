@@ -1,0 +1,574 @@
+/* selfcheck_ops.c: the per-op GPU checks of selfcheck.h. Each case builds
+ * random inputs on the host, runs the CPU reference, uploads the inputs, runs
+ * the CUDA launcher, copies the output back and compares. Errors of the CUDA
+ * runtime count as failures with their message; nothing aborts.
+ */
+#include "engine/backend/cuda/selfcheck.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/deepseek2/model.h"
+#include "engine/model/deepseek2/moe_route.h"
+#include "engine/model/rope.h"
+#include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/mla_attn.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/vecops.h"
+#include "kernels/cuda/kv_write.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/mla_attn.cuh"
+#include "kernels/cuda/moe_experts.cuh"
+#include "kernels/cuda/moe_route.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sample.cuh"
+#include "kernels/cuda/vecops.cuh"
+
+#define GUARD 256          /* bytes on each side of a device buffer; keeps 256-byte alignment */
+#define GUARD_BYTE 0xa5
+
+typedef struct ctx {
+    FILE *out;
+    fg_cuda_launch launch;
+    int failed, cases;
+    uint64_t rng;
+    fg_pool_t *pool;
+} ctx;
+
+static float frand(ctx *c) /* uniform in [-1, 1) */
+{
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return (float)((c->rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void fill(ctx *c, float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand(c) * scale;
+}
+
+/* ---- device buffers with guards ---- */
+
+typedef struct dbuf {
+    uint8_t *base;
+    size_t bytes;
+} dbuf;
+
+static void *dnew(dbuf *b, size_t bytes)
+{
+    b->bytes = bytes;
+    b->base = NULL;
+    if (cudaMalloc((void **)&b->base, bytes + 2 * GUARD) != cudaSuccess ||
+        cudaMemset(b->base, GUARD_BYTE, bytes + 2 * GUARD) != cudaSuccess) {
+        b->base = NULL;
+        return NULL;
+    }
+    return b->base + GUARD;
+}
+
+static void *dput(dbuf *b, const void *host, size_t bytes)
+{
+    void *d = dnew(b, bytes);
+    if (d && cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+        return NULL;
+    return d;
+}
+
+static int dget(const dbuf *b, void *host, size_t bytes)
+{
+    return b->base && cudaMemcpy(host, b->base + GUARD, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
+/* 1 when both guard regions still hold GUARD_BYTE. */
+static int guards_ok(const dbuf *b)
+{
+    uint8_t g[2 * GUARD];
+    if (!b->base || cudaMemcpy(g, b->base, GUARD, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(g + GUARD, b->base + GUARD + b->bytes, GUARD, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 0;
+    for (int i = 0; i < 2 * GUARD; i++)
+        if (g[i] != GUARD_BYTE)
+            return 0;
+    return 1;
+}
+
+static void dfree(dbuf *b)
+{
+    if (b->base)
+        cudaFree(b->base);
+    b->base = NULL;
+}
+
+/* ---- reporting ---- */
+
+static void report(ctx *c, const char *op, const char *variant, int ok, const char *fmt, double a, double b)
+{
+    char detail[160];
+    snprintf(detail, sizeof detail, fmt, a, b);
+    c->cases++;
+    if (!ok)
+        c->failed++;
+    const char *line_fmt = "%-14s %-26s %-4s %s\n";
+    printf(line_fmt, op, variant, ok ? "ok" : "FAIL", detail);
+    if (c->out)
+        fprintf(c->out, line_fmt, op, variant, ok ? "ok" : "FAIL", detail);
+}
+
+/* Compares n floats: NaN/Inf apart, then nmse against tol. */
+static void compare(ctx *c, const char *op, const char *variant, const float *ref, const float *got, size_t n,
+                    double tol, int guards)
+{
+    double num = 0, den = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(ref[i]) && !isfinite(got[i])) {
+            nonfinite++;
+            continue;
+        }
+        const double dlt = (double)got[i] - (double)ref[i];
+        num += dlt * dlt;
+        den += (double)ref[i] * ref[i];
+    }
+    const double nmse = den > 0 ? num / den : num;
+    const int ok = nonfinite == 0 && guards && nmse <= tol;
+    if (nonfinite || !guards)
+        report(c, op, variant, 0, guards ? "non-finite outputs: %.0f (nmse %.3g)" : "guard bytes overwritten (%.0f, %.3g)",
+               (double)nonfinite, nmse);
+    else
+        report(c, op, variant, ok, "nmse %.3g (tolerance %.0e)", nmse, tol);
+}
+
+static int launched(ctx *c, const char *op, const char *variant, fg_cuda_status s)
+{
+    cudaError_t e = s == FG_CUDA_OK ? cudaDeviceSynchronize() : cudaSuccess;
+    if (s == FG_CUDA_OK && e == cudaSuccess)
+        return 1;
+    char msg[200];
+    snprintf(msg, sizeof msg, "launch: %s, runtime: %s", fg_cuda_status_name(s), cudaGetErrorString(e));
+    c->cases++;
+    c->failed++;
+    printf("%-14s %-26s FAIL %s\n", op, variant, msg);
+    if (c->out)
+        fprintf(c->out, "%-14s %-26s FAIL %s\n", op, variant, msg);
+    cudaGetLastError();
+    return 0;
+}
+
+/* ---- ops ---- */
+
+static void check_rmsnorm(ctx *c)
+{
+    const int rows = 7, n = 7168;
+    float *x = malloc(sizeof(float) * rows * n), *w = malloc(sizeof(float) * n);
+    float *ref = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);
+    fill(c, x, (size_t)rows * n, 3.0f);
+    fill(c, w, (size_t)n, 1.0f);
+    for (int r = 0; r < rows; r++)
+        fg_rmsnorm(ref + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
+    dbuf bx, bw, by;
+    fg_cuda_rmsnorm_params p = {.y = dnew(&by, sizeof(float) * rows * n), .x = dput(&bx, x, sizeof(float) * rows * n),
+                                .w = dput(&bw, w, sizeof(float) * n), .y_stride = n, .x_stride = n, .n_rows = rows,
+                                .n = n, .eps = 1e-6f};
+    if (launched(c, "rmsnorm", "7x7168", fg_cuda_rmsnorm(&p, &c->launch)) && dget(&by, got, sizeof(float) * rows * n))
+        compare(c, "rmsnorm", "7x7168", ref, got, (size_t)rows * n, 1e-10, guards_ok(&by));
+    dfree(&bx), dfree(&bw), dfree(&by);
+    free(x), free(w), free(ref), free(got);
+}
+
+static void check_rope(ctx *c, float yarn)
+{
+    fg_hparams hp = {.n_rope = 64, .n_nope = 128, .rope_base = 10000.0f, .yarn_factor = yarn, .yarn_orig_ctx = 4096,
+                     .yarn_log_mul = yarn > 0 ? 0.1f : 0.0f};
+    fg_rope r;
+    if (fg_rope_init(&r, &hp, NULL) != FG_OK)
+        return;
+    const int n_tok = 5, H = 16, stride = 192;
+    int pos[5] = {0, 1, 4095, 70000, 163839};
+    const size_t n = (size_t)n_tok * H * stride;
+    float *x = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    fill(c, x, n, 2.0f);
+    memcpy(ref, x, sizeof(float) * n);
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < H; h++)
+            fg_rope_apply(&r, ref + ((size_t)t * H + h) * stride + 128, pos[t]);
+    double inv[32];
+    for (int i = 0; i < 32; i++)
+        inv[i] = r.inv_freq[i];
+    dbuf bx, bp, bf;
+    fg_cuda_rope_params p = {.x = dput(&bx, x, sizeof(float) * n), .tok_stride = (int64_t)H * stride,
+                             .vec_stride = stride, .n_tok = n_tok, .n_vec = H, .n_dims = 64,
+                             .pos = dput(&bp, pos, sizeof pos), .inv_freq = dput(&bf, inv, sizeof inv),
+                             .mscale = r.mscale};
+    p.x = p.x ? (float *)p.x + 128 : NULL;
+    const char *v = yarn > 0 ? "yarn40 5 tok x 16 heads" : "plain 5 tok x 16 heads";
+    if (launched(c, "rope", v, fg_cuda_rope(&p, &c->launch)) && dget(&bx, got, sizeof(float) * n))
+        compare(c, "rope", v, ref, got, n, 1e-10, guards_ok(&bx));
+    dfree(&bx), dfree(&bp), dfree(&bf);
+    free(x), free(ref), free(got);
+}
+
+/* Random weights [n_mat][n_out][n_in] of a type, built from floats. */
+static uint8_t *make_weights(ctx *c, int wtype, int n_in, int n_out, int n_mat, size_t *mat_bytes)
+{
+    const size_t row = fg_wtype_row_bytes(wtype, n_in);
+    *mat_bytes = row * (size_t)n_out;
+    uint8_t *w = malloc(*mat_bytes * (size_t)n_mat);
+    float *f = malloc(sizeof(float) * (size_t)n_in);
+    for (size_t r = 0; r < (size_t)n_out * n_mat; r++) {
+        fill(c, f, (size_t)n_in, 0.05f);
+        uint8_t *dst = w + r * row;
+        for (int i = 0; i < n_in; i++) {
+            if (wtype == FG_WTYPE_F32)
+                memcpy(dst + 4 * i, &f[i], 4);
+            else if (wtype == FG_WTYPE_F16 || wtype == FG_WTYPE_BF16) {
+                uint16_t h = wtype == FG_WTYPE_F16 ? fg_f32_to_f16(f[i]) : fg_f32_to_bf16(f[i]);
+                memcpy(dst + 2 * i, &h, 2);
+            }
+        }
+        if (wtype == FG_WTYPE_Q8_0)
+            fg_quantize_row_q8_0(f, (fg_block_q8_0 *)dst, n_in);
+    }
+    free(f);
+    return w;
+}
+
+static const char *wtype_name(int t)
+{
+    return t == FG_WTYPE_F32 ? "f32" : t == FG_WTYPE_F16 ? "f16" : t == FG_WTYPE_BF16 ? "bf16" : "q8_0";
+}
+
+static void check_matmul(ctx *c, int wtype, int n_in, int n_out, int n_tok, int n_mat)
+{
+    size_t mb;
+    uint8_t *w = make_weights(c, wtype, n_in, n_out, n_mat, &mb);
+    const size_t nx = (size_t)n_mat * n_tok * n_in, ny = (size_t)n_mat * n_tok * n_out;
+    float *x = malloc(sizeof(float) * nx), *ref = malloc(sizeof(float) * ny), *got = malloc(sizeof(float) * ny);
+    fill(c, x, nx, 1.0f);
+    void *scratch = malloc(fg_matmul_scratch_bytes(wtype, n_in, n_tok) + 64);
+    void *al = (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    /* Reference: matrix m over rows of x laid out [n_tok][n_mat][n_in] (column blocks), as the per-head products. */
+    float *xm = malloc(sizeof(float) * (size_t)n_tok * n_in), *ym = malloc(sizeof(float) * (size_t)n_tok * n_out);
+    for (int m = 0; m < n_mat; m++) {
+        for (int t = 0; t < n_tok; t++)
+            memcpy(xm + (size_t)t * n_in, x + ((size_t)t * n_mat + m) * n_in, sizeof(float) * n_in);
+        fg_matmul(c->pool, FG_ISA_SCALAR, wtype, w + (size_t)m * mb, n_in, n_out, xm, n_tok, ym, al);
+        for (int t = 0; t < n_tok; t++)
+            memcpy(ref + ((size_t)t * n_mat + m) * n_out, ym + (size_t)t * n_out, sizeof(float) * n_out);
+    }
+    dbuf bw, bx, by, bs;
+    const size_t sb = fg_cuda_matmul_scratch_bytes(wtype, n_in, n_tok, n_mat);
+    fg_cuda_matmul_params p = {.wtype = wtype, .w = dput(&bw, w, mb * n_mat), .w_mat_bytes = mb, .n_in = n_in,
+                               .n_out = n_out, .n_tok = n_tok, .n_mat = n_mat, .x = dput(&bx, x, sizeof(float) * nx),
+                               .x_stride = (int64_t)n_mat * n_in, .x_mat_stride = n_in,
+                               .y = dnew(&by, sizeof(float) * ny), .y_stride = (int64_t)n_mat * n_out,
+                               .y_mat_stride = n_out, .q8_scratch = sb ? dnew(&bs, sb) : NULL};
+    if (!sb)
+        bs.base = NULL;
+    char v[64];
+    snprintf(v, sizeof v, "%s %dx%d tok %d mats %d", wtype_name(wtype), n_out, n_in, n_tok, n_mat);
+    if (launched(c, "matmul", v, fg_cuda_matmul(&p, &c->launch)) && dget(&by, got, sizeof(float) * ny))
+        compare(c, "matmul", v, ref, got, ny, 1e-7, guards_ok(&by));
+    dfree(&bw), dfree(&bx), dfree(&by), dfree(&bs);
+    free(w), free(x), free(ref), free(got), free(scratch), free(xm), free(ym);
+}
+
+/* Rows of a layer's cache written on the GPU must equal fg_kv_quantize's bytes. */
+static void check_kv_write(ctx *c, int format)
+{
+    const int L = 512, R = 64, n_tok = 9;
+    const size_t lat = fg_kv_bytes((fg_kv_format)format, L), rb = (lat + fg_kv_bytes((fg_kv_format)format, R) + 3) & ~(size_t)3;
+    float *src = malloc(sizeof(float) * n_tok * (L + R));
+    fill(c, src, (size_t)n_tok * (L + R), 4.0f);
+    src[3] = 0.0f, src[L + 1] = 300.0f; /* an outlier */
+    for (int i = 0; i < 16; i++)
+        src[(size_t)(L + R) + 32 + i] = 0.0f; /* an all-zero FP4 block */
+    uint8_t *ref = calloc((size_t)n_tok, rb), *got = malloc((size_t)n_tok * rb);
+    for (int t = 0; t < n_tok; t++) {
+        fg_kv_quantize((fg_kv_format)format, src + (size_t)t * (L + R), L, ref + (size_t)t * rb);
+        fg_kv_quantize((fg_kv_format)format, src + (size_t)t * (L + R) + L, R, ref + (size_t)t * rb + lat);
+    }
+    dbuf bs, bk, br;
+    uint8_t *dk = dnew(&bk, (size_t)n_tok * rb);
+    if (dk)
+        cudaMemset(dk, 0, (size_t)n_tok * rb);
+    uint8_t *rows[9];
+    for (int t = 0; t < n_tok; t++)
+        rows[t] = dk ? dk + (size_t)t * rb : NULL;
+    fg_cuda_kv_write_params p = {.format = format, .src = dput(&bs, src, sizeof(float) * n_tok * (L + R)),
+                                 .src_stride = L + R, .kv_lora = L, .n_rope = R, .latent_bytes = lat,
+                                 .rows = dput(&br, rows, sizeof rows), .layer_offset = 0, .n_tok = n_tok};
+    const char *v = fg_kv_format_name((fg_kv_format)format);
+    if (launched(c, "kv_write", v, fg_cuda_kv_write(&p, &c->launch)) && dget(&bk, got, (size_t)n_tok * rb)) {
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)n_tok * rb; i++)
+            diff += ref[i] != got[i];
+        const int g = guards_ok(&bk);
+        report(c, "kv_write", v, diff == 0 && g, "bytes differing from fg_kv_quantize: %.0f (guards %.0f)",
+               (double)diff, (double)g);
+    }
+    dfree(&bs), dfree(&bk), dfree(&br);
+    free(src), free(ref), free(got);
+}
+
+static void check_mla_attn(ctx *c, int format, int n_kv)
+{
+    const int L = 512, R = 64, H = 16, n_tok = 3, n_layer = 2, layer = 1;
+    const size_t lat = fg_kv_bytes((fg_kv_format)format, L), rb = (lat + fg_kv_bytes((fg_kv_format)format, R) + 3) & ~(size_t)3;
+    const size_t page_bytes = (size_t)FG_KV_PAGE_TOKENS * n_layer * rb;
+    const int n_pages = (n_kv + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    uint8_t *pages = calloc((size_t)n_pages, page_bytes);
+    float *row = malloc(sizeof(float) * (L + R));
+    for (int j = 0; j < n_kv; j++) {
+        fill(c, row, (size_t)(L + R), 1.0f);
+        uint8_t *dst = pages + (size_t)(j / FG_KV_PAGE_TOKENS) * page_bytes +
+                       ((size_t)layer * FG_KV_PAGE_TOKENS + j % FG_KV_PAGE_TOKENS) * rb;
+        fg_kv_quantize((fg_kv_format)format, row, L, dst);
+        fg_kv_quantize((fg_kv_format)format, row + L, R, dst + lat);
+    }
+    /* Pages in reverse order in memory, to check the page table is followed. */
+    const uint8_t *host_tab[64];
+    for (int pi = 0; pi < n_pages; pi++)
+        host_tab[pi] = pages + (size_t)pi * page_bytes;
+    float *q_lat = malloc(sizeof(float) * n_tok * H * L), *q_rope = malloc(sizeof(float) * n_tok * H * R);
+    fill(c, q_lat, (size_t)n_tok * H * L, 1.0f);
+    fill(c, q_rope, (size_t)n_tok * H * R, 1.0f);
+    int n_kvs[3] = {1, n_kv / 2 + 1, n_kv};
+    float *ref = malloc(sizeof(float) * n_tok * H * L), *got = malloc(sizeof(float) * n_tok * H * L);
+    fg_mla_attn_params cp = {.n_head = H, .kv_lora = L, .n_rope = R, .scale = 0.0723f, .format = (fg_kv_format)format,
+                             .pages = host_tab, .layer_offset = (size_t)layer * FG_KV_PAGE_TOKENS * rb, .row_bytes = rb};
+    cp.n_kv = n_kv;
+    float *scratch = malloc(sizeof(float) * (fg_mla_attn_scratch_floats(&cp) + 16));
+    for (int t = 0; t < n_tok; t++) {
+        cp.n_kv = n_kvs[t];
+        fg_mla_attn(&cp, q_lat + (size_t)t * H * L, q_rope + (size_t)t * H * R, ref + (size_t)t * H * L, scratch);
+    }
+    dbuf bp, bt, b0, bn, bq, br, bo;
+    uint8_t *dpages = dnew(&bp, (size_t)n_pages * page_bytes);
+    const uint8_t *dev_tab[64];
+    for (int pi = 0; pi < n_pages; pi++) { /* device page i holds host page n_pages - 1 - i */
+        dev_tab[n_pages - 1 - pi] = dpages ? dpages + (size_t)pi * page_bytes : NULL;
+        if (dpages)
+            cudaMemcpy(dpages + (size_t)pi * page_bytes, host_tab[n_pages - 1 - pi], page_bytes, cudaMemcpyHostToDevice);
+    }
+    int page0[3] = {0, 0, 0};
+    fg_cuda_mla_attn_params p = {.n_tok = n_tok, .n_head = H, .kv_lora = L, .n_rope = R, .scale = cp.scale,
+                                 .format = format, .latent_bytes = lat, .row_bytes = rb, .layer_offset = cp.layer_offset,
+                                 .pages = dput(&bt, dev_tab, sizeof(void *) * n_pages),
+                                 .tok_page0 = dput(&b0, page0, sizeof page0), .tok_n_kv = dput(&bn, n_kvs, sizeof n_kvs),
+                                 .q_lat = dput(&bq, q_lat, sizeof(float) * n_tok * H * L),
+                                 .q_rope = dput(&br, q_rope, sizeof(float) * n_tok * H * R),
+                                 .rope_tok_stride = (int64_t)H * R, .rope_head_stride = R,
+                                 .out = dnew(&bo, sizeof(float) * n_tok * H * L)};
+    char v[64];
+    snprintf(v, sizeof v, "%s n_kv 1,%d,%d", fg_kv_format_name((fg_kv_format)format), n_kv / 2 + 1, n_kv);
+    if (launched(c, "mla_attn", v, fg_cuda_mla_attn(&p, &c->launch)) && dget(&bo, got, sizeof(float) * n_tok * H * L))
+        compare(c, "mla_attn", v, ref, got, (size_t)n_tok * H * L, 1e-8, guards_ok(&bo));
+    dfree(&bp), dfree(&bt), dfree(&b0), dfree(&bn), dfree(&bq), dfree(&br), dfree(&bo);
+    free(pages), free(row), free(q_lat), free(q_rope), free(ref), free(got), free(scratch);
+}
+
+static void check_moe_route(ctx *c, int gating, int n_group, int n_group_used, int with_bias)
+{
+    const int E = 256, K = 8, n_tok = 33;
+    float *lg = malloc(sizeof(float) * n_tok * E), *bias = malloc(sizeof(float) * E);
+    fill(c, lg, (size_t)n_tok * E, 4.0f);
+    fill(c, bias, (size_t)E, 0.1f);
+    fg_moe_route_params rp = {.n_expert = E, .n_used = K, .gating = (fg_gating)gating, .bias = with_bias ? bias : NULL,
+                              .n_group = n_group, .n_group_used = n_group_used, .norm = true, .scale = 2.5f};
+    float *scratch = malloc(sizeof(float) * fg_moe_route_scratch_floats(&rp));
+    int ref_ids[33 * 8], got_ids[33 * 8];
+    float ref_w[33 * 8], got_w[33 * 8];
+    for (int t = 0; t < n_tok; t++)
+        fg_moe_route(&rp, lg + (size_t)t * E, ref_ids + t * K, ref_w + t * K, scratch);
+    dbuf bl, bb, bi, bw;
+    fg_cuda_moe_route_params p = {.logits = dput(&bl, lg, sizeof(float) * n_tok * E),
+                                  .bias = with_bias ? dput(&bb, bias, sizeof(float) * E) : NULL, .n_tok = n_tok,
+                                  .n_expert = E, .n_used = K, .gating = gating, .n_group = n_group,
+                                  .n_group_used = n_group_used, .norm = 1, .scale = 2.5f,
+                                  .ids = dnew(&bi, sizeof ref_ids), .weights = dnew(&bw, sizeof ref_w)};
+    if (!with_bias)
+        bb.base = NULL;
+    char v[64];
+    snprintf(v, sizeof v, "%s groups %d/%d%s", gating == FG_CUDA_GATING_SIGMOID ? "sigmoid" : "softmax", n_group_used,
+             n_group, with_bias ? " bias" : "");
+    if (launched(c, "moe_route", v, fg_cuda_moe_route(&p, &c->launch)) && dget(&bi, got_ids, sizeof got_ids) &&
+        dget(&bw, got_w, sizeof got_w)) {
+        int mism = 0;
+        for (int i = 0; i < n_tok * K; i++)
+            mism += ref_ids[i] != got_ids[i];
+        report(c, "moe_route", v, mism == 0 && guards_ok(&bi), "expert ids differing: %.0f of %.0f", mism,
+               (double)(n_tok * K));
+        if (mism == 0)
+            compare(c, "moe_route", "weights", ref_w, got_w, (size_t)n_tok * K, 1e-10, guards_ok(&bw));
+    }
+    dfree(&bl), dfree(&bb), dfree(&bi), dfree(&bw);
+    free(lg), free(bias), free(scratch);
+}
+
+/* Group + grouped expert products (gate, up, silu, down) + combine, against
+ * the CPU's per-expert products and weighted sums. */
+static void check_moe_experts(ctx *c, int wtype)
+{
+    const int E = 16, K = 4, n_tok = 11, d = 256, F = 128;
+    size_t mb_g, mb_u, mb_d;
+    uint8_t *wg = make_weights(c, wtype, d, F, E, &mb_g), *wu = make_weights(c, wtype, d, F, E, &mb_u);
+    uint8_t *wd = make_weights(c, wtype, F, d, E, &mb_d);
+    float *x = malloc(sizeof(float) * n_tok * d), *res = malloc(sizeof(float) * n_tok * d);
+    float *ref = malloc(sizeof(float) * n_tok * d), *got = malloc(sizeof(float) * n_tok * d);
+    fill(c, x, (size_t)n_tok * d, 1.0f);
+    fill(c, res, (size_t)n_tok * d, 1.0f);
+    int ids[11 * 4];
+    float w[11 * 4];
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < K; j++) {
+            ids[t * K + j] = (t * 7 + j * 5) % E; /* distinct per token; experts 3 and others get several */
+            w[t * K + j] = 0.25f + 0.1f * frand(c);
+        }
+    memcpy(ref, res, sizeof(float) * n_tok * d);
+    void *scratch = malloc(fg_matmul_scratch_bytes(wtype, d, 1) + fg_matmul_scratch_bytes(wtype, F, 1) + 128);
+    void *al = (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float g[128], u[128], y[256];
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < K; j++) {
+            const int e = ids[t * K + j];
+            fg_matmul(c->pool, FG_ISA_SCALAR, wtype, wg + (size_t)e * mb_g, d, F, x + (size_t)t * d, 1, g, al);
+            fg_matmul(c->pool, FG_ISA_SCALAR, wtype, wu + (size_t)e * mb_u, d, F, x + (size_t)t * d, 1, u, al);
+            fg_silu_mul(g, u, F);
+            fg_matmul(c->pool, FG_ISA_SCALAR, wtype, wd + (size_t)e * mb_d, F, d, g, 1, y, al);
+            fg_axpy(ref + (size_t)t * d, w[t * K + j], y, d);
+        }
+    const int S = n_tok * K;
+    dbuf bg, bu, bd, bx, bres, bids, bw, bseg, bst, bsp, bhg, bhu, bout, bq;
+    const size_t q8 = fg_cuda_matmul_scratch_bytes(wtype, d, S, 1) + fg_cuda_matmul_scratch_bytes(wtype, F, S, 1);
+    void *dq = q8 ? dnew(&bq, q8) : NULL;
+    if (!q8)
+        bq.base = NULL;
+    const void *dg = dput(&bg, wg, mb_g * E), *du = dput(&bu, wu, mb_u * E), *dd = dput(&bd, wd, mb_d * E);
+    const float *dx = dput(&bx, x, sizeof(float) * n_tok * d);
+    float *dres = dput(&bres, res, sizeof(float) * n_tok * d);
+    int *dseg = dnew(&bseg, sizeof(int) * (E + 1)), *dst = dnew(&bst, sizeof(int) * S), *dsp = dnew(&bsp, sizeof(int) * S);
+    float *dhg = dnew(&bhg, sizeof(float) * S * F), *dhu = dnew(&bhu, sizeof(float) * S * F);
+    float *dout = dnew(&bout, sizeof(float) * S * d);
+    fg_cuda_moe_group_params gp = {.ids = dput(&bids, ids, sizeof ids), .n_tok = n_tok, .n_used = K, .n_expert = E,
+                                   .seg = dseg, .sorted_tok = dst, .slot_pos = dsp};
+    const float *dw = dput(&bw, w, sizeof w);
+    fg_cuda_moe_experts_params ge = {.wtype = wtype, .w = dg, .w_mat_bytes = mb_g, .n_in = d, .n_out = F, .n_expert = E,
+                                     .seg = dseg, .n_slots = S, .slot_row = dst, .x = dx, .x_stride = d, .n_rows = n_tok,
+                                     .y = dhg, .y_stride = F, .q8_scratch = dq};
+    fg_cuda_moe_experts_params ue = ge;
+    ue.w = du, ue.w_mat_bytes = mb_u, ue.y = dhu;
+    fg_cuda_silu_mul_params sm = {.g = dhg, .u = dhu, .stride = F, .n_rows = S, .n = F};
+    fg_cuda_moe_experts_params de = {.wtype = wtype, .w = dd, .w_mat_bytes = mb_d, .n_in = F, .n_out = d, .n_expert = E,
+                                     .seg = dseg, .n_slots = S, .slot_row = NULL, .x = dhg, .x_stride = F, .n_rows = S,
+                                     .y = dout, .y_stride = d, .q8_scratch = dq};
+    fg_cuda_moe_combine_params cb = {.x = dres, .y = dout, .weights = dw, .slot_pos = dsp, .n_tok = n_tok, .n_used = K,
+                                     .d = d};
+    const char *v = wtype_name(wtype);
+    if (launched(c, "moe_experts", v, fg_cuda_moe_group(&gp, &c->launch)) &&
+        launched(c, "moe_experts", v, fg_cuda_moe_experts(&ge, &c->launch)) &&
+        launched(c, "moe_experts", v, fg_cuda_moe_experts(&ue, &c->launch)) &&
+        launched(c, "moe_experts", v, fg_cuda_silu_mul(&sm, &c->launch)) &&
+        launched(c, "moe_experts", v, fg_cuda_moe_experts(&de, &c->launch)) &&
+        launched(c, "moe_experts", v, fg_cuda_moe_combine(&cb, &c->launch)) &&
+        dget(&bres, got, sizeof(float) * n_tok * d))
+        compare(c, "moe_experts", v, ref, got, (size_t)n_tok * d, 1e-7,
+                guards_ok(&bres) && guards_ok(&bhg) && guards_ok(&bout) && guards_ok(&bseg));
+    dbuf *all[] = {&bg, &bu, &bd, &bx, &bres, &bids, &bw, &bseg, &bst, &bsp, &bhg, &bhu, &bout, &bq};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        dfree(all[i]);
+    free(wg), free(wu), free(wd), free(x), free(res), free(ref), free(got), free(scratch);
+}
+
+static void check_get_rows(ctx *c, int wtype)
+{
+    const int n_rows = 300, n = 256, n_tok = 6;
+    size_t mb;
+    uint8_t *w = make_weights(c, wtype, n, n_rows, 1, &mb);
+    int32_t ids[6] = {0, 299, 17, 17, -1, 300}; /* out-of-range ids give zero rows */
+    float *ref = calloc((size_t)n_tok * n, sizeof(float)), *got = malloc(sizeof(float) * n_tok * n);
+    fg_weight fw = {.data = w, .type = wtype, .n_in = n, .n_out = n_rows, .n_mat = 1,
+                    .row_bytes = fg_wtype_row_bytes(wtype, n), .mat_bytes = mb};
+    for (int t = 0; t < 4; t++)
+        fg_weight_row_f32(&fw, ids[t], ref + (size_t)t * n);
+    dbuf bw, bi, bo;
+    fg_cuda_get_rows_params p = {.wtype = wtype, .w = dput(&bw, w, mb), .n_rows = n_rows, .n = n,
+                                 .ids = dput(&bi, ids, sizeof ids), .out = dnew(&bo, sizeof(float) * n_tok * n),
+                                 .n_tok = n_tok};
+    const char *v = wtype_name(wtype);
+    if (launched(c, "get_rows", v, fg_cuda_get_rows(&p, &c->launch)) && dget(&bo, got, sizeof(float) * n_tok * n)) {
+        const int exact = memcmp(ref, got, sizeof(float) * n_tok * n) == 0;
+        report(c, "get_rows", v, exact && guards_ok(&bo), "bit-exact with fg_weight_row_f32: %.0f, guards %.0f", exact, guards_ok(&bo));
+    }
+    dfree(&bw), dfree(&bi), dfree(&bo);
+    free(w), free(ref), free(got);
+}
+
+static void check_sample(ctx *c)
+{
+    const int V = 129280, rows = 4;
+    float *lg = malloc(sizeof(float) * rows * V);
+    fill(c, lg, (size_t)rows * V, 8.0f);
+    lg[2 * V + 5] = lg[2 * V + 9] = 50.0f; /* a tie: the lower id wins */
+    lg[3 * V + 0] = NAN;                  /* NaN never wins */
+    lg[3 * V + 1] = 60.0f;
+    fg_cuda_sample_row r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < rows; i++)
+        r[i].top_p = 1.0f;
+    r[1] = (fg_cuda_sample_row){.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .min_p = 0.0f, .u = 0.37};
+    int32_t got[4];
+    dbuf bl, br, bo;
+    fg_cuda_sample_params p = {.logits = dput(&bl, lg, sizeof(float) * rows * V), .stride = V, .n_rows = rows,
+                               .n_vocab = V, .rows = dput(&br, r, sizeof r), .max_top_k = 40,
+                               .out = dnew(&bo, sizeof got)};
+    if (launched(c, "sample", "greedy and top-k 40", fg_cuda_sample(&p, &c->launch)) && dget(&bo, got, sizeof got)) {
+        int ok = guards_ok(&bo);
+        for (int i = 0; i < rows; i++)
+            if (i != 1)
+                ok &= got[i] == fg_argmax(lg + (size_t)i * V, V);
+        ok &= got[2] == 5 && got[3] == 1;
+        /* top-k: the draw must be among the 40 best logits. */
+        int rank = 0;
+        if (got[1] >= 0 && got[1] < V)
+            for (int i = 0; i < V; i++)
+                rank += lg[V + i] > lg[V + got[1]];
+        ok &= got[1] >= 0 && got[1] < V && rank < 40;
+        report(c, "sample", "greedy and top-k 40", ok, "greedy equal to fg_argmax; top-k draw has rank %.0f (must be < %.0f)", rank, 40);
+    }
+    dfree(&bl), dfree(&br), dfree(&bo);
+    free(lg);
+}
+
+int fg_cuda_selfcheck_ops(FILE *out, int sm)
+{
+    ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
+    check_rmsnorm(&c);
+    check_rope(&c, 0.0f);
+    check_rope(&c, 40.0f);
+    const int types[] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
+    for (int i = 0; i < 4; i++) {
+        check_matmul(&c, types[i], 7168, 96, 1, 1);     /* decode: one token */
+        check_matmul(&c, types[i], 1024, 200, 13, 1);   /* a partial token tile */
+        check_matmul(&c, types[i], 128, 512, 9, 16);    /* per-head absorb: 16 matrices over column blocks */
+        check_moe_experts(&c, types[i]);
+        check_get_rows(&c, types[i]);
+    }
+    for (int f = 0; f < FG_KV__COUNT; f++) {
+        check_kv_write(&c, f);
+        check_mla_attn(&c, f, 200);
+    }
+    check_mla_attn(&c, FG_KV_FP4, 1000);
+    check_moe_route(&c, FG_CUDA_GATING_SIGMOID, 8, 4, 1);  /* DeepSeek-V3 routing */
+    check_moe_route(&c, FG_CUDA_GATING_SOFTMAX, 1, 1, 0);
+    check_moe_route(&c, FG_CUDA_GATING_SIGMOID, 1, 1, 1);
+    check_sample(&c);
+    fg_pool_destroy(c.pool);
+    return c.failed;
+}

@@ -1,0 +1,178 @@
+/* kv_share.c: prefix sharing and forks in the serving engine: a session's
+ * chained page keys, prefix-cache hits for its input, listing of its full
+ * pages, and forks that share a source's pages copy-on-write. Step thread,
+ * under engine->mu (see engine_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* Room for n page keys; the array grows by doubling, so a short session holds a short one. */
+static bool phash_room(const fg_engine_t *e, fg_session_t *s, int n)
+{
+    if (n <= s->share.phash_cap)
+        return true;
+    int cap = s->share.phash_cap ? s->share.phash_cap : 8, most = e->n_ctx / FG_KV_PAGE_TOKENS + 2;
+    while (cap < n)
+        cap *= 2;
+    if (cap > most)
+        cap = most > n ? most : n;
+    uint64_t *p = realloc(s->share.phash, (size_t)cap * sizeof *p);
+    if (!p)
+        return false;
+    s->share.phash = p;
+    s->share.phash_cap = cap;
+    return true;
+}
+
+bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto)
+{
+    if (!phash_room(e, s, upto + 2))
+        return false;
+    uint64_t salt = e->tier.tenants[s->tenant_ix].salt;
+    while (s->share.phash_n <= upto) {
+        int k = s->share.phash_n;
+        if ((k + 1) * FG_KV_PAGE_TOKENS > (int)s->hist.n)
+            return false;
+        s->share.phash[k] = fg_page_key(k ? s->share.phash[k - 1] : 0, salt, s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS);
+        s->share.phash_n++;
+    }
+    return true;
+}
+
+void fg_share_truncated(fg_session_t *s, int n_tokens)
+{
+    int full = n_tokens / FG_KV_PAGE_TOKENS;
+    if (s->share.phash_n > full)
+        s->share.phash_n = full;
+    if (s->share.reg_n > full)
+        s->share.reg_n = full;
+}
+
+
+/* Whether s's next input page is a whole page at a page boundary that a hit
+ * could replace. A generating response keeps at least one input token to
+ * evaluate: its logits are needed. */
+static bool next_page_shareable(const fg_engine_t *e, const fg_session_t *s)
+{
+    const int keep = s->serve.resp.active && s->serve.resp.p.generate ? 1 : 0;
+    return e->share.pc && !s->tier.on_disk && s->seq.n_tokens % FG_KV_PAGE_TOKENS == 0 && (int)s->hist.n == s->seq.n_tokens &&
+           (int)s->todo.n >= FG_KV_PAGE_TOKENS + keep;
+}
+
+/* The chained key of s's next input page (next_page_shareable holds). */
+static bool next_page_key(fg_engine_t *e, fg_session_t *s, uint64_t *prev, uint64_t *key)
+{
+    int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    if (!fg_share_page_keys(e, s, k - 1))
+        return false; /* also allocates the key array */
+    *prev = k ? s->share.phash[k - 1] : 0;
+    *key = fg_page_key(*prev, e->tier.tenants[s->tenant_ix].salt, s->todo.v);
+    return true;
+}
+
+bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key)
+{
+    uint64_t prev;
+    return next_page_shareable(e, s) && next_page_key(e, s, &prev, key);
+}
+
+bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
+{
+    fg_response *r = &s->serve.resp;
+    const int keep = r->active && r->p.generate ? 1 : 0;
+    while (next_page_shareable(e, s) && s->share.miss_at != s->seq.n_tokens) {
+        int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+        uint64_t prev, key;
+        if (!next_page_key(e, s, &prev, &key))
+            return false;
+        e->stats.prefix_lookups++;
+        uint8_t *page = fg_prefix_cache_find(e->share.pc, key, prev, s->tenant_ix, s->todo.v, fg_clock_mono_s());
+        if (!page) {
+            /* Its page file (and those of the pages after it) may be loaded instead of computed. */
+            if (e->tier.persist && fg_ptier_fetch(e, s->tenant_ix, prev, s->todo.v, (s->todo.n - keep) / FG_KV_PAGE_TOKENS))
+                return true;
+            s->share.miss_at = s->seq.n_tokens;
+            return false;
+        }
+        if (fg_tokens_reserve(&s->hist, s->hist.n + FG_KV_PAGE_TOKENS + 1) != 0 ||
+            fg_kv_seq_grow_table(&s->seq, k + 1) != FG_OK)
+            return false;
+        e->stats.prefix_hits++;
+        fg_kv_page_retain(e->kv, page);
+        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
+        s->seq.n_tokens += FG_KV_PAGE_TOKENS;
+        memcpy(s->hist.v + s->hist.n, s->todo.v, FG_KV_PAGE_TOKENS * sizeof *s->todo.v);
+        s->hist.n += FG_KV_PAGE_TOKENS;
+        memmove(s->todo.v, s->todo.v + FG_KV_PAGE_TOKENS, (size_t)(s->todo.n - FG_KV_PAGE_TOKENS) * sizeof *s->todo.v);
+        s->todo.n -= FG_KV_PAGE_TOKENS;
+        s->todo_sampled = false;
+        s->share.phash[k] = key;
+        s->share.phash_n = k + 1;
+        s->share.reg_n = k + 1;
+        if (r->active)
+            r->cached_tokens += FG_KV_PAGE_TOKENS; /* served from the cache, not computed */
+        s->serve.length_snapshot = s->seq.n_tokens;
+        s->tier.gen++;
+    }
+    return false;
+}
+
+void fg_share_register(fg_engine_t *e, fg_session_t *s)
+{
+    if (!e->share.pc || s->tier.on_disk)
+        return;
+    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    if (full > (int)s->hist.n / FG_KV_PAGE_TOKENS)
+        full = s->hist.n / FG_KV_PAGE_TOKENS;
+    if (s->share.reg_n >= full || !fg_share_page_keys(e, s, full - 1))
+        return;
+    double now = fg_clock_mono_s();
+    for (int k = s->share.reg_n; k < full; k++)
+        fg_prefix_cache_insert(e->share.pc, e->kv, s->share.phash[k], k ? s->share.phash[k - 1] : 0, s->tenant_ix,
+                               s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
+    s->share.reg_n = full;
+}
+
+/* ---- forks ---- */
+
+fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
+{
+    if (src->serve.resp.active || src->serve.respond_req || src->serve.responding)
+        return FG_ERR_BUSY; /* its partial page is being written */
+    const int n = src->hist.n;
+    if (fg_tokens_reserve(&dst->hist, n + 1) != 0)
+        return FG_ERR_NOMEM;
+    if (src->tier.on_disk) {
+        dst->tier.on_disk = true;
+        strcpy(dst->tier.load_name, src->tier.load_name);
+    } else {
+        fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        if (err != FG_OK)
+            return err;
+    }
+    if (n) /* an empty source has no array */
+        memcpy(dst->hist.v, src->hist.v, (size_t)n * sizeof *dst->hist.v);
+    dst->hist.n = n;
+    if (src->share.phash_n > 0 && phash_room(e, dst, src->share.phash_n + 1)) {
+        memcpy(dst->share.phash, src->share.phash, (size_t)src->share.phash_n * sizeof *dst->share.phash);
+        dst->share.phash_n = src->share.phash_n;
+    }
+    dst->share.reg_n = src->share.reg_n;
+    dst->serve.committed = n;
+    /* The token the source's last response sampled is part of the conversation, not queued input. */
+    if (src->todo_sampled && src->todo.n > 0 && fg_tokens_reserve(&dst->todo, 1) == 0) {
+        dst->todo.v[0] = src->todo.v[0];
+        dst->todo.n = 1;
+        dst->todo_sampled = true;
+        dst->serve.committed++;
+    }
+    dst->serve.length_snapshot = n;
+    dst->tier.gen = 1;
+    dst->tier.file_gen = 0;
+    if (src->tier.meta_len && (dst->tier.meta = malloc(src->tier.meta_len))) {
+        memcpy(dst->tier.meta, src->tier.meta, src->tier.meta_len);
+        dst->tier.meta_len = src->tier.meta_len;
+    }
+    return FG_OK;
+}

@@ -1,0 +1,110 @@
+/* arch.h: the interface every architecture implements, so the rest of the
+ * engine (open/close, the KV store, the prefix cache, the tiers, the
+ * scheduler, the backends) works with a model without knowing its layers.
+ *
+ * An architecture provides three things:
+ *   - hyperparameters and tensor binding from a GGUF (load/free): pointers
+ *     into the file's mapping, every key and tensor checked, errors naming
+ *     the key or tensor at fault; what the engine needs to know of the
+ *     result is in fg_arch_model (vocabulary, context, experts, weight bytes);
+ *   - the description of its cache (cache): what a page holds (rows of
+ *     row_bytes for each layer and each of its FG_KV_PAGE_TOKENS tokens),
+ *     bytes per token, and what a sequence holds besides pages;
+ *   - the forward pass over one batch of tokens from many sequences, on the
+ *     CPU (forward_*): the reference that the CPU backend runs.
+ *
+ * Architectures: deepseek2 (engine/model/deepseek2/). The CUDA backend and
+ * expert parallelism reach into deepseek2's own model (fg_deepseek2_of) and
+ * answer FG_ERR_UNSUPPORTED for other architectures.
+ *
+ * Thread safety: an fg_arch is immutable; a loaded model is immutable and
+ * read from any thread; a forward pass belongs to one caller at a time.
+ */
+#ifndef FG_ARCH_H
+#define FG_ARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config/fg_error.h"
+#include "engine/kv/kv_store.h"
+#include "engine/model/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pool.h"
+
+typedef struct fg_arch fg_arch;
+typedef struct fg_moe_ep fg_moe_ep_t;             /* engine/ep/moe_ep.h */
+typedef struct fg_arch_forward fg_arch_forward_t; /* an architecture's CPU forward pass (opaque) */
+
+/* The part of a loaded model every architecture fills; each architecture's
+ * model struct holds it as its first member. */
+typedef struct fg_arch_model {
+    const fg_arch *arch;
+    int n_vocab;
+    int n_ctx_train;               /* context_length */
+    int n_layer;
+    int n_embd;                    /* embedding_length */
+    int n_expert;                  /* routed experts per MoE layer; 0: none */
+    uint64_t weight_bytes_total;   /* all tensors */
+    uint64_t weight_bytes_active;  /* read per token */
+    char identity[17];             /* 64-bit hash (hex) of the metadata and tensor directory, for cache files */
+    bool weights_file_mapped;      /* the weights are a private file mapping: unused pages may be dropped */
+} fg_arch_model;
+
+/* One sequence's share of a batch; its tokens are contiguous in the batch. */
+typedef struct fg_fwd_seq {
+    fg_kv_seq *kv;      /* pages must exist for kv->n_tokens + n_tokens rows */
+    int n_tokens;       /* tokens of this sequence in the batch (>= 1) */
+    int n_logits;       /* 0, 1 (the last token) or n_tokens (every token) */
+    float *logits;      /* [n_logits][n_vocab] */
+    bool absorbed;      /* attention in the absorbed form (decode tokens, and inputs shorter than
+                           FG_SHORT_INPUT, engine.h); false: the decompressed form (mha_attn.h). The engine sets it
+                           by what the tokens are (a sample fed back, an input of some length), never by
+                           how a batch was cut, so a token's result does not depend on its chunk or its
+                           neighbours. */
+} fg_fwd_seq;
+
+struct fg_arch {
+    const char *name; /* general.architecture */
+    /* Binds g's tensors (g must outlive the model). Errors: FG_ERR_MODEL_ARCH,
+     * FG_ERR_MODEL_HPARAM, FG_ERR_MODEL_TENSOR, FG_ERR_MODEL_SHAPE,
+     * FG_ERR_MODEL_TYPE, FG_ERR_NOMEM. */
+    fg_err (*load)(const fg_gguf_t *g, fg_arch_model **out, fg_diag *diag);
+    void (*free)(fg_arch_model *m);
+    /* The most compact cache format this model's widths allow. */
+    fg_kv_format (*cache_default)(const fg_arch_model *m);
+    /* The cache layout for format. Errors: FG_ERR_KV_FORMAT (the format cannot
+     * store this model's widths). */
+    fg_err (*cache)(const fg_arch_model *m, fg_kv_format format, fg_kv_geometry *geo, fg_diag *diag);
+    /* The CPU forward pass: its packed weight copies and scratch for up to
+     * max_tokens tokens, sized here. Errors: FG_ERR_INVALID_ARG, FG_ERR_MODEL_HPARAM, FG_ERR_NOMEM. */
+    fg_err (*forward_create)(const fg_arch_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool,
+                             fg_isa isa, fg_arch_forward_t **out, fg_diag *diag);
+    void (*forward_destroy)(fg_arch_forward_t *f);
+    /* One batch: writes each token's cache rows at kv->n_tokens.., advances
+     * kv->n_tokens, fills the requested logits. Errors (nothing written):
+     * FG_ERR_INVALID_ARG, FG_ERR_TOKEN_ID; with expert parallelism also the
+     * exchange's. */
+    fg_err (*forward_run)(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+    /* Routed experts through ep (NULL: here); NULL when the architecture has no experts. */
+    void (*forward_set_ep)(fg_arch_forward_t *f, fg_moe_ep_t *ep);
+    /* Adds routed picks per expert id to sink[n_expert] (NULL: stop); NULL without experts. */
+    void (*forward_count_experts)(fg_arch_forward_t *f, _Atomic uint64_t *sink);
+};
+
+/* The architecture a GGUF names in general.architecture, or NULL. */
+const fg_arch *fg_arch_find(const char *name, size_t len);
+
+/* Loads g with the architecture it names. Errors: FG_ERR_MODEL_ARCH (missing,
+ * or one this engine does not have: the message names it and the known
+ * ones), and those of the architecture's load. */
+fg_err fg_arch_load(const fg_gguf_t *g, fg_arch_model **out, fg_diag *diag);
+
+/* Frees a model from fg_arch_load (NULL is fine). */
+void fg_arch_free(fg_arch_model *m);
+
+/* For an architecture's load: sets m->arch, the identity (a hash of g's
+ * header and size, so cache files know their model) and weights_file_mapped. */
+void fg_arch_model_init(fg_arch_model *m, const fg_arch *a, const fg_gguf_t *g);
+
+#endif

@@ -1,0 +1,633 @@
+/* modelgen.c: the deepseek2 random-weight GGUF generator (see modelgen.h).
+ *
+ * Design: one function, plan_visit(), walks the tensors of a spec in file
+ * order and hands each one (name, ggml shape, type, initialiser) to a
+ * callback. The same walk declares the tensors, writes their data and counts
+ * parameters, so the three can never disagree. Writing streams one tensor at a
+ * time: values are generated in chunks of CHUNK floats and encoded (F32, F16,
+ * BF16 or Q8_0) straight into one reusable buffer the size of the largest
+ * tensor, which goes to the GGUF writer in one call.
+ *
+ * Random numbers: splitmix64, seeded per tensor from (spec seed, FNV-1a of the
+ * tensor name). Each 64-bit draw is cut into four 16-bit uniforms whose sum
+ * (Irwin-Hall, n = 4) is centred and scaled to unit variance; the only float
+ * operations are an exact int->double conversion, a multiply by a per-tensor
+ * scale and an add, so the bytes are the same on every IEEE machine.
+ *
+ * Conventions copied from llama.cpp's converter (convert_hf_to_gguf.py,
+ * DeepseekV2Model, and gguf-py): tensor names carry ".weight" (".bias" for
+ * exp_probs_b); 1-D tensors and the router ffn_gate_inp stay F32 whatever the
+ * output type; a Q8_0 matrix whose rows are not a multiple of 32 falls back to
+ * F16; q_lora_rank is written only for q-LoRA models; vocab_size and
+ * general.quantization_version (2) are written; general.alignment is not (the
+ * default 32 is used). expert_weights_norm and expert_gating_func are always
+ * written (llama.cpp treats them as optional).
+ */
+#include "engine/model/modelgen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/base/hash64.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/bpe_train.h"
+#include "kernels/cpu/numeric.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "modelgen writes tensor data in host order; GGUF is little-endian"
+#endif
+
+#define ARCH "deepseek2"
+#define MAX_DIM (1u << 20)
+#define MAX_LAYERS 1024u
+#define CHUNK 65536 /* floats generated per step; a multiple of the Q8_0 block */
+
+/* DeepSeek's special token texts: U+FF5C (fullwidth vertical bar) and U+2581
+ * (lower one eighth block) in UTF-8. Literals are split so that a hex escape
+ * never swallows the letters after it. */
+#define FW_BAR "\xEF\xBD\x9C"
+#define LOW_BLK "\xE2\x96\x81"
+static const char BOS_TEXT[] = "<" FW_BAR "begin" LOW_BLK "of" LOW_BLK "sentence" FW_BAR ">";
+static const char EOS_TEXT[] = "<" FW_BAR "end" LOW_BLK "of" LOW_BLK "sentence" FW_BAR ">";
+
+/* llama.cpp token types */
+#define TOKEN_TYPE_NORMAL 1
+#define TOKEN_TYPE_CONTROL 3
+
+/* ---- presets ---- */
+
+fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out)
+{
+    if (!name || !out)
+        return FG_ERR_INVALID_ARG;
+    fg_modelgen_spec s;
+    memset(&s, 0, sizeof s);
+    if (strcmp(name, "tiny") == 0) {
+        snprintf(s.name, sizeof s.name, "flashgate-tiny");
+        s.n_vocab = 512;
+        s.n_ctx = 4096;
+        s.n_embd = 128;
+        s.n_layer = 4;
+        s.n_layer_dense_lead = 1;
+        s.n_ff = 384;
+        s.n_head = 4;
+        s.q_lora_rank = 64;
+        s.kv_lora_rank = 64;
+        s.rope_dim = 16;
+        s.nope_dim = 32;
+        s.v_dim = 32;
+        s.n_expert = 16;
+        s.n_expert_used = 4;
+        s.n_ff_exp = 64;
+        s.weight_type = FG_GGML_F32;
+    } else if (strcmp(name, "flash-mini") == 0) {
+        snprintf(s.name, sizeof s.name, "flashgate-flash-mini");
+        s.n_vocab = 1024;
+        s.n_ctx = 32768;
+        s.n_embd = 1024;
+        s.n_layer = 8;
+        s.n_layer_dense_lead = 1;
+        s.n_ff = 2816;
+        s.n_head = 8;
+        s.q_lora_rank = 384;
+        s.kv_lora_rank = 160;
+        s.rope_dim = 32;
+        s.nope_dim = 64;
+        s.v_dim = 64;
+        s.n_expert = 64;
+        s.n_expert_used = 6;
+        s.n_ff_exp = 256;
+        s.n_expert_groups = 8;
+        s.n_expert_groups_used = 4;
+        s.weight_type = FG_GGML_Q8_0;
+    } else {
+        return FG_ERR_INVALID_ARG;
+    }
+    /* shared by both presets */
+    s.rope_freq_base = 10000.0f;
+    s.rms_eps = 1e-6f;
+    s.yarn_log_mul = 0.1f;
+    s.n_expert_shared = 1;
+    s.gating = FG_MODELGEN_GATING_SIGMOID;
+    s.expert_weights_norm = true;
+    s.expert_weights_scale = 2.5f;
+    s.seed = 42;
+    *out = s;
+    return FG_OK;
+}
+
+/* ---- validation ---- */
+
+static bool valid_weight_type(uint32_t t)
+{
+    return t == FG_GGML_F32 || t == FG_GGML_F16 || t == FG_GGML_BF16 || t == FG_GGML_Q8_0;
+}
+
+fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
+{
+    if (!s)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: NULL spec");
+    if (!memchr(s->name, '\0', sizeof s->name) || s->name[0] == '\0')
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: name must be 1..63 bytes");
+    const struct {
+        const char *field;
+        uint32_t v, max;
+    } dims[] = {
+        {"n_vocab", s->n_vocab, MAX_DIM},       {"n_ctx", s->n_ctx, 1u << 30},
+        {"n_embd", s->n_embd, MAX_DIM},         {"n_layer", s->n_layer, MAX_LAYERS},
+        {"n_ff", s->n_ff, MAX_DIM},             {"n_head", s->n_head, 4096},
+        {"kv_lora_rank", s->kv_lora_rank, MAX_DIM}, {"rope_dim", s->rope_dim, 4096},
+        {"nope_dim", s->nope_dim, 4096},        {"v_dim", s->v_dim, 4096},
+        {"n_expert", s->n_expert, 4096},        {"n_expert_used", s->n_expert_used, 4096},
+        {"n_expert_shared", s->n_expert_shared, 64}, {"n_ff_exp", s->n_ff_exp, MAX_DIM},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].v == 0 || dims[i].v > dims[i].max)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
+                               dims[i].v, dims[i].max);
+    }
+    if (s->q_lora_rank > MAX_DIM)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: q_lora_rank = %u exceeds %u", s->q_lora_rank, MAX_DIM);
+    if ((uint64_t)s->n_head * (s->nope_dim + s->rope_dim) > MAX_DIM ||
+        (uint64_t)s->n_head * s->v_dim > MAX_DIM)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_head * head width exceeds %u", MAX_DIM);
+    if ((uint64_t)s->n_ff_exp * s->n_expert_shared > MAX_DIM)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_ff_exp * n_expert_shared exceeds %u", MAX_DIM);
+    if (s->n_vocab < FG_BPE_BYTE_TOKENS + 2)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_vocab = %u is below 258 (256 bytes + BOS + EOS)",
+                           s->n_vocab);
+    if (s->rope_dim % 2)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_dim = %u must be even", s->rope_dim);
+    if (s->n_layer_dense_lead > s->n_layer)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_layer_dense_lead = %u exceeds n_layer = %u",
+                           s->n_layer_dense_lead, s->n_layer);
+    if (s->n_expert_used > s->n_expert)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_expert_used = %u exceeds n_expert = %u",
+                           s->n_expert_used, s->n_expert);
+    if (s->n_expert_groups == 0) {
+        if (s->n_expert_groups_used != 0)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_expert_groups_used set without groups");
+    } else {
+        uint32_t g = s->n_expert_groups, k = s->n_expert_groups_used;
+        if (s->n_expert % g != 0 || s->n_expert / g < 2)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "modelgen: %u groups must divide %u experts into groups of at least 2", g,
+                               s->n_expert);
+        if (k == 0 || k > g)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_expert_groups_used = %u must be in 1..%u", k, g);
+        if (s->n_expert_used > k * (s->n_expert / g))
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "modelgen: top-%u cannot be chosen from %u groups of %u experts", s->n_expert_used, k,
+                               s->n_expert / g);
+    }
+    if (s->gating != FG_MODELGEN_GATING_SOFTMAX && s->gating != FG_MODELGEN_GATING_SIGMOID)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: gating = %u must be 1 (softmax) or 2 (sigmoid)",
+                           s->gating);
+    if (!valid_weight_type(s->weight_type))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                           "modelgen: weight_type = %u must be 0 (F32), 1 (F16), 30 (BF16) or 8 (Q8_0)",
+                           s->weight_type);
+    if (!(isfinite(s->rope_freq_base) && s->rope_freq_base > 0.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_freq_base must be positive");
+    if (!(isfinite(s->rms_eps) && s->rms_eps > 0.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rms_eps must be positive");
+    if (!(isfinite(s->expert_weights_scale) && s->expert_weights_scale > 0.0f))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: expert_weights_scale must be positive");
+    if (s->yarn_factor != 0.0f) {
+        if (!(isfinite(s->yarn_factor) && s->yarn_factor >= 1.0f))
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: yarn_factor must be 0 (off) or >= 1");
+        if (s->yarn_orig_ctx == 0)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: yarn_orig_ctx must be set with yarn_factor");
+        if (!isfinite(s->yarn_log_mul))
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: yarn_log_mul must be finite");
+    }
+    return FG_OK;
+}
+
+/* ---- the tensor plan ---- */
+
+typedef struct tensor_plan {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[3];        /* ggml order; unused dims are 1 */
+    uint32_t type;        /* ggml type id */
+    double mean, sigma;   /* value = mean + sigma * N(0, 1) */
+    bool routed;          /* ne[2] indexes the routed experts */
+} tensor_plan;
+
+typedef void (*plan_fn)(void *ctx, const tensor_plan *t);
+
+/* Q8_0 needs whole 32-element blocks per row; like llama.cpp's converter,
+ * fall back to F16 where a row does not split into blocks. */
+static uint32_t matrix_type(const fg_modelgen_spec *s, int64_t ne0)
+{
+    if (s->weight_type == FG_GGML_Q8_0 && ne0 % FG_Q8_0_BLOCK != 0)
+        return FG_GGML_F16;
+    return s->weight_type;
+}
+
+static void emit(plan_fn fn, void *ctx, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                 uint32_t type, double mean, double sigma, bool routed)
+{
+    tensor_plan t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.n_dims = n_dims;
+    t.ne[0] = ne0;
+    t.ne[1] = ne1;
+    t.ne[2] = ne2;
+    t.type = type;
+    t.mean = mean;
+    t.sigma = sigma;
+    t.routed = routed;
+    fn(ctx, &t);
+}
+
+/* A weight matrix (or stack of them) with the default N(0, 1/sqrt(n_in)) init. */
+static void emit_matrix(plan_fn fn, void *ctx, const fg_modelgen_spec *s, const char *name, uint32_t n_dims,
+                        int64_t ne0, int64_t ne1, int64_t ne2, bool routed)
+{
+    emit(fn, ctx, name, n_dims, ne0, ne1, ne2, matrix_type(s, ne0), 0.0, 1.0 / sqrt((double)ne0), routed);
+}
+
+static void emit_norm(plan_fn fn, void *ctx, const char *name, int64_t n)
+{
+    emit(fn, ctx, name, 1, n, 1, 1, FG_GGML_F32, 1.0, 0.1, false);
+}
+
+/* Walks every tensor of the file in order. Shapes follow llama.cpp's
+ * llama_model_deepseek2::load_arch_tensors (ggml order, ne[0] first). */
+static void plan_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
+{
+    const int64_t d = s->n_embd, V = s->n_vocab, H = s->n_head;
+    const int64_t qk = (int64_t)s->nope_dim + s->rope_dim;
+    const int64_t E = s->n_expert, f = s->n_ff_exp, fsh = (int64_t)s->n_ff_exp * s->n_expert_shared;
+    char nm[64];
+
+    /* token_embd {d, V}: rows are looked up, not multiplied, so N(0, 1). */
+    emit(fn, ctx, "token_embd.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 1.0, false);
+
+#define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, il), nm)
+    for (uint32_t il = 0; il < s->n_layer; il++) {
+        emit_norm(fn, ctx, BLK("attn_norm.weight"), d);
+        if (s->q_lora_rank > 0) {
+            emit_matrix(fn, ctx, s, BLK("attn_q_a.weight"), 2, d, s->q_lora_rank, 1, false);
+            emit_norm(fn, ctx, BLK("attn_q_a_norm.weight"), s->q_lora_rank);
+            emit_matrix(fn, ctx, s, BLK("attn_q_b.weight"), 2, s->q_lora_rank, H * qk, 1, false);
+        } else {
+            emit_matrix(fn, ctx, s, BLK("attn_q.weight"), 2, d, H * qk, 1, false);
+        }
+        emit_matrix(fn, ctx, s, BLK("attn_kv_a_mqa.weight"), 2, d, (int64_t)s->kv_lora_rank + s->rope_dim, 1, false);
+        emit_norm(fn, ctx, BLK("attn_kv_a_norm.weight"), s->kv_lora_rank);
+        /* the two halves of DeepSeek's kv_b_proj, per head: k_b maps the query's
+         * nope part into the latent (transposed), v_b maps the latent to v */
+        emit_matrix(fn, ctx, s, BLK("attn_k_b.weight"), 3, s->nope_dim, s->kv_lora_rank, H, false);
+        emit_matrix(fn, ctx, s, BLK("attn_v_b.weight"), 3, s->kv_lora_rank, s->v_dim, H, false);
+        emit_matrix(fn, ctx, s, BLK("attn_output.weight"), 2, H * s->v_dim, d, 1, false);
+        emit_norm(fn, ctx, BLK("ffn_norm.weight"), d);
+        if (il < s->n_layer_dense_lead) {
+            emit_matrix(fn, ctx, s, BLK("ffn_gate.weight"), 2, d, s->n_ff, 1, false);
+            emit_matrix(fn, ctx, s, BLK("ffn_up.weight"), 2, d, s->n_ff, 1, false);
+            emit_matrix(fn, ctx, s, BLK("ffn_down.weight"), 2, s->n_ff, d, 1, false);
+        } else {
+            /* the router stays F32, as llama.cpp keeps ffn_gate_inp */
+            emit(fn, ctx, BLK("ffn_gate_inp.weight"), 2, d, E, 1, FG_GGML_F32, 0.0, 1.0 / sqrt((double)d), false);
+            if (s->gating == FG_MODELGEN_GATING_SIGMOID)
+                emit(fn, ctx, BLK("exp_probs_b.bias"), 1, E, 1, 1, FG_GGML_F32, 0.0, 0.05, false);
+            emit_matrix(fn, ctx, s, BLK("ffn_gate_exps.weight"), 3, d, f, E, true);
+            emit_matrix(fn, ctx, s, BLK("ffn_up_exps.weight"), 3, d, f, E, true);
+            emit_matrix(fn, ctx, s, BLK("ffn_down_exps.weight"), 3, f, d, E, true);
+            emit_matrix(fn, ctx, s, BLK("ffn_gate_shexp.weight"), 2, d, fsh, 1, false);
+            emit_matrix(fn, ctx, s, BLK("ffn_up_shexp.weight"), 2, d, fsh, 1, false);
+            emit_matrix(fn, ctx, s, BLK("ffn_down_shexp.weight"), 2, fsh, d, 1, false);
+        }
+    }
+#undef BLK
+
+    emit_norm(fn, ctx, "output_norm.weight", d);
+    /* a wider logit spread keeps greedy choices robust to small numeric differences */
+    if (!s->tied_embeddings)
+        emit(fn, ctx, "output.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 3.0 / sqrt((double)d), false);
+}
+
+static uint64_t plan_elems(const tensor_plan *t)
+{
+    return (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
+}
+
+static uint64_t plan_bytes(const tensor_plan *t)
+{
+    uint64_t n = plan_elems(t);
+    switch (t->type) {
+    case FG_GGML_F32: return n * 4;
+    case FG_GGML_F16:
+    case FG_GGML_BF16: return n * 2;
+    case FG_GGML_Q8_0: return n / FG_Q8_0_BLOCK * sizeof(fg_block_q8_0);
+    default: return 0;
+    }
+}
+
+/* ---- parameter counts ---- */
+
+typedef struct count_ctx {
+    const fg_modelgen_spec *spec;
+    uint64_t total, inactive;
+} count_ctx;
+
+static void count_one(void *vctx, const tensor_plan *t)
+{
+    count_ctx *c = vctx;
+    uint64_t n = plan_elems(t);
+    c->total += n;
+    if (t->routed) /* each expert slice is n / E; a token skips E - k of them */
+        c->inactive += n / c->spec->n_expert * (c->spec->n_expert - c->spec->n_expert_used);
+}
+
+void fg_modelgen_param_counts(const fg_modelgen_spec *spec, uint64_t *total, uint64_t *active)
+{
+    count_ctx c = {spec, 0, 0};
+    plan_visit(spec, count_one, &c);
+    if (total)
+        *total = c.total;
+    if (active)
+        *active = c.total - c.inactive;
+}
+
+/* ---- random numbers ---- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_seed(uint64_t seed, const char *name)
+{
+    uint64_t st = seed ^ fg_fnv1a64(name, strlen(name));
+    return splitmix64(&st);
+}
+
+/* Centred Irwin-Hall sum of four 16-bit uniforms, times 2: an even integer in
+ * [-262140, 262140] with variance 4 * (65536^2 - 1) / 3. */
+static int32_t irwin_hall4x2(uint64_t r)
+{
+    int32_t s = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
+                (int32_t)(r >> 48);
+    return 2 * s - 4 * 65535;
+}
+
+/* ---- writing ---- */
+
+typedef struct write_ctx {
+    const fg_modelgen_spec *spec;
+    fg_gguf_writer_t *w;
+    fg_diag *diag;
+    fg_err err;
+    uint64_t max_bytes;   /* largest tensor, for the encode buffer */
+    void *buf;            /* encoded tensor */
+    float *chunk;         /* [CHUNK] generated values */
+    double unit;          /* 1 / (2 * sqrt((65536^2 - 1) / 3)): irwin_hall4x2 -> N(0, 1) */
+} write_ctx;
+
+static void declare_one(void *vctx, const tensor_plan *t)
+{
+    write_ctx *c = vctx;
+    if (c->err)
+        return;
+    fg_err e = fg_gguf_writer_add_tensor(c->w, t->name, t->type, t->n_dims, t->ne);
+    if (e) {
+        c->err = fg_diag_set(c->diag, e, "modelgen: declaring tensor %s: %s", t->name, fg_err_describe(e));
+        return;
+    }
+    uint64_t nb = plan_bytes(t);
+    if (nb > c->max_bytes)
+        c->max_bytes = nb;
+}
+
+static void encode_chunk(uint32_t type, const float *x, int64_t n, void *dst)
+{
+    switch (type) {
+    case FG_GGML_F32: memcpy(dst, x, (size_t)n * sizeof *x); break;
+    case FG_GGML_F16: {
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = fg_f32_to_f16(x[i]);
+        break;
+    }
+    case FG_GGML_BF16: {
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = fg_f32_to_bf16(x[i]);
+        break;
+    }
+    case FG_GGML_Q8_0: fg_quantize_row_q8_0(x, dst, n); break;
+    default: break;
+    }
+}
+
+static void write_one(void *vctx, const tensor_plan *t)
+{
+    write_ctx *c = vctx;
+    if (c->err)
+        return;
+    uint64_t state = tensor_seed(c->spec->seed, t->name);
+    const double scale = t->sigma * c->unit;
+    const uint64_t n = plan_elems(t);
+    unsigned char *dst = c->buf;
+    for (uint64_t off = 0; off < n; off += CHUNK) {
+        int64_t m = (int64_t)(n - off < CHUNK ? n - off : CHUNK);
+        for (int64_t i = 0; i < m; i++) {
+            /* separate statements: no fused multiply-add may change the bytes */
+            double z = (double)irwin_hall4x2(splitmix64(&state)) * scale;
+            c->chunk[i] = (float)(t->mean + z);
+        }
+        /* CHUNK and every Q8_0 row are whole blocks, so a chunk starts on a block */
+        uint64_t byte_off = 0;
+        switch (t->type) {
+        case FG_GGML_F32: byte_off = off * 4; break;
+        case FG_GGML_Q8_0: byte_off = off / FG_Q8_0_BLOCK * sizeof(fg_block_q8_0); break;
+        default: byte_off = off * 2; break;
+        }
+        encode_chunk(t->type, c->chunk, m, dst + byte_off);
+    }
+    fg_err e = fg_gguf_writer_write_tensor(c->w, c->buf, plan_bytes(t), c->diag);
+    if (e)
+        c->err = e;
+}
+
+static uint32_t file_type_of(uint32_t wtype)
+{
+    /* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
+    switch (wtype) {
+    case FG_GGML_F16: return 1;
+    case FG_GGML_Q8_0: return 7;
+    case FG_GGML_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* Adds the metadata; *err_key names the key that failed. */
+static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const fg_bpe_vocab *bpe, const char **err_key)
+{
+    fg_err e = FG_OK;
+#define KEY(k) (*err_key = (k), (k))
+#define TRY(call)                                                                                                     \
+    do {                                                                                                              \
+        if ((e = (call)) != FG_OK)                                                                                    \
+            return e;                                                                                                 \
+    } while (0)
+    TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
+    TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count"), s->n_head));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count_kv"), 1)); /* MLA runs as MQA */
+    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.freq_base"), s->rope_freq_base));
+    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".attention.layer_norm_rms_epsilon"), s->rms_eps));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_used_count"), s->n_expert_used));
+    if (s->n_expert_groups > 0) {
+        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
+        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
+    }
+    TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), file_type_of(s->weight_type)));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
+    if (s->q_lora_rank > 0)
+        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.q_lora_rank"), s->q_lora_rank));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.kv_lora_rank"), s->kv_lora_rank));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length"), s->kv_lora_rank + s->rope_dim));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length"), s->kv_lora_rank));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length_mla"), s->nope_dim + s->rope_dim));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length_mla"), s->v_dim));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_feed_forward_length"), s->n_ff_exp));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_count"), s->n_expert));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_shared_count"), s->n_expert_shared));
+    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".expert_weights_scale"), s->expert_weights_scale));
+    TRY(fg_gguf_writer_add_bool(w, KEY(ARCH ".expert_weights_norm"), s->expert_weights_norm));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_gating_func"), s->gating));
+    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.dimension_count"), s->rope_dim));
+    if (s->yarn_factor != 0.0f) {
+        TRY(fg_gguf_writer_add_str(w, KEY(ARCH ".rope.scaling.type"), "yarn"));
+        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.factor"), s->yarn_factor));
+        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.scaling.original_context_length"), s->yarn_orig_ctx));
+        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
+    }
+    TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
+
+    /* tokenizer: bytes, merges, then BOS and EOS */
+    const uint32_t n_tok = bpe->n_tokens + 2;
+    const char **texts = malloc(n_tok * sizeof *texts);
+    int32_t *types = malloc(n_tok * sizeof *types);
+    char **merges = calloc(bpe->n_merges ? bpe->n_merges : 1, sizeof *merges);
+    if (!texts || !types || !merges) {
+        e = FG_ERR_NOMEM;
+        goto tok_done;
+    }
+    for (uint32_t i = 0; i < bpe->n_tokens; i++) {
+        texts[i] = bpe->text[i];
+        types[i] = TOKEN_TYPE_NORMAL;
+    }
+    texts[bpe->n_tokens] = BOS_TEXT;
+    texts[bpe->n_tokens + 1] = EOS_TEXT;
+    types[bpe->n_tokens] = types[bpe->n_tokens + 1] = TOKEN_TYPE_CONTROL;
+    for (uint32_t i = 0; i < bpe->n_merges; i++) {
+        const char *l = bpe->text[bpe->merge[i][0]], *r = bpe->text[bpe->merge[i][1]];
+        size_t ll = strlen(l), lr = strlen(r);
+        merges[i] = malloc(ll + lr + 2);
+        if (!merges[i]) {
+            e = FG_ERR_NOMEM;
+            goto tok_done;
+        }
+        memcpy(merges[i], l, ll);
+        merges[i][ll] = ' ';
+        memcpy(merges[i] + ll + 1, r, lr + 1);
+    }
+    e = fg_gguf_writer_add_str(w, KEY("tokenizer.ggml.model"), "gpt2");
+    if (!e)
+        /* "gpt-2" (llama.cpp's name for it; it refuses "gpt2"): the pre-split
+         * our tokenizer and trainer use, so llama.cpp splits text alike. */
+        e = fg_gguf_writer_add_str(w, KEY("tokenizer.ggml.pre"), "gpt-2");
+    if (!e)
+        e = fg_gguf_writer_add_arr_str(w, KEY("tokenizer.ggml.tokens"), texts, NULL, n_tok);
+    if (!e)
+        e = fg_gguf_writer_add_arr_i32(w, KEY("tokenizer.ggml.token_type"), types, n_tok);
+    if (!e)
+        e = fg_gguf_writer_add_arr_str(w, KEY("tokenizer.ggml.merges"), (const char *const *)merges, NULL,
+                                       bpe->n_merges);
+    if (!e)
+        e = fg_gguf_writer_add_u32(w, KEY("tokenizer.ggml.bos_token_id"), bpe->n_tokens);
+    if (!e)
+        e = fg_gguf_writer_add_u32(w, KEY("tokenizer.ggml.eos_token_id"), bpe->n_tokens + 1);
+    if (!e)
+        e = fg_gguf_writer_add_bool(w, KEY("tokenizer.ggml.add_bos_token"), true);
+tok_done:
+    if (merges) {
+        for (uint32_t i = 0; i < bpe->n_merges; i++)
+            free(merges[i]);
+    }
+    free(merges);
+    free(types);
+    free(texts);
+    return e;
+#undef TRY
+#undef KEY
+}
+
+fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag *diag)
+{
+    fg_err e = fg_modelgen_validate(spec, diag);
+    if (e)
+        return e;
+    if (!path || !*path)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: empty output path");
+
+    fg_bpe_vocab bpe;
+    size_t corpus_len = 0;
+    const char *corpus = fg_bpe_builtin_corpus(&corpus_len);
+    if ((e = fg_bpe_train(corpus, corpus_len, spec->n_vocab - FG_BPE_BYTE_TOKENS - 2, &bpe, diag)))
+        return e;
+
+    write_ctx c;
+    memset(&c, 0, sizeof c);
+    c.spec = spec;
+    c.diag = diag;
+    c.unit = 0.5 / sqrt((65536.0 * 65536.0 - 1.0) / 3.0);
+    if ((e = fg_gguf_writer_create(path, 0, &c.w, diag)))
+        goto done;
+    const char *key = "";
+    if ((e = add_metadata(c.w, spec, &bpe, &key))) {
+        e = fg_diag_set(diag, e, "modelgen: adding key %s: %s", key, fg_err_describe(e));
+        goto done;
+    }
+    plan_visit(spec, declare_one, &c);
+    if ((e = c.err))
+        goto done;
+    c.buf = malloc(c.max_bytes ? (size_t)c.max_bytes : 1);
+    c.chunk = malloc(CHUNK * sizeof *c.chunk);
+    if (!c.buf || !c.chunk) {
+        e = fg_diag_set(diag, FG_ERR_NOMEM, "modelgen: out of memory for a %llu-byte tensor buffer",
+                        (unsigned long long)c.max_bytes);
+        goto done;
+    }
+    if ((e = fg_gguf_writer_begin_data(c.w, diag)))
+        goto done;
+    plan_visit(spec, write_one, &c);
+    if ((e = c.err))
+        goto done;
+    e = fg_gguf_writer_finish(c.w, diag);
+
+done:
+    if (c.w)
+        fg_gguf_writer_destroy(c.w); /* after finish: frees; before: removes the temp file */
+    free(c.buf);
+    free(c.chunk);
+    fg_bpe_vocab_free(&bpe);
+    return e;
+}

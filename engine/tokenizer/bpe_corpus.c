@@ -1,0 +1,95 @@
+/* bpe_corpus.c: the built-in text the model generator trains its BPE merges on.
+ *
+ * Original prose written for flashgate (about agents, sessions, caches, tokens
+ * and GPUs) plus a little code-like text, so that the learned merges cover
+ * common English words, leading-space word pieces, digits, punctuation and
+ * braces. Changing a single byte here changes every generated vocabulary, and
+ * with it the golden outputs of the generated models: treat it as frozen.
+ */
+#include "engine/tokenizer/bpe_train.h"
+
+static const char corpus[] =
+    "An agent is a program that keeps a conversation going with a model. Each agent opens a "
+    "session, sends a prompt, and waits for tokens to come back. The session remembers what was "
+    "said before, so the next request only has to carry the new words. That memory lives in a "
+    "cache on the GPU, and the cache is the most precious thing the server owns.\n\n"
+    "When a request arrives, the gateway reads its header, checks the quota of the tenant, and "
+    "places the request in a queue. A worker thread takes the request from the queue, finds the "
+    "session, and hands the prompt to the engine. The engine splits the text into pieces, turns "
+    "every piece into tokens, and runs the model over the tokens one layer at a time. Every layer "
+    "reads the cache of the earlier tokens and writes one new row for each token it sees.\n\n"
+    "The cache grows with the length of the conversation. A long session with many turns can hold "
+    "thousands of tokens, and each token keeps a small latent vector in every layer. Because the "
+    "latent is much smaller than the full keys and values, the same memory can serve far more "
+    "sessions at the same time. When memory runs short, the server evicts the oldest pages first, "
+    "or it moves them from the GPU to the host and brings them back later when the agent returns.\n\n"
+    "Tokens are produced one by one. After the prompt has been read, the engine samples a token, "
+    "streams it to the client, and feeds it back as the next input. The time to the first token "
+    "depends on the prompt; the time between tokens depends on how many bytes of weights the GPU "
+    "must read for each step. A mixture of experts helps here: every token only visits a few "
+    "experts, so most of the weights stay cold while the shared expert and the attention stay hot.\n\n"
+    "A router decides which experts a token visits. It scores all experts, adds a small bias to "
+    "balance the load, keeps the best groups, and picks the top experts inside them. The weights of "
+    "the chosen experts are normalised and scaled before their outputs are added together. If two "
+    "experts have the same score, the one with the lower index wins, which keeps the result the "
+    "same from run to run.\n\n"
+    "Good servers are boring. They check every value that comes from a file or from the network, "
+    "they return an error instead of crashing, and they release memory in one place. They measure "
+    "what they do: the number of requests, the tokens per second, the hit rate of the prefix cache, "
+    "and the time each request spent waiting in the queue. When an agent reconnects, the server "
+    "looks up its session by the key it was given, restores the cache if the pages are still "
+    "there, and continues as if nothing had happened.\n\n"
+    "The prefix cache saves work when many sessions share the same opening words, such as a long "
+    "system prompt or a shared document. The first session pays for the prefill; the others find "
+    "the pages already filled and start decoding at once. Pages are counted with references, and a "
+    "page is only freed when the last session that points at it has ended.\n\n"
+    "Numbers matter. A weight stored in eight bits takes a quarter of the space of a float, and a "
+    "block of thirty two values shares one scale. The model reads 2048 rows, 4096 columns, or 16 "
+    "heads of 64 dimensions; the context may reach 32768 positions; a test may run 100 times with "
+    "seed 42 and expect the same 7 tokens in return. Each result is written to a log with the date, "
+    "the version, and the name of the machine, for example 2024-05-17 or v0.1.3.\n\n"
+    "Inside the GPU, thousands of small threads work on tiles of a matrix. A kernel loads a tile "
+    "of weights into shared memory, multiplies it with a tile of activations, and keeps the partial "
+    "sums in registers until the whole row is done. Memory bandwidth, not arithmetic, sets the pace "
+    "when only one token is decoded, so the engine groups requests into batches and lets each pass "
+    "over the weights serve many sequences together. Attention reads the compressed cache through "
+    "a page table; every page holds a fixed number of rows, and a sequence owns a list of pages "
+    "that grows as it speaks.\n\n"
+    "Latency budgets are written down before code is written. A chat turn should begin within a "
+    "fraction of a second, and a tool call should return before the user notices a pause. Quotas "
+    "protect everyone: a single tenant cannot fill the whole cache, and a slow reader cannot hold "
+    "a response buffer forever. Limits are checked at the edge, where the request enters, and again "
+    "deep inside, where the memory is actually spent.\n\n"
+    "What would you like the agent to do next? It can read a file, write a summary, call a tool, or "
+    "ask a question. It can't see the future, and it won't guess the password; it'll say so. We've "
+    "found that short answers are often better than long ones, and that the user's time is worth "
+    "more than the model's.\n\n"
+    "static int cache_lookup(const struct cache *c, uint64_t key, struct page **out)\n"
+    "{\n"
+    "    size_t i = (size_t)(key % c->n_buckets);\n"
+    "    for (struct page *p = c->buckets[i]; p != NULL; p = p->next) {\n"
+    "        if (p->key == key) {\n"
+    "            p->refs += 1;\n"
+    "            *out = p;\n"
+    "            return 0;\n"
+    "        }\n"
+    "    }\n"
+    "    return -1;\n"
+    "}\n\n"
+    "for token in stream(session, prompt, max_tokens=256):\n"
+    "    if token == eos:\n"
+    "        break\n"
+    "    print(token.text, end=\"\")\n\n"
+    "{\"model\": \"flash-mini\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": "
+    "\"Hello, how are you?\"}], \"temperature\": 0.0}\n\n"
+    "The last lesson is simple: keep each part small, name it well, and test it against a plain "
+    "reference. A fast kernel that disagrees with the slow one is a bug, not a feature. When the "
+    "two agree on every input we can think of, and the server still answers after a night of "
+    "heavy load, we can go home and sleep.\n";
+
+const char *fg_bpe_builtin_corpus(size_t *len)
+{
+    if (len)
+        *len = sizeof corpus - 1;
+    return corpus;
+}
