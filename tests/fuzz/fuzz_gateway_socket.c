@@ -408,6 +408,8 @@ typedef struct bytes {
 
 static void put(bytes *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return; /* an empty payload leaves b->p NULL */
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)
