@@ -2,10 +2,13 @@
  * it: bytes on a TCP socket to a real, running gateway (HTTP requests,
  * pipelining, bodies, the WebSocket upgrade and frames), cut at any point.
  *
- * LLVMFuzzerInitialize starts one gateway on a port the kernel picks, without
- * Redis (redis.address "off": the config's tenants and keys), with the tiny
- * test model from $FG_TEST_DATA/tiny.gguf when it is there; without it the
- * gateway has no engine, refuses upgrades with 503 and only HTTP is reached.
+ * LLVMFuzzerInitialize starts one gateway on a port the kernel picks, with the
+ * tiny test model from $FG_TEST_DATA/tiny.gguf when it is there (without it
+ * the gateway has no engine, refuses upgrades with 503 and only HTTP is
+ * reached). Without Redis by default (the config's tenants and keys; the
+ * admin API's tenant routes answer 503), which keeps the CI run to one
+ * process; with $FG_FUZZ_REDIS set it starts a private redis-server and the
+ * quota module, so that the admin API and the quota paths are fuzzed too.
  * Its service loop runs on a thread of its own, which owns every gateway
  * socket; this thread only uses plain client sockets on loopback.
  *
@@ -69,6 +72,8 @@
 #include "engine/engine.h"
 #include "gateway/gateway.h"
 #include "gateway/log.h"
+#include "gateway/redis_local.h"
+#include "policies/quota.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -87,6 +92,8 @@ static struct {
     fg_config cfg;
     fg_gateway_t *gw;
     fg_engine_t *engine;
+    fg_redis_local_t *redis;   /* $FG_FUZZ_REDIS set: a private redis-server for the quota module */
+    fg_quota_t *quota;
     pthread_t thread;          /* the service thread: fg_gateway_run */
     atomic_bool loop_ended;    /* fg_gateway_run returned (a drain ended it) */
     bool have_model;
@@ -239,6 +246,26 @@ static void start_gateway(void)
         }
         fg_gateway_set_engine(g.gw, g.engine);
     }
+    if (g.redis) {
+        char journal[128];
+        snprintf(journal, sizeof journal, "%s/quota.journal", g.dir);
+        fg_quota_options qo = {.redis_address = fg_redis_local_socket(g.redis), .timeout_ms = 1000,
+                               .expected_instances = 1, .journal_path = journal, .notify = fg_gateway_wakeup,
+                               .notify_user = g.gw};
+        if (fg_quota_create(&qo, &g.quota, &d) != FG_OK) {
+            fprintf(stderr, "fuzz_gateway_socket: quotas: %s\n", d.msg);
+            exit(1);
+        }
+        /* The config's tenants and keys, unlimited: the admin API can then change them. */
+        for (size_t i = 0; i < g.cfg.n_tenants; i++) {
+            const fg_config_tenant *t = &g.cfg.tenants[i];
+            fg_tenant_record rec = {.limits = {.weight = t->weight, .max_output_tokens = t->max_output_tokens}};
+            snprintf(rec.id, sizeof rec.id, "%s", t->id);
+            snprintf(rec.name, sizeof rec.name, "%s", t->id);
+            fg_quota_tenant_seed(g.quota, &rec, t->api_keys.items, t->api_keys.count);
+        }
+        fg_gateway_set_quota(g.gw, g.quota);
+    }
     g.port = fg_gateway_port(g.gw);
     atomic_store(&g.loop_ended, false);
     if (pthread_create(&g.thread, NULL, serve_main, NULL) != 0) {
@@ -275,8 +302,10 @@ static void stop_gateway(bool request)
         fg_gateway_close_sessions(g.gw);
     fg_engine_close(g.engine);
     fg_gateway_destroy(g.gw);
+    fg_quota_destroy(g.quota);
     g.engine = NULL;
     g.gw = NULL;
+    g.quota = NULL;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -290,6 +319,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 static void stop_at_exit(void)
 {
     stop_gateway(true);
+    fg_redis_local_stop(g.redis);
     fg_config_free(&g.cfg);
     nftw(g.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -388,14 +418,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     g.cfg.server.port = 0; /* below the schema's range, which only files and env obey: the kernel picks */
     fg_log_set_level((fg_log_level)g.cfg.log.level);
+    if (getenv("FG_FUZZ_REDIS")) {
+        char rdir[128];
+        snprintf(rdir, sizeof rdir, "%s/redis", g.dir);
+        if (fg_redis_local_start(rdir, &g.redis, &d) != FG_OK) {
+            fprintf(stderr, "fuzz_gateway_socket: %s\n", d.msg);
+            exit(1);
+        }
+    }
     start_gateway();
     atexit(stop_at_exit);
     if (healthz() != HEALTH_OK) {
         fprintf(stderr, "fuzz_gateway_socket: the gateway does not answer GET /healthz\n");
         exit(1);
     }
-    fprintf(stderr, "fuzz_gateway_socket: gateway on 127.0.0.1:%d, %s\n", g.port,
-            g.have_model ? "tiny model loaded" : "no engine");
+    fprintf(stderr, "fuzz_gateway_socket: gateway on 127.0.0.1:%d, %s, %s\n", g.port,
+            g.have_model ? "tiny model loaded" : "no engine", g.redis ? "quotas in a private Redis" : "no Redis");
     return 0;
 }
 

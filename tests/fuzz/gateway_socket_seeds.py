@@ -72,9 +72,16 @@ seeds = {
     "http-healthz-cut16": how(0) + cuts(16, 3) + req("GET", "/healthz"),
     "http-pipelined-gets": how(0) + cuts(3, 1) + req("GET", "/healthz") + req("GET", "/metrics") + req("GET", "/v1/status") + req("GET", "/healthz", [("Connection", "close")]),
     "http-post-admin-tenant": how(0, half=1) + cuts(4, 2) + req("POST", "/admin/tenants", [("Authorization", f"Bearer {ADMIN}"), ("Content-Type", "application/json")],
-                                                     json.dumps({"id": "gamma", "name": "Gamma", "api_keys": ["gamma-fuzz-key-0123456789abcdef"]}).encode()),
+                                                     json.dumps({"id": "gamma", "name": "Gamma", "limits": {"tokens_per_minute": 60000, "max_sessions": 10}, "fail_mode": "closed"}).encode()),
     "http-post-body": how(0) + cuts(2, 5) + req("POST", "/nope", body=b'{"a":1}'),
-    "http-put-admin-limits": how(0) + cuts(1) + req("PUT", "/admin/tenants/acme/limits", [("Authorization", f"Bearer {ADMIN}")], b'{"tokens_per_minute":100}'),
+    "http-put-admin-tenant": how(0) + cuts(1) + req("PUT", "/admin/tenants/beta", [("Authorization", f"Bearer {ADMIN}")], b'{"name":"Beta","limits":{"tokens_per_minute":100}}'),
+    "http-admin-key-add": how(0) + cuts(2, 4) + req("POST", "/admin/tenants/acme/keys", [("Authorization", f"Bearer {ADMIN}")]),
+    "http-admin-key-revoke": how(0) + cuts(2, 5) + req("POST", "/admin/tenants/acme/keys/revoke", [("Authorization", f"Bearer {ADMIN}")],
+                                                      b'{"key":"fg-000000000000000000000000000000000000000000000000"}'),
+    "http-admin-reads": how(0) + cuts(1) + req("GET", "/admin/tenants/acme", [("Authorization", f"Bearer {ADMIN}")])
+                        + req("GET", "/admin/tenants/acme/sessions", [("Authorization", f"Bearer {ADMIN}")])
+                        + req("GET", "/admin/experts", [("Authorization", f"Bearer {ADMIN}")])
+                        + req("DELETE", "/admin/sessions/sess_00000000000000000000000000000000", [("Authorization", f"Bearer {ADMIN}")]),
     "http-admin-gets": how(0, reset=1) + cuts(2, 7) + req("GET", "/admin/tenants", [("Authorization", f"Bearer {ADMIN}")]) + req("GET", "/admin/sessions", [("Authorization", f"Bearer {ADMIN}")]),
     "http-delete-admin": how(0) + cuts(1) + req("DELETE", "/admin/tenants/beta%0Ax", [("Authorization", f"Bearer {ADMIN}")]),
     "http-chunked": how(0) + cuts(3, 4) + req("POST", "/admin/tenants", [("Authorization", f"Bearer {ADMIN}"), ("Transfer-Encoding", "chunked")], b"5\r\nhello\r\n0\r\n\r\n"),
@@ -100,6 +107,9 @@ known_seeds = {
     # issue 14 item 1: a request then a POST with a body in one write: the service thread spins
     "http-pipelined-post-spin": how(0) + cuts(1) + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\nPOST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
     # issue 14 item 2: a POST body cut short, then the connection dropped: the buffered body leaks
+    # issue 14 item 3 (needs FG_FUZZ_REDIS): GET /admin/tenants/ID with a body is dispatched twice, the second
+    # quota answer writes into the freed request
+    "http-admin-get-body-uaf": how(0) + cuts(2, 10) + req("GET", "/admin/tenants/acme", [("Authorization", f"Bearer {ADMIN}"), ("Content-Length", "2")], b"{}"),
     "http-partial-body-leak": how(0, reset=1) + cuts(1) + req("POST", "/nope", [("Content-Length", "4096")], b"z" * 1000),
 }
 
