@@ -265,6 +265,7 @@ static void start_gateway(void)
             fg_quota_tenant_seed(g.quota, &rec, t->api_keys.items, t->api_keys.count);
         }
         fg_gateway_set_quota(g.gw, g.quota);
+        fg_gateway_set_redis_local(g.gw, g.redis); /* its supervision runs on the service thread */
     }
     g.port = fg_gateway_port(g.gw);
     atomic_store(&g.loop_ended, false);
