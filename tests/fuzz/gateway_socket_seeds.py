@@ -110,6 +110,9 @@ known_seeds = {
     # issue 14 item 3 (needs FG_FUZZ_REDIS): GET /admin/tenants/ID with a body is dispatched twice, the second
     # quota answer writes into the freed request
     "http-admin-get-body-uaf": how(0) + cuts(2, 10) + req("GET", "/admin/tenants/acme", [("Authorization", f"Bearer {ADMIN}"), ("Content-Length", "2")], b"{}"),
+    # a request, then the next one's headers cut across two writes: heap-use-after-free inside libwebsockets
+    # 4.1.6 (strcasecmp on a freed header buffer) on the service thread
+    "http-pipelined-split-uaf": how(0) + cuts(2, 7) + b"GET /a HTTP/1.1\r\n\r\nGET /b\r\nUpgrade: x\r\n\r\n",
     "http-partial-body-leak": how(0, reset=1) + cuts(1) + req("POST", "/nope", [("Content-Length", "4096")], b"z" * 1000),
 }
 
