@@ -324,6 +324,21 @@ class Server:
         return False
 
 
+async def wait_for(pred, what="condition", timeout=20.0, step=0.05):
+    """Polls pred (a function, which may return a coroutine) until its value is true and
+    returns it; what (a string, or a function giving one) names it when time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout:g} s")
+        await asyncio.sleep(step)
+
+
 # ---------------------------------------------------------------- HTTP
 
 

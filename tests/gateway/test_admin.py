@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (KEYS, Conn, Server, check, eq, handshake_status, http_get, run_tests,  # noqa: E402
-                     user_item)
+                     user_item, wait_for)
 
 ADMIN_KEY = "admin-test-key-0123456789abcdef"
 LIMIT_NAMES = ["max_sessions", "max_responses", "tokens_per_minute", "daily_tokens", "max_kv_bytes",
@@ -67,19 +67,6 @@ def err(srv, method, path, body=None, status=400, code=None, field=None, raw=Non
     if field:
         eq(e.get("field"), field, f"error field of {method} {path} ({js})")
     return e
-
-
-async def wait_for(pred, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if asyncio.iscoroutine(v):
-            v = await v
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.1)
 
 
 def full_limits(**over):

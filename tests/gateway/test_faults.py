@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Conn, RawWS, Server, check, eq, http_get, log, run_tests, user_item  # noqa: E402
+from harness import Conn, RawWS, Server, check, eq, http_get, log, run_tests, user_item, wait_for  # noqa: E402
 from test_admin import ADMIN_KEY, admin, admin_server, ok  # noqa: E402
 from test_quotas import Redis, make_tenant, used_tokens  # noqa: E402
 
@@ -152,18 +152,6 @@ def proc_state(pid):
         return "gone"
 
 
-async def wait_until(pred, what, timeout=30.0, step=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if asyncio.iscoroutine(v):
-            v = await v
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s")
-        await asyncio.sleep(step)
-
-
 # ---------------------------------------------------------------- Redis
 
 
@@ -224,9 +212,9 @@ async def test_redis_sigstop_under_load():
         check(not during, f"fail-open tenant refused while Redis was stopped: {during}")
         log(f"    {len(flat)} turns of the open tenant, slowest {max(t for _, t in flat) * 1000:.0f} ms")
         # service comes back for the closed tenant
-        await wait_until(lambda: _session_created(srv, closed_key), "closed tenant admitted after SIGCONT", 20, 0.5)
+        await wait_for(lambda: _session_created(srv, closed_key), "closed tenant admitted after SIGCONT", 20, 0.5)
         # no usage lost: Redis's lifetime usage equals what the responses used
-        await wait_until(lambda: int(redis.cli("GET", "{tenant:openT}:usage:total").strip() or 0) == used[0],
+        await wait_for(lambda: int(redis.cli("GET", "{tenant:openT}:usage:total").strip() or 0) == used[0],
                          f"usage:total == {used[0]} tokens used", 20, 0.5)
         check(srv.rss_kb() - base < RSS_BOUND_KB, "memory bounded")
         await c.close()
@@ -264,10 +252,10 @@ async def test_private_redis_sigkill_under_load():
 
             def restarted():
                 return [p for p in children(srv.pid) if proc_name(p) == "redis-server" and p != old]
-            new = await wait_until(restarted, "a new redis-server child", 30, 0.2)
+            new = await wait_for(restarted, "a new redis-server child", 30, 0.2)
             log(f"    redis-server {old} killed, {new[0]} started")
             # quotas work again: the admin API reads the tenant from Redis
-            await wait_until(lambda: admin(srv, "GET", "/admin/tenants/openT")[0] == 200,
+            await wait_for(lambda: admin(srv, "GET", "/admin/tenants/openT")[0] == 200,
                              "the admin API answers from the new Redis", 30, 0.5)
             await asyncio.sleep(1.0)
         check(w.turns > 0 and w.failed == 0, f"the witness was served throughout ({w.turns} turns, {w.failed} failed)")
@@ -291,7 +279,7 @@ async def test_gateway_sigkill_mid_response():
                 conns.append(c)
                 ids.append(c.session_id)
             for i in range(n):  # every file written (the engine saves on its own thread)
-                await wait_until(lambda i=i: os.path.exists(os.path.join(pdir, "tenants", "acme", ids[i] + ".fgs")),
+                await wait_for(lambda i=i: os.path.exists(os.path.join(pdir, "tenants", "acme", ids[i] + ".fgs")),
                                  "session file", 30)
             # a second turn in flight on every session, then SIGKILL at the first delta
             for c in conns:
@@ -353,7 +341,7 @@ async def test_disk_full():
                 subprocess.run(["mount", "-o", "remount,size=64m", mnt], check=True)
                 _, done = await turn(c, "one more")
                 path = os.path.join(mnt, "tenants", "acme", c.session_id + ".fgs")
-                await wait_until(lambda: os.path.exists(path), "the session saved once there is room", 30)
+                await wait_for(lambda: os.path.exists(path), "the session saved once there is room", 30)
             check(w.turns > 0 and w.failed == 0, "the witness was served throughout")
     finally:
         subprocess.run(["umount", "-l", mnt], capture_output=True)

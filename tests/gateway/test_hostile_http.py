@@ -16,7 +16,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Server, check, eq, http_get, run_tests  # noqa: E402
+from harness import Server, check, eq, http_get, run_tests, wait_for  # noqa: E402
 from test_admin import ADMIN_KEY, admin  # noqa: E402
 
 # Freed bodies sit in ASan's quarantine (256 MiB by default) and free lists, and would look
@@ -98,17 +98,6 @@ def one_error(raw, status, code):
 def healthy(srv):
     st, _, body = http_get(srv.port, "/healthz", timeout=10)
     eq(st, 200, f"/healthz: {body!r}")
-
-
-async def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what() if callable(what) else what} not reached within {timeout}s")
-        await asyncio.sleep(0.2)
 
 
 def request(method, path, body=b"", headers=None, length=None):
@@ -206,7 +195,7 @@ async def test_partial_bodies_are_freed_when_the_client_leaves():
             log_rss.append(srv.rss_kb())
             return log_rss[-1] < base + 40 * 1024  # main kept all 100 MiB
 
-        await wait_for(back, 120, lambda: f"resident memory back near {base} kB (last {log_rss[-1]} kB)")
+        await wait_for(back, timeout=120, step=0.2, what=lambda: f"resident memory back near {base} kB (last {log_rss[-1]} kB)")
         print(f"    resident memory: {base} kB before, {log_rss[-1]} kB after", flush=True)
         healthy(srv)
 
@@ -379,7 +368,7 @@ async def test_public_status_shows_no_filesystem_path():
             js = json.loads(body)
             return js if js["redis"]["last_error"] else None
 
-        js = await wait_for(has_error, 30, "a Redis error in /v1/status")
+        js = await wait_for(has_error, "a Redis error in /v1/status", 30, 0.2)
         text = json.dumps(js)
         check(tmp_sock not in text and "fg-hostile-no-such-dir" not in text,
               f"the socket path is in /v1/status: {js['redis']}")

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Conn, Server, check, eq, free_port, http_get, run_tests  # noqa: E402
+from harness import Conn, Server, check, eq, free_port, http_get, run_tests, wait_for  # noqa: E402
 
 SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8}
 TURNS = ["List the files.", "Open the first one.", "Summarise it.", "Now the second."]
@@ -41,14 +41,6 @@ def persist_server(pdir, **kw):
 
 def session_file(pdir, sid, tenant="acme"):
     return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
-
-
-async def wait_for(pred, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 def mtime(path):

@@ -32,7 +32,7 @@ import time
 import websockets.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DATA_DIR, KEYS, Conn, Server, check, check_error, eq, run_tests, user_item  # noqa: E402
+from harness import DATA_DIR, KEYS, Conn, Server, check, check_error, eq, run_tests, user_item, wait_for  # noqa: E402
 
 ADMIN_KEY = "admin-test-key-0123456789abcdef"
 SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8,
@@ -49,15 +49,6 @@ def persist_server(pdir, model=None, **kw):
 
 def session_file(pdir, sid, tenant="acme"):
     return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
-
-
-async def wait_for(pred, what, timeout=20):
-    """Polls pred until true (the engine writes files on its own thread)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 def finished(done):
