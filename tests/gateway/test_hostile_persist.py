@@ -29,18 +29,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Conn, Server, check, eq, free_port, http_get, run_tests, wait_for  # noqa: E402
+from test_persist import TURNS, session_file  # noqa: E402
 
 SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8}
-TURNS = ["List the files.", "Open the first one.", "Summarise it.", "Now the second."]
 
 
 def persist_server(pdir, **kw):
+    """A server on pdir without Redis; kw are whole config sections (model={"max_context": 96})."""
     over = {"persistence": {"dir": pdir}, "redis": {"address": "off"}, **kw}
     return Server(**over)
-
-
-def session_file(pdir, sid, tenant="acme"):
-    return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
 
 
 def mtime(path):
