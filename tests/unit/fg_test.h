@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int fg_test_failures;
 
@@ -45,5 +46,32 @@ static inline float rng_f(void) { return (float)(rng_u32() >> 8) * (2.0f / 16777
     (fprintf(stderr, "%s: %s (%d failures)\n", name, fg_test_failures ? "FAIL" : "ok", \
              fg_test_failures),                                                  \
      fg_test_failures ? 1 : 0)
+
+/* Output buffers with FG_TEST_GUARD floats of a NaN canary on each side: a
+ * kernel writes y + FG_TEST_GUARD; fg_test_guards_intact tells whether it
+ * wrote outside its n floats. */
+#define FG_TEST_GUARD 16
+#define FG_TEST_CANARY 0x7fa5a5a5u
+
+static inline float *fg_test_alloc_guarded(int64_t n)
+{
+    float *y = malloc((size_t)(n + 2 * FG_TEST_GUARD) * sizeof *y);
+    const uint32_t c = FG_TEST_CANARY;
+    for (int64_t i = 0; y && i < n + 2 * FG_TEST_GUARD; i++)
+        memcpy(&y[i], &c, 4);
+    return y;
+}
+
+static inline int fg_test_guards_intact(const float *y, int64_t n)
+{
+    for (int i = 0; i < FG_TEST_GUARD; i++) {
+        uint32_t a, b;
+        memcpy(&a, &y[i], 4);
+        memcpy(&b, &y[FG_TEST_GUARD + n + i], 4);
+        if (a != FG_TEST_CANARY || b != FG_TEST_CANARY)
+            return 0;
+    }
+    return 1;
+}
 
 #endif

@@ -64,8 +64,7 @@
 #define BF16_UNIT 0x1p-8
 #define F32_UNIT 0x1p-24
 
-#define GUARD 16
-#define CANARY 0x7fa5a5a5u
+#define GUARD FG_TEST_GUARD
 
 
 static const int wtypes[4] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
@@ -124,27 +123,6 @@ static void *make_weights(int wtype, int64_t n_in, int64_t n_out, size_t *bytes)
     return w;
 }
 
-static float *alloc_y(int64_t n)
-{
-    float *y = malloc((size_t)(n + 2 * GUARD) * sizeof *y);
-    const uint32_t c = CANARY;
-    for (int64_t i = 0; i < n + 2 * GUARD; i++)
-        memcpy(&y[i], &c, 4); /* NaN pattern: unwritten outputs are caught as NaN */
-    return y;
-}
-
-static int guards_intact(const float *y, int64_t n)
-{
-    for (int i = 0; i < GUARD; i++) {
-        uint32_t a, b;
-        memcpy(&a, &y[i], 4);
-        memcpy(&b, &y[GUARD + n + i], 4);
-        if (a != CANARY || b != CANARY)
-            return 0;
-    }
-    return 1;
-}
-
 static void *alloc_scratch(int wtype, int64_t n_in, int64_t n_tok)
 {
     size_t s = fg_matmul_scratch_bytes(wtype, n_in, n_tok);
@@ -179,7 +157,7 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
 
     void *scratch = alloc_scratch(wtype, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
-    float *yref = alloc_y(ny), *y = alloc_y(ny);
+    float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
 
     int rc = fg_matmul(NULL, FG_ISA_SCALAR, wtype, w, n_in, n_out, x, n_tok, yref + GUARD, scratch);
     CHECK(rc == 0);
@@ -191,12 +169,12 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
     }
     CHECK_MSG(bad_ref == 0, "%s %lldx%lld tok %lld: scalar output not finite", wtype_name(wtype), (long long)n_out,
               (long long)n_in, (long long)n_tok);
-    CHECK(guards_intact(yref, ny));
+    CHECK(fg_test_guards_intact(yref, ny));
 
     /* threading must not change the reference's arithmetic */
     rc = fg_matmul(pools[3], FG_ISA_SCALAR, wtype, w, n_in, n_out, x, n_tok, y + GUARD, scratch);
     CHECK(rc == 0 && memcmp(y + GUARD, yref + GUARD, (size_t)ny * sizeof *y) == 0);
-    CHECK(guards_intact(y, ny));
+    CHECK(fg_test_guards_intact(y, ny));
 
     const double tol = wtype == FG_WTYPE_Q8_0 ? TOL_Q8_0 : TOL_FLOAT;
     /* BF16 native: per output, sum|w x| for the derived bound (check 1 above)
@@ -223,7 +201,7 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
     for (int k = 0; k < n_fast; k++) {
         const int bf16_native = wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(fast_isas[k]);
         for (int p = 1; p <= 3; p++) {
-            const uint32_t c = CANARY;
+            const uint32_t c = FG_TEST_CANARY;
             for (int64_t i = 0; i < ny; i++)
                 memcpy(&y[GUARD + i], &c, 4);
             rc = fg_matmul(pools[p], fast_isas[k], wtype, w, n_in, n_out, x, n_tok, y + GUARD, scratch);
@@ -259,7 +237,7 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
                       (long long)n_out, (long long)n_in, (long long)n_tok, err, tol);
             CHECK_MSG(over <= 1.0, "%s bf16 pool %d %lldx%lld tok %lld: error %.3g times the BF16 rounding bound",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, over);
-            CHECK_MSG(guards_intact(y, ny), "%s %s pool %d %lldx%lld tok %lld: guard overwritten",
+            CHECK_MSG(fg_test_guards_intact(y, ny), "%s %s pool %d %lldx%lld tok %lld: guard overwritten",
                       fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
                       (long long)n_tok);
         }
@@ -393,7 +371,7 @@ static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
         x[i] = rng_f();
     void *scratch = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
-    float *yref = alloc_y(ny), *yp = alloc_y(ny), *y = alloc_y(ny), *y1 = alloc_y(ny);
+    float *yref = fg_test_alloc_guarded(ny), *yp = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny), *y1 = fg_test_alloc_guarded(ny);
     CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref + GUARD, scratch) == 0);
     CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x, n_tok, yp + GUARD, scratch) == 0);
     CHECK_MSG(memcmp(yref, yp, (size_t)(ny + 2 * GUARD) * sizeof *y) == 0,
@@ -413,7 +391,7 @@ static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
                 err = fmax(err, fabs((double)y[GUARD + i] - yref[GUARD + i]));
             }
             err /= ymax + 1e-30;
-            CHECK_MSG(finite && guards_intact(y, ny), "p16 %s pool %d %lldx%lld tok %lld: non-finite or guard",
+            CHECK_MSG(finite && fg_test_guards_intact(y, ny), "p16 %s pool %d %lldx%lld tok %lld: non-finite or guard",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok);
             CHECK_MSG(err <= TOL_Q8_0, "p16 %s pool %d %lldx%lld tok %lld: normalised error %.3g",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, err);
@@ -781,7 +759,7 @@ static void test_bf16_native(void)
 static void test_errors(void)
 {
     float x[64] = {0}, y[4 + 2 * GUARD];
-    const uint32_t c = CANARY;
+    const uint32_t c = FG_TEST_CANARY;
     for (int i = 0; i < 4 + 2 * GUARD; i++)
         memcpy(&y[i], &c, 4);
     float w[64 * 4] = {0};
@@ -803,7 +781,7 @@ static void test_errors(void)
     for (int i = 0; i < 4 + 2 * GUARD; i++) {
         uint32_t v;
         memcpy(&v, &y[i], 4);
-        CHECK_MSG(v == CANARY, "a failed call wrote y[%d]", i - GUARD);
+        CHECK_MSG(v == FG_TEST_CANARY, "a failed call wrote y[%d]", i - GUARD);
     }
     /* empty products are no-ops */
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_F32, w, 64, 0, x, 1, yy, NULL) == 0);

@@ -24,8 +24,7 @@
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
 
-#define GUARD 16
-#define CANARY 0x7fa5a5a5u
+#define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
 
 /* Normalised tolerance, max|y_fast - y_ref| / max|y_ref|: as TOL_Q8_0 in
@@ -355,27 +354,6 @@ static fg_block_mxfp4 *make_weights(int64_t n_in, int64_t n_out)
     return w;
 }
 
-static float *alloc_y(int64_t n)
-{
-    float *y = malloc((size_t)(n + 2 * GUARD) * sizeof *y);
-    const uint32_t c = CANARY;
-    for (int64_t i = 0; i < n + 2 * GUARD; i++)
-        memcpy(&y[i], &c, 4);
-    return y;
-}
-
-static int guards_intact(const float *y, int64_t n)
-{
-    for (int i = 0; i < GUARD; i++) {
-        uint32_t a, b;
-        memcpy(&a, &y[i], 4);
-        memcpy(&b, &y[GUARD + n + i], 4);
-        if (a != CANARY || b != CANARY)
-            return 0;
-    }
-    return 1;
-}
-
 static void *alloc_scratch(int64_t n_in, int64_t n_tok)
 {
     const size_t s = fg_matmul_scratch_bytes(FG_WTYPE_MXFP4, n_in, n_tok);
@@ -438,7 +416,7 @@ static void check_case(int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5));
     void *scratch = alloc_scratch(n_in, n_tok);
     const int64_t ny = n_out * n_tok;
-    float *yref = alloc_y(ny), *y = alloc_y(ny);
+    float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
     double *bound = malloc((size_t)ny * sizeof *bound);
     bounds(wbuf, n_in, n_out, x, n_tok, bound);
 
@@ -449,14 +427,14 @@ static void check_case(int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
         bad_ref += !isfinite(yref[GUARD + i]);
         ymax = fmax(ymax, fabs(yref[GUARD + i]));
     }
-    CHECK_MSG(bad_ref == 0 && guards_intact(yref, ny), "scalar %lldx%lld tok %lld: output not finite or guard",
+    CHECK_MSG(bad_ref == 0 && fg_test_guards_intact(yref, ny), "scalar %lldx%lld tok %lld: output not finite or guard",
               (long long)n_out, (long long)n_in, (long long)n_tok);
     CHECK(fg_matmul(pools[3], FG_ISA_SCALAR, FG_WTYPE_MXFP4, w, n_in, n_out, x, n_tok, y + GUARD, scratch) == 0);
     CHECK_MSG(memcmp(y + GUARD, yref + GUARD, (size_t)ny * sizeof *y) == 0, "scalar on 3 threads differs");
 
     for (int k = 0; k < n_fast; k++)
         for (int p = 1; p <= 3; p++) {
-            const uint32_t c = CANARY;
+            const uint32_t c = FG_TEST_CANARY;
             for (int64_t i = 0; i < ny; i++)
                 memcpy(&y[GUARD + i], &c, 4);
             CHECK(fg_matmul(pools[p], fast_isas[k], FG_WTYPE_MXFP4, w, n_in, n_out, x, n_tok, y + GUARD, scratch) ==
@@ -472,7 +450,7 @@ static void check_case(int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
             err /= ymax + 1e-30;
             worst_norm[k] = fmax(worst_norm[k], err);
             worst_bound[k] = fmax(worst_bound[k], over);
-            CHECK_MSG(nonfinite == 0 && guards_intact(y, ny), "%s pool %d %lldx%lld tok %lld: non-finite or guard",
+            CHECK_MSG(nonfinite == 0 && fg_test_guards_intact(y, ny), "%s pool %d %lldx%lld tok %lld: non-finite or guard",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok);
             CHECK_MSG(err <= TOL_MXFP4, "%s pool %d %lldx%lld tok %lld: normalised error %.3g",
                       fg_isa_name(fast_isas[k]), p, (long long)n_out, (long long)n_in, (long long)n_tok, err);
