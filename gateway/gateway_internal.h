@@ -104,6 +104,8 @@ struct gw_conn {
     fg_gateway_t *gw;
     struct lws *wsi;
     int tenant;                     /* authenticated at the handshake */
+    bool ga;                        /* OpenAI GA flow: session at connect, GA event sequence */
+    char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model= ("" = none) */
     gw_session *session;
     /* the message being received */
     char *rx;
@@ -134,6 +136,8 @@ struct fg_gateway {
     struct lws_context *ctx;
     struct lws_vhost *vhost;
     int port;
+    char model_id[128];             /* openai_http.h: the id GET /v1/models and session.model show */
+    int64_t started_unix;           /* seconds since the epoch: the model's "created" */
     fg_proto_limits limits;
     fg_proto_buf scratch;           /* event serialization */
 

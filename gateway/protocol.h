@@ -31,6 +31,7 @@
 /* ---- versioning and fixed limits (docs/protocol.md "Limits") ---- */
 
 #define FG_PROTO_SUBPROTOCOL "flashgate.v1" /* Sec-WebSocket-Protocol value */
+#define FG_PROTO_GA_SUBPROTOCOL "realtime"   /* OpenAI's browser clients offer it: the GA flow */
 #define FG_PROTO_PATH "/v1/realtime"        /* the WebSocket endpoint */
 
 #define FG_PROTO_MAX_ID_BYTES 64       /* event_id, session_id, response_id, call_id, name */
