@@ -38,6 +38,21 @@ typedef struct gw_ring {
     size_t bytes;                   /* sum of the events' len */
 } gw_ring;
 
+/* One conversation item as the client sees it (retrieve, delete, truncate),
+ * and where its tokens are in the session's conv. */
+#define GW_ITEM_DEFERRED SIZE_MAX   /* tok_start of an item queued behind the response in progress */
+typedef struct gw_item {
+    fg_proto_item it;               /* its strings point into blob; it.id into id */
+    char id[FG_PROTO_MAX_ID_BYTES + 1];
+    char *blob;
+    size_t tok_start, tok_len;      /* tokens conv[tok_start .. +tok_len) */
+} gw_item;
+
+typedef struct gw_items {
+    gw_item *v;
+    size_t n, cap;
+} gw_items;
+
 struct gw_session {
     fg_gateway_t *gw;
     char id[48];                    /* "sess_" + 32 hex digits: 128 random bits */
@@ -55,6 +70,19 @@ struct gw_session {
     uint32_t max_output_tokens;
     uint32_t n_stop;
     char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+
+    /* the OpenAI GA flow (gw_realtime.c): created by a GA connection, shows GA events */
+    bool ga;
+    char model[FG_PROTO_MAX_ID_BYTES + 1];
+    char *tools;                    /* session.tools as compact JSON, or NULL; stored, not yet rendered */
+    fg_proto_tool_choice tool_choice;
+    char tool_choice_name[FG_PROTO_MAX_ID_BYTES + 1];
+    gw_items items;                 /* the conversation's items, in order (empty after a restore) */
+    size_t resp_item;               /* index in items of the response's output item, or SIZE_MAX */
+    bool resp_oob;                  /* the response is out of band: oob_es, the conversation untouched */
+    fg_session_t *oob_es;           /* its engine session: a discarded fork or a fresh context */
+    char *resp_metadata;            /* response.metadata (compact JSON) of the response, or NULL */
+    uint32_t resp_max_output;
 
     /* the conversation after the head, as tokens (to rebuild on an instructions change) */
     fg_tokens conv;
@@ -202,13 +230,47 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq);
 void gw_session_detach(gw_session *s);
 void gw_sessions_sweep(fg_gateway_t *gw);
 
+/* The one output path of session events: take the numbers, write the event
+ * into gw->scratch with them, hand the writer's result to gw_emit_push. */
+typedef struct gw_emit {
+    uint64_t seq, evt;
+} gw_emit;
+static inline gw_emit gw_emit_next(gw_session *s)
+{
+    gw_emit e = {s->next_seq++, ++s->evt_counter};
+    return e;
+}
+/* Queues the event in gw->scratch when written is FG_OK (else it is dropped, logged). */
+void gw_emit_push(gw_session *s, gw_emit em, fg_err written);
+/* Cancels the response in progress, in whichever engine session runs it. */
+void gw_session_cancel(gw_session *s);
+
+/* gw_realtime.c: the OpenAI GA flow's items and events */
+/* Registers an item (copied) with its token range; false on out of memory. */
+bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len);
+void gw_items_free(gw_items *l);
+bool gw_items_copy(gw_items *dst, const gw_items *src);
+/* The id of the last item, or NULL. */
+const char *gw_items_last_id(const gw_items *l);
+/* After a response: deferred items get their place after its output. */
+void gw_items_place_deferred(gw_session *s, size_t at);
+/* GA events of an added item (conversation.item.added, .done). */
+void gw_ga_item_added(gw_session *s, const gw_item *item, const char *previous_id);
+/* GA events at a response's start (output_item.added, conversation.item.added,
+ * content_part.added) and end (output_text.done ... conversation.item.done). */
+void gw_ga_response_begin(gw_session *s, size_t tok_start);
+void gw_ga_response_end(gw_session *s, const char *status);
+/* conversation.item.retrieve / delete / truncate. */
+void gw_ga_item_command(gw_conn *c, const fg_client_event *ev);
+
 /* gw_persist.c */
 /* Writes the session's record (settings, counters, conversation) into its
  * engine session, to be saved with the KV. Failures are logged, not fatal. */
 void gw_session_store_meta(gw_session *s);
-/* The protocol code for an engine error of restore, fork or a response
- * (FG_ERR_SESSION_* and FG_ERR_DISK_FULL get their own codes). */
-fg_proto_code gw_persist_code(fg_err e);
+/* The one map from an engine error (append, respond, restore, fork, a failed
+ * response) to its protocol code; FG_ERR_SESSION_* and FG_ERR_DISK_FULL get
+ * their own codes, what has none is internal_error. */
+fg_proto_code gw_engine_code(fg_err e);
 /* Opens the session saved under id for tenant and returns it attached to
  * nothing. On failure NULL, with *code (session_not_found, session_lost,
  * internal_error) and msg (what the client is told). */
@@ -227,6 +289,8 @@ void gw_conn_on_open(gw_conn *c);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
 int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
+/* Sends an error event: in the session's numbering when one is attached. */
+void gw_conn_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
 /* Stops reading a client while its session's output is paused, a quota

@@ -21,10 +21,12 @@
  * response of the largest context makes, with the events around it. */
 #define ID_RESERVE (UINT64_C(1) << 20)
 
-fg_proto_code gw_persist_code(fg_err e)
+fg_proto_code gw_engine_code(fg_err e)
 {
     switch (e) {
     case FG_OK: return FG_PROTO_OK;
+    case FG_ERR_CONTEXT_FULL: return FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
+    case FG_ERR_INVALID_ARG: return FG_PROTO_INVALID_VALUE;
     case FG_ERR_NOT_FOUND: return FG_PROTO_SESSION_NOT_FOUND;
     case FG_ERR_SESSION_TRUNCATED:
     case FG_ERR_SESSION_CORRUPT:
@@ -123,7 +125,7 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     if (!s) {
         if (e == FG_ERR_NOT_FOUND || e == FG_ERR_UNSUPPORTED)
             return NULL;
-        *code = gw_persist_code(e);
+        *code = gw_engine_code(e);
         if (*code == FG_PROTO_SESSION_LOST) {
             snprintf(msg, msg_cap, "session %s cannot be restored (%s): %s", name, fg_err_name(e), d.msg);
             fg_log_at(FG_LOG_ERROR, "session_lost", tenant_id, name, "\"error\":\"%s\"", fg_err_name(e));

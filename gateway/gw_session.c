@@ -149,6 +149,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
     s->top_p = 1.0;
     s->max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
     s->next_seq = 1;
+    s->resp_item = SIZE_MAX;
     s->last_activity = fg_clock_mono_s();
     size_t b = hash_id(s->id, strlen(s->id)) % gw->table_size;
     s->hash_next = gw->table[b];
@@ -189,6 +190,11 @@ void gw_session_destroy(gw_session *s, bool keep_file)
         fg_quota_session_close(gw->quota, t->rec.id, s->id);
     if (gw->quota && s->reserved) /* a response the engine will not finish now */
         fg_quota_response_settle(gw->quota, t->rec.id, s->quota_key, s->reserved, (int64_t)s->resp_tokens);
+    if (s->oob_es)
+        fg_session_delete(s->oob_es);
+    gw_items_free(&s->items);
+    free(s->tools);
+    free(s->resp_metadata);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
     fg_tokens_free(&s->deferred);
@@ -203,6 +209,19 @@ void gw_session_destroy(gw_session *s, bool keep_file)
 uint64_t gw_session_take_seq(gw_session *s)
 {
     return s->next_seq++;
+}
+
+void gw_emit_push(gw_session *s, gw_emit em, fg_err written)
+{
+    if (written == FG_OK)
+        gw_session_push(s, em.seq);
+    else
+        fg_log_at(FG_LOG_ERROR, "event_dropped", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
+}
+
+void gw_session_cancel(gw_session *s)
+{
+    fg_session_cancel(s->resp_oob && s->oob_es ? s->oob_es : s->es);
 }
 
 /* The resume buffer's limits: events already sent (all of them while
@@ -268,6 +287,11 @@ void gw_session_info(const gw_session *s, fg_proto_session_info *info)
     info->n_stop = s->n_stop;
     for (uint32_t i = 0; i < s->n_stop; i++)
         info->stop[i] = (fg_proto_str){s->stop[i], strlen(s->stop[i])};
+    info->ga = s->ga;
+    info->model = s->model;
+    info->tools = s->tools;
+    info->tool_choice = s->tool_choice;
+    info->tool_choice_name = s->tool_choice_name;
 }
 
 static bool append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
@@ -343,6 +367,14 @@ static void finish_response(gw_session *s, const fg_event *ev)
     fg_proto_response_done d = {.id = s->resp_id, .output = &out, .n_output = ev->usage.output_tokens > 0 ? 1 : 0,
                                 .usage = {(uint64_t)ev->usage.input_tokens, (uint64_t)ev->usage.cached_tokens,
                                           (uint64_t)ev->usage.output_tokens}};
+    /* GA: the output item is shown whenever the response had one (its status says how it ended) */
+    const bool ga_item = s->ga && s->resp_item != SIZE_MAX;
+    const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
+                                     .max_output_tokens = s->resp_max_output};
+    if (s->ga) {
+        d.ga = &ga;
+        d.n_output = ga_item ? 1 : 0;
+    }
     switch (ev->finish) {
     case FG_FINISH_EOS:
     case FG_FINISH_STOP:
@@ -363,7 +395,7 @@ static void finish_response(gw_session *s, const fg_event *ev)
         break;
     case FG_FINISH_ERROR:
         d.status = FG_PROTO_RESPONSE_FAILED;
-        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : gw_persist_code(ev->error);
+        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : gw_engine_code(ev->error);
         d.error_message = ev->error == FG_ERR_KV_FULL ? "the server's KV cache is full; retry later"
                           : d.error_code == FG_PROTO_SESSION_LOST
                               ? "the session's saved state could not be loaded back; its conversation is gone"
@@ -379,9 +411,12 @@ static void finish_response(gw_session *s, const fg_event *ev)
         }
         break;
     }
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_response_done(&s->gw->scratch, seq, ++s->evt_counter, &d) == FG_OK)
-        gw_session_push(s, seq);
+    if (ga_item) {
+        out.status = d.status == FG_PROTO_RESPONSE_COMPLETED ? "completed" : "incomplete";
+        gw_ga_response_end(s, out.status);
+    }
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_response_done(&s->gw->scratch, em.seq, em.evt, &d));
     record_done(s, d.status, &ev->usage);
     if (s->gw->quota && s->reserved) {
         /* work done: the new input prefilled plus the output */
@@ -394,7 +429,16 @@ static void finish_response(gw_session *s, const fg_event *ev)
     s->out_len = 0;
     s->cancel_reason = NULL;
     s->last_activity = fg_clock_mono_s();
+    if (s->resp_oob) { /* the discarded fork or context: the conversation is as it was */
+        fg_session_delete(s->oob_es);
+        s->oob_es = NULL;
+        s->resp_oob = false;
+    }
+    free(s->resp_metadata);
+    s->resp_metadata = NULL;
+    s->resp_item = SIZE_MAX;
     /* Items added during the response come after its output, as in the engine. */
+    gw_items_place_deferred(s, s->conv.n);
     fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
     s->deferred.n = 0;
     gw_session_store_meta(s); /* the settings and history as of this response, for the next save */
@@ -433,7 +477,11 @@ void gw_session_drain_engine(gw_session *s)
     fg_event ev[32];
     char text[8192];
     while (!s->output_paused) {
-        int n = fg_session_poll(s->es, ev, 32, text, sizeof text);
+        /* an out-of-band response runs in its own engine session */
+        fg_session_t *src = s->resp_oob && s->oob_es ? s->oob_es : s->es;
+        int n = fg_session_poll(src, ev, 32, text, sizeof text);
+        if (n <= 0 && src != s->es)
+            n = fg_session_poll(s->es, ev, 32, text, sizeof text); /* its save reports */
         if (n <= 0)
             break;
         for (int i = 0; i < n; i++) {
@@ -446,7 +494,8 @@ void gw_session_drain_engine(gw_session *s)
                     gw_hist_observe(&m->ttft, now - s->resp_created_at);
                 s->resp_last_token_at = now;
                 m->output_tokens++;
-                fg_tokens_push(&s->conv, &ev[i].token, 1);
+                if (!s->resp_oob)
+                    fg_tokens_push(&s->conv, &ev[i].token, 1);
                 s->resp_tokens++;
                 add_text(s, text + ev[i].text_off, ev[i].text_len);
             } else if (ev[i].type == FG_EVENT_DONE) {

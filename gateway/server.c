@@ -201,7 +201,7 @@ static void begin_drain(fg_gateway_t *gw)
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         if (s->responding) {
             s->cancel_reason = "server_shutdown";
-            fg_session_cancel(s->es); /* each ends with response.done (cancelled) */
+            gw_session_cancel(s); /* each ends with response.done (cancelled) */
             cancelled++;
         }
     fg_log(FG_LOG_INFO, "draining", "\"connections\":%zu,\"responses_cancelled\":%d", gw->n_conns, cancelled);
