@@ -171,26 +171,28 @@ void gw_conn_on_close(gw_conn *c)
 
 /* ---- settings ---- */
 
-static void apply_sampling(gw_session *s, const fg_proto_sampling *p)
+/* The client's sampling fields over settings: a session's (session.create,
+ * update) or a copy of them for one response (response.create). */
+static void apply_sampling(gw_settings *set, const fg_proto_sampling *p)
 {
     if (p->has_temperature)
-        s->temperature = p->temperature;
+        set->temperature = p->temperature;
     if (p->has_top_p)
-        s->top_p = p->top_p;
+        set->top_p = p->top_p;
     if (p->has_top_k)
-        s->top_k = p->top_k;
+        set->top_k = p->top_k;
     if (p->has_min_p)
-        s->min_p = p->min_p;
+        set->min_p = p->min_p;
     if (p->has_seed) {
-        s->has_seed = true;
-        s->seed = p->seed;
+        set->has_seed = true;
+        set->seed = p->seed;
     }
     if (p->has_max_output_tokens)
-        s->max_output_tokens = p->max_output_tokens;
+        set->max_output_tokens = p->max_output_tokens;
     if (p->has_stop) {
-        s->n_stop = p->n_stop;
+        set->n_stop = p->n_stop;
         for (uint32_t i = 0; i < p->n_stop; i++)
-            snprintf(s->stop[i], sizeof s->stop[i], "%s", p->stop[i].ptr);
+            snprintf(set->stop[i], sizeof set->stop[i], "%s", p->stop[i].ptr);
     }
 }
 
@@ -258,12 +260,11 @@ static void send_session_event(gw_session *s, int kind)
     fg_gateway_t *gw = s->gw;
     fg_proto_session_info info;
     gw_session_info(s, &info);
-    uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
-    fg_err e = kind == 0   ? fg_proto_write_session_created(&gw->scratch, seq, evt, &info)
-               : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, seq, evt, &info)
-                           : fg_proto_write_session_resumed(&gw->scratch, seq, evt, &info);
-    if (e == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em,
+                 kind == 0   ? fg_proto_write_session_created(&gw->scratch, em.seq, em.evt, &info)
+                 : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, em.seq, em.evt, &info)
+                             : fg_proto_write_session_resumed(&gw->scratch, em.seq, em.evt, &info));
 }
 
 /* ---- client events ---- */
@@ -442,15 +443,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
     if (src) {
         fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
         set_instructions(s, &ins);
-        s->temperature = src->temperature;
-        s->top_p = src->top_p;
-        s->top_k = src->top_k;
-        s->min_p = src->min_p;
-        s->has_seed = src->has_seed;
-        s->seed = src->seed;
-        s->max_output_tokens = src->max_output_tokens;
-        s->n_stop = src->n_stop;
-        memcpy(s->stop, src->stop, sizeof s->stop);
+        s->set = src->set;
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
         gw_items_copy(&s->items, &src->items);
         s->tool_choice = src->tool_choice;
@@ -474,7 +467,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
         gw_session_destroy(s, false);
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     }
-    apply_sampling(s, &p->sampling);
+    apply_sampling(&s->set, &p->sampling);
     s->ga = c->ga;
     snprintf(s->model, sizeof s->model, "%.64s", c->model[0] ? c->model : gw->model_id);
     if (!apply_ga(s, p)) {
@@ -502,7 +495,7 @@ static void on_session_update(gw_conn *c, const fg_client_event *ev)
             return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
         s->rebuild = true; /* the head changed: the whole conversation is prefilled again */
     }
-    apply_sampling(s, &p->sampling);
+    apply_sampling(&s->set, &p->sampling);
     if (!apply_ga(s, p))
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     gw_session_store_meta(s);
@@ -627,9 +620,8 @@ static void send_rate_limits(gw_session *s, const fg_quota_result *r)
     }
     if (!n)
         return;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_rate_limits(&s->gw->scratch, seq, ++s->evt_counter, rl, n) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_rate_limits(&s->gw->scratch, em.seq, em.evt, rl, n));
 }
 
 /* The second half of response.create, once the quota admitted it (or there is no quota). */
@@ -712,13 +704,11 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     if (rp->generate && s->ga) {
         gw_ga_response_begin(s, item_start);
     } else if (rp->generate) { /* the assistant message the deltas fill, empty for now */
-        uint64_t seq;
         fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
                              .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
         out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
-        seq = gw_session_take_seq(s);
-        if (fg_proto_write_item_added(&gw->scratch, seq, ++s->evt_counter, &out) == FG_OK)
-            gw_session_push(s, seq);
+        em = gw_emit_next(s);
+        gw_emit_push(s, em, fg_proto_write_item_added(&gw->scratch, em.seq, em.evt, &out));
     }
 }
 
@@ -858,23 +848,18 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         if (code != FG_PROTO_OK)
             return fail(c, ev, code, NULL, "%s", "the conversation does not fit the model's context");
     }
-    const fg_proto_sampling *o = &ev->u.response.sampling;
+    gw_settings set = s->set; /* the session's, under this response's overrides */
+    apply_sampling(&set, &ev->u.response.sampling);
     fg_response_params rp = {.generate = ev->u.response.generate};
-    rp.sampling.temperature = (float)(o->has_temperature ? o->temperature : s->temperature);
-    rp.sampling.top_p = (float)(o->has_top_p ? o->top_p : s->top_p);
-    rp.sampling.top_k = (int)(o->has_top_k ? o->top_k : s->top_k);
-    rp.sampling.min_p = (float)(o->has_min_p ? o->min_p : s->min_p);
-    rp.sampling.seed = o->has_seed ? o->seed : s->has_seed ? s->seed : random_seed();
-    uint32_t max_out = o->has_max_output_tokens ? o->max_output_tokens : s->max_output_tokens;
-    rp.max_tokens = max_out > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)max_out; /* "inf": until the context is full */
-    if (o->has_stop) {
-        rp.n_stop = (int)o->n_stop;
-        for (uint32_t i = 0; i < o->n_stop; i++)
-            snprintf(rp.stop[i], sizeof rp.stop[i], "%s", o->stop[i].ptr);
-    } else {
-        rp.n_stop = (int)s->n_stop;
-        memcpy(rp.stop, s->stop, sizeof rp.stop);
-    }
+    rp.sampling.temperature = (float)set.temperature;
+    rp.sampling.top_p = (float)set.top_p;
+    rp.sampling.top_k = (int)set.top_k;
+    rp.sampling.min_p = (float)set.min_p;
+    rp.sampling.seed = set.has_seed ? set.seed : random_seed();
+    rp.max_tokens = set.max_output_tokens > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)set.max_output_tokens; /* "inf": until the context is full */
+    rp.n_stop = (int)set.n_stop;
+    _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
+    memcpy(rp.stop, set.stop, sizeof rp.stop);
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
@@ -919,9 +904,8 @@ void gw_session_close(gw_session *s, const char *reason)
     if (s->responding) { /* the response ends with the session */
         fg_proto_response_done d = {.id = s->resp_id, .status = FG_PROTO_RESPONSE_CANCELLED,
                                     .reason = "session_closed", .usage = {.output_tokens = s->resp_tokens}};
-        uint64_t dseq = gw_session_take_seq(s);
-        if (fg_proto_write_response_done(&gw->scratch, dseq, ++s->evt_counter, &d) == FG_OK)
-            gw_session_push(s, dseq);
+        gw_emit em = gw_emit_next(s);
+        gw_emit_push(s, em, fg_proto_write_response_done(&gw->scratch, em.seq, em.evt, &d));
     }
     for (uint32_t i = 0; i < s->ring.count; i++) {
         const gw_event *e = gw_ring_at(&s->ring, i);

@@ -27,15 +27,21 @@ typedef struct gw_session gw_session;
  * sits after LWS_PRE bytes of headroom so lws_write can frame it in place. */
 typedef struct gw_event {
     uint64_t seq;        /* 0: connection-level, not replayable */
-    char *buf;           /* LWS_PRE + len + 1 bytes */
+    char *buf;           /* LWS_PRE + len + 1 bytes, inside the ring's data */
     size_t len;
+    size_t off, slot;    /* buf = data + off; slot: its bytes there (rounded up) */
 } gw_event;
 
-/* A FIFO of events: the session's resume buffer, or a connection's own queue. */
+/* A FIFO of events: the session's resume buffer, or a connection's own queue.
+ * The events' bytes live in one circular buffer (gw_ring.c), so pushing an
+ * event allocates only when the buffer must grow: nothing per token. */
 typedef struct gw_ring {
     gw_event *ev;
     uint32_t cap, head, count;
     size_t bytes;                   /* sum of the events' len */
+    char *data;                     /* data_cap bytes holding the events' slots in order, maybe wrapped */
+    size_t data_cap;
+    uint64_t grows;                 /* times data was reallocated (tests check the steady state) */
 } gw_ring;
 
 /* One conversation item as the client sees it (retrieve, delete, truncate),
@@ -53,6 +59,18 @@ typedef struct gw_items {
     size_t n, cap;
 } gw_items;
 
+/* A session's sampling settings: the one copy that session.create/update
+ * change, a fork copies, the session file keeps and each response starts from. */
+typedef struct gw_settings {
+    double temperature, top_p, min_p; /* [0, 2], (0, 1], [0, 1) */
+    uint32_t top_k;                   /* 0: off */
+    bool has_seed;                    /* false: a random seed per response */
+    uint64_t seed;
+    uint32_t max_output_tokens;       /* tokens */
+    uint32_t n_stop;
+    char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+} gw_settings;
+
 struct gw_session {
     fg_gateway_t *gw;
     char id[48];                    /* "sess_" + 32 hex digits: 128 random bits */
@@ -63,13 +81,7 @@ struct gw_session {
     /* settings, as session.created shows them */
     char *instructions;
     size_t instructions_len;
-    double temperature, top_p, min_p;
-    uint32_t top_k;
-    bool has_seed;
-    uint64_t seed;
-    uint32_t max_output_tokens;
-    uint32_t n_stop;
-    char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+    gw_settings set;
 
     /* the OpenAI GA flow (gw_realtime.c): created by a GA connection, shows GA events */
     bool ga;
@@ -307,8 +319,9 @@ void gw_conn_request_write(gw_conn *c);
  * reason ("client_requested", "evicted"); then the session is destroyed. */
 void gw_session_close(gw_session *s, const char *reason);
 
-/* rings */
-/* Appends a copy of an event; the ring grows as needed (its owner bounds it).
+/* rings (gw_ring.c) */
+/* Appends a copy of an event; the ring grows as needed (its owner bounds it),
+ * else the copy goes into free space of its buffer without an allocation.
  * False on out of memory (nothing appended). */
 bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len);
 /* The i-th oldest event (i < count). */

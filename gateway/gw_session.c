@@ -28,50 +28,6 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 
-/* ---- rings ---- */
-
-bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len)
-{
-    if (r->count == r->cap) {
-        /* rings start small so that an idle session costs little */
-        uint32_t nc = r->cap ? r->cap * 2 : 8;
-        gw_event *ev = malloc(nc * sizeof *ev);
-        if (!ev)
-            return false;
-        for (uint32_t i = 0; i < r->count; i++)
-            ev[i] = *gw_ring_at(r, i);
-        free(r->ev);
-        r->ev = ev;
-        r->cap = nc;
-        r->head = 0;
-    }
-    char *buf = malloc(LWS_PRE + len + 1);
-    if (!buf)
-        return false;
-    memcpy(buf + LWS_PRE, json, len + 1);
-    r->ev[(r->head + r->count) % r->cap] = (gw_event){.seq = seq, .buf = buf, .len = len};
-    r->count++;
-    r->bytes += len;
-    return true;
-}
-
-void gw_ring_drop_oldest(gw_ring *r)
-{
-    gw_event *old = gw_ring_at(r, 0);
-    r->bytes -= old->len;
-    free(old->buf);
-    r->head = (r->head + 1) % r->cap;
-    r->count--;
-}
-
-void gw_ring_free(gw_ring *r)
-{
-    for (uint32_t i = 0; i < r->count; i++)
-        free(gw_ring_at(r, i)->buf);
-    free(r->ev);
-    memset(r, 0, sizeof *r);
-}
-
 /* ---- the table ---- */
 
 static size_t hash_id(const char *id, size_t len)
@@ -145,9 +101,9 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
             fg_diag_set(diag, e, "engine session: %s", fg_err_describe(e));
         return NULL;
     }
-    s->temperature = 1.0;
-    s->top_p = 1.0;
-    s->max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
+    s->set.temperature = 1.0;
+    s->set.top_p = 1.0;
+    s->set.max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
     s->next_seq = 1;
     s->resp_item = SIZE_MAX;
     s->last_activity = fg_clock_mono_s();
@@ -277,16 +233,16 @@ void gw_session_info(const gw_session *s, fg_proto_session_info *info)
     memset(info, 0, sizeof *info);
     info->id = s->id;
     info->instructions = (fg_proto_str){s->instructions ? s->instructions : "", s->instructions_len};
-    info->temperature = s->temperature;
-    info->top_p = s->top_p;
-    info->min_p = s->min_p;
-    info->top_k = s->top_k;
-    info->has_seed = s->has_seed;
-    info->seed = s->seed;
-    info->max_output_tokens = s->max_output_tokens;
-    info->n_stop = s->n_stop;
-    for (uint32_t i = 0; i < s->n_stop; i++)
-        info->stop[i] = (fg_proto_str){s->stop[i], strlen(s->stop[i])};
+    info->temperature = s->set.temperature;
+    info->top_p = s->set.top_p;
+    info->min_p = s->set.min_p;
+    info->top_k = s->set.top_k;
+    info->has_seed = s->set.has_seed;
+    info->seed = s->set.seed;
+    info->max_output_tokens = s->set.max_output_tokens;
+    info->n_stop = s->set.n_stop;
+    for (uint32_t i = 0; i < s->set.n_stop; i++)
+        info->stop[i] = (fg_proto_str){s->set.stop[i], strlen(s->set.stop[i])};
     info->ga = s->ga;
     info->model = s->model;
     info->tools = s->tools;
@@ -316,10 +272,9 @@ void gw_session_flush_delta(gw_session *s)
 {
     if (s->pending_len == 0)
         return;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_text_delta(&s->gw->scratch, seq, ++s->evt_counter, s->resp_id, s->item_id, s->pending,
-                                  s->pending_len) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_text_delta(&s->gw->scratch, em.seq, em.evt, s->resp_id, s->item_id, s->pending,
+                                  s->pending_len));
     s->pending_len = 0;
 }
 
@@ -457,9 +412,8 @@ static void report_save_failed(gw_session *s, fg_err e)
     fg_proto_error_set(&err, FG_PROTO_PERSIST_FAILED, NULL, NULL, "session %s was not saved: %s", s->id,
                        e == FG_ERR_DISK_FULL ? "the disk (or the server's disk budget) is full"
                                              : "an I/O error writing its file");
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_error(&s->gw->scratch, seq, ++s->evt_counter, &err, 0) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_error(&s->gw->scratch, em.seq, em.evt, &err, 0));
 }
 
 /* An attached client is behind when its unsent output passes the buffer
