@@ -469,6 +469,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
     }
     apply_sampling(&s->set, &p->sampling);
     s->ga = c->ga;
+    s->beta = c->ga && c->beta;
     snprintf(s->model, sizeof s->model, "%.64s", c->model[0] ? c->model : gw->model_id);
     if (!apply_ga(s, p)) {
         gw_session_destroy(s, false);

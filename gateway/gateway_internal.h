@@ -85,12 +85,14 @@ struct gw_session {
 
     /* the OpenAI GA flow (gw_realtime.c): created by a GA connection, shows GA events */
     bool ga;
+    bool beta;                      /* the client sent OpenAI-Beta: realtime=v1: beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1];
     char *tools;                    /* session.tools as compact JSON, or NULL; stored, not yet rendered */
     fg_proto_tool_choice tool_choice;
     char tool_choice_name[FG_PROTO_MAX_ID_BYTES + 1];
     gw_items items;                 /* the conversation's items, in order (empty after a restore) */
-    size_t resp_item;               /* index in items of the response's output item, or SIZE_MAX */
+    size_t resp_item;               /* index in items of the response's output item; SIZE_MAX - 1: an
+                                       out-of-band response's item (shown, in no conversation); SIZE_MAX: none */
     bool resp_oob;                  /* the response is out of band: oob_es, the conversation untouched */
     fg_session_t *oob_es;           /* its engine session: a discarded fork or a fresh context */
     char *resp_metadata;            /* response.metadata (compact JSON) of the response, or NULL */
@@ -145,6 +147,7 @@ struct gw_conn {
     struct lws *wsi;
     int tenant;                     /* authenticated at the handshake */
     bool ga;                        /* OpenAI GA flow: session at connect, GA event sequence */
+    bool beta;                      /* with ga: the Realtime beta's event names (OpenAI-Beta header) */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model= ("" = none) */
     gw_session *session;
     /* the message being received */
@@ -266,6 +269,9 @@ bool gw_items_copy(gw_items *dst, const gw_items *src);
 const char *gw_items_last_id(const gw_items *l);
 /* After a response: deferred items get their place after its output. */
 void gw_items_place_deferred(gw_session *s, size_t at);
+/* The beta name of the GA event in json (response.text.delta for
+ * response.output_text.delta, ...), or NULL when it kept its name. */
+const char *gw_ga_beta_name(const char *json);
 /* GA events of an added item (conversation.item.added, .done). */
 void gw_ga_item_added(gw_session *s, const gw_item *item, const char *previous_id);
 /* GA events at a response's start (output_item.added, conversation.item.added,

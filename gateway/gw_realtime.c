@@ -161,6 +161,25 @@ static bool items_splice(gw_session *s, size_t i, const int32_t *t, size_t n)
 
 /* ---- events ---- */
 
+const char *gw_ga_beta_name(const char *json)
+{
+    static const char *const renames[][2] = {
+        {"response.output_text.delta", "response.text.delta"},
+        {"response.output_text.done", "response.text.done"},
+        {"conversation.item.added", "conversation.item.created"},
+    };
+    static const char head[] = "{\"type\":\"";
+    if (strncmp(json, head, sizeof head - 1) != 0)
+        return NULL;
+    const char *name = json + sizeof head - 1;
+    for (size_t i = 0; i < sizeof renames / sizeof renames[0]; i++) {
+        const size_t n = strlen(renames[i][0]);
+        if (!strncmp(name, renames[i][0], n) && name[n] == '"')
+            return renames[i][1];
+    }
+    return NULL;
+}
+
 void gw_ga_item_added(gw_session *s, const gw_item *item, const char *previous_id)
 {
     fg_proto_buf *b = &s->gw->scratch;
@@ -196,7 +215,7 @@ void gw_ga_response_begin(gw_session *s, size_t tok_start)
         if (gw_items_push(&s->items, &out, s->item_id, tok_start, 0))
             s->resp_item = s->items.n - 1;
     } else {
-        s->resp_item = SIZE_MAX - 1; /* shown, not kept */
+        s->resp_item = SIZE_MAX - 1; /* shown, not kept (gateway_internal.h) */
     }
     gw_emit em = gw_emit_next(s);
     gw_emit_push(s, em, fg_proto_write_output_item(b, false, em.seq, em.evt, s->resp_id, &out));

@@ -169,6 +169,9 @@ uint64_t gw_session_take_seq(gw_session *s)
 
 void gw_emit_push(gw_session *s, gw_emit em, fg_err written)
 {
+    const char *beta = written == FG_OK && s->beta ? gw_ga_beta_name(fg_proto_buf_text(&s->gw->scratch)) : NULL;
+    if (beta)
+        written = fg_proto_buf_rename_type(&s->gw->scratch, beta);
     if (written == FG_OK)
         gw_session_push(s, em.seq);
     else

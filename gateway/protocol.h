@@ -341,6 +341,11 @@ const char *fg_proto_buf_text(const fg_proto_buf *b);
  * JSON and valid UTF-8. For other writers (the SSE endpoint). Errors: FG_ERR_NOMEM. */
 fg_err fg_proto_buf_put_json_string(fg_proto_buf *b, const char *s, size_t n);
 
+/* Replaces the "type" of the event in b (the first field, as every writer puts
+ * it) with to: the Realtime beta names for old clients. Allocates only when b
+ * must grow. Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG (b holds no event). */
+fg_err fg_proto_buf_rename_type(fg_proto_buf *b, const char *to);
+
 /* The effective settings of a session, as session.created/updated/resumed show them. */
 typedef struct fg_proto_session_info {
     const char *id;              /* "sess_..." */

@@ -230,6 +230,29 @@ static fg_err begin(fg_proto_buf *b, const char *type, uint64_t seq, uint64_t ev
     return FG_OK;
 }
 
+fg_err fg_proto_buf_rename_type(fg_proto_buf *b, const char *to)
+{
+    static const char head[] = "{\"type\":\"";
+    const size_t h = sizeof head - 1;
+    if (!b->data || b->len < h || memcmp(b->data + b->pre, head, h) != 0)
+        return FG_ERR_INVALID_ARG;
+    const char *name = b->data + b->pre + h;
+    const char *end = memchr(name, '"', b->len - h);
+    if (!end)
+        return FG_ERR_INVALID_ARG;
+    const size_t old = (size_t)(end - name), n = strlen(to);
+    if (n > old) {
+        fg_err e = buf_reserve(b, n - old);
+        if (e)
+            return e;
+    }
+    char *p = b->data + b->pre + h; /* the buffer may have moved */
+    memmove(p + n, p + old, b->len - h - old + 1); /* the rest and its NUL */
+    memcpy(p, to, n);
+    b->len = b->len - old + n;
+    return FG_OK;
+}
+
 /* ---- names on the wire ---- */
 
 static const char *item_type_name(fg_proto_item_type t)

@@ -26,6 +26,7 @@ typedef struct gw_pss {
     gw_conn conn;
     int tenant;             /* from the handshake, before ESTABLISHED */
     bool ga;                /* the OpenAI GA flow: a session at once (see subprotocol_mode) */
+    bool beta;              /* OpenAI-Beta: realtime=v1: the beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model=, or "" */
     gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
@@ -33,6 +34,15 @@ typedef struct gw_pss {
 static fg_gateway_t *gateway_of(struct lws *wsi)
 {
     return lws_context_user(lws_get_context(wsi));
+}
+
+/* A Realtime beta client (OpenAI-Beta: realtime=v1, as the beta SDKs send it) gets
+ * the beta event names on a GA connection. */
+static bool beta_client(struct lws *wsi)
+{
+    char v[128];
+    int n = lws_hdr_custom_copy(wsi, v, sizeof v, "openai-beta:", 12);
+    return n > 0 && strstr(v, "realtime=v1") != NULL;
 }
 
 /* ---- the handshake ---- */
@@ -264,6 +274,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             return -1;
         pss->tenant = tenant;
         pss->ga = subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
+        pss->beta = beta_client(wsi);
         return 0;
     }
     case LWS_CALLBACK_ESTABLISHED:
@@ -273,6 +284,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.wsi = wsi;
         pss->conn.tenant = pss->tenant;
         pss->conn.ga = pss->ga;
+        pss->conn.beta = pss->beta;
         snprintf(pss->conn.model, sizeof pss->conn.model, "%s", pss->model);
         /* lws 4.1.6 drops a connection for some framing violations (a control
          * frame longer than 125 bytes) without a reason, and so without a close

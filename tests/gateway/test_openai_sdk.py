@@ -228,6 +228,21 @@ def test_bad_input_on_the_new_paths():
             r.send_json({"type": "conversation.item.retrieve", "event_id": "gone", "item_id": first})
             eq(r.recv_event()["error"]["code"], "invalid_value", "a deleted item cannot be retrieved")
             r.close()
+            # a Realtime beta client gets the beta event names
+            r = RawWS(srv.port, path="/v1/realtime?model=tiny", subprotocols=(), headers={"OpenAI-Beta": "realtime=v1"})
+            eq(r.status, 101, "beta client")
+            eq(r.recv_event()["type"], "session.created", "beta: session at connect")
+            r.send_json({"type": "conversation.item.create",
+                         "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}})
+            eq([r.recv_event()["type"], r.recv_event()["type"]], ["conversation.item.created", "conversation.item.done"],
+               "beta item events")
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 3}})
+            types = []
+            while not types or types[-1] != "response.done":
+                types.append(r.recv_event()["type"])
+            check("response.text.delta" in types and "response.text.done" in types and
+                  "response.output_text.delta" not in types, f"beta text events: {types}")
+            r.close()
             status, _, _ = http_get(srv.port, "/healthz")
             eq(status, 200, "the server is fine")
     asyncio.run(go())

@@ -1195,6 +1195,19 @@ static void test_writers(void)
         record_paths(j);
         json_decref(j);
     }
+    /* the beta names for old clients: the type replaced in place, the rest intact */
+    CHECK(fg_proto_write_item_ga(&b, false, 3, 3, &ai, "item_1") == FG_OK);
+    CHECK(fg_proto_buf_rename_type(&b, "conversation.item.created") == FG_OK);
+    j = load(&b);
+    check_head(j, "conversation.item.created", 3, "evt_3");
+    CHECK(strcmp(jstr(j, "item.id"), "item_2") == 0);
+    json_decref(j);
+    CHECK(fg_proto_write_text_delta(&b, 4, 4, "resp_1", "item_2", "x", 1) == FG_OK);
+    CHECK(fg_proto_buf_rename_type(&b, "response.text.delta") == FG_OK);
+    j = load(&b);
+    check_head(j, "response.text.delta", 4, "evt_4");
+    CHECK(strcmp(jstr(j, "delta"), "x") == 0);
+    json_decref(j);
     CHECK(fg_proto_write_text_done(&b, 11, 11, "resp_1", "item_2", "Hello.", 6) == FG_OK);
     j = load(&b);
     CHECK(strcmp(jstr(j, "text"), "Hello.") == 0);
