@@ -14,4 +14,10 @@ gen tiny-yarn.gguf --yarn 4                    # YaRN rope scaling
 gen tiny-f16.gguf --type f16
 gen tiny-bf16.gguf --type bf16
 gen tiny-q8_0.gguf --type q8_0
+# deepseek4: F32 (the reference comparisons), no hash layers, and the types
+# llama.cpp's converter writes (Q8_0 dense, BF16 embeddings/head/router, MXFP4 experts)
+gen4() { local out=$1; shift; "$FG_BIN/flashgate-modelgen" --preset v4-tiny --seed 1 --out "$FG_TEST_DATA/$out" "$@" >/dev/null; }
+gen4 v4-tiny.gguf
+gen4 v4-tiny-nohash.gguf --hash-layers 0
+gen4 v4-tiny-mxfp4.gguf --type q8_0 --embd-type bf16 --expert-type mxfp4
 ls -l "$FG_TEST_DATA"/*.gguf
