@@ -145,7 +145,10 @@ static void test_layouts_share_values(void)
     char pf[256], pc[256];
     tmp_path(pf, sizeof pf, "vals_f32.gguf");
     tmp_path(pc, sizeof pc, "vals_conv.gguf");
+    /* expert stacks of 64 x 1024 x 8 values: the encoder's 65536-value chunks
+     * (modelgen.c) cross rows and tensors are several chunks long */
     fg_modelgen_spec f = v4_tiny(), c = v4_tiny_converter();
+    f.n_ff_exp = c.n_ff_exp = 1024;
     if (!write_spec(&f, pf) || !write_spec(&c, pc))
         return;
     fg_gguf_t *gf = NULL, *gc = NULL;
