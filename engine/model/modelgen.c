@@ -258,18 +258,16 @@ void fg_modelgen_emit_norm(fg_modelgen_visit_fn fn, void *ctx, const char *name,
     fg_modelgen_emit(fn, ctx, name, 1, n, 1, 1, FG_GGML_F32, 1.0, 0.1, false);
 }
 
-typedef fg_modelgen_visit_fn plan_fn;
-
 /* A weight matrix (or stack of them) with the default N(0, 1/sqrt(n_in)) init. */
-static void emit_matrix(plan_fn fn, void *ctx, const fg_modelgen_spec *s, const char *name, uint32_t n_dims,
-                        int64_t ne0, int64_t ne1, int64_t ne2, bool routed)
+static void emit_matrix(fg_modelgen_visit_fn fn, void *ctx, const fg_modelgen_spec *s, const char *name,
+                        uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool routed)
 {
     fg_modelgen_emit(fn, ctx, name, n_dims, ne0, ne1, ne2, matrix_type(s, ne0), 0.0, 1.0 / sqrt((double)ne0), routed);
 }
 
 /* Walks every tensor of a deepseek2 file in order. Shapes follow llama.cpp's
  * llama_model_deepseek2::load_arch_tensors (ggml order, ne[0] first). */
-static void v2_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
+static void v2_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *ctx)
 {
     const int64_t d = s->n_embd, V = s->n_vocab, H = s->n_head;
     const int64_t qk = (int64_t)s->nope_dim + s->rope_dim;
@@ -323,7 +321,7 @@ static void v2_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
         fg_modelgen_emit(fn, ctx, "output.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 3.0 / sqrt((double)d), false);
 }
 
-static void plan_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
+static void plan_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *ctx)
 {
     if (s->arch == FG_MODELGEN_DEEPSEEK4)
         fg_modelgen_v4_visit(s, fn, ctx);
