@@ -187,7 +187,8 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
         const char *p;
         size_t n = 0;
-        if (fg_tokenizer_token_bytes(e->tok, id, false, &p, &n) == FG_OK && (int)n > e->max_token_bytes)
+        /* with render_special: a response may keep control tokens' text */
+        if (fg_tokenizer_token_bytes(e->tok, id, true, &p, &n) == FG_OK && (int)n > e->max_token_bytes)
             e->max_token_bytes = (int)n;
     }
     if (o->serve && (err = fg_engine_serve_start(e, diag)))

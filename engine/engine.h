@@ -258,6 +258,8 @@ typedef struct fg_response_params {
     fg_sampling sampling;
     int max_tokens;                     /* >= 1 when generating */
     bool generate;                      /* false: only prefill the pending input */
+    bool keep_control;                  /* released text includes control tokens' text (DeepSeek's
+                                           tool markers, EOS) for a parser; false: they release none */
     int n_stop;
     char stop[FG_MAX_STOPS][FG_MAX_STOP_BYTES + 1]; /* NUL-terminated, 1..64 bytes */
 } fg_response_params;
