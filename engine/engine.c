@@ -250,6 +250,19 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
 
+fg_err fg_engine_chat_template(const fg_engine_t *e, const char **ptr, size_t *len)
+{
+    fg_gguf_str s;
+    *ptr = NULL;
+    *len = 0;
+    fg_err err = fg_gguf_get_str(e->gguf, "tokenizer.chat_template", &s);
+    if (err == FG_OK) {
+        *ptr = s.ptr;
+        *len = (size_t)s.len;
+    }
+    return err;
+}
+
 fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
 {
     *out = NULL;

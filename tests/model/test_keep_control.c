@@ -69,6 +69,10 @@ int main(void)
     int32_t eos = fg_tokenizer_eos(tok);
     const char *eos_text = fg_tokenizer_token_text(tok, eos);
     CHECK(eos >= 0 && eos_text && strlen(eos_text) > 0);
+    /* (the generated models carry no chat template: the gateway then goes by the vocabulary) */
+    const char *tmpl = "x";
+    size_t tmpl_len = 1;
+    CHECK(fg_engine_chat_template(e, &tmpl, &tmpl_len) == FG_ERR_NOT_FOUND && !tmpl && tmpl_len == 0);
 
     static out plain, kept;
     int reached = 0;
