@@ -22,6 +22,17 @@ foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
 
+# Mixed types: the routed experts in MXFP4. The reference reads the same MXFP4
+# values exactly; the engine quantizes the experts' activations to Q8_0 (as
+# ggml's mxfp4 x q8_0 dot does), at most amax/254 per element, which a random
+# 4-layer model turns into ~0.1 of logit at most positions and, where it flips
+# an expert choice, ~1.5 (measured: max 1.5, 32/32 greedy tokens identical). So
+# the tolerance catches misread weights (a wrong scale or nibble moves the
+# logits by their whole spread, ~3), not rounding; test_mxfp4 bounds the
+# products themselves and test_formats the whole-model error against F32.
+fg_add_test(reference_tiny-mxfp4 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh tiny-mxfp4.gguf 2.0 1.0
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+
 # Byte-exact greedy output of the tiny model (update with check_golden.sh --update).
 fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh
             LABELS model FIXTURES_REQUIRED models)

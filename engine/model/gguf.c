@@ -100,7 +100,7 @@ static const ggml_type_info ggml_types[] = {
     [30] = {"bf16", 1, 2, true},
     [34] = {"tq1_0", 256, 54, false},
     [35] = {"tq2_0", 256, 66, false},
-    [39] = {"mxfp4", 32, 17, false},
+    [39] = {"mxfp4", 32, 17, true},
     [40] = {"nvfp4", 64, 36, false},
     [41] = {"q1_0", 128, 18, false},
     [42] = {"q2_0", 64, 18, false},
@@ -144,8 +144,17 @@ fg_err fg_ggml_check_computable(const char *tensor, uint32_t type, fg_diag *diag
     const char *name = fg_ggml_type_name(type);
     if (!name)
         return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has unknown ggml type id %" PRIu32, tensor, type);
-    return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with f32, f16, bf16, q8_0",
-                       tensor, name);
+    /* the list is the table's: it cannot fall behind what binding accepts */
+    char list[256];
+    size_t len = 0;
+    list[0] = 0;
+    for (size_t i = 0; i < sizeof ggml_types / sizeof ggml_types[0]; i++)
+        if (ggml_types[i].computable && len < sizeof list) {
+            int k = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", ggml_types[i].name);
+            len += k > 0 ? (size_t)k : 0;
+        }
+    return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with %s", tensor, name,
+                       list);
 }
 
 uint64_t fg_ggml_row_bytes(uint32_t type, int64_t n)

@@ -181,8 +181,7 @@ static int64_t round_up(int64_t v, int64_t m)
     return (v + m - 1) / m * m;
 }
 
-/* The weight types whose products read x quantized to Q8_0. */
-static int reads_q8(int wtype)
+int fg_wtype_reads_q8(int wtype)
 {
     return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4;
 }
@@ -234,7 +233,7 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
     /* BF16 asks for it whatever the ISA: callers size scratch once, before they know */
     if (wtype == FG_WTYPE_BF16)
         return n_in > 0 && n_tok > 0 ? (size_t)(n_tok * bf16_x_stride(n_in)) * sizeof(uint16_t) : 0;
-    if (!reads_q8(wtype) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
+    if (!fg_wtype_reads_q8(wtype) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
 }
@@ -594,7 +593,7 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
         a->y = ops[i].y;
         a->scratch = scratch;
         macs += n_in * ops[i].n_out * n_tok;
-        if (reads_q8(a->wtype)) {
+        if (fg_wtype_reads_q8(a->wtype)) {
             any_q8 = 1;
             q8_layout(n_in, n_tok, scratch, &a->xq);
             if (isa == FG_ISA_AVX512)
@@ -679,7 +678,7 @@ static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops,
         op_isa[n_live] = op_isa[i];
         live[n_live++] = ops[i];
         same_isa &= op_isa[n_live - 1] == op_isa[0];
-        has_q8 |= reads_q8(ops[i].wtype);
+        has_q8 |= fg_wtype_reads_q8(ops[i].wtype);
         has_bf16 |= ops[i].wtype == FG_WTYPE_BF16;
     }
     if (n_live == 0)
@@ -710,7 +709,7 @@ int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int 
         n_ops > FG_MATMUL_MAX_OPS || !ops)
         return -1;
     for (int i = 0; i < n_ops; i++)
-        if (!reads_q8(ops[i].wtype))
+        if (!fg_wtype_reads_q8(ops[i].wtype))
             return -1; /* float weights read x itself */
     for (int64_t t = 0; t < n_tok; t++)
         if (rows[t] < 0 || rows[t] >= n_buf_rows)

@@ -154,6 +154,10 @@ size_t fg_matmul_q8_p16_bytes(int64_t n_in, int64_t n_out);
  * with w (bit-identical on the scalar reference). */
 int fg_matmul_pack_q8_p16(const void *w, int64_t n_in, int64_t n_out, void *dst);
 
+/* True for the weight types whose products read x quantized to Q8_0 (every
+ * block type: Q8_0, Q8_0_P16, MXFP4); false for the float types. */
+int fg_wtype_reads_q8(int wtype);
+
 /* Bytes of one weight row of n_in elements of wtype (0 if not a whole number of blocks). */
 size_t fg_wtype_row_bytes(int wtype, int64_t n_in);
 
