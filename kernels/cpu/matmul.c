@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -173,6 +174,9 @@ size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
             return 0;
         return (size_t)(n_in / FG_MXFP4_BLOCK) * sizeof(fg_block_mxfp4);
     }
+    int elems, bytes;
+    if (fg_quant_decodes(wtype) && fg_wtype_block(wtype, &elems, &bytes) && n_in % elems == 0)
+        return (size_t)(n_in / elems) * (size_t)bytes;
     return 0;
 }
 
@@ -183,7 +187,7 @@ static int64_t round_up(int64_t v, int64_t m)
 
 int fg_wtype_reads_q8(int wtype)
 {
-    return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4;
+    return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4 || fg_quant_decodes(wtype);
 }
 
 /* Lays out the fast kernels' activation buffers in scratch (scratch may be
@@ -285,8 +289,48 @@ static void p16_block(const fg_matmul_args *a, int64_t o, int64_t b, fg_block_q8
 
 /* ---- scalar reference ---- */
 
+/* The types of quants.h, per matmul.h: each weight row decoded a block at a
+ * time, then the per-32 formula, token by token, in block order. */
+static void rows_scalar_quant(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
+    int elems, bytes;
+    fg_wtype_block(a->wtype, &elems, &bytes);
+    const int groups = elems / FG_QUANT_GROUP;
+    int8_t v[256];
+    float s[16], m[16];
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wrow = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t t = 0; t < a->n_tok; t++)
+            a->y[t * a->n_out + o] = 0.0f;
+        for (int64_t b = 0; b < n_in / elems; b++) {
+            (void)fg_quant_decode(a->wtype, wrow + (size_t)b * (size_t)bytes, 1, v, s, m);
+            for (int64_t t = 0; t < a->n_tok; t++) {
+                const fg_block_q8_0 *xb = (const fg_block_q8_0 *)a->scratch + t * nb + b * groups;
+                float sum = a->y[t * a->n_out + o];
+                for (int g = 0; g < groups; g++) {
+                    int32_t isum[2] = {0, 0}, xsum[2] = {0, 0};
+                    for (int i = 0; i < FG_QUANT_GROUP; i++) {
+                        isum[i / 16] += (int32_t)v[g * FG_QUANT_GROUP + i] * (int32_t)xb[g].qs[i];
+                        xsum[i / 16] += xb[g].qs[i];
+                    }
+                    const float *sg = s + 2 * g, *mg = m + 2 * g;
+                    sum += (sg[0] * (float)isum[0] + sg[1] * (float)isum[1] + mg[0] * (float)xsum[0] +
+                            mg[1] * (float)xsum[1]) *
+                           fg_f16_to_f32(xb[g].d);
+                }
+                a->y[t * a->n_out + o] = sum;
+            }
+        }
+    }
+}
+
 static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
 {
+    if (fg_quant_decodes(a->wtype)) {
+        rows_scalar_quant(a, o_begin, o_end);
+        return;
+    }
     const int64_t n_in = a->n_in;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t *wrow = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
