@@ -20,8 +20,7 @@ typedef struct edit {
     uint32_t set_u32_val;       /* ... by this */
     const char *drop_tensor;    /* tensor left out */
     const char *retype_tensor;  /* tensor (F32 in tiny.gguf) re-declared with ... */
-    uint32_t retype;            /* ... this ggml type of 32-element blocks (same element count) ... */
-    uint32_t retype_block;      /* ... and block bytes, its data ... */
+    uint32_t retype;            /* ... this ggml type (same shape), its data ... */
     int fill;                   /* ... every byte this value (-1: the F32 data's first bytes) */
 } edit;
 
@@ -122,8 +121,10 @@ static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
             ok = fg_gguf_writer_write_tensor(w, t->data, t->nbytes, &d) == FG_OK;
             continue;
         }
-        const uint64_t nb = t->nbytes / 4 / 32 * ed->retype_block;
-        uint8_t *buf = malloc(nb);
+        uint64_t nb = 0; /* a shape the type cannot hold is declared with no data (the writer's rule) */
+        if (fg_ggml_tensor_bytes(ed->retype, t->n_dims, t->ne, &nb, &d) != FG_OK)
+            nb = 0;
+        uint8_t *buf = malloc(nb ? nb : 1);
         ok = buf != NULL;
         if (ok) {
             if (ed->fill >= 0)
@@ -178,13 +179,21 @@ int main(void)
     expect_open_error(g, dir, &(edit){.set_u32_key = "deepseek2.expert_used_count", .set_u32_val = 99},
                       FG_ERR_MODEL_HPARAM, "expert_used_count");
     /* q8_1 (ggml's activation type, 36-byte blocks) is no weight type the engine computes with */
-    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.2.ffn_down_exps.weight", .retype = 9, .retype_block = 36,
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.2.ffn_down_exps.weight", .retype = 9,
                                       .fill = -1},
                       FG_ERR_MODEL_TYPE, "blk.2.ffn_down_exps.weight");
     /* MXFP4 blocks whose E8M0 scale byte is 0xFF (NaN): refused by name */
-    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.1.ffn_up_exps.weight", .retype = 39, .retype_block = 17,
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.1.ffn_up_exps.weight", .retype = 39,
                                       .fill = 0xff},
                       FG_ERR_MODEL_TYPE, "blk.1.ffn_up_exps.weight (mxfp4): block 0 of row 0 of matrix 0");
+    /* Q4_0 blocks whose F16 scale is 0xFFFF (NaN): refused by name */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.2.ffn_gate_exps.weight", .retype = 2,
+                                      .fill = 0xff},
+                      FG_ERR_MODEL_TYPE, "blk.2.ffn_gate_exps.weight (q4_0): block 0 of row 0 of matrix 0");
+    /* rows of 128 are no whole number of Q4_K's 256-value blocks: refused by name when the file is read */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_gate_exps.weight", .retype = 12,
+                                      .fill = 0},
+                      FG_ERR_GGUF_LIMIT, "blk.3.ffn_gate_exps.weight");
     expect_open_error(g, dir, &(edit){.set_str_key = "tokenizer.ggml.model", .set_str_val = "llama"},
                       FG_ERR_TOKENIZER, "");
 

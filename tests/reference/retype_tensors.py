@@ -4,7 +4,8 @@
 Usage: retype_tensors.py IN.gguf OUT.gguf PATTERN=TYPE [PATTERN=TYPE ...]
 
 PATTERN is an fnmatch pattern over tensor names (e.g. 'blk.*.ffn_*_exps.weight'), TYPE a
-ggml type name the encoders below know (mxfp4).  The first matching rule wins; tensors no rule
+ggml type name the encoders know (mxfp4; quant_encode.py's
+legacy and K-quant types).  The first matching rule wins; tensors no rule
 matches, the metadata and the alignment are copied byte for byte.  This makes the mixed-type
 test models (routed experts in MXFP4, as llama.cpp's converter writes DeepSeek V4) from the
 generated F32 ones without a quantizing tool; the encoders need only produce valid blocks,
@@ -19,10 +20,12 @@ import numpy as np
 
 import gguf_read
 import make_v4_fixture
+import quant_encode
 
 ENCODERS = {
     "mxfp4": (gguf_read.GGML_TYPE_MXFP4, make_v4_fixture._mxfp4),
 }
+ENCODERS.update({name: (tid, quant_encode.ENCODERS[tid]) for name, tid in quant_encode.NAMES.items()})
 
 
 def retype(src, dst, rules):
