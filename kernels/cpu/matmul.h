@@ -26,7 +26,7 @@
  *           2 * e2m1, integers in [-12, 12], with the 32 int8 of x), as ggml's
  *           mxfp4 x q8_0 dot does (numeric.h has the layout; the engine
  *           refuses blocks fg_mxfp4_validate_rows rejects).
- *   Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (quants.h): x
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (quants.h): x
  *           quantized to Q8_0 as for Q8_0; the weights in their decoded form
  *           (fg_quant_decode: per 16 values an int8 v, a scale s and a minimum
  *           m); y = sum over the 32-blocks of
@@ -68,6 +68,8 @@ enum fg_wtype {
     FG_WTYPE_Q4_K = 12,
     FG_WTYPE_Q5_K = 13,
     FG_WTYPE_Q6_K = 14,
+    FG_WTYPE_IQ4_NL = 20,
+    FG_WTYPE_IQ4_XS = 23,
     FG_WTYPE_BF16 = 30,
     FG_WTYPE_MXFP4 = 39,
     /* Not a ggml type: Q8_0 weights repacked by fg_matmul_pack_q8_p16 into

@@ -6,8 +6,8 @@
  * the scalar decoder every ISA shares) into int8 values, their magnitudes, and
  * per group the lane vectors [s0 x4, s1 x4] and [m0 x4, m1 x4]; then every
  * token of the batch runs against the chunk, which stays in L1. Per group:
- * vpmaddubsw of |v| with q carrying v's sign (|v| <= 32, |q| <= 127: pairs of at
- * most 2 * 32 * 127, no saturation), vpmaddwd by ones: 8 exact int32 lanes,
+ * vpmaddubsw of |v| with q carrying v's sign (|v| <= 127, |q| <= 127: pairs of at
+ * most 2 * 127 * 127 = 32258, no saturation), vpmaddwd by ones: 8 exact int32 lanes,
  * lanes 0-3 the first half's sum, 4-7 the second's; for the types with a
  * minimum, the same steps on ones against q give the sums X. Then
  * acc += I * (s * d_x) and, apart, accm += X * (m * d_x), four accumulators by

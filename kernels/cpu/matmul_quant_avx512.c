@@ -7,7 +7,7 @@
  * masks and per group the lane vectors [s0 x4, s1 x4] and [m0 x4, m1 x4], so
  * one 64-byte load holds two groups' in the order of the token's 64
  * contiguous int8. Per pair: q negated under v's sign mask, one vpdpbusd of
- * the magnitudes (|v| <= 32, exact int32 sums of 4): lanes 0-3, 4-7, 8-11,
+ * the magnitudes (|v| <= 127, exact int32 sums of 4): lanes 0-3, 4-7, 8-11,
  * 12-15 the four halves' I; for the types with a minimum one vpdpbusd of ones
  * gives X. acc += I * (s * d_x), accm += X * (m * d_x), two accumulators by
  * pair index mod 2; an odd last group pairs with zeros (its scales 0). Each

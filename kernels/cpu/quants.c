@@ -19,7 +19,8 @@ static const struct {
 } block_types[] = {
     {FG_WTYPE_Q4_0, 32, 18}, {FG_WTYPE_Q4_1, 32, 20}, {FG_WTYPE_Q5_0, 32, 22}, {FG_WTYPE_Q5_1, 32, 24},
     {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
-    {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17},
+    {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
+    {FG_WTYPE_IQ4_XS, QK, 136},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -189,6 +190,38 @@ static void deq_q6_k(const uint8_t *b, float *y)
             }
 }
 
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_iq4_nl(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4_levels[qs[j] & 15];
+        y[j + 16] = d * (float)iq4_levels[qs[j] >> 4];
+    }
+}
+
+/* The 6-bit scale of sub-block sb of an IQ4_XS block. */
+static int iq4_xs_scale(const uint8_t *b, int sb)
+{
+    const int hi = (int)((b[2] | b[3] << 8) >> (2 * sb)) & 3;
+    return ((b[4 + sb / 2] >> (4 * (sb % 2))) & 15) | hi << 4;
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 8;
+    for (int sb = 0; sb < 8; sb++) {
+        const float dl = d * (float)(iq4_xs_scale(b, sb) - 32);
+        for (int j = 0; j < 16; j++) {
+            y[32 * sb + j] = dl * (float)iq4_levels[qs[16 * sb + j] & 15];
+            y[32 * sb + 16 + j] = dl * (float)iq4_levels[qs[16 * sb + j] >> 4];
+        }
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -222,6 +255,8 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_Q4_K: deq = deq_q4_k; break;
     case FG_WTYPE_Q5_K: deq = deq_q5_k; break;
     case FG_WTYPE_Q6_K: deq = deq_q6_k; break;
+    case FG_WTYPE_IQ4_NL: deq = deq_iq4_nl; break;
+    case FG_WTYPE_IQ4_XS: deq = deq_iq4_xs; break;
     default:
         return -1;
     }
@@ -243,6 +278,8 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_Q4_0:
     case FG_WTYPE_Q5_0:
     case FG_WTYPE_Q8_0:
+    case FG_WTYPE_IQ4_NL:
+    case FG_WTYPE_IQ4_XS:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -417,6 +454,31 @@ static void dec_q6_k(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+static void dec_iq4_nl(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        v[j] = iq4_levels[qs[j] & 15];
+        v[j + 16] = iq4_levels[qs[j] >> 4];
+    }
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = 0.0f;
+}
+
+static void dec_iq4_xs(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 8;
+    for (int sb = 0; sb < 8; sb++) {
+        for (int j = 0; j < 16; j++) {
+            v[32 * sb + j] = iq4_levels[qs[16 * sb + j] & 15];
+            v[32 * sb + 16 + j] = iq4_levels[qs[16 * sb + j] >> 4];
+        }
+        s[2 * sb] = s[2 * sb + 1] = d * (float)(iq4_xs_scale(b, sb) - 32);
+        m[2 * sb] = m[2 * sb + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -431,6 +493,8 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_Q4_K: return dec_q4_k;
     case FG_WTYPE_Q5_K: return dec_q5_k;
     case FG_WTYPE_Q6_K: return dec_q6_k;
+    case FG_WTYPE_IQ4_NL: return dec_iq4_nl;
+    case FG_WTYPE_IQ4_XS: return dec_iq4_xs;
     }
     return NULL;
 }

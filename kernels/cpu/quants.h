@@ -1,6 +1,6 @@
 /* quants.h: the block-quantized weight types beyond Q8_0 and MXFP4 (those are
- * numeric.h's): ggml's legacy types Q4_0, Q4_1, Q5_0, Q5_1 and its K-quants
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. For every block type, matmul.h's included:
+ * numeric.h's): ggml's legacy types Q4_0, Q4_1, Q5_0, Q5_1, its K-quants
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and the non-linear IQ4_NL, IQ4_XS. For every block type, matmul.h's included:
  * the block sizes, the reference dequantization, the check a loader runs over
  * a tensor's blocks, and the decoded form the products compute with.
  *
@@ -33,6 +33,13 @@
  *        128h + 32c + l (c < 4): low nibble of ql[64h + l + 32(c&1)], the low
  *        one for c < 2, the high one else; top bits (qh[32h + l] >> 2c) & 3;
  *        q = that 6-bit code - 32; s = 8h + 2c + l/16, value = (d*scales[s])*q
+ *   IQ4_NL (id 20, 32, 18 B): d:f16, qs[16]: value j = d*K[lo(qs[j])], value
+ *        j+16 = d*K[hi(qs[j])], with the 16 non-linear levels
+ *        K = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+ *   IQ4_XS (id 23, 256, 136 B): d:f16, scales_h:u16 LE, scales_l[4], qs[128].
+ *        Sub-block b < 8 of 32 values: the 6-bit ls = ((scales_l[b/2] >> 4(b%2))
+ *        & 15) | ((scales_h >> 2b) & 3) << 4; value 32b + j = (d*(ls - 32))*K[lo(qs[16b + j])],
+ *        value 32b + 16 + j the same with hi(qs[16b + j]) (j < 16)
  *
  * Thread safety: pure functions.
  */
@@ -66,7 +73,7 @@ int fg_wtype_validate_rows(int wtype, const void *w, int64_t n_in, int64_t n_row
  * (the Q8_0 activation block): value i of group g is, bit for bit as the
  * reference dequantization gives it,
  *     s[g][h] * v[g][i] + m[g][h]          h = i / 16 (the half of the group)
- * with v an int8 in [-32, 31] and s, m f32 (m = 0 for the types without a
+ * with v an int8 in [-32, 31] (the IQ4 types: [-127, 113]) and s, m f32 (m = 0 for the types without a
  * minimum). So a product against Q8_0 activations (int8 qx, scale dx) is, per
  * group, dx * sum over h of (s * (sum v*qx) + m * (sum qx)) over the half:
  * exact integer sums, a few f32 products. fg_quant_decode writes n_blocks

@@ -19,7 +19,7 @@ row-major numpy array therefore has the REVERSED shape: ggml {ne0, ne1, ne2} -> 
 (ne2, ne1, ne0), so that a[i2, i1, i0] is ggml element (i0, i1, i2).
 
 Dequantisation to float64 is supported for F32, F16, BF16, Q8_0, MXFP4, the legacy
-Q4_0/Q4_1/Q5_0/Q5_1 and K-quant Q2_K..Q6_K (through quant_vectors.py's dequantizers,
+Q4_0/Q4_1/Q5_0/Q5_1, K-quant Q2_K..Q6_K and IQ4_NL/IQ4_XS (through quant_vectors.py's dequantizers,
 written from ggml's definitions; values as ggml's f32 arithmetic gives them), and the plain
 F64 / I8 / I16 / I32 / I64 types.  Other block formats raise NotImplementedError.
 """
@@ -106,6 +106,7 @@ GGML_BLOCK_INFO = {
     # the legacy and K-quant types (dequantized by quant_vectors.py, from their definitions)
     2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24),
     10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    20: (32, 18), 23: (256, 136),
 }
 
 _PLAIN_DTYPES = {

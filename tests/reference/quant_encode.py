@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Simple encoders for ggml's legacy and K-quant blocks, for test models only.
+"""Simple encoders for ggml's legacy, K-quant and IQ4 blocks, for test models only.
 
 Each returns the bytes of a tensor (numpy values, row-major, rows a whole number of blocks)
 in the layout of ggml-common.h.  They pick scales the plain way (block range / code range,
@@ -193,6 +193,43 @@ def q6_k(a):
     return b"".join(o.tobytes() for o in out)
 
 
+_IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+
+
+def _iq4_codes(x, scale):
+    """nearest of the 16 levels to x / scale, per value (scale 0: code of level 1)."""
+    t = _safe_div(x, scale)
+    return np.abs(t[..., None] - _IQ4).argmin(axis=-1).astype(np.int64)
+
+
+def iq4_nl(a):
+    x = np.asarray(a, dtype=np.float64).reshape(-1, 32)
+    idx = np.abs(x).argmax(axis=1)
+    mx = x[np.arange(len(x)), idx]
+    d = _f16(mx / -127)
+    q = _iq4_codes(x, d.astype(np.float64)[:, None])
+    return np.concatenate([d[:, None].view(np.uint8), _nibbles(q)], axis=1).tobytes()
+
+
+def iq4_xs(a):
+    out = []
+    for x in _k_blocks(a):
+        s = x.reshape(8, 32)
+        idx = np.abs(s).argmax(axis=1)
+        sc = s[np.arange(8), idx] / -127
+        d = _f16(np.abs(sc).max() / 31)
+        ls = np.clip(np.rint(_safe_div(sc, float(d))), -32, 31).astype(np.int64) + 32
+        q = _iq4_codes(s, (float(d) * (ls - 32))[:, None])
+        sh = int(sum(((int(ls[b]) >> 4) & 3) << (2 * b) for b in range(8)))
+        sl = [(ls[2 * k] & 15) | (ls[2 * k + 1] & 15) << 4 for k in range(4)]
+        qs = np.concatenate([_nibbles(q[b]) for b in range(8)])
+        out.append(np.concatenate([np.array([d]).view(np.uint8), np.array([sh], dtype="<u2").view(np.uint8),
+                                   np.array(sl, dtype=np.uint8), qs]))
+    return b"".join(o.tobytes() for o in out)
+
+
 # ggml type id -> encoder
-ENCODERS = {2: q4_0, 3: q4_1, 6: q5_0, 7: q5_1, 10: q2_k, 11: q3_k, 12: q4_k, 13: q5_k, 14: q6_k}
-NAMES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q2_K": 10, "q3_K": 11, "q4_K": 12, "q5_K": 13, "q6_K": 14}
+ENCODERS = {2: q4_0, 3: q4_1, 6: q5_0, 7: q5_1, 10: q2_k, 11: q3_k, 12: q4_k, 13: q5_k, 14: q6_k, 20: iq4_nl,
+            23: iq4_xs}
+NAMES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q2_K": 10, "q3_K": 11, "q4_K": 12, "q5_K": 13, "q6_K": 14,
+         "iq4_nl": 20, "iq4_xs": 23}

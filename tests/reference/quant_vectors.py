@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes tests/unit/data/quant_vectors.h: hand-built blocks of ggml's legacy and K-quant
-types and their values, computed here from the formats' definitions (ggml-common.h's block
+"""Writes tests/unit/data/quant_vectors.h: hand-built blocks of ggml's legacy, K-quant and
+IQ4 types and their values, computed here from the formats' definitions (ggml-common.h's block
 layouts, ggml-quants.c's dequantization), independently of the engine's C code.
 
 Usage: quant_vectors.py OUT.h
@@ -160,6 +160,34 @@ def q6_k(b):
     return y
 
 
+KVALUES_IQ4NL = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+
+
+def iq4_nl(b):
+    d = f16(b, 0)
+    qs = b[2:18]
+    y = [None] * 32
+    for j in range(16):
+        y[j] = d * f32(KVALUES_IQ4NL[qs[j] & 15])
+        y[j + 16] = d * f32(KVALUES_IQ4NL[qs[j] >> 4])
+    return y
+
+
+def iq4_xs(b):
+    d = f16(b, 0)
+    scales_h = struct.unpack_from("<H", b, 2)[0]
+    scales_l = b[4:8]
+    qs = b[8:136]
+    y = []
+    for ib in range(8):
+        ls = ((scales_l[ib // 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4)
+        dl = d * f32(ls - 32)
+        q = qs[16 * ib:16 * ib + 16]
+        y += [dl * f32(KVALUES_IQ4NL[q[j] & 15]) for j in range(16)]
+        y += [dl * f32(KVALUES_IQ4NL[q[j] >> 4]) for j in range(16)]
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -171,6 +199,8 @@ TYPES = [
     ("q4_K", 12, 256, 144, lambda b: q45_k(b, False), [0, 2]),
     ("q5_K", 13, 256, 176, lambda b: q45_k(b, True), [0, 2]),
     ("q6_K", 14, 256, 210, q6_k, [208]),
+    ("iq4_nl", 20, 32, 18, iq4_nl, [0]),
+    ("iq4_xs", 23, 256, 136, iq4_xs, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]

@@ -3,7 +3,8 @@
  * Format: the reference dequantization of hand-built blocks equals the values
  * tests/reference/quant_vectors.py computed from the definitions
  * (tests/unit/data/quant_vectors.h), bit for bit; the products' decoded form
- * gives the dequantization's values on random blocks; validation of scales and
+ * gives the dequantization's values on random blocks (IQ4_NL and IQ4_XS
+ * included); validation of scales and
  * row lengths.
  *
  * Products (matmul.h): the scalar reference against a float64 dot of the
@@ -28,7 +29,8 @@
 #define F32_UNIT 0x1p-24
 
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q2_K,
-                            FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K};
+                            FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K, FG_WTYPE_IQ4_NL,
+                            FG_WTYPE_IQ4_XS};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
 static fg_isa fast_isas[2];
@@ -55,7 +57,7 @@ static const char *tname(int t)
 static int f16_offsets(int t, int off[2])
 {
     switch (t) {
-    case FG_WTYPE_Q4_0: case FG_WTYPE_Q5_0: off[0] = 0; return 1;
+    case FG_WTYPE_Q4_0: case FG_WTYPE_Q5_0: case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: off[0] = 0; return 1;
     case FG_WTYPE_Q4_1: case FG_WTYPE_Q5_1: case FG_WTYPE_Q4_K: case FG_WTYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
     case FG_WTYPE_Q2_K: off[0] = 80; off[1] = 82; return 2;
     case FG_WTYPE_Q3_K: off[0] = 108; return 1;
@@ -124,7 +126,8 @@ static void test_decode(void)
             for (int i = 0; i < elems; i++) {
                 const float r = s[i / 16] * (float)v[i] + m[i / 16];
                 bad += !(r == y[i]);
-                range += v[i] < -32 || v[i] > 31;
+                const int iq4 = t == FG_WTYPE_IQ4_NL || t == FG_WTYPE_IQ4_XS;
+                range += iq4 ? v[i] < -127 || v[i] > 113 : v[i] < -32 || v[i] > 31;
                 if (!fg_quant_has_min(t))
                     bad += m[i / 16] != 0.0f;
             }
