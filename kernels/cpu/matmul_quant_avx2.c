@@ -2,8 +2,9 @@
  * formula for them). Compiled with -mavx2 -mfma -mf16c; called only after the
  * CPU check.
  *
- * Per row, a chunk of QCHUNK 32-value groups is decoded once (fg_quant_decode,
- * the scalar decoder every ISA shares) into int8 values, their magnitudes, and
+ * Per row, a chunk of QCHUNK 32-value groups is decoded once (the AVX2
+ * decoders of matmul_quant_decode.h for the commonest types, else
+ * fg_quant_decode: the same bits either way) into int8 values, their magnitudes, and
  * per group the lane vectors [s0 x4, s1 x4] and [m0 x4, m1 x4]; then every
  * token of the batch runs against the chunk, which stays in L1. Per group:
  * vpmaddubsw of |v| with q carrying v's sign (|v| <= 127, |q| <= 127: pairs of at
@@ -18,6 +19,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/matmul_quant_decode.h"
 #include "kernels/cpu/quants.h"
 
 #define QCHUNK 64 /* groups: 2 KB of values, 8 K-quant blocks */
@@ -40,7 +42,8 @@ static inline float hsum8(__m256 v)
 static void q_decode(int wtype, const uint8_t *blocks, int n_blocks, int groups, q_chunk_avx2 *c)
 {
     float s[2 * QCHUNK], m[2 * QCHUNK];
-    (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m);
+    if (!qd_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m))
+        (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m);
     for (int g = 0; g < groups; g++) {
         const __m256i v = _mm256_load_si256((const __m256i *)c->v[g]);
         _mm256_store_si256((__m256i *)c->av[g], _mm256_abs_epi8(v));

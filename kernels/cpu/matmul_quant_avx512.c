@@ -3,7 +3,7 @@
  * only after the CPU check.
  *
  * As matmul_quant_avx2.c, two groups per ZMM: per row a chunk of QCHUNK
- * groups decoded once (the shared scalar decoder) into magnitudes |v|, sign
+ * groups decoded once (matmul_quant_decode.h or fg_quant_decode, the same bits) into magnitudes |v|, sign
  * masks and per group the lane vectors [s0 x4, s1 x4] and [m0 x4, m1 x4], so
  * one 64-byte load holds two groups' in the order of the token's 64
  * contiguous int8. Per pair: q negated under v's sign mask, one vpdpbusd of
@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/matmul_quant_decode.h"
 #include "kernels/cpu/quants.h"
 
 #define QCHUNK 64 /* groups (even): 2 KB of values, 8 K-quant blocks */
@@ -33,7 +34,8 @@ typedef struct q_chunk_avx512 {
 static void q_decode(int wtype, const uint8_t *blocks, int n_blocks, int groups, q_chunk_avx512 *c)
 {
     float s[2 * QCHUNK], m[2 * QCHUNK];
-    (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m);
+    if (!qd_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m))
+        (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m);
     if (groups & 1) { /* the odd last group's partner: nothing */
         _mm256_store_si256((__m256i *)c->v[groups], _mm256_setzero_si256());
         s[2 * groups] = s[2 * groups + 1] = m[2 * groups] = m[2 * groups + 1] = 0.0f;
