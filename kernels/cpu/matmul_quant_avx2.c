@@ -3,15 +3,15 @@
  * CPU check.
  *
  * Per row, a chunk of QCHUNK 32-value groups is decoded once (the AVX2
- * decoders of matmul_quant_decode.h for the commonest types, else
- * fg_quant_decode: the same bits either way) into int8 values, their magnitudes, and
- * per group the lane vectors [s0 x4, s1 x4] and [m0 x4, m1 x4]; then every
- * token of the batch runs against the chunk, which stays in L1. Per group:
+ * decoders of matmul_quant_decode.h: fg_quant_decode's bits) into int8
+ * values, their magnitudes, and the scales and minima per half group; then
+ * every token of the batch runs against the chunk, which stays in L1. Per group:
  * vpmaddubsw of |v| with q carrying v's sign (|v| <= 127, |q| <= 127: pairs of at
  * most 2 * 127 * 127 = 32258, no saturation), vpmaddwd by ones: 8 exact int32 lanes,
  * lanes 0-3 the first half's sum, 4-7 the second's; for the types with a
  * minimum, the same steps on ones against q give the sums X. Then
- * acc += I * (s * d_x) and, apart, accm += X * (m * d_x), four accumulators by
+ * acc += I * (s * d_x) and, apart, accm += X * (m * d_x) (the group's two
+ * products spread over the lanes by one permute), four accumulators by
  * group index mod 4. Each chunk's sum is reduced to one float and the chunks'
  * added in order, so a token's result does not depend on its batch.
  */
@@ -27,8 +27,8 @@
 typedef struct q_chunk_avx2 {
     int8_t v[QCHUNK][32] __attribute__((aligned(32)));
     int8_t av[QCHUNK][32] __attribute__((aligned(32)));
-    float sl[QCHUNK][8] __attribute__((aligned(32)));
-    float ml[QCHUNK][8] __attribute__((aligned(32)));
+    float s[2 * QCHUNK] __attribute__((aligned(32))); /* per half group */
+    float m[2 * QCHUNK] __attribute__((aligned(32)));
 } q_chunk_avx2;
 
 static inline float hsum8(__m256 v)
@@ -41,15 +41,17 @@ static inline float hsum8(__m256 v)
 
 static void q_decode(int wtype, const uint8_t *blocks, int n_blocks, int groups, q_chunk_avx2 *c)
 {
-    float s[2 * QCHUNK], m[2 * QCHUNK];
-    if (!qd_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m))
-        (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], s, m);
-    for (int g = 0; g < groups; g++) {
-        const __m256i v = _mm256_load_si256((const __m256i *)c->v[g]);
-        _mm256_store_si256((__m256i *)c->av[g], _mm256_abs_epi8(v));
-        _mm256_store_ps(c->sl[g], _mm256_set_m128(_mm_set1_ps(s[2 * g + 1]), _mm_set1_ps(s[2 * g])));
-        _mm256_store_ps(c->ml[g], _mm256_set_m128(_mm_set1_ps(m[2 * g + 1]), _mm_set1_ps(m[2 * g])));
-    }
+    if (!qd_decode(wtype, blocks, n_blocks, &c->v[0][0], c->s, c->m))
+        (void)fg_quant_decode(wtype, blocks, n_blocks, &c->v[0][0], c->s, c->m);
+    for (int g = 0; g < groups; g++)
+        _mm256_store_si256((__m256i *)c->av[g], _mm256_abs_epi8(_mm256_load_si256((const __m256i *)c->v[g])));
+}
+
+/* [f0 x4, f1 x4]: a group's two half-group factors (s or m) times its d_x, each product rounded once. */
+static inline __m256 group_lanes(const float *f, __m128 dx)
+{
+    const __m128 p = _mm_mul_ps(_mm_castpd_ps(_mm_load_sd((const double *)f)), dx);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
 /* One token against the chunk's groups; xs, xd at its first group. */
@@ -63,12 +65,11 @@ static float q_chunk_dot(const q_chunk_avx2 *c, int groups, int has_min, const i
         const __m256i v = _mm256_load_si256((const __m256i *)c->v[g]);
         const __m256i av = _mm256_load_si256((const __m256i *)c->av[g]);
         const __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(q, v)), ones16);
-        const __m256 dx = _mm256_set1_ps(xd[g]);
-        acc[g & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(_mm256_load_ps(c->sl[g]), dx), acc[g & 3]);
+        const __m128 dx = _mm_set1_ps(xd[g]);
+        acc[g & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), group_lanes(c->s + 2 * g, dx), acc[g & 3]);
         if (has_min) {
             const __m256i x32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-            accm[g & 3] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(x32), _mm256_mul_ps(_mm256_load_ps(c->ml[g]), dx), accm[g & 3]);
+            accm[g & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x32), group_lanes(c->m + 2 * g, dx), accm[g & 3]);
         }
     }
     const __m256 a = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
