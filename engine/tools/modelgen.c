@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
             "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
             "  --layers N                 block count (leading dense blocks capped at N)\n"
+            "  --embd N                   embedding width instead of the preset's\n"
             "  --help                     this text\n");
 }
 
@@ -70,7 +71,7 @@ static const char *type_name(uint32_t t)
 int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
-               *seed = NULL, *layers = NULL;
+               *seed = NULL, *layers = NULL, *embd = NULL;
     int no_q_lora = 0, tied = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -88,8 +89,8 @@ int main(int argc, char **argv)
             continue;
         }
         static const char *const names[] = {"--preset", "--out", "--type", "--gating",
-                                            "--groups", "--yarn", "--seed", "--layers"};
-        const char **slots[] = {&preset, &out, &type, &gating, &groups, &yarn, &seed, &layers};
+                                            "--groups", "--yarn", "--seed", "--layers", "--embd"};
+        const char **slots[] = {&preset, &out, &type, &gating, &groups, &yarn, &seed, &layers, &embd};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -183,6 +184,13 @@ int main(int argc, char **argv)
         spec.n_layer = (uint32_t)v;
         if (spec.n_layer_dense_lead > spec.n_layer)
             spec.n_layer_dense_lead = spec.n_layer;
+    }
+
+    if (embd) { /* a wider model: rows of 256 for the K-quant test models */
+        uint64_t v;
+        if (parse_u64(embd, 65536, &v) || v == 0)
+            return bad("--embd wants an integer in 1..65536, not '%s'", embd);
+        spec.n_embd = (uint32_t)v;
     }
 
     fg_diag diag = {{0}};
