@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32;\n"
             "                             v4 presets: every matrix, embeddings, router and experts too)\n"
             "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
+            "  --embd N                   embedding width instead of the preset's\n"
+            "  --help                     this text\n"
             "\n"
             "deepseek4 (v4-*) only:\n"
             "  --embd-type f32|f16|bf16|q8_0        token_embd, output, router, indexer.proj (after --type)\n"
@@ -41,8 +43,7 @@ static void usage(FILE *f)
             "  --no-q-lora                plain attn_q instead of the q-LoRA pair (\"lite\" layout)\n"
             "  --tied                     tie the output head to token_embd (no output.weight)\n"
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
-            "  --layers N                 block count (leading dense blocks capped at N)\n"
-            "  --help                     this text\n");
+            "  --layers N                 block count (leading dense blocks capped at N)\n");
 }
 
 static int bad(const char *fmt, const char *arg)
@@ -97,7 +98,8 @@ static int parse_type(const char *name, int allow_mxfp4, uint32_t *out)
 int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
-               *seed = NULL, *layers = NULL, *embd_type = NULL, *expert_type = NULL, *hash_layers = NULL;
+               *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
+               *hash_layers = NULL;
     int no_q_lora = 0, tied = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -114,11 +116,11 @@ int main(int argc, char **argv)
             tied = 1;
             continue;
         }
-        static const char *const names[] = {"--preset", "--out",    "--type",       "--gating",
-                                            "--groups", "--yarn",   "--seed",       "--layers",
-                                            "--embd-type", "--expert-type", "--hash-layers"};
-        const char **slots[] = {&preset, &out,    &type,      &gating,      &groups,     &yarn,
-                                &seed,   &layers, &embd_type, &expert_type, &hash_layers};
+        static const char *const names[] = {"--preset", "--out",  "--type", "--gating",    "--groups",
+                                            "--yarn",   "--seed", "--layers", "--embd", "--embd-type",
+                                            "--expert-type", "--hash-layers"};
+        const char **slots[] = {&preset, &out,  &type,      &gating,      &groups,      &yarn,
+                                &seed,   &layers, &embd, &embd_type, &expert_type, &hash_layers};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -233,6 +235,13 @@ int main(int argc, char **argv)
         spec.n_layer = (uint32_t)v;
         if (spec.n_layer_dense_lead > spec.n_layer)
             spec.n_layer_dense_lead = spec.n_layer;
+    }
+
+    if (embd) { /* a wider model: rows of 256 for the K-quant test models */
+        uint64_t v;
+        if (parse_u64(embd, 65536, &v) || v == 0)
+            return bad("--embd wants an integer in 1..65536, not '%s'", embd);
+        spec.n_embd = (uint32_t)v;
     }
 
     fg_diag diag = {{0}};
