@@ -17,6 +17,14 @@ fg_add_test(reference_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_
 # The deepseek4 reference against itself: one pass vs its explicit cache, validation, MXFP4.
 fg_add_test(reference_deepseek4_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_deepseek4_selfcheck.py
             LABELS reference TIMEOUT 300)
+# The generator's deepseek4 files (v4-tiny, no hash layers, converter types) through the
+# deepseek4 reference: 300 prompt + 32 greedy tokens, cache == one pass, HCA rows, top-k drops.
+fg_add_test(reference_v4_generated COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_v4_generated.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+# Every key, tensor name, ggml type and shape of v4-tiny (3 variants) and v4-mini against
+# the table of llama.cpp's deepseek4 loader; v4-mini written twice, byte-identical.
+fg_add_test(reference_v4_layout COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_v4_layout.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
