@@ -187,7 +187,8 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     for (int id = 0; id < fg_tokenizer_vocab_size(e->tok); id++) {
         const char *p;
         size_t n = 0;
-        if (fg_tokenizer_token_bytes(e->tok, id, false, &p, &n) == FG_OK && (int)n > e->max_token_bytes)
+        /* with render_special: a response may keep control tokens' text */
+        if (fg_tokenizer_token_bytes(e->tok, id, true, &p, &n) == FG_OK && (int)n > e->max_token_bytes)
             e->max_token_bytes = (int)n;
     }
     if (o->serve && (err = fg_engine_serve_start(e, diag)))
@@ -248,6 +249,19 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
 }
 
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e) { return e->tok; }
+
+fg_err fg_engine_chat_template(const fg_engine_t *e, const char **ptr, size_t *len)
+{
+    fg_gguf_str s;
+    *ptr = NULL;
+    *len = 0;
+    fg_err err = fg_gguf_get_str(e->gguf, "tokenizer.chat_template", &s);
+    if (err == FG_OK) {
+        *ptr = s.ptr;
+        *len = (size_t)s.len;
+    }
+    return err;
+}
 
 fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_session_t **out)
 {

@@ -142,6 +142,10 @@ typedef struct fg_engine_info {
 
 void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info);
 const fg_tokenizer_t *fg_engine_tokenizer(const fg_engine_t *e);
+/* The GGUF's tokenizer.chat_template (gateway/chat_template.h picks the prompt
+ * format from it), valid until fg_engine_close; not NUL-terminated.
+ * Errors: FG_ERR_NOT_FOUND (no such key), FG_ERR_GGUF_KEY_TYPE (not a string). */
+fg_err fg_engine_chat_template(const fg_engine_t *e, const char **ptr, size_t *len);
 
 #define FG_ENGINE_HIST_BUCKETS 16
 #define FG_ENGINE_STEP_HIST_BASE_S 0.0005 /* the first step-time bucket's bound, seconds */
@@ -258,6 +262,8 @@ typedef struct fg_response_params {
     fg_sampling sampling;
     int max_tokens;                     /* >= 1 when generating */
     bool generate;                      /* false: only prefill the pending input */
+    bool keep_control;                  /* released text includes control tokens' text (DeepSeek's
+                                           tool markers, EOS) for a parser; false: they release none */
     int n_stop;
     char stop[FG_MAX_STOPS][FG_MAX_STOP_BYTES + 1]; /* NUL-terminated, 1..64 bytes */
 } fg_response_params;

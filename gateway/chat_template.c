@@ -1,15 +1,340 @@
-/* chat_template.c: items to tokens (see chat_template.h). */
+/* chat_template.c: conversations to prompts (see chat_template.h).
+ *
+ * DeepSeek-V3 (render_v3) follows the chat_template of DeepSeek-V3's
+ * tokenizer_config.json statement by statement, its state included (the
+ * template's namespace: is_first, is_tool, is_output_first), so its quirks
+ * come out as it writes them: system messages gathered at the head; the
+ * markers that close a tool-call block written only after a message's second
+ * call; a later tool-call or tool-output block continued with "\n" instead of
+ * opened again; an assistant answer after tool outputs without <｜Assistant｜>.
+ * tests/chat renders the same conversations with the template itself.
+ */
 #include "gateway/chat_template.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-#define USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
-#define ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
-#define TOOL_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define TOOL_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define TOOL_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
-#define TOOL_OUT_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define TOOL_OUT_END "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "end\xef\xbd\x9c>"
+/* The markers, spelled in UTF-8 (U+FF5C fullwidth bar, U+2581 lower block). */
+#define BAR "\xef\xbd\x9c"
+#define SP "\xe2\x96\x81"
+#define USER "<" BAR "User" BAR ">"
+#define ASSISTANT "<" BAR "Assistant" BAR ">"
+#define EOS_TEXT "<" BAR "end" SP "of" SP "sentence" BAR ">"
+#define TOOL_CALLS_BEGIN "<" BAR "tool" SP "calls" SP "begin" BAR ">"
+#define TOOL_CALLS_END "<" BAR "tool" SP "calls" SP "end" BAR ">"
+#define TOOL_CALL_BEGIN "<" BAR "tool" SP "call" SP "begin" BAR ">"
+#define TOOL_CALL_END "<" BAR "tool" SP "call" SP "end" BAR ">"
+#define TOOL_SEP "<" BAR "tool" SP "sep" BAR ">"
+#define TOOL_OUTPUTS_BEGIN "<" BAR "tool" SP "outputs" SP "begin" BAR ">"
+#define TOOL_OUTPUTS_END "<" BAR "tool" SP "outputs" SP "end" BAR ">"
+#define TOOL_OUT_BEGIN "<" BAR "tool" SP "output" SP "begin" BAR ">"
+#define TOOL_OUT_END "<" BAR "tool" SP "output" SP "end" BAR ">"
+#define DSML BAR "DSML" BAR
+#define LATEST_REMINDER "<" BAR "latest_reminder" BAR ">"
+#define THINK_END "</think>"
+
+/* ---------------------------------------------------------------- families */
+
+const char *fg_chat_family_name(fg_chat_family f)
+{
+    switch (f) {
+    case FG_CHAT_DEEPSEEK_V3:
+        return "deepseek-v3";
+    case FG_CHAT_DEEPSEEK_R1:
+        return "deepseek-r1";
+    case FG_CHAT_DEEPSEEK_V4:
+        return "deepseek-v4";
+    }
+    return "?";
+}
+
+static bool contains(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; k <= n && i <= n - k; i++)
+        if (s[i] == needle[0] && memcmp(s + i, needle, k) == 0)
+            return true;
+    return false;
+}
+
+static bool vocab_has(const fg_tokenizer_t *tok, const char *text)
+{
+    return fg_tokenizer_special_id(tok, text, strlen(text)) >= 0;
+}
+
+fg_err fg_chat_family_detect(const char *tmpl, size_t len, const fg_tokenizer_t *tok, fg_chat_family *out,
+                             fg_diag *diag)
+{
+    if (!out || (!tmpl && len) || (!tmpl && !tok))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_chat_family_detect: NULL argument");
+    if (tmpl) {
+        /* What tells the families apart in their template texts: V4's DSML
+         * tool blocks; the thinking templates' "</think>" handling; V3's
+         * "tool['type'] + '<｜tool▁sep｜>'" call line. */
+        if (contains(tmpl, len, DSML)) {
+            *out = FG_CHAT_DEEPSEEK_V4;
+            return FG_OK;
+        }
+        if (contains(tmpl, len, USER) && contains(tmpl, len, TOOL_OUTPUTS_BEGIN)) {
+            if (contains(tmpl, len, THINK_END)) {
+                *out = FG_CHAT_DEEPSEEK_R1;
+                return FG_OK;
+            }
+            if (contains(tmpl, len, "tool['type'] + '" TOOL_SEP "'")) {
+                *out = FG_CHAT_DEEPSEEK_V3;
+                return FG_OK;
+            }
+        }
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           "%s (%zu bytes) is not a DeepSeek template known here (deepseek-v3, deepseek-r1, "
+                           "deepseek-v4; docs/protocol.md \"Prompt formats\")",
+                           FG_CHAT_TEMPLATE_KEY, len);
+    }
+    if (vocab_has(tok, LATEST_REMINDER)) {
+        *out = FG_CHAT_DEEPSEEK_V4;
+        return FG_OK;
+    }
+    if (vocab_has(tok, USER) && vocab_has(tok, TOOL_CALLS_BEGIN)) {
+        *out = FG_CHAT_DEEPSEEK_V3;
+        return FG_OK;
+    }
+    return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                       "no %s and no DeepSeek chat markers (%s, %s) among the vocabulary's special tokens",
+                       FG_CHAT_TEMPLATE_KEY, USER, TOOL_CALLS_BEGIN);
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+void fg_chat_prompt_free(fg_chat_prompt *p)
+{
+    if (!p)
+        return;
+    free(p->text);
+    free(p->spans);
+    *p = (fg_chat_prompt){0};
+}
+
+/* Rendering state: the prompt being written and the first error. */
+typedef struct render_out {
+    fg_chat_prompt *p;
+    fg_err err;
+} render_out;
+
+static void put(render_out *o, const char *s, size_t n, bool tmpl)
+{
+    fg_chat_prompt *p = o->p;
+    if (o->err || n == 0)
+        return;
+    if (n > FG_CHAT_MAX_PROMPT_BYTES - p->len) {
+        o->err = FG_ERR_INVALID_ARG;
+        return;
+    }
+    if (p->len + n + 1 > p->cap) {
+        size_t c = p->cap ? p->cap : 256;
+        while (c < p->len + n + 1)
+            c *= 2;
+        char *t = realloc(p->text, c);
+        if (!t) {
+            o->err = FG_ERR_NOMEM;
+            return;
+        }
+        p->text = t;
+        p->cap = c;
+    }
+    if (tmpl) {
+        if (p->n_spans && p->spans[p->n_spans - 1].end == p->len) {
+            p->spans[p->n_spans - 1].end += n;
+        } else {
+            if (p->n_spans == p->cap_spans) {
+                size_t c = p->cap_spans ? 2 * p->cap_spans : 16;
+                fg_tok_span *sp = realloc(p->spans, c * sizeof *sp);
+                if (!sp) {
+                    o->err = FG_ERR_NOMEM;
+                    return;
+                }
+                p->spans = sp;
+                p->cap_spans = c;
+            }
+            p->spans[p->n_spans++] = (fg_tok_span){p->len, p->len + n};
+        }
+    }
+    memcpy(p->text + p->len, s, n);
+    p->len += n;
+    p->text[p->len] = '\0';
+}
+
+/* Template text (special tokens may match in it). */
+static void lit(render_out *o, const char *s) { put(o, s, strlen(s), true); }
+/* Message text (never matched). */
+static void txt(render_out *o, fg_chat_text t) { put(o, t.ptr, t.len, false); }
+
+static fg_err check_text(fg_chat_text t, uint32_t i, const char *what, fg_diag *diag)
+{
+    if (!t.ptr && t.len)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: %s has a length but no bytes", i, what);
+    if (t.len > FG_CHAT_MAX_PROMPT_BYTES)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: %s is longer than %u bytes", i, what,
+                           FG_CHAT_MAX_PROMPT_BYTES);
+    return FG_OK;
+}
+
+/* Checks what every family needs of a message. */
+static fg_err check_msg(const fg_chat_msg *m, uint32_t i, fg_diag *diag)
+{
+    fg_err e;
+    if (m->role < FG_CHAT_SYSTEM || m->role > FG_CHAT_TOOL)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: unknown role %d", i, (int)m->role);
+    if ((e = check_text(m->content, i, "content", diag)))
+        return e;
+    if (m->n_calls && m->role != FG_CHAT_ASSISTANT)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: only an assistant message has tool calls", i);
+    if (m->n_calls > FG_CHAT_MAX_CALLS || (m->n_calls && !m->calls))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: %u tool calls (at most %u)", i, m->n_calls,
+                           FG_CHAT_MAX_CALLS);
+    for (uint32_t k = 0; k < m->n_calls; k++) {
+        const fg_chat_call *c = &m->calls[k];
+        if ((e = check_text(c->name, i, "a call's name", diag)) || (e = check_text(c->arguments, i, "a call's arguments", diag)))
+            return e;
+        if (!c->name.len)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: tool call %u has no name", i, k);
+        if (!c->arguments.ptr)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: tool call %u has no arguments", i, k);
+    }
+    if (m->role != FG_CHAT_ASSISTANT && !m->content.ptr)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: content is absent", i);
+    return FG_OK;
+}
+
+static void v3_call(render_out *o, const fg_chat_call *c, bool first)
+{
+    lit(o, first ? ASSISTANT TOOL_CALLS_BEGIN TOOL_CALL_BEGIN "function" TOOL_SEP : "\n" TOOL_CALL_BEGIN "function" TOOL_SEP);
+    txt(o, c->name);
+    lit(o, "\n```json\n");
+    txt(o, c->arguments);
+    lit(o, "\n```" TOOL_CALL_END);
+}
+
+static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, render_out *o, fg_diag *diag)
+{
+    for (uint32_t i = 0; i < conv->n_msgs; i++) {
+        const fg_chat_msg *m = &conv->msgs[i];
+        if (m->role == FG_CHAT_ASSISTANT && m->content.ptr && m->n_calls)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "message %u: DeepSeek-V3's template writes an assistant message as text or as tool "
+                               "calls, not both (send the calls as a message without content)", i);
+        if (m->role == FG_CHAT_ASSISTANT && !m->content.ptr && !m->n_calls)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: an assistant message without content or calls", i);
+    }
+    int32_t bos = fg_tokenizer_bos(tok);
+    if (bos >= 0) {
+        const char *b = fg_tokenizer_token_text(tok, bos);
+        put(o, b, strlen(b), true);
+    }
+    bool first_sp = true;
+    for (uint32_t i = 0; i < conv->n_msgs; i++) {
+        if (conv->msgs[i].role != FG_CHAT_SYSTEM)
+            continue;
+        if (!first_sp)
+            lit(o, "\n\n");
+        txt(o, conv->msgs[i].content);
+        first_sp = false;
+    }
+    bool is_first = false, is_tool = false, is_output_first = true;
+    for (uint32_t i = 0; i < conv->n_msgs; i++) {
+        const fg_chat_msg *m = &conv->msgs[i];
+        switch (m->role) {
+        case FG_CHAT_SYSTEM:
+            break;
+        case FG_CHAT_USER:
+            is_tool = false;
+            lit(o, USER);
+            txt(o, m->content);
+            break;
+        case FG_CHAT_ASSISTANT:
+            if (!m->content.ptr) {
+                is_tool = false;
+                for (uint32_t k = 0; k < m->n_calls; k++) {
+                    v3_call(o, &m->calls[k], !is_first);
+                    if (is_first) /* sic: the template closes the block after every call but the first */
+                        lit(o, TOOL_CALLS_END EOS_TEXT);
+                    is_first = true;
+                }
+            } else {
+                lit(o, is_tool ? TOOL_OUTPUTS_END : ASSISTANT);
+                txt(o, m->content);
+                lit(o, EOS_TEXT);
+                is_tool = false;
+            }
+            break;
+        case FG_CHAT_TOOL:
+            is_tool = true;
+            lit(o, is_output_first ? TOOL_OUTPUTS_BEGIN TOOL_OUT_BEGIN : "\n" TOOL_OUT_BEGIN);
+            txt(o, m->content);
+            lit(o, TOOL_OUT_END);
+            is_output_first = false;
+            break;
+        }
+    }
+    if (is_tool)
+        lit(o, TOOL_OUTPUTS_END);
+    if (conv->add_generation_prompt && !is_tool)
+        lit(o, ASSISTANT);
+    return FG_OK;
+}
+
+fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
+                      fg_chat_prompt *p, fg_diag *diag)
+{
+    if (!conv || !tok || !p || (conv->n_msgs && !conv->msgs))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_chat_render: NULL argument");
+    p->len = 0;
+    p->n_spans = 0;
+    if (conv->n_msgs > FG_CHAT_MAX_MSGS)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%u messages (at most %u)", conv->n_msgs, FG_CHAT_MAX_MSGS);
+    fg_err e;
+    for (uint32_t i = 0; i < conv->n_msgs; i++)
+        if ((e = check_msg(&conv->msgs[i], i, diag)))
+            return e;
+    render_out o = {p, FG_OK};
+    switch (family) {
+    case FG_CHAT_DEEPSEEK_V3:
+        e = render_v3(conv, tok, &o, diag);
+        break;
+    case FG_CHAT_DEEPSEEK_R1:
+    case FG_CHAT_DEEPSEEK_V4:
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the %s prompt format is not rendered yet (docs/protocol.md "
+                           "\"Prompt formats\")", fg_chat_family_name(family));
+    default:
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "unknown chat family %d", (int)family);
+    }
+    if (!e && o.err)
+        e = fg_diag_set(diag, o.err, o.err == FG_ERR_NOMEM ? "out of memory rendering a prompt"
+                                                           : "the prompt is longer than %u bytes", FG_CHAT_MAX_PROMPT_BYTES);
+    if (e) {
+        p->len = 0;
+        p->n_spans = 0;
+    }
+    return e;
+}
+
+fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out)
+{
+    if (!tok || !p || !out)
+        return FG_ERR_INVALID_ARG;
+    if (p->len == 0)
+        return FG_OK;
+    /* A byte-level BPE never yields more tokens than bytes. */
+    fg_err e = fg_tokens_reserve(out, out->n + p->len);
+    if (e)
+        return e;
+    size_t got = 0;
+    e = fg_tokenizer_encode_spans(tok, p->text, p->len, p->spans, p->n_spans, out->v + out->n, out->cap - out->n, &got);
+    if (e == FG_OK)
+        out->n += got;
+    return e;
+}
+
+/* ---------------------------------------------------------------- v1 items */
 
 /* Encodes text and appends it; special tokens are recognised only in markers. */
 static fg_err push_text(const fg_tokenizer_t *tok, const char *s, size_t len, int special, fg_tokens *out)

@@ -1,14 +1,30 @@
-/* chat_template.h: conversation items to tokens, DeepSeek style:
- *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
- * Tool calls and their outputs are wrapped in DeepSeek's tool markers. Markers
- * are encoded with special tokens recognised (a real DeepSeek vocabulary has
- * them as single tokens; the generated test vocabularies spell them in bytes);
- * user-supplied text never is, so it cannot inject control tokens.
- * Pure functions over an immutable tokenizer; safe from any thread.
+/* chat_template.h: conversations to prompts, in the model family's own format.
+ *
+ * Owns the prompt formats (docs/protocol.md "Prompt formats"): which family a
+ * model's GGUF asks for, the text its template makes of a conversation, and
+ * the tokens of that text. Two layers:
+ *
+ *  - fg_chat_*: a whole conversation (messages, tool calls, tool outputs)
+ *    rendered byte for byte as the family's reference renders it (DeepSeek-V3:
+ *    the Jinja chat_template of its tokenizer_config.json; tests/chat checks
+ *    every case against @huggingface/jinja running that text). The renderer
+ *    also records which bytes the template itself wrote; fg_chat_encode
+ *    matches special tokens (BOS, <｜User｜>, the tool markers) only there, so
+ *    a marker typed by a user stays plain text while the template's markers
+ *    become single ids, as the reference tokenizer makes them.
+ *  - fg_template_*: the per-item form the v1 session layer appends to a live
+ *    session (kept until the session core renders through fg_chat_*).
+ *
+ * Memory: fg_chat_render writes into a caller-owned fg_chat_prompt and grows
+ * it only when a prompt is longer than any before it (reuse one per session
+ * or thread); nothing else allocates except the token vector of
+ * fg_chat_encode. No global state; pure functions over an immutable
+ * tokenizer, safe from any thread.
  */
 #ifndef FG_CHAT_TEMPLATE_H
 #define FG_CHAT_TEMPLATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +32,95 @@
 #include "config/fg_error.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/protocol.h"
+
+/* ---- families ---- */
+
+typedef enum fg_chat_family {
+    FG_CHAT_DEEPSEEK_V3 = 1, /* DeepSeek-V3's chat_template (also the vocabulary default) */
+    FG_CHAT_DEEPSEEK_R1,     /* a DeepSeek template that strips <think> (R1, V3.1): detected, not rendered yet */
+    FG_CHAT_DEEPSEEK_V4,     /* DeepSeek-V4's encoding_dsv4.py (DSML tools): detected, not rendered yet */
+} fg_chat_family;
+
+/* The GGUF key the template text comes from. */
+#define FG_CHAT_TEMPLATE_KEY "tokenizer.chat_template"
+
+/* Picks the family: from the template text when there is one (tmpl NULL: the
+ * GGUF has no tokenizer.chat_template), else from the vocabulary's markers.
+ * Errors: FG_ERR_UNSUPPORTED (a template or vocabulary of no DeepSeek family
+ * known here; the message says what was found), FG_ERR_INVALID_ARG. */
+fg_err fg_chat_family_detect(const char *tmpl, size_t len, const fg_tokenizer_t *tok, fg_chat_family *out,
+                             fg_diag *diag);
+/* "deepseek-v3", "deepseek-r1", "deepseek-v4", or "?" */
+const char *fg_chat_family_name(fg_chat_family f);
+
+/* ---- conversations ---- */
+
+/* Bytes, not NUL-terminated. ptr NULL means absent (len must be 0), which
+ * differs from present and empty where a template tells them apart. */
+typedef struct fg_chat_text {
+    const char *ptr;
+    size_t len;
+} fg_chat_text;
+
+typedef enum fg_chat_role {
+    FG_CHAT_SYSTEM = 1,
+    FG_CHAT_USER,
+    FG_CHAT_ASSISTANT,
+    FG_CHAT_TOOL, /* a tool's output, answering the calls before it */
+} fg_chat_role;
+
+typedef struct fg_chat_call {
+    fg_chat_text name;      /* the function, non-empty */
+    fg_chat_text arguments; /* its arguments as JSON text, written as given */
+} fg_chat_call;
+
+typedef struct fg_chat_msg {
+    fg_chat_role role;
+    fg_chat_text content;     /* absent: an assistant turn that only calls tools */
+    const fg_chat_call *calls; /* assistant only: [n_calls] */
+    uint32_t n_calls;
+} fg_chat_msg;
+
+typedef struct fg_chat_conv {
+    const fg_chat_msg *msgs; /* [n_msgs] */
+    uint32_t n_msgs;
+    bool add_generation_prompt; /* end with what starts the model's reply */
+} fg_chat_conv;
+
+/* Limits a conversation must keep (FG_ERR_INVALID_ARG past them). */
+#define FG_CHAT_MAX_MSGS 65536u
+#define FG_CHAT_MAX_CALLS 1024u          /* per message */
+#define FG_CHAT_MAX_PROMPT_BYTES (1u << 30) /* a rendered prompt */
+
+/* A byte range of the prompt that the template wrote (not message text). */
+typedef struct fg_chat_prompt {
+    char *text;         /* [cap], text[len] = '\0' after a render */
+    size_t len, cap;
+    fg_tok_span *spans; /* [cap_spans], sorted, non-adjacent: the template's bytes */
+    size_t n_spans, cap_spans;
+} fg_chat_prompt;
+
+/* Releases the buffers and leaves an empty prompt (a zeroed one is empty too). */
+void fg_chat_prompt_free(fg_chat_prompt *p);
+
+/* Renders conv in family's format into out (replacing what was there). tok
+ * gives the BOS text (none when the vocabulary has no BOS).
+ * Errors: FG_ERR_INVALID_ARG with the message index and what is wrong (a bad
+ * role, an absent text where one is required, a call outside an assistant
+ * message, an assistant message with both text and calls, which DeepSeek-V3's
+ * template cannot express, limits); FG_ERR_UNSUPPORTED for a family that is
+ * detected but not rendered yet; FG_ERR_NOMEM. out is left empty on error. */
+fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
+                      fg_chat_prompt *out, fg_diag *diag);
+
+/* Appends the tokens of a rendered prompt: special tokens only inside its
+ * spans (fg_tokenizer_encode_spans). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */
+fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out);
+
+/* ---- the v1 session layer's per-item form ----
+ *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
+ * Tool calls and their outputs are wrapped in DeepSeek's tool markers; markers
+ * are encoded with special tokens recognised, user-supplied text never is. */
 
 /* Appends the session head: BOS (if the vocabulary has one) and the instructions. */
 fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, size_t len, fg_tokens *out);

@@ -17,10 +17,38 @@ fg_add_test(reference_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_
 # The deepseek4 reference against itself: one pass vs its explicit cache, validation, MXFP4.
 fg_add_test(reference_deepseek4_selfcheck COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_deepseek4_selfcheck.py
             LABELS reference TIMEOUT 300)
+# The generator's deepseek4 files (v4-tiny, no hash layers, converter types) through the
+# deepseek4 reference: 300 prompt + 32 greedy tokens, cache == one pass, HCA rows, top-k drops.
+fg_add_test(reference_v4_generated COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_v4_generated.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+# Every key, tensor name, ggml type and shape of v4-tiny (3 variants) and v4-mini against
+# the table of llama.cpp's deepseek4 loader; v4-mini written twice, byte-identical.
+fg_add_test(reference_v4_layout COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_v4_layout.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
+
+# Other weight types against the same reference, which reads their values
+# exactly (tests/reference/quant_vectors.py's dequantization for the legacy and
+# K types). The engine quantizes the activations of every block-type product to
+# Q8_0 (ggml's dots do the same), at most amax/254 per element; a random 4-layer
+# model turns that into ~0.1-0.25 of logit at a typical position and, where it
+# flips an expert choice, a few units at that one. So the check is on the
+# median position's max |dlogit| (measured: mxfp4 experts 0.087, the mixed file
+# 0.35, and tiny-q8_0 0.25 for comparison); a misread weight moves it to the
+# logits' spread (a swapped Q4_K nibble order: 9.8). tiny-256 (F32, width 256
+# so that rows fit the K-quants' 256-value blocks) is the mixed file's source.
+foreach(variant tiny-mxfp4:0.25 tiny-mixed:0.7)
+  string(REPLACE ":" ";" parts ${variant})
+  list(GET parts 0 name)
+  list(GET parts 1 median)
+  fg_add_test(reference_${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${name}.gguf 10 10
+              ${median} LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+endforeach()
+fg_add_test(reference_tiny-256 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh tiny-256.gguf
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 
 # Byte-exact greedy output of the tiny model (update with check_golden.sh --update).
 fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh

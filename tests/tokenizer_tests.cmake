@@ -16,3 +16,12 @@ fg_add_test(unicode_data_current COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/en
 fg_add_test(tokenizer_regex_split COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/check_regex_split.sh
             LABELS "tokenizer;unit")
 set_tests_properties(tokenizer_regex_split PROPERTIES SKIP_RETURN_CODE 77)
+
+# Chat prompts against DeepSeek-V3's own chat_template (@huggingface/jinja) and
+# tokenizer; the script installs its npm packages into ${FG_TEST_DATA}/npm-chat.
+add_executable(chat_check ${CMAKE_CURRENT_SOURCE_DIR}/chat/chat_check.c)
+target_link_libraries(chat_check PRIVATE fg_gateway PkgConfig::JANSSON)
+set_target_properties(chat_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${FG_BIN})
+fg_add_test(chat_template_deepseek_v3 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/chat/check_chat_templates.sh
+            LABELS "tokenizer;gateway" TIMEOUT 600)
+set_tests_properties(chat_template_deepseek_v3 PROPERTIES SKIP_RETURN_CODE 77)

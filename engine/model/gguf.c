@@ -71,26 +71,26 @@ typedef struct ggml_type_info {
 static const ggml_type_info ggml_types[] = {
     [0] = {"f32", 1, 4, true},
     [1] = {"f16", 1, 2, true},
-    [2] = {"q4_0", 32, 18, false},
-    [3] = {"q4_1", 32, 20, false},
-    [6] = {"q5_0", 32, 22, false},
-    [7] = {"q5_1", 32, 24, false},
+    [2] = {"q4_0", 32, 18, true},
+    [3] = {"q4_1", 32, 20, true},
+    [6] = {"q5_0", 32, 22, true},
+    [7] = {"q5_1", 32, 24, true},
     [8] = {"q8_0", 32, 34, true},
     [9] = {"q8_1", 32, 36, false},
-    [10] = {"q2_K", 256, 84, false},
-    [11] = {"q3_K", 256, 110, false},
-    [12] = {"q4_K", 256, 144, false},
-    [13] = {"q5_K", 256, 176, false},
-    [14] = {"q6_K", 256, 210, false},
+    [10] = {"q2_K", 256, 84, true},
+    [11] = {"q3_K", 256, 110, true},
+    [12] = {"q4_K", 256, 144, true},
+    [13] = {"q5_K", 256, 176, true},
+    [14] = {"q6_K", 256, 210, true},
     [15] = {"q8_K", 256, 292, false},
     [16] = {"iq2_xxs", 256, 66, false},
     [17] = {"iq2_xs", 256, 74, false},
     [18] = {"iq3_xxs", 256, 98, false},
     [19] = {"iq1_s", 256, 50, false},
-    [20] = {"iq4_nl", 32, 18, false},
+    [20] = {"iq4_nl", 32, 18, true},
     [21] = {"iq3_s", 256, 110, false},
     [22] = {"iq2_s", 256, 82, false},
-    [23] = {"iq4_xs", 256, 136, false},
+    [23] = {"iq4_xs", 256, 136, true},
     [24] = {"i8", 1, 1, false},
     [25] = {"i16", 1, 2, false},
     [26] = {"i32", 1, 4, false},
@@ -100,7 +100,7 @@ static const ggml_type_info ggml_types[] = {
     [30] = {"bf16", 1, 2, true},
     [34] = {"tq1_0", 256, 54, false},
     [35] = {"tq2_0", 256, 66, false},
-    [39] = {"mxfp4", 32, 17, false},
+    [39] = {"mxfp4", 32, 17, true},
     [40] = {"nvfp4", 64, 36, false},
     [41] = {"q1_0", 128, 18, false},
     [42] = {"q2_0", 64, 18, false},
@@ -144,8 +144,17 @@ fg_err fg_ggml_check_computable(const char *tensor, uint32_t type, fg_diag *diag
     const char *name = fg_ggml_type_name(type);
     if (!name)
         return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has unknown ggml type id %" PRIu32, tensor, type);
-    return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with f32, f16, bf16, q8_0",
-                       tensor, name);
+    /* the list is the table's: it cannot fall behind what binding accepts */
+    char list[256];
+    size_t len = 0;
+    list[0] = 0;
+    for (size_t i = 0; i < sizeof ggml_types / sizeof ggml_types[0]; i++)
+        if (ggml_types[i].computable && len < sizeof list) {
+            int k = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", ggml_types[i].name);
+            len += k > 0 ? (size_t)k : 0;
+        }
+    return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s has type %s; the engine computes with %s", tensor, name,
+                       list);
 }
 
 uint64_t fg_ggml_row_bytes(uint32_t type, int64_t n)

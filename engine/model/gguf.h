@@ -44,14 +44,17 @@ typedef enum fg_gguf_vtype {
 } fg_gguf_vtype;
 
 /* ggml tensor type ids (the on-disk ids, as ggml defines them). Only the ones
- * the engine computes with are named; the reader knows the block sizes of
- * every current ggml type (up to 42, q2_0) so that any valid file parses, and
- * binding refuses the others by name (fg_ggml_check_computable). */
+ * the engine computes with or the model generator writes are named; the
+ * reader knows the block sizes of every current ggml type (up to 42, q2_0) so
+ * that any valid file parses, and binding refuses the types it cannot compute
+ * with by name (fg_ggml_check_computable). */
 enum {
     FG_GGML_F32 = 0,
     FG_GGML_F16 = 1,
     FG_GGML_Q8_0 = 8,
+    FG_GGML_I32 = 26,   /* deepseek4's ffn_gate_tid2eid (expert ids, not weights) */
     FG_GGML_BF16 = 30,
+    FG_GGML_MXFP4 = 39, /* deepseek4's routed experts (kernels/cpu/numeric.h) */
 };
 
 /* Hard limits (beyond the file-size bound every count is checked against). */

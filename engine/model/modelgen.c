@@ -1,12 +1,16 @@
-/* modelgen.c: the deepseek2 random-weight GGUF generator (see modelgen.h).
+/* modelgen.c: the random-weight GGUF generator (see modelgen.h): presets,
+ * checks, the deepseek2 keys and tensor list, and what both architectures
+ * share: random numbers, encoding, writing and the vocabulary. deepseek4's
+ * keys and tensor list are in modelgen_v4.c (modelgen_plan.h between them).
  *
- * Design: one function, plan_visit(), walks the tensors of a spec in file
- * order and hands each one (name, ggml shape, type, initialiser) to a
+ * Design: one visit function per architecture walks the tensors of a spec in
+ * file order and hands each one (name, ggml shape, type, initialiser) to a
  * callback. The same walk declares the tensors, writes their data and counts
  * parameters, so the three can never disagree. Writing streams one tensor at a
  * time: values are generated in chunks of CHUNK floats and encoded (F32, F16,
- * BF16 or Q8_0) straight into one reusable buffer the size of the largest
- * tensor, which goes to the GGUF writer in one call.
+ * BF16, Q8_0 or MXFP4; I32 expert ids are drawn as integers) straight into one
+ * reusable buffer the size of the largest tensor, which goes to the GGUF
+ * writer in one call.
  *
  * Random numbers: splitmix64, seeded per tensor from (spec seed, FNV-1a of the
  * tensor name). Each 64-bit draw is cut into four 16-bit uniforms whose sum
@@ -33,6 +37,7 @@
 #include "config/base/hash64.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/modelgen_plan.h"
 #include "engine/tokenizer/bpe_train.h"
 #include "kernels/cpu/numeric.h"
 
@@ -43,7 +48,7 @@
 #define ARCH "deepseek2"
 #define MAX_DIM (1u << 20)
 #define MAX_LAYERS 1024u
-#define CHUNK 65536 /* floats generated per step; a multiple of the Q8_0 block */
+#define CHUNK 65536 /* floats generated per step; a multiple of the 32-element blocks */
 
 /* DeepSeek's special token texts: U+FF5C (fullwidth vertical bar) and U+2581
  * (lower one eighth block) in UTF-8. Literals are split so that a hex escape
@@ -63,6 +68,8 @@ fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out)
 {
     if (!name || !out)
         return FG_ERR_INVALID_ARG;
+    if (fg_modelgen_v4_preset(name, out))
+        return FG_OK;
     fg_modelgen_spec s;
     memset(&s, 0, sizeof s);
     if (strcmp(name, "tiny") == 0) {
@@ -132,6 +139,11 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: NULL spec");
     if (!memchr(s->name, '\0', sizeof s->name) || s->name[0] == '\0')
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: name must be 1..63 bytes");
+    if (s->arch == FG_MODELGEN_DEEPSEEK4)
+        return fg_modelgen_v4_validate(s, diag);
+    if (s->arch != FG_MODELGEN_DEEPSEEK2)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: arch = %d must be 0 (deepseek2) or 1 (deepseek4)",
+                           (int)s->arch);
     const struct {
         const char *field;
         uint32_t v, max;
@@ -209,30 +221,24 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
 
 /* ---- the tensor plan ---- */
 
-typedef struct tensor_plan {
-    char name[64];
-    uint32_t n_dims;
-    int64_t ne[3];        /* ggml order; unused dims are 1 */
-    uint32_t type;        /* ggml type id */
-    double mean, sigma;   /* value = mean + sigma * N(0, 1) */
-    bool routed;          /* ne[2] indexes the routed experts */
-} tensor_plan;
-
-typedef void (*plan_fn)(void *ctx, const tensor_plan *t);
-
-/* Q8_0 needs whole 32-element blocks per row; like llama.cpp's converter,
- * fall back to F16 where a row does not split into blocks. */
-static uint32_t matrix_type(const fg_modelgen_spec *s, int64_t ne0)
+/* Q8_0 and MXFP4 need whole 32-element blocks per row; like llama.cpp's
+ * converter, fall back to F16 where a row does not split into blocks. */
+uint32_t fg_modelgen_block_type(uint32_t type, int64_t ne0)
 {
-    if (s->weight_type == FG_GGML_Q8_0 && ne0 % FG_Q8_0_BLOCK != 0)
+    if ((type == FG_GGML_Q8_0 || type == FG_GGML_MXFP4) && ne0 % FG_Q8_0_BLOCK != 0)
         return FG_GGML_F16;
-    return s->weight_type;
+    return type;
 }
 
-static void emit(plan_fn fn, void *ctx, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                 uint32_t type, double mean, double sigma, bool routed)
+static uint32_t matrix_type(const fg_modelgen_spec *s, int64_t ne0)
 {
-    tensor_plan t;
+    return fg_modelgen_block_type(s->weight_type, ne0);
+}
+
+void fg_modelgen_emit(fg_modelgen_visit_fn fn, void *ctx, const char *name, uint32_t n_dims, int64_t ne0,
+                      int64_t ne1, int64_t ne2, uint32_t type, double mean, double sigma, bool routed)
+{
+    fg_modelgen_tensor t;
     memset(&t, 0, sizeof t);
     snprintf(t.name, sizeof t.name, "%s", name);
     t.n_dims = n_dims;
@@ -240,27 +246,28 @@ static void emit(plan_fn fn, void *ctx, const char *name, uint32_t n_dims, int64
     t.ne[1] = ne1;
     t.ne[2] = ne2;
     t.type = type;
+    t.init = FG_MODELGEN_INIT_NORMAL;
     t.mean = mean;
     t.sigma = sigma;
     t.routed = routed;
     fn(ctx, &t);
 }
 
+void fg_modelgen_emit_norm(fg_modelgen_visit_fn fn, void *ctx, const char *name, int64_t n)
+{
+    fg_modelgen_emit(fn, ctx, name, 1, n, 1, 1, FG_GGML_F32, 1.0, 0.1, false);
+}
+
 /* A weight matrix (or stack of them) with the default N(0, 1/sqrt(n_in)) init. */
-static void emit_matrix(plan_fn fn, void *ctx, const fg_modelgen_spec *s, const char *name, uint32_t n_dims,
-                        int64_t ne0, int64_t ne1, int64_t ne2, bool routed)
+static void emit_matrix(fg_modelgen_visit_fn fn, void *ctx, const fg_modelgen_spec *s, const char *name,
+                        uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool routed)
 {
-    emit(fn, ctx, name, n_dims, ne0, ne1, ne2, matrix_type(s, ne0), 0.0, 1.0 / sqrt((double)ne0), routed);
+    fg_modelgen_emit(fn, ctx, name, n_dims, ne0, ne1, ne2, matrix_type(s, ne0), 0.0, 1.0 / sqrt((double)ne0), routed);
 }
 
-static void emit_norm(plan_fn fn, void *ctx, const char *name, int64_t n)
-{
-    emit(fn, ctx, name, 1, n, 1, 1, FG_GGML_F32, 1.0, 0.1, false);
-}
-
-/* Walks every tensor of the file in order. Shapes follow llama.cpp's
+/* Walks every tensor of a deepseek2 file in order. Shapes follow llama.cpp's
  * llama_model_deepseek2::load_arch_tensors (ggml order, ne[0] first). */
-static void plan_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
+static void v2_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *ctx)
 {
     const int64_t d = s->n_embd, V = s->n_vocab, H = s->n_head;
     const int64_t qk = (int64_t)s->nope_dim + s->rope_dim;
@@ -268,35 +275,36 @@ static void plan_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
     char nm[64];
 
     /* token_embd {d, V}: rows are looked up, not multiplied, so N(0, 1). */
-    emit(fn, ctx, "token_embd.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 1.0, false);
+    fg_modelgen_emit(fn, ctx, "token_embd.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 1.0, false);
 
 #define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, il), nm)
     for (uint32_t il = 0; il < s->n_layer; il++) {
-        emit_norm(fn, ctx, BLK("attn_norm.weight"), d);
+        fg_modelgen_emit_norm(fn, ctx, BLK("attn_norm.weight"), d);
         if (s->q_lora_rank > 0) {
             emit_matrix(fn, ctx, s, BLK("attn_q_a.weight"), 2, d, s->q_lora_rank, 1, false);
-            emit_norm(fn, ctx, BLK("attn_q_a_norm.weight"), s->q_lora_rank);
+            fg_modelgen_emit_norm(fn, ctx, BLK("attn_q_a_norm.weight"), s->q_lora_rank);
             emit_matrix(fn, ctx, s, BLK("attn_q_b.weight"), 2, s->q_lora_rank, H * qk, 1, false);
         } else {
             emit_matrix(fn, ctx, s, BLK("attn_q.weight"), 2, d, H * qk, 1, false);
         }
         emit_matrix(fn, ctx, s, BLK("attn_kv_a_mqa.weight"), 2, d, (int64_t)s->kv_lora_rank + s->rope_dim, 1, false);
-        emit_norm(fn, ctx, BLK("attn_kv_a_norm.weight"), s->kv_lora_rank);
+        fg_modelgen_emit_norm(fn, ctx, BLK("attn_kv_a_norm.weight"), s->kv_lora_rank);
         /* the two halves of DeepSeek's kv_b_proj, per head: k_b maps the query's
          * nope part into the latent (transposed), v_b maps the latent to v */
         emit_matrix(fn, ctx, s, BLK("attn_k_b.weight"), 3, s->nope_dim, s->kv_lora_rank, H, false);
         emit_matrix(fn, ctx, s, BLK("attn_v_b.weight"), 3, s->kv_lora_rank, s->v_dim, H, false);
         emit_matrix(fn, ctx, s, BLK("attn_output.weight"), 2, H * s->v_dim, d, 1, false);
-        emit_norm(fn, ctx, BLK("ffn_norm.weight"), d);
+        fg_modelgen_emit_norm(fn, ctx, BLK("ffn_norm.weight"), d);
         if (il < s->n_layer_dense_lead) {
             emit_matrix(fn, ctx, s, BLK("ffn_gate.weight"), 2, d, s->n_ff, 1, false);
             emit_matrix(fn, ctx, s, BLK("ffn_up.weight"), 2, d, s->n_ff, 1, false);
             emit_matrix(fn, ctx, s, BLK("ffn_down.weight"), 2, s->n_ff, d, 1, false);
         } else {
             /* the router stays F32, as llama.cpp keeps ffn_gate_inp */
-            emit(fn, ctx, BLK("ffn_gate_inp.weight"), 2, d, E, 1, FG_GGML_F32, 0.0, 1.0 / sqrt((double)d), false);
+            fg_modelgen_emit(fn, ctx, BLK("ffn_gate_inp.weight"), 2, d, E, 1, FG_GGML_F32, 0.0, 1.0 / sqrt((double)d),
+                             false);
             if (s->gating == FG_MODELGEN_GATING_SIGMOID)
-                emit(fn, ctx, BLK("exp_probs_b.bias"), 1, E, 1, 1, FG_GGML_F32, 0.0, 0.05, false);
+                fg_modelgen_emit(fn, ctx, BLK("exp_probs_b.bias"), 1, E, 1, 1, FG_GGML_F32, 0.0, 0.05, false);
             emit_matrix(fn, ctx, s, BLK("ffn_gate_exps.weight"), 3, d, f, E, true);
             emit_matrix(fn, ctx, s, BLK("ffn_up_exps.weight"), 3, d, f, E, true);
             emit_matrix(fn, ctx, s, BLK("ffn_down_exps.weight"), 3, f, d, E, true);
@@ -307,27 +315,32 @@ static void plan_visit(const fg_modelgen_spec *s, plan_fn fn, void *ctx)
     }
 #undef BLK
 
-    emit_norm(fn, ctx, "output_norm.weight", d);
+    fg_modelgen_emit_norm(fn, ctx, "output_norm.weight", d);
     /* a wider logit spread keeps greedy choices robust to small numeric differences */
     if (!s->tied_embeddings)
-        emit(fn, ctx, "output.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 3.0 / sqrt((double)d), false);
+        fg_modelgen_emit(fn, ctx, "output.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 3.0 / sqrt((double)d), false);
 }
 
-static uint64_t plan_elems(const tensor_plan *t)
+static void plan_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *ctx)
+{
+    if (s->arch == FG_MODELGEN_DEEPSEEK4)
+        fg_modelgen_v4_visit(s, fn, ctx);
+    else
+        v2_visit(s, fn, ctx);
+}
+
+static uint64_t plan_elems(const fg_modelgen_tensor *t)
 {
     return (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
 }
 
-static uint64_t plan_bytes(const tensor_plan *t)
+/* Bytes of a tensor of a type the generator writes (0 for another). */
+static uint64_t plan_bytes(const fg_modelgen_tensor *t)
 {
-    uint64_t n = plan_elems(t);
-    switch (t->type) {
-    case FG_GGML_F32: return n * 4;
-    case FG_GGML_F16:
-    case FG_GGML_BF16: return n * 2;
-    case FG_GGML_Q8_0: return n / FG_Q8_0_BLOCK * sizeof(fg_block_q8_0);
-    default: return 0;
-    }
+    uint32_t be = 0, bb = 0;
+    if (!fg_ggml_type_size(t->type, &be, &bb))
+        return 0;
+    return plan_elems(t) / be * bb;
 }
 
 /* ---- parameter counts ---- */
@@ -337,7 +350,7 @@ typedef struct count_ctx {
     uint64_t total, inactive;
 } count_ctx;
 
-static void count_one(void *vctx, const tensor_plan *t)
+static void count_one(void *vctx, const fg_modelgen_tensor *t)
 {
     count_ctx *c = vctx;
     uint64_t n = plan_elems(t);
@@ -394,7 +407,7 @@ typedef struct write_ctx {
     double unit;          /* 1 / (2 * sqrt((65536^2 - 1) / 3)): irwin_hall4x2 -> N(0, 1) */
 } write_ctx;
 
-static void declare_one(void *vctx, const tensor_plan *t)
+static void declare_one(void *vctx, const fg_modelgen_tensor *t)
 {
     write_ctx *c = vctx;
     if (c->err)
@@ -426,19 +439,52 @@ static void encode_chunk(uint32_t type, const float *x, int64_t n, void *dst)
         break;
     }
     case FG_GGML_Q8_0: fg_quantize_row_q8_0(x, dst, n); break;
+    /* finite values only (ours are), so the "not finite" answer cannot come */
+    case FG_GGML_MXFP4: (void)fg_quantize_row_mxfp4(x, dst, n); break;
     default: break;
     }
 }
 
-static void write_one(void *vctx, const tensor_plan *t)
+/* Rows of ne[0] distinct ids in [0, id_range): a partial Fisher-Yates shuffle
+ * of one permutation kept across rows, with integer draws only. */
+static fg_err write_expert_ids(const fg_modelgen_tensor *t, uint64_t *state, int32_t *dst, fg_diag *diag)
+{
+    const uint32_t n = t->id_range, k = (uint32_t)t->ne[0];
+    uint32_t *perm = malloc((n ? n : 1) * sizeof *perm);
+    if (!perm)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "modelgen: out of memory for %s", t->name);
+    for (uint32_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (int64_t row = 0; row < t->ne[1] * t->ne[2]; row++) {
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t pick = j + (uint32_t)(splitmix64(state) % (n - j));
+            uint32_t tmp = perm[j];
+            perm[j] = perm[pick];
+            perm[pick] = tmp;
+            dst[row * k + j] = (int32_t)perm[j];
+        }
+    }
+    free(perm);
+    return FG_OK;
+}
+
+static void write_one(void *vctx, const fg_modelgen_tensor *t)
 {
     write_ctx *c = vctx;
     if (c->err)
         return;
     uint64_t state = tensor_seed(c->spec->seed, t->name);
+    if (t->init == FG_MODELGEN_INIT_EXPERT_IDS) {
+        if ((c->err = write_expert_ids(t, &state, c->buf, c->diag)))
+            return;
+        c->err = fg_gguf_writer_write_tensor(c->w, c->buf, plan_bytes(t), c->diag);
+        return;
+    }
     const double scale = t->sigma * c->unit;
     const uint64_t n = plan_elems(t);
     unsigned char *dst = c->buf;
+    uint32_t block_elems = 1, block_bytes = 4;
+    (void)fg_ggml_type_size(t->type, &block_elems, &block_bytes);
     for (uint64_t off = 0; off < n; off += CHUNK) {
         int64_t m = (int64_t)(n - off < CHUNK ? n - off : CHUNK);
         for (int64_t i = 0; i < m; i++) {
@@ -446,21 +492,15 @@ static void write_one(void *vctx, const tensor_plan *t)
             double z = (double)irwin_hall4x2(splitmix64(&state)) * scale;
             c->chunk[i] = (float)(t->mean + z);
         }
-        /* CHUNK and every Q8_0 row are whole blocks, so a chunk starts on a block */
-        uint64_t byte_off = 0;
-        switch (t->type) {
-        case FG_GGML_F32: byte_off = off * 4; break;
-        case FG_GGML_Q8_0: byte_off = off / FG_Q8_0_BLOCK * sizeof(fg_block_q8_0); break;
-        default: byte_off = off * 2; break;
-        }
-        encode_chunk(t->type, c->chunk, m, dst + byte_off);
+        /* CHUNK and every block-typed row are whole blocks, so a chunk starts on a block */
+        encode_chunk(t->type, c->chunk, m, dst + off / block_elems * block_bytes);
     }
     fg_err e = fg_gguf_writer_write_tensor(c->w, c->buf, plan_bytes(t), c->diag);
     if (e)
         c->err = e;
 }
 
-static uint32_t file_type_of(uint32_t wtype)
+uint32_t fg_modelgen_file_type(uint32_t wtype)
 {
     /* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
     switch (wtype) {
@@ -471,8 +511,8 @@ static uint32_t file_type_of(uint32_t wtype)
     }
 }
 
-/* Adds the metadata; *err_key names the key that failed. */
-static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const fg_bpe_vocab *bpe, const char **err_key)
+/* Adds the general.* and deepseek2.* keys; *err_key names the key that failed. */
+static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const char **err_key)
 {
     fg_err e = FG_OK;
 #define KEY(k) (*err_key = (k), (k))
@@ -496,7 +536,7 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
         TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
         TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
     }
-    TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), file_type_of(s->weight_type)));
+    TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), fg_modelgen_file_type(s->weight_type)));
     TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
     TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
     if (s->q_lora_rank > 0)
@@ -520,8 +560,17 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
         TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
     }
     TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
+    return FG_OK;
+#undef TRY
+#undef KEY
+}
 
-    /* tokenizer: bytes, merges, then BOS and EOS */
+/* Adds the tokenizer.* keys, the same for every architecture: bytes, merges,
+ * then BOS and EOS. *err_key names the key that failed. */
+static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, const char **err_key)
+{
+    fg_err e = FG_OK;
+#define KEY(k) (*err_key = (k), (k))
     const uint32_t n_tok = bpe->n_tokens + 2;
     const char **texts = malloc(n_tok * sizeof *texts);
     int32_t *types = malloc(n_tok * sizeof *types);
@@ -576,8 +625,14 @@ tok_done:
     free(types);
     free(texts);
     return e;
-#undef TRY
 #undef KEY
+}
+
+static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const fg_bpe_vocab *bpe,
+                           const char **err_key)
+{
+    fg_err e = s->arch == FG_MODELGEN_DEEPSEEK4 ? fg_modelgen_v4_add_keys(w, s, err_key) : v2_add_keys(w, s, err_key);
+    return e ? e : add_vocab(w, bpe, err_key);
 }
 
 fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag *diag)

@@ -290,7 +290,7 @@ static uint32_t release_text(fg_engine_t *e, fg_session_t *s, int32_t tok, const
     fg_response *r = &s->serve.resp;
     const char *bytes = "";
     size_t nb = 0;
-    fg_tokenizer_token_bytes(e->tok, tok, false, &bytes, &nb);
+    fg_tokenizer_token_bytes(e->tok, tok, r->p.keep_control, &bytes, &nb);
     char *buf = e->serve.text_scratch;
     memcpy(buf, r->hold, (size_t)r->hold_len);
     memcpy(buf + r->hold_len, bytes, nb);

@@ -722,26 +722,28 @@ static int32_t match_special(const fg_tokenizer_t *t, const char *text, size_t l
     return best;
 }
 
-fg_err fg_tokenizer_encode(const fg_tokenizer_t *t, const char *text, size_t len, bool add_bos,
-                           bool parse_special, int32_t *out, size_t cap, size_t *n_out)
+/* Encodes text, matching specials only inside the spans (all of it: NULL). */
+static fg_err encode_impl(const fg_tokenizer_t *t, const char *text, size_t len, bool add_bos,
+                          const fg_tok_span *spans, size_t n_spans, int32_t *out, size_t cap, size_t *n_out)
 {
-    if (n_out)
-        *n_out = 0;
-    if (!t || !n_out || (len && !text) || (cap && !out) || len > MAX_ENCODE_LEN)
-        return FG_ERR_INVALID_ARG;
-
     enc s = {.t = t, .out = out, .cap = cap};
     if (add_bos && t->bos >= 0)
         emit(&s, t->bos);
 
     fg_err e = FG_OK;
     size_t pos = 0;
-    if (parse_special && t->has_special) {
-        for (size_t i = 0; i < len && e == FG_OK;) {
+    fg_tok_span all = {0, len};
+    if (!spans) {
+        spans = &all;
+        n_spans = 1;
+    }
+    for (size_t k = 0; k < n_spans && t->has_special && e == FG_OK; k++) {
+        size_t span_end = spans[k].end;
+        for (size_t i = spans[k].start > pos ? spans[k].start : pos; i < span_end && e == FG_OK;) {
             size_t end;
             int32_t id;
             if (!t->first_byte[(unsigned char)text[i]] ||
-                (id = match_special(t, text, len, i, &end)) < 0) {
+                (id = match_special(t, text, span_end, i, &end)) < 0) {
                 i++;
                 continue;
             }
@@ -758,6 +760,41 @@ fg_err fg_tokenizer_encode(const fg_tokenizer_t *t, const char *text, size_t len
         return e;
     *n_out = s.n;
     return s.n > cap ? FG_ERR_INVALID_ARG : FG_OK;
+}
+
+fg_err fg_tokenizer_encode(const fg_tokenizer_t *t, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t *out, size_t cap, size_t *n_out)
+{
+    if (n_out)
+        *n_out = 0;
+    if (!t || !n_out || (len && !text) || (cap && !out) || len > MAX_ENCODE_LEN)
+        return FG_ERR_INVALID_ARG;
+    static const fg_tok_span none = {0, 0};
+    return encode_impl(t, text, len, add_bos, parse_special ? NULL : &none, parse_special ? 0 : 1, out, cap,
+                       n_out);
+}
+
+fg_err fg_tokenizer_encode_spans(const fg_tokenizer_t *t, const char *text, size_t len, const fg_tok_span *spans,
+                                 size_t n_spans, int32_t *out, size_t cap, size_t *n_out)
+{
+    if (n_out)
+        *n_out = 0;
+    if (!t || !n_out || (len && !text) || (cap && !out) || (n_spans && !spans) || len > MAX_ENCODE_LEN)
+        return FG_ERR_INVALID_ARG;
+    for (size_t k = 0; k < n_spans; k++)
+        if (spans[k].start > spans[k].end || spans[k].end > len || (k && spans[k].start < spans[k - 1].end))
+            return FG_ERR_INVALID_ARG;
+    static const fg_tok_span none = {0, 0};
+    return encode_impl(t, text, len, false, n_spans ? spans : &none, n_spans ? n_spans : 1, out, cap, n_out);
+}
+
+int32_t fg_tokenizer_special_id(const fg_tokenizer_t *t, const char *s, size_t len)
+{
+    size_t end = 0;
+    if (!t || !s || len == 0 || !t->has_special)
+        return -1;
+    int32_t id = match_special(t, s, len, 0, &end);
+    return id >= 0 && end == len ? id : -1;
 }
 
 /* ---------------------------------------------------------------- decode */

@@ -49,6 +49,26 @@ bool fg_tokenizer_add_bos(const fg_tokenizer_t *t);  /* tokenizer.ggml.add_bos_t
 fg_err fg_tokenizer_encode(const fg_tokenizer_t *t, const char *text, size_t len, bool add_bos,
                            bool parse_special, int32_t *out, size_t cap, size_t *n_out);
 
+/* A byte range [start, end) of an encode input. */
+typedef struct fg_tok_span {
+    size_t start;
+    size_t end;
+} fg_tok_span;
+
+/* As fg_tokenizer_encode with parse_special, except that a special token is
+ * matched only where its whole text lies inside one of the n spans (sorted,
+ * non-overlapping, within len); elsewhere the same bytes stay plain text. The
+ * text between matched specials is split and merged as one run, whoever wrote
+ * it, so a chat prompt whose template-written markers are the spans encodes
+ * exactly as the reference tokenizer encodes the whole string when the other
+ * text holds no marker. Errors: as fg_tokenizer_encode; FG_ERR_INVALID_ARG for
+ * spans that are unsorted, overlapping or past len. */
+fg_err fg_tokenizer_encode_spans(const fg_tokenizer_t *t, const char *text, size_t len, const fg_tok_span *spans,
+                                 size_t n_spans, int32_t *out, size_t cap, size_t *n_out);
+
+/* The control or user-defined token whose text is exactly s[0..len), or -1. */
+int32_t fg_tokenizer_special_id(const fg_tokenizer_t *t, const char *s, size_t len);
+
 /* Bytes of one token (control tokens decode to their text only when
  * render_special, else to nothing). Returns FG_ERR_TOKEN_ID for a bad id.
  * *len is set to the byte count; ptr stays valid for the tokenizer's life. */

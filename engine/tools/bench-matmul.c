@@ -2,6 +2,10 @@
  * the F32-widening one (what CPUs without avx512_bf16 run) and vdpbf16ps
  * (activations rounded to BF16 once per call), on a few shapes.
  *
+ * With --types: one token's product (decode) on one thread for every weight
+ * type, in GB/s of weights read, beside the read bandwidth one thread of this
+ * machine reaches (the limit of a memory-bound product on one thread).
+ *
  * The CPU's features are detected once per process, so the widening path is
  * measured in a child process started with FG_NO_AVX512_BF16=1 (matmul.h),
  * before this process makes its first product; the child sends its times
@@ -25,6 +29,7 @@
 #include "engine/tools/bench_common.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quants.h"
 
 #define MAX_SHAPES 16
 
@@ -74,6 +79,80 @@ out:
     free(scratch);
     free(t);
     return result;
+}
+
+/* ---- --types: GB/s of one product per weight type ---- */
+
+static const struct {
+    int wtype;
+    const char *name;
+} bench_types[] = {
+    {FG_WTYPE_F32, "f32"},     {FG_WTYPE_F16, "f16"},     {FG_WTYPE_BF16, "bf16"},   {FG_WTYPE_Q8_0, "q8_0"},
+    {FG_WTYPE_MXFP4, "mxfp4"}, {FG_WTYPE_Q4_0, "q4_0"},   {FG_WTYPE_Q4_1, "q4_1"},   {FG_WTYPE_Q5_0, "q5_0"},
+    {FG_WTYPE_Q5_1, "q5_1"},   {FG_WTYPE_Q2_K, "q2_K"},   {FG_WTYPE_Q3_K, "q3_K"},   {FG_WTYPE_Q4_K, "q4_K"},
+    {FG_WTYPE_Q5_K, "q5_K"},   {FG_WTYPE_Q6_K, "q6_K"},   {FG_WTYPE_IQ4_NL, "iq4_nl"}, {FG_WTYPE_IQ4_XS, "iq4_xs"},
+};
+
+/* Median seconds of one product of n_tok tokens on isa (one thread), or -1. */
+static double time_type(int wtype, fg_isa isa, int64_t n_in, int64_t n_out, int64_t n_tok, int reps)
+{
+    uint64_t seed = 11;
+    const size_t wb = fg_wtype_row_bytes(wtype, n_in) * (size_t)n_out;
+    uint8_t *w = malloc(wb);
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof *x), *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
+    const size_t sb = fg_matmul_scratch_bytes(wtype, n_in, n_tok);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    double *t = malloc((size_t)reps * sizeof *t), result = -1.0;
+    if (!wb || !w || !x || !y || (sb && !scratch) || !t)
+        goto out;
+    /* Every byte in [0x20, 0x3b]: each F16 field of a block a normal number
+     * below 1 (and an E8M0 scale a normal one), so no NaN or subnormal slows
+     * the arithmetic; the float types get ordinary values. */
+    for (size_t i = 0; i < wb; i++)
+        w[i] = (uint8_t)(0x20 + (next_value(&seed) + 0.5f) * 27.99f);
+    if (wtype == FG_WTYPE_F32)
+        for (size_t i = 0; i < wb / 4; i++)
+            ((float *)w)[i] = next_value(&seed);
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = next_value(&seed);
+    if (fg_matmul(NULL, isa, wtype, w, n_in, n_out, x, n_tok, y, scratch) != 0)
+        goto out;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = thread_cpu_s();
+        (void)fg_matmul(NULL, isa, wtype, w, n_in, n_out, x, n_tok, y, scratch);
+        t[r] = thread_cpu_s() - t0;
+    }
+    result = median(t, reps);
+out:
+    free(w);
+    free(x);
+    free(y);
+    free(scratch);
+    free(t);
+    return result;
+}
+
+static int bench_types_run(int64_t n_in, int64_t n_out, int reps)
+{
+    const fg_isa isa = fg_isa_best();
+    fg_pool_t *one = fg_pool_create(1);
+    const double bw = one ? measure_bandwidth(one, 3) : 0.0;
+    fg_pool_destroy(one);
+    printf("one token's product, %lld x %lld (n_out x n_in), %s, 1 thread (CPU time, median of %d)\n",
+           (long long)n_out, (long long)n_in, fg_isa_name(isa), reps);
+    printf("machine limit: %.1f GB/s read by one thread (measure_bandwidth, 1 GiB)\n", bw * 1e-9);
+    printf("  %-7s %9s %10s %9s %8s\n", "type", "MB", "us", "GB/s", "of limit");
+    for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++) {
+        const double mb = (double)(fg_wtype_row_bytes(bench_types[i].wtype, n_in) * (size_t)n_out);
+        const double s = time_type(bench_types[i].wtype, isa, n_in, n_out, 1, reps);
+        if (s <= 0) {
+            printf("  %-7s failed\n", bench_types[i].name);
+            continue;
+        }
+        printf("  %-7s %9.2f %10.1f %9.2f %7.0f%%\n", bench_types[i].name, mb * 1e-6, s * 1e6, mb / s * 1e-9,
+               bw > 0 ? 100.0 * mb / s / bw : 0.0);
+    }
+    return 0;
 }
 
 static size_t out_floats(const shape *sh, int n)
@@ -133,16 +212,18 @@ int main(int argc, char **argv)
     int64_t n_in = 1024, n_out = 1024;
     int reps = 7;
     int64_t toks[MAX_SHAPES] = {1, 8, 64};
-    int n_toks = 3;
+    int n_toks = 3, types = 0;
     static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
                                           {"tokens", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
-                                          {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+                                          {"types", no_argument, 0, 'T'},       {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "i:o:t:r:h", longs, NULL)) != -1) {
         switch (c) {
         case 'i': n_in = atoll(optarg); break;
         case 'o': n_out = atoll(optarg); break;
         case 'r': reps = atoi(optarg); break;
+        case 'T': types = 1; break;
         case 't': {
             n_toks = 0;
             for (char *s = optarg; *s && n_toks < MAX_SHAPES;) {
@@ -156,7 +237,8 @@ int main(int argc, char **argv)
         }
         default:
             fprintf(stderr,
-                    "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
+                    "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n"
+                    "       flashgate-bench-matmul --types [--n-in 1024] [--n-out 1024] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -167,6 +249,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --n-in, --n-out >= 1 (at most 2^28 weights), --tokens 1..4096 each, --reps 1..101\n");
         return 2;
     }
+    if (types)
+        return bench_types_run(n_in, n_out, reps);
     shape sh[MAX_SHAPES];
     for (int i = 0; i < n_toks; i++)
         sh[i] = (shape){n_in, n_out, toks[i]};

@@ -1,6 +1,8 @@
-/* flashgate-modelgen: writes a deterministic random-weight deepseek2 GGUF.
+/* flashgate-modelgen: writes a deterministic random-weight deepseek2 or
+ * deepseek4 GGUF.
  *
- * Starts from a preset (tiny, flash-mini), applies the flags, prints the
+ * Starts from a preset (tiny, flash-mini: deepseek2; v4-tiny, v4-mini:
+ * deepseek4), applies the flags, prints the
  * parameter counts and writes the file (engine/model/modelgen.h does the work).
  * Exit status: 0 on success, 1 when writing fails, 2 on a bad command line.
  */
@@ -21,18 +23,27 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: flashgate-modelgen --preset tiny|flash-mini --out PATH [options]\n"
+            "usage: flashgate-modelgen --preset tiny|flash-mini|v4-tiny|v4-mini --out PATH [options]\n"
             "\n"
             "options:\n"
-            "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32)\n"
+            "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32;\n"
+            "                             v4 presets: every matrix, embeddings, router and experts too)\n"
+            "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
+            "  --embd N                   embedding width instead of the preset's\n"
+            "  --help                     this text\n"
+            "\n"
+            "deepseek4 (v4-*) only:\n"
+            "  --embd-type f32|f16|bf16|q8_0        token_embd, output, router, indexer.proj (after --type)\n"
+            "  --expert-type f32|f16|bf16|q8_0|mxfp4 routed experts (after --type)\n"
+            "  --hash-layers N            the first N layers route by ffn_gate_tid2eid (0: none)\n"
+            "\n"
+            "deepseek2 (tiny, flash-mini) only:\n"
             "  --gating softmax|sigmoid   expert gating (sigmoid adds exp_probs_b selection biases)\n"
             "  --groups G:K|none          group-limited routing: G groups, the best K eligible\n"
             "  --no-q-lora                plain attn_q instead of the q-LoRA pair (\"lite\" layout)\n"
             "  --tied                     tie the output head to token_embd (no output.weight)\n"
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
-            "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
-            "  --layers N                 block count (leading dense blocks capped at N)\n"
-            "  --help                     this text\n");
+            "  --layers N                 block count (leading dense blocks capped at N)\n");
 }
 
 static int bad(const char *fmt, const char *arg)
@@ -56,21 +67,39 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
+static const struct {
+    const char *name;
+    uint32_t id;
+} TYPES[] = {
+    {"f32", FG_GGML_F32},   {"f16", FG_GGML_F16},     {"bf16", FG_GGML_BF16},
+    {"q8_0", FG_GGML_Q8_0}, {"mxfp4", FG_GGML_MXFP4},
+};
+
 static const char *type_name(uint32_t t)
 {
-    switch (t) {
-    case FG_GGML_F32: return "f32";
-    case FG_GGML_F16: return "f16";
-    case FG_GGML_BF16: return "bf16";
-    case FG_GGML_Q8_0: return "q8_0";
-    default: return "?";
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
+        if (TYPES[i].id == t)
+            return TYPES[i].name;
+    return "?";
+}
+
+/* 0 and *out set for a known name (mxfp4 only where allowed), -1 otherwise. */
+static int parse_type(const char *name, int allow_mxfp4, uint32_t *out)
+{
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        if (strcmp(TYPES[i].name, name) == 0 && (allow_mxfp4 || TYPES[i].id != FG_GGML_MXFP4)) {
+            *out = TYPES[i].id;
+            return 0;
+        }
     }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
-               *seed = NULL, *layers = NULL;
+               *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
+               *hash_layers = NULL;
     int no_q_lora = 0, tied = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -87,9 +116,11 @@ int main(int argc, char **argv)
             tied = 1;
             continue;
         }
-        static const char *const names[] = {"--preset", "--out", "--type", "--gating",
-                                            "--groups", "--yarn", "--seed", "--layers"};
-        const char **slots[] = {&preset, &out, &type, &gating, &groups, &yarn, &seed, &layers};
+        static const char *const names[] = {"--preset", "--out",  "--type", "--gating",    "--groups",
+                                            "--yarn",   "--seed", "--layers", "--embd", "--embd-type",
+                                            "--expert-type", "--hash-layers"};
+        const char **slots[] = {&preset, &out,  &type,      &gating,      &groups,      &yarn,
+                                &seed,   &layers, &embd, &embd_type, &expert_type, &hash_layers};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -108,25 +139,46 @@ int main(int argc, char **argv)
             return bad("unknown argument '%s'", a);
     }
     if (!preset)
-        return bad("%s", "--preset is required (tiny or flash-mini)");
+        return bad("%s", "--preset is required (tiny, flash-mini, v4-tiny or v4-mini)");
     if (!out || !*out)
         return bad("%s", "--out PATH is required");
 
     fg_modelgen_spec spec;
     if (fg_modelgen_preset(preset, &spec) != FG_OK)
-        return bad("unknown preset '%s' (tiny, flash-mini)", preset);
+        return bad("unknown preset '%s' (tiny, flash-mini, v4-tiny, v4-mini)", preset);
+    const int v4 = spec.arch == FG_MODELGEN_DEEPSEEK4;
+    /* an option the architecture has no use for is refused, not ignored */
+    const struct {
+        const char *flag;
+        int given;
+    } v2_only[] = {{"--gating", gating != NULL}, {"--groups", groups != NULL}, {"--yarn", yarn != NULL},
+                   {"--layers", layers != NULL}, {"--no-q-lora", no_q_lora}, {"--tied", tied}},
+      v4_only[] = {{"--embd-type", embd_type != NULL}, {"--expert-type", expert_type != NULL},
+                   {"--hash-layers", hash_layers != NULL}};
+    for (size_t k = 0; v4 && k < sizeof v2_only / sizeof v2_only[0]; k++)
+        if (v2_only[k].given)
+            return bad("%s is for the deepseek2 presets (tiny, flash-mini)", v2_only[k].flag);
+    for (size_t k = 0; !v4 && k < sizeof v4_only / sizeof v4_only[0]; k++)
+        if (v4_only[k].given)
+            return bad("%s is for the deepseek4 presets (v4-tiny, v4-mini)", v4_only[k].flag);
 
     if (type) {
-        if (strcmp(type, "f32") == 0)
-            spec.weight_type = FG_GGML_F32;
-        else if (strcmp(type, "f16") == 0)
-            spec.weight_type = FG_GGML_F16;
-        else if (strcmp(type, "bf16") == 0)
-            spec.weight_type = FG_GGML_BF16;
-        else if (strcmp(type, "q8_0") == 0)
-            spec.weight_type = FG_GGML_Q8_0;
-        else
+        uint32_t t;
+        if (parse_type(type, 0, &t))
             return bad("unknown --type '%s' (f32, f16, bf16, q8_0)", type);
+        spec.weight_type = t;
+        if (v4)
+            spec.v4.embd_type = spec.v4.expert_type = t;
+    }
+    if (embd_type && parse_type(embd_type, 0, &spec.v4.embd_type))
+        return bad("unknown --embd-type '%s' (f32, f16, bf16, q8_0)", embd_type);
+    if (expert_type && parse_type(expert_type, 1, &spec.v4.expert_type))
+        return bad("unknown --expert-type '%s' (f32, f16, bf16, q8_0, mxfp4)", expert_type);
+    if (hash_layers) {
+        uint64_t v;
+        if (parse_u64(hash_layers, spec.n_layer, &v))
+            return bad("--hash-layers wants an integer from 0 to the preset's layer count, not '%s'", hash_layers);
+        spec.v4.n_hash_layer = (uint32_t)v;
     }
     if (gating) {
         if (strcmp(gating, "softmax") == 0)
@@ -185,6 +237,13 @@ int main(int argc, char **argv)
             spec.n_layer_dense_lead = spec.n_layer;
     }
 
+    if (embd) { /* a wider model: rows of 256 for the K-quant test models */
+        uint64_t v;
+        if (parse_u64(embd, 65536, &v) || v == 0)
+            return bad("--embd wants an integer in 1..65536, not '%s'", embd);
+        spec.n_embd = (uint32_t)v;
+    }
+
     fg_diag diag = {{0}};
     if (fg_modelgen_validate(&spec, &diag) != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s\n", diag.msg);
@@ -193,11 +252,23 @@ int main(int argc, char **argv)
 
     uint64_t total = 0, active = 0;
     fg_modelgen_param_counts(&spec, &total, &active);
-    printf("preset %s: %u layers (%u dense), d=%u, %u heads, %u experts top-%u, vocab %u, weights %s, seed %" PRIu64
-           "\n",
-           preset, spec.n_layer, spec.n_layer_dense_lead, spec.n_embd, spec.n_head, spec.n_expert,
-           spec.n_expert_used, spec.n_vocab, type_name(spec.weight_type),
-           spec.seed);
+    if (v4) {
+        char ratios[4 * FG_MODELGEN_V4_MAX_LAYERS + 1] = "";
+        for (uint32_t il = 0; il < spec.n_layer; il++)
+            snprintf(ratios + strlen(ratios), sizeof ratios - strlen(ratios), "%s%u", il ? "," : "",
+                     spec.v4.ratios[il]);
+        printf("preset %s: deepseek4, %u layers + %u MTP, ratios [%s], %u hash, d=%u, %u heads of %u, window %u, "
+               "top-k %u, %u experts top-%u, vocab %u, weights %s (embeddings %s, experts %s), seed %" PRIu64 "\n",
+               preset, spec.n_layer, spec.v4.n_nextn, ratios, spec.v4.n_hash_layer, spec.n_embd, spec.n_head,
+               spec.v4.head_dim, spec.v4.window, spec.v4.indexer_top_k, spec.n_expert, spec.n_expert_used,
+               spec.n_vocab, type_name(spec.weight_type), type_name(spec.v4.embd_type),
+               type_name(spec.v4.expert_type), spec.seed);
+    } else {
+        printf("preset %s: %u layers (%u dense), d=%u, %u heads, %u experts top-%u, vocab %u, weights %s, seed %" PRIu64
+               "\n",
+               preset, spec.n_layer, spec.n_layer_dense_lead, spec.n_embd, spec.n_head, spec.n_expert,
+               spec.n_expert_used, spec.n_vocab, type_name(spec.weight_type), spec.seed);
+    }
     printf("parameters: total %" PRIu64 " (%.1fM), active per token %" PRIu64 " (%.1fM)\n", total, total / 1e6,
            active, active / 1e6);
     fflush(stdout);

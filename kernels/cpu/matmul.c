@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -173,6 +174,9 @@ size_t fg_wtype_row_bytes(int wtype, int64_t n_in)
             return 0;
         return (size_t)(n_in / FG_MXFP4_BLOCK) * sizeof(fg_block_mxfp4);
     }
+    int elems, bytes;
+    if (fg_quant_decodes(wtype) && fg_wtype_block(wtype, &elems, &bytes) && n_in % elems == 0)
+        return (size_t)(n_in / elems) * (size_t)bytes;
     return 0;
 }
 
@@ -181,10 +185,9 @@ static int64_t round_up(int64_t v, int64_t m)
     return (v + m - 1) / m * m;
 }
 
-/* The weight types whose products read x quantized to Q8_0. */
-static int reads_q8(int wtype)
+int fg_wtype_reads_q8(int wtype)
 {
-    return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4;
+    return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_Q8_0_P16 || wtype == FG_WTYPE_MXFP4 || fg_quant_decodes(wtype);
 }
 
 /* Lays out the fast kernels' activation buffers in scratch (scratch may be
@@ -234,7 +237,7 @@ size_t fg_matmul_scratch_bytes(int wtype, int64_t n_in, int64_t n_tok)
     /* BF16 asks for it whatever the ISA: callers size scratch once, before they know */
     if (wtype == FG_WTYPE_BF16)
         return n_in > 0 && n_tok > 0 ? (size_t)(n_tok * bf16_x_stride(n_in)) * sizeof(uint16_t) : 0;
-    if (!reads_q8(wtype) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
+    if (!fg_wtype_reads_q8(wtype) || n_in <= 0 || n_in % FG_Q8_0_BLOCK || n_tok <= 0)
         return 0;
     return q8_layout(n_in, n_tok, NULL, NULL);
 }
@@ -286,8 +289,48 @@ static void p16_block(const fg_matmul_args *a, int64_t o, int64_t b, fg_block_q8
 
 /* ---- scalar reference ---- */
 
+/* The types of quants.h, per matmul.h: each weight row decoded a block at a
+ * time, then the per-32 formula, token by token, in block order. */
+static void rows_scalar_quant(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
+{
+    const int64_t n_in = a->n_in, nb = n_in / FG_Q8_0_BLOCK;
+    int elems, bytes;
+    fg_wtype_block(a->wtype, &elems, &bytes);
+    const int groups = elems / FG_QUANT_GROUP;
+    int8_t v[256];
+    float s[16], m[16];
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t *wrow = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
+        for (int64_t t = 0; t < a->n_tok; t++)
+            a->y[t * a->n_out + o] = 0.0f;
+        for (int64_t b = 0; b < n_in / elems; b++) {
+            (void)fg_quant_decode(a->wtype, wrow + (size_t)b * (size_t)bytes, 1, v, s, m);
+            for (int64_t t = 0; t < a->n_tok; t++) {
+                const fg_block_q8_0 *xb = (const fg_block_q8_0 *)a->scratch + t * nb + b * groups;
+                float sum = a->y[t * a->n_out + o];
+                for (int g = 0; g < groups; g++) {
+                    int32_t isum[2] = {0, 0}, xsum[2] = {0, 0};
+                    for (int i = 0; i < FG_QUANT_GROUP; i++) {
+                        isum[i / 16] += (int32_t)v[g * FG_QUANT_GROUP + i] * (int32_t)xb[g].qs[i];
+                        xsum[i / 16] += xb[g].qs[i];
+                    }
+                    const float *sg = s + 2 * g, *mg = m + 2 * g;
+                    sum += (sg[0] * (float)isum[0] + sg[1] * (float)isum[1] + mg[0] * (float)xsum[0] +
+                            mg[1] * (float)xsum[1]) *
+                           fg_f16_to_f32(xb[g].d);
+                }
+                a->y[t * a->n_out + o] = sum;
+            }
+        }
+    }
+}
+
 static void rows_scalar(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
 {
+    if (fg_quant_decodes(a->wtype)) {
+        rows_scalar_quant(a, o_begin, o_end);
+        return;
+    }
     const int64_t n_in = a->n_in;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t *wrow = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
@@ -594,7 +637,7 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
         a->y = ops[i].y;
         a->scratch = scratch;
         macs += n_in * ops[i].n_out * n_tok;
-        if (reads_q8(a->wtype)) {
+        if (fg_wtype_reads_q8(a->wtype)) {
             any_q8 = 1;
             q8_layout(n_in, n_tok, scratch, &a->xq);
             if (isa == FG_ISA_AVX512)
@@ -679,7 +722,7 @@ static int many(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_ops,
         op_isa[n_live] = op_isa[i];
         live[n_live++] = ops[i];
         same_isa &= op_isa[n_live - 1] == op_isa[0];
-        has_q8 |= reads_q8(ops[i].wtype);
+        has_q8 |= fg_wtype_reads_q8(ops[i].wtype);
         has_bf16 |= ops[i].wtype == FG_WTYPE_BF16;
     }
     if (n_live == 0)
@@ -710,7 +753,7 @@ int fg_matmul_q8_rows(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int 
         n_ops > FG_MATMUL_MAX_OPS || !ops)
         return -1;
     for (int i = 0; i < n_ops; i++)
-        if (!reads_q8(ops[i].wtype))
+        if (!fg_wtype_reads_q8(ops[i].wtype))
             return -1; /* float weights read x itself */
     for (int64_t t = 0; t < n_tok; t++)
         if (rows[t] < 0 || rows[t] >= n_buf_rows)

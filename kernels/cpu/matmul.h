@@ -26,6 +26,18 @@
  *           2 * e2m1, integers in [-12, 12], with the 32 int8 of x), as ggml's
  *           mxfp4 x q8_0 dot does (numeric.h has the layout; the engine
  *           refuses blocks fg_mxfp4_validate_rows rejects).
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (quants.h): x
+ *           quantized to Q8_0 as for Q8_0; the weights in their decoded form
+ *           (fg_quant_decode: per 16 values an int8 v, a scale s and a minimum
+ *           m); y = sum over the 32-blocks of
+ *             (s0 * I0 + s1 * I1 + m0 * X0 + m1 * X1) * d_x
+ *           with I the exact integer dot of v with the block's int8 x over
+ *           each half and X the sum of those int8 x, summed in block order.
+ *           (ggml dots its K-quants with Q8_K activations, one f32 scale per
+ *           256; Q8_0's scale per 32 is as precise or more, and lets one
+ *           quantization of x serve every weight type of a layer.) The fast
+ *           paths compute the same integers and differ only in f32 rounding
+ *           and order; a token's result is the same bits in any batch.
  *
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
@@ -46,7 +58,18 @@
 enum fg_wtype {
     FG_WTYPE_F32 = 0,
     FG_WTYPE_F16 = 1,
+    FG_WTYPE_Q4_0 = 2,   /* the legacy and K types: layouts in quants.h */
+    FG_WTYPE_Q4_1 = 3,
+    FG_WTYPE_Q5_0 = 6,
+    FG_WTYPE_Q5_1 = 7,
     FG_WTYPE_Q8_0 = 8,
+    FG_WTYPE_Q2_K = 10,
+    FG_WTYPE_Q3_K = 11,
+    FG_WTYPE_Q4_K = 12,
+    FG_WTYPE_Q5_K = 13,
+    FG_WTYPE_Q6_K = 14,
+    FG_WTYPE_IQ4_NL = 20,
+    FG_WTYPE_IQ4_XS = 23,
     FG_WTYPE_BF16 = 30,
     FG_WTYPE_MXFP4 = 39,
     /* Not a ggml type: Q8_0 weights repacked by fg_matmul_pack_q8_p16 into
@@ -153,6 +176,11 @@ size_t fg_matmul_q8_p16_bytes(int64_t n_in, int64_t n_out);
  * fg_matmul() with FG_WTYPE_Q8_0_P16 and dst then gives the results of Q8_0
  * with w (bit-identical on the scalar reference). */
 int fg_matmul_pack_q8_p16(const void *w, int64_t n_in, int64_t n_out, void *dst);
+
+/* True for the weight types whose products read x quantized to Q8_0 (every
+ * block type: Q8_0, Q8_0_P16, MXFP4 and those of quants.h); false for the
+ * float types. */
+int fg_wtype_reads_q8(int wtype);
 
 /* Bytes of one weight row of n_in elements of wtype (0 if not a whole number of blocks). */
 size_t fg_wtype_row_bytes(int wtype, int64_t n_in);

@@ -1029,5 +1029,8 @@ void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_e
     case FG_WTYPE_MXFP4:
         rows_mxfp4(a, o_begin, o_end);
         break;
+    default: /* the types of quants.h (fg_matmul validated the type) */
+        fg_matmul_rows_quant_avx512(a, o_begin, o_end);
+        break;
     }
 }

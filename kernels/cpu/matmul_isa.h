@@ -92,4 +92,8 @@ void fg_matmul_round_bf16_avx512(const fg_matmul_args *a, int64_t t_begin, int64
 void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
 void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
 
+/* The types of quants.h (matmul_quant_avx2.c, matmul_quant_avx512.c). */
+void fg_matmul_rows_quant_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
+void fg_matmul_rows_quant_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
+
 #endif

@@ -14,4 +14,23 @@ gen tiny-yarn.gguf --yarn 4                    # YaRN rope scaling
 gen tiny-f16.gguf --type f16
 gen tiny-bf16.gguf --type bf16
 gen tiny-q8_0.gguf --type q8_0
+# mixed types: tiny.gguf with its routed experts in MXFP4 (as llama.cpp's converter writes V4's)
+/usr/bin/python3 "$(dirname "$0")/../reference/retype_tensors.py" "$FG_TEST_DATA/tiny.gguf" \
+  "$FG_TEST_DATA/tiny-mxfp4.gguf" 'blk.*.ffn_*_exps.weight=mxfp4'
+# mixed types as a Q4_K_M-like file has them: tiny at width 256 (rows of 256 for the
+# K-quants), every legacy and K type on some tensor, legacy where rows are 32 .. 128
+gen tiny-256.gguf --embd 256
+/usr/bin/python3 "$(dirname "$0")/../reference/retype_tensors.py" "$FG_TEST_DATA/tiny-256.gguf" \
+  "$FG_TEST_DATA/tiny-mixed.gguf" 'token_embd.weight=iq4_xs' 'output.weight=q6_K' \
+  'blk.*.attn_q_a.weight=q2_K' 'blk.*.attn_kv_a_mqa.weight=q3_K' 'blk.*.attn_q_b.weight=q4_0' \
+  'blk.*.attn_k_b.weight=q4_1' 'blk.*.attn_v_b.weight=q5_0' 'blk.*.attn_output.weight=q5_1' \
+  'blk.*.ffn_gate.weight=q6_K' 'blk.*.ffn_up.weight=q5_K' 'blk.*.ffn_down.weight=iq4_nl' \
+  'blk.*.ffn_gate_exps.weight=q4_K' 'blk.*.ffn_up_exps.weight=q5_K' 'blk.*.ffn_down_exps.weight=q5_0' \
+  'blk.*.ffn_gate_shexp.weight=q6_K' 'blk.*.ffn_up_shexp.weight=q2_K' 'blk.*.ffn_down_shexp.weight=q4_1'
+# deepseek4: F32 (the reference comparisons), no hash layers, and the types
+# llama.cpp's converter writes (Q8_0 dense, BF16 embeddings/head/router, MXFP4 experts)
+gen4() { local out=$1; shift; "$FG_BIN/flashgate-modelgen" --preset v4-tiny --seed 1 --out "$FG_TEST_DATA/$out" "$@" >/dev/null; }
+gen4 v4-tiny.gguf
+gen4 v4-tiny-nohash.gguf --hash-layers 0
+gen4 v4-tiny-mxfp4.gguf --type q8_0 --embd-type bf16 --expert-type mxfp4
 ls -l "$FG_TEST_DATA"/*.gguf

@@ -19,7 +19,9 @@ typedef struct edit {
     const char *set_u32_key;    /* integer key replaced ... */
     uint32_t set_u32_val;       /* ... by this */
     const char *drop_tensor;    /* tensor left out */
-    const char *q4_tensor;      /* tensor re-declared as Q4_0 (same element count) */
+    const char *retype_tensor;  /* tensor (F32 in tiny.gguf) re-declared with ... */
+    uint32_t retype;            /* ... this ggml type (same shape), its data ... */
+    int fill;                   /* ... every byte this value (-1: the F32 data's first bytes) */
 } edit;
 
 static bool same(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
@@ -107,7 +109,7 @@ static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
         const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
         if (same(t->name, ed->drop_tensor))
             continue;
-        fg_gguf_writer_add_tensor(w, t->name, same(t->name, ed->q4_tensor) ? 2u /* Q4_0 */ : t->type, t->n_dims,
+        fg_gguf_writer_add_tensor(w, t->name, same(t->name, ed->retype_tensor) ? ed->retype : t->type, t->n_dims,
                                   t->ne);
     }
     ok = ok && fg_gguf_writer_begin_data(w, &d) == FG_OK;
@@ -115,9 +117,23 @@ static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
         const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
         if (same(t->name, ed->drop_tensor))
             continue;
-        /* Q4_0: 18 bytes per 32 elements; the bytes are whatever the F32 data held. */
-        uint64_t nb = same(t->name, ed->q4_tensor) ? t->nbytes / 4 / 32 * 18 : t->nbytes;
-        ok = fg_gguf_writer_write_tensor(w, t->data, nb, &d) == FG_OK;
+        if (!same(t->name, ed->retype_tensor)) {
+            ok = fg_gguf_writer_write_tensor(w, t->data, t->nbytes, &d) == FG_OK;
+            continue;
+        }
+        uint64_t nb = 0; /* a shape the type cannot hold is declared with no data (the writer's rule) */
+        if (fg_ggml_tensor_bytes(ed->retype, t->n_dims, t->ne, &nb, &d) != FG_OK)
+            nb = 0;
+        uint8_t *buf = malloc(nb ? nb : 1);
+        ok = buf != NULL;
+        if (ok) {
+            if (ed->fill >= 0)
+                memset(buf, ed->fill, nb);
+            else
+                memcpy(buf, t->data, nb);
+            ok = fg_gguf_writer_write_tensor(w, buf, nb, &d) == FG_OK;
+        }
+        free(buf);
     }
     ok = ok && fg_gguf_writer_finish(w, &d) == FG_OK;
     fg_gguf_writer_destroy(w);
@@ -162,8 +178,22 @@ int main(void)
                       FG_ERR_MODEL_SHAPE, "attn_kv_a_mqa");
     expect_open_error(g, dir, &(edit){.set_u32_key = "deepseek2.expert_used_count", .set_u32_val = 99},
                       FG_ERR_MODEL_HPARAM, "expert_used_count");
-    expect_open_error(g, dir, &(edit){.q4_tensor = "blk.2.ffn_down_exps.weight"}, FG_ERR_MODEL_TYPE,
-                      "blk.2.ffn_down_exps.weight");
+    /* q8_1 (ggml's activation type, 36-byte blocks) is no weight type the engine computes with */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.2.ffn_down_exps.weight", .retype = 9,
+                                      .fill = -1},
+                      FG_ERR_MODEL_TYPE, "blk.2.ffn_down_exps.weight");
+    /* MXFP4 blocks whose E8M0 scale byte is 0xFF (NaN): refused by name */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.1.ffn_up_exps.weight", .retype = 39,
+                                      .fill = 0xff},
+                      FG_ERR_MODEL_TYPE, "blk.1.ffn_up_exps.weight (mxfp4): block 0 of row 0 of matrix 0");
+    /* Q4_0 blocks whose F16 scale is 0xFFFF (NaN): refused by name */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.2.ffn_gate_exps.weight", .retype = 2,
+                                      .fill = 0xff},
+                      FG_ERR_MODEL_TYPE, "blk.2.ffn_gate_exps.weight (q4_0): block 0 of row 0 of matrix 0");
+    /* rows of 128 are no whole number of Q4_K's 256-value blocks: refused by name when the file is read */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_gate_exps.weight", .retype = 12,
+                                      .fill = 0},
+                      FG_ERR_GGUF_LIMIT, "blk.3.ffn_gate_exps.weight");
     expect_open_error(g, dir, &(edit){.set_str_key = "tokenizer.ggml.model", .set_str_val = "llama"},
                       FG_ERR_TOKENIZER, "");
 

@@ -2,7 +2,9 @@
 # Compares the engine with the independent numpy reference on one test model:
 # a 16-token prompt plus 32 greedy steps, F32 cache; every position's logits
 # within 1e-4 and every greedy token identical (no near-tie allowance).
-# Usage: check_reference.sh MODEL_FILE   (a file in $FG_TEST_DATA)
+# Usage: check_reference.sh MODEL_FILE [TOL TIE_MARGIN MEDIAN_TOL]   (a file in
+# $FG_TEST_DATA; TOL and TIE_MARGIN default to 1e-4 and 0, for the F32 models;
+# MEDIAN_TOL bounds the median position's max |dlogit| as well)
 set -euo pipefail
 : "${FG_BIN:?run through ctest}" "${FG_TEST_DATA:?}" "${FG_SOURCE_DIR:?}"
 model=$FG_TEST_DATA/$1
@@ -13,4 +15,4 @@ ids=$("$FG_BIN/flashgate-generate" --model "$model" --tokens "$prompt" -n 32 --k
       --ignore-eos --print-ids --logits-out "$tmp/logits.bin" --threads 2)
 tokens="$prompt,$(echo $ids | tr ' ' ',')"
 exec /usr/bin/python3 "$FG_SOURCE_DIR/tests/reference/deepseek2_ref.py" compare "$model" \
-  --engine-logits "$tmp/logits.bin" --tokens "$tokens" --n-prompt 16 --tol 1e-4 --tie-margin 0
+  --engine-logits "$tmp/logits.bin" --tokens "$tokens" --n-prompt 16 --tol "${2:-1e-4}" --tie-margin "${3:-0}" ${4:+--median-tol "$4"}

@@ -18,8 +18,10 @@ Shape convention: ggml lists dimensions ne0 first, ne0 being the contiguous one.
 row-major numpy array therefore has the REVERSED shape: ggml {ne0, ne1, ne2} -> numpy
 (ne2, ne1, ne0), so that a[i2, i1, i0] is ggml element (i0, i1, i2).
 
-Dequantisation to float64 is supported for F32, F16, BF16, Q8_0, MXFP4 (and the plain
-F64 / I8 / I16 / I32 / I64 types).  Other block formats raise NotImplementedError.
+Dequantisation to float64 is supported for F32, F16, BF16, Q8_0, MXFP4, the legacy
+Q4_0/Q4_1/Q5_0/Q5_1, K-quant Q2_K..Q6_K and IQ4_NL/IQ4_XS (through quant_vectors.py's dequantizers,
+written from ggml's definitions; values as ggml's f32 arithmetic gives them), and the plain
+F64 / I8 / I16 / I32 / I64 types.  Other block formats raise NotImplementedError.
 """
 
 import struct
@@ -101,6 +103,10 @@ GGML_BLOCK_INFO = {
     GGML_TYPE_Q2_K: (256, 84), GGML_TYPE_Q3_K: (256, 110), GGML_TYPE_Q4_K: (256, 144),
     GGML_TYPE_Q5_K: (256, 176), GGML_TYPE_Q6_K: (256, 210), GGML_TYPE_Q8_K: (256, 292),
     GGML_TYPE_MXFP4: (32, 17),
+    # the legacy and K-quant types (dequantized by quant_vectors.py, from their definitions)
+    2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    20: (32, 18), 23: (256, 136),
 }
 
 _PLAIN_DTYPES = {
@@ -373,6 +379,14 @@ class GGUFFile(object):
         self._mm = None
 
 
+def _block_dequantizers():
+    import quant_vectors
+    return {tid: deq for _, tid, _, _, deq, _ in quant_vectors.TYPES}
+
+
+_BLOCK_DEQUANT = _block_dequantizers()
+
+
 def dequantize(raw, ggml_type, ne):
     """Convert the raw bytes of a tensor with ggml dims `ne` to float64, numpy shape reversed(ne)."""
     shape = tuple(reversed([int(x) for x in ne]))
@@ -401,6 +415,14 @@ def dequantize(raw, ggml_type, ne):
         qs = blocks["qs"]
         nib = np.concatenate([qs & 0x0F, qs >> 4], axis=1)    # values 0..15, then 16..31
         return (E2M1_VALUES[nib] * scale).reshape(shape)
+    if ggml_type in _BLOCK_DEQUANT:
+        elems, nbytes = GGML_BLOCK_INFO[ggml_type]
+        if int(ne[0]) % elems != 0:
+            raise GGUFError("%s tensor with ne0=%d not a multiple of %d" % (GGML_TYPE_NAMES.get(ggml_type), ne[0], elems))
+        raw = bytes(raw)
+        deq = _BLOCK_DEQUANT[ggml_type]
+        vals = [deq(raw[i:i + nbytes]) for i in range(0, n // elems * nbytes, nbytes)]
+        return np.array(vals, dtype=np.float32).astype(np.float64).reshape(shape)
     raise NotImplementedError("dequantisation of ggml type %s is not implemented in the reference"
                               % GGML_TYPE_NAMES.get(ggml_type, ggml_type))
 

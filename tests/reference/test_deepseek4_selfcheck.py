@@ -13,6 +13,9 @@ Writes the tiny fixture (make_v4_fixture.py) into a temp dir and checks:
   * the math pieces that consistency cannot catch: Sinkhorn is doubly stochastic, inverse
     RoPE undoes RoPE, the YaRN ramp sits where the formula puts it, the top-k tie rule.
 Prints `N passed, M failed` and exits non-zero when anything failed.
+
+The checks that need only a model (cache, chunks, causality, hash routing) run on another
+file after use_model(path): test_v4_generated.py runs them on flashgate-modelgen's v4-tiny.
 """
 
 import os
@@ -60,6 +63,19 @@ def maxabs(a, b):
 
 
 _MODEL = {}
+
+
+def use_model(path):
+    """Points the model checks at the file at path instead of the fixture."""
+    _MODEL.clear()
+    _MODEL["m"] = ref.Model(path)
+    return _MODEL["m"]
+
+
+def summary():
+    """(passed, failed) over every check so far."""
+    n_pass = sum(1 for r in RESULTS if r[1])
+    return n_pass, len(RESULTS) - n_pass
 
 
 def fixture():
@@ -216,20 +232,30 @@ def test_validation():
 
 
 def test_hash_routing():
+    """Hash layers take tid2eid[token]; the first other layer the top-k of p + bias."""
     m = fixture()
     toks = prompt(m, 48, seed=5)
     trace = {}
-    base, _ = m.forward(toks, trace)
-    table = m.g.tensor_int("blk.0.ffn_gate_tid2eid.weight")                     # (V, K)
-    routes = trace["routing"][0]
-    check("hash: layer 0 takes tid2eid[token] for every token",
-          all(sorted(c) == sorted(table[t].tolist()) for (c, _), t in zip(routes, toks)))
-    differ = sum(1 for c, p in routes if sorted(c) != sorted(ref.top_indices(p, m.hp.K).tolist()))
-    check("hash: for some tokens that differs from the learned top-k", differ > 0, "%d of %d" % (differ, len(toks)))
-    learned = trace["routing"][1]
-    bias = m.w("blk.1.exp_probs_b.bias", [m.hp.X])
-    check("hash: layer 1 (not hashed) takes the top-k of p + exp_probs_b",
+    m.forward(toks, trace)
+    if m.hp.n_hash > 0:
+        table = m.g.tensor_int("blk.0.ffn_gate_tid2eid.weight")                 # (V, K)
+        routes = trace["routing"][0]
+        check("hash: layer 0 takes tid2eid[token] for every token",
+              all(sorted(c) == sorted(table[t].tolist()) for (c, _), t in zip(routes, toks)))
+        differ = sum(1 for c, p in routes if sorted(c) != sorted(ref.top_indices(p, m.hp.K).tolist()))
+        check("hash: for some tokens that differs from the learned top-k", differ > 0,
+              "%d of %d" % (differ, len(toks)))
+    il = m.hp.n_hash
+    learned = trace["routing"][il]
+    bias = m.w("blk.%d.exp_probs_b.bias" % il, [m.hp.X])
+    check("hash: layer %d (not hashed) takes the top-k of p + exp_probs_b" % il,
           all(sorted(c) == sorted(ref.top_indices(p + bias, m.hp.K).tolist()) for c, p in learned))
+
+
+def test_hash_table_matters():
+    m = fixture()
+    toks = prompt(m, 48, seed=5)
+    base, _ = m.forward(toks)
     path = tmp("rolled.gguf")
     fx.make_fixture(path, tensor_edits={"blk.0.ffn_gate_tid2eid.weight": lambda ids: (np.array(ids) + 1) % 8})
     rolled, _ = ref.Model(path).forward(toks)
@@ -359,12 +385,12 @@ def main():
     TMP = tempfile.mkdtemp(prefix="fg_v4refcheck_")
     try:
         for fn in (test_cache_vs_one_pass, test_chunked, test_causality, test_negative_controls, test_validation,
-                   test_hash_routing, test_mxfp4, test_fixture_types, test_math_pieces, test_cli):
+                   test_hash_routing, test_hash_table_matters, test_mxfp4, test_fixture_types, test_math_pieces,
+                   test_cli):
             run(fn)
     finally:
         shutil.rmtree(TMP, ignore_errors=True)
-    n_pass = sum(1 for r in RESULTS if r[1])
-    n_fail = len(RESULTS) - n_pass
+    n_pass, n_fail = summary()
     sys.stdout.write("%d passed, %d failed\n" % (n_pass, n_fail))
     return 0 if n_fail == 0 else 1
 

@@ -308,6 +308,28 @@ static void test_specials(const fg_tokenizer_t *t)
         plain = plain && out[i] < T_BOS;
     CHECK_MSG(plain, "without parse_special no special id may appear");
 
+    /* Specials only where the spans allow them, and only whole inside one:
+     * s = "a" BOS "b" EOS EOS_PREFIX THINK " " EOS_PREFIX "x". */
+    size_t bos_at = 1, eos_at = 1 + strlen(BOS_TEXT) + 1;
+    fg_tok_span sp[] = {{bos_at, bos_at + strlen(BOS_TEXT)}, {eos_at, eos_at + 2}};
+    CHECK(fg_tokenizer_encode_spans(t, s, sizeof s - 1, sp, 2, out, 128, &n) == FG_OK);
+    CHECK_MSG(n > 3 && out[0] == 'a' && out[1] == T_BOS && out[2] == 'b' && out[3] != T_EOS,
+              "spans: BOS inside its span, EOS cut by the span's end stays text");
+    bool one_special = true;
+    for (size_t i = 2; i < n; i++)
+        one_special = one_special && out[i] < T_BOS;
+    CHECK(one_special);
+    fg_tok_span unsorted[] = {{5, 6}, {1, 2}}, past[] = {{0, sizeof s}}, inverted[] = {{3, 2}};
+    CHECK(fg_tokenizer_encode_spans(t, s, sizeof s - 1, unsorted, 2, out, 128, &n) == FG_ERR_INVALID_ARG);
+    CHECK(fg_tokenizer_encode_spans(t, s, sizeof s - 1, past, 1, out, 128, &n) == FG_ERR_INVALID_ARG);
+    CHECK(fg_tokenizer_encode_spans(t, s, sizeof s - 1, inverted, 1, out, 128, &n) == FG_ERR_INVALID_ARG);
+    size_t n_plain = encode(t, s, sizeof s - 1, false, false, out, 128);
+    CHECK(fg_tokenizer_encode_spans(t, s, sizeof s - 1, NULL, 0, out, 128, &n) == FG_OK && n == n_plain);
+    CHECK(fg_tokenizer_special_id(t, EOS_TEXT, strlen(EOS_TEXT)) == T_EOS);
+    CHECK(fg_tokenizer_special_id(t, THINK, strlen(THINK)) == T_THINK);
+    CHECK(fg_tokenizer_special_id(t, EOS_TEXT, strlen(EOS_TEXT) - 1) < 0);
+    CHECK(fg_tokenizer_special_id(t, "hello", 5) < 0);
+
     /* Decode: control tokens only with render_special; user-defined always. */
     char buf[128];
     size_t m = 99;

@@ -8,10 +8,12 @@
  * (FG_ERR_UNSUPPORTED), a model beyond the kernels' limits
  * (FG_ERR_UNSUPPORTED), device memory short (FG_ERR_NOMEM).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend/cuda/backend_cuda_internal.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
 #include "kernels/cuda/moe_route.cuh"
@@ -255,6 +257,39 @@ static fg_err open_ep(cuda_backend *c, const fg_backend_options *o, fg_diag *dia
     return FG_OK;
 }
 
+/* The CUDA kernels compute with F32, F16, BF16 and Q8_0 weights only; a
+ * model with other block types (MXFP4, the K-quants, ...) runs on the CPU. */
+static fg_err check_types(const fg_model *m, fg_diag *diag)
+{
+    for (int il = -1; il < m->hp.n_layer; il++) {
+        const fg_layer *L = il >= 0 ? &m->layers[il] : NULL;
+        const fg_weight *ws[] = {
+            L ? &L->q_a : &m->tok_embd, L ? &L->q_b : &m->output, L ? &L->kv_a : NULL, L ? &L->k_b : NULL,
+            L ? &L->v_b : NULL, L ? &L->attn_out : NULL, L ? &L->ffn_gate : NULL, L ? &L->ffn_up : NULL,
+            L ? &L->ffn_down : NULL, L ? &L->router : NULL, L ? &L->gate_exps : NULL, L ? &L->up_exps : NULL,
+            L ? &L->down_exps : NULL, L ? &L->gate_shexp : NULL, L ? &L->up_shexp : NULL,
+            L ? &L->down_shexp : NULL,
+        };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            const fg_weight *w = ws[i];
+            if (!w || !w->data)
+                continue;
+            if (w->type != FG_WTYPE_F32 && w->type != FG_WTYPE_F16 && w->type != FG_WTYPE_BF16 &&
+                w->type != FG_WTYPE_Q8_0)
+            {
+                char where[32] = "the embedding or head";
+                if (L)
+                    snprintf(where, sizeof where, "layer %d", il);
+                return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                                   "backend cuda: %s has a %s weight; the CUDA kernels compute with f32, f16, bf16, "
+                                   "q8_0: set model.backend to cpu",
+                                   where, fg_ggml_type_name((uint32_t)w->type));
+            }
+        }
+    }
+    return FG_OK;
+}
+
 fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_diag *diag)
 {
     const fg_model *m = fg_deepseek2_of(o->model);
@@ -266,7 +301,7 @@ fg_err fg_backend_cuda_open(const fg_backend_options *o, fg_backend_t **out, fg_
     fg_err err = pick_device(o->device, &sm, diag);
     if (err)
         return err;
-    if ((err = check_limits(hp, diag)))
+    if ((err = check_limits(hp, diag)) || (err = check_types(m, diag)))
         return err;
     cuda_backend *c = calloc(1, sizeof *c);
     if (!c)

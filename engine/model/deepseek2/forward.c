@@ -767,7 +767,9 @@ static void swiglu(fg_forward_t *f, const fg_weight *gate, const fg_weight *up, 
     matmul(f, down, mat, f->ff_gate, n, y);
 }
 
-static bool is_q8(const fg_weight *w) { return w->type == FG_WTYPE_Q8_0 || w->type == FG_WTYPE_Q8_0_P16; }
+/* The weight types whose products read x quantized to Q8_0 (matmul.h), so an
+ * expert's gate and up can read the layer's quantized rows (fg_matmul_q8_rows). */
+static bool is_q8(const fg_weight *w) { return fg_wtype_reads_q8(w->type); }
 
 /* SwiGLU of one expert task on the calling thread alone: y[n][d] =
  * down(silu(gate(x)) * up(x)) with x = rows rows[0 .. n) of xn (rows NULL:

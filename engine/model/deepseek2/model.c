@@ -2,7 +2,9 @@
  * and tensor against llama.cpp's conventions (see GGUF-DEEPSEEK2.md). */
 #include "engine/model/deepseek2/model.h"
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quants.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -213,6 +215,14 @@ static fg_err bind_matrix(const fg_gguf_t *g, const char *name, int64_t n_in, in
         return fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "tensor %s rows of %" PRId64 " do not fit %s blocks", name, n_in,
                            fg_ggml_type_name(t->type));
     w->mat_bytes = w->row_bytes * (size_t)n_out;
+    /* Blocks whose scales stand for no finite number would turn the products
+     * into NaN far from their cause: refuse the file here, by name. */
+    int64_t bad_row, bad_block;
+    if (fg_wtype_validate_rows(w->type, w->data, n_in, n_out * n_mat, &bad_row, &bad_block) != 0)
+        return fg_diag_set(diag, FG_ERR_MODEL_TYPE,
+                           "tensor %s (%s): block %" PRId64 " of row %" PRId64 " of matrix %" PRId64
+                           " has a scale that is not a finite number",
+                           name, fg_ggml_type_name(t->type), bad_block, bad_row % n_out, bad_row / n_out);
     return FG_OK;
 }
 
@@ -365,6 +375,9 @@ void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out)
         break;
     case FG_GGML_Q8_0:
         fg_dequantize_row_q8_0((const fg_block_q8_0 *)p, out, n);
+        break;
+    default: /* the block types of quants.h; binding accepted only computable ones */
+        (void)fg_wtype_dequantize_row(w->type, p, out, n);
         break;
     }
 }

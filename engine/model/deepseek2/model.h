@@ -25,7 +25,7 @@
  * n_mat matrices of [n_out][n_in], each mat_bytes apart. */
 typedef struct fg_weight {
     const void *data;
-    int type;           /* ggml type id: F32, F16, BF16 or Q8_0 */
+    int type;           /* ggml type id: one fg_ggml_type_computable says the products read */
     int64_t n_in;       /* ggml ne[0] */
     int64_t n_out;      /* ggml ne[1] */
     int64_t n_mat;      /* ggml ne[2] (experts or heads), 1 for 2-D tensors */

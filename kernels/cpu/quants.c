@@ -1,0 +1,520 @@
+/* quants.c: the block types of quants.h: sizes, the reference
+ * dequantization (written out from the definitions, one function per type,
+ * never optimised), validation, and the decoder of the products.
+ *
+ * The decoder is a second reading of the same definitions, into (v, s, m);
+ * test_quants proves it gives the dequantization's bits, value by value. */
+#include "kernels/cpu/quants.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/numeric.h"
+
+#define QK 256 /* values per K-quant block */
+
+static const struct {
+    int id, elems, bytes;
+} block_types[] = {
+    {FG_WTYPE_Q4_0, 32, 18}, {FG_WTYPE_Q4_1, 32, 20}, {FG_WTYPE_Q5_0, 32, 22}, {FG_WTYPE_Q5_1, 32, 24},
+    {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
+    {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
+    {FG_WTYPE_IQ4_XS, QK, 136},
+};
+
+int fg_wtype_block(int wtype, int *elems, int *bytes)
+{
+    for (size_t i = 0; i < sizeof block_types / sizeof block_types[0]; i++)
+        if (block_types[i].id == wtype) {
+            *elems = block_types[i].elems;
+            *bytes = block_types[i].bytes;
+            return 1;
+        }
+    *elems = *bytes = 0;
+    return 0;
+}
+
+static float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fg_f16_to_f32(h);
+}
+
+/* ---- reference dequantization, one block of each type into y ---- */
+
+static void deq_q4_0(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((qs[j] & 15) - 8) * d;
+        y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b), m = f16_at(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(qs[j] & 15) * d + m;
+        y[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+static uint32_t u32_at(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void deq_q5_0(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint32_t qh = u32_at(b + 2);
+    const uint8_t *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        const int lo = (int)((qs[j] & 15) | ((qh >> j) & 1) << 4);
+        const int hi = (int)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)(lo - 16) * d;
+        y[j + 16] = (float)(hi - 16) * d;
+    }
+}
+
+static void deq_q5_1(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b), m = f16_at(b + 2);
+    const uint32_t qh = u32_at(b + 4);
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        const int lo = (int)((qs[j] & 15) | ((qh >> j) & 1) << 4);
+        const int hi = (int)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)lo * d + m;
+        y[j + 16] = (float)hi * d + m;
+    }
+}
+
+static void deq_q2_k(const uint8_t *b, float *y)
+{
+    const uint8_t *scales = b, *qs = b + 16;
+    const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                const int s = 8 * h + 2 * j + l / 16;
+                const float dl = d * (float)(scales[s] & 15), ml = dmin * (float)(scales[s] >> 4);
+                const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+                y[128 * h + 32 * j + l] = dl * (float)q - ml;
+            }
+}
+
+/* The 6-bit scale s of a Q3_K block's 12 scale bytes. */
+static int q3_k_scale(const uint8_t *sc, int s)
+{
+    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+    const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return lo | hi << 4;
+}
+
+static void deq_q3_k(const uint8_t *b, float *y)
+{
+    const uint8_t *hmask = b, *qs = b + 32, *scales = b + 96;
+    const float d = f16_at(b + 108);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                const int s = 8 * h + 2 * j + l / 16;
+                const float dl = d * (float)(q3_k_scale(scales, s) - 32);
+                const int q = ((qs[32 * h + l] >> (2 * j)) & 3) - ((hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+                y[128 * h + 32 * j + l] = dl * (float)q;
+            }
+}
+
+/* The 6-bit scale and minimum of sub-block s of a Q4_K / Q5_K block. */
+static void k4_scale_min(const uint8_t *sc, int s, int *scale, int *min)
+{
+    if (s < 4) {
+        *scale = sc[s] & 63;
+        *min = sc[s + 4] & 63;
+    } else {
+        *scale = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+        *min = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b), dmin = f16_at(b + 2);
+    const uint8_t *scales = b + 4, *qs = b + 16;
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 2; k++) {
+            int sc, mn;
+            k4_scale_min(scales, 2 * p + k, &sc, &mn);
+            const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+            for (int l = 0; l < 32; l++) {
+                const int q = k ? qs[32 * p + l] >> 4 : qs[32 * p + l] & 15;
+                y[64 * p + 32 * k + l] = d1 * (float)q - m1;
+            }
+        }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b), dmin = f16_at(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16, *qs = b + 48;
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 2; k++) {
+            int sc, mn;
+            k4_scale_min(scales, 2 * p + k, &sc, &mn);
+            const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+            for (int l = 0; l < 32; l++) {
+                const int q = (k ? qs[32 * p + l] >> 4 : qs[32 * p + l] & 15) + ((qh[l] >> (2 * p + k)) & 1 ? 16 : 0);
+                y[64 * p + 32 * k + l] = d1 * (float)q - m1;
+            }
+        }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *scales = (const int8_t *)(b + 192);
+    const float d = f16_at(b + 208);
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t lq = ql[64 * h + l + 32 * (c & 1)];
+                const int q = ((c < 2 ? lq & 15 : lq >> 4) | ((qh[32 * h + l] >> (2 * c)) & 3) << 4) - 32;
+                const int s = 8 * h + 2 * c + l / 16;
+                y[128 * h + 32 * c + l] = d * (float)scales[s] * (float)q;
+            }
+}
+
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_iq4_nl(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4_levels[qs[j] & 15];
+        y[j + 16] = d * (float)iq4_levels[qs[j] >> 4];
+    }
+}
+
+/* The 6-bit scale of sub-block sb of an IQ4_XS block. */
+static int iq4_xs_scale(const uint8_t *b, int sb)
+{
+    const int hi = (int)((b[2] | b[3] << 8) >> (2 * sb)) & 3;
+    return ((b[4 + sb / 2] >> (4 * (sb % 2))) & 15) | hi << 4;
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 8;
+    for (int sb = 0; sb < 8; sb++) {
+        const float dl = d * (float)(iq4_xs_scale(b, sb) - 32);
+        for (int j = 0; j < 16; j++) {
+            y[32 * sb + j] = dl * (float)iq4_levels[qs[16 * sb + j] & 15];
+            y[32 * sb + 16 + j] = dl * (float)iq4_levels[qs[16 * sb + j] >> 4];
+        }
+    }
+}
+
+int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
+{
+    if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
+        return -1;
+    const uint8_t *p = row;
+    void (*deq)(const uint8_t *, float *) = NULL;
+    switch (wtype) {
+    case FG_WTYPE_F32:
+        memcpy(y, p, (size_t)n * sizeof(float));
+        return 0;
+    case FG_WTYPE_F16:
+    case FG_WTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            y[i] = wtype == FG_WTYPE_F16 ? fg_f16_to_f32(h) : fg_bf16_to_f32(h);
+        }
+        return 0;
+    case FG_WTYPE_Q8_0:
+        fg_dequantize_row_q8_0(row, y, n);
+        return 0;
+    case FG_WTYPE_MXFP4:
+        fg_dequantize_row_mxfp4(row, y, n);
+        return 0;
+    case FG_WTYPE_Q4_0: deq = deq_q4_0; break;
+    case FG_WTYPE_Q4_1: deq = deq_q4_1; break;
+    case FG_WTYPE_Q5_0: deq = deq_q5_0; break;
+    case FG_WTYPE_Q5_1: deq = deq_q5_1; break;
+    case FG_WTYPE_Q2_K: deq = deq_q2_k; break;
+    case FG_WTYPE_Q3_K: deq = deq_q3_k; break;
+    case FG_WTYPE_Q4_K: deq = deq_q4_k; break;
+    case FG_WTYPE_Q5_K: deq = deq_q5_k; break;
+    case FG_WTYPE_Q6_K: deq = deq_q6_k; break;
+    case FG_WTYPE_IQ4_NL: deq = deq_iq4_nl; break;
+    case FG_WTYPE_IQ4_XS: deq = deq_iq4_xs; break;
+    default:
+        return -1;
+    }
+    int elems, bytes;
+    fg_wtype_block(wtype, &elems, &bytes);
+    for (int64_t b = 0; b < n / elems; b++)
+        deq(p + (size_t)b * (size_t)bytes, y + b * elems);
+    return 0;
+}
+
+/* ---- validation ---- */
+
+/* Byte offsets of a block type's F16 fields (scales and minimums); -1 ends. */
+static const int *f16_fields(int wtype)
+{
+    static const int at0[] = {0, -1}, at01[] = {0, 2, -1}, at80[] = {80, 82, -1}, at108[] = {108, -1},
+                     at208[] = {208, -1};
+    switch (wtype) {
+    case FG_WTYPE_Q4_0:
+    case FG_WTYPE_Q5_0:
+    case FG_WTYPE_Q8_0:
+    case FG_WTYPE_IQ4_NL:
+    case FG_WTYPE_IQ4_XS:
+        return at0;
+    case FG_WTYPE_Q4_1:
+    case FG_WTYPE_Q5_1:
+    case FG_WTYPE_Q4_K:
+    case FG_WTYPE_Q5_K:
+        return at01;
+    case FG_WTYPE_Q2_K:
+        return at80;
+    case FG_WTYPE_Q3_K:
+        return at108;
+    case FG_WTYPE_Q6_K:
+        return at208;
+    }
+    return NULL;
+}
+
+int fg_wtype_validate_rows(int wtype, const void *w, int64_t n_in, int64_t n_rows, int64_t *bad_row,
+                           int64_t *bad_block)
+{
+    int64_t r_bad = -1, b_bad = -1;
+    int ret = 0;
+    const size_t row_bytes = fg_wtype_row_bytes(wtype, n_in);
+    const int *fields = f16_fields(wtype);
+    int elems, bytes;
+    if (row_bytes == 0 || n_rows < 0 || (!w && n_rows > 0)) {
+        ret = -1;
+    } else if (wtype == FG_WTYPE_MXFP4) {
+        return fg_mxfp4_validate_rows(w, n_in, n_rows, bad_row, bad_block);
+    } else if (fields && fg_wtype_block(wtype, &elems, &bytes)) {
+        const int64_t nb = n_in / elems;
+        for (int64_t r = 0; r < n_rows && !ret; r++)
+            for (int64_t b = 0; b < nb && !ret; b++) {
+                const uint8_t *blk = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)b * (size_t)bytes;
+                for (const int *f = fields; *f >= 0; f++)
+                    if (!isfinite(f16_at(blk + *f))) {
+                        r_bad = r;
+                        b_bad = b;
+                        ret = -1;
+                        break;
+                    }
+            }
+    }
+    if (bad_row)
+        *bad_row = r_bad;
+    if (bad_block)
+        *bad_block = b_bad;
+    return ret;
+}
+
+/* ---- the decoded form (quants.h) ----
+ *
+ * Each decoder reads one block into its groups: v [block_elems][..] as a flat
+ * array (value i of the block at v[i]), s and m [block_elems / 16] (one per
+ * half group, in order). The scales are formed as the dequantization forms
+ * them, so s * v + m reproduces its bits. */
+
+static void dec_q4_0(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)((qs[j] & 15) - 8);
+        v[j + 16] = (int8_t)((qs[j] >> 4) - 8);
+    }
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = 0.0f;
+}
+
+static void dec_q4_1(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)(qs[j] & 15);
+        v[j + 16] = (int8_t)(qs[j] >> 4);
+    }
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = f16_at(b + 2);
+}
+
+static void dec_q5(const uint8_t *qh4, const uint8_t *qs, int off, int8_t *v)
+{
+    const uint32_t qh = u32_at(qh4);
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)((int)((qs[j] & 15) | ((qh >> j) & 1) << 4) - off);
+        v[j + 16] = (int8_t)((int)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off);
+    }
+}
+
+static void dec_q5_0(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    dec_q5(b + 2, b + 6, 16, v);
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = 0.0f;
+}
+
+static void dec_q5_1(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    dec_q5(b + 4, b + 8, 0, v);
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = f16_at(b + 2);
+}
+
+/* K-quants: half group k (16 values) of the block is index k of s and m,
+ * the sub-block of 16 values k (Q2_K, Q3_K, Q6_K) or of 32 values k / 2. */
+static void dec_q2_k(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *scales = b, *qs = b + 16;
+    const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++)
+                v[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
+    for (int k = 0; k < 16; k++) {
+        /* value 16k's sub-block: h = k / 8, j = (k % 8) / 2, l / 16 = k % 2, so s = k */
+        s[k] = d * (float)(scales[k] & 15);
+        m[k] = -(dmin * (float)(scales[k] >> 4));
+    }
+}
+
+static void dec_q3_k(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *hmask = b, *qs = b + 32, *scales = b + 96;
+    const float d = f16_at(b + 108);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++)
+                v[128 * h + 32 * j + l] =
+                    (int8_t)(((qs[32 * h + l] >> (2 * j)) & 3) - ((hmask[l] >> (4 * h + j)) & 1 ? 0 : 4));
+    for (int k = 0; k < 16; k++) {
+        s[k] = d * (float)(q3_k_scale(scales, k) - 32);
+        m[k] = 0.0f;
+    }
+}
+
+static void dec_q45_k(const uint8_t *b, int five, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b), dmin = f16_at(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16, *qs = five ? b + 48 : b + 16;
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 2; k++)
+            for (int l = 0; l < 32; l++) {
+                int q = k ? qs[32 * p + l] >> 4 : qs[32 * p + l] & 15;
+                if (five && (qh[l] >> (2 * p + k)) & 1)
+                    q += 16;
+                v[64 * p + 32 * k + l] = (int8_t)q;
+            }
+    for (int sb = 0; sb < 8; sb++) {
+        int sc, mn;
+        k4_scale_min(scales, sb, &sc, &mn);
+        s[2 * sb] = s[2 * sb + 1] = d * (float)sc;
+        m[2 * sb] = m[2 * sb + 1] = -(dmin * (float)mn);
+    }
+}
+
+static void dec_q4_k(const uint8_t *b, int8_t *v, float *s, float *m) { dec_q45_k(b, 0, v, s, m); }
+static void dec_q5_k(const uint8_t *b, int8_t *v, float *s, float *m) { dec_q45_k(b, 1, v, s, m); }
+
+static void dec_q6_k(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *scales = (const int8_t *)(b + 192);
+    const float d = f16_at(b + 208);
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t lq = ql[64 * h + l + 32 * (c & 1)];
+                v[128 * h + 32 * c + l] =
+                    (int8_t)(((c < 2 ? lq & 15 : lq >> 4) | ((qh[32 * h + l] >> (2 * c)) & 3) << 4) - 32);
+            }
+    for (int k = 0; k < 16; k++) {
+        s[k] = d * (float)scales[k];
+        m[k] = 0.0f;
+    }
+}
+
+static void dec_iq4_nl(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        v[j] = iq4_levels[qs[j] & 15];
+        v[j + 16] = iq4_levels[qs[j] >> 4];
+    }
+    s[0] = s[1] = f16_at(b);
+    m[0] = m[1] = 0.0f;
+}
+
+static void dec_iq4_xs(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 8;
+    for (int sb = 0; sb < 8; sb++) {
+        for (int j = 0; j < 16; j++) {
+            v[32 * sb + j] = iq4_levels[qs[16 * sb + j] & 15];
+            v[32 * sb + 16 + j] = iq4_levels[qs[16 * sb + j] >> 4];
+        }
+        s[2 * sb] = s[2 * sb + 1] = d * (float)(iq4_xs_scale(b, sb) - 32);
+        m[2 * sb] = m[2 * sb + 1] = 0.0f;
+    }
+}
+
+typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
+
+static decoder decoder_of(int wtype)
+{
+    switch (wtype) {
+    case FG_WTYPE_Q4_0: return dec_q4_0;
+    case FG_WTYPE_Q4_1: return dec_q4_1;
+    case FG_WTYPE_Q5_0: return dec_q5_0;
+    case FG_WTYPE_Q5_1: return dec_q5_1;
+    case FG_WTYPE_Q2_K: return dec_q2_k;
+    case FG_WTYPE_Q3_K: return dec_q3_k;
+    case FG_WTYPE_Q4_K: return dec_q4_k;
+    case FG_WTYPE_Q5_K: return dec_q5_k;
+    case FG_WTYPE_Q6_K: return dec_q6_k;
+    case FG_WTYPE_IQ4_NL: return dec_iq4_nl;
+    case FG_WTYPE_IQ4_XS: return dec_iq4_xs;
+    }
+    return NULL;
+}
+
+int fg_quant_decodes(int wtype) { return decoder_of(wtype) != NULL; }
+
+int fg_quant_has_min(int wtype)
+{
+    return wtype == FG_WTYPE_Q4_1 || wtype == FG_WTYPE_Q5_1 || wtype == FG_WTYPE_Q2_K || wtype == FG_WTYPE_Q4_K ||
+           wtype == FG_WTYPE_Q5_K;
+}
+
+int fg_quant_decode(int wtype, const void *blocks, int n_blocks, int8_t *v, float *s, float *m)
+{
+    const decoder dec = decoder_of(wtype);
+    int elems, bytes;
+    if (!dec || !fg_wtype_block(wtype, &elems, &bytes))
+        return -1;
+    for (int b = 0; b < n_blocks; b++)
+        dec((const uint8_t *)blocks + (size_t)b * (size_t)bytes, v + (size_t)b * (size_t)elems,
+            s + (size_t)b * (size_t)(elems / 16), m + (size_t)b * (size_t)(elems / 16));
+    return 0;
+}
