@@ -227,6 +227,35 @@ def test_bad_input_on_the_new_paths():
             eq((ev["type"], ev["item_id"]), ("conversation.item.deleted", first), "deleted")
             r.send_json({"type": "conversation.item.retrieve", "event_id": "gone", "item_id": first})
             eq(r.recv_event()["error"]["code"], "invalid_value", "a deleted item cannot be retrieved")
+            # truncate an assistant reply to its first bytes: retrieve shows the cut, the next turn runs
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 6}})
+            while True:
+                ev = r.recv_event()
+                if ev["type"] == "response.done":
+                    break
+            reply = ev["response"]["output"][0]
+            r.send_json({"type": "conversation.item.truncate", "event_id": "t0", "item_id": reply["id"],
+                         "content_index": 0, "audio_end_ms": 1500})
+            eq((r.recv_event()["error"]["param"]), "audio_end_ms", "text has no audio")
+            r.send_json({"type": "conversation.item.truncate", "item_id": first + "x", "content_index": 0,
+                         "audio_end_ms": 0, "event_id": "t1"})
+            eq(r.recv_event()["error"]["code"], "invalid_value", "an unknown item")
+            r.send_json({"type": "conversation.item.truncate", "item_id": reply["id"], "content_index": 0,
+                         "audio_end_ms": 0, "text_end": 2})
+            ev = r.recv_event()
+            eq((ev["type"], ev["item_id"], ev["audio_end_ms"]), ("conversation.item.truncated", reply["id"], 0),
+               "truncated")
+            r.send_json({"type": "conversation.item.retrieve", "item_id": reply["id"]})
+            ev = r.recv_event()
+            full = reply["content"][0]["text"].encode()
+            check(ev["item"]["content"][0]["text"].encode() == full[:len(ev["item"]["content"][0]["text"].encode())]
+                  and len(ev["item"]["content"][0]["text"].encode()) <= 2, f"the cut text: {ev} of {full!r}")
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 2}})
+            while True:
+                ev = r.recv_event()
+                if ev["type"] == "response.done":
+                    break
+            eq(ev["response"]["status"] in ("completed", "incomplete"), True, "a turn after the cut")
             r.close()
             # a Realtime beta client gets the beta event names
             r = RawWS(srv.port, path="/v1/realtime?model=tiny", subprotocols=(), headers={"OpenAI-Beta": "realtime=v1"})
