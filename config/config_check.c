@@ -451,6 +451,9 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
 
     if ((e = check_topology(c, d)))
         return e;
+    if (!c->server.tls_cert_file[0] != !c->server.tls_key_file[0])
+        return fg_diag_set(d, FG_ERR_CONFIG,
+                           "server.tls_cert_file and server.tls_key_file go together: set both for TLS, or neither");
 
     if (!redis_address_ok(c->redis.address))
         return fg_diag_set(d, FG_ERR_CONFIG,

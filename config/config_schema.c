@@ -81,6 +81,15 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_INT(fg_config, "server.drain_timeout_s", server.drain_timeout_s, 30, 0, 3600,
           "Seconds a shutdown or an admin drain lets running responses finish before closing "
           "connections; 0 closes at once."),
+    K_STR(fg_config, "server.tls_cert_file", server.tls_cert_file, "", 0,
+          "PEM certificate (chain) for https:// and wss:// on server.port, served by libwebsockets; "
+          "empty serves plain TCP only. Needs server.tls_key_file."),
+    K_STR(fg_config, "server.tls_key_file", server.tls_key_file, "", 0,
+          "PEM private key of server.tls_cert_file."),
+    {.path = "server.tls_allow_plain", .type = FG_CFG_BOOL, .offset = offsetof(fg_config, server.tls_allow_plain),
+     .def_bool = true,
+     .doc = "With TLS on: the same port also answers plain http:// and ws:// (for a proxy or a local "
+            "client); false refuses them."},
 
     K_STR(fg_config, "model.path", model.path, "models/flash-mini.gguf", FG_CFG_NONEMPTY,
           "GGUF model file (architecture deepseek2); a relative path is taken from the working "

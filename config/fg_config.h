@@ -98,6 +98,9 @@ typedef struct fg_config_server {
     int64_t port;
     int64_t max_connections;
     int64_t drain_timeout_s;        /* seconds */
+    const char *tls_cert_file;      /* PEM certificate (chain); "" = plain TCP only */
+    const char *tls_key_file;       /* PEM private key of tls_cert_file */
+    bool tls_allow_plain;           /* with TLS: the same port also answers plain HTTP/WebSocket */
 } fg_config_server;
 
 typedef struct fg_config_model {

@@ -70,7 +70,7 @@ static void close_for_output_limit(gw_conn *c, const char *limit)
     if (s) {
         if (s->responding) {
             s->cancel_reason = "slow_client";
-            fg_session_cancel(s->es); /* its response.done (cancelled) goes to the resume buffer */
+            gw_session_cancel(s); /* its response.done (cancelled) goes to the resume buffer */
         }
         gw_session_detach(s);
     }
@@ -111,8 +111,7 @@ void gw_conn_output_changed(gw_conn *c)
     gw_conn_rx_update(c);
 }
 
-/* Sends an error event: in the session's numbering when one is attached. */
-static void send_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after)
+void gw_conn_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after)
 {
     fg_gateway_t *gw = c->gw;
     gw_session *s = c->session;
@@ -131,8 +130,10 @@ static void fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, cons
 {
     fg_proto_error err;
     fg_proto_error_set(&err, code, param, ev && ev->has_event_id ? ev->event_id.ptr : NULL, fmt, detail);
-    send_error(c, &err, 0);
+    gw_conn_error(c, &err, 0);
 }
+
+static void on_session_create(gw_conn *c, const fg_client_event *ev);
 
 void gw_conn_on_open(gw_conn *c)
 {
@@ -145,6 +146,10 @@ void gw_conn_on_open(gw_conn *c)
     gw->conns = c;
     gw->n_conns++;
     gw->metrics.connections_opened++;
+    if (c->ga) { /* OpenAI's flow: the session exists at once, session.created is the first event */
+        fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
+        on_session_create(c, &ev);
+    }
 }
 
 void gw_conn_on_close(gw_conn *c)
@@ -166,27 +171,50 @@ void gw_conn_on_close(gw_conn *c)
 
 /* ---- settings ---- */
 
-static void apply_sampling(gw_session *s, const fg_proto_sampling *p)
+/* The client's sampling fields over settings: a session's (session.create,
+ * update) or a copy of them for one response (response.create). */
+static void apply_sampling(gw_settings *set, const fg_proto_sampling *p)
 {
     if (p->has_temperature)
-        s->temperature = p->temperature;
+        set->temperature = p->temperature;
     if (p->has_top_p)
-        s->top_p = p->top_p;
+        set->top_p = p->top_p;
     if (p->has_top_k)
-        s->top_k = p->top_k;
+        set->top_k = p->top_k;
     if (p->has_min_p)
-        s->min_p = p->min_p;
+        set->min_p = p->min_p;
     if (p->has_seed) {
-        s->has_seed = true;
-        s->seed = p->seed;
+        set->has_seed = true;
+        set->seed = p->seed;
     }
     if (p->has_max_output_tokens)
-        s->max_output_tokens = p->max_output_tokens;
+        set->max_output_tokens = p->max_output_tokens;
     if (p->has_stop) {
-        s->n_stop = p->n_stop;
+        set->n_stop = p->n_stop;
         for (uint32_t i = 0; i < p->n_stop; i++)
-            snprintf(s->stop[i], sizeof s->stop[i], "%s", p->stop[i].ptr);
+            snprintf(set->stop[i], sizeof set->stop[i], "%s", p->stop[i].ptr);
     }
+}
+
+/* The GA session's model (shown back), tools (stored, not yet rendered) and tool_choice. */
+static bool apply_ga(gw_session *s, const fg_proto_session_params *p)
+{
+    if (p->has_model)
+        snprintf(s->model, sizeof s->model, "%s", p->model.ptr);
+    if (p->has_tools) {
+        char *t = malloc(p->tools.len + 1);
+        if (!t)
+            return false;
+        memcpy(t, p->tools.ptr, p->tools.len + 1);
+        free(s->tools);
+        s->tools = t;
+    }
+    if (p->has_tool_choice) {
+        s->tool_choice = p->tool_choice;
+        snprintf(s->tool_choice_name, sizeof s->tool_choice_name, "%s",
+                 p->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? p->tool_choice_name.ptr : "");
+    }
+    return true;
 }
 
 static bool set_instructions(gw_session *s, const fg_proto_str *in)
@@ -206,11 +234,9 @@ static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
 {
     fg_diag d;
     fg_err e = fg_session_append(s->es, t, (int)n, &d);
-    if (e == FG_OK) {
+    if (e == FG_OK)
         s->new_input += (int64_t)n;
-        return FG_PROTO_OK;
-    }
-    return e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED : FG_PROTO_INTERNAL_ERROR;
+    return gw_engine_code(e);
 }
 
 /* Prefills the head (BOS and instructions) and the conversation into a fresh engine session. */
@@ -234,12 +260,11 @@ static void send_session_event(gw_session *s, int kind)
     fg_gateway_t *gw = s->gw;
     fg_proto_session_info info;
     gw_session_info(s, &info);
-    uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
-    fg_err e = kind == 0   ? fg_proto_write_session_created(&gw->scratch, seq, evt, &info)
-               : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, seq, evt, &info)
-                           : fg_proto_write_session_resumed(&gw->scratch, seq, evt, &info);
-    if (e == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em,
+                 kind == 0   ? fg_proto_write_session_created(&gw->scratch, em.seq, em.evt, &info)
+                 : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, em.seq, em.evt, &info)
+                             : fg_proto_write_session_resumed(&gw->scratch, em.seq, em.evt, &info));
 }
 
 /* ---- client events ---- */
@@ -252,7 +277,7 @@ static void create_failed(gw_conn *c, gw_session *s, fg_proto_code code, const c
     gw_session_destroy(s, false);
     fg_proto_error err;
     fg_proto_error_set(&err, code, param, event_id, "%s", msg);
-    send_error(c, &err, retry_after);
+    gw_conn_error(c, &err, retry_after);
 }
 
 /* The second half of session.create, once the quota lease is held (or there is no quota). */
@@ -363,7 +388,7 @@ static void on_session_lease(void *user, const fg_quota_result *r)
         fg_proto_error_set(&err, code, param, q->has_event_id ? q->event_id : NULL, "%s",
                            r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
                                                               : "the tenant's concurrent-session quota is reached");
-        send_error(c, &err, quota_retry(r));
+        gw_conn_error(c, &err, quota_retry(r));
         gw_conn_rx_update(c);
     } else if (c) {
         gw_metrics_count_rejection(gw_tenant_at(q->gw, s->tenant), r->verdict);
@@ -408,7 +433,7 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
     fg_err e;
     gw_session *s = gw_session_new(gw, c->tenant, src, NULL, &e, &d);
     if (!s) {
-        fg_proto_code code = src ? gw_persist_code(e) : FG_PROTO_INTERNAL_ERROR;
+        fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
         if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
             fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
         return fail(c, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code,
@@ -418,16 +443,13 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
     if (src) {
         fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
         set_instructions(s, &ins);
-        s->temperature = src->temperature;
-        s->top_p = src->top_p;
-        s->top_k = src->top_k;
-        s->min_p = src->min_p;
-        s->has_seed = src->has_seed;
-        s->seed = src->seed;
-        s->max_output_tokens = src->max_output_tokens;
-        s->n_stop = src->n_stop;
-        memcpy(s->stop, src->stop, sizeof s->stop);
+        s->set = src->set;
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
+        gw_items_copy(&s->items, &src->items);
+        s->tool_choice = src->tool_choice;
+        memcpy(s->tool_choice_name, src->tool_choice_name, sizeof s->tool_choice_name);
+        if (src->tools)
+            s->tools = strdup(src->tools);
         /* The engine's fork holds src's conversation (its cache and the token its last
          * response sampled) but not src's queued input: the items src received since its
          * last response follow, from the conversation. */
@@ -445,7 +467,14 @@ static void on_session_create(gw_conn *c, const fg_client_event *ev)
         gw_session_destroy(s, false);
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     }
-    apply_sampling(s, &p->sampling);
+    apply_sampling(&s->set, &p->sampling);
+    s->ga = c->ga;
+    s->beta = c->ga && c->beta;
+    snprintf(s->model, sizeof s->model, "%.64s", c->model[0] ? c->model : gw->model_id);
+    if (!apply_ga(s, p)) {
+        gw_session_destroy(s, false);
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    }
     gw_session_attach(s, c, 0);
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
@@ -467,7 +496,9 @@ static void on_session_update(gw_conn *c, const fg_client_event *ev)
             return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
         s->rebuild = true; /* the head changed: the whole conversation is prefilled again */
     }
-    apply_sampling(s, &p->sampling);
+    apply_sampling(&s->set, &p->sampling);
+    if (!apply_ga(s, p))
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     gw_session_store_meta(s);
     send_session_event(s, 1);
 }
@@ -524,26 +555,48 @@ static void on_item_create(gw_conn *c, const fg_client_event *ev)
 {
     gw_session *s = c->session;
     fg_proto_item item = ev->u.item;
+    const char *last = gw_items_last_id(&s->items);
+    if (ev->has_previous_item_id && (!last || strcmp(ev->previous_item_id.ptr, last) != 0))
+        return fail(c, ev, FG_PROTO_INVALID_VALUE, "previous_item_id", "%s",
+                    "items are appended: previous_item_id must be the last item's id (or left out)");
+    char id[FG_PROTO_MAX_ID_BYTES + 1] = "";
+    size_t at = 0;
+    if (s->ga && item.id.len) { /* GA: the client may name its items; v1 ids are always the server's */
+        for (size_t i = 0; i < s->items.n; i++)
+            if (!strcmp(s->items.v[i].id, item.id.ptr))
+                return fail(c, ev, FG_PROTO_INVALID_VALUE, "item.id", "%s", "an item with this id exists already");
+        snprintf(id, sizeof id, "%s", item.id.ptr);
+    }
     fg_tokens t = {0};
     if (fg_template_item(c->gw->tok, &item, &t) != FG_OK) {
         fg_tokens_free(&t);
         return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
     }
     fg_proto_code code = s->rebuild ? FG_PROTO_OK : append_tokens(s, t.v, t.n);
-    /* During a response the item follows its output (the engine queues it the same way). */
-    if (code == FG_PROTO_OK && fg_tokens_push(s->responding ? &s->deferred : &s->conv, t.v, t.n) != FG_OK)
+    /* During a response the item follows its output (the engine queues it the same way);
+     * an out-of-band response runs elsewhere, so the item goes in at once. */
+    const bool deferred = s->responding && !s->resp_oob;
+    at = deferred ? GW_ITEM_DEFERRED : s->conv.n;
+    if (code == FG_PROTO_OK && fg_tokens_push(deferred ? &s->deferred : &s->conv, t.v, t.n) != FG_OK)
         code = FG_PROTO_INTERNAL_ERROR;
+    const size_t n_tok = t.n;
     fg_tokens_free(&t);
     if (code != FG_PROTO_OK)
         return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "item" : NULL, "%s",
                     code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the item does not fit the model's context"
                                                              : "cannot add the item");
-    char id[32];
-    snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
+    if (!id[0]) /* numbered once the item is in: a refused item takes no id */
+        snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
+    char prev[FG_PROTO_MAX_ID_BYTES + 1] = "";
+    if (last)
+        snprintf(prev, sizeof prev, "%s", last);
     item.id = (fg_proto_str){id, strlen(id)};
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_item_added(&c->gw->scratch, seq, ++s->evt_counter, &item) == FG_OK)
-        gw_session_push(s, seq);
+    if (!gw_items_push(&s->items, &item, id, at, n_tok))
+        fg_log_at(FG_LOG_ERROR, "item_not_kept", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
+    if (s->ga && s->items.n && !strcmp(s->items.v[s->items.n - 1].id, id))
+        return gw_ga_item_added(s, &s->items.v[s->items.n - 1], last ? prev : NULL);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_item_added(&c->gw->scratch, em.seq, em.evt, &item));
 }
 
 static uint64_t random_seed(void)
@@ -568,53 +621,67 @@ static void send_rate_limits(gw_session *s, const fg_quota_result *r)
     }
     if (!n)
         return;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_rate_limits(&s->gw->scratch, seq, ++s->evt_counter, rl, n) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_rate_limits(&s->gw->scratch, em.seq, em.evt, rl, n));
 }
 
 /* The second half of response.create, once the quota admitted it (or there is no quota). */
+/* An out-of-band response that will not run: its engine session goes. */
+static void drop_oob(gw_session *s)
+{
+    if (s->oob_es)
+        fg_session_delete(s->oob_es);
+    s->oob_es = NULL;
+    s->resp_oob = false;
+    free(s->resp_metadata);
+    s->resp_metadata = NULL;
+}
+
 static void respond_complete(gw_session *s, fg_response_params *rp, const char *event_id, const fg_quota_result *qr)
 {
     fg_gateway_t *gw = s->gw;
     gw_conn *c = s->conn;
     fg_proto_error err;
+    fg_diag d = {{0}};
     fg_proto_code code = FG_PROTO_OK;
     const char *msg = NULL;
+    /* an out-of-band response runs in its own engine session; the conversation is untouched */
+    fg_session_t *target = s->resp_oob ? s->oob_es : s->es;
+    const size_t item_start = s->conv.n;
     if (rp->generate) {
         fg_tokens t = {0};
         code = fg_template_reply(gw->tok, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
         /* The marker and a token to generate fit, or nothing is appended: a refusal leaves the session as it was. */
-        if (code == FG_PROTO_OK)
-            code = (size_t)fg_session_room(s->es) < t.n + 1 ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
-                                                           : append_tokens(s, t.v, t.n);
-        if (code == FG_PROTO_OK)
+        if (code == FG_PROTO_OK && (size_t)fg_session_room(target) < t.n + 1)
+            code = FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
+        else if (code == FG_PROTO_OK && s->resp_oob)
+            code = gw_engine_code(fg_session_append(target, t.v, (int)t.n, &d));
+        else if (code == FG_PROTO_OK)
+            code = append_tokens(s, t.v, t.n);
+        if (code == FG_PROTO_OK && !s->resp_oob)
             fg_tokens_push(&s->conv, t.v, t.n);
         fg_tokens_free(&t);
         msg = "no room left in the model's context for a reply";
     }
-    fg_diag d;
     if (code == FG_PROTO_OK) {
         gw_session_store_meta(s); /* saved with the cache once this response completes */
-        fg_err e = fg_session_respond(s->es, rp, &s->engine_response, &d);
-        code = e == FG_OK                  ? FG_PROTO_OK
-               : e == FG_ERR_BUSY          ? FG_PROTO_RESPONSE_IN_PROGRESS
-               : e == FG_ERR_CONTEXT_FULL ? FG_PROTO_CONTEXT_LENGTH_EXCEEDED
-               : e == FG_ERR_INVALID_ARG  ? FG_PROTO_INVALID_VALUE
-                                          : FG_PROTO_INTERNAL_ERROR;
+        fg_err e = fg_session_respond(target, rp, &s->engine_response, &d);
+        code = gw_engine_code(e);
         msg = d.msg;
     }
     if (code != FG_PROTO_OK) {
         if (gw->quota && s->reserved) /* give the reservation back */
             fg_quota_response_settle(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved, 0);
         s->reserved = 0;
+        drop_oob(s);
         if (c) {
             fg_proto_error_set(&err, code, NULL, event_id, "%s", msg);
-            send_error(c, &err, 0);
+            gw_conn_error(c, &err, 0);
         }
         return;
     }
-    s->new_input = 0;
+    if (!s->resp_oob) /* the session's own queued input is not consumed by an out-of-band response */
+        s->new_input = 0;
     s->responding = true;
     s->resp_tokens = 0;
     s->resp_last_token_at = 0;
@@ -624,18 +691,25 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
     memset(&s->carry, 0, sizeof s->carry);
     s->pending_len = s->out_len = 0;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_response_created(&gw->scratch, seq, ++s->evt_counter, s->resp_id) == FG_OK)
-        gw_session_push(s, seq);
+    s->resp_max_output = (uint32_t)rp->max_tokens;
+    gw_emit em = gw_emit_next(s);
+    if (s->ga) {
+        const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
+                                         .max_output_tokens = s->resp_max_output};
+        gw_emit_push(s, em, fg_proto_write_response_created_ga(&gw->scratch, em.seq, em.evt, s->resp_id, &ga));
+    } else {
+        gw_emit_push(s, em, fg_proto_write_response_created(&gw->scratch, em.seq, em.evt, s->resp_id));
+    }
     if (qr)
         send_rate_limits(s, qr);
-    if (rp->generate) { /* the assistant message the deltas fill, empty for now */
+    if (rp->generate && s->ga) {
+        gw_ga_response_begin(s, item_start);
+    } else if (rp->generate) { /* the assistant message the deltas fill, empty for now */
         fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
                              .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
         out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
-        seq = gw_session_take_seq(s);
-        if (fg_proto_write_item_added(&gw->scratch, seq, ++s->evt_counter, &out) == FG_OK)
-            gw_session_push(s, seq);
+        em = gw_emit_next(s);
+        gw_emit_push(s, em, fg_proto_write_item_added(&gw->scratch, em.seq, em.evt, &out));
     }
 }
 
@@ -654,6 +728,7 @@ static void on_reserved(void *user, const fg_quota_result *r)
         respond_complete(s, &q->rp, event_id, r);
     } else {
         s->reserved = 0;
+        drop_oob(s);
         if (s->conn) {
             const char *param;
             fg_proto_code code = quota_code(r->verdict, &param);
@@ -662,7 +737,7 @@ static void on_reserved(void *user, const fg_quota_result *r)
                      r->degraded ? " (local backstop: Redis unreachable)" : "");
             fg_proto_error err;
             fg_proto_error_set(&err, code, param, event_id, "%s", msg);
-            send_error(s->conn, &err, quota_retry(r));
+            gw_conn_error(s->conn, &err, quota_retry(r));
         }
         gw_metrics_count_rejection(gw_tenant_at(gw, s->tenant), r->verdict);
         fg_log_at(FG_LOG_INFO, "quota_rejected", gw_session_tenant(s), s->id, "\"limit\":\"%s\"",
@@ -671,6 +746,58 @@ static void on_reserved(void *user, const fg_quota_result *r)
     if (s->conn)
         gw_conn_rx_update(s->conn);
     free(q);
+}
+
+/* Appends to the out-of-band engine session. */
+static fg_proto_code oob_append(gw_session *s, const int32_t *t, size_t n)
+{
+    fg_diag d;
+    return gw_engine_code(fg_session_append(s->oob_es, t, (int)n, &d));
+}
+
+/* The context of an out-of-band response: with input, the instructions (the
+ * response's or the session's) and those items alone; without, a fork of the
+ * session (its cache shared) or, where the engine cannot fork, a copy
+ * prefilled again. Discarded at response.done. */
+static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = s->gw;
+    const gw_tenant *t = gw_tenant_at(gw, s->tenant);
+    int64_t w = t->rec.limits.weight;
+    fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                            .user = s, .name = NULL, .tenant_name = t->rec.id};
+    fg_diag d = {{0}};
+    s->resp_oob = true;
+    const bool fork = !ev->u.response.has_input && !ev->u.response.has_instructions && !s->rebuild && s->conv_known;
+    fg_err e = fork ? fg_session_fork(s->es, &sp, &s->oob_es, &d) : FG_ERR_UNSUPPORTED;
+    if (e == FG_OK) {
+        /* the fork holds the cache, not the items queued since the last response */
+        size_t queued = (size_t)s->new_input <= s->conv.n ? (size_t)s->new_input : 0;
+        return queued ? oob_append(s, s->conv.v + s->conv.n - queued, queued) : FG_PROTO_OK;
+    }
+    s->oob_es = NULL;
+    if (fg_session_create(gw->engine, &sp, &s->oob_es) != FG_OK) {
+        s->oob_es = NULL;
+        return FG_PROTO_INTERNAL_ERROR;
+    }
+    const bool own = ev->u.response.has_instructions;
+    const char *ins = own ? ev->u.response.instructions.ptr : s->instructions ? s->instructions : "";
+    fg_tokens tok = {0};
+    fg_proto_code code = fg_template_head(gw->tok, ins, own ? ev->u.response.instructions.len : s->instructions_len,
+                                          &tok) == FG_OK
+                             ? FG_PROTO_OK
+                             : FG_PROTO_INTERNAL_ERROR;
+    if (code == FG_PROTO_OK)
+        code = oob_append(s, tok.v, tok.n);
+    if (code == FG_PROTO_OK && !ev->u.response.has_input && s->conv.n)
+        code = oob_append(s, s->conv.v, s->conv.n);
+    for (uint32_t i = 0; code == FG_PROTO_OK && i < ev->u.response.n_input; i++) {
+        tok.n = 0;
+        code = fg_template_item(gw->tok, &ev->u.response.input[i], &tok) == FG_OK ? oob_append(s, tok.v, tok.n)
+                                                                                  : FG_PROTO_INTERNAL_ERROR;
+    }
+    fg_tokens_free(&tok);
+    return code;
 }
 
 static void on_response_create(gw_conn *c, const fg_client_event *ev)
@@ -682,7 +809,17 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
     if (gw->draining)
         return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     s->resp_created_at = fg_clock_mono_s();
-    if (s->rebuild) {
+    if (ev->u.response.has_metadata && !(s->resp_metadata = strdup(ev->u.response.metadata.ptr)))
+        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    if (ev->u.response.out_of_band) {
+        fg_proto_code code = open_oob(s, ev);
+        if (code != FG_PROTO_OK) {
+            drop_oob(s);
+            return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "response.input" : NULL, "%s",
+                        code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the response's context does not fit the model's"
+                                                                 : "cannot make the out-of-band response's context");
+        }
+    } else if (s->rebuild) {
         if (!s->conv_known)
             return fail(c, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
                         "this session was restored without its token history, so its instructions cannot change; "
@@ -712,23 +849,18 @@ static void on_response_create(gw_conn *c, const fg_client_event *ev)
         if (code != FG_PROTO_OK)
             return fail(c, ev, code, NULL, "%s", "the conversation does not fit the model's context");
     }
-    const fg_proto_sampling *o = &ev->u.response.sampling;
+    gw_settings set = s->set; /* the session's, under this response's overrides */
+    apply_sampling(&set, &ev->u.response.sampling);
     fg_response_params rp = {.generate = ev->u.response.generate};
-    rp.sampling.temperature = (float)(o->has_temperature ? o->temperature : s->temperature);
-    rp.sampling.top_p = (float)(o->has_top_p ? o->top_p : s->top_p);
-    rp.sampling.top_k = (int)(o->has_top_k ? o->top_k : s->top_k);
-    rp.sampling.min_p = (float)(o->has_min_p ? o->min_p : s->min_p);
-    rp.sampling.seed = o->has_seed ? o->seed : s->has_seed ? s->seed : random_seed();
-    uint32_t max_out = o->has_max_output_tokens ? o->max_output_tokens : s->max_output_tokens;
-    rp.max_tokens = max_out > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)max_out; /* "inf": until the context is full */
-    if (o->has_stop) {
-        rp.n_stop = (int)o->n_stop;
-        for (uint32_t i = 0; i < o->n_stop; i++)
-            snprintf(rp.stop[i], sizeof rp.stop[i], "%s", o->stop[i].ptr);
-    } else {
-        rp.n_stop = (int)s->n_stop;
-        memcpy(rp.stop, s->stop, sizeof rp.stop);
-    }
+    rp.sampling.temperature = (float)set.temperature;
+    rp.sampling.top_p = (float)set.top_p;
+    rp.sampling.top_k = (int)set.top_k;
+    rp.sampling.min_p = (float)set.min_p;
+    rp.sampling.seed = set.has_seed ? set.seed : random_seed();
+    rp.max_tokens = set.max_output_tokens > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)set.max_output_tokens; /* "inf": until the context is full */
+    rp.n_stop = (int)set.n_stop;
+    _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
+    memcpy(rp.stop, set.stop, sizeof rp.stop);
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
@@ -755,7 +887,7 @@ static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
     if (!s->responding || (named && strcmp(ev->u.cancel.response_id.ptr, s->resp_id) != 0))
         return fail(c, ev, FG_PROTO_NO_RESPONSE_IN_PROGRESS, named ? "response_id" : NULL, "%s",
                     named ? "that response is not in progress" : "no response is in progress");
-    fg_session_cancel(s->es); /* response.done (cancelled) follows from the engine */
+    gw_session_cancel(s); /* response.done (cancelled) follows from the engine */
 }
 
 void gw_session_close(gw_session *s, const char *reason)
@@ -773,9 +905,8 @@ void gw_session_close(gw_session *s, const char *reason)
     if (s->responding) { /* the response ends with the session */
         fg_proto_response_done d = {.id = s->resp_id, .status = FG_PROTO_RESPONSE_CANCELLED,
                                     .reason = "session_closed", .usage = {.output_tokens = s->resp_tokens}};
-        uint64_t dseq = gw_session_take_seq(s);
-        if (fg_proto_write_response_done(&gw->scratch, dseq, ++s->evt_counter, &d) == FG_OK)
-            gw_session_push(s, dseq);
+        gw_emit em = gw_emit_next(s);
+        gw_emit_push(s, em, fg_proto_write_response_done(&gw->scratch, em.seq, em.evt, &d));
     }
     for (uint32_t i = 0; i < s->ring.count; i++) {
         const gw_event *e = gw_ring_at(&s->ring, i);
@@ -811,6 +942,9 @@ static void dispatch(gw_conn *c, const fg_client_event *ev)
     case FG_CLIENT_RESPONSE_CREATE: on_response_create(c, ev); break;
     case FG_CLIENT_RESPONSE_CANCEL: on_response_cancel(c, ev); break;
     case FG_CLIENT_SESSION_CLOSE: on_session_close(c, ev); break;
+    case FG_CLIENT_ITEM_RETRIEVE:
+    case FG_CLIENT_ITEM_DELETE:
+    case FG_CLIENT_ITEM_TRUNCATE: gw_ga_item_command(c, ev); break;
     }
 }
 
@@ -833,7 +967,7 @@ static bool rate_ok(gw_conn *c)
         fg_proto_error_set(&err, FG_PROTO_RATE_LIMITED, NULL, NULL, "more than %g messages per second",
                            cfg->limits.messages_per_second);
         uint32_t retry = (uint32_t)(1.0 / cfg->limits.messages_per_second + 0.999);
-        send_error(c, &err, retry ? retry : 1);
+        gw_conn_error(c, &err, retry ? retry : 1);
     }
     return false;
 }
@@ -893,7 +1027,7 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
         c->rx_cap = 0;
     }
     if (e != FG_OK) {
-        send_error(c, &err, 0);
+        gw_conn_error(c, &err, 0);
         return;
     }
     dispatch(c, &ev);

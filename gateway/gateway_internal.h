@@ -27,16 +27,49 @@ typedef struct gw_session gw_session;
  * sits after LWS_PRE bytes of headroom so lws_write can frame it in place. */
 typedef struct gw_event {
     uint64_t seq;        /* 0: connection-level, not replayable */
-    char *buf;           /* LWS_PRE + len + 1 bytes */
+    char *buf;           /* LWS_PRE + len + 1 bytes, inside the ring's data */
     size_t len;
+    size_t off, slot;    /* buf = data + off; slot: its bytes there (rounded up) */
 } gw_event;
 
-/* A FIFO of events: the session's resume buffer, or a connection's own queue. */
+/* A FIFO of events: the session's resume buffer, or a connection's own queue.
+ * The events' bytes live in one circular buffer (gw_ring.c), so pushing an
+ * event allocates only when the buffer must grow: nothing per token. */
 typedef struct gw_ring {
     gw_event *ev;
     uint32_t cap, head, count;
     size_t bytes;                   /* sum of the events' len */
+    char *data;                     /* data_cap bytes holding the events' slots in order, maybe wrapped */
+    size_t data_cap;
+    uint64_t grows;                 /* times data was reallocated (tests check the steady state) */
 } gw_ring;
+
+/* One conversation item as the client sees it (retrieve, delete, truncate),
+ * and where its tokens are in the session's conv. */
+#define GW_ITEM_DEFERRED SIZE_MAX   /* tok_start of an item queued behind the response in progress */
+typedef struct gw_item {
+    fg_proto_item it;               /* its strings point into blob; it.id into id */
+    char id[FG_PROTO_MAX_ID_BYTES + 1];
+    char *blob;
+    size_t tok_start, tok_len;      /* tokens conv[tok_start .. +tok_len) */
+} gw_item;
+
+typedef struct gw_items {
+    gw_item *v;
+    size_t n, cap;
+} gw_items;
+
+/* A session's sampling settings: the one copy that session.create/update
+ * change, a fork copies, the session file keeps and each response starts from. */
+typedef struct gw_settings {
+    double temperature, top_p, min_p; /* [0, 2], (0, 1], [0, 1) */
+    uint32_t top_k;                   /* 0: off */
+    bool has_seed;                    /* false: a random seed per response */
+    uint64_t seed;
+    uint32_t max_output_tokens;       /* tokens */
+    uint32_t n_stop;
+    char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+} gw_settings;
 
 struct gw_session {
     fg_gateway_t *gw;
@@ -48,13 +81,22 @@ struct gw_session {
     /* settings, as session.created shows them */
     char *instructions;
     size_t instructions_len;
-    double temperature, top_p, min_p;
-    uint32_t top_k;
-    bool has_seed;
-    uint64_t seed;
-    uint32_t max_output_tokens;
-    uint32_t n_stop;
-    char stop[FG_PROTO_MAX_STOP][FG_PROTO_MAX_STOP_BYTES + 1];
+    gw_settings set;
+
+    /* the OpenAI GA flow (gw_realtime.c): created by a GA connection, shows GA events */
+    bool ga;
+    bool beta;                      /* the client sent OpenAI-Beta: realtime=v1: beta event names */
+    char model[FG_PROTO_MAX_ID_BYTES + 1];
+    char *tools;                    /* session.tools as compact JSON, or NULL; stored, not yet rendered */
+    fg_proto_tool_choice tool_choice;
+    char tool_choice_name[FG_PROTO_MAX_ID_BYTES + 1];
+    gw_items items;                 /* the conversation's items, in order (empty after a restore) */
+    size_t resp_item;               /* index in items of the response's output item; SIZE_MAX - 1: an
+                                       out-of-band response's item (shown, in no conversation); SIZE_MAX: none */
+    bool resp_oob;                  /* the response is out of band: oob_es, the conversation untouched */
+    fg_session_t *oob_es;           /* its engine session: a discarded fork or a fresh context */
+    char *resp_metadata;            /* response.metadata (compact JSON) of the response, or NULL */
+    uint32_t resp_max_output;
 
     /* the conversation after the head, as tokens (to rebuild on an instructions change) */
     fg_tokens conv;
@@ -104,6 +146,9 @@ struct gw_conn {
     fg_gateway_t *gw;
     struct lws *wsi;
     int tenant;                     /* authenticated at the handshake */
+    bool ga;                        /* OpenAI GA flow: session at connect, GA event sequence */
+    bool beta;                      /* with ga: the Realtime beta's event names (OpenAI-Beta header) */
+    char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model= ("" = none) */
     gw_session *session;
     /* the message being received */
     char *rx;
@@ -134,6 +179,8 @@ struct fg_gateway {
     struct lws_context *ctx;
     struct lws_vhost *vhost;
     int port;
+    char model_id[128];             /* openai_http.h: the id GET /v1/models and session.model show */
+    int64_t started_unix;           /* seconds since the epoch: the model's "created" */
     fg_proto_limits limits;
     fg_proto_buf scratch;           /* event serialization */
 
@@ -198,13 +245,50 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq);
 void gw_session_detach(gw_session *s);
 void gw_sessions_sweep(fg_gateway_t *gw);
 
+/* The one output path of session events: take the numbers, write the event
+ * into gw->scratch with them, hand the writer's result to gw_emit_push. */
+typedef struct gw_emit {
+    uint64_t seq, evt;
+} gw_emit;
+static inline gw_emit gw_emit_next(gw_session *s)
+{
+    gw_emit e = {s->next_seq++, ++s->evt_counter};
+    return e;
+}
+/* Queues the event in gw->scratch when written is FG_OK (else it is dropped, logged). */
+void gw_emit_push(gw_session *s, gw_emit em, fg_err written);
+/* Cancels the response in progress, in whichever engine session runs it. */
+void gw_session_cancel(gw_session *s);
+
+/* gw_realtime.c: the OpenAI GA flow's items and events */
+/* Registers an item (copied) with its token range; false on out of memory. */
+bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len);
+void gw_items_free(gw_items *l);
+bool gw_items_copy(gw_items *dst, const gw_items *src);
+/* The id of the last item, or NULL. */
+const char *gw_items_last_id(const gw_items *l);
+/* After a response: deferred items get their place after its output. */
+void gw_items_place_deferred(gw_session *s, size_t at);
+/* The beta name of the GA event in json (response.text.delta for
+ * response.output_text.delta, ...), or NULL when it kept its name. */
+const char *gw_ga_beta_name(const char *json);
+/* GA events of an added item (conversation.item.added, .done). */
+void gw_ga_item_added(gw_session *s, const gw_item *item, const char *previous_id);
+/* GA events at a response's start (output_item.added, conversation.item.added,
+ * content_part.added) and end (output_text.done ... conversation.item.done). */
+void gw_ga_response_begin(gw_session *s, size_t tok_start);
+void gw_ga_response_end(gw_session *s, const char *status);
+/* conversation.item.retrieve / delete / truncate. */
+void gw_ga_item_command(gw_conn *c, const fg_client_event *ev);
+
 /* gw_persist.c */
 /* Writes the session's record (settings, counters, conversation) into its
  * engine session, to be saved with the KV. Failures are logged, not fatal. */
 void gw_session_store_meta(gw_session *s);
-/* The protocol code for an engine error of restore, fork or a response
- * (FG_ERR_SESSION_* and FG_ERR_DISK_FULL get their own codes). */
-fg_proto_code gw_persist_code(fg_err e);
+/* The one map from an engine error (append, respond, restore, fork, a failed
+ * response) to its protocol code; FG_ERR_SESSION_* and FG_ERR_DISK_FULL get
+ * their own codes, what has none is internal_error. */
+fg_proto_code gw_engine_code(fg_err e);
 /* Opens the session saved under id for tenant and returns it attached to
  * nothing. On failure NULL, with *code (session_not_found, session_lost,
  * internal_error) and msg (what the client is told). */
@@ -223,6 +307,8 @@ void gw_conn_on_open(gw_conn *c);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
 int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
+/* Sends an error event: in the session's numbering when one is attached. */
+void gw_conn_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
 /* Stops reading a client while its session's output is paused, a quota
@@ -239,8 +325,9 @@ void gw_conn_request_write(gw_conn *c);
  * reason ("client_requested", "evicted"); then the session is destroyed. */
 void gw_session_close(gw_session *s, const char *reason);
 
-/* rings */
-/* Appends a copy of an event; the ring grows as needed (its owner bounds it).
+/* rings (gw_ring.c) */
+/* Appends a copy of an event; the ring grows as needed (its owner bounds it),
+ * else the copy goes into free space of its buffer without an allocation.
  * False on out of memory (nothing appended). */
 bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len);
 /* The i-th oldest event (i < count). */

@@ -21,10 +21,12 @@
  * response of the largest context makes, with the events around it. */
 #define ID_RESERVE (UINT64_C(1) << 20)
 
-fg_proto_code gw_persist_code(fg_err e)
+fg_proto_code gw_engine_code(fg_err e)
 {
     switch (e) {
     case FG_OK: return FG_PROTO_OK;
+    case FG_ERR_CONTEXT_FULL: return FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
+    case FG_ERR_INVALID_ARG: return FG_PROTO_INVALID_VALUE;
     case FG_ERR_NOT_FOUND: return FG_PROTO_SESSION_NOT_FOUND;
     case FG_ERR_SESSION_TRUNCATED:
     case FG_ERR_SESSION_CORRUPT:
@@ -47,15 +49,15 @@ void gw_session_store_meta(gw_session *s)
     snprintf(m.tenant, sizeof m.tenant, "%s", gw_tenant_at(gw, s->tenant)->rec.id);
     m.instructions = s->instructions ? s->instructions : "";
     m.instructions_len = s->instructions_len;
-    m.temperature = s->temperature;
-    m.top_p = s->top_p;
-    m.min_p = s->min_p;
-    m.top_k = s->top_k;
-    m.has_seed = s->has_seed;
-    m.seed = s->seed;
-    m.max_output_tokens = s->max_output_tokens;
-    m.n_stop = s->n_stop;
-    memcpy(m.stop, s->stop, sizeof m.stop);
+    m.temperature = s->set.temperature;
+    m.top_p = s->set.top_p;
+    m.min_p = s->set.min_p;
+    m.top_k = s->set.top_k;
+    m.has_seed = s->set.has_seed;
+    m.seed = s->set.seed;
+    m.max_output_tokens = s->set.max_output_tokens;
+    m.n_stop = s->set.n_stop;
+    memcpy(m.stop, s->set.stop, sizeof m.stop);
     m.next_seq = s->next_seq;
     m.evt_counter = s->evt_counter + ID_RESERVE;
     m.item_counter = s->item_counter + ID_RESERVE;
@@ -90,15 +92,15 @@ static void apply_meta(gw_session *s, fg_session_meta *m)
     s->instructions = (char *)m->instructions; /* ownership moves */
     s->instructions_len = m->instructions_len;
     m->instructions = NULL;
-    s->temperature = m->temperature;
-    s->top_p = m->top_p;
-    s->min_p = m->min_p;
-    s->top_k = m->top_k;
-    s->has_seed = m->has_seed;
-    s->seed = m->seed;
-    s->max_output_tokens = m->max_output_tokens;
-    s->n_stop = m->n_stop;
-    memcpy(s->stop, m->stop, sizeof s->stop);
+    s->set.temperature = m->temperature;
+    s->set.top_p = m->top_p;
+    s->set.min_p = m->min_p;
+    s->set.top_k = m->top_k;
+    s->set.has_seed = m->has_seed;
+    s->set.seed = m->seed;
+    s->set.max_output_tokens = m->max_output_tokens;
+    s->set.n_stop = m->n_stop;
+    memcpy(s->set.stop, m->stop, sizeof s->set.stop);
     s->next_seq = m->next_seq;
     s->evt_counter = m->evt_counter; /* the reservations: above every id handed out under this record */
     s->item_counter = m->item_counter;
@@ -123,7 +125,7 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     if (!s) {
         if (e == FG_ERR_NOT_FOUND || e == FG_ERR_UNSUPPORTED)
             return NULL;
-        *code = gw_persist_code(e);
+        *code = gw_engine_code(e);
         if (*code == FG_PROTO_SESSION_LOST) {
             snprintf(msg, msg_cap, "session %s cannot be restored (%s): %s", name, fg_err_name(e), d.msg);
             fg_log_at(FG_LOG_ERROR, "session_lost", tenant_id, name, "\"error\":\"%s\"", fg_err_name(e));

@@ -28,50 +28,6 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 
-/* ---- rings ---- */
-
-bool gw_ring_push(gw_ring *r, uint64_t seq, const char *json, size_t len)
-{
-    if (r->count == r->cap) {
-        /* rings start small so that an idle session costs little */
-        uint32_t nc = r->cap ? r->cap * 2 : 8;
-        gw_event *ev = malloc(nc * sizeof *ev);
-        if (!ev)
-            return false;
-        for (uint32_t i = 0; i < r->count; i++)
-            ev[i] = *gw_ring_at(r, i);
-        free(r->ev);
-        r->ev = ev;
-        r->cap = nc;
-        r->head = 0;
-    }
-    char *buf = malloc(LWS_PRE + len + 1);
-    if (!buf)
-        return false;
-    memcpy(buf + LWS_PRE, json, len + 1);
-    r->ev[(r->head + r->count) % r->cap] = (gw_event){.seq = seq, .buf = buf, .len = len};
-    r->count++;
-    r->bytes += len;
-    return true;
-}
-
-void gw_ring_drop_oldest(gw_ring *r)
-{
-    gw_event *old = gw_ring_at(r, 0);
-    r->bytes -= old->len;
-    free(old->buf);
-    r->head = (r->head + 1) % r->cap;
-    r->count--;
-}
-
-void gw_ring_free(gw_ring *r)
-{
-    for (uint32_t i = 0; i < r->count; i++)
-        free(gw_ring_at(r, i)->buf);
-    free(r->ev);
-    memset(r, 0, sizeof *r);
-}
-
 /* ---- the table ---- */
 
 static size_t hash_id(const char *id, size_t len)
@@ -145,10 +101,11 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
             fg_diag_set(diag, e, "engine session: %s", fg_err_describe(e));
         return NULL;
     }
-    s->temperature = 1.0;
-    s->top_p = 1.0;
-    s->max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
+    s->set.temperature = 1.0;
+    s->set.top_p = 1.0;
+    s->set.max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
     s->next_seq = 1;
+    s->resp_item = SIZE_MAX;
     s->last_activity = fg_clock_mono_s();
     size_t b = hash_id(s->id, strlen(s->id)) % gw->table_size;
     s->hash_next = gw->table[b];
@@ -189,6 +146,11 @@ void gw_session_destroy(gw_session *s, bool keep_file)
         fg_quota_session_close(gw->quota, t->rec.id, s->id);
     if (gw->quota && s->reserved) /* a response the engine will not finish now */
         fg_quota_response_settle(gw->quota, t->rec.id, s->quota_key, s->reserved, (int64_t)s->resp_tokens);
+    if (s->oob_es)
+        fg_session_delete(s->oob_es);
+    gw_items_free(&s->items);
+    free(s->tools);
+    free(s->resp_metadata);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
     fg_tokens_free(&s->deferred);
@@ -203,6 +165,22 @@ void gw_session_destroy(gw_session *s, bool keep_file)
 uint64_t gw_session_take_seq(gw_session *s)
 {
     return s->next_seq++;
+}
+
+void gw_emit_push(gw_session *s, gw_emit em, fg_err written)
+{
+    const char *beta = written == FG_OK && s->beta ? gw_ga_beta_name(fg_proto_buf_text(&s->gw->scratch)) : NULL;
+    if (beta)
+        written = fg_proto_buf_rename_type(&s->gw->scratch, beta);
+    if (written == FG_OK)
+        gw_session_push(s, em.seq);
+    else
+        fg_log_at(FG_LOG_ERROR, "event_dropped", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
+}
+
+void gw_session_cancel(gw_session *s)
+{
+    fg_session_cancel(s->resp_oob && s->oob_es ? s->oob_es : s->es);
 }
 
 /* The resume buffer's limits: events already sent (all of them while
@@ -258,16 +236,21 @@ void gw_session_info(const gw_session *s, fg_proto_session_info *info)
     memset(info, 0, sizeof *info);
     info->id = s->id;
     info->instructions = (fg_proto_str){s->instructions ? s->instructions : "", s->instructions_len};
-    info->temperature = s->temperature;
-    info->top_p = s->top_p;
-    info->min_p = s->min_p;
-    info->top_k = s->top_k;
-    info->has_seed = s->has_seed;
-    info->seed = s->seed;
-    info->max_output_tokens = s->max_output_tokens;
-    info->n_stop = s->n_stop;
-    for (uint32_t i = 0; i < s->n_stop; i++)
-        info->stop[i] = (fg_proto_str){s->stop[i], strlen(s->stop[i])};
+    info->temperature = s->set.temperature;
+    info->top_p = s->set.top_p;
+    info->min_p = s->set.min_p;
+    info->top_k = s->set.top_k;
+    info->has_seed = s->set.has_seed;
+    info->seed = s->set.seed;
+    info->max_output_tokens = s->set.max_output_tokens;
+    info->n_stop = s->set.n_stop;
+    for (uint32_t i = 0; i < s->set.n_stop; i++)
+        info->stop[i] = (fg_proto_str){s->set.stop[i], strlen(s->set.stop[i])};
+    info->ga = s->ga;
+    info->model = s->model;
+    info->tools = s->tools;
+    info->tool_choice = s->tool_choice;
+    info->tool_choice_name = s->tool_choice_name;
 }
 
 static bool append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
@@ -292,10 +275,9 @@ void gw_session_flush_delta(gw_session *s)
 {
     if (s->pending_len == 0)
         return;
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_text_delta(&s->gw->scratch, seq, ++s->evt_counter, s->resp_id, s->item_id, s->pending,
-                                  s->pending_len) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_text_delta(&s->gw->scratch, em.seq, em.evt, s->resp_id, s->item_id, s->pending,
+                                  s->pending_len));
     s->pending_len = 0;
 }
 
@@ -343,6 +325,14 @@ static void finish_response(gw_session *s, const fg_event *ev)
     fg_proto_response_done d = {.id = s->resp_id, .output = &out, .n_output = ev->usage.output_tokens > 0 ? 1 : 0,
                                 .usage = {(uint64_t)ev->usage.input_tokens, (uint64_t)ev->usage.cached_tokens,
                                           (uint64_t)ev->usage.output_tokens}};
+    /* GA: the output item is shown whenever the response had one (its status says how it ended) */
+    const bool ga_item = s->ga && s->resp_item != SIZE_MAX;
+    const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
+                                     .max_output_tokens = s->resp_max_output};
+    if (s->ga) {
+        d.ga = &ga;
+        d.n_output = ga_item ? 1 : 0;
+    }
     switch (ev->finish) {
     case FG_FINISH_EOS:
     case FG_FINISH_STOP:
@@ -363,7 +353,7 @@ static void finish_response(gw_session *s, const fg_event *ev)
         break;
     case FG_FINISH_ERROR:
         d.status = FG_PROTO_RESPONSE_FAILED;
-        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : gw_persist_code(ev->error);
+        d.error_code = ev->error == FG_ERR_KV_FULL ? FG_PROTO_KV_UNAVAILABLE : gw_engine_code(ev->error);
         d.error_message = ev->error == FG_ERR_KV_FULL ? "the server's KV cache is full; retry later"
                           : d.error_code == FG_PROTO_SESSION_LOST
                               ? "the session's saved state could not be loaded back; its conversation is gone"
@@ -379,9 +369,12 @@ static void finish_response(gw_session *s, const fg_event *ev)
         }
         break;
     }
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_response_done(&s->gw->scratch, seq, ++s->evt_counter, &d) == FG_OK)
-        gw_session_push(s, seq);
+    if (ga_item) {
+        out.status = d.status == FG_PROTO_RESPONSE_COMPLETED ? "completed" : "incomplete";
+        gw_ga_response_end(s, out.status);
+    }
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_response_done(&s->gw->scratch, em.seq, em.evt, &d));
     record_done(s, d.status, &ev->usage);
     if (s->gw->quota && s->reserved) {
         /* work done: the new input prefilled plus the output */
@@ -394,7 +387,16 @@ static void finish_response(gw_session *s, const fg_event *ev)
     s->out_len = 0;
     s->cancel_reason = NULL;
     s->last_activity = fg_clock_mono_s();
+    if (s->resp_oob) { /* the discarded fork or context: the conversation is as it was */
+        fg_session_delete(s->oob_es);
+        s->oob_es = NULL;
+        s->resp_oob = false;
+    }
+    free(s->resp_metadata);
+    s->resp_metadata = NULL;
+    s->resp_item = SIZE_MAX;
     /* Items added during the response come after its output, as in the engine. */
+    gw_items_place_deferred(s, s->conv.n);
     fg_tokens_push(&s->conv, s->deferred.v, s->deferred.n);
     s->deferred.n = 0;
     gw_session_store_meta(s); /* the settings and history as of this response, for the next save */
@@ -413,9 +415,8 @@ static void report_save_failed(gw_session *s, fg_err e)
     fg_proto_error_set(&err, FG_PROTO_PERSIST_FAILED, NULL, NULL, "session %s was not saved: %s", s->id,
                        e == FG_ERR_DISK_FULL ? "the disk (or the server's disk budget) is full"
                                              : "an I/O error writing its file");
-    uint64_t seq = gw_session_take_seq(s);
-    if (fg_proto_write_error(&s->gw->scratch, seq, ++s->evt_counter, &err, 0) == FG_OK)
-        gw_session_push(s, seq);
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, fg_proto_write_error(&s->gw->scratch, em.seq, em.evt, &err, 0));
 }
 
 /* An attached client is behind when its unsent output passes the buffer
@@ -433,7 +434,11 @@ void gw_session_drain_engine(gw_session *s)
     fg_event ev[32];
     char text[8192];
     while (!s->output_paused) {
-        int n = fg_session_poll(s->es, ev, 32, text, sizeof text);
+        /* an out-of-band response runs in its own engine session */
+        fg_session_t *src = s->resp_oob && s->oob_es ? s->oob_es : s->es;
+        int n = fg_session_poll(src, ev, 32, text, sizeof text);
+        if (n <= 0 && src != s->es)
+            n = fg_session_poll(s->es, ev, 32, text, sizeof text); /* its save reports */
         if (n <= 0)
             break;
         for (int i = 0; i < n; i++) {
@@ -446,7 +451,8 @@ void gw_session_drain_engine(gw_session *s)
                     gw_hist_observe(&m->ttft, now - s->resp_created_at);
                 s->resp_last_token_at = now;
                 m->output_tokens++;
-                fg_tokens_push(&s->conv, &ev[i].token, 1);
+                if (!s->resp_oob)
+                    fg_tokens_push(&s->conv, &ev[i].token, 1);
                 s->resp_tokens++;
                 add_text(s, text + ev[i].text_off, ev[i].text_len);
             } else if (ev[i].type == FG_EVENT_DONE) {

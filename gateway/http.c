@@ -16,6 +16,7 @@
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
 #include "gateway/metrics.h"
+#include "gateway/openai_http.h"
 #include "gateway/status.h"
 
 /* A request's life: RECEIVING (headers in, body arriving) -> HANDLING (routed
@@ -406,7 +407,7 @@ static void route(gw_http_req *req)
         return get ? status(gw, req) : gw_http_error(req, 405, "method_not_allowed", "use GET");
     if (!strcmp(req->path, "/dashboard") || !strncmp(req->path, "/dashboard/", 11))
         return get ? dashboard(gw, req) : gw_http_error(req, 405, "method_not_allowed", "use GET");
-    if (gw_admin_route(gw, req))
+    if (gw_admin_route(gw, req) || gw_openai_route(gw, req))
         return;
     gw_http_error(req, 404, "not_found", "no such endpoint");
 }

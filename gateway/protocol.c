@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/base/name.h"
@@ -47,6 +48,9 @@ static const char *const client_type_names[] = {
     [FG_CLIENT_RESPONSE_CREATE] = "response.create",
     [FG_CLIENT_RESPONSE_CANCEL] = "response.cancel",
     [FG_CLIENT_SESSION_CLOSE] = "session.close",
+    [FG_CLIENT_ITEM_RETRIEVE] = "conversation.item.retrieve",
+    [FG_CLIENT_ITEM_DELETE] = "conversation.item.delete",
+    [FG_CLIENT_ITEM_TRUNCATE] = "conversation.item.truncate",
 };
 #define N_CLIENT_TYPES (sizeof client_type_names / sizeof client_type_names[0])
 
@@ -317,17 +321,134 @@ static int read_sampling(ctx *c, json_t *obj, const char *prefix, fg_proto_sampl
 
 /* ---- events ---- */
 
-static int parse_session(ctx *c, json_t *root, bool is_create, fg_proto_session_params *p)
+/* output_modalities (GA) or modalities (beta): text only. Audio is refused
+ * rather than dropped, so a client never waits for audio that cannot come. */
+static int read_modalities(ctx *c, json_t *obj, const char *prefix, const char *key)
 {
+    json_t *v = field(obj, key);
+    if (!v)
+        return 0;
+    char param[96];
+    path_join(param, sizeof param, prefix, key, -1);
+    if (!json_is_array(v))
+        return fail(c, FG_PROTO_INVALID_TYPE, param, "%s must be an array of strings, got %s", param,
+                    json_type_word(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *m = json_array_get(v, i);
+        char ep[96];
+        path_join(ep, sizeof ep, prefix, key, (int)i);
+        if (!json_is_string(m))
+            return fail(c, FG_PROTO_INVALID_TYPE, ep, "%s must be a string, got %s", ep, json_type_word(m));
+        if (!strcmp(json_string_value(m), "audio"))
+            return fail(c, FG_PROTO_INVALID_VALUE, ep,
+                        "audio output is not supported: flashgate serves a text model; use %s [\"text\"]", key);
+        if (strcmp(json_string_value(m), "text") != 0)
+            return fail(c, FG_PROTO_INVALID_VALUE, ep, "%s must be \"text\"", ep);
+    }
+    return 0;
+}
+
+/* Compact JSON text of v, kept in ev->owned_[slot]. */
+static int keep_json(ctx *c, fg_client_event *ev, int slot, json_t *v, fg_proto_str *out)
+{
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (!text)
+        return fail(c, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
+    free(ev->owned_[slot]);
+    ev->owned_[slot] = text;
+    out->ptr = text;
+    out->len = strlen(text);
+    return 0;
+}
+
+/* tools: up to 128 function tools, {"type":"function","name":...}, kept as JSON. */
+static int read_tools(ctx *c, json_t *s, fg_client_event *ev, fg_proto_session_params *p)
+{
+    json_t *v = field(s, "tools");
+    if (!v)
+        return 0;
+    if (!json_is_array(v))
+        return fail(c, FG_PROTO_INVALID_TYPE, "session.tools", "session.tools must be an array, got %s",
+                    json_type_word(v));
+    if (json_array_size(v) > FG_PROTO_MAX_TOOLS)
+        return fail(c, FG_PROTO_INVALID_VALUE, "session.tools", "session.tools holds at most %d tools, got %zu",
+                    FG_PROTO_MAX_TOOLS, json_array_size(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *t = json_array_get(v, i);
+        char tp[96];
+        path_join(tp, sizeof tp, "session", "tools", (int)i);
+        if (!json_is_object(t))
+            return fail(c, FG_PROTO_INVALID_TYPE, tp, "%s must be an object, got %s", tp, json_type_word(t));
+        fg_proto_str type = {0}, name = {0};
+        if (read_str(c, t, tp, "type", true, 1, 32, NULL, &type))
+            return -1;
+        if (strcmp(type.ptr, "function") != 0)
+            return fail(c, FG_PROTO_INVALID_VALUE, tp, "%s.type must be \"function\" (MCP tools are not supported)",
+                        tp);
+        if (read_str(c, t, tp, "name", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &name))
+            return -1;
+        if (!fg_name_valid(name.ptr, name.len))
+            return fail(c, FG_PROTO_INVALID_VALUE, tp, "%s.name may hold only A-Z, a-z, 0-9, _ and -", tp);
+    }
+    p->has_tools = true;
+    return keep_json(c, ev, 0, v, &p->tools);
+}
+
+/* tool_choice: "auto" | "none" | "required" | {"type":"function","name":...} */
+static int read_tool_choice(ctx *c, json_t *s, fg_proto_session_params *p)
+{
+    json_t *v = field(s, "tool_choice");
+    if (!v)
+        return 0;
+    static const char *const names[] = {"auto", "none", "required"};
+    if (json_is_string(v)) {
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(json_string_value(v), names[i]) && json_string_length(v) == strlen(names[i])) {
+                p->has_tool_choice = true;
+                p->tool_choice = (fg_proto_tool_choice)i;
+                return 0;
+            }
+        return fail(c, FG_PROTO_INVALID_VALUE, "session.tool_choice",
+                    "session.tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"name\":...}");
+    }
+    if (!json_is_object(v))
+        return fail(c, FG_PROTO_INVALID_TYPE, "session.tool_choice",
+                    "session.tool_choice must be a string or an object, got %s", json_type_word(v));
+    fg_proto_str type = {0};
+    if (read_str(c, v, "session.tool_choice", "type", true, 1, 32, NULL, &type))
+        return -1;
+    if (strcmp(type.ptr, "function") != 0)
+        return fail(c, FG_PROTO_INVALID_VALUE, "session.tool_choice.type",
+                    "session.tool_choice.type must be \"function\"");
+    if (read_str(c, v, "session.tool_choice", "name", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &p->tool_choice_name))
+        return -1;
+    p->has_tool_choice = true;
+    p->tool_choice = FG_PROTO_TOOL_CHOICE_FUNCTION;
+    return 0;
+}
+
+static int parse_session(ctx *c, json_t *root, bool is_create, fg_client_event *ev)
+{
+    fg_proto_session_params *p = &ev->u.session;
     json_t *s;
     /* session.create may omit the object (all defaults); session.update must say what changes. */
     if (read_obj(c, root, "session", !is_create, &s))
         return -1;
     if (!s)
         return 0;
+    fg_proto_str type = {0};
+    bool has_type = false;
+    if (read_str(c, s, "session", "type", false, 1, 32, &has_type, &type))
+        return -1;
+    if (has_type && strcmp(type.ptr, "realtime") != 0)
+        return fail(c, FG_PROTO_INVALID_VALUE, "session.type",
+                    "session.type must be \"realtime\" (transcription sessions are not supported)");
     if (read_str(c, s, "session", "instructions", false, 0, c->lim.max_instructions_bytes, &p->has_instructions,
                  &p->instructions) ||
-        read_sampling(c, s, "session", &p->sampling))
+        read_sampling(c, s, "session", &p->sampling) ||
+        read_str(c, s, "session", "model", false, 1, FG_PROTO_MAX_ID_BYTES, &p->has_model, &p->model) ||
+        read_modalities(c, s, "session", "output_modalities") || read_modalities(c, s, "session", "modalities") ||
+        read_tools(c, s, ev, p) || read_tool_choice(c, s, p))
         return -1;
     if (is_create)
         return read_str(c, s, "session", "fork_from", false, 1, FG_PROTO_MAX_ID_BYTES, &p->has_fork_from,
@@ -377,26 +498,26 @@ static const char *const item_types[] = {"", "message", "function_call", "functi
 static const char *const roles[] = {"", "system", "user", "assistant"};
 static const char *const part_types[] = {"", "input_text", "output_text", "text"};
 
-static int parse_message(ctx *c, json_t *item, fg_proto_item *it)
+static int parse_message(ctx *c, json_t *item, const char *pfx, fg_proto_item *it)
 {
     int role;
-    if (read_enum(c, item, "item", "role", -1, roles, 4, &role))
+    if (read_enum(c, item, pfx, "role", -1, roles, 4, &role))
         return -1;
     it->role = (fg_proto_role)role;
+    char cp[96];
+    path_join(cp, sizeof cp, pfx, "content", -1);
     json_t *content = field(item, "content");
     if (!content)
-        return fail(c, FG_PROTO_MISSING_FIELD, "item.content", "item.content is required");
+        return fail(c, FG_PROTO_MISSING_FIELD, cp, "%s is required", cp);
     if (!json_is_array(content))
-        return fail(c, FG_PROTO_INVALID_TYPE, "item.content", "item.content must be an array, got %s",
-                    json_type_word(content));
+        return fail(c, FG_PROTO_INVALID_TYPE, cp, "%s must be an array, got %s", cp, json_type_word(content));
     const size_t n = json_array_size(content);
     if (n < 1 || n > FG_PROTO_MAX_PARTS)
-        return fail(c, FG_PROTO_INVALID_VALUE, "item.content", "item.content must hold 1..%d parts, got %zu",
-                    FG_PROTO_MAX_PARTS, n);
+        return fail(c, FG_PROTO_INVALID_VALUE, cp, "%s must hold 1..%d parts, got %zu", cp, FG_PROTO_MAX_PARTS, n);
     for (size_t i = 0; i < n; i++) {
         json_t *part = json_array_get(content, i);
         char pp[96];
-        path_join(pp, sizeof pp, "item", "content", (int)i);
+        path_join(pp, sizeof pp, pfx, "content", (int)i);
         if (!json_is_object(part))
             return fail(c, FG_PROTO_INVALID_TYPE, pp, "%s must be an object, got %s", pp, json_type_word(part));
         int pt;
@@ -410,40 +531,141 @@ static int parse_message(ctx *c, json_t *item, fg_proto_item *it)
 }
 
 /* A function name as tool-calling models and frameworks allow it. */
-static int check_function_name(ctx *c, fg_proto_str name)
+static int check_function_name(ctx *c, const char *pfx, fg_proto_str name)
 {
+    char np[96];
+    path_join(np, sizeof np, pfx, "name", -1);
     if (!fg_name_valid(name.ptr, name.len))
-        return fail(c, FG_PROTO_INVALID_VALUE, "item.name", "item.name may hold only A-Z, a-z, 0-9, _ and -");
+        return fail(c, FG_PROTO_INVALID_VALUE, np, "%s may hold only A-Z, a-z, 0-9, _ and -", np);
     return 0;
 }
 
-static int parse_item(ctx *c, json_t *root, fg_proto_item *it)
+/* One item object at pfx ("item", "response.input[2]"). */
+static int parse_item_obj(ctx *c, json_t *item, const char *pfx, fg_proto_item *it)
 {
-    json_t *item;
-    if (read_obj(c, root, "item", true, &item))
-        return -1;
     int type;
-    if (read_enum(c, item, "item", "type", -1, item_types, 4, &type))
+    if (read_enum(c, item, pfx, "type", -1, item_types, 4, &type))
         return -1;
     it->type = (fg_proto_item_type)type;
+    bool has_id = false;
+    if (read_str(c, item, pfx, "id", false, 1, FG_PROTO_MAX_ITEM_ID_BYTES, &has_id, &it->id))
+        return -1;
+    if (has_id && !fg_name_valid(it->id.ptr, it->id.len)) {
+        char ip[96];
+        path_join(ip, sizeof ip, pfx, "id", -1);
+        return fail(c, FG_PROTO_INVALID_VALUE, ip, "%s may hold only A-Z, a-z, 0-9, _ and -", ip);
+    }
     const size_t max_text = c->lim.max_text_bytes;
     switch (it->type) {
     case FG_PROTO_ITEM_MESSAGE:
-        return parse_message(c, item, it);
+        return parse_message(c, item, pfx, it);
     case FG_PROTO_ITEM_FUNCTION_CALL:
-        return read_str(c, item, "item", "call_id", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->call_id) ||
-                       read_str(c, item, "item", "name", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->name) ||
-                       check_function_name(c, it->name) ||
-                       read_str(c, item, "item", "arguments", true, 0, max_text, NULL, &it->arguments)
+        return read_str(c, item, pfx, "call_id", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->call_id) ||
+                       read_str(c, item, pfx, "name", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->name) ||
+                       check_function_name(c, pfx, it->name) ||
+                       read_str(c, item, pfx, "arguments", true, 0, max_text, NULL, &it->arguments)
                    ? -1
                    : 0;
     case FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT:
-        return read_str(c, item, "item", "call_id", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->call_id) ||
-                       read_str(c, item, "item", "output", true, 0, max_text, NULL, &it->output)
+        return read_str(c, item, pfx, "call_id", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &it->call_id) ||
+                       read_str(c, item, pfx, "output", true, 0, max_text, NULL, &it->output)
                    ? -1
                    : 0;
     }
     return -1; /* unreachable: read_enum returned a listed type */
+}
+
+static int parse_item(ctx *c, json_t *root, fg_client_event *ev)
+{
+    json_t *item;
+    if (read_obj(c, root, "item", true, &item))
+        return -1;
+    return read_str(c, root, NULL, "previous_item_id", false, 1, FG_PROTO_MAX_ID_BYTES, &ev->has_previous_item_id,
+                    &ev->previous_item_id) ||
+                   parse_item_obj(c, item, "item", &ev->u.item)
+               ? -1
+               : 0;
+}
+
+/* conversation.item.retrieve / delete / truncate */
+static int parse_item_ref(ctx *c, json_t *root, fg_client_event *ev)
+{
+    if (read_str(c, root, NULL, "item_id", true, 1, FG_PROTO_MAX_ID_BYTES, NULL, &ev->u.item_ref.item_id))
+        return -1;
+    if (ev->type != FG_CLIENT_ITEM_TRUNCATE)
+        return 0;
+    uint64_t ci = 0;
+    if (read_uint(c, root, NULL, "content_index", true, 0, FG_PROTO_MAX_PARTS - 1, NULL, &ci) ||
+        read_uint(c, root, NULL, "audio_end_ms", true, 0, FG_PROTO_MAX_SEQUENCE, NULL, &ev->u.item_ref.audio_end_ms) ||
+        read_uint(c, root, NULL, "text_end", false, 0, c->lim.max_text_bytes, &ev->u.item_ref.has_text_end,
+                  &ev->u.item_ref.text_end))
+        return -1;
+    ev->u.item_ref.content_index = (uint32_t)ci;
+    return 0;
+}
+
+/* response.conversation, input, instructions, metadata (the GA out-of-band response). */
+static int parse_response_ga(ctx *c, json_t *r, fg_client_event *ev)
+{
+    fg_proto_str conv = {0};
+    bool has_conv = false;
+    if (read_str(c, r, "response", "conversation", false, 1, 16, &has_conv, &conv))
+        return -1;
+    if (has_conv && strcmp(conv.ptr, "none") != 0 && strcmp(conv.ptr, "auto") != 0)
+        return fail(c, FG_PROTO_INVALID_VALUE, "response.conversation",
+                    "response.conversation must be \"auto\" or \"none\"");
+    ev->u.response.out_of_band = has_conv && !strcmp(conv.ptr, "none");
+    json_t *in = field(r, "input");
+    if (in) {
+        if (!json_is_array(in))
+            return fail(c, FG_PROTO_INVALID_TYPE, "response.input", "response.input must be an array, got %s",
+                        json_type_word(in));
+        if (!ev->u.response.out_of_band)
+            return fail(c, FG_PROTO_INVALID_VALUE, "response.input",
+                        "response.input needs response.conversation \"none\" (an out-of-band response)");
+        if (json_array_size(in) > FG_PROTO_MAX_INPUT)
+            return fail(c, FG_PROTO_INVALID_VALUE, "response.input", "response.input holds at most %d items, got %zu",
+                        FG_PROTO_MAX_INPUT, json_array_size(in));
+        for (size_t i = 0; i < json_array_size(in); i++) {
+            json_t *it = json_array_get(in, i);
+            char ip[96];
+            path_join(ip, sizeof ip, "response", "input", (int)i);
+            if (!json_is_object(it))
+                return fail(c, FG_PROTO_INVALID_TYPE, ip, "%s must be an object, got %s", ip, json_type_word(it));
+            if (parse_item_obj(c, it, ip, &ev->u.response.input[i]))
+                return -1;
+        }
+        ev->u.response.has_input = true;
+        ev->u.response.n_input = (uint32_t)json_array_size(in);
+    }
+    if (read_str(c, r, "response", "instructions", false, 0, c->lim.max_instructions_bytes,
+                 &ev->u.response.has_instructions, &ev->u.response.instructions))
+        return -1;
+    if (ev->u.response.has_instructions && !ev->u.response.out_of_band)
+        return fail(c, FG_PROTO_INVALID_VALUE, "response.instructions",
+                    "response.instructions needs response.conversation \"none\"; change the session's with "
+                    "session.update");
+    json_t *md = field(r, "metadata");
+    if (md) {
+        if (!json_is_object(md))
+            return fail(c, FG_PROTO_INVALID_TYPE, "response.metadata", "response.metadata must be an object, got %s",
+                        json_type_word(md));
+        if (json_object_size(md) > FG_PROTO_MAX_METADATA)
+            return fail(c, FG_PROTO_INVALID_VALUE, "response.metadata",
+                        "response.metadata holds at most %d keys, got %zu", FG_PROTO_MAX_METADATA,
+                        json_object_size(md));
+        const char *k;
+        json_t *v;
+        json_object_foreach(md, k, v) {
+            if (!json_is_string(v) || json_string_length(v) > 512 || strlen(k) > 64)
+                return fail(c, FG_PROTO_INVALID_VALUE, "response.metadata",
+                            "response.metadata maps keys of up to 64 bytes to strings of up to 512");
+        }
+        ev->u.response.has_metadata = true;
+        if (keep_json(c, ev, 1, md, &ev->u.response.metadata))
+            return -1;
+    }
+    return read_modalities(c, r, "response", "output_modalities") || read_modalities(c, r, "response", "modalities");
 }
 
 static int parse_response(ctx *c, json_t *root, fg_client_event *ev)
@@ -455,7 +677,7 @@ static int parse_response(ctx *c, json_t *root, fg_client_event *ev)
     if (!r)
         return 0;
     return read_bool(c, r, "response", "generate", NULL, &ev->u.response.generate) ||
-                   read_sampling(c, r, "response", &ev->u.response.sampling)
+                   read_sampling(c, r, "response", &ev->u.response.sampling) || parse_response_ga(c, r, ev)
                ? -1
                : 0;
 }
@@ -587,13 +809,17 @@ static int parse_root(ctx *c, json_t *root, fg_client_event *ev)
                     quote_len(name, name_len), name, (size_t)quote_len(name, name_len) < name_len ? "..." : "");
     switch (ev->type) {
     case FG_CLIENT_SESSION_CREATE:
-        return parse_session(c, root, true, &ev->u.session);
+        return parse_session(c, root, true, ev);
     case FG_CLIENT_SESSION_UPDATE:
-        return parse_session(c, root, false, &ev->u.session);
+        return parse_session(c, root, false, ev);
     case FG_CLIENT_SESSION_RESUME:
         return parse_resume(c, root, ev);
     case FG_CLIENT_ITEM_CREATE:
-        return parse_item(c, root, &ev->u.item);
+        return parse_item(c, root, ev);
+    case FG_CLIENT_ITEM_RETRIEVE:
+    case FG_CLIENT_ITEM_DELETE:
+    case FG_CLIENT_ITEM_TRUNCATE:
+        return parse_item_ref(c, root, ev);
     case FG_CLIENT_RESPONSE_CREATE:
         return parse_response(c, root, ev);
     case FG_CLIENT_RESPONSE_CANCEL:
@@ -641,5 +867,7 @@ void fg_client_event_free(fg_client_event *ev)
     if (!ev)
         return;
     json_decref(ev->root_);
+    free(ev->owned_[0]);
+    free(ev->owned_[1]);
     memset(ev, 0, sizeof *ev);
 }

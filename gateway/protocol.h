@@ -31,6 +31,7 @@
 /* ---- versioning and fixed limits (docs/protocol.md "Limits") ---- */
 
 #define FG_PROTO_SUBPROTOCOL "flashgate.v1" /* Sec-WebSocket-Protocol value */
+#define FG_PROTO_GA_SUBPROTOCOL "realtime"   /* OpenAI's browser clients offer it: the GA flow */
 #define FG_PROTO_PATH "/v1/realtime"        /* the WebSocket endpoint */
 
 #define FG_PROTO_MAX_ID_BYTES 64       /* event_id, session_id, response_id, call_id, name */
@@ -40,6 +41,10 @@
 #define FG_PROTO_MAX_TOP_K 1000000
 #define FG_PROTO_MAX_SEED (UINT64_C(1) << 53) /* the largest integer every JSON parser keeps exactly */
 #define FG_PROTO_MAX_SEQUENCE (UINT64_C(1) << 53)
+#define FG_PROTO_MAX_ITEM_ID_BYTES 32  /* a client's item id: [A-Za-z0-9_-] */
+#define FG_PROTO_MAX_TOOLS 128         /* session.tools entries */
+#define FG_PROTO_MAX_INPUT 16          /* response.input items (out-of-band responses) */
+#define FG_PROTO_MAX_METADATA 16       /* response.metadata keys */
 
 /* WebSocket close codes the server uses (docs/protocol.md "Closing"). */
 enum {
@@ -159,6 +164,9 @@ typedef enum fg_client_event_type {
     FG_CLIENT_RESPONSE_CREATE,
     FG_CLIENT_RESPONSE_CANCEL,
     FG_CLIENT_SESSION_CLOSE,
+    FG_CLIENT_ITEM_RETRIEVE, /* conversation.item.retrieve */
+    FG_CLIENT_ITEM_DELETE,   /* conversation.item.delete */
+    FG_CLIENT_ITEM_TRUNCATE, /* conversation.item.truncate */
 } fg_client_event_type;
 
 /* Sampling fields shared by session.* and response.create. Each has_* says the
@@ -181,11 +189,28 @@ typedef struct fg_proto_sampling {
     fg_proto_str stop[FG_PROTO_MAX_STOP];
 } fg_proto_sampling;
 
-/* session.create (fork_from allowed) and session.update. */
+/* tool_choice of the OpenAI GA session. */
+typedef enum fg_proto_tool_choice {
+    FG_PROTO_TOOL_CHOICE_AUTO = 0,
+    FG_PROTO_TOOL_CHOICE_NONE,
+    FG_PROTO_TOOL_CHOICE_REQUIRED,
+    FG_PROTO_TOOL_CHOICE_FUNCTION, /* {"type":"function","name":...} */
+} fg_proto_tool_choice;
+
+/* session.create (fork_from allowed) and session.update. The OpenAI GA shape's
+ * type ("realtime" only), output_modalities (["text"] only: audio is refused,
+ * not dropped) and audio/tracing/include (ignored) are checked here. */
 typedef struct fg_proto_session_params {
     bool has_instructions;
     fg_proto_str instructions;   /* <= limits.max_instructions_bytes */
     fg_proto_sampling sampling;
+    bool has_model;
+    fg_proto_str model;          /* 1..64 bytes; shown back, the one model is served whatever it says */
+    bool has_tools;
+    fg_proto_str tools;          /* the array as compact JSON (owned by the event); stored, not yet used */
+    bool has_tool_choice;
+    fg_proto_tool_choice tool_choice;
+    fg_proto_str tool_choice_name; /* FUNCTION: the function's name */
     bool has_fork_from;
     fg_proto_str fork_from;      /* session.create only: a session id, 1..64 bytes */
 } fg_proto_session_params;
@@ -218,7 +243,8 @@ typedef struct fg_proto_part {
  * depends on type; the others are zero. */
 typedef struct fg_proto_item {
     fg_proto_item_type type;
-    fg_proto_str id;             /* server-made "item_..."; ignored (empty) when parsed */
+    fg_proto_str id;             /* server-made "item_...", or the client's (1..32 bytes of [A-Za-z0-9_-]) */
+    const char *status;          /* written as "status" when set (GA): "in_progress", "completed", "incomplete" */
     /* message */
     fg_proto_role role;
     uint32_t n_content;          /* 1..16 when parsed; the writer accepts 0 */
@@ -243,15 +269,33 @@ typedef struct fg_client_event {
         } resume;                          /* SESSION_RESUME */
         fg_proto_item item;                /* ITEM_CREATE */
         struct {
+            fg_proto_str item_id;          /* 1..64 bytes */
+            uint32_t content_index;        /* TRUNCATE */
+            uint64_t audio_end_ms;         /* TRUNCATE: required, as OpenAI has it; text has no audio */
+            bool has_text_end;
+            uint64_t text_end;             /* TRUNCATE: bytes of the part's text to keep (flashgate) */
+        } item_ref;                        /* ITEM_RETRIEVE, ITEM_DELETE, ITEM_TRUNCATE */
+        struct {
             bool generate;                 /* default true; false = only prefill */
             fg_proto_sampling sampling;    /* overrides for this response */
+            bool out_of_band;              /* conversation: "none": the session's conversation is untouched */
+            bool has_input;
+            uint32_t n_input;              /* 0..16: the context instead of the conversation (out of band) */
+            fg_proto_item input[FG_PROTO_MAX_INPUT];
+            bool has_instructions;         /* out of band only */
+            fg_proto_str instructions;
+            bool has_metadata;
+            fg_proto_str metadata;         /* compact JSON object (owned by the event), echoed back */
         } response;                        /* RESPONSE_CREATE */
         struct {
             bool has_response_id;
             fg_proto_str response_id;      /* 1..64 bytes */
         } cancel;                          /* RESPONSE_CANCEL */
     } u;
+    bool has_previous_item_id;   /* ITEM_CREATE: must name the last item (items are appended) */
+    fg_proto_str previous_item_id;
     struct json_t *root_;        /* private: owns every fg_proto_str above */
+    char *owned_[2];             /* private: the compact JSON texts (tools, metadata) */
 } fg_client_event;
 
 /* The wire name of a client event type ("session.create"); NULL if unknown. */
@@ -297,6 +341,11 @@ const char *fg_proto_buf_text(const fg_proto_buf *b);
  * JSON and valid UTF-8. For other writers (the SSE endpoint). Errors: FG_ERR_NOMEM. */
 fg_err fg_proto_buf_put_json_string(fg_proto_buf *b, const char *s, size_t n);
 
+/* Replaces the "type" of the event in b (the first field, as every writer puts
+ * it) with to: the Realtime beta names for old clients. Allocates only when b
+ * must grow. Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG (b holds no event). */
+fg_err fg_proto_buf_rename_type(fg_proto_buf *b, const char *to);
+
 /* The effective settings of a session, as session.created/updated/resumed show them. */
 typedef struct fg_proto_session_info {
     const char *id;              /* "sess_..." */
@@ -308,6 +357,12 @@ typedef struct fg_proto_session_info {
     uint32_t max_output_tokens;
     uint32_t n_stop;
     fg_proto_str stop[FG_PROTO_MAX_STOP];
+    /* the OpenAI GA session's fields, written only when ga */
+    bool ga;
+    const char *model;
+    const char *tools;           /* compact JSON array, or NULL ([]) */
+    fg_proto_tool_choice tool_choice;
+    const char *tool_choice_name;
 } fg_proto_session_info;
 
 typedef enum fg_proto_response_status {
@@ -323,8 +378,16 @@ typedef struct fg_proto_usage {
     uint64_t output_tokens;
 } fg_proto_usage;
 
+/* The GA fields of response.created and response.done (NULL in v1). */
+typedef struct fg_proto_response_ga {
+    const char *conversation_id;     /* NULL: null (an out-of-band response) */
+    const char *metadata;            /* compact JSON object, or NULL (null) */
+    uint32_t max_output_tokens;
+} fg_proto_response_ga;
+
 typedef struct fg_proto_response_done {
     const char *id;                  /* "resp_..." */
+    const fg_proto_response_ga *ga;  /* GA fields, or NULL */
     fg_proto_response_status status;
     /* cancelled: "client_cancelled" | "session_closed" | "server_shutdown"; incomplete:
      * "max_output_tokens" | "context_length" | "content_filter"; NULL = no status_details */
@@ -356,6 +419,24 @@ fg_err fg_proto_write_session_closed(fg_proto_buf *b, uint64_t seq, uint64_t evt
                                      const char *reason);
 fg_err fg_proto_write_item_added(fg_proto_buf *b, uint64_t seq, uint64_t evt, const fg_proto_item *item);
 fg_err fg_proto_write_response_created(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *response_id);
+/* The GA flow's events (docs/protocol.md "The OpenAI GA flow"). */
+fg_err fg_proto_write_response_created_ga(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *response_id,
+                                          const fg_proto_response_ga *ga);
+/* conversation.item.added / conversation.item.done with previous_item_id (NULL: null). */
+fg_err fg_proto_write_item_ga(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const fg_proto_item *item,
+                              const char *previous_item_id);
+fg_err fg_proto_write_item_retrieved(fg_proto_buf *b, uint64_t seq, uint64_t evt, const fg_proto_item *item);
+fg_err fg_proto_write_item_deleted(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *item_id);
+fg_err fg_proto_write_item_truncated(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *item_id,
+                                     uint32_t content_index, uint64_t audio_end_ms);
+/* response.output_item.added / .done (output_index 0). */
+fg_err fg_proto_write_output_item(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                  const fg_proto_item *item);
+/* response.content_part.added / .done: part {"type":"text","text":...}. */
+fg_err fg_proto_write_content_part(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                   const char *item_id, const char *text, size_t n);
+fg_err fg_proto_write_text_done(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *response_id,
+                                const char *item_id, const char *text, size_t n);
 /* The hot path: no snprintf, no allocation once b is big enough. bytes are raw
  * model output; pass them through fg_proto_utf8_carry_feed first so that a
  * character split across tokens is not replaced. */

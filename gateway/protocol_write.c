@@ -230,6 +230,29 @@ static fg_err begin(fg_proto_buf *b, const char *type, uint64_t seq, uint64_t ev
     return FG_OK;
 }
 
+fg_err fg_proto_buf_rename_type(fg_proto_buf *b, const char *to)
+{
+    static const char head[] = "{\"type\":\"";
+    const size_t h = sizeof head - 1;
+    if (!b->data || b->len < h || memcmp(b->data + b->pre, head, h) != 0)
+        return FG_ERR_INVALID_ARG;
+    const char *name = b->data + b->pre + h;
+    const char *end = memchr(name, '"', b->len - h);
+    if (!end)
+        return FG_ERR_INVALID_ARG;
+    const size_t old = (size_t)(end - name), n = strlen(to);
+    if (n > old) {
+        fg_err e = buf_reserve(b, n - old);
+        if (e)
+            return e;
+    }
+    char *p = b->data + b->pre + h; /* the buffer may have moved */
+    memmove(p + n, p + old, b->len - h - old + 1); /* the rest and its NUL */
+    memcpy(p, to, n);
+    b->len = b->len - old + n;
+    return FG_OK;
+}
+
 /* ---- names on the wire ---- */
 
 static const char *item_type_name(fg_proto_item_type t)
@@ -307,7 +330,23 @@ static fg_err put_session(fg_proto_buf *b, const fg_proto_session_info *s)
     for (uint32_t i = 0; i < n_stop; i++)
         if ((i && (e = put_lit(b, ","))) || (e = put_str(b, s->stop[i])))
             return e;
-    return put_lit(b, "]}");
+    if ((e = put_lit(b, "]")))
+        return e;
+    if (s->ga) {
+        static const char *const choices[] = {"\"auto\"", "\"none\"", "\"required\""};
+        if ((e = put_lit(b, ",\"type\":\"realtime\",\"model\":")) || (e = put_cstr(b, s->model ? s->model : "")) ||
+            (e = put_lit(b, ",\"output_modalities\":[\"text\"],\"tools\":")) ||
+            (e = put_lit(b, s->tools ? s->tools : "[]")) || (e = put_lit(b, ",\"tool_choice\":")))
+            return e;
+        if (s->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION)
+            e = put_lit(b, "{\"type\":\"function\",\"name\":");
+        else
+            e = put_lit(b, choices[s->tool_choice <= FG_PROTO_TOOL_CHOICE_REQUIRED ? s->tool_choice : 0]);
+        if (e || (s->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION &&
+                  ((e = put_cstr(b, s->tool_choice_name ? s->tool_choice_name : "")) || (e = put_lit(b, "}")))))
+            return e;
+    }
+    return put_lit(b, "}");
 }
 
 static fg_err put_item(fg_proto_buf *b, const fg_proto_item *it)
@@ -315,6 +354,8 @@ static fg_err put_item(fg_proto_buf *b, const fg_proto_item *it)
     fg_err e;
     if ((e = put_lit(b, "{\"id\":")) || (e = put_str(b, it->id)) || (e = put_lit(b, ",\"type\":\"")) ||
         (e = put_lit(b, item_type_name(it->type))) || (e = put_lit(b, "\"")))
+        return e;
+    if (it->status && ((e = put_lit(b, ",\"object\":\"realtime.item\",\"status\":")) || (e = put_cstr(b, it->status))))
         return e;
     switch (it->type) {
     case FG_PROTO_ITEM_FUNCTION_CALL:
@@ -428,6 +469,113 @@ static fg_err put_error_head(fg_proto_buf *b, fg_proto_code code, const char *me
     return FG_OK;
 }
 
+/* ,"conversation_id":...,"output_modalities":["text"],"max_output_tokens":N,"metadata":... */
+static fg_err put_response_ga(fg_proto_buf *b, const fg_proto_response_ga *ga)
+{
+    fg_err e;
+    if ((e = put_lit(b, ",\"conversation_id\":")) || (e = put_cstr(b, ga->conversation_id)) ||
+        (e = put_lit(b, ",\"output_modalities\":[\"text\"],\"max_output_tokens\":")) ||
+        (e = put_u64(b, ga->max_output_tokens)) || (e = put_lit(b, ",\"metadata\":")) ||
+        (e = put_lit(b, ga->metadata ? ga->metadata : "null")))
+        return e;
+    return FG_OK;
+}
+
+fg_err fg_proto_write_response_created_ga(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *response_id,
+                                          const fg_proto_response_ga *ga)
+{
+    fg_err e;
+    if ((e = begin(b, "response.created", seq, evt)) || (e = put_lit(b, ",\"response\":{\"id\":")) ||
+        (e = put_cstr(b, response_id)) ||
+        (e = put_lit(b, ",\"object\":\"realtime.response\",\"status\":\"in_progress\",\"status_details\":null")) ||
+        (e = put_response_ga(b, ga)) || (e = put_lit(b, ",\"output\":[],\"usage\":null}}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_item_ga(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const fg_proto_item *item,
+                              const char *previous_item_id)
+{
+    fg_err e;
+    if ((e = begin(b, done ? "conversation.item.done" : "conversation.item.added", seq, evt)) ||
+        (e = put_lit(b, ",\"previous_item_id\":")) || (e = put_cstr(b, previous_item_id)) ||
+        (e = put_lit(b, ",\"item\":")) || (e = put_item(b, item)) || (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_item_retrieved(fg_proto_buf *b, uint64_t seq, uint64_t evt, const fg_proto_item *item)
+{
+    fg_err e;
+    if ((e = begin(b, "conversation.item.retrieved", seq, evt)) || (e = put_lit(b, ",\"item\":")) ||
+        (e = put_item(b, item)) || (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_item_deleted(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *item_id)
+{
+    fg_err e;
+    if ((e = begin(b, "conversation.item.deleted", seq, evt)) || (e = put_lit(b, ",\"item_id\":")) ||
+        (e = put_cstr(b, item_id)) || (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_item_truncated(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *item_id,
+                                     uint32_t content_index, uint64_t audio_end_ms)
+{
+    fg_err e;
+    if ((e = begin(b, "conversation.item.truncated", seq, evt)) || (e = put_lit(b, ",\"item_id\":")) ||
+        (e = put_cstr(b, item_id)) || (e = put_lit(b, ",\"content_index\":")) || (e = put_u64(b, content_index)) ||
+        (e = put_lit(b, ",\"audio_end_ms\":")) || (e = put_u64(b, audio_end_ms)) || (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_output_item(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                  const fg_proto_item *item)
+{
+    fg_err e;
+    if ((e = begin(b, done ? "response.output_item.done" : "response.output_item.added", seq, evt)) ||
+        (e = put_lit(b, ",\"response_id\":")) || (e = put_cstr(b, response_id)) ||
+        (e = put_lit(b, ",\"output_index\":0,\"item\":")) || (e = put_item(b, item)) || (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+/* ,"response_id":...,"item_id":...,"output_index":0,"content_index":0 */
+static fg_err put_part_place(fg_proto_buf *b, const char *response_id, const char *item_id)
+{
+    fg_err e;
+    if ((e = put_lit(b, ",\"response_id\":")) || (e = put_cstr(b, response_id)) || (e = put_lit(b, ",\"item_id\":")) ||
+        (e = put_cstr(b, item_id)) || (e = put_lit(b, ",\"output_index\":0,\"content_index\":0")))
+        return e;
+    return FG_OK;
+}
+
+fg_err fg_proto_write_content_part(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                   const char *item_id, const char *text, size_t n)
+{
+    fg_err e;
+    if ((e = begin(b, done ? "response.content_part.done" : "response.content_part.added", seq, evt)) ||
+        (e = put_part_place(b, response_id, item_id)) || (e = put_lit(b, ",\"part\":{\"type\":\"text\",\"text\":")) ||
+        (e = fg_proto_buf_put_json_string(b, text ? text : "", text ? n : 0)) || (e = put_lit(b, "}}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_text_done(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *response_id,
+                                const char *item_id, const char *text, size_t n)
+{
+    fg_err e;
+    if ((e = begin(b, "response.output_text.done", seq, evt)) || (e = put_part_place(b, response_id, item_id)) ||
+        (e = put_lit(b, ",\"text\":")) || (e = fg_proto_buf_put_json_string(b, text ? text : "", text ? n : 0)) ||
+        (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
 fg_err fg_proto_write_response_done(fg_proto_buf *b, uint64_t seq, uint64_t evt, const fg_proto_response_done *r)
 {
     fg_err e;
@@ -448,6 +596,8 @@ fg_err fg_proto_write_response_done(fg_proto_buf *b, uint64_t seq, uint64_t evt,
     } else if ((e = put_lit(b, "null"))) {
         return e;
     }
+    if (r->ga && (e = put_response_ga(b, r->ga)))
+        return e;
     if ((e = put_lit(b, ",\"output\":[")))
         return e;
     for (size_t i = 0; i < r->n_output; i++)

@@ -13,6 +13,7 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
+#include "gateway/openai_http.h"
 #include "gateway/status.h"
 #include "gateway/session_meta.h"
 
@@ -24,6 +25,9 @@
 typedef struct gw_pss {
     gw_conn conn;
     int tenant;             /* from the handshake, before ESTABLISHED */
+    bool ga;                /* the OpenAI GA flow: a session at once (see subprotocol_mode) */
+    bool beta;              /* OpenAI-Beta: realtime=v1: the beta event names */
+    char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model=, or "" */
     gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
 
@@ -32,19 +36,99 @@ static fg_gateway_t *gateway_of(struct lws *wsi)
     return lws_context_user(lws_get_context(wsi));
 }
 
+/* A Realtime beta client (OpenAI-Beta: realtime=v1, as the beta SDKs send it) gets
+ * the beta event names on a GA connection. */
+static bool beta_client(struct lws *wsi)
+{
+    char v[128];
+    int n = lws_hdr_custom_copy(wsi, v, sizeof v, "openai-beta:", 12);
+    return n > 0 && strstr(v, "realtime=v1") != NULL;
+}
+
 /* ---- the handshake ---- */
 
-/* Checks path, drain state and API key; fills *tenant. Returns the HTTP status to refuse with, or 0. */
+/* ---- subprotocols ---- */
+
+#define INSECURE_KEY_PREFIX "openai-insecure-api-key."
+
+/* Calls fn on each name of the offered Sec-WebSocket-Protocol list (split at
+ * commas, spaces trimmed) until it returns true; false when none did. */
+static bool each_offer(struct lws *wsi, bool (*fn)(const char *name, size_t n, void *u), void *u)
+{
+    char list[1024];
+    int len = lws_hdr_copy(wsi, list, sizeof list, WSI_TOKEN_PROTOCOL);
+    for (int i = 0; len > 0 && i < len;) {
+        while (i < len && (list[i] == ' ' || list[i] == ','))
+            i++;
+        int j = i;
+        while (j < len && list[j] != ',')
+            j++;
+        int k = j;
+        while (k > i && list[k - 1] == ' ')
+            k--;
+        if (k > i && fn(list + i, (size_t)(k - i), u))
+            return true;
+        i = j;
+    }
+    return false;
+}
+
+static bool is_known(const char *name, size_t n, void *u)
+{
+    (void)u;
+    return (n == strlen(FG_PROTO_SUBPROTOCOL) && !memcmp(name, FG_PROTO_SUBPROTOCOL, n)) ||
+           (n == strlen(FG_PROTO_GA_SUBPROTOCOL) && !memcmp(name, FG_PROTO_GA_SUBPROTOCOL, n));
+}
+
+/* Browsers cannot set headers: OpenAI's browser clients put the key in the list. */
+static bool insecure_key(const char *name, size_t n, void *u)
+{
+    const size_t p = strlen(INSECURE_KEY_PREFIX);
+    if (n <= p || memcmp(name, INSECURE_KEY_PREFIX, p) != 0 || n - p >= 300)
+        return false;
+    snprintf(u, 300, "%.*s", (int)(n - p), name + p);
+    return true;
+}
+
+/* An offer that names no subprotocol we speak is answered 400 with what we
+ * speak (lws would close the TCP connection without an HTTP answer). */
+static bool offer_refused(struct lws *wsi)
+{
+    return lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) > 0 && !each_offer(wsi, is_known, NULL);
+}
+
+/* The OpenAI GA flow (a session at connect, session.created first) for the
+ * "realtime" subprotocol, and for a connection that offers none but names a
+ * model in its query, as OpenAI's SDKs do; flashgate.v1 offered, or neither,
+ * keeps v1's explicit session.create / session.resume. */
+static bool subprotocol_mode_ga(struct lws *wsi, char *model, size_t cap)
+{
+    char buf[FG_PROTO_MAX_ID_BYTES + 8];
+    const char *m = lws_get_urlarg_by_name(wsi, "model=", buf, (int)sizeof buf);
+    snprintf(model, cap, "%s", m && fg_proto_utf8_valid(m, strlen(m)) ? m : "");
+    const struct lws_protocols *p = lws_get_protocol(wsi);
+    if (p && p->name && !strcmp(p->name, FG_PROTO_GA_SUBPROTOCOL))
+        return true;
+    return lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) <= 0 && m != NULL;
+}
+
+/* ---- the handshake ---- */
+
+/* Checks path, drain state and API key (the Authorization header, or the
+ * browser clients' subprotocol entry); fills *tenant. Returns the HTTP status
+ * to refuse with, or 0. */
 static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
 {
-    char uri[256] = "", auth[512] = "";
+    char uri[256] = "", auth[512] = "", key[300] = "";
     if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, FG_PROTO_PATH) != 0)
         return 404;
     if (gw->draining || !gw->engine)
         return 503;
-    if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0 || strncmp(auth, "Bearer ", 7) != 0)
+    if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 && !strncmp(auth, "Bearer ", 7))
+        snprintf(key, sizeof key, "%.299s", auth + 7);
+    else if (!each_offer(wsi, insecure_key, key))
         return 401;
-    int t = gw_tenant_by_key(gw, auth + 7);
+    int t = gw_tenant_by_key(gw, key);
     if (t < 0)
         return 401;
     if (gw->n_conns >= (size_t)gw->cfg->server.max_connections)
@@ -58,14 +142,27 @@ static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
  * clients reject instead of reporting the status). */
 static void refuse_upgrade(struct lws *wsi, unsigned status)
 {
-    const char *reason = status == 401 ? "Unauthorized" : status == 404 ? "Not Found" : "Service Unavailable";
-    const char *code = status == 401 ? "unauthorized" : status == 404 ? "not_found" : "unavailable";
+    const char *reason = status == 401   ? "Unauthorized"
+                         : status == 404 ? "Not Found"
+                         : status == 400 ? "Bad Request"
+                                         : "Service Unavailable";
+    const char *code = status == 401   ? "unauthorized"
+                       : status == 404 ? "not_found"
+                       : status == 400 ? "unsupported_subprotocol"
+                                       : "unavailable";
     const char *msg = status == 401   ? "missing or unknown API key (Authorization: Bearer KEY)"
                       : status == 404 ? "the WebSocket endpoint is " FG_PROTO_PATH
+                      : status == 400 ? "none of the offered subprotocols is supported"
                                       : "the server is draining or at its connection limit";
-    char body[256];
-    int blen = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}", code, msg);
-    unsigned char buf[LWS_PRE + 640];
+    char body[384];
+    /* OpenAI's error shape (type, code, message, param), and what we speak */
+    int blen = snprintf(body, sizeof body,
+                        "{\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":\"%s\",\"param\":%s}%s}",
+                        status == 503 ? "server_error" : "invalid_request_error", code, msg,
+                        status == 400 ? "\"Sec-WebSocket-Protocol\"" : "null",
+                        status == 400 ? ",\"supported\":[\"" FG_PROTO_SUBPROTOCOL "\",\"" FG_PROTO_GA_SUBPROTOCOL "\"]"
+                                      : "");
+    unsigned char buf[LWS_PRE + 768];
     char *p = (char *)buf + LWS_PRE;
     int n = snprintf(p, sizeof buf - LWS_PRE,
                      "HTTP/1.1 %u %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s"
@@ -114,7 +211,7 @@ static void begin_drain(fg_gateway_t *gw)
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         if (s->responding) {
             s->cancel_reason = "server_shutdown";
-            fg_session_cancel(s->es); /* each ends with response.done (cancelled) */
+            gw_session_cancel(s); /* each ends with response.done (cancelled) */
             cancelled++;
         }
     fg_log(FG_LOG_INFO, "draining", "\"connections\":%zu,\"responses_cancelled\":%d", gw->n_conns, cancelled);
@@ -157,6 +254,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     gw_pss *pss = user;
     fg_gateway_t *gw;
     switch (reason) {
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        if (offer_refused(wsi)) {
+            gateway_of(wsi)->metrics.connections_refused++;
+            refuse_upgrade(wsi, 400);
+            return -1;
+        }
+        return 0;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         gw = gateway_of(wsi);
         int tenant = -1;
@@ -169,6 +273,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (!pss)
             return -1;
         pss->tenant = tenant;
+        pss->ga = subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
+        pss->beta = beta_client(wsi);
         return 0;
     }
     case LWS_CALLBACK_ESTABLISHED:
@@ -177,6 +283,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.gw = gw;
         pss->conn.wsi = wsi;
         pss->conn.tenant = pss->tenant;
+        pss->conn.ga = pss->ga;
+        pss->conn.beta = pss->beta;
+        snprintf(pss->conn.model, sizeof pss->conn.model, "%s", pss->model);
         /* lws 4.1.6 drops a connection for some framing violations (a control
          * frame longer than 125 bytes) without a reason, and so without a close
          * frame: with this one preset it sends 1002. Every close of ours sets
@@ -237,6 +346,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 static const struct lws_protocols protocols[] = {
     /* First, so that a client offering no subprotocol gets v1; also serves plain HTTP. */
     {FG_PROTO_SUBPROTOCOL, callback, sizeof(gw_pss), 4096, 0, NULL, 0}, /* rx per read; messages are reassembled */
+    {FG_PROTO_GA_SUBPROTOCOL, callback, sizeof(gw_pss), 4096, 0, NULL, 0}, /* OpenAI's browser clients */
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -309,6 +419,7 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->limits.max_message_bytes = (size_t)cfg->limits.max_frame_bytes;
     gw->limits.max_instructions_bytes = (size_t)cfg->sessions.max_instructions_bytes;
     fg_proto_buf_init(&gw->scratch, LWS_PRE);
+    gw_openai_model_id_init(gw);
     gw->status = gw_status_create();
     gw->dashboard = gw_dashboard_load();
     atomic_init(&gw->stop_requested, false);
@@ -329,14 +440,27 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     info.timeout_secs_ah_idle = GW_HTTP_HEADER_TIMEOUT_S;
     info.max_http_header_data = GW_HTTP_HEADER_SPACE;
     info.token_limits = gw_http_token_limits();
+    if (cfg->server.tls_cert_file && cfg->server.tls_cert_file[0]) {
+        /* https:// and wss:// on the same port; plain ones too unless tls_allow_plain is off */
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = cfg->server.tls_cert_file;
+        info.ssl_private_key_filepath = cfg->server.tls_key_file;
+        /* HTTP/1.1 only: the HTTP replies and refusals are written as HTTP/1.1 (http_internal.h) */
+        info.alpn = "http/1.1";
+        if (cfg->server.tls_allow_plain)
+            info.options |= LWS_SERVER_OPTION_ALLOW_NON_SSL_ON_SSL_PORT | LWS_SERVER_OPTION_ALLOW_HTTP_ON_HTTPS_LISTENER;
+    }
     info.ka_time = 60; /* TCP keepalive finds dead peers of detached sessions */
     info.ka_probes = 3;
     info.ka_interval = 10;
     gw->ctx = lws_create_context(&info);
     if (!gw->ctx) {
         fg_gateway_destroy(gw);
-        return fg_diag_set(diag, FG_ERR_IO, "cannot listen on %s:%lld (address in use or not available)",
-                           cfg->server.host, (long long)cfg->server.port);
+        return fg_diag_set(diag, FG_ERR_IO, "cannot listen on %s:%lld (address in use or not available%s)",
+                           cfg->server.host, (long long)cfg->server.port,
+                           cfg->server.tls_cert_file && cfg->server.tls_cert_file[0]
+                               ? ", or server.tls_cert_file / tls_key_file cannot be loaded"
+                               : "");
     }
     gw->vhost = lws_get_vhost_by_name(gw->ctx, "default");
     gw->port = gw->vhost ? lws_get_vhost_listen_port(gw->vhost) : (int)cfg->server.port;

@@ -14,3 +14,9 @@ set_tests_properties(gateway_concurrency PROPERTIES RUN_SERIAL TRUE)
 # a full disk, a reader that never reads, a trickling body. Mounts a tmpfs where it may (root).
 fg_add_test(gateway_faults COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_faults.py
             LABELS faults FIXTURES_REQUIRED models TIMEOUT 900)
+# OpenAI's own npm clients (openai, @openai/agents-realtime), unmodified, over wss:// to a
+# real flashgate with TLS; the test installs the pinned packages into ${FG_TEST_DATA}/npm-openai
+# and skips (77) only when node/npm cannot.
+fg_add_test(gateway_openai_sdk COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_openai_sdk.py
+            LABELS gateway FIXTURES_REQUIRED models TIMEOUT 600)
+set_tests_properties(gateway_openai_sdk PROPERTIES SKIP_RETURN_CODE 77)

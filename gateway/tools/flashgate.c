@@ -196,9 +196,10 @@ int main(int argc, char **argv)
     fg_engine_get_info(engine, &info);
     fg_log(FG_LOG_INFO, "listening",
            "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"kv_format\":\"%s\",\"kv_bytes_per_token\":%zu,"
-           "\"threads\":%d,\"ranks\":%d,\"pid\":%d",
+           "\"threads\":%d,\"ranks\":%d,\"tls\":%s,\"pid\":%d",
            cfg.server.host, fg_gateway_port(gw), cfg.model.path, fg_kv_format_name(info.kv_format),
-           info.kv_bytes_per_token, info.n_threads, (int)cfg.topology.ranks, (int)getpid());
+           info.kv_bytes_per_token, info.n_threads, (int)cfg.topology.ranks, cfg.server.tls_cert_file[0] ? "true" : "false",
+           (int)getpid());
     rc = fg_gateway_run(gw) == FG_OK ? 0 : 1;
     if (fg_gateway_save_sessions(gw, &d) != FG_OK)
         fprintf(stderr, "warning: some sessions were not saved: %s\n", d.msg);

@@ -126,9 +126,21 @@ static void check_event(const fg_client_event *ev, const fg_proto_limits *lim, f
                                     .max_output_tokens = p->sampling.max_output_tokens,
                                     .n_stop = p->sampling.n_stop};
         memcpy(si.stop, p->sampling.stop, sizeof si.stop);
+        /* the GA fields: the model a string, the tools an array of JSON written back as it was kept */
+        if (p->has_model)
+            check_str(p->model, FG_PROTO_MAX_ID_BYTES);
+        if (p->has_tool_choice && p->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION)
+            check_str(p->tool_choice_name, FG_PROTO_MAX_ID_BYTES);
+        si.ga = true;
+        si.model = p->has_model ? p->model.ptr : "m";
+        si.tools = p->has_tools ? p->tools.ptr : NULL;
+        si.tool_choice = p->has_tool_choice ? p->tool_choice : FG_PROTO_TOOL_CHOICE_AUTO;
+        si.tool_choice_name = p->has_tool_choice ? p->tool_choice_name.ptr : NULL;
         if (fg_proto_write_session_created(b, 1, 1, &si) != FG_OK)
             abort();
         json_t *j = must_load(b);
+        if (p->has_tools && json_array_size(json_object_get(json_object_get(j, "session"), "tools")) > FG_PROTO_MAX_TOOLS)
+            abort();
         json_t *s = json_object_get(j, "session");
         if (!json_str_is(json_object_get(s, "instructions"), si.instructions) ||
             json_number_value(json_object_get(s, "temperature")) != si.temperature ||
@@ -189,6 +201,27 @@ static void check_event(const fg_client_event *ev, const fg_proto_limits *lim, f
     }
     case FG_CLIENT_RESPONSE_CREATE:
         check_sampling(&ev->u.response.sampling, lim);
+        /* input and instructions only out of band; every input item's strings checked */
+        if ((ev->u.response.has_input || ev->u.response.has_instructions) && !ev->u.response.out_of_band)
+            abort();
+        if (ev->u.response.n_input > FG_PROTO_MAX_INPUT)
+            abort();
+        for (uint32_t i = 0; i < ev->u.response.n_input; i++)
+            for (uint32_t k = 0; k < ev->u.response.input[i].n_content; k++)
+                check_str(ev->u.response.input[i].content[k].text, lim->max_text_bytes);
+        if (ev->u.response.has_metadata) {
+            json_t *m = json_loads(ev->u.response.metadata.ptr, 0, NULL);
+            if (!json_is_object(m) || json_object_size(m) > FG_PROTO_MAX_METADATA)
+                abort();
+            json_decref(m);
+        }
+        break;
+    case FG_CLIENT_ITEM_RETRIEVE:
+    case FG_CLIENT_ITEM_DELETE:
+    case FG_CLIENT_ITEM_TRUNCATE:
+        check_str(ev->u.item_ref.item_id, FG_PROTO_MAX_ID_BYTES);
+        if (ev->u.item_ref.item_id.len == 0 || ev->u.item_ref.content_index >= FG_PROTO_MAX_PARTS)
+            abort();
         break;
     case FG_CLIENT_RESPONSE_CANCEL:
         if (ev->u.cancel.has_response_id) {

@@ -242,6 +242,44 @@ static void chk_close(const fg_client_event *ev)
     CHECK(ev->type == FG_CLIENT_SESSION_CLOSE && str_is(ev->event_id, "c9"));
 }
 
+/* The OpenAI GA shapes. */
+static void chk_update_ga(const fg_client_event *ev)
+{
+    const fg_proto_session_params *p = &ev->u.session;
+    CHECK(ev->type == FG_CLIENT_SESSION_UPDATE && p->has_instructions && str_is(p->instructions, "Be brief."));
+    CHECK(p->has_model && str_is(p->model, "gpt-realtime"));
+    CHECK(p->sampling.has_max_output_tokens && p->sampling.max_output_tokens == 32768); /* "inf" */
+    CHECK(p->has_tools && strstr(p->tools.ptr, "\"name\":\"get_weather\"") != NULL);
+    CHECK(p->has_tool_choice && p->tool_choice == FG_PROTO_TOOL_CHOICE_AUTO);
+}
+static void chk_item_prev(const fg_client_event *ev)
+{
+    CHECK(ev->type == FG_CLIENT_ITEM_CREATE && ev->has_previous_item_id && str_is(ev->previous_item_id, "item_1"));
+    CHECK(str_is(ev->u.item.id, "msg_2") && ev->u.item.role == FG_PROTO_ROLE_USER);
+}
+static void chk_retrieve(const fg_client_event *ev)
+{
+    CHECK(ev->type == FG_CLIENT_ITEM_RETRIEVE && str_is(ev->u.item_ref.item_id, "item_2"));
+}
+static void chk_delete(const fg_client_event *ev)
+{
+    CHECK(ev->type == FG_CLIENT_ITEM_DELETE && str_is(ev->u.item_ref.item_id, "item_1"));
+}
+static void chk_truncate(const fg_client_event *ev)
+{
+    CHECK(ev->type == FG_CLIENT_ITEM_TRUNCATE && str_is(ev->u.item_ref.item_id, "item_2"));
+    CHECK(ev->u.item_ref.content_index == 0 && ev->u.item_ref.audio_end_ms == 0);
+    CHECK(ev->u.item_ref.has_text_end && ev->u.item_ref.text_end == 12);
+}
+static void chk_response_oob(const fg_client_event *ev)
+{
+    CHECK(ev->type == FG_CLIENT_RESPONSE_CREATE && ev->u.response.out_of_band && ev->u.response.has_input);
+    CHECK(ev->u.response.n_input == 1 && ev->u.response.input[0].n_content == 1);
+    CHECK(str_is(ev->u.response.input[0].content[0].text, "Is this message about billing?"));
+    CHECK(ev->u.response.has_metadata && strcmp(ev->u.response.metadata.ptr, "{\"purpose\":\"classify\"}") == 0);
+    CHECK(ev->u.response.has_instructions && ev->u.response.sampling.max_output_tokens == 8);
+}
+
 /* Conventions beyond the docs' examples. */
 static void chk_nulls_absent(const fg_client_event *ev)
 {
@@ -334,6 +372,23 @@ static const struct valid_case {
     {"{\"type\":\"response.cancel\",\"response_id\":\"resp_3\"}", chk_cancel_id, true},
     {"{\"type\":\"response.cancel\"}", chk_cancel_any, true},
     {"{\"type\":\"session.close\",\"event_id\":\"c9\"}", chk_close, true},
+    {"{\"type\":\"session.update\",\"session\":{\"type\":\"realtime\",\"model\":\"gpt-realtime\","
+     "\"instructions\":\"Be brief.\",\"output_modalities\":[\"text\"],\"max_output_tokens\":\"inf\","
+     "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}],"
+     "\"tool_choice\":\"auto\"}}",
+     chk_update_ga, true},
+    {"{\"type\":\"conversation.item.create\",\"previous_item_id\":\"item_1\",\"item\":{\"id\":\"msg_2\","
+     "\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"And in Rome?\"}]}}",
+     chk_item_prev, true},
+    {"{\"type\":\"conversation.item.retrieve\",\"item_id\":\"item_2\"}", chk_retrieve, true},
+    {"{\"type\":\"conversation.item.delete\",\"item_id\":\"item_1\"}", chk_delete, true},
+    {"{\"type\":\"conversation.item.truncate\",\"item_id\":\"item_2\",\"content_index\":0,\"audio_end_ms\":0,"
+     "\"text_end\":12}",
+     chk_truncate, true},
+    {"{\"type\":\"response.create\",\"response\":{\"conversation\":\"none\",\"metadata\":{\"purpose\":\"classify\"},"
+     "\"instructions\":\"Answer yes or no.\",\"max_output_tokens\":8,\"input\":[{\"type\":\"message\","
+     "\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Is this message about billing?\"}]}]}}",
+     chk_response_oob, true},
     /* conventions */
     {"{\"type\":\"session.create\",\"event_id\":null,\"session\":{\"temperature\":null,\"seed\":null,\"stop\":null,"
      "\"instructions\":null}}",
@@ -673,7 +728,7 @@ static void test_bad(void)
         json_t *j = json_loads(fg_proto_buf_text(&b), JSON_REJECT_DUPLICATES, NULL);
         CHECK_MSG(j != NULL, "bad case %zu: error event not JSON: %s", i, fg_proto_buf_text(&b));
         json_decref(j);
-        fg_proto_buf_free(&b);
+       fg_proto_buf_free(&b);
     }
 }
 
@@ -803,7 +858,7 @@ static void check_head(json_t *j, const char *type, uint64_t seq, const char *ev
 static struct {
     char type[64];
     strset paths;
-} writer_paths[16];
+} writer_paths[32];
 static int n_writer_types;
 
 static void record_paths(json_t *j)
@@ -815,7 +870,7 @@ static void record_paths(json_t *j)
     while (k < n_writer_types && strcmp(writer_paths[k].type, type) != 0)
         k++;
     if (k == n_writer_types) {
-        if (n_writer_types == 16)
+        if (n_writer_types == 32)
             return;
         snprintf(writer_paths[k].type, sizeof writer_paths[k].type, "%s", type);
         n_writer_types++;
@@ -1072,6 +1127,100 @@ static void test_writers(void)
     CHECK(strcmp(jstr(j, "error.code"), "internal_error") == 0 && strcmp(jstr(j, "error.type"), "server_error") == 0);
     json_decref(j);
 
+    /* the OpenAI GA flow's events */
+    si.ga = true;
+    si.model = "gpt-realtime";
+    si.tools = "[{\"type\":\"function\",\"name\":\"get_weather\"}]";
+    si.tool_choice = FG_PROTO_TOOL_CHOICE_FUNCTION;
+    si.tool_choice_name = "get_weather";
+    CHECK(fg_proto_write_session_created(&b, 1, 1, &si) == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "session.type"), "realtime") == 0 && strcmp(jstr(j, "session.model"), "gpt-realtime") == 0);
+    CHECK(strcmp(jstr(j, "session.tool_choice.name"), "get_weather") == 0);
+    CHECK(json_array_size(jget(j, "session.output_modalities")) == 1);
+    record_paths(j);
+    json_decref(j);
+    const fg_proto_response_ga ga = {.conversation_id = "sess_abc", .metadata = "{\"k\":\"v\"}",
+                                     .max_output_tokens = 256};
+    CHECK(fg_proto_write_response_created_ga(&b, 2, 2, "resp_1", &ga) == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "response.conversation_id"), "sess_abc") == 0 && strcmp(jstr(j, "response.metadata.k"), "v") == 0);
+    record_paths(j);
+    json_decref(j);
+    fg_proto_item ai = {.type = FG_PROTO_ITEM_MESSAGE, .id = S("item_2"), .role = FG_PROTO_ROLE_ASSISTANT,
+                        .status = "completed", .n_content = 1};
+    ai.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, S("Hello.")};
+    CHECK(fg_proto_write_item_ga(&b, false, 3, 3, &ai, "item_1") == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "previous_item_id"), "item_1") == 0 && strcmp(jstr(j, "item.status"), "completed") == 0);
+    record_paths(j);
+    json_decref(j);
+    CHECK(fg_proto_write_item_ga(&b, true, 4, 4, &ai, NULL) == FG_OK);
+    j = load(&b);
+    check_head(j, "conversation.item.done", 4, "evt_4");
+    CHECK(json_is_null(jget(j, "previous_item_id")));
+    record_paths(j);
+    json_decref(j);
+    CHECK(fg_proto_write_item_retrieved(&b, 5, 5, &ai) == FG_OK);
+    j = load(&b);
+    CHECK(json_array_size(jget(j, "item.content")) == 1);
+    record_paths(j);
+    json_decref(j);
+    CHECK(fg_proto_write_item_deleted(&b, 6, 6, "item_1") == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "item_id"), "item_1") == 0);
+    record_paths(j);
+    json_decref(j);
+    CHECK(fg_proto_write_item_truncated(&b, 7, 7, "item_2", 0, 0) == FG_OK);
+    j = load(&b);
+    CHECK(json_integer_value(jget(j, "audio_end_ms")) == 0);
+    record_paths(j);
+    json_decref(j);
+    fg_proto_item empty = ai; /* at output_item.added the message has no content yet */
+    empty.n_content = 0;
+    empty.status = "in_progress";
+    CHECK(fg_proto_write_output_item(&b, false, 8, 8, "resp_1", &empty) == FG_OK);
+    j = load(&b);
+    CHECK(json_integer_value(jget(j, "output_index")) == 0);
+    record_paths(j);
+    json_decref(j);
+    CHECK(fg_proto_write_output_item(&b, true, 9, 9, "resp_1", &ai) == FG_OK);
+    j = load(&b);
+    record_paths(j);
+    json_decref(j);
+    for (int done = 0; done < 2; done++) {
+        CHECK(fg_proto_write_content_part(&b, done, 10, 10, "resp_1", "item_2", "Hi\x01", 3) == FG_OK);
+        j = load(&b);
+        CHECK(strcmp(jstr(j, "part.type"), "text") == 0 && strcmp(jstr(j, "part.text"), "Hi\x01") == 0);
+        record_paths(j);
+        json_decref(j);
+    }
+    /* the beta names for old clients: the type replaced in place, the rest intact */
+    CHECK(fg_proto_write_item_ga(&b, false, 3, 3, &ai, "item_1") == FG_OK);
+    CHECK(fg_proto_buf_rename_type(&b, "conversation.item.created") == FG_OK);
+    j = load(&b);
+    check_head(j, "conversation.item.created", 3, "evt_3");
+    CHECK(strcmp(jstr(j, "item.id"), "item_2") == 0);
+    json_decref(j);
+    CHECK(fg_proto_write_text_delta(&b, 4, 4, "resp_1", "item_2", "x", 1) == FG_OK);
+    CHECK(fg_proto_buf_rename_type(&b, "response.text.delta") == FG_OK);
+    j = load(&b);
+    check_head(j, "response.text.delta", 4, "evt_4");
+    CHECK(strcmp(jstr(j, "delta"), "x") == 0);
+    json_decref(j);
+    CHECK(fg_proto_write_text_done(&b, 11, 11, "resp_1", "item_2", "Hello.", 6) == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "text"), "Hello.") == 0);
+    record_paths(j);
+    json_decref(j);
+    fg_proto_response_done gd = {.id = "resp_1", .ga = &ga, .status = FG_PROTO_RESPONSE_COMPLETED, .output = &ai,
+                                 .n_output = 1, .usage = {10, 4, 2}};
+    CHECK(fg_proto_write_response_done(&b, 12, 12, &gd) == FG_OK);
+    j = load(&b);
+    CHECK(json_integer_value(jget(j, "response.max_output_tokens")) == 256);
+    record_paths(j);
+    json_decref(j);
+
     fg_proto_buf_free(&b);
 }
 
@@ -1298,7 +1447,7 @@ static void test_docs_codes(const char *docs)
 
 static bool is_client_type(const char *t)
 {
-    for (int i = FG_CLIENT_SESSION_CREATE; i <= FG_CLIENT_SESSION_CLOSE; i++)
+    for (int i = FG_CLIENT_SESSION_CREATE; i <= FG_CLIENT_ITEM_TRUNCATE; i++)
         if (strcmp(fg_client_event_type_name((fg_client_event_type)i), t) == 0)
             return true;
     return false;
@@ -1307,9 +1456,9 @@ static bool is_client_type(const char *t)
 static void test_docs_examples(const char *docs)
 {
     bool seen_valid[N_VALID] = {0};
-    bool client_type_seen[FG_CLIENT_SESSION_CLOSE + 1] = {0};
-    strset doc_paths[16] = {0};
-    char doc_types[16][64] = {{0}};
+    bool client_type_seen[FG_CLIENT_ITEM_TRUNCATE + 1] = {0};
+    strset doc_paths[32] = {0};
+    char doc_types[32][64] = {{0}};
     int n_doc_types = 0;
     int n_blocks = 0;
     for (const char *p = strstr(docs, "```json\n"); p; p = strstr(p, "```json\n")) {
@@ -1352,9 +1501,9 @@ static void test_docs_examples(const char *docs)
             int k = 0;
             while (k < n_doc_types && strcmp(doc_types[k], type) != 0)
                 k++;
-            if (k == n_doc_types && n_doc_types < 16)
+            if (k == n_doc_types && n_doc_types < 32)
                 snprintf(doc_types[n_doc_types++], 64, "%s", type);
-            if (k < 16)
+            if (k < 32)
                 key_paths(j, "", &doc_paths[k]);
         }
         json_decref(j);
@@ -1364,7 +1513,7 @@ static void test_docs_examples(const char *docs)
     for (size_t i = 0; i < N_VALID; i++)
         if (valid_cases[i].in_docs)
             CHECK_MSG(seen_valid[i], "valid case %zu is marked in_docs but the docs lack it", i);
-    for (int t = FG_CLIENT_SESSION_CREATE; t <= FG_CLIENT_SESSION_CLOSE; t++)
+    for (int t = FG_CLIENT_SESSION_CREATE; t <= FG_CLIENT_ITEM_TRUNCATE; t++)
         CHECK_MSG(client_type_seen[t], "docs: no example of %s", fg_client_event_type_name((fg_client_event_type)t));
 
     /* Server examples: the same key paths per type as the writers produce. */
@@ -1389,7 +1538,7 @@ static void test_docs_examples(const char *docs)
             known |= strcmp(doc_types[k], writer_paths[w].type) == 0;
         CHECK_MSG(known, "docs: example of %s, which no writer produces", doc_types[k]);
     }
-    for (int k = 0; k < 16; k++)
+    for (int k = 0; k < 32; k++)
         set_free(&doc_paths[k]);
     for (int w = 0; w < n_writer_types; w++)
         set_free(&writer_paths[w].paths);

@@ -1,0 +1,80 @@
+/* openai_http.c: the HTTP routes that OpenAI's SDKs call, in OpenAI's shapes:
+ * GET /v1/models and GET /v1/models/{id} (the one model the engine serves),
+ * and their errors as {"error":{"message","type","param","code"}}, the body
+ * the SDKs turn into APIError subclasses. Authenticated with a tenant's API
+ * key, like the realtime handshake. Service thread only.
+ */
+#include "gateway/openai_http.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/log.h"
+
+void gw_openai_error(gw_http_req *req, unsigned status, const char *type, const char *code, const char *param,
+                     const char *message)
+{
+    char m[400], p[160], body[700];
+    snprintf(body, sizeof body, "{\"error\":{\"message\":%s,\"type\":\"%s\",\"param\":%s,\"code\":\"%s\"}}",
+             fg_log_str(m, sizeof m, message), type, param ? fg_log_str(p, sizeof p, param) : "null", code);
+    gw_http_reply(req, status, body);
+}
+
+const char *gw_openai_model_id(const fg_gateway_t *gw)
+{
+    return gw->model_id;
+}
+
+void gw_openai_model_id_init(fg_gateway_t *gw)
+{
+    /* The file's name without its directory and ".gguf": what an operator calls the model. */
+    const char *path = gw->cfg->model.path ? gw->cfg->model.path : "";
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+        n -= 5;
+    if (n == 0 || n >= sizeof gw->model_id)
+        snprintf(gw->model_id, sizeof gw->model_id, "flashgate");
+    else
+        snprintf(gw->model_id, sizeof gw->model_id, "%.*s", (int)n, base);
+    gw->started_unix = (int64_t)time(NULL);
+}
+
+static int put_model(const fg_gateway_t *gw, char *out, size_t cap)
+{
+    char id[160];
+    return snprintf(out, cap, "{\"id\":%s,\"object\":\"model\",\"created\":%lld,\"owned_by\":\"flashgate\"}",
+                    fg_log_str(id, sizeof id, gw->model_id), (long long)gw->started_unix);
+}
+
+int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
+{
+    const char *path = gw_http_path(req);
+    if (strcmp(path, "/v1/models") != 0 && strncmp(path, "/v1/models/", 11) != 0)
+        return 0;
+    if (strcmp(gw_http_method(req), "GET") != 0) {
+        gw_openai_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "use GET");
+        return 1;
+    }
+    if (gw_tenant_by_key(gw, gw_http_bearer(req)) < 0) {
+        gw_openai_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
+                        "missing or unknown API key (Authorization: Bearer KEY)");
+        return 1;
+    }
+    char model[256], body[320];
+    put_model(gw, model, sizeof model);
+    if (!strcmp(path, "/v1/models")) {
+        snprintf(body, sizeof body, "{\"object\":\"list\",\"data\":[%s]}", model);
+        gw_http_reply(req, 200, body);
+    } else if (!strcmp(path + 11, gw->model_id)) {
+        gw_http_reply(req, 200, model);
+    } else {
+        char msg[320];
+        snprintf(msg, sizeof msg, "The model '%.64s' does not exist; this server serves '%s'", path + 11, gw->model_id);
+        gw_openai_error(req, 404, "invalid_request_error", "model_not_found", "model", msg);
+    }
+    return 1;
+}

@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""OpenAI's own clients, unmodified, against a real flashgate over TLS (docs/protocol.md
+"The OpenAI GA flow", "Using the OpenAI SDKs"; docs/admin.md "TLS").
+
+The npm packages (openai 7.59.0, @openai/agents-realtime 0.20.0, with their ws and zod) are
+installed into $FG_TEST_DATA/npm-openai by this test; a self-signed pair is made with the
+openssl CLI, and node trusts it through NODE_EXTRA_CA_CERTS. flashgate runs with its own
+redis-server (the default) and the generated tiny model. Exits 77 (skip) only when node or
+npm is missing or npm cannot install the packages.
+
+- the openai client: models.list(), a wrong key as a 401 APIError, the realtime client over
+  wss:// with only baseURL and apiKey, one text turn with the GA event sequence checked, an
+  audio modality refused (tests/gateway/openai_sdk/realtime_ws.cjs);
+- RealtimeSession with a text agent: the history holds the whole reply (agents_session.cjs);
+- bad input on the new paths over a raw socket and plain HTTP: an unknown subprotocol (400
+  with a JSON body naming the supported ones), audio modalities, malformed session.update
+  and item commands; the server stays up.
+"""
+import asyncio
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import http.client
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import KEYS, DATA_DIR, RawWS, Server, check, eq, http_get, log, run_tests  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SDK_DIR = os.path.join(HERE, "openai_sdk")
+NPM_DIR = os.path.join(DATA_DIR, "npm-openai")
+PACKAGES = ["openai@7.59.0", "@openai/agents-realtime@0.20.0", "ws@8.23.0", "zod@4.6.7"]
+SKIP = 77
+
+
+def npm_ready():
+    """Installs the pinned packages once; False when they cannot be had."""
+    marker = os.path.join(NPM_DIR, "installed.txt")
+    if os.path.exists(marker) and open(marker).read() == " ".join(PACKAGES):
+        return True
+    if not shutil.which("node") or not shutil.which("npm"):
+        log("SKIP: node/npm not installed (deploy/install-deps.sh test installs them)")
+        return False
+    os.makedirs(NPM_DIR, exist_ok=True)
+    r = subprocess.run(["npm", "install", "--prefix", NPM_DIR, "--no-audit", "--no-fund", "--no-save", *PACKAGES],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    if r.returncode != 0:
+        log(r.stdout.decode(errors="replace")[-2000:])
+        log("SKIP: npm could not install " + " ".join(PACKAGES))
+        return False
+    with open(marker, "w") as f:
+        f.write(" ".join(PACKAGES))
+    return True
+
+
+class Tls:
+    """A self-signed certificate for 127.0.0.1 in a temp dir."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="fg-tls-")
+        self.cert = os.path.join(self.dir, "cert.pem")
+        self.key = os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.key, "-out",
+                        self.cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def server(self, **kw):
+        return Server(server={"tls_cert_file": self.cert, "tls_key_file": self.key}, **kw)
+
+
+def node(script, *args, tls):
+    env = dict(os.environ, NODE_EXTRA_CA_CERTS=tls.cert)
+    r = subprocess.run(["node", os.path.join(SDK_DIR, script), NPM_DIR, *args], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    out = r.stdout.decode(errors="replace").strip().splitlines()
+    check(out, f"{script} printed nothing (rc {r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
+    res = json.loads(out[-1])
+    check(r.returncode == 0 and res.get("ok"), f"{script}: {res} {r.stderr.decode(errors='replace')[-1500:]}")
+    return res
+
+
+def https_get(port, path, cafile, key=KEYS["acme"]):
+    ctx = ssl.create_default_context(cafile=cafile)
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + key})
+        r = c.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        c.close()
+
+
+TLS = None
+
+
+def test_openai_realtime_client():
+    async def go():
+        async with TLS.server() as srv:
+            res = node("realtime_ws.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], tls=TLS)
+            eq(res["models"], ["tiny"], "models.list() ids")
+            check(res["reply_bytes"] > 0, f"a reply: {res}")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
+def test_agents_realtime_session():
+    async def go():
+        async with TLS.server() as srv:
+            res = node("agents_session.cjs", f"wss://127.0.0.1:{srv.port}/v1/realtime?model=tiny", KEYS["acme"],
+                       tls=TLS)
+            check(res["history"] >= 2, f"history holds the turn: {res}")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
+def test_models_over_https_and_plain():
+    async def go():
+        async with TLS.server() as srv:
+            status, body = https_get(srv.port, "/v1/models", TLS.cert)
+            eq(status, 200, "GET /v1/models over https")
+            eq(body["object"], "list", "list object")
+            eq([m["id"] for m in body["data"]], ["tiny"], "the served model")
+            eq(sorted(body["data"][0]), ["created", "id", "object", "owned_by"], "model fields")
+            status, body = https_get(srv.port, "/v1/models/tiny", TLS.cert)
+            eq((status, body["id"]), (200, "tiny"), "GET /v1/models/{id}")
+            status, body = https_get(srv.port, "/v1/models/gpt-4o", TLS.cert)
+            eq(status, 404, "an unknown model")
+            eq(body["error"], {"message": body["error"]["message"], "type": "invalid_request_error",
+                               "param": "model", "code": "model_not_found"}, "OpenAI's error shape")
+            status, body = https_get(srv.port, "/v1/models", TLS.cert, key="wrong-key-0123456789abcdef")
+            eq((status, body["error"]["code"], body["error"]["type"]), (401, "invalid_api_key", "invalid_request_error"),
+               "a wrong key")
+            # tls_allow_plain (the default): the same port answers plain HTTP
+            status, _, raw = http_get(srv.port, "/v1/models", {"Authorization": "Bearer " + KEYS["acme"]})
+            eq(status, 200, "plain http on the TLS port")
+    asyncio.run(go())
+
+
+def read_body(r):
+    n = int(r.headers.get("content-length", "0"))
+    while len(r.buf) < n:
+        chunk = r.sock.recv(65536)
+        if not chunk:
+            break
+        r.buf += chunk
+    return json.loads(r.buf[:n])
+
+
+def test_bad_input_on_the_new_paths():
+    async def go():
+        async with Server() as srv:
+            # an offer with no subprotocol we speak: 400 and what we speak, not a closed socket
+            r = RawWS(srv.port, subprotocols=("flashgate.v2", "chat"))
+            eq(r.status, 400, "unknown subprotocols")
+            body = read_body(r)
+            eq(body["supported"], ["flashgate.v1", "realtime"], "the supported subprotocols")
+            eq((body["error"]["code"], body["error"]["param"]), ("unsupported_subprotocol", "Sec-WebSocket-Protocol"),
+               "the error")
+            r.close()
+            # the GA flow by the realtime subprotocol, the key in the list as browsers send it
+            r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+            eq((r.status, r.headers.get("sec-websocket-protocol")), (101, "realtime"), "realtime subprotocol")
+            ev = r.recv_event()
+            eq((ev["type"], ev["sequence_number"], ev["session"]["type"]), ("session.created", 1, "realtime"),
+               "a session at connect")
+            bad = [
+                ({"type": "session.update", "event_id": "e1", "session": {"output_modalities": ["text", "audio"]}},
+                 "invalid_value", "session.output_modalities[1]"),
+                ({"type": "session.update", "event_id": "e2", "session": {"modalities": ["audio"]}},
+                 "invalid_value", "session.modalities[0]"),
+                ({"type": "session.update", "event_id": "e3", "session": {"type": "transcription"}},
+                 "invalid_value", "session.type"),
+                ({"type": "session.update", "event_id": "e4", "session": {"tools": {"name": "f"}}},
+                 "invalid_type", "session.tools"),
+                ({"type": "session.update", "event_id": "e5", "session": {"tools": [{"type": "mcp"}]}},
+                 "invalid_value", "session.tools[0]"),
+                ({"type": "session.update", "event_id": "e6", "session": {"tool_choice": "sometimes"}},
+                 "invalid_value", "session.tool_choice"),
+                ({"type": "session.update", "event_id": "e7", "session": {"max_output_tokens": "lots"}},
+                 "invalid_value", "session.max_output_tokens"),
+                ({"type": "session.update", "event_id": "e8", "session": "realtime"}, "invalid_type", "session"),
+                ({"type": "conversation.item.retrieve", "event_id": "e9", "item_id": "item_404"},
+                 "invalid_value", "item_id"),
+                ({"type": "conversation.item.truncate", "event_id": "e10", "item_id": "x"}, "missing_field",
+                 "content_index"),
+                ({"type": "response.create", "event_id": "e11", "response": {"input": []}}, "invalid_value",
+                 "response.input"),
+                ({"type": "session.create", "event_id": "e12"}, "session_exists", None),
+            ]
+            for msg, code, param in bad:
+                r.send_json(msg)
+                ev = r.recv_event()
+                eq((ev["type"], ev["error"]["code"], ev["error"]["param"], ev["error"]["event_id"]),
+                   ("error", code, param, msg["event_id"]), f"answer to {msg}")
+            # nothing of a refused update was applied
+            r.send_json({"type": "session.update", "session": {"instructions": "ok"}})
+            ev = r.recv_event()
+            eq((ev["type"], ev["session"]["instructions"], ev["session"]["output_modalities"]),
+               ("session.updated", "ok", ["text"]), "the session after the refusals")
+            # items: delete, then the out-of-band response leaves the conversation alone
+            r.send_json({"type": "conversation.item.create",
+                         "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}})
+            added, done = r.recv_event(), r.recv_event()
+            eq((added["type"], done["type"], added["previous_item_id"]),
+               ("conversation.item.added", "conversation.item.done", None), "an item")
+            first = added["item"]["id"]
+            r.send_json({"type": "response.create", "response": {"conversation": "none", "max_output_tokens": 2,
+                                                                 "metadata": {"k": "v"}}})
+            types = []
+            while True:
+                ev = r.recv_event()
+                types.append(ev["type"])
+                if ev["type"] == "response.done":
+                    break
+            check("conversation.item.added" not in types and "conversation.item.done" not in types,
+                  f"out of band: no conversation events ({types})")
+            eq((ev["response"]["conversation_id"], ev["response"]["metadata"]), (None, {"k": "v"}), "out of band")
+            r.send_json({"type": "conversation.item.create", "previous_item_id": first,
+                         "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "b"}]}})
+            eq(r.recv_event()["previous_item_id"], first, "the out-of-band reply is not in the conversation")
+            r.recv_event()
+            r.send_json({"type": "conversation.item.delete", "item_id": first})
+            ev = r.recv_event()
+            eq((ev["type"], ev["item_id"]), ("conversation.item.deleted", first), "deleted")
+            r.send_json({"type": "conversation.item.retrieve", "event_id": "gone", "item_id": first})
+            eq(r.recv_event()["error"]["code"], "invalid_value", "a deleted item cannot be retrieved")
+            # truncate an assistant reply to its first bytes: retrieve shows the cut, the next turn runs
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 6}})
+            while True:
+                ev = r.recv_event()
+                if ev["type"] == "response.done":
+                    break
+            reply = ev["response"]["output"][0]
+            r.send_json({"type": "conversation.item.truncate", "event_id": "t0", "item_id": reply["id"],
+                         "content_index": 0, "audio_end_ms": 1500})
+            eq((r.recv_event()["error"]["param"]), "audio_end_ms", "text has no audio")
+            r.send_json({"type": "conversation.item.truncate", "item_id": first + "x", "content_index": 0,
+                         "audio_end_ms": 0, "event_id": "t1"})
+            eq(r.recv_event()["error"]["code"], "invalid_value", "an unknown item")
+            r.send_json({"type": "conversation.item.truncate", "item_id": reply["id"], "content_index": 0,
+                         "audio_end_ms": 0, "text_end": 2})
+            ev = r.recv_event()
+            eq((ev["type"], ev["item_id"], ev["audio_end_ms"]), ("conversation.item.truncated", reply["id"], 0),
+               "truncated")
+            r.send_json({"type": "conversation.item.retrieve", "item_id": reply["id"]})
+            ev = r.recv_event()
+            full = reply["content"][0]["text"].encode()
+            check(ev["item"]["content"][0]["text"].encode() == full[:len(ev["item"]["content"][0]["text"].encode())]
+                  and len(ev["item"]["content"][0]["text"].encode()) <= 2, f"the cut text: {ev} of {full!r}")
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 2}})
+            while True:
+                ev = r.recv_event()
+                if ev["type"] == "response.done":
+                    break
+            eq(ev["response"]["status"] in ("completed", "incomplete"), True, "a turn after the cut")
+            r.close()
+            # a Realtime beta client gets the beta event names
+            r = RawWS(srv.port, path="/v1/realtime?model=tiny", subprotocols=(), headers={"OpenAI-Beta": "realtime=v1"})
+            eq(r.status, 101, "beta client")
+            eq(r.recv_event()["type"], "session.created", "beta: session at connect")
+            r.send_json({"type": "conversation.item.create",
+                         "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}})
+            eq([r.recv_event()["type"], r.recv_event()["type"]], ["conversation.item.created", "conversation.item.done"],
+               "beta item events")
+            r.send_json({"type": "response.create", "response": {"max_output_tokens": 3}})
+            types = []
+            while not types or types[-1] != "response.done":
+                types.append(r.recv_event()["type"])
+            check("response.text.delta" in types and "response.text.done" in types and
+                  "response.output_text.delta" not in types, f"beta text events: {types}")
+            r.close()
+            status, _, _ = http_get(srv.port, "/healthz")
+            eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    if not npm_ready():
+        sys.exit(SKIP)
+    TLS = Tls()
+    try:
+        run_tests(globals())
+    finally:
+        shutil.rmtree(TLS.dir, ignore_errors=True)
