@@ -246,6 +246,8 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .n_embd = m->n_embd,
         .kv_format = geo->format,
         .kv_bytes_per_token = geo->bytes_per_token,
+        .kv_page_bytes = geo->page_bytes,
+        .kv_seq_bytes = geo->seq_bytes,
         .kv_pages_total = fg_kv_store_pages_total(e->kv),
         .weight_bytes_total = e->model->weight_bytes_total,
         .weight_bytes_active = e->model->weight_bytes_active,
