@@ -12,6 +12,8 @@ prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy deco
   * the compact cache formats (f16, fp8) against the reference with the same rounding of
     its cached rows (the codecs written here from kvquant.h's definitions), and measured
     against f32;
+  * the cache's rules: a sequence cut in the middle refuses to continue (FG_ERR_STATE), one
+    cut to 0 starts again, two sequences in one batch equal each alone, sharing is refused;
   * bad files (each named validation, a wrong type, a truncated file): exit 1 with the
     named error, never a sanitizer report or a signal.
 Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe)."""
@@ -190,6 +192,13 @@ def model_checks(tmp, name, model):
         check(d <= 1e-4, "%s: MTP drafts vs reference max |dlogit| = %.3g (<= 1e-4)" % (name, d))
         agree = float(np.mean(np.argmax(m_all, axis=1) == np.argmax(ref_mtp, axis=1)))
         check(agree == 1.0, "%s: MTP argmax agrees at %.3f of positions" % (name, agree))
+
+    # the cache's rules (ds4_probe checks): cut sequences, two sequences in a batch, sharing
+    for fmt in ("f32", "fp8"):
+        r = subprocess.run([os.path.join(BIN, "ds4_probe"), model, ",".join(map(str, seq)), os.devnull, os.devnull,
+                            "checks", fmt], capture_output=True, text=True)
+        check(r.returncode == 0, "%s: kv %s: a cut sequence refuses to continue, one cut to 0 starts again, two "
+              "sequences in a batch equal each alone, sharing refused %s" % (name, fmt, r.stderr.strip()))
 
     # compact formats: against the reference with the same rounding of its cached rows
     # (bounds: ulp flips of the engine's f32 rows vs the reference's f64 ones, amplified by
