@@ -20,6 +20,10 @@
 #include "kernels/cpu/vecops.h"
 
 #define KEY_TILE 64 /* keys decoded per step of the online softmax */
+/* Multiply-adds below which a token's attention or index scoring stays on the
+ * calling thread (a pool barrier costs about as much); low enough that the
+ * test fixture takes both paths. */
+#define PAR_MIN_WORK 4096
 
 struct fg_ds4_forward {
     const fg_ds4_model *m;
@@ -65,6 +69,7 @@ struct fg_ds4_forward {
     float *row;                   /* [2D] */
     uint8_t *rowtmp;              /* [row_bytes * 2] */
     float *scores;                /* [max_rows] indexer scores */
+    float *key_buf;               /* [pool threads][Di] a decoded index key per worker */
     int *sel;                     /* [max(top_k, 1)] */
     float *acc;                   /* [H][D] */
     float *mh, *lh;               /* [H] running max and sum */
@@ -276,6 +281,37 @@ static void tile_run(void *ctx, int ith, int nth)
     }
 }
 
+/* One pool job: the indexer's scores of rows [0, n) for one query. */
+typedef struct score_job {
+    const fg_ds4_forward_t *f;
+    const fg_kv_seq *kv;
+    int il, n;
+    const float *iq;     /* [Hi][Di] */
+    const float *iw;     /* [Hi] */
+} score_job;
+
+static void score_run(void *ctx, int ith, int nth)
+{
+    const score_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
+    float *k = f->key_buf + (size_t)ith * Di;
+    long r0, r1;
+    fg_pool_split(j->n, 16, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        fg_ds4_key_load(f->cache, j->kv, j->il, (int)r, k);
+        double s = 0;
+        for (int h = 0; h < Hi; h++) {
+            float d = 0;
+            for (int i = 0; i < Di; i++)
+                d += j->iq[(size_t)h * Di + i] * k[i];
+            if (d > 0)
+                s += (double)d * j->iw[h];
+        }
+        f->scores[r] = (float)s;
+    }
+}
+
 typedef struct key_src {
     int n_window;        /* window positions first..p */
     int first;
@@ -311,7 +347,7 @@ static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float
             }
         }
         tile_job job = {.f = f, .q = q, .keys = f->keys, .n = nk};
-        if (nk * H * D > 16384)
+        if (nk * H * D >= PAR_MIN_WORK)
             fg_pool_run(f->pool, tile_run, &job);
         else
             tile_run(&job, 0, 1);
@@ -448,19 +484,12 @@ static void attention(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int n, i
         if (r == FG_DS4_HCA) {
             src.n_rows = visible;
         } else if (r == FG_DS4_CSA && visible > 0) {
-            const float *iq = f->iq + (size_t)t * Hi * Di, *iw = f->iw + (size_t)t * Hi;
-            for (int j = 0; j < visible; j++) {
-                fg_ds4_key_load(c, kv, il, j, f->row);
-                double s = 0;
-                for (int h = 0; h < Hi; h++) {
-                    float d = 0;
-                    for (int i = 0; i < Di; i++)
-                        d += iq[(size_t)h * Di + i] * f->row[i];
-                    if (d > 0)
-                        s += (double)d * iw[h];
-                }
-                f->scores[j] = (float)s;
-            }
+            score_job job = {.f = f, .kv = kv, .il = il, .n = visible, .iq = f->iq + (size_t)t * Hi * Di,
+                             .iw = f->iw + (size_t)t * Hi};
+            if ((long)visible * Hi * Di >= PAR_MIN_WORK)
+                fg_pool_run(f->pool, score_run, &job);
+            else
+                score_run(&job, 0, 1);
             src.n_rows = top_k(f->scores, visible, hp->idx_top_k, f->sel);
             src.rows = f->sel;
         }
@@ -748,6 +777,7 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
     f->rowtmp = alloc_f(f->cache->row_bytes, &ok);
     f->scores = alloc_f(score_n, &ok);
+    f->key_buf = alloc_f((size_t)fg_pool_size(pool) * Di, &ok);
     f->sel = alloc_f((size_t)(hp->idx_top_k > hp->n_expert_used ? hp->idx_top_k : hp->n_expert_used), &ok);
     f->acc = alloc_f(H * D, &ok);
     f->mh = alloc_f(H, &ok);
@@ -785,7 +815,7 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
     void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
                     f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->keys, f->row,
-                    f->rowtmp, f->scores, f->sel, f->acc, f->mh, f->lh, f->tile, f->counts, f->mm_scratch,
+                    f->rowtmp, f->scores, f->key_buf, f->sel, f->acc, f->mh, f->lh, f->tile, f->counts, f->mm_scratch,
                     f->cache};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
