@@ -245,6 +245,13 @@ def bad_input_checks(tmp):
         fx.make_fixture(path, all_f32=True, **over)
         rc, err = run_bad(path)
         check(rc == 1 and expect in err, "bad input (%s): exit %d, %s" % (what, rc, err.strip()[:160]))
+    # serving mode (prefix cache, forks, tiers, session files) is not deepseek4's yet
+    good = os.path.join(tmp, "good.gguf")
+    fx.make_fixture(good, all_f32=True)
+    r = subprocess.run([os.path.join(BIN, "flashgate-bench-serve"), "--model", good, "--sessions", "1", "--prompt", "4",
+                        "--decode", "1", "--threads", "1"], capture_output=True, text=True)
+    check(r.returncode == 1 and "direct mode only" in r.stderr, "serving refused: exit %d, %s"
+          % (r.returncode, r.stderr.strip()[:160]))
     # a norm stored as BF16: the type error names the tensor
     real = fx.write_gguf
 
@@ -261,8 +268,6 @@ def bad_input_checks(tmp):
     check(rc == 1 and "blk.0.attn_norm.weight must be f32, is bf16" in err, "bad input (wrong type): %s"
           % err.strip()[:160])
     # truncated files: every cut gives an error, never a crash
-    good = os.path.join(tmp, "good.gguf")
-    fx.make_fixture(good, all_f32=True)
     data = open(good, "rb").read()
     for cut in (100, 3000, len(data) // 2, len(data) - 1):
         path = os.path.join(tmp, "cut.gguf")
