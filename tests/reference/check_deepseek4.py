@@ -187,6 +187,10 @@ def model_checks(tmp, name, model):
         check(d <= 1e-5, "%s: best ISA, chunks of %d vs one pass max |d| %.3g (<= 1e-5)" % (name, chunk, d))
     d = float(np.abs(l_all - ref_logits).max())
     check(d <= 1e-4, "%s: probe logits vs reference max |dlogit| = %.3g" % (name, d))
+    for isa in ("scalar", "avx2"):
+        l_i, m_i = (s_all, sm_all) if isa == "scalar" else probe(model, seq, len(seq), "f32", tmp, V, isa)
+        d = max(float(np.abs(l_i - ref_logits).max()), float(np.abs(m_i - ref_mtp).max()) if ref_mtp is not None else 0)
+        check(d <= 1e-4, "%s: %s ISA, logits and MTP vs reference max |dlogit| = %.3g" % (name, isa, d))
     if ref_mtp is not None:
         d = float(np.abs(m_all - ref_mtp).max())
         check(d <= 1e-4, "%s: MTP drafts vs reference max |dlogit| = %.3g (<= 1e-4)" % (name, d))
