@@ -15,6 +15,9 @@
  * then the output hc head, output_norm, output; the MTP block runs after the
  * trunk on (embed(token), h of the previous position).
  *
+ * fg_fwd_seq.absorbed is deepseek2's and ignored here: deepseek4 has one
+ * form, so a token's result never depends on how its input was cut.
+ *
  * Lifetimes: weights are the model's (no copies); scratch for max_tokens
  * tokens is sized at create; a run allocates nothing; the per-sequence cache
  * is the sequence's pages and state (cache.h).
