@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The engine's deepseek4 against the independent float64 reference (deepseek4_ref.py).
 
-Fixtures from make_v4_fixture.py (--all-f32; and the same without hash layers), a 300-token
+Fixtures from make_v4_fixture.py (--all-f32; the same without hash layers; one with a
+window of 128 and head dim 64, so a token's keys span several tiles), a 300-token
 prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy decode steps:
   * logits at every position within 1e-4 of the reference, greedy tokens identical
     (flashgate-generate --kv-format f32 --logits-out, then deepseek4_ref.py compare);
@@ -290,7 +291,13 @@ def bad_input_checks(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="check_ds4_")
     try:
-        for name, over in (("hash", {}), ("nohash", dict(hash_layers=0))):
+        # "wide": a window of 128 and more keys than one 64-key tile of the online softmax.
+        # Its seed is one without near-ties: with seeds 1234 and 7 two experts' routing scores
+        # agree to 7 digits at some token, and the f32 rounding of a path (scalar, AVX2,
+        # AVX-512, batch or lone token) decides which one top-k keeps; a property of exact
+        # top-k selection, not an error, but no fixed tolerance survives it.
+        for name, over in (("hash", {}), ("nohash", dict(hash_layers=0)),
+                           ("wide", dict(seed=11, window=128, idx_top_k=48, head_dim=64, rope_dim=32))):
             path = os.path.join(tmp, name + ".gguf")
             fx.make_fixture(path, all_f32=True, **over)
             model_checks(tmp, name, path)

@@ -67,7 +67,7 @@ struct fg_ds4_forward {
     /* attention of one token */
     float *keys;                  /* [KEY_TILE][D] */
     float *row;                   /* [2D] */
-    uint8_t *rowtmp;              /* [row_bytes * 2] */
+    uint8_t *rowtmp;              /* a row's page parts (cache.h) */
     float *scores;                /* [max_rows] indexer scores */
     float *key_buf;               /* [pool threads][Di] a decoded index key per worker */
     int *sel;                     /* [max(top_k, 1)] */
@@ -775,7 +775,8 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     f->hin = alloc_f(T * E, &ok);
     f->keys = alloc_f((size_t)KEY_TILE * D, &ok);
     f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
-    f->rowtmp = alloc_f(f->cache->row_bytes, &ok);
+    /* a 128-ratio row is gathered as its page parts, which may pad past row_bytes */
+    f->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
     f->scores = alloc_f(score_n, &ok);
     f->key_buf = alloc_f((size_t)fg_pool_size(pool) * Di, &ok);
     f->sel = alloc_f((size_t)(hp->idx_top_k > hp->n_expert_used ? hp->idx_top_k : hp->n_expert_used), &ok);
