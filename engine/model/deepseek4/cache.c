@@ -76,8 +76,8 @@ fg_err fg_ds4_cache_layout(const fg_ds4_hparams *hp, fg_kv_format format, fg_ds4
         } else if (r == FG_DS4_HCA) {
             L->page_rows = page;
             page += c->part_bytes;
-            L->state_comp = st;
-            st += (size_t)r * 2 * (size_t)hp->head_dim * sizeof(float);
+            L->state_comp = st; /* the online softmax's max, sum and weighted k per channel */
+            st += (size_t)3 * (size_t)hp->head_dim * sizeof(float);
         }
     }
     /* A model without compressed layers still has pages (the store needs a

@@ -8,8 +8,10 @@
  * Fixed part, in the sequence's state (geo->seq_bytes):
  *   a header (the token count the state matches, the MTP block's input h),
  *   per layer the window ring (sliding_window rows, slot pos mod window), and
- *   per compressor its open block and, for CSA, the previous one (f32 k and
- *   score for each of the block's r tokens, c*width wide).
+ *   per CSA compressor its open block and the previous one (f32 k and score
+ *   for each of the block's 4 tokens, 2*width wide); per HCA compressor the
+ *   open block as an online softmax (running max, sum, weighted k per
+ *   channel: 3 D f32 instead of 128 x 2 D).
  *
  * Row formats (fg_kv_format):
  *   F32  every channel f32 (the reference);
@@ -36,7 +38,8 @@ typedef struct fg_ds4_layer_cache {
     size_t page_rows;      /* offset in a page of this layer's compressed rows (r != 0) */
     size_t page_keys;      /* offset in a page of its index keys (r = 4) */
     size_t state_window;   /* offset in the state of the window ring */
-    size_t state_comp;     /* of the compressor's blocks: [2][r][2][c*D] f32 (block, token, k|score, channel) */
+    size_t state_comp;     /* of the compressor: CSA [2][4][2][2D] f32 (block, token, k|score, channel);
+                              HCA [3][D] f32 (max, sum, weighted k) */
     size_t state_idx;      /* of the indexer compressor's: [2][r][2][2*Di] */
 } fg_ds4_layer_cache;
 

@@ -364,18 +364,25 @@ static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float
 
 /* ---------------------------------------------------------------- compressors */
 
-/* The pooled row of a closed block: per channel a softmax over the entries
- * weights their k; then RMSNorm * norm, RoPE at the block's first position.
- * cur/prev: [r][2][cw] (k | score); prev NULL for CSA block 0 (counts as -inf). */
-static void pool_row(const fg_ds4_forward_t *f, int r, int width, const float *cur, const float *prev,
+/* RMSNorm * norm, RoPE at the block's first position: a pooled row's last steps. */
+static void finish_row(const fg_ds4_forward_t *f, int width, const float *norm, int pos0, float *row)
+{
+    fg_rmsnorm(row, row, norm, width, f->m->hp.rms_eps);
+    rope_heads(&f->rope_comp, row, 1, width, pos0, false);
+}
+
+/* CSA's pooled row of a closed block: per channel a softmax over the block's
+ * entries (its last width channels) and the previous block's (its first
+ * width), weighting their k. cur/prev: [r][2][2*width] (k | score); prev NULL
+ * for block 0 (its half counts as -inf). */
+static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *cur, const float *prev,
                      const float *norm, int pos0, float *row)
 {
-    const int cw = (r == FG_DS4_CSA ? 2 : 1) * width;
-    const int off = r == FG_DS4_CSA ? width : 0; /* CSA: this block's last width channels */
+    const int cw = 2 * width;
     for (int ch = 0; ch < width; ch++) {
         double mx = -INFINITY;
         for (int i = 0; i < r; i++) {
-            const double s = cur[((size_t)i * 2 + 1) * cw + off + ch];
+            const double s = cur[((size_t)i * 2 + 1) * cw + width + ch];
             mx = s > mx ? s : mx;
             if (prev) {
                 const double sp = prev[((size_t)i * 2 + 1) * cw + ch];
@@ -384,9 +391,9 @@ static void pool_row(const fg_ds4_forward_t *f, int r, int width, const float *c
         }
         double sum = 0, acc = 0;
         for (int i = 0; i < r; i++) {
-            double w = exp(cur[((size_t)i * 2 + 1) * cw + off + ch] - mx);
+            double w = exp(cur[((size_t)i * 2 + 1) * cw + width + ch] - mx);
             sum += w;
-            acc += w * cur[(size_t)i * 2 * cw + off + ch];
+            acc += w * cur[(size_t)i * 2 * cw + width + ch];
             if (prev) {
                 w = exp(prev[((size_t)i * 2 + 1) * cw + ch] - mx);
                 sum += w;
@@ -395,8 +402,32 @@ static void pool_row(const fg_ds4_forward_t *f, int r, int width, const float *c
         }
         row[ch] = (float)(acc / sum);
     }
-    fg_rmsnorm(row, row, norm, width, f->m->hp.rms_eps);
-    rope_heads(&f->rope_comp, row, 1, width, pos0, false);
+    finish_row(f, width, norm, pos0, row);
+}
+
+/* HCA's pooling as an online softmax: the state keeps, per channel, the
+ * running max score m, sum of exp(score - m) and the k weighted by them
+ * ([3][D] f32), so an open block costs 3 D floats instead of 128 x 2 D. Each
+ * token folds in when it arrives, in position order whatever the chunking. */
+static void hca_token(const fg_ds4_layer *L, float *st, const float *k, const float *g,
+                      int slot, int D)
+{
+    float *m = st, *sum = st + D, *acc = st + 2 * (size_t)D;
+    const float *ape = L->comp.ape + (size_t)slot * D;
+    for (int ch = 0; ch < D; ch++) {
+        const float s = g[ch] + ape[ch];
+        if (slot == 0) {
+            m[ch] = s;
+            sum[ch] = 1.0f;
+            acc[ch] = k[ch];
+            continue;
+        }
+        const float mx = s > m[ch] ? s : m[ch];
+        const float c = expf(m[ch] - mx), e = expf(s - mx);
+        sum[ch] = sum[ch] * c + e;
+        acc[ch] = acc[ch] * c + e * k[ch];
+        m[ch] = mx;
+    }
 }
 
 /* Appends token t (position p) to the layer's compressor(s); a token that
@@ -407,9 +438,21 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
     const fg_ds4_layer *L = &f->m->layers[il];
     const fg_ds4_cache *c = f->cache;
     const int r = L->ratio, D = hp->head_dim, Di = hp->idx_dim;
-    const int nblk = r == FG_DS4_CSA ? 2 : 1, slot = p % r, blk = (p / r) % nblk;
-    for (int which = 0; which < (r == FG_DS4_CSA ? 2 : 1); which++) {
-        const int width = which ? Di : D, cw = (r == FG_DS4_CSA ? 2 : 1) * width;
+    const int slot = p % r;
+    if (r == FG_DS4_HCA) {
+        float *st = (float *)(void *)(kv->state + c->layer[il].state_comp);
+        hca_token(L, st, f->ck + (size_t)t * D, f->cg + (size_t)t * D, slot, D);
+        if ((p + 1) % r == 0) {
+            for (int ch = 0; ch < D; ch++)
+                f->row[ch] = st[2 * (size_t)D + ch] / st[D + ch];
+            finish_row(f, D, L->comp.norm, p + 1 - r, f->row);
+            fg_ds4_comp_store(c, kv, il, r, p / r, f->row, f->rowtmp);
+        }
+        return;
+    }
+    const int blk = (p / r) % 2;
+    for (int which = 0; which < 2; which++) {
+        const int width = which ? Di : D, cw = 2 * width;
         const fg_ds4_compressor *cp = which ? &L->idx_comp : &L->comp;
         float *st = (float *)(void *)(kv->state + (which ? c->layer[il].state_idx : c->layer[il].state_comp));
         float *e = st + ((size_t)blk * r + slot) * 2 * cw;
@@ -421,8 +464,8 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
             continue;
         const int j = p / r;
         const float *cur = st + (size_t)blk * r * 2 * cw;
-        const float *prev = r == FG_DS4_CSA && j > 0 ? st + (size_t)(blk ^ 1) * r * 2 * cw : NULL;
-        pool_row(f, r, width, cur, prev, cp->norm, j * r, f->row);
+        const float *prev = j > 0 ? st + (size_t)(blk ^ 1) * r * 2 * cw : NULL;
+        pool_csa(f, r, width, cur, prev, cp->norm, j * r, f->row);
         if (which)
             fg_ds4_key_store(c, kv, il, j, f->row);
         else
