@@ -125,6 +125,16 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_kv_geometry geo;
     if ((err = arch->cache(m, fmt, &geo, diag)))
         goto fail;
+    if (geo.seq_bytes && o->serve) {
+        /* The per-sequence state (deepseek4's window rings and open compressor
+         * blocks) is not in pages: prefix sharing, forks, tiers and session
+         * files do not carry it yet. */
+        err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                          "%s runs in direct mode only so far: serving (prefix cache, forks, page tiers, session "
+                          "files) does not yet carry its per-sequence cache state",
+                          arch->name);
+        goto fail;
+    }
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -237,6 +247,8 @@ void fg_engine_get_info(const fg_engine_t *e, fg_engine_info *info)
         .n_embd = m->n_embd,
         .kv_format = geo->format,
         .kv_bytes_per_token = geo->bytes_per_token,
+        .kv_page_bytes = geo->page_bytes,
+        .kv_seq_bytes = geo->seq_bytes,
         .kv_pages_total = fg_kv_store_pages_total(e->kv),
         .weight_bytes_total = e->model->weight_bytes_total,
         .weight_bytes_active = e->model->weight_bytes_active,

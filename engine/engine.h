@@ -130,7 +130,11 @@ typedef struct fg_engine_info {
     int n_layer;
     int n_embd;
     fg_kv_format kv_format;
-    size_t kv_bytes_per_token;   /* latent + RoPE key over all layers, as stored */
+    size_t kv_bytes_per_token;   /* the growing part over all layers, as stored (rounded up: deepseek4's page
+                                    holds 64 tokens' share exactly, kv_page_bytes / 64) */
+    size_t kv_page_bytes;        /* one page: FG_KV_PAGE_TOKENS tokens */
+    size_t kv_seq_bytes;         /* fixed per session besides pages (deepseek4: window rings and open
+                                    compressor blocks; deepseek2: 0) */
     size_t kv_pages_total;
     uint64_t weight_bytes_total;
     uint64_t weight_bytes_active; /* weight bytes read per decoded token */

@@ -25,6 +25,13 @@ fg_add_test(reference_v4_generated COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOUR
 # the table of llama.cpp's deepseek4 loader; v4-mini written twice, byte-identical.
 fg_add_test(reference_v4_layout COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/test_v4_layout.py
             LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+# The deepseek4 engine against its reference: fixtures from make_v4_fixture.py,
+# the engine through flashgate-generate and ds4_probe (MTP, chunks, formats).
+add_executable(ds4_probe ${CMAKE_CURRENT_SOURCE_DIR}/model/ds4_probe.c)
+target_link_libraries(ds4_probe PRIVATE fg_engine)
+set_target_properties(ds4_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+fg_add_test(reference_deepseek4_engine COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek4.py
+            LABELS "model;reference" TIMEOUT 600)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)

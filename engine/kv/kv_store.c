@@ -139,6 +139,8 @@ void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q)
     free(q->pages);
     q->pages = NULL;
     q->cap_pages = 0;
+    free(q->state);
+    q->state = NULL;
 }
 
 fg_err fg_kv_seq_grow_table(fg_kv_seq *q, int need)
@@ -160,6 +162,8 @@ fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens)
 {
     if (n_tokens > q->max_tokens)
         return FG_ERR_CONTEXT_FULL;
+    if (s->geo.seq_bytes && !q->state && !(q->state = calloc(1, s->geo.seq_bytes)))
+        return FG_ERR_NOMEM;
     int need = (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (fg_kv_seq_grow_table(q, need) != FG_OK)
         return FG_ERR_NOMEM;
@@ -202,6 +206,8 @@ fg_err fg_kv_seq_share(fg_kv_store_t *s, fg_kv_seq *dst, const fg_kv_seq *src, i
 {
     if (n_tokens > dst->max_tokens)
         return FG_ERR_CONTEXT_FULL;
+    if (s->geo.seq_bytes)
+        return FG_ERR_UNSUPPORTED; /* the state (window rings, open blocks) is not in the pages */
     int need = (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (fg_kv_seq_grow_table(dst, need) != FG_OK)
         return FG_ERR_NOMEM;

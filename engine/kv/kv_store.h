@@ -38,7 +38,7 @@ typedef struct fg_kv_geometry {
     size_t row_bytes;        /* latent + rope segments: one token, one layer */
     size_t page_bytes;       /* FG_KV_PAGE_TOKENS * n_layer * row_bytes */
     size_t bytes_per_token;  /* n_layer * row_bytes */
-    size_t seq_bytes;        /* what a sequence holds besides its pages (deepseek2: nothing) */
+    size_t seq_bytes;        /* what a sequence holds besides its pages, in fg_kv_seq.state (deepseek2: nothing) */
 } fg_kv_geometry;
 
 
@@ -82,6 +82,9 @@ typedef struct fg_kv_seq {
     int n_tokens;      /* rows written */
     int max_tokens;
     int owner;         /* pages allocated for it are charged to this owner */
+    uint8_t *state;    /* geo->seq_bytes of per-sequence cache state (the architecture's: deepseek4's
+                          window rings and open compressor blocks), zeroed at allocation by the first
+                          fg_kv_seq_reserve; NULL when the geometry has none */
 } fg_kv_seq;
 
 /* An empty sequence of at most max_tokens tokens; allocates nothing. Always FG_OK. */
@@ -92,14 +95,17 @@ void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q);
  * max_tokens), FG_ERR_KV_FULL (pool empty; pages allocated so far are kept),
  * FG_ERR_NOMEM (the page table could not grow). */
 fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
-/* Drops rows from n_tokens on (and pages no longer needed). */
+/* Drops rows from n_tokens on (and pages no longer needed). The per-sequence
+ * state is not rewound: an architecture with state refuses to continue a
+ * sequence cut anywhere but at 0 (deepseek4: FG_ERR_STATE). */
 void fg_kv_seq_truncate(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
 /* Copy-on-write: makes the page holding row t private to q (copies it when
  * another holder shares it). No-op when t is past the pages. Errors:
  * FG_ERR_KV_FULL (no page for the copy; q unchanged). */
 fg_err fg_kv_seq_make_writable(fg_kv_store_t *s, fg_kv_seq *q, int t);
 /* Makes the empty dst hold src's first n_tokens rows by sharing its pages.
- * Errors: FG_ERR_NOMEM (page table), FG_ERR_CONTEXT_FULL (n_tokens past dst's max). */
+ * Errors: FG_ERR_NOMEM (page table), FG_ERR_CONTEXT_FULL (n_tokens past dst's max),
+ * FG_ERR_UNSUPPORTED (the geometry has per-sequence state, which pages cannot share). */
 fg_err fg_kv_seq_share(fg_kv_store_t *s, fg_kv_seq *dst, const fg_kv_seq *src, int n_tokens);
 /* Puts page (retained by the caller for q) at index idx == q->n_pages, or
  * replaces the page there (released). Used to attach prefix-cache hits. */

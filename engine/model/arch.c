@@ -7,8 +7,9 @@
 
 #include "config/base/hash64.h"
 #include "engine/model/deepseek2/model.h"
+#include "engine/model/deepseek4/model.h"
 
-static const fg_arch *const ARCHS[] = {&fg_arch_deepseek2};
+static const fg_arch *const ARCHS[] = {&fg_arch_deepseek2, &fg_arch_deepseek4};
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
 const fg_arch *fg_arch_find(const char *name, size_t len)

@@ -13,7 +13,8 @@
  *   - the forward pass over one batch of tokens from many sequences, on the
  *     CPU (forward_*): the reference that the CPU backend runs.
  *
- * Architectures: deepseek2 (engine/model/deepseek2/). The CUDA backend and
+ * Architectures: deepseek2 (engine/model/deepseek2/), deepseek4
+ * (engine/model/deepseek4/, direct mode only so far). The CUDA backend and
  * expert parallelism reach into deepseek2's own model (fg_deepseek2_of) and
  * answer FG_ERR_UNSUPPORTED for other architectures.
  *

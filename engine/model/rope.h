@@ -1,11 +1,14 @@
 /* rope.h: rotary position embedding as llama.cpp applies it to deepseek2
  * ("normal" mode: adjacent pairs (x[2i], x[2i+1]) rotate by pos * theta_i,
  * theta_i = base^(-2i/n)), with YaRN frequency blending and magnitude scaling
- * when the model declares rope.scaling.type = yarn.
+ * when the model declares rope.scaling.type = yarn (and the same tables for
+ * other architectures, fg_rope_init_params).
  * Immutable after init; safe from any thread.
  */
 #ifndef FG_ROPE_H
 #define FG_ROPE_H
+
+#include <stdbool.h>
 
 #include "engine/model/deepseek2/model.h"
 
@@ -22,6 +25,21 @@ typedef struct fg_rope {
 
 /* Errors: FG_ERR_MODEL_HPARAM when the rope width exceeds FG_ROPE_MAX_DIMS. */
 fg_err fg_rope_init(fg_rope *r, const fg_hparams *hp, fg_diag *diag);
+
+/* RoPE of n_dims at base, with YaRN when yarn_factor > 0 (ggml's ramp over the
+ * correction dims of beta_fast/beta_slow), for architectures other than
+ * deepseek2. unit_magnitude: cos/sin are not scaled (deepseek4 passes an
+ * attn_factor that cancels ggml's YaRN magnitude); attn_scale is left 0.
+ * Errors: FG_ERR_MODEL_HPARAM (bad width or base). */
+typedef struct fg_rope_params {
+    int n_dims;
+    float base;
+    float yarn_factor;   /* 0: no YaRN */
+    int yarn_orig_ctx;
+    float beta_fast, beta_slow;
+    bool unit_magnitude;
+} fg_rope_params;
+fg_err fg_rope_init_params(fg_rope *r, const fg_rope_params *p, fg_diag *diag);
 
 /* Rotates x[0..n_dims) in place for position pos. */
 void fg_rope_apply(const fg_rope *r, float *x, int pos);

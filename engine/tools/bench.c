@@ -16,8 +16,30 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/model/deepseek4/cache.h"
 #include "engine/tools/bench_common.h"
 #include "kernels/cpu/pool.h"
+
+/* --kv-geometry v4-flash: the deepseek4 cache of V4 Flash's released
+ * geometry in each format, from metadata alone (no weights). */
+static int kv_geometry_v4_flash(void)
+{
+    fg_ds4_hparams hp;
+    fg_ds4_flash_geometry(&hp);
+    const fg_kv_format fmts[] = {FG_KV_F32, FG_KV_F16, FG_KV_FP8};
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        fg_ds4_cache *c;
+        fg_diag d = {{0}};
+        if (fg_ds4_cache_layout(&hp, fmts[i], &c, &d) != FG_OK) {
+            fprintf(stderr, "error: %s\n", d.msg);
+            return 1;
+        }
+        printf("V4 Flash kv %-4s %9.2f bytes/token growing, %6.2f MB fixed per sequence\n",
+               fg_kv_format_name(fmts[i]), (double)c->page_bytes / FG_KV_PAGE_TOKENS, c->seq_bytes / 1e6);
+        free(c);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -28,6 +50,7 @@ int main(int argc, char **argv)
     static const struct option longs[] = {{"model", required_argument, 0, 'm'},  {"reps", required_argument, 0, 'r'},
                                           {"prompt", required_argument, 0, 'p'}, {"decode", required_argument, 0, 'n'},
                                           {"threads", required_argument, 0, 't'}, {"kv-format", required_argument, 0, 'k'},
+                                          {"kv-geometry", required_argument, 0, 'g'},
                                           {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:p:n:t:k:h", longs, NULL)) != -1) {
@@ -38,9 +61,16 @@ int main(int argc, char **argv)
         case 'n': n_decode = atoi(optarg); break;
         case 't': eo.n_threads = atoi(optarg); break;
         case 'k': eo.kv_format = fg_kv_format_parse(optarg); break;
+        case 'g':
+            if (strcmp(optarg, "v4-flash")) {
+                fprintf(stderr, "error: --kv-geometry knows v4-flash\n");
+                return 2;
+            }
+            return kv_geometry_v4_flash();
         case 'h':
             printf("usage: flashgate-bench [--model PATH] [--reps N] [--prompt N] [--decode N] [--threads N] "
-                   "[--kv-format F]\n");
+                   "[--kv-format F]\n       flashgate-bench --kv-geometry v4-flash   (cache bytes of V4 Flash's "
+                   "released geometry)\n");
             return 0;
         default: return 2;
         }
@@ -98,7 +128,8 @@ int main(int argc, char **argv)
     printf("threads / isa             %d / %s\n", info.n_threads, fg_isa_name(info.isa));
     printf("weights total / active    %.1f MB / %.1f MB per token\n", info.weight_bytes_total / 1e6,
            info.weight_bytes_active / 1e6);
-    printf("kv cache                  %s, %zu bytes/token\n", fg_kv_format_name(info.kv_format), info.kv_bytes_per_token);
+    printf("kv cache                  %s, %.2f bytes/token + %zu bytes per sequence\n", fg_kv_format_name(info.kv_format),
+           (double)info.kv_page_bytes / 64, info.kv_seq_bytes);
     printf("memory bandwidth (read)   %.2f GB/s (median of %d)\n", bw / 1e9, reps);
     printf("decode limit              %.1f tokens/s (bandwidth / active bytes)\n", limit);
     printf("prefill (%4d tokens)      %.1f tokens/s (median of %d)\n", n_prompt, p, reps);

@@ -55,7 +55,8 @@ static void usage(FILE *f)
             "      --stop STR          stop when the text contains STR (repeatable, up to %d)\n"
             "      --ignore-eos        keep generating after EOS\n"
             "      --no-bos            do not prepend BOS to a text prompt\n"
-            "      --kv-format F       f32, f16, int8, fp8, fp4 (default fp4 when the model allows)\n"
+            "      --kv-format F       f32, f16, int8, fp8, fp4 (default: deepseek2 fp4 when the model allows,\n"
+            "                          deepseek4 fp8: FP8 + BF16 rows, FP4 index keys)\n"
             "      --threads N         worker threads (default: all CPUs)\n"
             "      --batch N           max tokens per forward pass (default 256)\n"
             "      --ctx N             max context per session (default: the model's)\n"
@@ -391,10 +392,10 @@ int main(int argc, char **argv)
     double t_decode = fg_clock_mono_s() - t1;
     printf("\n");
     fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s); generated: %d tokens in %.3f s (%.1f tokens/s); "
-                    "kv %s %zu B/token; %d threads, %s\n",
+                    "kv %s %zu B/token + %zu B per session; %d threads, %s\n",
             n_prompt, t_prefill, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), n_gen, t_decode,
             n_gen / (t_decode > 0 ? t_decode : 1e-9), fg_kv_format_name(info.kv_format), info.kv_bytes_per_token,
-            info.n_threads, fg_isa_name(info.isa));
+            info.kv_seq_bytes, info.n_threads, fg_isa_name(info.isa));
     if (lf) {
         uint32_t n_pos = (uint32_t)fg_session_length(sess);
         if (fseek(lf, 8, SEEK_SET) || fwrite(&n_pos, 4, 1, lf) != 1) {

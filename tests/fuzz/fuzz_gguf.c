@@ -6,13 +6,19 @@
  * valid is actually inside the input. A failed open must clear the out
  * pointer and say why in the diag.
  *
- * The seed corpus is tests/fuzz/corpus/fuzz_gguf/ (tiny files from the writer).
+ * Then loads the file as the architecture it names (deepseek2 or deepseek4:
+ * every key and tensor check of the loaders) and, when that succeeds, asks
+ * for its cache layout in every format.
+ *
+ * The seed corpus is tests/fuzz/corpus/fuzz_gguf/ (tiny files from the
+ * writer, and seed_deepseek4: a small make_v4_fixture.py model).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -111,6 +117,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             t->nbytes)
             abort();
         touch(p, t->nbytes);
+    }
+    fg_arch_model *m = NULL;
+    fg_diag ld = {{0}};
+    if (fg_arch_load(g, &m, &ld) == FG_OK) {
+        for (int f = 0; f < FG_KV__COUNT; f++) {
+            fg_kv_geometry geo;
+            fg_diag cd = {{0}};
+            if (m->arch->cache(m, (fg_kv_format)f, &geo, &cd) != FG_OK && cd.msg[0] == '\0')
+                abort();
+        }
+        fg_arch_free(m);
+    } else if (m || ld.msg[0] == '\0') {
+        abort(); /* a refused model says why and hands nothing out */
     }
     fg_gguf_close(g);
     return 0;

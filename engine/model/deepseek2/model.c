@@ -2,10 +2,6 @@
  * and tensor against llama.cpp's conventions (see GGUF-DEEPSEEK2.md). */
 #include "engine/model/deepseek2/model.h"
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/numeric.h"
-#include "kernels/cpu/quants.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,39 +12,13 @@
 static fg_err get_int(const fg_gguf_t *g, const char *suffix, bool required, int def, int lo, int hi,
                       int *out, fg_diag *diag)
 {
-    char key[128];
-    snprintf(key, sizeof key, ARCH ".%s", suffix);
-    int64_t v;
-    fg_err e = fg_gguf_get_i64(g, key, &v);
-    if (e == FG_ERR_NOT_FOUND && !required) {
-        *out = def;
-        return FG_OK;
-    }
-    if (e == FG_ERR_NOT_FOUND)
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "missing key %s", key);
-    if (e != FG_OK)
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key %s is not an integer", key);
-    if (v < lo || v > hi)
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key %s = %" PRId64 " outside [%d, %d]", key, v, lo, hi);
-    *out = (int)v;
-    return FG_OK;
+    return fg_weight_get_int(g, ARCH, suffix, required, def, lo, hi, out, diag);
 }
 
 static fg_err get_float(const fg_gguf_t *g, const char *suffix, bool required, float def, float *out,
                         fg_diag *diag)
 {
-    char key[128];
-    snprintf(key, sizeof key, ARCH ".%s", suffix);
-    fg_err e = fg_gguf_get_f32(g, key, out);
-    if (e == FG_ERR_NOT_FOUND && !required) {
-        *out = def;
-        return FG_OK;
-    }
-    if (e == FG_ERR_NOT_FOUND)
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "missing key %s", key);
-    if (e != FG_OK || !(*out == *out))
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key %s is not a number", key);
-    return FG_OK;
+    return fg_weight_get_float(g, ARCH, suffix, required, def, out, diag);
 }
 
 #define TRY(expr)               \
@@ -155,122 +125,46 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
     return FG_OK;
 }
 
-/* Finds a tensor and checks its shape (ggml order; 0 in want means "1 or absent"). */
-static fg_err find_tensor(const fg_gguf_t *g, const char *name, int n_dims, const int64_t *want, bool required,
-                          const fg_gguf_tensor **out, fg_diag *diag)
-{
-    const fg_gguf_tensor *t = fg_gguf_find_tensor(g, name);
-    *out = t;
-    if (!t) {
-        if (!required)
-            return FG_OK;
-        return fg_diag_set(diag, FG_ERR_MODEL_TENSOR, "missing tensor %s", name);
-    }
-    for (int i = 0; i < FG_GGUF_MAX_DIMS; i++) {
-        int64_t w = i < n_dims ? want[i] : 1;
-        if (t->ne[i] != w)
-            return fg_diag_set(diag, FG_ERR_MODEL_SHAPE,
-                               "tensor %s has shape {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                               "}, expected {%" PRId64 ", %" PRId64 ", %" PRId64 "}",
-                               name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], want[0], n_dims > 1 ? want[1] : 1,
-                               n_dims > 2 ? want[2] : 1);
-    }
-    return FG_OK;
-}
-
-static fg_err bind_vector(const fg_gguf_t *g, const char *name, int64_t n, bool required, const float **out,
-                          fg_diag *diag)
-{
-    const fg_gguf_tensor *t;
-    TRY(find_tensor(g, name, 1, &n, required, &t, diag));
-    *out = NULL;
-    if (!t)
-        return FG_OK;
-    if (t->type != FG_GGML_F32)
-        return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "tensor %s must be f32, is %s", name,
-                           fg_ggml_type_name(t->type));
-    if ((uintptr_t)t->data % sizeof(float))
-        return fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "tensor %s data is not 4-byte aligned", name);
-    *out = t->data;
-    return FG_OK;
-}
-
-static fg_err bind_matrix(const fg_gguf_t *g, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat,
-                          bool required, fg_weight *w, fg_diag *diag)
-{
-    int64_t want[3] = {n_in, n_out, n_mat};
-    const fg_gguf_tensor *t;
-    TRY(find_tensor(g, name, n_mat > 1 ? 3 : 2, want, required, &t, diag));
-    memset(w, 0, sizeof *w);
-    if (!t)
-        return FG_OK;
-    TRY(fg_ggml_check_computable(name, t->type, diag));
-    w->data = t->data;
-    w->type = (int)t->type;
-    w->n_in = n_in;
-    w->n_out = n_out;
-    w->n_mat = n_mat;
-    w->row_bytes = (size_t)fg_ggml_row_bytes(t->type, n_in);
-    if (w->row_bytes == 0)
-        return fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "tensor %s rows of %" PRId64 " do not fit %s blocks", name, n_in,
-                           fg_ggml_type_name(t->type));
-    w->mat_bytes = w->row_bytes * (size_t)n_out;
-    /* Blocks whose scales stand for no finite number would turn the products
-     * into NaN far from their cause: refuse the file here, by name. */
-    int64_t bad_row, bad_block;
-    if (fg_wtype_validate_rows(w->type, w->data, n_in, n_out * n_mat, &bad_row, &bad_block) != 0)
-        return fg_diag_set(diag, FG_ERR_MODEL_TYPE,
-                           "tensor %s (%s): block %" PRId64 " of row %" PRId64 " of matrix %" PRId64
-                           " has a scale that is not a finite number",
-                           name, fg_ggml_type_name(t->type), bad_block, bad_row % n_out, bad_row / n_out);
-    return FG_OK;
-}
-
-static uint64_t weight_bytes(const fg_weight *w)
-{
-    return w->data ? (uint64_t)w->mat_bytes * (uint64_t)w->n_mat : 0;
-}
-
 static fg_err bind_layer(const fg_gguf_t *g, const fg_hparams *hp, int il, fg_layer *L, fg_diag *diag)
 {
     char n[96];
     const int64_t d = hp->n_embd, H = hp->n_head;
     const int64_t qk = hp->n_nope + hp->n_rope;
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
-    TRY(bind_vector(g, NAME("attn_norm.weight"), d, true, &L->attn_norm, diag));
+    TRY(fg_weight_bind_vector(g, NAME("attn_norm.weight"), d, true, &L->attn_norm, diag));
     if (hp->q_lora > 0) {
-        TRY(bind_matrix(g, NAME("attn_q_a.weight"), d, hp->q_lora, 1, true, &L->q_a, diag));
-        TRY(bind_vector(g, NAME("attn_q_a_norm.weight"), hp->q_lora, true, &L->q_a_norm, diag));
-        TRY(bind_matrix(g, NAME("attn_q_b.weight"), hp->q_lora, H * qk, 1, true, &L->q_b, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("attn_q_a.weight"), d, hp->q_lora, 1, true, &L->q_a, diag));
+        TRY(fg_weight_bind_vector(g, NAME("attn_q_a_norm.weight"), hp->q_lora, true, &L->q_a_norm, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("attn_q_b.weight"), hp->q_lora, H * qk, 1, true, &L->q_b, diag));
     } else {
-        TRY(bind_matrix(g, NAME("attn_q.weight"), d, H * qk, 1, true, &L->q_b, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("attn_q.weight"), d, H * qk, 1, true, &L->q_b, diag));
     }
-    TRY(bind_matrix(g, NAME("attn_kv_a_mqa.weight"), d, hp->kv_lora + hp->n_rope, 1, true, &L->kv_a, diag));
-    TRY(bind_vector(g, NAME("attn_kv_a_norm.weight"), hp->kv_lora, true, &L->kv_a_norm, diag));
-    TRY(bind_matrix(g, NAME("attn_k_b.weight"), hp->n_nope, hp->kv_lora, H, true, &L->k_b, diag));
-    TRY(bind_matrix(g, NAME("attn_v_b.weight"), hp->kv_lora, hp->n_v, H, true, &L->v_b, diag));
-    TRY(bind_matrix(g, NAME("attn_output.weight"), H * hp->n_v, d, 1, true, &L->attn_out, diag));
-    TRY(bind_vector(g, NAME("ffn_norm.weight"), d, true, &L->ffn_norm, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("attn_kv_a_mqa.weight"), d, hp->kv_lora + hp->n_rope, 1, true, &L->kv_a, diag));
+    TRY(fg_weight_bind_vector(g, NAME("attn_kv_a_norm.weight"), hp->kv_lora, true, &L->kv_a_norm, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("attn_k_b.weight"), hp->n_nope, hp->kv_lora, H, true, &L->k_b, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("attn_v_b.weight"), hp->kv_lora, hp->n_v, H, true, &L->v_b, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("attn_output.weight"), H * hp->n_v, d, 1, true, &L->attn_out, diag));
+    TRY(fg_weight_bind_vector(g, NAME("ffn_norm.weight"), d, true, &L->ffn_norm, diag));
     L->is_moe = il >= hp->n_dense_lead;
     if (!L->is_moe) {
-        TRY(bind_matrix(g, NAME("ffn_gate.weight"), d, hp->n_ff, 1, true, &L->ffn_gate, diag));
-        TRY(bind_matrix(g, NAME("ffn_up.weight"), d, hp->n_ff, 1, true, &L->ffn_up, diag));
-        TRY(bind_matrix(g, NAME("ffn_down.weight"), hp->n_ff, d, 1, true, &L->ffn_down, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_gate.weight"), d, hp->n_ff, 1, true, &L->ffn_gate, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_up.weight"), d, hp->n_ff, 1, true, &L->ffn_up, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_down.weight"), hp->n_ff, d, 1, true, &L->ffn_down, diag));
         return FG_OK;
     }
     const int64_t E = hp->n_expert, f = hp->n_ff_exp;
-    TRY(bind_matrix(g, NAME("ffn_gate_inp.weight"), d, E, 1, true, &L->router, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_inp.weight"), d, E, 1, true, &L->router, diag));
     if (L->router.type != FG_GGML_F32)
         return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "%s must be f32", n);
-    TRY(bind_vector(g, NAME("exp_probs_b.bias"), E, false, &L->exp_probs_b, diag));
-    TRY(bind_matrix(g, NAME("ffn_gate_exps.weight"), d, f, E, true, &L->gate_exps, diag));
-    TRY(bind_matrix(g, NAME("ffn_up_exps.weight"), d, f, E, true, &L->up_exps, diag));
-    TRY(bind_matrix(g, NAME("ffn_down_exps.weight"), f, d, E, true, &L->down_exps, diag));
+    TRY(fg_weight_bind_vector(g, NAME("exp_probs_b.bias"), E, false, &L->exp_probs_b, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_exps.weight"), d, f, E, true, &L->gate_exps, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("ffn_up_exps.weight"), d, f, E, true, &L->up_exps, diag));
+    TRY(fg_weight_bind_matrix(g, NAME("ffn_down_exps.weight"), f, d, E, true, &L->down_exps, diag));
     if (hp->n_expert_shared > 0) {
         const int64_t fs = f * hp->n_expert_shared;
-        TRY(bind_matrix(g, NAME("ffn_gate_shexp.weight"), d, fs, 1, true, &L->gate_shexp, diag));
-        TRY(bind_matrix(g, NAME("ffn_up_shexp.weight"), d, fs, 1, true, &L->up_shexp, diag));
-        TRY(bind_matrix(g, NAME("ffn_down_shexp.weight"), fs, d, 1, true, &L->down_shexp, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_shexp.weight"), d, fs, 1, true, &L->gate_shexp, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_up_shexp.weight"), d, fs, 1, true, &L->up_shexp, diag));
+        TRY(fg_weight_bind_matrix(g, NAME("ffn_down_shexp.weight"), fs, d, 1, true, &L->down_shexp, diag));
     }
 #undef NAME
     return FG_OK;
@@ -298,11 +192,11 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
         goto fail;
     }
     hp->n_vocab = (int)te->ne[1];
-    if ((e = bind_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, true, &m->tok_embd, diag)))
+    if ((e = fg_weight_bind_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, true, &m->tok_embd, diag)))
         goto fail;
-    if ((e = bind_vector(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, diag)))
+    if ((e = fg_weight_bind_vector(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, diag)))
         goto fail;
-    if ((e = bind_matrix(g, "output.weight", hp->n_embd, hp->n_vocab, 1, false, &m->output, diag)))
+    if ((e = fg_weight_bind_matrix(g, "output.weight", hp->n_embd, hp->n_vocab, 1, false, &m->output, diag)))
         goto fail;
     if (!m->output.data)
         m->output = m->tok_embd; /* tied embeddings */
@@ -312,18 +206,18 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
         e = fg_diag_set(diag, FG_ERR_NOMEM, "model: out of memory");
         goto fail;
     }
-    uint64_t total = weight_bytes(&m->tok_embd) + (m->output.data != m->tok_embd.data ? weight_bytes(&m->output) : 0);
-    uint64_t active = weight_bytes(&m->output); /* the LM head is read every token; one embedding row is noise */
+    uint64_t total = fg_weight_bytes(&m->tok_embd) + (m->output.data != m->tok_embd.data ? fg_weight_bytes(&m->output) : 0);
+    uint64_t active = fg_weight_bytes(&m->output); /* the LM head is read every token; one embedding row is noise */
     for (int il = 0; il < hp->n_layer; il++) {
         fg_layer *L = &m->layers[il];
         if ((e = bind_layer(g, hp, il, L, diag)))
             goto fail;
-        uint64_t attn = weight_bytes(&L->q_a) + weight_bytes(&L->q_b) + weight_bytes(&L->kv_a) +
-                        weight_bytes(&L->k_b) + weight_bytes(&L->v_b) + weight_bytes(&L->attn_out);
-        uint64_t dense = weight_bytes(&L->ffn_gate) + weight_bytes(&L->ffn_up) + weight_bytes(&L->ffn_down);
-        uint64_t shared = weight_bytes(&L->gate_shexp) + weight_bytes(&L->up_shexp) + weight_bytes(&L->down_shexp);
-        uint64_t experts = weight_bytes(&L->gate_exps) + weight_bytes(&L->up_exps) + weight_bytes(&L->down_exps);
-        uint64_t router = weight_bytes(&L->router);
+        uint64_t attn = fg_weight_bytes(&L->q_a) + fg_weight_bytes(&L->q_b) + fg_weight_bytes(&L->kv_a) +
+                        fg_weight_bytes(&L->k_b) + fg_weight_bytes(&L->v_b) + fg_weight_bytes(&L->attn_out);
+        uint64_t dense = fg_weight_bytes(&L->ffn_gate) + fg_weight_bytes(&L->ffn_up) + fg_weight_bytes(&L->ffn_down);
+        uint64_t shared = fg_weight_bytes(&L->gate_shexp) + fg_weight_bytes(&L->up_shexp) + fg_weight_bytes(&L->down_shexp);
+        uint64_t experts = fg_weight_bytes(&L->gate_exps) + fg_weight_bytes(&L->up_exps) + fg_weight_bytes(&L->down_exps);
+        uint64_t router = fg_weight_bytes(&L->router);
         total += attn + dense + shared + experts + router;
         active += attn + dense + shared + router +
                   (L->is_moe ? experts / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used : 0);
@@ -351,33 +245,3 @@ void fg_model_free(fg_model *m)
     free(m);
 }
 
-void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out)
-{
-    const uint8_t *p = (const uint8_t *)w->data + (size_t)row * w->row_bytes;
-    const int64_t n = w->n_in;
-    switch (w->type) {
-    case FG_GGML_F32:
-        memcpy(out, p, (size_t)n * sizeof(float));
-        break;
-    case FG_GGML_F16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = fg_f16_to_f32(h);
-        }
-        break;
-    case FG_GGML_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = fg_bf16_to_f32(h);
-        }
-        break;
-    case FG_GGML_Q8_0:
-        fg_dequantize_row_q8_0((const fg_block_q8_0 *)p, out, n);
-        break;
-    default: /* the block types of quants.h; binding accepted only computable ones */
-        (void)fg_wtype_dequantize_row(w->type, p, out, n);
-        break;
-    }
-}

@@ -20,18 +20,7 @@
 #include "engine/kv/kv_store.h"
 #include "engine/model/arch.h"
 #include "engine/model/gguf.h"
-
-/* A weight matrix (or a stack of expert matrices) in row-major form:
- * n_mat matrices of [n_out][n_in], each mat_bytes apart. */
-typedef struct fg_weight {
-    const void *data;
-    int type;           /* ggml type id: one fg_ggml_type_computable says the products read */
-    int64_t n_in;       /* ggml ne[0] */
-    int64_t n_out;      /* ggml ne[1] */
-    int64_t n_mat;      /* ggml ne[2] (experts or heads), 1 for 2-D tensors */
-    size_t row_bytes;
-    size_t mat_bytes;
-} fg_weight;
+#include "engine/model/weight.h"
 
 typedef enum fg_gating { FG_GATING_SOFTMAX = 1, FG_GATING_SIGMOID = 2 } fg_gating;
 
@@ -103,9 +92,6 @@ typedef struct fg_model {
  * FG_ERR_MODEL_SHAPE, FG_ERR_MODEL_TYPE, FG_ERR_NOMEM. */
 fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag);
 void fg_model_free(fg_model *m);
-
-/* Copies row `row` of a 2-D weight into f32 (used for embeddings). */
-void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out);
 
 /* The architecture (engine/model/deepseek2/deepseek2.c): fg_model_load,
  * fg_kv_geometry_init and engine/model/deepseek2/forward.h behind arch.h.

@@ -1,0 +1,871 @@
+/* forward.c: the deepseek4 CPU forward pass (forward.h has the equations).
+ *
+ * Shapes at each buffer: T tokens of the sequence in hand (<= max_tokens),
+ * E embedding, H x D heads (rd RoPE dims last), Q q-LoRA, Hi x Di indexer,
+ * G x R output groups, X experts (K used), F expert width, V vocabulary.
+ * Matrices go through kernels/cpu/matmul over all T tokens at once; the
+ * cache writes and attention go token by token (a token's window is the
+ * ring as it stands when the token arrives), heads shared out over the pool.
+ */
+#include "engine/model/deepseek4/forward.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/deepseek4/cache.h"
+#include "engine/model/rope.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vecops.h"
+
+#define KEY_TILE 64 /* keys decoded per step of the online softmax */
+/* Multiply-adds below which a token's attention or index scoring stays on the
+ * calling thread (a pool barrier costs about as much); low enough that the
+ * test fixture takes both paths. */
+#define PAR_MIN_WORK 4096
+
+struct fg_ds4_forward {
+    const fg_ds4_model *m;
+    fg_ds4_cache *cache;
+    fg_pool_t *pool;
+    fg_isa isa;
+    int max_tokens;
+    int max_rows;                 /* compressed rows a CSA layer can hold (context / 4) */
+    fg_rope rope_plain, rope_comp;
+    float *mtp_out;
+    _Atomic uint64_t *count_sink;
+    uint64_t *counts;             /* [X] picks this run */
+    /* scratch, sized at create */
+    float *x, *x1, *xm;           /* [T][4][E] streams */
+    float *flat;                  /* [T][4E] */
+    float *mix;                   /* [T][24] */
+    float *hcw;                   /* [T][24]: pre[4], post[4], comb[4][4] (comb[d][s] at 8 + 4d + s) */
+    float *y;                     /* [T][E] */
+    float *qa;                    /* [T][Q] */
+    float *q;                     /* [T][H*D] */
+    float *kv;                    /* [T][D] */
+    float *ck, *cg;               /* [T][2D] compressor k, gate */
+    float *ik, *ig;               /* [T][2Di] indexer compressor */
+    float *iq;                    /* [T][Hi*Di] */
+    float *iw;                    /* [T][Hi] */
+    float *heads;                 /* [T][H*D] */
+    float *grp;                   /* [T][H*D/G] */
+    float *oa_g;                  /* [T][R] */
+    float *oa;                    /* [T][G*R] */
+    float *f;                     /* [T][E] sublayer output */
+    float *router;                /* [T][X] */
+    int *chosen;                  /* [T][K] */
+    float *wts;                   /* [T][K] */
+    int *tok_of;                  /* [T] tokens routed to the expert in hand */
+    float *w_of;                  /* [T] their weights */
+    float *ein;                   /* [T][E] */
+    float *eg, *eu;               /* [T][F*max(1, shared)] */
+    float *ed;                    /* [T][E] */
+    float *mtp_in;                /* [T*4][2E] */
+    float *hin;                   /* [T][E] head input */
+    /* attention of one token */
+    float *keys;                  /* [KEY_TILE][D] */
+    float *row;                   /* [2D] */
+    uint8_t *rowtmp;              /* a row's page parts (cache.h) */
+    float *scores;                /* [max_rows] indexer scores */
+    float *key_buf;               /* [pool threads][Di] a decoded index key per worker */
+    int *sel;                     /* [max(top_k, 1)] */
+    float *acc;                   /* [H][D] */
+    float *mh, *lh;               /* [H] running max and sum */
+    float *tile;                  /* [H][KEY_TILE] */
+    void *mm_scratch;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static int mm(fg_ds4_forward_t *f, const fg_weight *w, int64_t mat, const float *x, int n, float *y)
+{
+    return fg_matmul(f->pool, f->isa, w->type, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, w->n_in,
+                     w->n_out, x, n, y, f->mm_scratch);
+}
+
+static double sigm(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* hc_pre: mixing numbers of every token, then y[t] = sum_h pre[h] x[t][h]. */
+static void hc_pre(fg_ds4_forward_t *f, const fg_ds4_hc *hc, const float *x, int n, float *y)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const int E = hp->n_embd, E4 = FG_DS4_HC * E;
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(f->flat + (size_t)t * E4, x + (size_t)t * E4, NULL, E4, hp->rms_eps);
+    mm(f, &hc->fn, 0, f->flat, n, f->mix);
+    const double eps = hp->hc_eps;
+    for (int t = 0; t < n; t++) {
+        const float *m = f->mix + (size_t)t * FG_DS4_HC_MIX;
+        float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX;
+        double c[4][4]; /* c[d][s] */
+        for (int h = 0; h < 4; h++) {
+            w[h] = (float)(sigm((double)m[h] * hc->scale[0] + hc->base[h]) + eps);
+            w[4 + h] = (float)(2.0 * sigm((double)m[4 + h] * hc->scale[1] + hc->base[4 + h]));
+        }
+        for (int d = 0; d < 4; d++)
+            for (int s = 0; s < 4; s++)
+                c[d][s] = (double)m[8 + d + 4 * s] * hc->scale[2] + hc->base[8 + d + 4 * s];
+        /* Sinkhorn: softmax over d, + eps, rows; then iters-1 times columns, rows. */
+        for (int s = 0; s < 4; s++) {
+            double mx = c[0][s], sum = 0;
+            for (int d = 1; d < 4; d++)
+                mx = c[d][s] > mx ? c[d][s] : mx;
+            for (int d = 0; d < 4; d++)
+                sum += (c[d][s] = exp(c[d][s] - mx));
+            for (int d = 0; d < 4; d++)
+                c[d][s] = c[d][s] / sum + eps;
+        }
+        for (int it = 0; it < hp->hc_iters; it++) {
+            if (it > 0)
+                for (int s = 0; s < 4; s++) {
+                    double sum = 0;
+                    for (int d = 0; d < 4; d++)
+                        sum += c[d][s];
+                    for (int d = 0; d < 4; d++)
+                        c[d][s] /= sum + eps;
+                }
+            for (int d = 0; d < 4; d++) {
+                double sum = 0;
+                for (int s = 0; s < 4; s++)
+                    sum += c[d][s];
+                for (int s = 0; s < 4; s++)
+                    c[d][s] /= sum + eps;
+            }
+        }
+        for (int d = 0; d < 4; d++)
+            for (int s = 0; s < 4; s++)
+                w[8 + 4 * d + s] = (float)c[d][s];
+        const float *xt = x + (size_t)t * E4;
+        float *yt = y + (size_t)t * E;
+        for (int i = 0; i < E; i++)
+            yt[i] = w[0] * xt[i] + w[1] * xt[E + i] + w[2] * xt[2 * E + i] + w[3] * xt[3 * E + i];
+    }
+}
+
+/* x'[d] = post[d] * o + sum_s comb[d][s] x[s], per token. */
+static void hc_post(const fg_ds4_forward_t *f, const float *o, const float *x, int n, float *out)
+{
+    const int E = f->m->hp.n_embd, E4 = FG_DS4_HC * E;
+    for (int t = 0; t < n; t++) {
+        const float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX, *xt = x + (size_t)t * E4, *ot = o + (size_t)t * E;
+        float *yt = out + (size_t)t * E4;
+        for (int d = 0; d < 4; d++) {
+            const float *c = w + 8 + 4 * d;
+            for (int i = 0; i < E; i++)
+                yt[d * E + i] = w[4 + d] * ot[i] + c[0] * xt[i] + c[1] * xt[E + i] + c[2] * xt[2 * E + i] +
+                                c[3] * xt[3 * E + i];
+        }
+    }
+}
+
+/* The output head: hc pre weights only, output_norm, the vocabulary matrix. */
+static void head(fg_ds4_forward_t *f, const float *x, int n, const float *norm, const fg_weight *out, float *logits)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_hc *hc = &f->m->hc_out;
+    const int E = hp->n_embd, E4 = FG_DS4_HC * E;
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(f->flat + (size_t)t * E4, x + (size_t)t * E4, NULL, E4, hp->rms_eps);
+    mm(f, &hc->fn, 0, f->flat, n, f->mix);
+    for (int t = 0; t < n; t++) {
+        const float *m = f->mix + (size_t)t * FG_DS4_HC;
+        float pre[4];
+        for (int h = 0; h < 4; h++)
+            pre[h] = (float)(sigm((double)m[h] * hc->scale[0] + hc->base[h]) + hp->hc_eps);
+        const float *xt = x + (size_t)t * E4;
+        float *yt = f->hin + (size_t)t * E;
+        for (int i = 0; i < E; i++)
+            yt[i] = pre[0] * xt[i] + pre[1] * xt[E + i] + pre[2] * xt[2 * E + i] + pre[3] * xt[3 * E + i];
+        fg_rmsnorm(yt, yt, norm, E, hp->rms_eps);
+    }
+    mm(f, out, 0, f->hin, n, logits);
+}
+
+/* RoPE on the last rd dims of each of n_heads heads of width w; inverse: by -theta. */
+static void rope_heads(const fg_rope *r, float *x, int n_heads, int w, int pos, bool inverse)
+{
+    float cs[FG_ROPE_MAX_DIMS];
+    fg_rope_coefs(r, pos, cs);
+    if (inverse)
+        for (int i = 1; i < r->n_dims; i += 2)
+            cs[i] = -cs[i];
+    for (int h = 0; h < n_heads; h++)
+        fg_rope_apply_coefs(r, cs, x + (size_t)h * w + (w - r->n_dims));
+}
+
+/* The SwiGLU with deepseek4's clamps: gate to at most c, up to [-c, c]. */
+static void swiglu(float *gate, float *up, int n, float c)
+{
+    if (c > 1e-6f)
+        for (int i = 0; i < n; i++) {
+            gate[i] = gate[i] < c ? gate[i] : c;
+            up[i] = up[i] < -c ? -c : up[i] > c ? c : up[i];
+        }
+    fg_silu_mul(gate, up, n);
+}
+
+/* The k highest of s[0..n) into out (ascending index), ties to the lower index. */
+static int top_k(const float *s, int n, int k, int *out)
+{
+    if (k >= n) {
+        for (int i = 0; i < n; i++)
+            out[i] = i;
+        return n;
+    }
+    /* out[0..k) kept sorted by (score desc, index asc); insertion (k is small). */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m == k && !(s[i] > s[out[k - 1]]))
+            continue;
+        int at = m < k ? m++ : k - 1;
+        while (at > 0 && s[i] > s[out[at - 1]]) {
+            out[at] = out[at - 1];
+            at--;
+        }
+        out[at] = i;
+    }
+    /* ascending index order (the order keys join the softmax) */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int tmp = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = tmp;
+        }
+    return k;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* One pool job: heads [h0, h1) over one tile of keys (online softmax). */
+typedef struct tile_job {
+    const fg_ds4_forward_t *f;
+    const float *q;      /* [H][D] */
+    const float *keys;   /* [n][D] */
+    int n;
+} tile_job;
+
+static void tile_run(void *ctx, int ith, int nth)
+{
+    const tile_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int D = f->m->hp.head_dim;
+    const float scale = 1.0f / sqrtf((float)D);
+    long h0, h1;
+    fg_pool_split(f->m->hp.n_head, 1, ith, nth, &h0, &h1);
+    for (long h = h0; h < h1; h++) {
+        const float *qh = j->q + (size_t)h * D;
+        float *lg = f->tile + (size_t)h * KEY_TILE;
+        float mx = f->mh[h];
+        for (int k = 0; k < j->n; k++) {
+            const float *kk = j->keys + (size_t)k * D;
+            float s = 0;
+            for (int i = 0; i < D; i++)
+                s += qh[i] * kk[i];
+            lg[k] = s * scale;
+            mx = lg[k] > mx ? lg[k] : mx;
+        }
+        float *acc = f->acc + (size_t)h * D;
+        const float corr = expf(f->mh[h] - mx);
+        float l = f->lh[h] * corr;
+        for (int i = 0; i < D; i++)
+            acc[i] *= corr;
+        for (int k = 0; k < j->n; k++) {
+            const float p = expf(lg[k] - mx);
+            l += p;
+            fg_axpy(acc, p, j->keys + (size_t)k * D, D);
+        }
+        f->mh[h] = mx;
+        f->lh[h] = l;
+    }
+}
+
+/* One pool job: the indexer's scores of rows [0, n) for one query. */
+typedef struct score_job {
+    const fg_ds4_forward_t *f;
+    const fg_kv_seq *kv;
+    int il, n;
+    const float *iq;     /* [Hi][Di] */
+    const float *iw;     /* [Hi] */
+} score_job;
+
+static void score_run(void *ctx, int ith, int nth)
+{
+    const score_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
+    float *k = f->key_buf + (size_t)ith * Di;
+    long r0, r1;
+    fg_pool_split(j->n, 16, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        fg_ds4_key_load(f->cache, j->kv, j->il, (int)r, k);
+        double s = 0;
+        for (int h = 0; h < Hi; h++) {
+            float d = 0;
+            for (int i = 0; i < Di; i++)
+                d += j->iq[(size_t)h * Di + i] * k[i];
+            if (d > 0)
+                s += (double)d * j->iw[h];
+        }
+        f->scores[r] = (float)s;
+    }
+}
+
+typedef struct key_src {
+    int n_window;        /* window positions first..p */
+    int first;
+    int n_rows;          /* then compressed rows: rows[i] (or 0..n_rows-1 when rows is NULL) */
+    const int *rows;
+} key_src;
+
+/* softmax(q k / sqrt(D)) with the sink in the denominator, over the keys of
+ * src, into out [H][D]. */
+static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float *q, const key_src *src,
+                   float *out)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_cache *c = f->cache;
+    const int H = hp->n_head, D = hp->head_dim, W = hp->window;
+    const uint8_t *ring = kv->state + c->layer[il].state_window;
+    for (int h = 0; h < H; h++) {
+        f->mh[h] = -INFINITY;
+        f->lh[h] = 0;
+    }
+    memset(f->acc, 0, (size_t)H * D * sizeof(float));
+    const int total = src->n_window + src->n_rows;
+    for (int k0 = 0; k0 < total; k0 += KEY_TILE) {
+        const int nk = total - k0 < KEY_TILE ? total - k0 : KEY_TILE;
+        for (int k = 0; k < nk; k++) {
+            const int i = k0 + k;
+            float *dst = f->keys + (size_t)k * D;
+            if (i < src->n_window)
+                fg_ds4_row_get(c, ring + (size_t)((src->first + i) % W) * c->row_bytes, dst);
+            else {
+                const int j = i - src->n_window;
+                fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, f->rowtmp);
+            }
+        }
+        tile_job job = {.f = f, .q = q, .keys = f->keys, .n = nk};
+        if (nk * H * D >= PAR_MIN_WORK)
+            fg_pool_run(f->pool, tile_run, &job);
+        else
+            tile_run(&job, 0, 1);
+    }
+    const float *sinks = f->m->layers[il].sinks;
+    for (int h = 0; h < H; h++) {
+        const float mx = f->mh[h] > sinks[h] ? f->mh[h] : sinks[h];
+        const float corr = expf(f->mh[h] - mx);
+        const float inv = 1.0f / (f->lh[h] * corr + expf(sinks[h] - mx));
+        for (int i = 0; i < D; i++)
+            out[(size_t)h * D + i] = f->acc[(size_t)h * D + i] * corr * inv;
+    }
+}
+
+/* ---------------------------------------------------------------- compressors */
+
+/* RMSNorm * norm, RoPE at the block's first position: a pooled row's last steps. */
+static void finish_row(const fg_ds4_forward_t *f, int width, const float *norm, int pos0, float *row)
+{
+    fg_rmsnorm(row, row, norm, width, f->m->hp.rms_eps);
+    rope_heads(&f->rope_comp, row, 1, width, pos0, false);
+}
+
+/* CSA's pooled row of a closed block: per channel a softmax over the block's
+ * entries (its last width channels) and the previous block's (its first
+ * width), weighting their k. cur/prev: [r][2][2*width] (k | score); prev NULL
+ * for block 0 (its half counts as -inf). */
+static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *cur, const float *prev,
+                     const float *norm, int pos0, float *row)
+{
+    const int cw = 2 * width;
+    for (int ch = 0; ch < width; ch++) {
+        double mx = -INFINITY;
+        for (int i = 0; i < r; i++) {
+            const double s = cur[((size_t)i * 2 + 1) * cw + width + ch];
+            mx = s > mx ? s : mx;
+            if (prev) {
+                const double sp = prev[((size_t)i * 2 + 1) * cw + ch];
+                mx = sp > mx ? sp : mx;
+            }
+        }
+        double sum = 0, acc = 0;
+        for (int i = 0; i < r; i++) {
+            double w = exp(cur[((size_t)i * 2 + 1) * cw + width + ch] - mx);
+            sum += w;
+            acc += w * cur[(size_t)i * 2 * cw + width + ch];
+            if (prev) {
+                w = exp(prev[((size_t)i * 2 + 1) * cw + ch] - mx);
+                sum += w;
+                acc += w * prev[(size_t)i * 2 * cw + ch];
+            }
+        }
+        row[ch] = (float)(acc / sum);
+    }
+    finish_row(f, width, norm, pos0, row);
+}
+
+/* HCA's pooling as an online softmax: the state keeps, per channel, the
+ * running max score m, sum of exp(score - m) and the k weighted by them
+ * ([3][D] f32), so an open block costs 3 D floats instead of 128 x 2 D. Each
+ * token folds in when it arrives, in position order whatever the chunking. */
+static void hca_token(const fg_ds4_layer *L, float *st, const float *k, const float *g,
+                      int slot, int D)
+{
+    float *m = st, *sum = st + D, *acc = st + 2 * (size_t)D;
+    const float *ape = L->comp.ape + (size_t)slot * D;
+    for (int ch = 0; ch < D; ch++) {
+        const float s = g[ch] + ape[ch];
+        if (slot == 0) {
+            m[ch] = s;
+            sum[ch] = 1.0f;
+            acc[ch] = k[ch];
+            continue;
+        }
+        const float mx = s > m[ch] ? s : m[ch];
+        const float c = expf(m[ch] - mx), e = expf(s - mx);
+        sum[ch] = sum[ch] * c + e;
+        acc[ch] = acc[ch] * c + e * k[ch];
+        m[ch] = mx;
+    }
+}
+
+/* Appends token t (position p) to the layer's compressor(s); a token that
+ * closes a block writes its compressed row (and index key). */
+static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int t, int p)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_layer *L = &f->m->layers[il];
+    const fg_ds4_cache *c = f->cache;
+    const int r = L->ratio, D = hp->head_dim, Di = hp->idx_dim;
+    const int slot = p % r;
+    if (r == FG_DS4_HCA) {
+        float *st = (float *)(void *)(kv->state + c->layer[il].state_comp);
+        hca_token(L, st, f->ck + (size_t)t * D, f->cg + (size_t)t * D, slot, D);
+        if ((p + 1) % r == 0) {
+            for (int ch = 0; ch < D; ch++)
+                f->row[ch] = st[2 * (size_t)D + ch] / st[D + ch];
+            finish_row(f, D, L->comp.norm, p + 1 - r, f->row);
+            fg_ds4_comp_store(c, kv, il, r, p / r, f->row, f->rowtmp);
+        }
+        return;
+    }
+    const int blk = (p / r) % 2;
+    for (int which = 0; which < 2; which++) {
+        const int width = which ? Di : D, cw = 2 * width;
+        const fg_ds4_compressor *cp = which ? &L->idx_comp : &L->comp;
+        float *st = (float *)(void *)(kv->state + (which ? c->layer[il].state_idx : c->layer[il].state_comp));
+        float *e = st + ((size_t)blk * r + slot) * 2 * cw;
+        const float *k = (which ? f->ik : f->ck) + (size_t)t * cw, *g = (which ? f->ig : f->cg) + (size_t)t * cw;
+        memcpy(e, k, (size_t)cw * sizeof(float));
+        for (int i = 0; i < cw; i++)
+            e[cw + i] = g[i] + cp->ape[(size_t)slot * cw + i];
+        if ((p + 1) % r)
+            continue;
+        const int j = p / r;
+        const float *cur = st + (size_t)blk * r * 2 * cw;
+        const float *prev = j > 0 ? st + (size_t)(blk ^ 1) * r * 2 * cw : NULL;
+        pool_csa(f, r, width, cur, prev, cp->norm, j * r, f->row);
+        if (which)
+            fg_ds4_key_store(c, kv, il, j, f->row);
+        else
+            fg_ds4_comp_store(c, kv, il, r, j, f->row, f->rowtmp);
+    }
+}
+
+/* ---------------------------------------------------------------- layers */
+
+static void attention(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int n, int p0)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_layer *L = &f->m->layers[il];
+    const fg_ds4_cache *c = f->cache;
+    const int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, Q = hp->q_lora, r = L->ratio;
+    const int Hi = hp->idx_head, Di = hp->idx_dim, G = hp->out_groups, R = hp->out_lora, W = hp->window;
+    const fg_rope *rope = r ? &f->rope_comp : &f->rope_plain;
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
+    mm(f, &L->q_a, 0, f->y, n, f->qa);
+    mm(f, &L->kv, 0, f->y, n, f->kv);
+    if (r) {
+        mm(f, &L->comp.kv, 0, f->y, n, f->ck);
+        mm(f, &L->comp.gate, 0, f->y, n, f->cg);
+    }
+    if (r == FG_DS4_CSA) {
+        mm(f, &L->idx_comp.kv, 0, f->y, n, f->ik);
+        mm(f, &L->idx_comp.gate, 0, f->y, n, f->ig);
+        mm(f, &L->idx_proj, 0, f->y, n, f->iw);
+    }
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(f->qa + (size_t)t * Q, f->qa + (size_t)t * Q, L->q_a_norm, Q, hp->rms_eps);
+    mm(f, &L->q_b, 0, f->qa, n, f->q);
+    if (r == FG_DS4_CSA)
+        mm(f, &L->idx_q_b, 0, f->qa, n, f->iq);
+    const float iw_scale = 1.0f / sqrtf((float)Di * (float)Hi);
+    for (int t = 0; t < n; t++) {
+        float *qt = f->q + (size_t)t * H * D, *kt = f->kv + (size_t)t * D;
+        for (int h = 0; h < H; h++)
+            fg_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, NULL, D, hp->rms_eps);
+        rope_heads(rope, qt, H, D, p0 + t, false);
+        fg_rmsnorm(kt, kt, L->kv_norm, D, hp->rms_eps);
+        rope_heads(rope, kt, 1, D, p0 + t, false);
+        if (r == FG_DS4_CSA) {
+            rope_heads(&f->rope_comp, f->iq + (size_t)t * Hi * Di, Hi, Di, p0 + t, false);
+            for (int h = 0; h < Hi; h++)
+                f->iw[(size_t)t * Hi + h] *= iw_scale;
+        }
+    }
+    uint8_t *ring = kv->state + c->layer[il].state_window;
+    for (int t = 0; t < n; t++) {
+        const int p = p0 + t;
+        fg_ds4_row_put(c, f->kv + (size_t)t * D, ring + (size_t)(p % W) * c->row_bytes);
+        if (r)
+            compress_token(f, il, kv, t, p);
+        key_src src = {.first = p - W + 1 > 0 ? p - W + 1 : 0};
+        src.n_window = p - src.first + 1;
+        const int visible = r ? (p + 1) / r : 0;
+        if (r == FG_DS4_HCA) {
+            src.n_rows = visible;
+        } else if (r == FG_DS4_CSA && visible > 0) {
+            score_job job = {.f = f, .kv = kv, .il = il, .n = visible, .iq = f->iq + (size_t)t * Hi * Di,
+                             .iw = f->iw + (size_t)t * Hi};
+            if ((long)visible * Hi * Di >= PAR_MIN_WORK)
+                fg_pool_run(f->pool, score_run, &job);
+            else
+                score_run(&job, 0, 1);
+            src.n_rows = top_k(f->scores, visible, hp->idx_top_k, f->sel);
+            src.rows = f->sel;
+        }
+        float *o = f->heads + (size_t)t * H * D;
+        attend(f, il, kv, f->q + (size_t)t * H * D, &src, o);
+        rope_heads(rope, o, H, D, p, true);
+    }
+    /* grouped output LoRA: group g (heads g*H/G ..) through out_a[g], concatenated, out_b */
+    const int gd = H * D / G;
+    for (int g = 0; g < G; g++) {
+        for (int t = 0; t < n; t++)
+            memcpy(f->grp + (size_t)t * gd, f->heads + (size_t)t * H * D + (size_t)g * gd, (size_t)gd * sizeof(float));
+        mm(f, &L->out_a, g, f->grp, n, f->oa_g);
+        for (int t = 0; t < n; t++)
+            memcpy(f->oa + (size_t)t * G * R + (size_t)g * R, f->oa_g + (size_t)t * R, (size_t)R * sizeof(float));
+    }
+    mm(f, &L->out_b, 0, f->oa, n, f->f);
+}
+
+static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_layer *L = &f->m->layers[il];
+    const int E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+    mm(f, &L->router, 0, f->y, n, f->router);
+    for (int t = 0; t < n; t++) {
+        float *p = f->router + (size_t)t * X;
+        for (int e = 0; e < X; e++) { /* sqrt(softplus) */
+            const double v = p[e];
+            p[e] = (float)sqrt(v > 0 ? v + log1p(exp(-v)) : log1p(exp(v)));
+        }
+        int *ch = f->chosen + (size_t)t * K;
+        if (L->tid2eid) {
+            memcpy(ch, L->tid2eid + (size_t)tokens[t] * K, (size_t)K * sizeof *ch);
+        } else {
+            float *b = f->scores; /* X <= max_rows: checked at create */
+            for (int e = 0; e < X; e++)
+                b[e] = p[e] + L->exp_probs_b[e];
+            top_k(b, X, K, ch);
+        }
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += p[ch[k]];
+        if (sum < 6.103515625e-5)
+            sum = 6.103515625e-5;
+        for (int k = 0; k < K; k++) {
+            double w = p[ch[k]];
+            if (hp->expert_weights_norm)
+                w /= sum;
+            f->wts[(size_t)t * K + k] = (float)(w * hp->expert_weights_scale);
+            f->counts[ch[k]]++;
+        }
+    }
+    memset(f->f, 0, (size_t)n * E * sizeof(float));
+    for (int e = 0; e < X; e++) {
+        int cnt = 0;
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < K; k++)
+                if (f->chosen[(size_t)t * K + k] == e) {
+                    f->tok_of[cnt] = t;
+                    f->w_of[cnt] = f->wts[(size_t)t * K + k];
+                    memcpy(f->ein + (size_t)cnt * E, f->y + (size_t)t * E, (size_t)E * sizeof(float));
+                    cnt++;
+                }
+        if (!cnt)
+            continue;
+        mm(f, &L->gate_exps, e, f->ein, cnt, f->eg);
+        mm(f, &L->up_exps, e, f->ein, cnt, f->eu);
+        for (int i = 0; i < cnt; i++)
+            swiglu(f->eg + (size_t)i * F, f->eu + (size_t)i * F, F, hp->clamp_exp[il]);
+        mm(f, &L->down_exps, e, f->eg, cnt, f->ed);
+        for (int i = 0; i < cnt; i++)
+            fg_axpy(f->f + (size_t)f->tok_of[i] * E, f->w_of[i], f->ed + (size_t)i * E, E);
+    }
+    if (hp->n_expert_shared > 0) {
+        const int Fs = F * hp->n_expert_shared;
+        mm(f, &L->gate_shexp, 0, f->y, n, f->eg);
+        mm(f, &L->up_shexp, 0, f->y, n, f->eu);
+        for (int t = 0; t < n; t++)
+            swiglu(f->eg + (size_t)t * Fs, f->eu + (size_t)t * Fs, Fs, hp->clamp_shexp[il]);
+        mm(f, &L->down_shexp, 0, f->eg, n, f->ed);
+        for (int t = 0; t < n; t++)
+            fg_axpy(f->f + (size_t)t * E, 1.0f, f->ed + (size_t)t * E, E);
+    }
+}
+
+/* One block over the n tokens' streams x (updated in place). */
+static void layer(fg_ds4_forward_t *f, int il, float *x, const int32_t *tokens, int n, const fg_kv_seq *kv, int p0)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_layer *L = &f->m->layers[il];
+    const int E = hp->n_embd;
+    hc_pre(f, &L->hc_attn, x, n, f->y);
+    attention(f, il, kv, n, p0);
+    hc_post(f, f->f, x, n, f->x1);
+    hc_pre(f, &L->hc_ffn, f->x1, n, f->y);
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
+    moe(f, il, tokens, n);
+    hc_post(f, f->f, f->x1, n, x);
+}
+
+/* ---------------------------------------------------------------- run */
+
+static fg_err run_seq(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *s, float *mtp_rows)
+{
+    const fg_ds4_model *m = f->m;
+    const fg_ds4_hparams *hp = &m->hp;
+    const int n = s->n_tokens, E = hp->n_embd, E4 = FG_DS4_HC * E;
+    fg_kv_seq *kv = s->kv;
+    const int p0 = kv->n_tokens;
+    fg_ds4_state_head *head_st = (fg_ds4_state_head *)(void *)kv->state;
+    float *last_h = (float *)(void *)(kv->state + f->cache->state_h);
+    if (p0 == 0) {
+        head_st->n_tokens = 0;
+        memset(last_h, 0, (size_t)E4 * sizeof(float));
+    }
+    for (int t = 0; t < n; t++) {
+        fg_weight_row_f32(&m->tok_embd, tokens[t], f->x + (size_t)t * E4);
+        for (int h = 1; h < FG_DS4_HC; h++)
+            memcpy(f->x + (size_t)t * E4 + (size_t)h * E, f->x + (size_t)t * E4, (size_t)E * sizeof(float));
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        layer(f, il, f->x, tokens, n, kv, p0);
+    const int first = n - s->n_logits;
+    if (s->n_logits)
+        head(f, f->x + (size_t)first * E4, s->n_logits, m->output_norm, &m->output, s->logits);
+    if (hp->n_nextn) {
+        const fg_ds4_layer *L = &m->layers[hp->n_layer];
+        /* per stream [enorm(embed(token)); hnorm(h_{p-1})] */
+        for (int t = 0; t < n; t++) {
+            const float *h = t ? f->x + (size_t)(t - 1) * E4 : last_h;
+            float *e = f->hin;
+            fg_weight_row_f32(&m->mtp_embd, tokens[t], e);
+            fg_rmsnorm(e, e, L->enorm, E, hp->rms_eps);
+            for (int st = 0; st < FG_DS4_HC; st++) {
+                float *row = f->mtp_in + ((size_t)t * FG_DS4_HC + st) * 2 * E;
+                memcpy(row, e, (size_t)E * sizeof(float));
+                fg_rmsnorm(row + E, h + (size_t)st * E, L->hnorm, E, hp->rms_eps);
+            }
+        }
+        memcpy(last_h, f->x + (size_t)(n - 1) * E4, (size_t)E4 * sizeof(float));
+        mm(f, &L->eh_proj, 0, f->mtp_in, n * FG_DS4_HC, f->xm);
+        layer(f, hp->n_layer, f->xm, tokens, n, kv, p0);
+        if (mtp_rows && s->n_logits)
+            head(f, f->xm + (size_t)first * E4, s->n_logits, m->mtp_norm, &m->mtp_output, mtp_rows);
+    } else {
+        memcpy(last_h, f->x + (size_t)(n - 1) * E4, (size_t)E4 * sizeof(float));
+    }
+    kv->n_tokens += n;
+    head_st->n_tokens = kv->n_tokens;
+    return FG_OK;
+}
+
+fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    const int V = f->m->hp.n_vocab;
+    int total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const fg_fwd_seq *s = &seqs[i];
+        if (s->n_tokens < 1 || s->n_tokens > f->max_tokens)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d: %d tokens (1..%d per run)", i, s->n_tokens,
+                               f->max_tokens);
+        if (s->n_logits != 0 && s->n_logits != 1 && s->n_logits != s->n_tokens)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d: n_logits %d", i, s->n_logits);
+        if (s->n_logits && !s->logits)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d: no logits buffer", i);
+        const fg_kv_seq *kv = s->kv;
+        const int end = kv->n_tokens + s->n_tokens;
+        if (!kv->state || (int64_t)kv->n_pages * FG_KV_PAGE_TOKENS < end)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d: no pages or state for %d tokens", i, end);
+        if (end > f->max_rows * FG_DS4_CSA)
+            return fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "sequence %d: %d tokens exceed the context %d", i, end,
+                               f->max_rows * FG_DS4_CSA);
+        if (kv->n_tokens && ((const fg_ds4_state_head *)(const void *)kv->state)->n_tokens != kv->n_tokens)
+            return fg_diag_set(diag, FG_ERR_STATE,
+                               "sequence %d: its deepseek4 cache state holds %d tokens, the sequence %d (a "
+                               "deepseek4 sequence cannot be truncated or rewound; start it again)",
+                               i, ((const fg_ds4_state_head *)(const void *)kv->state)->n_tokens, kv->n_tokens);
+        for (int t = 0; t < s->n_tokens; t++)
+            if (tokens[total + t] < 0 || tokens[total + t] >= V)
+                return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d outside the vocabulary [0, %d)",
+                                   tokens[total + t], V);
+        total += s->n_tokens;
+    }
+    memset(f->counts, 0, (size_t)f->m->hp.n_expert * sizeof *f->counts);
+    float *mtp = f->mtp_out;
+    for (int i = 0, at = 0; i < n_seqs; i++) {
+        run_seq(f, tokens + at, &seqs[i], mtp);
+        if (mtp)
+            mtp += (size_t)seqs[i].n_logits * V;
+        at += seqs[i].n_tokens;
+    }
+    if (f->count_sink)
+        for (int e = 0; e < f->m->hp.n_expert; e++)
+            if (f->counts[e])
+                atomic_fetch_add_explicit(&f->count_sink[e], f->counts[e], memory_order_relaxed);
+    return FG_OK;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static void *alloc_f(size_t n_floats, bool *ok)
+{
+    void *p = NULL;
+    size_t bytes = (n_floats * sizeof(float) + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64))
+        p = NULL;
+    if (!p)
+        *ok = false;
+    return p;
+}
+
+fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool,
+                             fg_isa isa, fg_ds4_forward_t **out, fg_diag *diag)
+{
+    *out = NULL;
+    if (max_tokens < 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_tokens %d < 1", max_tokens);
+    const fg_ds4_hparams *hp = &m->hp;
+    fg_ds4_forward_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory");
+    f->m = m;
+    f->pool = pool;
+    f->isa = isa;
+    f->max_tokens = max_tokens;
+    fg_err e = fg_ds4_cache_layout(hp, geo->format, &f->cache, diag);
+    if (e != FG_OK)
+        goto fail;
+    if (f->cache->page_bytes != geo->page_bytes || f->cache->seq_bytes != geo->seq_bytes) {
+        e = fg_diag_set(diag, FG_ERR_INVALID_ARG, "KV geometry is not this deepseek4 model's");
+        goto fail;
+    }
+    const fg_rope_params plain = {.n_dims = hp->n_rope, .base = hp->rope_base, .unit_magnitude = true};
+    const fg_rope_params comp = {.n_dims = hp->n_rope, .base = hp->compress_rope_base,
+                                 .yarn_factor = hp->yarn_factor, .yarn_orig_ctx = hp->yarn_orig_ctx,
+                                 .beta_fast = hp->yarn_beta_fast, .beta_slow = hp->yarn_beta_slow,
+                                 .unit_magnitude = true};
+    if ((e = fg_rope_init_params(&f->rope_plain, &plain, diag)) ||
+        (e = fg_rope_init_params(&f->rope_comp, &comp, diag)))
+        goto fail;
+    const size_t T = (size_t)max_tokens, E = (size_t)hp->n_embd, E4 = FG_DS4_HC * E, H = (size_t)hp->n_head;
+    const size_t D = (size_t)hp->head_dim, Q = (size_t)hp->q_lora, Hi = (size_t)hp->idx_head,
+                 Di = (size_t)hp->idx_dim;
+    const size_t G = (size_t)hp->out_groups, R = (size_t)hp->out_lora, X = (size_t)hp->n_expert,
+                 K = (size_t)hp->n_expert_used;
+    const size_t Fw = (size_t)hp->n_ff_exp * (size_t)(hp->n_expert_shared > 1 ? hp->n_expert_shared : 1);
+    f->max_rows = hp->n_ctx_train / FG_DS4_CSA + 1;
+    const size_t score_n = (size_t)f->max_rows > X ? (size_t)f->max_rows : X;
+    bool ok = true;
+    f->x = alloc_f(T * E4, &ok);
+    f->x1 = alloc_f(T * E4, &ok);
+    f->xm = alloc_f(T * E4, &ok);
+    f->flat = alloc_f(T * E4, &ok);
+    f->mix = alloc_f(T * FG_DS4_HC_MIX, &ok);
+    f->hcw = alloc_f(T * FG_DS4_HC_MIX, &ok);
+    f->y = alloc_f(T * E, &ok);
+    f->qa = alloc_f(T * Q, &ok);
+    f->q = alloc_f(T * H * D, &ok);
+    f->kv = alloc_f(T * D, &ok);
+    f->ck = alloc_f(T * 2 * D, &ok);
+    f->cg = alloc_f(T * 2 * D, &ok);
+    f->ik = alloc_f(T * 2 * Di, &ok);
+    f->ig = alloc_f(T * 2 * Di, &ok);
+    f->iq = alloc_f(T * Hi * Di, &ok);
+    f->iw = alloc_f(T * Hi, &ok);
+    f->heads = alloc_f(T * H * D, &ok);
+    f->grp = alloc_f(T * H * D / G, &ok);
+    f->oa_g = alloc_f(T * R, &ok);
+    f->oa = alloc_f(T * G * R, &ok);
+    f->f = alloc_f(T * E, &ok);
+    f->router = alloc_f(T * X, &ok);
+    f->chosen = alloc_f(T * K, &ok);
+    f->wts = alloc_f(T * K, &ok);
+    f->tok_of = alloc_f(T * K, &ok);
+    f->w_of = alloc_f(T * K, &ok);
+    f->ein = alloc_f(T * K * E, &ok);
+    f->eg = alloc_f(T * K * Fw, &ok);
+    f->eu = alloc_f(T * K * Fw, &ok);
+    f->ed = alloc_f(T * K * E, &ok);
+    f->mtp_in = alloc_f(T * FG_DS4_HC * 2 * E, &ok);
+    f->hin = alloc_f(T * E, &ok);
+    f->keys = alloc_f((size_t)KEY_TILE * D, &ok);
+    f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
+    /* a 128-ratio row is gathered as its page parts, which may pad past row_bytes */
+    f->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
+    f->scores = alloc_f(score_n, &ok);
+    f->key_buf = alloc_f((size_t)fg_pool_size(pool) * Di, &ok);
+    f->sel = alloc_f((size_t)(hp->idx_top_k > hp->n_expert_used ? hp->idx_top_k : hp->n_expert_used), &ok);
+    f->acc = alloc_f(H * D, &ok);
+    f->mh = alloc_f(H, &ok);
+    f->lh = alloc_f(H, &ok);
+    f->tile = alloc_f(H * KEY_TILE, &ok);
+    f->counts = calloc(X, sizeof *f->counts);
+    /* matmul scratch: the largest input width over every type that needs it */
+    const int64_t widths[] = {(int64_t)E, (int64_t)E4, 2 * (int64_t)E, (int64_t)Q, (int64_t)(H * D / G),
+                              (int64_t)(G * R), (int64_t)Fw};
+    const int types[] = {FG_WTYPE_Q8_0, FG_WTYPE_MXFP4, FG_WTYPE_BF16};
+    size_t mmb = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            /* the MTP input is 4 rows per token, experts up to T*K rows */
+            const size_t b = fg_matmul_scratch_bytes(types[k], widths[i], (int64_t)(T * FG_DS4_HC * K));
+            mmb = b > mmb ? b : mmb;
+        }
+    if (mmb && posix_memalign(&f->mm_scratch, 64, mmb))
+        f->mm_scratch = NULL;
+    if (!ok || !f->counts || (mmb && !f->mm_scratch)) {
+        e = fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the scratch of %d tokens", max_tokens);
+        goto fail;
+    }
+    *out = f;
+    return FG_OK;
+fail:
+    fg_ds4_forward_destroy(f);
+    return e;
+}
+
+void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
+{
+    if (!f)
+        return;
+    void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
+                    f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
+                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->keys, f->row,
+                    f->rowtmp, f->scores, f->key_buf, f->sel, f->acc, f->mh, f->lh, f->tile, f->counts, f->mm_scratch,
+                    f->cache};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(f);
+}
+
+void fg_ds4_forward_set_mtp_out(fg_ds4_forward_t *f, float *mtp) { f->mtp_out = mtp; }
+
+void fg_ds4_forward_count_experts(fg_ds4_forward_t *f, _Atomic uint64_t *sink) { f->count_sink = sink; }

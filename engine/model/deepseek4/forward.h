@@ -1,0 +1,55 @@
+/* forward.h: the deepseek4 forward pass on the CPU, direct mode: the
+ * sequences of a batch one after another, each sequence's tokens as one
+ * batch through every matrix.
+ *
+ * Per layer (x: 4 hyper-connection streams [4][E] per token):
+ *   y   = hc_pre(x)  ->  rmsnorm * attn_norm
+ *   q   = rope(headnorm(q_b · (rmsnorm(q_a · y) * q_a_norm)))   [H][D]
+ *   kv  = rope(rmsnorm(kv · y) * kv_a_norm)                     [D], K = V
+ *   ratio != 0: the compressor's entry (k, gate + ape) joins the open
+ *   block; a closed block pools (per-channel softmax) into a compressed row;
+ *   r = 4 also the indexer's keys and its top-k over the visible rows
+ *   o   = softmax(q·keys / sqrt(D), sink) · keys, inverse rope, grouped
+ *         output LoRA (out_a per group, out_b)
+ *   x   = hc_post(o);  y = hc_pre(x) -> ffn_norm;  MoE + shared expert;  hc_post
+ * then the output hc head, output_norm, output; the MTP block runs after the
+ * trunk on (embed(token), h of the previous position).
+ *
+ * fg_fwd_seq.absorbed is deepseek2's and ignored here: deepseek4 has one
+ * form, so a token's result never depends on how its input was cut.
+ *
+ * Lifetimes: weights are the model's (no copies); scratch for max_tokens
+ * tokens is sized at create; a run allocates nothing; the per-sequence cache
+ * is the sequence's pages and state (cache.h).
+ * Thread safety: one caller at a time; the pool's workers run inside a call.
+ */
+#ifndef FG_DS4_FORWARD_H
+#define FG_DS4_FORWARD_H
+
+#include "config/fg_error.h"
+#include "engine/model/arch.h"
+#include "engine/model/deepseek4/model.h"
+
+typedef struct fg_ds4_forward fg_ds4_forward_t;
+
+/* Errors: FG_ERR_INVALID_ARG (max_tokens < 1, a geometry not this model's),
+ * FG_ERR_MODEL_HPARAM (RoPE), FG_ERR_KV_FORMAT, FG_ERR_NOMEM. */
+fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool,
+                             fg_isa isa, fg_ds4_forward_t **out, fg_diag *diag);
+void fg_ds4_forward_destroy(fg_ds4_forward_t *f);
+
+/* The MTP block's draft logits: from now on every run also writes, for each
+ * sequence's requested logits rows, the MTP block's logits into
+ * mtp[row][n_vocab] (rows counted over the whole batch in order); NULL
+ * stops. Without an MTP block nothing is written. */
+void fg_ds4_forward_set_mtp_out(fg_ds4_forward_t *f, float *mtp);
+
+void fg_ds4_forward_count_experts(fg_ds4_forward_t *f, _Atomic uint64_t *sink);
+
+/* Errors (nothing written): FG_ERR_INVALID_ARG (too many tokens, missing
+ * pages, bad n_logits), FG_ERR_TOKEN_ID, FG_ERR_STATE (a sequence whose
+ * state does not match its length: truncated or rewound, which the
+ * deepseek4 cache cannot undo). */
+fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+
+#endif

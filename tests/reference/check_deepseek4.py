@@ -1,0 +1,315 @@
+#!/usr/bin/python3
+"""The engine's deepseek4 against the independent float64 reference (deepseek4_ref.py).
+
+Fixtures from make_v4_fixture.py (--all-f32; the same without hash layers; one with a
+window of 128 and head dim 64, so a token's keys span several tiles), a 300-token
+prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy decode steps:
+  * logits at every position within 1e-4 of the reference, greedy tokens identical
+    (flashgate-generate --kv-format f32 --logits-out, then deepseek4_ref.py compare);
+  * cache vs recompute: the decode steps' logits against one pass over the whole
+    sequence, within 1e-5;
+  * chunking: the same tokens through one sequence in chunks of 1, 7 and all, identical;
+  * the MTP block's drafts (ds4_probe) within 1e-4 of the reference's;
+  * the compact cache formats (f16, fp8) against the reference with the same rounding of
+    its cached rows (the codecs written here from kvquant.h's definitions), and measured
+    against f32;
+  * the cache's rules: a sequence cut in the middle refuses to continue (FG_ERR_STATE), one
+    cut to 0 starts again, two sequences in one batch equal each alone, sharing is refused;
+  * bad files (each named validation, a wrong type, a truncated file): exit 1 with the
+    named error, never a sanitizer report or a signal.
+Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import deepseek4_ref as ref  # noqa: E402
+import make_v4_fixture as fx  # noqa: E402
+from deepseek2_ref import read_engine_logits  # noqa: E402
+
+BIN = os.environ.get("FG_BIN", os.path.join(HERE, "..", "..", "build", "test", "bin"))
+N_PROMPT, N_GEN = 300, 32
+FAILS = []
+
+
+def _e4m3_table():
+    v = []
+    for c in range(127):
+        e, m = c >> 3, c & 7
+        v.append(m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+    return np.array(v)
+E4M3 = _e4m3_table()
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+def round_to(table, a):
+    """Nearest table value (ties to the even code), sign kept, saturating."""
+    s, m = np.sign(a), np.minimum(np.abs(a), table[-1])
+    i = np.clip(np.searchsorted(table, m), 1, len(table) - 1)
+    lo, hi = table[i - 1], table[i]
+    pick_hi = (m - lo > hi - m) | ((m - lo == hi - m) & (i % 2 == 0))
+    return s * np.where(pick_hi, hi, lo)
+
+def fp8(x):
+    """kvquant FP8: one f32 scale amax/448, E4M3 codes of x/scale."""
+    x = np.asarray(x, np.float32).astype(np.float64)
+    amax = np.float32(np.abs(x).max())
+    if amax == 0: return np.zeros_like(x)
+    sc = np.float64(np.float32(amax / np.float32(448.0)))
+    return sc * round_to(E4M3, (x / sc).astype(np.float32).astype(np.float64))
+
+def bf16(x):
+    """f32 -> BF16, round to nearest even."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return b.astype(np.uint32).view(np.float32).astype(np.float64)
+
+def fp4(x):
+    """kvquant FP4: per 16 values the smallest E4M3 scale s with amax/s <= 6, E2M1 codes of x/s."""
+    x = np.asarray(x, np.float32).astype(np.float64)
+    out = np.zeros_like(x)
+    for k in range(0, x.size, 16):
+        b = x[k:k + 16]
+        amax = np.float32(np.abs(b).max())
+        ok = E4M3[1:][(np.float32(amax) / E4M3[1:].astype(np.float32)) <= 6.0]
+        s = ok[0] if ok.size else E4M3[-1]
+        out[k:k + 16] = s * round_to(E2M1, (b / s).astype(np.float32).astype(np.float64))
+    return out
+
+def row8(x, rd):
+    """The compact row: FP8 no-RoPE channels, BF16 RoPE channels."""
+    return np.concatenate([fp8(x[:-rd]), bf16(x[-rd:])])
+
+def f16(x):
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float64)
+
+
+def emulated_reference(model, tokens, fmt):
+    """The reference's logits with its window rows, compressed rows and index keys stored
+    in fmt's codecs (written here from the formats' definitions, kvquant.h)."""
+    orig_inputs, orig_pool = ref.Model.attn_inputs, ref.Model._pool_all
+
+    def store_row(v, rd):
+        return f16(v) if fmt == "f16" else row8(v, rd)
+
+    def attn_inputs(self, il, y, pos):
+        q, kv, qr = orig_inputs(self, il, y, pos)
+        return q, store_row(kv, self.hp.rd), qr
+
+    def pool_all(self, il, y, indexer=False):
+        rows = orig_pool(self, il, y, indexer)
+        enc = [(f16(v) if fmt == "f16" else fp4(v)) if indexer else store_row(v, self.hp.rd) for v in rows]
+        return np.array(enc).reshape(rows.shape)
+    ref.Model.attn_inputs, ref.Model._pool_all = attn_inputs, pool_all
+    try:
+        return ref.Model(model).forward(tokens)[0]
+    finally:
+        ref.Model.attn_inputs, ref.Model._pool_all = orig_inputs, orig_pool
+
+
+def check(cond, what):
+    print("%s: %s" % ("ok" if cond else "FAIL", what))
+    if not cond:
+        FAILS.append(what)
+
+
+def prompt_tokens(V):
+    rng = np.random.default_rng(42)
+    return [int(t) for t in rng.integers(0, V - 2, N_PROMPT)]
+
+
+def generate(model, tokens, n, fmt, out, batch=None):
+    cmd = [os.path.join(BIN, "flashgate-generate"), "--model", model, "--tokens", ",".join(map(str, tokens)),
+           "-n", str(n), "--kv-format", fmt, "--ignore-eos", "--print-ids", "--logits-out", out, "--threads", "2"]
+    if batch:
+        cmd += ["--batch", str(batch)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("flashgate-generate failed (%d): %s" % (r.returncode, r.stderr))
+    return [int(t) for t in r.stdout.split()]
+
+
+def probe(model, tokens, chunk, fmt, tmp, V, isa=None):
+    lo, mo = os.path.join(tmp, "probe_l.bin"), os.path.join(tmp, "probe_m.bin")
+    r = subprocess.run([os.path.join(BIN, "ds4_probe"), model, ",".join(map(str, tokens)), lo, mo, str(chunk), fmt]
+                       + ([isa] if isa else []), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("ds4_probe failed (%d): %s" % (r.returncode, r.stderr))
+    n = len(tokens)
+    return np.fromfile(lo, dtype="<f4").reshape(n, V), np.fromfile(mo, dtype="<f4").reshape(n, V)
+
+
+def model_checks(tmp, name, model):
+    V = ref.Model(model).hp.V
+    prompt = prompt_tokens(V)
+    lf = os.path.join(tmp, name + "_logits.bin")
+    gen = generate(model, prompt, N_GEN, "f32", lf)
+    check(len(gen) == N_GEN, "%s: %d tokens generated" % (name, len(gen)))
+    seq = prompt + gen
+    r = subprocess.run([sys.executable, os.path.join(HERE, "deepseek4_ref.py"), "compare", model,
+                        "--engine-logits", lf, "--tokens", ",".join(map(str, seq)), "--n-prompt", str(N_PROMPT),
+                        "--tol", "1e-4", "--tie-margin", "0"], capture_output=True, text=True)
+    summary = [line for line in r.stdout.splitlines() if line.startswith(("overall", "greedy"))]
+    check(r.returncode == 0, "%s: engine vs reference, 300 + 32 tokens (%s)" % (name, "; ".join(summary)))
+
+    trace = {}
+    m = ref.Model(model)
+    ref_logits, ref_mtp = m.forward(seq, trace)
+    check(min(trace["rows_emitted"].get(il, 0) for il, r_ in enumerate(m.hp.ratios[:m.hp.n_layer]) if r_ == 128) >= 2
+          and trace.get("rows_dropped", 0) > 0,
+          "%s: HCA emits >= 2 rows (%s), the indexer drops rows (%d)"
+          % (name, trace["rows_emitted"], trace.get("rows_dropped", 0)))
+
+    # cache vs recompute: one pass over the whole sequence against the decode steps
+    _, cached = read_engine_logits(lf)
+    rf = os.path.join(tmp, name + "_recompute.bin")
+    generate(model, seq, 0, "f32", rf, batch=512)
+    _, whole = read_engine_logits(rf)
+    d = float(np.abs(whole[N_PROMPT:len(seq)] - cached[N_PROMPT:len(seq)]).max())
+    check(d <= 1e-5, "%s: cached decode vs recompute max |dlogit| = %.3g (<= 1e-5)" % (name, d))
+
+    # chunking: one sequence in chunks of 1, 7 and all. On the scalar ISA bit-identical (every
+    # kernel's order is fixed per token); on the best ISA the f32 products of a batch use
+    # other tiles than a lone token's (kernels/cpu/matmul.h), so within 1e-5.
+    l_all, m_all = probe(model, seq, len(seq), "f32", tmp, V)
+    s_all, sm_all = probe(model, seq, len(seq), "f32", tmp, V, "scalar")
+    for chunk in (1, 7):
+        l_c, m_c = probe(model, seq, chunk, "f32", tmp, V, "scalar")
+        check(np.array_equal(l_c, s_all) and np.array_equal(m_c, sm_all),
+              "%s: scalar, chunks of %d vs one pass identical" % (name, chunk))
+        l_c, m_c = probe(model, seq, chunk, "f32", tmp, V)
+        d = max(float(np.abs(l_c - l_all).max()), float(np.abs(m_c - m_all).max()))
+        check(d <= 1e-5, "%s: best ISA, chunks of %d vs one pass max |d| %.3g (<= 1e-5)" % (name, chunk, d))
+    d = float(np.abs(l_all - ref_logits).max())
+    check(d <= 1e-4, "%s: probe logits vs reference max |dlogit| = %.3g" % (name, d))
+    for isa in ("scalar", "avx2"):
+        l_i, m_i = (s_all, sm_all) if isa == "scalar" else probe(model, seq, len(seq), "f32", tmp, V, isa)
+        d = max(float(np.abs(l_i - ref_logits).max()), float(np.abs(m_i - ref_mtp).max()) if ref_mtp is not None else 0)
+        check(d <= 1e-4, "%s: %s ISA, logits and MTP vs reference max |dlogit| = %.3g" % (name, isa, d))
+    if ref_mtp is not None:
+        d = float(np.abs(m_all - ref_mtp).max())
+        check(d <= 1e-4, "%s: MTP drafts vs reference max |dlogit| = %.3g (<= 1e-4)" % (name, d))
+        agree = float(np.mean(np.argmax(m_all, axis=1) == np.argmax(ref_mtp, axis=1)))
+        check(agree == 1.0, "%s: MTP argmax agrees at %.3f of positions" % (name, agree))
+
+    # the cache's rules (ds4_probe checks): cut sequences, two sequences in a batch, sharing
+    for fmt in ("f32", "fp8"):
+        r = subprocess.run([os.path.join(BIN, "ds4_probe"), model, ",".join(map(str, seq)), os.devnull, os.devnull,
+                            "checks", fmt], capture_output=True, text=True)
+        check(r.returncode == 0, "%s: kv %s: a cut sequence refuses to continue, one cut to 0 starts again, two "
+              "sequences in a batch equal each alone, sharing refused %s" % (name, fmt, r.stderr.strip()))
+
+    # compact formats: against the reference with the same rounding of its cached rows
+    # (bounds: ulp flips of the engine's f32 rows vs the reference's f64 ones, amplified by
+    # the random fixture), and against f32 for the record: the fixture's random weights
+    # amplify a row's rounding by orders of magnitude (docs/engine.md, "The deepseek4 cache")
+    for fmt, bound in (("f16", 2e-3), ("fp8", 2e-3)):
+        l_c, _ = probe(model, seq, len(seq), fmt, tmp, V)
+        d = float(np.abs(l_c - emulated_reference(model, seq, fmt)).max())
+        check(d <= bound, "%s: kv %s vs the reference with %s rows: max |dlogit| = %.3g (<= %g)"
+              % (name, fmt, fmt, d, bound))
+        d = float(np.abs(l_c - l_all).max())
+        top = float(np.mean(np.argmax(l_c, axis=1) == np.argmax(l_all, axis=1)))
+        print("measured: %s: kv %s vs f32 max |dlogit| %.3g, argmax agrees at %.3f of %d positions"
+              % (name, fmt, d, top, len(seq)))
+    return True
+
+
+def bad_input_checks(tmp):
+    def run_bad(path):
+        r = subprocess.run([os.path.join(BIN, "flashgate-generate"), "--model", path, "--tokens", "1,2,3", "-n", "1",
+                            "--threads", "1"], capture_output=True, text=True)
+        return r.returncode, r.stderr
+
+    A = "deepseek4."
+    cases = [
+        ("ratio 64", dict(ratios=[0, 4, 64, 4]), "compress_ratios[2] = 64"),
+        ("hc 3", dict(meta={A + "hyper_connection.count": (fx.T_U32, 3)}), "hyper_connection.count is 3"),
+        ("gating 2", dict(gating=2), "expert_gating_func is 2"),
+        ("H % G", dict(o_groups=3), "not divisible by attention.output_group_count 3"),
+        ("key != value", dict(meta={A + "attention.value_length": (fx.T_U32, 16)}), "value_length 16"),
+        ("no tid2eid", dict(omit_tensors=("blk.0.ffn_gate_tid2eid.weight",)), "blk.0.ffn_gate_tid2eid.weight"),
+        ("tid2eid id", dict(tensor_edits={"blk.0.ffn_gate_tid2eid.weight": lambda v: np.where(v == 3, 8, v)}),
+         "expert id 8"),
+        ("ratios short", dict(meta={A + "attention.compress_ratios": (fx.T_ARR, (fx.T_I32, [0, 4, 128, 4]))}),
+         "has 4 entries, block_count is 5"),
+        ("shape", dict(tensor_edits={"blk.1.attn_kv_a_norm.weight": lambda v: v[:-1]}),
+         "blk.1.attn_kv_a_norm.weight has shape"),
+        ("missing", dict(omit_tensors=("blk.2.attn_compressor_ape.weight",)), "blk.2.attn_compressor_ape.weight"),
+        ("absurd ratio", dict(meta={A + "attention.compress_ratios": (fx.T_ARR, (fx.T_I32, [0, 4, 1 << 30, 4, 0]))}),
+         "= 1073741824"),
+    ]
+    for what, over, expect in cases:
+        path = os.path.join(tmp, "bad.gguf")
+        fx.make_fixture(path, all_f32=True, **over)
+        rc, err = run_bad(path)
+        check(rc == 1 and expect in err, "bad input (%s): exit %d, %s" % (what, rc, err.strip()[:160]))
+    # serving mode (prefix cache, forks, tiers, session files) is not deepseek4's yet
+    good = os.path.join(tmp, "good.gguf")
+    fx.make_fixture(good, all_f32=True)
+    r = subprocess.run([os.path.join(BIN, "flashgate-bench-serve"), "--model", good, "--sessions", "1", "--prompt", "4",
+                        "--decode", "1", "--threads", "1"], capture_output=True, text=True)
+    check(r.returncode == 1 and "direct mode only" in r.stderr, "serving refused: exit %d, %s"
+          % (r.returncode, r.stderr.strip()[:160]))
+    # a norm stored as BF16: the type error names the tensor
+    real = fx.write_gguf
+
+    def retype(path, kv, tensors, alignment=32):
+        tensors = [(n, v, fx.G_BF16 if n == "blk.0.attn_norm.weight" else g) for n, v, g in tensors]
+        real(path, kv, tensors, alignment)
+    fx.write_gguf = retype
+    try:
+        path = os.path.join(tmp, "bad.gguf")
+        fx.make_fixture(path, all_f32=True)
+    finally:
+        fx.write_gguf = real
+    rc, err = run_bad(path)
+    check(rc == 1 and "blk.0.attn_norm.weight must be f32, is bf16" in err, "bad input (wrong type): %s"
+          % err.strip()[:160])
+    # truncated files: every cut gives an error, never a crash
+    data = open(good, "rb").read()
+    for cut in (100, 3000, len(data) // 2, len(data) - 1):
+        path = os.path.join(tmp, "cut.gguf")
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        rc, err = run_bad(path)
+        check(rc == 1 and "error" in err, "truncated at %d bytes: exit %d, %s" % (cut, rc, err.strip()[:120]))
+    # the converter's types (BF16, Q8_0, MXFP4 experts): loads and runs, or names the type it cannot compute
+    path = os.path.join(tmp, "types.gguf")
+    fx.make_fixture(path)
+    rc, err = run_bad(path)
+    check(rc == 0 or (rc == 1 and "ffn_gate_exps.weight has type mxfp4" in err),
+          "converter types (BF16/Q8_0/MXFP4): exit %d %s" % (rc, err.strip()[:160]))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="check_ds4_")
+    try:
+        # "wide": a window of 128 and more keys than one 64-key tile of the online softmax.
+        # Its seed is one without near-ties: with seeds 1234 and 7 two experts' routing scores
+        # agree to 7 digits at some token, and the f32 rounding of a path (scalar, AVX2,
+        # AVX-512, batch or lone token) decides which one top-k keeps; a property of exact
+        # top-k selection, not an error, but no fixed tolerance survives it.
+        for name, over in (("hash", {}), ("nohash", dict(hash_layers=0)),
+                           ("wide", dict(seed=11, window=128, idx_top_k=48, head_dim=64, rope_dim=32))):
+            path = os.path.join(tmp, name + ".gguf")
+            fx.make_fixture(path, all_f32=True, **over)
+            model_checks(tmp, name, path)
+        bad_input_checks(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print("%d FAILED" % len(FAILS))
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
