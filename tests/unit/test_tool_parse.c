@@ -1,0 +1,369 @@
+/* test_tool_parse.c: gateway/tool_parse.h on scripted replies: one call,
+ * parallel calls, text then calls, every chunking of them (each split point,
+ * byte at a time, random cuts), malformed calls of every reason with the
+ * parse going on after them, and a round trip through fg_chat_render. */
+#include <jansson.h>
+#include <unistd.h>
+
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/byte_unicode.h"
+#include "fg_test.h"
+#include "gateway/chat_template.h"
+#include "gateway/tool_parse.h"
+
+#define B "\xef\xbd\x9c"
+#define S "\xe2\x96\x81"
+#define CALLS_BEGIN "<" B "tool" S "calls" S "begin" B ">"
+#define CALLS_END "<" B "tool" S "calls" S "end" B ">"
+#define CALL_BEGIN "<" B "tool" S "call" S "begin" B ">"
+#define CALL_END "<" B "tool" S "call" S "end" B ">"
+#define SEP "<" B "tool" S "sep" B ">"
+#define EOS "<" B "end" S "of" S "sentence" B ">"
+#define USER "<" B "User" B ">"
+#define ASSISTANT "<" B "Assistant" B ">"
+#define CALL(name, args) CALL_BEGIN "function" SEP name "\n```json\n" args "\n```" CALL_END
+
+/* The events of a parse written as one line each, adjacent deltas joined. */
+typedef struct rec {
+    char s[16384];
+    size_t n;
+    int last; /* the type of the last event, to join deltas */
+    uint32_t last_index;
+    int utf8_cut; /* a TEXT delta ended inside a UTF-8 sequence */
+} rec;
+
+static void put(rec *r, const char *s, size_t n)
+{
+    if (r->n + n >= sizeof r->s)
+        n = sizeof r->s - 1 - r->n;
+    memcpy(r->s + r->n, s, n);
+    r->n += n;
+    r->s[r->n] = '\0';
+}
+
+static bool open_utf8_tail(const char *s, size_t n)
+{
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xc0) == 0x80)
+            continue;
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > k;
+    }
+    return false;
+}
+
+static void sink(void *ctx, const fg_tool_event *ev)
+{
+    rec *r = ctx;
+    char head[160];
+    bool join = (ev->type == FG_TOOL_EV_TEXT || ev->type == FG_TOOL_EV_ARGS_DELTA) && (int)ev->type == r->last &&
+                ev->index == r->last_index;
+    if (!join && r->n)
+        put(r, "\n", 1);
+    switch (ev->type) {
+    case FG_TOOL_EV_TEXT:
+        if (!join)
+            put(r, "T:", 2);
+        put(r, ev->text, ev->len);
+        if (open_utf8_tail(ev->text, ev->len))
+            r->utf8_cut++;
+        break;
+    case FG_TOOL_EV_CALL_BEGIN:
+        snprintf(head, sizeof head, "B%u:%s", ev->index, ev->name);
+        put(r, head, strlen(head));
+        CHECK(strlen(ev->name) == ev->name_len);
+        break;
+    case FG_TOOL_EV_ARGS_DELTA:
+        if (!join) {
+            snprintf(head, sizeof head, "A%u:", ev->index);
+            put(r, head, strlen(head));
+        }
+        put(r, ev->text, ev->len);
+        break;
+    case FG_TOOL_EV_CALL_DONE:
+        snprintf(head, sizeof head, "D%u:%s:", ev->index, ev->name);
+        put(r, head, strlen(head));
+        put(r, ev->text, ev->len);
+        break;
+    case FG_TOOL_EV_MALFORMED:
+        if (ev->index == UINT32_MAX)
+            snprintf(head, sizeof head, "M-:%s", fg_tool_bad_name(ev->reason));
+        else
+            snprintf(head, sizeof head, "M%u:%s", ev->index, fg_tool_bad_name(ev->reason));
+        put(r, head, strlen(head));
+        CHECK(ev->detail && ev->detail[0]);
+        break;
+    }
+    r->last = (int)ev->type;
+    r->last_index = ev->index;
+}
+
+static fg_tool_parser_t *P;
+
+/* Parses text cut at the given points (sorted, inside (0, n)). */
+static void parse_cut(const char *text, size_t n, const size_t *cuts, size_t n_cuts, rec *r)
+{
+    memset(r, 0, sizeof *r);
+    r->last = -1;
+    fg_tool_parser_reset(P);
+    size_t at = 0;
+    for (size_t i = 0; i <= n_cuts; i++) {
+        size_t end = i < n_cuts ? cuts[i] : n;
+        fg_tool_parse_feed(P, text + at, end - at, sink, r);
+        at = end;
+    }
+    fg_tool_parse_finish(P, sink, r);
+}
+
+static void parse(const char *text, rec *r) { parse_cut(text, strlen(text), NULL, 0, r); }
+
+static void expect(const char *text, const char *want)
+{
+    rec r;
+    parse(text, &r);
+    CHECK_MSG(strcmp(r.s, want) == 0, "parse of\n%s\ngave\n%s\nwanted\n%s", text, r.s, want);
+}
+
+/* The same events for every chunking of text. */
+static void every_chunking(const char *text)
+{
+    size_t n = strlen(text);
+    static rec whole, part;
+    parse(text, &whole);
+    for (size_t c = 1; c < n; c++) {
+        parse_cut(text, n, &c, 1, &part);
+        CHECK_MSG(strcmp(part.s, whole.s) == 0, "cut at %zu:\n%s\nwhole:\n%s", c, part.s, whole.s);
+        CHECK(part.utf8_cut == 0);
+    }
+    size_t *cuts = malloc(n * sizeof *cuts);
+    for (size_t i = 1; i < n; i++)
+        cuts[i - 1] = i;
+    parse_cut(text, n, cuts, n - 1, &part);
+    CHECK_MSG(strcmp(part.s, whole.s) == 0, "byte at a time:\n%s\nwhole:\n%s", part.s, whole.s);
+    CHECK(part.utf8_cut == 0);
+    rng_seed(n);
+    for (int t = 0; t < 200; t++) {
+        size_t k = 0;
+        for (size_t i = 1; i < n; i++)
+            if (rng_u32() % 7 == 0)
+                cuts[k++] = i;
+        parse_cut(text, n, cuts, k, &part);
+        CHECK_MSG(strcmp(part.s, whole.s) == 0, "random cuts (%zu):\n%s\nwhole:\n%s", k, part.s, whole.s);
+    }
+    free(cuts);
+}
+
+static void test_well_formed(void)
+{
+    expect(CALLS_BEGIN CALL("get_weather", "{\"city\": \"Tokyo\"}") CALLS_END EOS,
+           "B0:get_weather\nA0:{\"city\": \"Tokyo\"}\nD0:get_weather:{\"city\": \"Tokyo\"}");
+    /* parallel calls, "\n" between them as V3's template writes them */
+    expect(CALLS_BEGIN CALL("a", "{}") "\n" CALL("b_2", "{\"x\": [1, 2]}") CALLS_END EOS,
+           "B0:a\nA0:{}\nD0:a:{}\nB1:b_2\nA1:{\"x\": [1, 2]}\nD1:b_2:{\"x\": [1, 2]}");
+    /* text, then a call; a single call left open before EOS, as V3's template writes one */
+    expect("Let me check the weather. " CALLS_BEGIN CALL("w", "{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}") EOS,
+           "T:Let me check the weather. \nB0:w\nA0:{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}\n"
+           "D0:w:{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}");
+    /* text only; EOS and the chat's markers write nothing, other "<" stays text */
+    expect("a < b <\xef\xbd\x9c not a marker \xc3\xa9" ASSISTANT "!" EOS, "T:a < b <\xef\xbd\x9c not a marker \xc3\xa9!");
+    /* fences and markers inside the JSON, a fence of four backticks, whitespace around the closing one */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\n````  "
+           CALL_END CALLS_END,
+           "B0:f\nA0:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\n`\nM0:bad_json");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}  \n```  \n"
+           CALL_END CALLS_END,
+           "B0:f\nA0:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\nD0:f:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}");
+    /* text after the block goes on as text */
+    expect(CALLS_BEGIN CALL("f", "{}") CALLS_END "done", "B0:f\nA0:{}\nD0:f:{}\nT:done");
+}
+
+static void test_chunkings(void)
+{
+    every_chunking("Sure \xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80: " CALLS_BEGIN CALL("get_weather", "{\"city\": \"T\xc3\xb6kyo\", \"n\": [1, {\"a\": \"```\"}]}")
+                   "\n" CALL("other-fn", "{}") CALLS_END EOS);
+    every_chunking(CALLS_BEGIN CALL_BEGIN "function" SEP "\n```json\n{}\n```" CALL_END "\n" CALL("ok", "{\"k\": 1}") CALLS_END);
+    every_chunking("x" CALL_BEGIN "function" SEP "f\n```json\n{}" CALLS_BEGIN CALL("g", "[1]") CALL("h", "{\"a\":") "tail");
+    every_chunking(CALLS_BEGIN CALL("f", "{\"a\": 1"));
+}
+
+static void test_malformed(void)
+{
+    /* no name, then a good call: the parse goes on */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "\n```json\n{}\n```" CALL_END "\n" CALL("ok", "{}") CALLS_END,
+           "M0:bad_name\nB1:ok\nA1:{}\nD1:ok:{}");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP CALL_END CALLS_END, "M0:bad_name");
+    expect(CALLS_BEGIN CALL("bad name", "{}") CALLS_END, "M0:bad_name");
+    expect(CALLS_BEGIN CALL("f", "{city: Tokyo}") CALLS_END, "B0:f\nA0:{city: Tokyo}\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "[1, 2]") CALLS_END, "B0:f\nA0:[1, 2]\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "{} {}") CALLS_END, "B0:f\nA0:{} {}\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "") CALLS_END, "B0:f\nM0:bad_json");
+    /* cut short: inside the arguments, the name, right after the markers */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": ", "B0:f\nA0:{\"a\":\nM0:unterminated");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "get_w", "M0:unterminated");
+    expect(CALLS_BEGIN CALL_BEGIN, "M0:unterminated");
+    expect(CALLS_BEGIN, "");
+    /* order: a call outside the block, stray markers, a marker inside the arguments */
+    expect("hi " CALL("f", "{}") " there", "T:hi \nM0:bad_order\nT: there");
+    expect("a" CALL_END "b" SEP "c", "T:a\nM-:bad_order\nT:b\nM-:bad_order\nT:c");
+    expect(CALLS_BEGIN "oops" CALL("f", "{}") CALLS_END "x", "M-:bad_order\nB0:f\nA0:{}\nD0:f:{}\nT:x");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": 1" CALL("g", "{}") CALLS_END,
+           "B0:f\nA0:{\"a\": 1\nM0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    expect(CALLS_BEGIN CALL_BEGIN CALL("g", "{}"), "M0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    /* DeepSeek-V3.1's form (name before the separator, no fence) is not V3's */
+    expect(CALLS_BEGIN CALL_BEGIN "get_weather" SEP "{\"a\": 1}" CALL_END CALLS_END, "M0:bad_type");
+    expect(CALLS_BEGIN CALL_BEGIN "functionfunctionfunction" SEP, "M0:bad_type");
+    /* fences */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n{\"a\": 1}" CALL_END CALLS_END, "B0:f\nM0:bad_fence");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": 1}" CALL_END CALLS_END,
+           "B0:f\nA0:{\"a\": 1}\nM0:bad_fence");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f" CALL_END CALLS_END, "M0:bad_fence");
+    char longname[200];
+    memset(longname, 'n', 100);
+    strcpy(longname + 100, "\n");
+    char buf[512];
+    snprintf(buf, sizeof buf, CALLS_BEGIN CALL_BEGIN "function" SEP "%s```json\n{}\n```" CALL_END CALLS_END, longname);
+    expect(buf, "M0:bad_name");
+}
+
+/* The arguments' limit: a clear error for the call, the next one still read. */
+static void test_limit(void)
+{
+    fg_tool_parser_t *small;
+    fg_diag d = {{0}};
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 16}, &small, &d) == FG_OK);
+    fg_tool_parser_t *keep = P;
+    P = small;
+    expect(CALLS_BEGIN CALL("f", "{\"a\": \"0123456789abcdef\"}") "\n" CALL("g", "{\"b\": 1}") CALLS_END,
+           "B0:f\nA0:{\"a\": \"012345678\nM0:too_long\nB1:g\nA1:{\"b\": 1}\nD1:g:{\"b\": 1}");
+    every_chunking(CALLS_BEGIN CALL("f", "{\"a\": \"0123456789abcdef\"}") "\n" CALL("g", "{\"b\": 1}") CALLS_END);
+    CHECK(fg_tool_parse_n_done(P) == 1 && fg_tool_parse_n_malformed(P) == 1);
+    P = keep;
+    fg_tool_parser_destroy(small);
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = FG_TOOL_ARGS_MAX + 1u}, &small, &d) ==
+          FG_ERR_INVALID_ARG);
+    CHECK(strstr(d.msg, "limit") != NULL);
+}
+
+/* ---- round trip through the renderer ---- */
+
+static const char *const vocab_markers[] = {
+    "<" B "begin" S "of" S "sentence" B ">", EOS, USER, ASSISTANT, CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP,
+    "<" B "tool" S "outputs" S "begin" B ">", "<" B "tool" S "outputs" S "end" B ">",
+    "<" B "tool" S "output" S "begin" B ">", "<" B "tool" S "output" S "end" B ">"};
+#define N_VM (sizeof vocab_markers / sizeof vocab_markers[0])
+
+static fg_tokenizer_t *vocab(void)
+{
+    static char text[256][5];
+    const char *tokens[256 + N_VM];
+    int32_t types[256 + N_VM];
+    for (int b = 0; b < 256; b++) {
+        text[b][fg_byte_to_utf8((uint8_t)b, text[b])] = '\0';
+        tokens[b] = text[b];
+        types[b] = 1;
+    }
+    for (size_t i = 0; i < N_VM; i++) {
+        tokens[256 + i] = vocab_markers[i];
+        types[256 + i] = 3;
+    }
+    char path[] = "/tmp/test_tool_parse_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return NULL;
+    close(fd);
+    fg_diag d = {{0}};
+    fg_gguf_writer_t *w;
+    fg_gguf_t *g = NULL;
+    fg_tokenizer_t *t = NULL;
+    if (fg_gguf_writer_create(path, 0, &w, &d) || fg_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2") ||
+        fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", "deepseek-v3") ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0) ||
+        fg_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 256) ||
+        fg_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257) || fg_gguf_writer_begin_data(w, &d) ||
+        fg_gguf_writer_finish(w, &d) || (fg_gguf_writer_destroy(w), 0) || fg_gguf_open_file(path, &g, &d) ||
+        fg_tokenizer_create(g, &t, &d))
+        fprintf(stderr, "vocabulary: %s\n", d.msg);
+    if (g)
+        fg_gguf_close(g);
+    unlink(path);
+    return t;
+}
+
+#define TXT(s) ((fg_chat_text){s, sizeof s - 1})
+
+typedef struct got_calls {
+    char names[4][80];
+    char args[4][256];
+    int n;
+} got_calls;
+
+static void collect(void *ctx, const fg_tool_event *ev)
+{
+    got_calls *g = ctx;
+    if (ev->type == FG_TOOL_EV_CALL_DONE && g->n < 4) {
+        snprintf(g->names[g->n], sizeof g->names[0], "%s", ev->name);
+        snprintf(g->args[g->n], sizeof g->args[0], "%.*s", (int)ev->len, ev->text);
+        g->n++;
+    }
+    CHECK(ev->type != FG_TOOL_EV_MALFORMED);
+    CHECK(ev->type != FG_TOOL_EV_TEXT);
+}
+
+static void test_round_trip(fg_tokenizer_t *tok)
+{
+    const fg_chat_call calls[] = {
+        {TXT("get_weather"), TXT("{\"city\": \"Paris\", \"unit\": \"c\"}")},
+        {TXT("search-web"), TXT("{\"q\": \"```fences``` \xe6\x97\xa5\", \"n\": [1, 2.5, null]}")},
+    };
+    const fg_chat_msg msgs[] = {
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
+        {FG_CHAT_ASSISTANT, {NULL, 0}, calls, 2},
+    };
+    fg_chat_conv conv = {msgs, 3, false};
+    fg_chat_prompt p = {0};
+    fg_diag d = {{0}};
+    CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
+    const char *reply = strstr(p.text, "weather?" ASSISTANT);
+    CHECK(reply != NULL);
+    if (!reply)
+        return;
+    reply += strlen("weather?");
+    for (size_t cut = 0; cut < strlen(reply); cut += 7) {
+        got_calls g = {0};
+        fg_tool_parser_reset(P);
+        fg_tool_parse_feed(P, reply, cut, collect, &g);
+        fg_tool_parse_feed(P, reply + cut, strlen(reply) - cut, collect, &g);
+        fg_tool_parse_finish(P, collect, &g);
+        CHECK(g.n == 2);
+        for (int i = 0; i < 2 && i < g.n; i++) {
+            CHECK(strlen(g.names[i]) == calls[i].name.len && memcmp(g.names[i], calls[i].name.ptr, calls[i].name.len) == 0);
+            CHECK_MSG(strlen(g.args[i]) == calls[i].arguments.len &&
+                          memcmp(g.args[i], calls[i].arguments.ptr, calls[i].arguments.len) == 0,
+                      "call %d: %s", i, g.args[i]);
+        }
+    }
+    fg_chat_prompt_free(&p);
+}
+
+int main(void)
+{
+    fg_diag d = {{0}};
+    CHECK(fg_tool_parser_create(NULL, &P, &d) == FG_OK);
+    test_well_formed();
+    test_chunkings();
+    test_malformed();
+    test_limit();
+    fg_tokenizer_t *tok = vocab();
+    CHECK(tok != NULL);
+    if (tok) {
+        test_round_trip(tok);
+        fg_tokenizer_destroy(tok);
+    }
+    fg_tool_parser_destroy(P);
+    return TEST_DONE("test_tool_parse");
+}
