@@ -81,15 +81,28 @@ typedef struct fg_chat_msg {
     uint32_t n_calls;
 } fg_chat_msg;
 
+/* A function the model may call (gateway/tool_decl.h makes them from a request). */
+typedef struct fg_chat_tool {
+    fg_chat_text name;        /* non-empty */
+    fg_chat_text description; /* absent or empty: written empty */
+    fg_chat_text parameters;  /* its JSON schema as text, written as given */
+} fg_chat_tool;
+
 typedef struct fg_chat_conv {
     const fg_chat_msg *msgs; /* [n_msgs] */
     uint32_t n_msgs;
     bool add_generation_prompt; /* end with what starts the model's reply */
+    /* Declared tools, written after the system prompt in the family's tool
+     * description (DeepSeek-V3: docs/protocol.md "Tool declarations");
+     * none: the prompt is exactly the template's. */
+    const fg_chat_tool *tools; /* [n_tools] */
+    uint32_t n_tools;
 } fg_chat_conv;
 
 /* Limits a conversation must keep (FG_ERR_INVALID_ARG past them). */
 #define FG_CHAT_MAX_MSGS 65536u
 #define FG_CHAT_MAX_CALLS 1024u          /* per message */
+#define FG_CHAT_MAX_TOOLS 1024u          /* declared tools */
 #define FG_CHAT_MAX_PROMPT_BYTES (1u << 30) /* a rendered prompt */
 
 /* A byte range of the prompt that the template wrote (not message text). */

@@ -10,6 +10,7 @@
 #include "engine/tokenizer/byte_unicode.h"
 #include "fg_test.h"
 #include "gateway/chat_template.h"
+#include "gateway/tool_decl.h"
 #include "gateway/tool_parse.h"
 
 #define B "\xef\xbd\x9c"
@@ -324,7 +325,7 @@ static void test_round_trip(fg_tokenizer_t *tok)
         {FG_CHAT_USER, TXT("weather?"), NULL, 0},
         {FG_CHAT_ASSISTANT, {NULL, 0}, calls, 2},
     };
-    fg_chat_conv conv = {msgs, 3, false};
+    fg_chat_conv conv = {msgs, 3, false, NULL, 0};
     fg_chat_prompt p = {0};
     fg_diag d = {{0}};
     CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
@@ -350,6 +351,67 @@ static void test_round_trip(fg_tokenizer_t *tok)
     fg_chat_prompt_free(&p);
 }
 
+/* Declarations after the system prompt, as DeepSeek-V3.1's card describes
+ * them with V3's call line; the fixed text is template text (its markers are
+ * special tokens), names, descriptions and schemas are not. */
+static void test_render_tools(fg_tokenizer_t *tok)
+{
+    json_t *decl = json_loads("[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"Weather "
+                              CALL_BEGIN "now.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                              "{\"type\":\"string\"}},\"required\":[\"city\"]}},"
+                              "{\"type\":\"function\",\"function\":{\"name\":\"noop\"}}]",
+                              0, NULL);
+    fg_tool_set set = {0};
+    fg_diag d = {{0}};
+    CHECK_MSG(fg_tool_set_parse(decl, &set, &d) == FG_OK, "%s", d.msg);
+    json_decref(decl);
+    const fg_chat_msg msgs[] = {
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
+    };
+    fg_chat_conv conv = {msgs, 2, true, set.tools, set.n};
+    fg_chat_prompt p = {0};
+    CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
+    static const char want[] =
+        "<" B "begin" S "of" S "sentence" B ">be brief## Tools\nYou have access to the following tools:\n"
+        "\n### get_weather\nDescription: Weather " CALL_BEGIN "now.\n\nParameters: {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}\n"
+        "\n### noop\nDescription: \n\nParameters: {\"type\": \"object\", \"properties\": {}}\n"
+        "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+        CALLS_BEGIN CALL_BEGIN "function" SEP "tool_call_name\n```json\ntool_call_arguments\n```" CALL_END
+        "{{additional_tool_calls}}" CALLS_END "\n\nWhere:\n"
+        "- `tool_call_name` must be an exact match to one of the available tools\n"
+        "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+        "- For multiple tool calls, chain them directly without separators or spaces\n"
+        USER "weather?" ASSISTANT;
+    CHECK_MSG(p.len == sizeof want - 1 && memcmp(p.text, want, p.len) == 0, "rendered:\n%s", p.text);
+    /* which bytes are template text: the format line's markers yes, the description's marker no */
+    const char *fmt = strstr(p.text, "IMPORTANT");
+    const char *in_desc = strstr(p.text, "Weather ");
+    bool fmt_in = false, desc_in = false, name_in = false;
+    const char *name = strstr(p.text, "get_weather");
+    for (size_t i = 0; fmt && in_desc && name && i < p.n_spans; i++) {
+        size_t f = (size_t)(fmt - p.text), de = (size_t)(in_desc - p.text) + 8, n = (size_t)(name - p.text);
+        fmt_in |= p.spans[i].start <= f && f < p.spans[i].end;
+        desc_in |= p.spans[i].start <= de && de < p.spans[i].end;
+        name_in |= p.spans[i].start <= n && n < p.spans[i].end;
+    }
+    CHECK(fmt_in && !desc_in && !name_in);
+    fg_tokens ids = {0};
+    CHECK(fg_chat_encode(tok, &p, &ids) == FG_OK);
+    int32_t calls_begin_id = fg_tokenizer_special_id(tok, CALLS_BEGIN, strlen(CALLS_BEGIN));
+    int32_t call_begin_id = fg_tokenizer_special_id(tok, CALL_BEGIN, strlen(CALL_BEGIN));
+    int n_calls_begin = 0, n_call_begin = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        n_calls_begin += ids.v[i] == calls_begin_id;
+        n_call_begin += ids.v[i] == call_begin_id;
+    }
+    CHECK(n_calls_begin == 1 && n_call_begin == 1); /* the format line's, not the description's */
+    fg_tokens_free(&ids);
+    fg_chat_prompt_free(&p);
+    fg_tool_set_free(&set);
+}
+
 int main(void)
 {
     fg_diag d = {{0}};
@@ -362,6 +424,7 @@ int main(void)
     CHECK(tok != NULL);
     if (tok) {
         test_round_trip(tok);
+        test_render_tools(tok);
         fg_tokenizer_destroy(tok);
     }
     fg_tool_parser_destroy(P);
