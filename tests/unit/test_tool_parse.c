@@ -247,6 +247,65 @@ static void test_limit(void)
     CHECK(strstr(d.msg, "limit") != NULL);
 }
 
+/* No allocation on the delta path once the buffers have grown: text and
+ * arguments fed a byte at a time, counted by the sanitizer's allocator hooks
+ * (only a CALL_DONE's JSON check allocates). */
+#if defined(__SANITIZE_ADDRESS__)
+/* from the sanitizers' allocator_interface.h, which not every compiler package installs */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+static long n_allocs;
+static int counting;
+static void on_malloc(const volatile void *ptr, size_t size)
+{
+    (void)ptr;
+    (void)size;
+    if (counting)
+        n_allocs++;
+}
+static void on_free(const volatile void *ptr) { (void)ptr; }
+static long n_events;
+static void count_sink(void *ctx, const fg_tool_event *ev)
+{
+    (void)ctx;
+    (void)ev;
+    n_events++;
+}
+
+static void test_no_alloc(void)
+{
+    size_t cap = 64 * 1024, n = 0;
+    char *reply = malloc(cap);
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "w\xc3\xa9%d <b> ", i);
+    n += (size_t)sprintf(reply + n, CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": [");
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "\"x\xe6\x97\xa5%d\", ", i);
+    n += (size_t)sprintf(reply + n, "0]}\n```");
+    size_t before_end = n;
+    n += (size_t)sprintf(reply + n, CALL_END CALLS_END "bye");
+    fg_tool_parser_reset(P);
+    fg_tool_parse_feed(P, reply, n, count_sink, NULL); /* grows the buffers */
+    fg_tool_parse_finish(P, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P) == 1);
+    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+    fg_tool_parser_reset(P);
+    n_events = 0;
+    counting = 1;
+    for (size_t i = 0; i < before_end; i++)
+        fg_tool_parse_feed(P, reply + i, 1, count_sink, NULL);
+    counting = 0;
+    CHECK_MSG(n_allocs == 0, "%ld allocations while feeding", n_allocs);
+    CHECK(n_events > 4000); /* deltas did flow */
+    fg_tool_parse_feed(P, reply + before_end, n - before_end, count_sink, NULL);
+    fg_tool_parse_finish(P, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P) == 1 && fg_tool_parse_n_malformed(P) == 0);
+    free(reply);
+}
+#else
+static void test_no_alloc(void) { fprintf(stderr, "test_no_alloc: skipped (needs the address sanitizer's hooks)\n"); }
+#endif
+
 /* ---- round trip through the renderer ---- */
 
 static const char *const vocab_markers[] = {
@@ -420,6 +479,7 @@ int main(void)
     test_chunkings();
     test_malformed();
     test_limit();
+    test_no_alloc();
     fg_tokenizer_t *tok = vocab();
     CHECK(tok != NULL);
     if (tok) {
