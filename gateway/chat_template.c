@@ -367,6 +367,35 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
     return e;
 }
 
+/* V3's call opening, as the template writes a first call after <｜Assistant｜>. */
+#define V3_CALL_OPEN TOOL_CALLS_BEGIN TOOL_CALL_BEGIN "function" TOOL_SEP
+
+fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag)
+{
+    if (!p || (name && (len == 0 || len > 64)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_chat_call_prefix: no prompt, or a name of %zu bytes", len);
+    if (family != FG_CHAT_DEEPSEEK_V3)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the %s prompt format is not rendered yet",
+                           fg_chat_family_name(family));
+    size_t len0 = p->len, n_spans0 = p->n_spans, end0 = p->n_spans ? p->spans[p->n_spans - 1].end : 0;
+    render_out o = {p, FG_OK};
+    lit(&o, V3_CALL_OPEN);
+    if (name) {
+        txt(&o, (fg_chat_text){name, len});
+        lit(&o, "\n```json\n");
+    }
+    if (o.err) {
+        p->len = len0;
+        p->n_spans = n_spans0;
+        if (n_spans0)
+            p->spans[n_spans0 - 1].end = end0;
+        if (p->text)
+            p->text[len0] = '\0';
+        return fg_diag_set(diag, o.err, "out of memory for a call prefix");
+    }
+    return FG_OK;
+}
+
 fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out)
 {
     if (!tok || !p || !out)

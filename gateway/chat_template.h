@@ -126,6 +126,16 @@ void fg_chat_prompt_free(fg_chat_prompt *p);
 fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
                       fg_chat_prompt *out, fg_diag *diag);
 
+/* Appends to a rendered prompt (after its generation prompt) the start of a
+ * tool call, so that the model's reply continues a call rather than choosing
+ * whether to make one: tool_choice "required" (name NULL: up to the name) or
+ * a named function (name given: up to the opening of its arguments). The
+ * reply's parser must be fed the appended bytes (p->text from the old
+ * p->len) before the reply. Errors: FG_ERR_INVALID_ARG (a name that is empty
+ * or longer than 64 bytes), FG_ERR_UNSUPPORTED (a family not rendered yet),
+ * FG_ERR_NOMEM; p is unchanged on error. */
+fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag);
+
 /* Appends the tokens of a rendered prompt: special tokens only inside its
  * spans (fg_tokenizer_encode_spans). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */
 fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out);

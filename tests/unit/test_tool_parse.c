@@ -471,6 +471,42 @@ static void test_render_tools(fg_tokenizer_t *tok)
     fg_tool_set_free(&set);
 }
 
+/* tool_choice by prefill: the prompt ends inside a call, the parser is fed
+ * the same bytes, and the model's continuation completes the call. */
+static void test_call_prefix(fg_tokenizer_t *tok)
+{
+    const fg_chat_msg msgs[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0}};
+    fg_chat_conv conv = {msgs, 1, true, NULL, 0};
+    fg_chat_prompt p = {0};
+    fg_diag d = {{0}};
+    for (int named = 0; named < 2; named++) {
+        CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK);
+        size_t len0 = p.len;
+        CHECK_MSG(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, named ? "get_weather" : NULL, named ? 11 : 0, &p, &d) ==
+                      FG_OK, "%s", d.msg);
+        const char *want = named ? CALLS_BEGIN CALL_BEGIN "function" SEP "get_weather\n```json\n"
+                                 : CALLS_BEGIN CALL_BEGIN "function" SEP;
+        CHECK(p.len - len0 == strlen(want) && memcmp(p.text + len0, want, strlen(want)) == 0);
+        /* the model's part */
+        const char *cont = named ? "{\"city\": \"Oslo\"}\n```" CALL_END CALLS_END EOS
+                                 : "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" CALL_END CALLS_END EOS;
+        static rec r;
+        memset(&r, 0, sizeof r);
+        r.last = -1;
+        fg_tool_parser_reset(P);
+        fg_tool_parse_feed(P, p.text + len0, p.len - len0, sink, &r);
+        fg_tool_parse_feed(P, cont, strlen(cont), sink, &r);
+        fg_tool_parse_finish(P, sink, &r);
+        CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\"}\nD0:get_weather:{\"city\": \"Oslo\"}") == 0,
+                  "%s", r.s);
+    }
+    size_t len0 = p.len;
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, "", 0, &p, &d) == FG_ERR_INVALID_ARG);
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, NULL, 0, &p, &d) == FG_ERR_UNSUPPORTED);
+    CHECK(p.len == len0);
+    fg_chat_prompt_free(&p);
+}
+
 int main(void)
 {
     fg_diag d = {{0}};
@@ -485,6 +521,7 @@ int main(void)
     if (tok) {
         test_round_trip(tok);
         test_render_tools(tok);
+        test_call_prefix(tok);
         fg_tokenizer_destroy(tok);
     }
     fg_tool_parser_destroy(P);
