@@ -6,3 +6,6 @@ fg_add_test(deploy_haproxy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/
 # The systemd unit: systemd-analyze verify in a scratch root holding the installed build.
 fg_add_test(deploy_systemd COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/deploy/check_systemd.sh
             ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR} LABELS deploy TIMEOUT 120)
+# The container file: its apt steps simulated, its COPY sources, its cmake configure, its libraries.
+fg_add_test(deploy_containerfile COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/deploy/check_containerfile.py
+            ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR} LABELS deploy TIMEOUT 300)
