@@ -303,8 +303,8 @@ async def test_draining_instance_gets_no_new_sessions():
     async with Cluster() as cl:
         drainer = cl.gws[1]
         # A client on it that stopped reading keeps the drain going: its connection closes
-        # only once its queued events are written (4 KiB socket buffers on both sides, and a
-        # finished response of a few hundred events queued behind them).
+        # only once its queued events are written (4 KiB socket buffers on both sides, a
+        # finished response and about 180 KB of events queued behind them).
         check(drainer.limit_send_buffer(4096), "cannot shrink the instance's send buffer (pidfd_getfd)")
         hold = RawWS(drainer.port, rcvbuf=4096)
         eq(hold.status, 101, "the holding client's handshake")
@@ -318,6 +318,10 @@ async def test_draining_instance_gets_no_new_sessions():
             return any(s["attached"] and not s["responding"] and s["tokens"] > 100 for s in js["sessions"])
         await wait_for(finished, lambda: "the slow reader's response is generated: "
                        f"{ok(drainer, 'GET', '/admin/tenants/acme/sessions')}", timeout=120)
+        # and three session.updated of 60,000 bytes each (they echo the instructions) behind it
+        for n in range(3):
+            hold.send_json({"type": "session.update", "session": {"instructions": str(n) * 60000}})
+        await asyncio.sleep(1)  # let the server read them; the checks below do not depend on it
         drainer.signal(signal.SIGTERM)
         await wait_for(lambda: http_get(drainer.port, "/healthz")[0] == 503, "the instance drains", timeout=30)
         log(f"    HAProxy's view as the new sessions start: {cl.lb.states()}")
