@@ -31,6 +31,7 @@ from test_admin import admin, admin_server, ok  # noqa: E402
 from test_quotas import Redis  # noqa: E402
 
 import websockets  # noqa: E402
+import websockets.exceptions  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy", "haproxy", "flashgate.cfg")
 NAMES = ("gw1", "gw2", "gw3")
@@ -309,14 +310,14 @@ async def test_draining_instance_gets_no_new_sessions():
         hold = RawWS(drainer.port, rcvbuf=4096)
         eq(hold.status, 101, "the holding client's handshake")
         hold.send_json({"type": "session.create"})
-        hold.recv_until("session.created")
+        held = hold.recv_until("session.created")[-1]["session"]["id"]
         hold.send_json({"type": "conversation.item.create", "item": user_item("go on")})
         hold.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
 
         def finished():
             js = ok(drainer, "GET", "/admin/tenants/acme/sessions")
-            return any(s["attached"] and not s["responding"] and s["tokens"] > 100 for s in js["sessions"])
-        await wait_for(finished, lambda: "the slow reader's response is generated: "
+            return any(s["attached"] and not s["responding"] for s in js["sessions"])
+        await wait_for(finished, lambda: "the slow reader's response is over: "
                        f"{ok(drainer, 'GET', '/admin/tenants/acme/sessions')}", timeout=120)
         # and three session.updated of 60,000 bytes each (they echo the instructions) behind it
         for n in range(3):
@@ -324,6 +325,19 @@ async def test_draining_instance_gets_no_new_sessions():
         await asyncio.sleep(1)  # let the server read them; the checks below do not depend on it
         drainer.signal(signal.SIGTERM)
         await wait_for(lambda: http_get(drainer.port, "/healthz")[0] == 503, "the instance drains", timeout=30)
+        # a resume of the draining instance's session is refused (503), not sent where the
+        # session is not; checked while HAProxy still has the instance UP
+        before = cl.lb.states().get("gw2")
+        try:
+            r, got, _ = await open_via(cl.lb, session_id=held, cookie="fg_instance=gw2")
+            status = 101
+            await r.close()
+        except websockets.exceptions.InvalidStatusCode as e:
+            status = e.status_code
+        if before == "UP" and cl.lb.states().get("gw2") == "UP":
+            eq(status, 503, "a resume to the draining holder")
+        else:
+            log(f"    (HAProxy already had gw2 {cl.lb.states().get('gw2')}: the resume refusal is not checked)")
         log(f"    HAProxy's view as the new sessions start: {cl.lb.states()}")
         placed = {}
         for _ in range(9):
