@@ -15,6 +15,7 @@ Which instance holds a session is read from each instance's own admin API, not f
 Needs haproxy (deploy/install-deps.sh test) and redis-server; run with /usr/bin/python3."""
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -204,9 +205,25 @@ async def test_new_sessions_spread_over_the_instances():
             await c.close()
 
 
+async def hashed_instance(lb, sid):
+    """The instance HAProxy picks for the session id alone (no cookie)."""
+    r, got, _ = await open_via(lb, session_id=sid)
+    await r.close()
+    return got
+
+
 async def test_reconnect_reaches_the_holder_and_resumes():
     async with Cluster() as cl:
-        c, instance, cookie = await new_session(cl)
+        # a session whose id alone hashes to another instance than its holder: so reaching
+        # the holder is the cookie's doing, not the hash's luck
+        for _ in range(12):
+            c, instance, cookie = await new_session(cl)
+            eq(cookie, "fg_instance=" + instance, "the instance cookie of the upgrade")
+            if await hashed_instance(cl.lb, c.session_id) != instance:
+                break
+            await c.close()
+        else:
+            raise AssertionError("12 sessions in a row hashed to their own holder")
         sid = c.session_id
         await c.add_user("hello")
         _, text, done = await c.respond({"max_output_tokens": 6})
@@ -338,7 +355,7 @@ async def test_draining_instance_gets_no_new_sessions():
             eq(status, 503, "a resume to the draining holder")
         else:
             log(f"    (HAProxy already had gw2 {cl.lb.states().get('gw2')}: the resume refusal is not checked)")
-        log(f"    HAProxy's view as the new sessions start: {cl.lb.states()}")
+        up_at_start = cl.lb.states().get("gw2") == "UP"
         placed = {}
         for _ in range(9):
             c, instance, _ = await new_session(cl)  # never refused: HAProxy retries elsewhere
@@ -348,6 +365,13 @@ async def test_draining_instance_gets_no_new_sessions():
             placed[holders[0]] = placed.get(holders[0], 0) + 1
             await c.close()
         eq(http_get(drainer.port, "/healthz")[0], 503, "still draining after the new sessions")
+        if up_at_start and cl.lb.states().get("gw2") == "UP":
+            # HAProxy still took gw2 for live: some of the 9 went there, got its 503 and were
+            # sent on (a "+" before the retries field of their log lines)
+            await wait_for(lambda: re.search(r"fg_gateways/gw[13] \S+ 101 .*/\+1 ", cl.lb.log_tail(200)),
+                           lambda: f"a redispatched upgrade in HAProxy's log:\n{cl.lb.log_tail(12)}", timeout=30)
+        else:
+            log("    (HAProxy marked gw2 DOWN during the 9: the redispatch is not checked)")
         log(f"    9 new sessions while gw2 drains: {placed}")
         await wait_for(lambda: cl.lb.states().get("gw2") == "DOWN",
                        lambda: f"HAProxy marks the draining instance DOWN (now {cl.lb.states()})", timeout=60)
