@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Validates deploy/k8s/*.yaml against the Kubernetes API's schemas: the validators that the npm
 # package kubernetes-models generates from the Kubernetes OpenAPI definitions (types, required
-# fields, enums, formats), unknown fields against the package's declarations, and the promises the manifests make (probes on /healthz, the preStop
-# drain, a sessions volume, resources, the scrape annotation). The npm packages go into
+# fields, enums, formats), unknown fields against the package's declarations, and the promises
+# the manifests make (probes on /healthz, the preStop drain, a sessions volume, resources, the
+# scrape annotation). The npm packages go into
 # $FG_TEST_DATA/npm-k8s (pinned versions); exit 77 (skip) only when npm cannot install them.
 set -euo pipefail
 : "${FG_TEST_DATA:?run through ctest}"
