@@ -6,6 +6,7 @@
   (a made-up package name is checked to fail the same way, so the check can fail);
 - every COPY from the build context names a file or folder of the source tree;
 - the build stage's cmake configure step runs, with its options, into a scratch folder;
+- the built flashgate's --check-config accepts the image's config with the image's ENV;
 - the shared libraries the built flashgate links, where a Debian package owns them, come
   with the runtime stage's packages (their Depends, recursively); the sanitizer runtimes of
   the test build and libraries outside Debian (CUDA, NCCL: the image builds with
@@ -106,6 +107,22 @@ if configure:
                for i, w in enumerate(configure)]
         r = subprocess.run(cmd, cwd=SRC, capture_output=True, text=True)
         case(f"cmake configure as in the image: {' '.join(configure[1:])}", r.returncode == 0, (r.stdout + r.stderr)[-800:])
+
+# the image's config with the image's ENV, through the gateway's own check
+env = dict(os.environ)
+for stage, word, arg in ins:
+    if word == "ENV" and stage == max(s for s, _, _ in ins):
+        for kv in shlex.split(arg):
+            k, _, v = kv.partition("=")
+            env[k] = v
+cfg = next((shlex.split(a)[-2] for st, w, a in ins if w == "COPY" and a.endswith("/etc/flashgate/flashgate.json")), None)
+if cfg:
+    r = subprocess.run([os.path.join(BUILD, "bin", "flashgate"), "--config", os.path.join(SRC, cfg), "--check-config"],
+                       env=env, capture_output=True, text=True)
+    case("flashgate --check-config accepts the image's config and ENV", r.returncode == 0 and "0.0.0.0:8080" in r.stdout,
+         r.stdout + r.stderr)
+else:
+    case("the image copies a config to /etc/flashgate/flashgate.json", False)
 
 runtime = stage_pkgs.get(max(stage_pkgs) if stage_pkgs else 0, [])
 closure = set()

@@ -1,9 +1,12 @@
 // check_k8s.mjs NODE_MODULES DIR: every document of DIR/*.yaml validated by kubernetes-models'
 // class for its apiVersion and kind, a broken copy of each workload refused (so the check can
-// fail), then the gateway StatefulSet's promises. Prints "N passed, M failed".
+// fail), then the gateway StatefulSet's promises and flashgate --check-config on the ConfigMap's
+// file (FG_BIN). Prints "N passed, M failed".
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import { spawnSync } from "node:child_process";
+import os from "node:os";
 
 const [modules, dir] = process.argv.slice(2);
 const { parseAllDocuments } = await import(pathToFileURL(path.join(modules, "yaml/dist/index.js")));
@@ -123,6 +126,23 @@ if (gw) {
   result("Prometheus scrape annotation", pod.metadata.annotations?.["prometheus.io/scrape"] === "true" &&
     pod.metadata.annotations?.["prometheus.io/path"] === "/metrics");
   result("grace period above the drain", pod.spec.terminationGracePeriodSeconds > 30);
+}
+// the gateway's own config check on the ConfigMap's file, with the Secret's variables
+const cm = docs.map(([, o]) => o).find((o) => o.kind === "ConfigMap" && o.data?.["flashgate.json"]);
+const secret = docs.map(([, o]) => o).find((o) => o.kind === "Secret" && o.stringData);
+const bin = process.env.FG_BIN && path.join(process.env.FG_BIN, "flashgate");
+result("a ConfigMap holds flashgate.json", !!cm);
+if (cm && bin && fs.existsSync(bin)) {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "fg-k8s-"));
+  const file = path.join(tmp, "flashgate.json");
+  fs.writeFileSync(file, cm.data["flashgate.json"]);
+  const env = { ...process.env, ...(secret?.stringData || {}) };
+  const r = spawnSync(bin, ["--config", file, "--check-config"], { env, encoding: "utf8" });
+  result("flashgate --check-config accepts the ConfigMap's file with the Secret's keys", r.status === 0,
+    (r.stdout || "") + (r.stderr || ""));
+  fs.rmSync(tmp, { recursive: true, force: true });
+} else if (cm) {
+  result("flashgate --check-config on the ConfigMap's file", false, `no flashgate binary in FG_BIN (${process.env.FG_BIN})`);
 }
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
