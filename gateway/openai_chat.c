@@ -39,16 +39,16 @@ static void send_chunk(gw_oa_call *c, const char *delta_head, const char *text, 
         if (text) {
             size_t len;
             const char *j = gw_oa_json_text(c, text, n, &len);
-            gw_oa_write(c, "\"content\":", 10);
+            gw_oa_lit(c, "\"content\":");
             gw_oa_write(c, j, len);
         }
         gw_oa_writef(c, "},\"logprobs\":null,\"finish_reason\":%s%s%s}", finish ? "\"" : "", finish ? finish : "null",
                      finish ? "\"" : "");
     }
-    gw_oa_write(c, "]", 1);
+    gw_oa_lit(c, "]");
     if (ch->r.include_usage)
         gw_oa_writef(c, ",\"usage\":%s", usage ? usage : "null");
-    gw_oa_write(c, "}\n\n", 3);
+    gw_oa_lit(c, "}\n\n");
 }
 
 static void chat_started(gw_oa_call *c)
@@ -78,7 +78,7 @@ static void chat_done(gw_oa_call *c, const gw_oa_result *r)
         send_chunk(c, "", NULL, 0, finish, NULL);
         if (ch->r.include_usage)
             send_chunk(c, NULL, NULL, 0, NULL, u);
-        gw_oa_write(c, "data: [DONE]\n\n", 14);
+        gw_oa_lit(c, "data: [DONE]\n\n");
         gw_http_stream_end(c->req);
         return;
     }

@@ -90,10 +90,11 @@ static fg_err parse_stop(json_t *v, fg_proto_sampling *s, gw_oa_error *err)
 }
 
 /* A message's content: a string, or an array of {"type":"text","text":...} parts. */
-static fg_err parse_content(json_t *c, size_t i, fg_proto_item *it, const fg_proto_limits *lim, gw_oa_error *err)
+static fg_err parse_content(json_t *c, const char *list, size_t i, fg_proto_item *it, const fg_proto_limits *lim,
+                            gw_oa_error *err)
 {
     char p[64];
-    snprintf(p, sizeof p, "messages[%zu].content", i);
+    snprintf(p, sizeof p, "%s[%zu].content", list, i);
     const fg_proto_part_type pt = it->role == FG_PROTO_ROLE_ASSISTANT ? FG_PROTO_PART_OUTPUT_TEXT
                                                                       : FG_PROTO_PART_INPUT_TEXT;
     if (json_is_string(c)) {
@@ -106,12 +107,14 @@ static fg_err parse_content(json_t *c, size_t i, fg_proto_item *it, const fg_pro
         for (size_t k = 0; k < n; k++) {
             json_t *part = json_array_get(c, k), *type = json_object_get(part, "type");
             json_t *text = json_object_get(part, "text");
-            snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, k);
+            snprintf(p, sizeof p, "%s[%zu].content[%zu]", list, i, k);
             if (!json_is_object(part))
                 return wrong_type(err, p, "an object");
-            if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
-                return refuse(err, 400, "invalid_value", p, "only text content parts are supported (type \"text\")");
-            snprintf(p, sizeof p, "messages[%zu].content[%zu].text", i, k);
+            const char *ts = json_string_value(type);
+            if (!ts || (strcmp(ts, "text") && strcmp(ts, "input_text") && strcmp(ts, "output_text")))
+                return refuse(err, 400, "invalid_value", p,
+                              "only text content parts are supported (type \"text\", \"input_text\", \"output_text\")");
+            snprintf(p, sizeof p, "%s[%zu].content[%zu].text", list, i, k);
             if (!json_is_string(text))
                 return wrong_type(err, p, "a string");
             it->content[k] = (fg_proto_part){pt, {json_string_value(text), json_string_length(text)}};
@@ -147,6 +150,28 @@ static bool join_instructions(gw_chat_req *r, const fg_proto_item *it)
     return true;
 }
 
+/* A message's role; false when it is none of OpenAI's text roles. */
+static fg_err parse_role(json_t *role, const char *p, fg_proto_role *out, gw_oa_error *err)
+{
+    if (!role)
+        return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
+    if (!json_is_string(role))
+        return wrong_type(err, p, "a string");
+    const char *rs = json_string_value(role);
+    if (!strcmp(rs, "system") || !strcmp(rs, "developer"))
+        *out = FG_PROTO_ROLE_SYSTEM;
+    else if (!strcmp(rs, "user"))
+        *out = FG_PROTO_ROLE_USER;
+    else if (!strcmp(rs, "assistant"))
+        *out = FG_PROTO_ROLE_ASSISTANT;
+    else if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
+        return refuse(err, 400, "unsupported_value", p, "tool messages are not supported yet (no tool calling)");
+    else
+        return refuse(err, 400, "invalid_value", p,
+                      "role must be one of \"system\", \"developer\", \"user\", \"assistant\"");
+    return FG_OK;
+}
+
 static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits *lim, gw_oa_error *err)
 {
     if (!msgs)
@@ -166,23 +191,10 @@ static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits
         if (!json_is_object(m))
             return wrong_type(err, p, "an object");
         snprintf(p, sizeof p, "messages[%zu].role", i);
-        if (!role)
-            return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
-        if (!json_is_string(role))
-            return wrong_type(err, p, "a string");
-        const char *rs = json_string_value(role);
         fg_proto_item it = {.type = FG_PROTO_ITEM_MESSAGE};
-        if (!strcmp(rs, "system") || !strcmp(rs, "developer"))
-            it.role = FG_PROTO_ROLE_SYSTEM;
-        else if (!strcmp(rs, "user"))
-            it.role = FG_PROTO_ROLE_USER;
-        else if (!strcmp(rs, "assistant"))
-            it.role = FG_PROTO_ROLE_ASSISTANT;
-        else if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-            return refuse(err, 400, "unsupported_value", p, "tool messages are not supported yet (no tool calling)");
-        else
-            return refuse(err, 400, "invalid_value", p,
-                          "role must be one of \"system\", \"developer\", \"user\", \"assistant\"");
+        fg_err e = parse_role(role, p, &it.role, err);
+        if (e)
+            return e;
         json_t *calls = json_object_get(m, "tool_calls");
         if (calls && !json_is_null(calls))
             return refuse(err, 400, "unsupported_value", "tool_calls", "tool calls are not supported yet");
@@ -190,7 +202,7 @@ static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits
         snprintf(p, sizeof p, "messages[%zu].content", i);
         if (!c || json_is_null(c))
             return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
-        fg_err e = parse_content(c, i, &it, lim, err);
+        e = parse_content(c, "messages", i, &it, lim, err);
         if (e)
             return e;
         if (it.role == FG_PROTO_ROLE_SYSTEM && leading) {
@@ -276,18 +288,16 @@ static fg_err parse_sampling(json_t *o, const fg_proto_limits *lim, fg_proto_sam
     return FG_OK;
 }
 
-fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_chat_req *out,
-                     gw_oa_error *err)
+/* The body as an object with the served model; FG_OK with *o set (owned by the caller). */
+static fg_err parse_head(const char *body, size_t len, const char *model_id, json_t **o_out, const char **model_out,
+                         gw_oa_error *err)
 {
-    memset(out, 0, sizeof *out);
-    memset(err, 0, sizeof *err);
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    *o_out = o;
     if (!o)
         return refuse(err, 400, "invalid_json", NULL, "the body is not valid JSON: %s (at byte %d)", je.text,
                       je.position);
-    out->root_ = o;
-    fg_err e;
     if (!json_is_object(o))
         return wrong_type(err, "body", "a JSON object");
     json_t *model = json_object_get(o, "model");
@@ -298,15 +308,33 @@ fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, c
     if (strcmp(json_string_value(model), model_id) != 0)
         return refuse(err, 404, "model_not_found", "model", "The model '%.64s' does not exist; this server serves '%s'",
                       json_string_value(model), model_id);
-    out->model = json_string_value(model);
-    if ((e = refuse_unsupported(o, err)) || (e = parse_sampling(o, lim, &out->sampling, err)))
+    *model_out = json_string_value(model);
+    return FG_OK;
+}
+
+static fg_err parse_bool(json_t *o, const char *name, bool *out, gw_oa_error *err)
+{
+    json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v))
+        return FG_OK;
+    if (!json_is_boolean(v))
+        return wrong_type(err, name, "a boolean");
+    *out = json_is_true(v);
+    return FG_OK;
+}
+
+fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_chat_req *out,
+                     gw_oa_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    json_t *o;
+    fg_err e = parse_head(body, len, model_id, &o, &out->model, err);
+    out->root_ = o;
+    if (e || (e = refuse_unsupported(o, err)) || (e = parse_sampling(o, lim, &out->sampling, err)) ||
+        (e = parse_bool(o, "stream", &out->stream, err)))
         return e;
-    json_t *v = json_object_get(o, "stream");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return wrong_type(err, "stream", "a boolean");
-        out->stream = json_is_true(v);
-    }
+    json_t *v;
     if ((v = json_object_get(o, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
             return wrong_type(err, "stream_options", "an object");
@@ -323,6 +351,127 @@ fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, c
 void gw_chat_req_free(gw_chat_req *r)
 {
     free(r->instructions);
+    free(r->items);
+    if (r->root_)
+        json_decref(r->root_);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- POST /v1/responses ---- */
+
+/* input: a string (one user message) or message items ({"type":"message"} or
+ * the easy form without a type). */
+static fg_err parse_input(json_t *in, gw_resp_req *r, const fg_proto_limits *lim, gw_oa_error *err)
+{
+    if (!in)
+        return refuse(err, 400, "missing_required_parameter", "input", "input is required");
+    const size_t n = json_is_array(in) ? json_array_size(in) : 1;
+    if (!json_is_string(in) && !json_is_array(in))
+        return wrong_type(err, "input", "a string or an array of input items");
+    if (n < 1 || n > GW_CHAT_MAX_MESSAGES)
+        return refuse(err, 400, "invalid_value", "input", "input holds 1..%d items", GW_CHAT_MAX_MESSAGES);
+    if (!(r->items = calloc(n, sizeof *r->items)))
+        return refuse(err, 500, "internal_error", NULL, "out of memory");
+    if (json_is_string(in)) {
+        fg_proto_item *it = &r->items[r->n_items++];
+        *it = (fg_proto_item){.type = FG_PROTO_ITEM_MESSAGE, .role = FG_PROTO_ROLE_USER};
+        fg_err e = parse_content(in, "input", 0, it, lim, err);
+        if (e)
+            snprintf(err->param, sizeof err->param, "input");
+        return e;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(in, i), *type = json_object_get(m, "type");
+        char p[48];
+        snprintf(p, sizeof p, "input[%zu]", i);
+        if (!json_is_object(m))
+            return wrong_type(err, p, "an object");
+        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message") != 0)) {
+            snprintf(p, sizeof p, "input[%zu].type", i);
+            if (!json_is_string(type))
+                return wrong_type(err, p, "a string");
+            return refuse(err, 400, "unsupported_value", p, "only message input items are supported (not \"%.48s\")",
+                          json_string_value(type));
+        }
+        fg_proto_item *it = &r->items[r->n_items];
+        *it = (fg_proto_item){.type = FG_PROTO_ITEM_MESSAGE};
+        snprintf(p, sizeof p, "input[%zu].role", i);
+        fg_err e = parse_role(json_object_get(m, "role"), p, &it->role, err);
+        if (e)
+            return e;
+        json_t *c = json_object_get(m, "content");
+        snprintf(p, sizeof p, "input[%zu].content", i);
+        if (!c || json_is_null(c))
+            return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
+        if ((e = parse_content(c, "input", i, it, lim, err)))
+            return e;
+        r->n_items++;
+    }
+    return FG_OK;
+}
+
+fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_resp_req *out,
+                     gw_oa_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->store = true;
+    json_t *o;
+    fg_err e = parse_head(body, len, model_id, &o, &out->model, err);
+    out->root_ = o;
+    if (e || (e = parse_bool(o, "stream", &out->stream, err)) || (e = parse_bool(o, "store", &out->store, err)))
+        return e;
+    json_t *v;
+    if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+        return refuse(err, 400, "unsupported_parameter", "tools", "tools are not supported yet (no tool calling)");
+    if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
+        !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
+        return refuse(err, 400, "unsupported_parameter", "tool_choice", "tool_choice is not supported yet");
+    if ((v = json_object_get(o, "background")) && json_is_true(v))
+        return refuse(err, 400, "unsupported_parameter", "background", "background responses are not supported");
+    if ((v = json_object_get(o, "conversation")) && !json_is_null(v))
+        return refuse(err, 400, "unsupported_parameter", "conversation",
+                      "conversations are not supported; continue with previous_response_id");
+    if ((v = json_object_get(o, "text")) && !json_is_null(v)) {
+        json_t *f = json_object_get(v, "format"), *t = json_object_get(f, "type");
+        if (!json_is_object(v) || (f && !json_is_null(f) && (!json_is_string(t) || strcmp(json_string_value(t), "text"))))
+            return refuse(err, 400, "unsupported_value", "text.format", "only the text format {\"type\":\"text\"} is supported");
+    }
+    if ((v = json_object_get(o, "temperature")) && !json_is_null(v)) {
+        if ((e = number_in(v, "temperature", 0, false, 2, &out->sampling.temperature, err)))
+            return e;
+        out->sampling.has_temperature = true;
+    }
+    if ((v = json_object_get(o, "top_p")) && !json_is_null(v)) {
+        if ((e = number_in(v, "top_p", 0, true, 1, &out->sampling.top_p, err)))
+            return e;
+        out->sampling.has_top_p = true;
+    }
+    if ((v = json_object_get(o, "max_output_tokens")) && !json_is_null(v)) {
+        json_int_t x;
+        if ((e = integer_in(v, "max_output_tokens", 1, (json_int_t)lim->max_output_tokens, &x, err)))
+            return e;
+        out->sampling.has_max_output_tokens = true;
+        out->sampling.max_output_tokens = (uint32_t)x;
+    }
+    if ((v = json_object_get(o, "instructions")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return wrong_type(err, "instructions", "a string");
+        if (strlen(json_string_value(v)) != json_string_length(v))
+            return refuse(err, 400, "invalid_value", "instructions", "instructions must not contain NUL characters");
+        out->instructions = json_string_value(v);
+        out->instructions_len = json_string_length(v);
+    }
+    if ((v = json_object_get(o, "previous_response_id")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return wrong_type(err, "previous_response_id", "a string");
+        out->previous_response_id = json_string_value(v);
+    }
+    return parse_input(json_object_get(o, "input"), out, lim, err);
+}
+
+void gw_resp_req_free(gw_resp_req *r)
+{
     free(r->items);
     if (r->root_)
         json_decref(r->root_);

@@ -1,6 +1,6 @@
 /* openai_req.h: the parser of OpenAI's HTTP request bodies (openai_req.c):
- * POST /v1/chat/completions into the session layer's terms (instructions,
- * message items, sampling). Pure: no gateway state, so the fuzz target runs it
+ * POST /v1/chat/completions and POST /v1/responses into the session layer's
+ * terms (instructions, message items, sampling). Pure: no gateway state, so the fuzz target runs it
  * as the server does. Any thread.
  */
 #ifndef FG_GATEWAY_OPENAI_REQ_H
@@ -45,5 +45,24 @@ typedef struct gw_chat_req {
 fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_chat_req *out,
                      gw_oa_error *err);
 void gw_chat_req_free(gw_chat_req *r);
+
+/* A Responses request. Strings point into the parsed body (root_). */
+typedef struct gw_resp_req {
+    const char *model;
+    const char *instructions;    /* NULL: none */
+    size_t instructions_len;
+    const char *previous_response_id; /* NULL: a new conversation */
+    fg_proto_item *items;        /* input: a string is one user message (owned array) */
+    size_t n_items;
+    fg_proto_sampling sampling;  /* temperature, top_p, max_output_tokens */
+    bool stream;
+    bool store;                  /* default true: the response can be continued */
+    struct json_t *root_;
+} gw_resp_req;
+
+/* As gw_chat_parse, for POST /v1/responses. */
+fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_resp_req *out,
+                     gw_oa_error *err);
+void gw_resp_req_free(gw_resp_req *r);
 
 #endif

@@ -18,13 +18,42 @@
 #include <time.h>
 
 #include "gateway/log.h"
+#include "gateway/openai_http.h"
 
 enum { CALL_IDLE, CALL_CREATING, CALL_RESPONDING, CALL_DONE };
 
 void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n)
 {
-    if (c->req)
+    if (!c->req)
+        return;
+    if (c->streaming) {
         gw_http_stream_write(c->req, bytes, n);
+        return;
+    }
+    if (c->body_len_ + n + 1 > c->body_cap_) { /* a whole reply being built */
+        size_t cap = c->body_cap_ ? c->body_cap_ * 2 : 4096;
+        while (cap < c->body_len_ + n + 1)
+            cap *= 2;
+        char *b = realloc(c->body_, cap);
+        if (!b) {
+            c->body_failed_ = true;
+            return;
+        }
+        c->body_ = b;
+        c->body_cap_ = cap;
+    }
+    memcpy(c->body_ + c->body_len_, bytes, n);
+    c->body_len_ += n;
+    c->body_[c->body_len_] = 0;
+}
+
+void gw_oa_reply(gw_oa_call *c)
+{
+    if (!c->req)
+        return;
+    if (c->body_failed_ || !c->body_)
+        return gw_openai_error(c->req, 500, "server_error", "internal_error", NULL, "out of memory");
+    gw_http_reply(c->req, 200, c->body_);
 }
 
 void gw_oa_writef(gw_oa_call *c, const char *fmt, ...)
@@ -72,6 +101,7 @@ void gw_oa_call_free(gw_oa_call *c)
     if (c->surface->free)
         c->surface->free(c);
     free(c->text);
+    free(c->body_);
     free(c);
 }
 

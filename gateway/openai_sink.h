@@ -54,6 +54,9 @@ struct gw_oa_call {
     lws_sorted_usec_list_t step_;
     gw_ring own_;
     size_t text_cap_, taken_, streamed_;
+    char *body_;                   /* a whole reply being built (not streaming) */
+    size_t body_len_, body_cap_;
+    bool body_failed_;
 };
 
 /* A call for req of tenant; NULL on out of memory. The surface answers it. */
@@ -66,9 +69,12 @@ void gw_oa_call_continue(gw_oa_call *c, gw_session *s);
 /* Frees a call that was never started (a refusal already answered by the surface). */
 void gw_oa_call_free(gw_oa_call *c);
 
-/* For surfaces: SSE bytes; the escaped JSON string of text[n] (in c->esc, valid
+/* For surfaces: bytes of the reply (streamed once gw_oa_stream_begin ran,
+ * else gathered for gw_oa_reply, which sends them as one 200 JSON body); the escaped JSON string of text[n] (in c->esc, valid
  * until the next call), bytes that are not UTF-8 written as U+FFFD. */
 void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n);
+void gw_oa_reply(gw_oa_call *c);
+#define gw_oa_lit(c, s) gw_oa_write((c), "" s, sizeof(s) - 1) /* a string literal */
 void gw_oa_writef(gw_oa_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *len);
 /* Begins the SSE reply (200, text/event-stream). */
