@@ -230,12 +230,19 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
     return false;
 }
 
-static bool wanted(const char *json, size_t len)
+/* What the step needs of an event: 0 nothing (a delta: its text is taken
+ * already), 1 its type (session.created, response.created), 2 all of it
+ * (response.done, error: parsed once per response). */
+static int wanted(const char *json, size_t len)
 {
     static const char head[] = "{\"type\":\"";
     const size_t h = sizeof head - 1;
-    return len > h + 9 && (!strncmp(json + h, "session.created\"", 16) || !strncmp(json + h, "response.", 9) ||
-                           !strncmp(json + h, "error\"", 6));
+    if (len <= h + 16 || memcmp(json, head, h) != 0)
+        return 0;
+    json += h;
+    if (!strncmp(json, "session.created\"", 16) || !strncmp(json, "response.created\"", 17))
+        return 1;
+    return !strncmp(json, "response.done\"", 14) || !strncmp(json, "error\"", 6) ? 2 : 0;
 }
 
 static void step(lws_sorted_usec_list_t *sul)
@@ -267,13 +274,18 @@ static void step(lws_sorted_usec_list_t *sul)
                 e = gw_ring_at(&s->ring, i);
         if (!e)
             break;
+        /* taken before it is acted on: acting may add events, or end the session */
         const size_t len = e->len;
-        const bool want = wanted(e->buf + LWS_PRE, len);
-        char *copy = want ? strndup(e->buf + LWS_PRE, len) : NULL;
+        const int want = wanted(e->buf + LWS_PRE, len);
+        char head[48];
+        const size_t hlen = len < sizeof head - 1 ? len : sizeof head - 1;
+        memcpy(head, e->buf + LWS_PRE, hlen);
+        head[hlen] = 0;
+        char *copy = want == 2 ? strndup(e->buf + LWS_PRE, len) : NULL;
         gw_session_sent(s, e);
-        if (want && !copy)
+        if (want == 2 && !copy)
             return call_fail(c, 500, "server_error", "internal_error", NULL, "out of memory");
-        const bool go_on = copy ? on_event(c, copy, len) : true;
+        const bool go_on = want == 2 ? on_event(c, copy, len) : want == 1 ? on_event(c, head, hlen) : true;
         free(copy);
         if (!go_on)
             return;
