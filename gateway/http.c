@@ -59,6 +59,7 @@ struct gw_http_req {
     bool stream, stream_ended;
     size_t reply_cap;
     void (*on_gone)(void *user); /* the client left before the reply was out */
+    void (*on_drain)(void *user); /* a streamed reply's buffered bytes went to lws */
     void *gone_user;
 };
 
@@ -435,7 +436,7 @@ void gw_http_reply_as(gw_http_req *req, unsigned status, const char *content_typ
     if (req->stream)
         return; /* a streamed reply ends with gw_http_stream_end */
     stop_receiving(req, REQ_REPLYING);
-    req->on_gone = NULL; /* the handler is done with it */
+    req->on_gone = req->on_drain = NULL; /* the handler is done with it */
     body_release(req); /* the body is read by now; its memory stays until the request is freed */
     req->reply = malloc(LWS_PRE + len + 1);
     if (!req->reply) {
@@ -487,7 +488,14 @@ static int stream_writable(gw_http_req *req)
     }
     if (n && lws_write(wsi, (unsigned char *)req->reply + LWS_PRE, n, LWS_WRITE_HTTP) < (int)n)
         return -1;
+    if (req->on_drain)
+        req->on_drain(req->gone_user);
     return 0;
+}
+
+size_t gw_http_stream_pending(const gw_http_req *req)
+{
+    return req->stream ? req->reply_len : 0;
 }
 
 void gw_http_stream_begin(gw_http_req *req, unsigned status, const char *content_type)
@@ -534,7 +542,7 @@ void gw_http_stream_end(gw_http_req *req)
     }
     req->stream_ended = true;
     req->state = REQ_REPLYING;
-    req->on_gone = NULL; /* the handler is done with it */
+    req->on_gone = req->on_drain = NULL; /* the handler is done with it */
     if (req->stage == 2)
         lws_callback_on_writable(req->wsi);
 }
@@ -543,6 +551,13 @@ void gw_http_set_on_gone(gw_http_req *req, void (*fn)(void *user), void *user)
 {
     req->on_gone = fn;
     req->gone_user = user;
+    if (!fn)
+        req->on_drain = NULL; /* the handler lets go of req */
+}
+
+void gw_http_set_on_drain(gw_http_req *req, void (*fn)(void *user))
+{
+    req->on_drain = fn;
 }
 
 int gw_http_writable(gw_http_req *req)
@@ -577,7 +592,7 @@ void gw_http_closed(gw_http_req *req)
     if (req->on_gone && req->state != REQ_SENT) {
         /* the handler is told, lets go of req, and req goes now */
         void (*fn)(void *) = req->on_gone;
-        req->on_gone = NULL;
+        req->on_gone = req->on_drain = NULL;
         fn(req->gone_user);
         req_free(req);
         return;

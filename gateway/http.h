@@ -60,6 +60,11 @@ void gw_http_stream_begin(gw_http_req *req, unsigned status, const char *content
 bool gw_http_stream_write(gw_http_req *req, const char *data, size_t len);
 void gw_http_stream_end(gw_http_req *req);
 void gw_http_set_on_gone(gw_http_req *req, void (*fn)(void *user), void *user);
+/* Bytes of a streamed reply not yet handed to lws (the client is that far behind). */
+size_t gw_http_stream_pending(const gw_http_req *req);
+/* fn(user of on_gone) after each write of a streamed reply's bytes to lws; cleared with on_gone
+ * (set to NULL, or at the reply's end). */
+void gw_http_set_on_drain(gw_http_req *req, void (*fn)(void *user));
 
 /* Compares two keys in constant time (the time depends on the lengths only). */
 bool gw_http_key_equal(const char *a, const char *b);

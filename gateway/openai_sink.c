@@ -219,7 +219,7 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
         return true;
     const bool error = IS("error");
 #undef IS
-    json_t *o = json_loadb(json, len, 0, NULL);
+    json_t *o = json_loadb(json, len, JSON_ALLOW_NUL, NULL); /* a reply may hold NUL characters */
     if (!o)
         call_fail(c, 500, "server_error", "internal_error", NULL, "out of memory");
     else if (error)
@@ -245,6 +245,13 @@ static int wanted(const char *json, size_t len)
     return !strncmp(json, "response.done\"", 14) || !strncmp(json, "error\"", 6) ? 2 : 0;
 }
 
+static void schedule(gw_oa_call *c);
+
+static void on_drain(void *user)
+{
+    schedule(user);
+}
+
 static void step(lws_sorted_usec_list_t *sul)
 {
     gw_oa_call *c = lws_container_of(sul, gw_oa_call, step_);
@@ -261,6 +268,11 @@ static void step(lws_sorted_usec_list_t *sul)
     }
     gw_session *s = c->sink.session;
     if (!s)
+        return;
+    /* A client behind on its stream: its events wait in the session, which
+     * then pauses the engine (gw_session.c, "behind"); on_drain comes back. */
+    if (c->streaming && c->req &&
+        gw_http_stream_pending(c->req) > (size_t)c->sink.gw->cfg->sessions.output_buffer_bytes)
         return;
     if (c->streaming && c->streamed_ < c->text_len) {
         c->surface->text(c, c->text + c->streamed_, c->text_len - c->streamed_);
@@ -365,6 +377,7 @@ gw_oa_call *gw_oa_call_new(fg_gateway_t *gw, gw_http_req *req, int tenant, const
 void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
 {
     gw_http_set_on_gone(c->req, on_gone, c);
+    gw_http_set_on_drain(c->req, on_drain);
     c->state_ = CALL_CREATING;
     fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
     if (instructions && len) {
@@ -378,6 +391,7 @@ void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s)
 {
     gw_http_set_on_gone(c->req, on_gone, c);
+    gw_http_set_on_drain(c->req, on_drain);
     gw_session_attach(s, &c->sink, s->next_seq - 1); /* nothing to replay */
     s->last_activity = fg_clock_mono_s();
     start_response(c);

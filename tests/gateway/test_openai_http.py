@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -160,6 +161,54 @@ def test_quota_applies():
             check_oa_error(s, b, 429, "insufficient_quota", etype="insufficient_quota")
             s, b = post(srv.port, "/v1/chat/completions", body, key=KEYS["beta"])
             eq(s, 200, "another tenant is not affected")
+    asyncio.run(go())
+
+
+def test_slow_sse_reader():
+    """A streamed completion whose client does not read pauses its response (sessions.output_buffer_bytes)
+    instead of buffering it, and every token arrives once it reads again."""
+    async def go():
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me a long story."}],
+                "max_tokens": 2500, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        async with Server(log_level="debug", sessions={"output_buffer_bytes": 4096}) as srv:
+            limited = srv.limit_send_buffer(4096)
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            data = json.dumps(body).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      KEYS["acme"].encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                      str(len(data)).encode() + b"\r\n\r\n" + data)
+            paused = False
+            for _ in range(150):
+                await asyncio.sleep(0.1)
+                if srv.log_events("output_paused"):
+                    paused = True
+                    break
+            if limited:
+                check(paused, "the response never paused for the client that does not read")
+            s.settimeout(120)
+            raw = b""
+            while not raw.endswith(b"data: [DONE]\n\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+            s.close()
+            head, _, stream = raw.partition(b"\r\n\r\n")
+            check(head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, f"SSE headers: {head!r}")
+            events = [json.loads(line[6:]) for line in stream.decode().split("\n\n")
+                      if line.startswith("data: {")]
+            check(all("choices" in ch for ch in events), f"chunks only: {[ch for ch in events if 'choices' not in ch]}")
+            text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in events if ch["choices"])
+            usage = events[-1]["usage"]
+            # the same greedy completion, read at once
+            st, b = post(srv.port, "/v1/chat/completions", dict(body, stream=False, stream_options=None))
+            eq(st, 200, "the eager reference")
+            ref = json.loads(b)
+            eq(usage["completion_tokens"], ref["usage"]["completion_tokens"], "every token of the paused stream")
+            eq(text, ref["choices"][0]["message"]["content"], "the paused stream's text == the eager one's")
+            log(f"    paused: {paused}, {usage['completion_tokens']} tokens in {len(events)} chunks")
     asyncio.run(go())
 
 
