@@ -14,7 +14,9 @@ test installs them the same way when missing); exits 77 (skip) only when node or
   store: false response's id as the SDK's error classes;
 - raw HTTP: malformed JSON, wrong types, an oversized body, a bad role, an unknown model,
   no key, GET: the status and an OpenAI-shaped body each; the server stays up, and the
-  tenant's quota refuses a completion past its daily tokens (429 insufficient_quota).
+  tenant's quota refuses a completion past its daily tokens (429 insufficient_quota);
+- a streamed reply to a client that does not read pauses and then arrives whole; clients that
+  leave mid-stream or before their session exists leave no session behind.
 """
 import asyncio
 import http.client
@@ -25,7 +27,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import KEYS, Server, check, eq, http_get, log, run_tests  # noqa: E402
+from harness import KEYS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_openai_sdk import SKIP, Tls, node, npm_ready  # noqa: E402
 from test_quotas import admin_server, make_tenant  # noqa: E402
 
@@ -209,6 +211,29 @@ def test_slow_sse_reader():
             eq(usage["completion_tokens"], ref["usage"]["completion_tokens"], "every token of the paused stream")
             eq(text, ref["choices"][0]["message"]["content"], "the paused stream's text == the eager one's")
             log(f"    paused: {paused}, {usage['completion_tokens']} tokens in {len(events)} chunks")
+    asyncio.run(go())
+
+
+def test_client_leaves_mid_stream():
+    """A client that goes away mid-stream (or before its session exists) cancels its response; the
+    session goes, nothing leaks (the sanitizer build checks at exit), the server goes on."""
+    async def go():
+        async with Server() as srv:
+            for path, body in (("/v1/chat/completions", {"messages": USER, "max_tokens": 2000}),
+                               ("/v1/responses", {"input": "story", "max_output_tokens": 2000})):
+                for read_first in (True, False):
+                    data = json.dumps(dict(body, model="tiny", stream=True)).encode()
+                    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+                    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS['acme']}\r\n"
+                              f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+                    if read_first:
+                        got = s.recv(4096)
+                        check(got.startswith(b"HTTP/1.1 200"), f"the stream started: {got[:200]!r}")
+                    s.close()
+            await wait_for(lambda: json.loads(http_get(srv.port, "/healthz")[2])["sessions"] == 0,
+                           "the left clients' sessions are gone")
+            st, b = post(srv.port, "/v1/chat/completions", {"model": "tiny", "messages": USER, "max_tokens": 2})
+            eq(st, 200, "the server goes on")
     asyncio.run(go())
 
 
