@@ -17,7 +17,11 @@ prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy deco
     cut to 0 starts again, two sequences in one batch equal each alone, sharing is refused;
   * bad files (each named validation, a wrong type, a truncated file): exit 1 with the
     named error, never a sanitizer report or a signal.
-Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe)."""
+`check_deepseek4.py generated` runs the same model checks on the generator's files in
+$FG_TEST_DATA (v4-tiny.gguf, v4-tiny-nohash.gguf; bounds adapted where their seed is not
+chosen, see model_checks) and v4-tiny-mxfp4.gguf against the reference on the median
+position, with a misread-MXFP4 reference as the negative control (mxfp4_checks).
+Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe), FG_TEST_DATA."""
 
 import os
 import shutil
