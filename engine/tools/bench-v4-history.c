@@ -103,8 +103,16 @@ int main(int argc, char **argv)
         }
     }
     int hist[MAX_HIST], n_hist = 0;
-    for (char *p = (char *)hist_arg; *p && n_hist < MAX_HIST; p += *p == ',')
-        hist[n_hist++] = (int)strtol(p, &p, 10);
+    for (const char *p = hist_arg; *p;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || n_hist == MAX_HIST || v > (1L << 30)) {
+            fprintf(stderr, "error: --history takes up to %d comma-separated token counts\n", MAX_HIST);
+            return 2;
+        }
+        hist[n_hist++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
     if (reps < 1 || reps > 32 || n_decode < 1 || threads < 1 || format < 0 || n_hist < 1) {
         fprintf(stderr, "error: --reps 1..32, --decode >= 1, --threads >= 1, a valid --kv-format, --history N,...\n");
         return 2;
