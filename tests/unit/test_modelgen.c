@@ -25,31 +25,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
-
-static char g_dir[64];
-
-static void tmp_path(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", g_dir, name);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
+#include "tests/unit/fg_test_files.h"
 
 static fg_modelgen_spec tiny(void)
 {
@@ -73,22 +49,22 @@ static void test_determinism(void)
 {
     const uint32_t types[] = {FG_GGML_F32, FG_GGML_F16, FG_GGML_BF16, FG_GGML_Q8_0};
     char a[256], b[256];
-    tmp_path(a, sizeof a, "det_a.gguf");
-    tmp_path(b, sizeof b, "det_b.gguf");
+    fg_test_path(a, sizeof a, "det_a.gguf");
+    fg_test_path(b, sizeof b, "det_b.gguf");
     for (size_t i = 0; i < 4; i++) {
         fg_modelgen_spec s = tiny();
         s.weight_type = types[i];
         if (!write_spec(&s, a) || !write_spec(&s, b))
             return;
         size_t la, lb;
-        unsigned char *pa = read_all(a, &la), *pb = read_all(b, &lb);
+        char *pa = fg_test_read_file(a, &la), *pb = fg_test_read_file(b, &lb);
         CHECK(pa && pb);
         CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) == 0, "type %u: same seed, different bytes", types[i]);
         free(pb);
         s.seed = 43;
         if (!write_spec(&s, b))
             return;
-        pb = read_all(b, &lb);
+        pb = fg_test_read_file(b, &lb);
         CHECK_MSG(pa && pb && (la != lb || memcmp(pa, pb, la) != 0), "type %u: another seed, same bytes", types[i]);
         /* the metadata is identical; only tensor data may differ */
         free(pa);
@@ -398,7 +374,7 @@ static void check_engine_loads(const fg_gguf_t *g, const fg_modelgen_spec *s)
 static void check_variant(const char *label, const fg_modelgen_spec *s)
 {
     char p[256];
-    tmp_path(p, sizeof p, "variant.gguf");
+    fg_test_path(p, sizeof p, "variant.gguf");
     if (!write_spec(s, p))
         return;
     fg_gguf_t *g = NULL;
@@ -456,8 +432,8 @@ static void test_variants(void)
 static void test_types_share_values(void)
 {
     char pf[256], pq[256];
-    tmp_path(pf, sizeof pf, "vals_f32.gguf");
-    tmp_path(pq, sizeof pq, "vals_other.gguf");
+    fg_test_path(pf, sizeof pf, "vals_f32.gguf");
+    fg_test_path(pq, sizeof pq, "vals_other.gguf");
     fg_modelgen_spec s = tiny();
     if (!write_spec(&s, pf))
         return;
@@ -601,7 +577,7 @@ static void test_counts_and_presets(void)
 
     /* a bad spec writes nothing */
     char p[256];
-    tmp_path(p, sizeof p, "bad.gguf");
+    fg_test_path(p, sizeof p, "bad.gguf");
     CHECK(fg_modelgen_write(&s, p, &d) == FG_ERR_INVALID_ARG);
     CHECK(access(p, F_OK) != 0);
 }
@@ -649,16 +625,13 @@ static void test_bpe(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/fg_modelgen_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_modelgen"))
         return 1;
-    }
     test_bpe();
     test_counts_and_presets();
     test_determinism();
     test_variants();
     test_types_share_values();
-    rmdir(g_dir);
+    rmdir(fg_test_dir);
     return TEST_DONE("test_modelgen");
 }

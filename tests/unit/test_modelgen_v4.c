@@ -22,31 +22,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
-
-static char g_dir[64];
-
-static void tmp_path(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", g_dir, name);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
+#include "tests/unit/fg_test_files.h"
 
 static fg_modelgen_spec v4_tiny(void)
 {
@@ -76,14 +52,14 @@ static int write_spec(const fg_modelgen_spec *s, const char *path)
 static void test_determinism(void)
 {
     char a[256], b[256];
-    tmp_path(a, sizeof a, "det_a.gguf");
-    tmp_path(b, sizeof b, "det_b.gguf");
+    fg_test_path(a, sizeof a, "det_a.gguf");
+    fg_test_path(b, sizeof b, "det_b.gguf");
     for (int k = 0; k < 2; k++) {
         fg_modelgen_spec s = k ? v4_tiny_converter() : v4_tiny();
         if (!write_spec(&s, a) || !write_spec(&s, b))
             return;
         size_t la, lb;
-        unsigned char *pa = read_all(a, &la), *pb = read_all(b, &lb);
+        char *pa = fg_test_read_file(a, &la), *pb = fg_test_read_file(b, &lb);
         CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) == 0, "layout %d: same seed, different bytes", k);
         free(pb);
         s.seed = 43;
@@ -91,7 +67,7 @@ static void test_determinism(void)
             free(pa);
             return;
         }
-        pb = read_all(b, &lb);
+        pb = fg_test_read_file(b, &lb);
         CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) != 0, "layout %d: another seed, same bytes", k);
         free(pa);
         free(pb);
@@ -143,8 +119,8 @@ static void expect_same_values(const fg_gguf_t *ga, const fg_gguf_t *gb)
 static void test_layouts_share_values(void)
 {
     char pf[256], pc[256];
-    tmp_path(pf, sizeof pf, "vals_f32.gguf");
-    tmp_path(pc, sizeof pc, "vals_conv.gguf");
+    fg_test_path(pf, sizeof pf, "vals_f32.gguf");
+    fg_test_path(pc, sizeof pc, "vals_conv.gguf");
     /* expert stacks of 64 x 1024 x 8 values: the encoder's 65536-value chunks
      * (modelgen.c) cross rows and tensors are several chunks long */
     fg_modelgen_spec f = v4_tiny(), c = v4_tiny_converter();
@@ -183,7 +159,7 @@ static void test_layouts_share_values(void)
 static void test_tid2eid_and_vocab(void)
 {
     char p[256];
-    tmp_path(p, sizeof p, "ids.gguf");
+    fg_test_path(p, sizeof p, "ids.gguf");
     fg_modelgen_spec s = v4_tiny();
     if (!write_spec(&s, p))
         return;
@@ -313,7 +289,7 @@ static void test_validation(void)
 
     /* a bad spec writes nothing */
     char p[256];
-    tmp_path(p, sizeof p, "bad.gguf");
+    fg_test_path(p, sizeof p, "bad.gguf");
     s = v4_tiny();
     s.v4.ratios[1] = 5;
     CHECK(fg_modelgen_write(&s, p, NULL) == FG_ERR_INVALID_ARG);
@@ -322,16 +298,13 @@ static void test_validation(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/fg_modelgen_v4_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_modelgen_v4"))
         return 1;
-    }
     test_counts();
     test_validation();
     test_determinism();
     test_layouts_share_values();
     test_tid2eid_and_vocab();
-    rmdir(g_dir);
+    rmdir(fg_test_dir);
     return TEST_DONE("test_modelgen_v4");
 }
