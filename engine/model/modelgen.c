@@ -514,54 +514,47 @@ uint32_t fg_modelgen_file_type(uint32_t wtype)
 /* Adds the general.* and deepseek2.* keys; *err_key names the key that failed. */
 static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const char **err_key)
 {
-    fg_err e = FG_OK;
 #define KEY(k) (*err_key = (k), (k))
-#define TRY(call)                                                                                                     \
-    do {                                                                                                              \
-        if ((e = (call)) != FG_OK)                                                                                    \
-            return e;                                                                                                 \
-    } while (0)
-    TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
-    TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count"), s->n_head));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count_kv"), 1)); /* MLA runs as MQA */
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.freq_base"), s->rope_freq_base));
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".attention.layer_norm_rms_epsilon"), s->rms_eps));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_used_count"), s->n_expert_used));
+    FG_TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
+    FG_TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count"), s->n_head));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count_kv"), 1)); /* MLA runs as MQA */
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.freq_base"), s->rope_freq_base));
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".attention.layer_norm_rms_epsilon"), s->rms_eps));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_used_count"), s->n_expert_used));
     if (s->n_expert_groups > 0) {
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
     }
-    TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), fg_modelgen_file_type(s->weight_type)));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), fg_modelgen_file_type(s->weight_type)));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
     if (s->q_lora_rank > 0)
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.q_lora_rank"), s->q_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.kv_lora_rank"), s->kv_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length"), s->kv_lora_rank + s->rope_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length"), s->kv_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length_mla"), s->nope_dim + s->rope_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length_mla"), s->v_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_feed_forward_length"), s->n_ff_exp));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_count"), s->n_expert));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_shared_count"), s->n_expert_shared));
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".expert_weights_scale"), s->expert_weights_scale));
-    TRY(fg_gguf_writer_add_bool(w, KEY(ARCH ".expert_weights_norm"), s->expert_weights_norm));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_gating_func"), s->gating));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.dimension_count"), s->rope_dim));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.q_lora_rank"), s->q_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.kv_lora_rank"), s->kv_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length"), s->kv_lora_rank + s->rope_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length"), s->kv_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length_mla"), s->nope_dim + s->rope_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length_mla"), s->v_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_feed_forward_length"), s->n_ff_exp));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_count"), s->n_expert));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_shared_count"), s->n_expert_shared));
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".expert_weights_scale"), s->expert_weights_scale));
+    FG_TRY(fg_gguf_writer_add_bool(w, KEY(ARCH ".expert_weights_norm"), s->expert_weights_norm));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_gating_func"), s->gating));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.dimension_count"), s->rope_dim));
     if (s->yarn_factor != 0.0f) {
-        TRY(fg_gguf_writer_add_str(w, KEY(ARCH ".rope.scaling.type"), "yarn"));
-        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.factor"), s->yarn_factor));
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.scaling.original_context_length"), s->yarn_orig_ctx));
-        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
+        FG_TRY(fg_gguf_writer_add_str(w, KEY(ARCH ".rope.scaling.type"), "yarn"));
+        FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.factor"), s->yarn_factor));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.scaling.original_context_length"), s->yarn_orig_ctx));
+        FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
     }
-    TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
     return FG_OK;
-#undef TRY
 #undef KEY
 }
 
