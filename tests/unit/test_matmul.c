@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 /* Tolerances on max|y_fast - y_ref| / max|y_ref|.
  *
@@ -83,9 +84,6 @@ static const char *wtype_name(int t)
     return "?";
 }
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst[4][2];  /* observed max normalised error per type and ISA */
 static double worst_bf16_bound; /* native BF16: observed max of error / derived bound */
 
@@ -869,19 +867,8 @@ static void test_many_bf16(void)
 int main(void)
 {
     rng_seed(0x2545f4914f6cdd1dull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_matmul: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
+    fg_test_matmul_setup("test_matmul");
     fprintf(stderr, "test_matmul: best ISA %s\n", fg_isa_name(fg_isa_best()));
-    pools[0] = NULL;
-    for (int p = 1; p <= 3; p++) {
-        pools[p] = fg_pool_create(p);
-        CHECK(pools[p] != NULL);
-    }
 
     test_errors();
     test_q8_quant_exact();
@@ -901,7 +888,6 @@ int main(void)
             fprintf(stderr,
                     "test_matmul: bf16 %-6s is vdpbf16ps: error vs the reference up to %.3g of the BF16 bound\n",
                     fg_isa_name(fast_isas[k]), worst_bf16_bound);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_matmul");
 }

@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 #define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
@@ -36,17 +37,7 @@
  * the summation noise beyond). */
 #define TOL_MXFP4 1e-5
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst_norm[2], worst_bound[2];
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* ---- the format ---- */
 
@@ -87,7 +78,7 @@ static void test_dequant_vector(void)
     fg_dequantize_row_mxfp4(blk, got, 64);
     int bad = 0;
     for (int i = 0; i < 64; i++)
-        if (bits(got[i]) != bits(want[i]) && bad++ < 5) /* bits: -0.0 for code 8 and 15 - 7 */
+        if (fg_test_bits(got[i]) != fg_test_bits(want[i]) && bad++ < 5) /* bits: -0.0 for code 8 and 15 - 7 */
             fprintf(stderr, "  value %d: %a, want %a\n", i, got[i], want[i]);
     CHECK_MSG(bad == 0, "%d dequantized values differ from the definition", bad);
     blk[0].e = 0xff;
@@ -233,7 +224,7 @@ static void test_quant_vs_rule(void)
             x[rng_u32() % 32] = ldexpf(1.0f, k); /* amax exactly 2^k: the grid's own scale */
         if (kind == 3) {
             /* amax a few ulps below a power of two, where log2f may round up */
-            const uint32_t u = bits(ldexpf(1.0f, k)) - 1 - rng_u32() % 16;
+            const uint32_t u = fg_test_bits(ldexpf(1.0f, k)) - 1 - rng_u32() % 16;
             memcpy(&x[rng_u32() % 32], &u, 4);
             x[0] = -fabsf(x[0]);
         }
@@ -750,18 +741,7 @@ static void test_errors(void)
 int main(void)
 {
     rng_seed(0x9e3779b97f4a7c15ull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_mxfp4: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
-    pools[0] = NULL;
-    for (int p = 1; p <= 3; p++) {
-        pools[p] = fg_pool_create(p);
-        CHECK(pools[p] != NULL);
-    }
+    fg_test_matmul_setup("test_mxfp4");
 
     test_e8m0();
     test_dequant_vector();
@@ -779,7 +759,6 @@ int main(void)
     for (int k = 0; k < n_fast; k++)
         printf("test_mxfp4: %-6s max normalised error %.3g, max error / derived bound %.3g\n",
                fg_isa_name(fast_isas[k]), worst_norm[k], worst_bound[k]);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_mxfp4");
 }

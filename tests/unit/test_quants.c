@@ -24,6 +24,7 @@
 #include "kernels/cpu/quants.h"
 #include "tests/unit/data/quant_vectors.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 #define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
@@ -33,17 +34,7 @@ static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYP
                             FG_WTYPE_IQ4_XS};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 static const char *tname(int t)
 {
@@ -99,7 +90,7 @@ static void test_vectors(void)
             CHECK(fg_wtype_dequantize_row(qv->type, qv->block[b], y, qv->elems) == 0);
             int bad = 0;
             for (int j = 0; j < qv->elems; j++)
-                if (bits(y[j]) != qv->values[b][j] && bad++ < 4)
+                if (fg_test_bits(y[j]) != qv->values[b][j] && bad++ < 4)
                     fprintf(stderr, "  %s block %d value %d: %a, want bits %08x\n", qv->name, b, j, y[j],
                             qv->values[b][j]);
             CHECK_MSG(bad == 0, "%s block %d: %d values differ from the definition", qv->name, b, bad);
@@ -436,15 +427,7 @@ static void test_errors(void)
 int main(void)
 {
     rng_seed(0x51ed27c1a3b5f9e7ull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_quants: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
-    for (int p = 1; p <= 3; p++)
-        pools[p] = fg_pool_create(p);
+    fg_test_matmul_setup("test_quants");
     test_vectors();
     test_decode();
     test_validate();
@@ -456,7 +439,6 @@ int main(void)
     for (int k = 0; k < n_fast; k++)
         printf("test_quants: %-6s vs scalar: max error / derived bound %.3g\n", fg_isa_name(fast_isas[k]),
                worst_bound[1 + k]);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_quants");
 }
