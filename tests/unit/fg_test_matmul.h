@@ -5,6 +5,7 @@
 #define FG_TEST_MATMUL_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/cpu/matmul.h"
 #include "tests/unit/fg_test.h"
@@ -29,6 +30,21 @@ static inline void fg_test_matmul_setup(const char *test)
         pools[p] = fg_pool_create(p);
         CHECK(pools[p] != NULL);
     }
+}
+
+/* One product of nt tokens xb on pool into yb, then each token alone (no
+ * pool) into y1: how many tokens' outputs differ in any bit. sb and s1 are
+ * scratch for nt tokens and for one. */
+static inline int fg_test_batch_differs(fg_pool_t *pool, fg_isa isa, int wtype, const void *w, int64_t ni, int64_t no,
+                                        const float *xb, int64_t nt, float *yb, void *sb, float *y1, void *s1)
+{
+    CHECK(fg_matmul(pool, isa, wtype, w, ni, no, xb, nt, yb, sb) == 0);
+    int differ = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        CHECK(fg_matmul(NULL, isa, wtype, w, ni, no, xb + t * ni, 1, y1, s1) == 0);
+        differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
+    }
+    return differ;
 }
 
 static inline void fg_test_matmul_teardown(void)

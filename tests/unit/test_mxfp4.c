@@ -576,12 +576,8 @@ static void test_batch_invariance(void)
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
                 for (int p = 1; p <= 3; p += 2) {
-                    CHECK(fg_matmul(pools[p], isa, FG_WTYPE_MXFP4, w, ni, no, xb, nt, yb, sb) == 0);
-                    int differ = 0;
-                    for (int64_t t = 0; t < nt; t++) {
-                        CHECK(fg_matmul(NULL, isa, FG_WTYPE_MXFP4, w, ni, no, xb + t * ni, 1, y1, s1) == 0);
-                        differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
-                    }
+                    const int differ =
+                        fg_test_batch_differs(pools[p], isa, FG_WTYPE_MXFP4, w, ni, no, xb, nt, yb, sb, y1, s1);
                     CHECK_MSG(differ == 0, "%s %lldx%lld pool %d: %d of %lld tokens alone differ from the batch",
                               fg_isa_name(isa), (long long)no, (long long)ni, p, differ, (long long)nt);
                 }

@@ -314,12 +314,7 @@ static void test_batch_invariance(void)
             void *sb = alloc_scratch(t, ni, nt), *s1 = alloc_scratch(t, ni, 1);
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
-                CHECK(fg_matmul(pools[2], isa, t, w, ni, no, xb, nt, yb, sb) == 0);
-                int differ = 0;
-                for (int64_t tk = 0; tk < nt; tk++) {
-                    CHECK(fg_matmul(NULL, isa, t, w, ni, no, xb + tk * ni, 1, y1, s1) == 0);
-                    differ += memcmp(y1, yb + tk * no, (size_t)no * sizeof *y1) != 0;
-                }
+                const int differ = fg_test_batch_differs(pools[2], isa, t, w, ni, no, xb, nt, yb, sb, y1, s1);
                 CHECK_MSG(differ == 0, "%s %s batch %lld: %d tokens alone differ from the batch", tname(t),
                           fg_isa_name(isa), (long long)nt, differ);
             }
