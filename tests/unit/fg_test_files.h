@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The test's own directory, made by fg_test_dir_make. */
 static char fg_test_dir[64];
@@ -50,6 +51,18 @@ static inline char *fg_test_read_file(const char *path, size_t *len)
             *len = (size_t)n;
     }
     return buf;
+}
+
+/* Compares two files: 0 the same bytes, 1 the same size but other bytes, 2
+ * other sizes, -1 when either cannot be read. */
+static inline int fg_test_compare_files(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *pa = fg_test_read_file(a, &la), *pb = fg_test_read_file(b, &lb);
+    const int r = !pa || !pb ? -1 : la != lb ? 2 : memcmp(pa, pb, la) != 0;
+    free(pa);
+    free(pb);
+    return r;
 }
 
 #endif
