@@ -128,9 +128,21 @@ fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out)
 
 /* ---- validation ---- */
 
-static bool valid_weight_type(uint32_t t)
+bool fg_modelgen_matrix_type(uint32_t t)
 {
     return t == FG_GGML_F32 || t == FG_GGML_F16 || t == FG_GGML_BF16 || t == FG_GGML_Q8_0;
+}
+
+bool fg_modelgen_positive(float v) { return isfinite(v) && v > 0.0f; }
+
+fg_err fg_modelgen_check_dims(const fg_modelgen_dim *dims, size_t n, fg_diag *diag)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dims[i].v == 0 || dims[i].v > dims[i].max)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
+                               dims[i].v, dims[i].max);
+    }
+    return FG_OK;
 }
 
 fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
@@ -144,10 +156,7 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->arch != FG_MODELGEN_DEEPSEEK2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: arch = %d must be 0 (deepseek2) or 1 (deepseek4)",
                            (int)s->arch);
-    const struct {
-        const char *field;
-        uint32_t v, max;
-    } dims[] = {
+    const fg_modelgen_dim dims[] = {
         {"n_vocab", s->n_vocab, MAX_DIM},       {"n_ctx", s->n_ctx, 1u << 30},
         {"n_embd", s->n_embd, MAX_DIM},         {"n_layer", s->n_layer, MAX_LAYERS},
         {"n_ff", s->n_ff, MAX_DIM},             {"n_head", s->n_head, 4096},
@@ -156,11 +165,7 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
         {"n_expert", s->n_expert, 4096},        {"n_expert_used", s->n_expert_used, 4096},
         {"n_expert_shared", s->n_expert_shared, 64}, {"n_ff_exp", s->n_ff_exp, MAX_DIM},
     };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        if (dims[i].v == 0 || dims[i].v > dims[i].max)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
-                               dims[i].v, dims[i].max);
-    }
+    FG_TRY(fg_modelgen_check_dims(dims, sizeof dims / sizeof dims[0], diag));
     if (s->q_lora_rank > MAX_DIM)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: q_lora_rank = %u exceeds %u", s->q_lora_rank, MAX_DIM);
     if ((uint64_t)s->n_head * (s->nope_dim + s->rope_dim) > MAX_DIM ||
@@ -198,15 +203,15 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->gating != FG_MODELGEN_GATING_SOFTMAX && s->gating != FG_MODELGEN_GATING_SIGMOID)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: gating = %u must be 1 (softmax) or 2 (sigmoid)",
                            s->gating);
-    if (!valid_weight_type(s->weight_type))
+    if (!fg_modelgen_matrix_type(s->weight_type))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: weight_type = %u must be 0 (F32), 1 (F16), 30 (BF16) or 8 (Q8_0)",
                            s->weight_type);
-    if (!(isfinite(s->rope_freq_base) && s->rope_freq_base > 0.0f))
+    if (!fg_modelgen_positive(s->rope_freq_base))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_freq_base must be positive");
-    if (!(isfinite(s->rms_eps) && s->rms_eps > 0.0f))
+    if (!fg_modelgen_positive(s->rms_eps))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rms_eps must be positive");
-    if (!(isfinite(s->expert_weights_scale) && s->expert_weights_scale > 0.0f))
+    if (!fg_modelgen_positive(s->expert_weights_scale))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: expert_weights_scale must be positive");
     if (s->yarn_factor != 0.0f) {
         if (!(isfinite(s->yarn_factor) && s->yarn_factor >= 1.0f))
