@@ -5,6 +5,7 @@
 #define FG_TEST_MATMUL_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/matmul.h"
@@ -30,6 +31,14 @@ static inline void fg_test_matmul_setup(const char *test)
         pools[p] = fg_pool_create(p);
         CHECK(pools[p] != NULL);
     }
+}
+
+/* 64-byte-aligned scratch for fg_matmul of n_tok tokens of n_in; NULL when
+ * the type needs none. */
+static inline void *fg_test_alloc_scratch(int wtype, int64_t n_in, int64_t n_tok)
+{
+    const size_t s = fg_matmul_scratch_bytes(wtype, n_in, n_tok);
+    return s ? aligned_alloc(64, (s + 63) / 64 * 64) : NULL;
 }
 
 /* One product of nt tokens xb on pool into yb, then each token alone (no

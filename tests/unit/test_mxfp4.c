@@ -345,12 +345,6 @@ static fg_block_mxfp4 *make_weights(int64_t n_in, int64_t n_out)
     return w;
 }
 
-static void *alloc_scratch(int64_t n_in, int64_t n_tok)
-{
-    const size_t s = fg_matmul_scratch_bytes(FG_WTYPE_MXFP4, n_in, n_tok);
-    return s ? aligned_alloc(64, (s + 63) / 64 * 64) : NULL;
-}
-
 /* The derived bound, per output. With c_b = 2^(e_b - 128) * d_x(b) (the same
  * f32 on every path) and the exact integer lanes of each block, both sides
  * sum the terms (lane or block integer) * c_b in f32: a sum whose every term
@@ -405,7 +399,7 @@ static void check_case(int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
     float *x = xmem + (misalign ? 1 : 0);
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5));
-    void *scratch = alloc_scratch(n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
     float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
     double *bound = malloc((size_t)ny * sizeof *bound);
@@ -501,7 +495,7 @@ static void test_exact_terms(void)
         }
         float x[64] = {127.0f};
         float y[256], yref[256];
-        void *scratch = alloc_scratch(n_in, 1);
+        void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, 1);
         CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_MXFP4, w, n_in, n_out, x, 1, yref, scratch) == 0);
         int bad = 0;
         for (int o = 0; o < 255; o++)
@@ -531,7 +525,7 @@ static void test_exact_terms(void)
         for (int64_t t = 0; t < n_tok; t++)
             x[t * n_in + t] = 0.75f; /* d_x = 0.75 / 127 in f16, q = 127 */
         float *y = malloc((size_t)(n_out * n_tok) * sizeof *y), *yref = malloc((size_t)(n_out * n_tok) * sizeof *y);
-        void *scratch = alloc_scratch(n_in, n_tok);
+        void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, n_tok);
         CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_MXFP4, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
         const float dx = fg_f16_to_f32(fg_f32_to_f16(0.75f / 127.0f));
         int bad = 0;
@@ -572,7 +566,8 @@ static void test_batch_invariance(void)
             float *y1 = malloc((size_t)no * sizeof *y1);
             for (int64_t i = 0; i < ni * nt; i++)
                 xb[i] = rng_f() * 4.0f;
-            void *sb = alloc_scratch(ni, nt), *s1 = alloc_scratch(ni, 1);
+            void *sb = fg_test_alloc_scratch(FG_WTYPE_MXFP4, ni, nt);
+            void *s1 = fg_test_alloc_scratch(FG_WTYPE_MXFP4, ni, 1);
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
                 for (int p = 1; p <= 3; p += 2) {
@@ -714,7 +709,7 @@ static void test_errors(void)
     fg_block_mxfp4 w[8];
     memset(w, 0, sizeof w);
     float x[64] = {0}, y[4];
-    void *scratch = alloc_scratch(64, 1);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, 64, 1);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_MXFP4, 64) == 34);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_MXFP4, 48) == 0);
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_MXFP4, 48, 1) == 0);

@@ -168,12 +168,6 @@ static void test_validate(void)
 
 /* ---- products ---- */
 
-static void *alloc_scratch(int t, int64_t n_in, int64_t n_tok)
-{
-    const size_t s = fg_matmul_scratch_bytes(t, n_in, n_tok);
-    return s ? aligned_alloc(64, (s + 63) / 64 * 64) : NULL;
-}
-
 static double gamma_n(double h)
 {
     return h * F32_UNIT / (1.0 - h * F32_UNIT);
@@ -241,7 +235,7 @@ static void check_case(int t, int64_t n_in, int64_t n_out, int64_t n_tok)
     float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5));
-    void *scratch = alloc_scratch(t, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(t, n_in, n_tok);
     const int64_t ny = n_out * n_tok, ng = n_in / 32;
     float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
     double *S = malloc((size_t)ny * sizeof *S), *E = malloc((size_t)ny * sizeof *E);
@@ -311,7 +305,7 @@ static void test_batch_invariance(void)
             float *y1 = malloc((size_t)no * sizeof *y1);
             for (int64_t i = 0; i < ni * nt; i++)
                 xb[i] = rng_f() * 4.0f;
-            void *sb = alloc_scratch(t, ni, nt), *s1 = alloc_scratch(t, ni, 1);
+            void *sb = fg_test_alloc_scratch(t, ni, nt), *s1 = fg_test_alloc_scratch(t, ni, 1);
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
                 const int differ = fg_test_batch_differs(pools[2], isa, t, w, ni, no, xb, nt, yb, sb, y1, s1);
@@ -408,7 +402,7 @@ static void test_errors(void)
 {
     uint8_t w[4 * 210] = {0};
     float x[512] = {0}, y[4];
-    void *scratch = alloc_scratch(FG_WTYPE_Q4_K, 512, 1);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q4_K, 512, 1);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_Q4_K, 256 + 32) == 0);
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q4_K, 512, 1) > 0);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_K, w, 256 + 32, 1, x, 1, y, scratch) == -1);
