@@ -73,4 +73,12 @@ const char *fg_err_describe(fg_err e);
 fg_err fg_diag_set(fg_diag *diag, fg_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Returns from the enclosing fg_err function when expr fails, passing its code on. */
+#define FG_TRY(expr)               \
+    do {                           \
+        fg_err fg_try_e_ = (expr); \
+        if (fg_try_e_ != FG_OK)    \
+            return fg_try_e_;      \
+    } while (0)
+
 #endif

@@ -128,9 +128,21 @@ fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out)
 
 /* ---- validation ---- */
 
-static bool valid_weight_type(uint32_t t)
+bool fg_modelgen_matrix_type(uint32_t t)
 {
     return t == FG_GGML_F32 || t == FG_GGML_F16 || t == FG_GGML_BF16 || t == FG_GGML_Q8_0;
+}
+
+bool fg_modelgen_positive(float v) { return isfinite(v) && v > 0.0f; }
+
+fg_err fg_modelgen_check_dims(const fg_modelgen_dim *dims, size_t n, fg_diag *diag)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dims[i].v == 0 || dims[i].v > dims[i].max)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
+                               dims[i].v, dims[i].max);
+    }
+    return FG_OK;
 }
 
 fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
@@ -144,10 +156,7 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->arch != FG_MODELGEN_DEEPSEEK2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: arch = %d must be 0 (deepseek2) or 1 (deepseek4)",
                            (int)s->arch);
-    const struct {
-        const char *field;
-        uint32_t v, max;
-    } dims[] = {
+    const fg_modelgen_dim dims[] = {
         {"n_vocab", s->n_vocab, MAX_DIM},       {"n_ctx", s->n_ctx, 1u << 30},
         {"n_embd", s->n_embd, MAX_DIM},         {"n_layer", s->n_layer, MAX_LAYERS},
         {"n_ff", s->n_ff, MAX_DIM},             {"n_head", s->n_head, 4096},
@@ -156,11 +165,7 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
         {"n_expert", s->n_expert, 4096},        {"n_expert_used", s->n_expert_used, 4096},
         {"n_expert_shared", s->n_expert_shared, 64}, {"n_ff_exp", s->n_ff_exp, MAX_DIM},
     };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        if (dims[i].v == 0 || dims[i].v > dims[i].max)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
-                               dims[i].v, dims[i].max);
-    }
+    FG_TRY(fg_modelgen_check_dims(dims, sizeof dims / sizeof dims[0], diag));
     if (s->q_lora_rank > MAX_DIM)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: q_lora_rank = %u exceeds %u", s->q_lora_rank, MAX_DIM);
     if ((uint64_t)s->n_head * (s->nope_dim + s->rope_dim) > MAX_DIM ||
@@ -198,15 +203,15 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->gating != FG_MODELGEN_GATING_SOFTMAX && s->gating != FG_MODELGEN_GATING_SIGMOID)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: gating = %u must be 1 (softmax) or 2 (sigmoid)",
                            s->gating);
-    if (!valid_weight_type(s->weight_type))
+    if (!fg_modelgen_matrix_type(s->weight_type))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: weight_type = %u must be 0 (F32), 1 (F16), 30 (BF16) or 8 (Q8_0)",
                            s->weight_type);
-    if (!(isfinite(s->rope_freq_base) && s->rope_freq_base > 0.0f))
+    if (!fg_modelgen_positive(s->rope_freq_base))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_freq_base must be positive");
-    if (!(isfinite(s->rms_eps) && s->rms_eps > 0.0f))
+    if (!fg_modelgen_positive(s->rms_eps))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rms_eps must be positive");
-    if (!(isfinite(s->expert_weights_scale) && s->expert_weights_scale > 0.0f))
+    if (!fg_modelgen_positive(s->expert_weights_scale))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: expert_weights_scale must be positive");
     if (s->yarn_factor != 0.0f) {
         if (!(isfinite(s->yarn_factor) && s->yarn_factor >= 1.0f))
@@ -514,54 +519,47 @@ uint32_t fg_modelgen_file_type(uint32_t wtype)
 /* Adds the general.* and deepseek2.* keys; *err_key names the key that failed. */
 static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const char **err_key)
 {
-    fg_err e = FG_OK;
 #define KEY(k) (*err_key = (k), (k))
-#define TRY(call)                                                                                                     \
-    do {                                                                                                              \
-        if ((e = (call)) != FG_OK)                                                                                    \
-            return e;                                                                                                 \
-    } while (0)
-    TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
-    TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count"), s->n_head));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count_kv"), 1)); /* MLA runs as MQA */
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.freq_base"), s->rope_freq_base));
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".attention.layer_norm_rms_epsilon"), s->rms_eps));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_used_count"), s->n_expert_used));
+    FG_TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
+    FG_TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count"), s->n_head));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.head_count_kv"), 1)); /* MLA runs as MQA */
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.freq_base"), s->rope_freq_base));
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".attention.layer_norm_rms_epsilon"), s->rms_eps));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_used_count"), s->n_expert_used));
     if (s->n_expert_groups > 0) {
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_count"), s->n_expert_groups));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_group_used_count"), s->n_expert_groups_used));
     }
-    TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), fg_modelgen_file_type(s->weight_type)));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY("general.file_type"), fg_modelgen_file_type(s->weight_type)));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".leading_dense_block_count"), s->n_layer_dense_lead));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".vocab_size"), s->n_vocab));
     if (s->q_lora_rank > 0)
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.q_lora_rank"), s->q_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.kv_lora_rank"), s->kv_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length"), s->kv_lora_rank + s->rope_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length"), s->kv_lora_rank));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length_mla"), s->nope_dim + s->rope_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length_mla"), s->v_dim));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_feed_forward_length"), s->n_ff_exp));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_count"), s->n_expert));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_shared_count"), s->n_expert_shared));
-    TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".expert_weights_scale"), s->expert_weights_scale));
-    TRY(fg_gguf_writer_add_bool(w, KEY(ARCH ".expert_weights_norm"), s->expert_weights_norm));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_gating_func"), s->gating));
-    TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.dimension_count"), s->rope_dim));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.q_lora_rank"), s->q_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.kv_lora_rank"), s->kv_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length"), s->kv_lora_rank + s->rope_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length"), s->kv_lora_rank));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.key_length_mla"), s->nope_dim + s->rope_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".attention.value_length_mla"), s->v_dim));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_feed_forward_length"), s->n_ff_exp));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_count"), s->n_expert));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_shared_count"), s->n_expert_shared));
+    FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".expert_weights_scale"), s->expert_weights_scale));
+    FG_TRY(fg_gguf_writer_add_bool(w, KEY(ARCH ".expert_weights_norm"), s->expert_weights_norm));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".expert_gating_func"), s->gating));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.dimension_count"), s->rope_dim));
     if (s->yarn_factor != 0.0f) {
-        TRY(fg_gguf_writer_add_str(w, KEY(ARCH ".rope.scaling.type"), "yarn"));
-        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.factor"), s->yarn_factor));
-        TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.scaling.original_context_length"), s->yarn_orig_ctx));
-        TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
+        FG_TRY(fg_gguf_writer_add_str(w, KEY(ARCH ".rope.scaling.type"), "yarn"));
+        FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.factor"), s->yarn_factor));
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".rope.scaling.original_context_length"), s->yarn_orig_ctx));
+        FG_TRY(fg_gguf_writer_add_f32(w, KEY(ARCH ".rope.scaling.yarn_log_multiplier"), s->yarn_log_mul));
     }
-    TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY("general.quantization_version"), 2));
     return FG_OK;
-#undef TRY
 #undef KEY
 }
 

@@ -11,6 +11,7 @@
 #define FG_MODELGEN_PLAN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config/fg_error.h"
@@ -43,6 +44,21 @@ void fg_modelgen_emit_norm(fg_modelgen_visit_fn fn, void *ctx, const char *name,
 /* The type a matrix of rows ne0 is stored in: a 32-element block type (Q8_0,
  * MXFP4) whose rows do not fill whole blocks falls back to F16. */
 uint32_t fg_modelgen_block_type(uint32_t type, int64_t ne0);
+/* One spec field's range check for fg_modelgen_check_dims: 1..max. */
+typedef struct fg_modelgen_dim {
+    const char *field;
+    uint32_t v, max;
+} fg_modelgen_dim;
+
+/* FG_ERR_INVALID_ARG naming the first of n fields outside 1..max, else FG_OK. */
+fg_err fg_modelgen_check_dims(const fg_modelgen_dim *dims, size_t n, fg_diag *diag);
+
+/* F32, F16, BF16 or Q8_0: the types the generator stores a matrix in. */
+bool fg_modelgen_matrix_type(uint32_t type);
+
+/* Finite and > 0. */
+bool fg_modelgen_positive(float v);
+
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a matrix type. */
 uint32_t fg_modelgen_file_type(uint32_t weight_type);
 

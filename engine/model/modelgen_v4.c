@@ -124,23 +124,10 @@ bool fg_modelgen_v4_preset(const char *name, fg_modelgen_spec *out)
 
 /* ---- validation ---- */
 
-static bool float_type(uint32_t t)
-{
-    return t == FG_GGML_F32 || t == FG_GGML_F16 || t == FG_GGML_BF16 || t == FG_GGML_Q8_0;
-}
-
-static bool positive(float v)
-{
-    return isfinite(v) && v > 0.0f;
-}
-
 fg_err fg_modelgen_v4_validate(const fg_modelgen_spec *s, fg_diag *diag)
 {
     const fg_modelgen_v4 *v = &s->v4;
-    const struct {
-        const char *field;
-        uint32_t v, max;
-    } dims[] = {
+    const fg_modelgen_dim dims[] = {
         {"n_vocab", s->n_vocab, MAX_DIM},
         {"n_ctx", s->n_ctx, 1u << 30},
         {"n_embd", s->n_embd, MAX_DIM / HC},
@@ -161,11 +148,7 @@ fg_err fg_modelgen_v4_validate(const fg_modelgen_spec *s, fg_diag *diag)
         {"v4.out_lora_rank", v->out_lora_rank, MAX_DIM},
         {"v4.hc_sinkhorn_iters", v->hc_sinkhorn_iters, 1000},
     };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        if (dims[i].v == 0 || dims[i].v > dims[i].max)
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: %s = %u must be in 1..%u", dims[i].field,
-                               dims[i].v, dims[i].max);
-    }
+    FG_TRY(fg_modelgen_check_dims(dims, sizeof dims / sizeof dims[0], diag));
     /* what deepseek2 has and a deepseek4 file has no key or tensor for */
     const struct {
         const char *field;
@@ -223,21 +206,21 @@ fg_err fg_modelgen_v4_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->gating != FG_MODELGEN_GATING_SQRT_SOFTPLUS)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: deepseek4 gating = %u must be 4 (sqrt-softplus)",
                            s->gating);
-    if (!float_type(s->weight_type) || !float_type(v->embd_type))
+    if (!fg_modelgen_matrix_type(s->weight_type) || !fg_modelgen_matrix_type(v->embd_type))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: weight_type = %u and v4.embd_type = %u must be 0 (F32), 1 (F16), 30 (BF16) or "
                            "8 (Q8_0)",
                            s->weight_type, v->embd_type);
-    if (!float_type(v->expert_type) && v->expert_type != FG_GGML_MXFP4)
+    if (!fg_modelgen_matrix_type(v->expert_type) && v->expert_type != FG_GGML_MXFP4)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: v4.expert_type = %u must be 0 (F32), 1 (F16), 30 (BF16), 8 (Q8_0) or 39 (MXFP4)",
                            v->expert_type);
-    if (!positive(s->rope_freq_base) || !positive(v->compress_rope_base))
+    if (!fg_modelgen_positive(s->rope_freq_base) || !fg_modelgen_positive(v->compress_rope_base))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_freq_base and v4.compress_rope_base must be "
                                                      "positive");
-    if (!positive(s->rms_eps) || !positive(v->hc_eps))
+    if (!fg_modelgen_positive(s->rms_eps) || !fg_modelgen_positive(v->hc_eps))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rms_eps and v4.hc_eps must be positive");
-    if (!positive(s->expert_weights_scale))
+    if (!fg_modelgen_positive(s->expert_weights_scale))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: expert_weights_scale must be positive");
     if (!(isfinite(v->swiglu_clamp) && v->swiglu_clamp >= 0.0f))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: v4.swiglu_clamp must be >= 0 (0: no clamp)");
@@ -246,7 +229,7 @@ fg_err fg_modelgen_v4_validate(const fg_modelgen_spec *s, fg_diag *diag)
             return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: yarn_factor must be 0 (off) or >= 1");
         if (s->yarn_orig_ctx == 0)
             return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: yarn_orig_ctx must be set with yarn_factor");
-        if (!positive(v->yarn_beta_fast) || !positive(v->yarn_beta_slow))
+        if (!fg_modelgen_positive(v->yarn_beta_fast) || !fg_modelgen_positive(v->yarn_beta_slow))
             return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: v4.yarn_beta_fast and _slow must be positive");
     }
     return FG_OK;

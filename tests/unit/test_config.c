@@ -22,6 +22,7 @@
 #include "config/fg_config.h"
 #include "engine/ep/ep_transport.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_files.h"
 
 #define DEV_KEY "fg-dev-key-change-me-0001"
 #define KEY_A "acme-key-0123456789abcdef"
@@ -29,33 +30,6 @@
 #define KEY_B "beta-key-0123456789abcdef"
 
 /* ---- helpers ---- */
-
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    size_t got;
-    while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
-}
 
 static void write_file(const char *path, const char *text)
 {
@@ -676,7 +650,7 @@ static void test_reference(const char *src)
     if (src) {
         char path[4096];
         snprintf(path, sizeof path, "%s/docs/config.md", src);
-        char *doc = read_all(path);
+        char *doc = fg_test_read_file(path, NULL);
         CHECK_MSG(doc != NULL, "cannot read %s", path);
         if (doc) {
             check_covers(doc, "docs/config.md");

@@ -23,36 +23,12 @@
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
 #include "tests/unit/fg_test.h"
-
-static char tmp_dir[64];
-
-static void tmp_path(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tmp_dir, name);
-}
+#include "tests/unit/fg_test_files.h"
 
 static bool file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
 }
 
 /* ------------------------------------------------------------ raw builder */
@@ -206,7 +182,7 @@ static uint8_t rt_byte(size_t t, uint64_t i)
 static void test_round_trip(void)
 {
     char path[128];
-    tmp_path(path, sizeof path, "rt.gguf");
+    fg_test_path(path, sizeof path, "rt.gguf");
     fg_gguf_writer_t *w;
     fg_diag d = {{0}};
     CHECK(fg_gguf_writer_create(path, 64, &w, &d) == FG_OK);
@@ -463,7 +439,7 @@ static void test_all_types(void)
 static void writer_file(const char *name, rb *out, void (*fill)(fg_gguf_writer_t *w))
 {
     char path[128];
-    tmp_path(path, sizeof path, name);
+    fg_test_path(path, sizeof path, name);
     fg_gguf_writer_t *w;
     fg_diag d = {{0}};
     if (fg_gguf_writer_create(path, 0, &w, &d) != FG_OK) {
@@ -478,7 +454,7 @@ static void writer_file(const char *name, rb *out, void (*fill)(fg_gguf_writer_t
     CHECK_MSG(fg_gguf_writer_finish(w, &d) == FG_OK, "%s", d.msg);
     fg_gguf_writer_destroy(w);
     size_t len = 0;
-    uint8_t *p = read_file(path, &len);
+    uint8_t *p = (uint8_t *)fg_test_read_file(path, &len);
     CHECK(p != NULL);
     out->p = p;
     out->len = out->cap = len;
@@ -697,10 +673,10 @@ static void test_files_and_writer(void)
     fg_gguf_t *g = NULL;
     fg_diag d = {{0}};
 
-    tmp_path(path, sizeof path, "missing.gguf");
+    fg_test_path(path, sizeof path, "missing.gguf");
     CHECK(fg_gguf_open_file(path, &g, &d) == FG_ERR_IO && d.msg[0] && !g);
-    CHECK(fg_gguf_open_file(tmp_dir, &g, &d) == FG_ERR_IO && !g);
-    tmp_path(path, sizeof path, "empty.gguf");
+    CHECK(fg_gguf_open_file(fg_test_dir, &g, &d) == FG_ERR_IO && !g);
+    fg_test_path(path, sizeof path, "empty.gguf");
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     if (f)
@@ -711,9 +687,9 @@ static void test_files_and_writer(void)
     CHECK(fg_gguf_open_memory(NULL, 4, &g, &d) == FG_ERR_INVALID_ARG);
 
     fg_gguf_writer_t *w = NULL;
-    tmp_path(path, sizeof path, "nodir/x.gguf");
+    fg_test_path(path, sizeof path, "nodir/x.gguf");
     CHECK(fg_gguf_writer_create(path, 0, &w, &d) == FG_ERR_IO && !w);
-    tmp_path(path, sizeof path, "w.gguf");
+    fg_test_path(path, sizeof path, "w.gguf");
     CHECK(fg_gguf_writer_create(path, 48, &w, &d) == FG_ERR_INVALID_ARG);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
 
@@ -824,28 +800,25 @@ static void test_type_table(void)
 
 static void remove_tmp_dir(void)
 {
-    DIR *dir = opendir(tmp_dir);
+    DIR *dir = opendir(fg_test_dir);
     if (dir) {
         struct dirent *de;
         char path[512];
         while ((de = readdir(dir)))
             if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%s", tmp_dir, de->d_name);
+                snprintf(path, sizeof path, "%s/%s", fg_test_dir, de->d_name);
                 CHECK_MSG(0, "left behind: %s", path);
                 unlink(path);
             }
         closedir(dir);
     }
-    rmdir(tmp_dir);
+    rmdir(fg_test_dir);
 }
 
 int main(void)
 {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/fg_test_gguf_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_test_gguf"))
         return 1;
-    }
     test_type_table();
     test_type_table_current();
     test_round_trip();

@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 /* Tolerances on max|y_fast - y_ref| / max|y_ref|.
  *
@@ -83,9 +84,6 @@ static const char *wtype_name(int t)
     return "?";
 }
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst[4][2];  /* observed max normalised error per type and ISA */
 static double worst_bf16_bound; /* native BF16: observed max of error / derived bound */
 
@@ -123,14 +121,6 @@ static void *make_weights(int wtype, int64_t n_in, int64_t n_out, size_t *bytes)
     return w;
 }
 
-static void *alloc_scratch(int wtype, int64_t n_in, int64_t n_tok)
-{
-    size_t s = fg_matmul_scratch_bytes(wtype, n_in, n_tok);
-    if (s == 0)
-        return NULL;
-    return aligned_alloc(64, (s + 63) / 64 * 64);
-}
-
 static int type_index(int wtype)
 {
     for (int i = 0; i < 4; i++)
@@ -155,7 +145,7 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5)); /* block magnitudes vary */
 
-    void *scratch = alloc_scratch(wtype, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(wtype, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
     float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
 
@@ -324,7 +314,7 @@ static void test_q8_quant_exact(void)
     for (int64_t i = 0; i < 32; i++)
         x[3 * n_in + i] = 1e7f * (float)(i + 1);
 
-    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q8_0, n_in, n_tok);
     float *yref = malloc((size_t)(n_out * n_tok) * sizeof *yref), *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
     CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
     /* spot-check the reference itself: token 0 holds the rounded halves */
@@ -369,7 +359,7 @@ static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
     float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f();
-    void *scratch = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
     float *yref = fg_test_alloc_guarded(ny), *yp = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny), *y1 = fg_test_alloc_guarded(ny);
     CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref + GUARD, scratch) == 0);
@@ -400,7 +390,7 @@ static void check_p16_case(int64_t n_in, int64_t n_out, int64_t n_tok)
                 /* each token alone gives its row of the batch bit for bit: a token's
                  * products do not depend on the batch it runs in */
                 float *yt = malloc((size_t)n_out * sizeof *yt);
-                void *sc1 = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, 1);
+                void *sc1 = fg_test_alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, 1);
                 for (int64_t t = 0; t < n_tok; t++) {
                     CHECK(fg_matmul(NULL, fast_isas[k], FG_WTYPE_Q8_0_P16, wp, n_in, n_out, x + t * n_in, 1, yt,
                                     sc1) == 0);
@@ -452,7 +442,7 @@ static void test_q8_p16(void)
             x[i] = rng_f() * 3.0f;
         x[5] = 0.5f; /* a tie */
         x[6] = 127.0f;
-        void *scratch = alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
+        void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q8_0_P16, n_in, n_tok);
         float *yref = malloc((size_t)(n_out * n_tok) * sizeof *yref), *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
         CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_Q8_0, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
         for (int k = 0; k < n_fast; k++) {
@@ -473,7 +463,7 @@ static void test_q8_p16(void)
     CHECK(fg_matmul_q8_p16_bytes(64, 8) == 0);
     CHECK(fg_matmul_q8_p16_bytes(48, 16) == 0);
     float xx[64] = {0}, yy[24];
-    void *sc = alloc_scratch(FG_WTYPE_Q8_0_P16, 64, 1);
+    void *sc = fg_test_alloc_scratch(FG_WTYPE_Q8_0_P16, 64, 1);
     uint8_t wq[24 * 68] = {0}, wq_packed[24 * 68];
     CHECK(fg_matmul_pack_q8_p16(wq, 64, 24, wq_packed) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q8_0_P16, wq, 64, 24, xx, 1, yy, sc) == -1); /* n_out not x16 */
@@ -504,7 +494,7 @@ static void test_many(void)
     float *x = malloc((size_t)N_IN * MAX_TOK * sizeof *x);
     for (int i = 0; i < N_IN * MAX_TOK; i++)
         x[i] = rng_f() * 2.0f;
-    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
     const size_t scratch_bytes = fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, N_IN, MAX_TOK);
     float *alone[N_OPS], *many[N_OPS];
     for (int i = 0; i < N_OPS; i++) {
@@ -642,7 +632,7 @@ static void test_nan_propagation(void)
             x[n_in + n_in - 1] = NAN;  /* token 1, last element: in the tail for n_in = 100 */
             x[2 * n_in + 3] = INFINITY; /* token 2 */
             float y[21];
-            void *scratch = alloc_scratch(wtypes[ti], n_in, n_tok); /* BF16: x rounded to BF16 */
+            void *scratch = fg_test_alloc_scratch(wtypes[ti], n_in, n_tok); /* BF16: x rounded to BF16 */
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
                 CHECK(fg_matmul(pools[2], isa, wtypes[ti], w, n_in, n_out, x, n_tok, y, scratch) == 0);
@@ -701,7 +691,7 @@ static void test_bf16_native(void)
         memcpy(&x[i], &special[i], 4);
     const uint32_t denormal = 0x00400000u;
     memcpy(&x[n_in + 7], &denormal, 4);
-    void *scratch = alloc_scratch(FG_WTYPE_BF16, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_BF16, n_in, n_tok);
     float *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
     CHECK(fg_matmul(pools[2], isa, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch) == 0);
     int bad = 0;
@@ -734,14 +724,10 @@ static void test_bf16_native(void)
             float *y1 = malloc((size_t)no * sizeof *y1);
             for (int64_t i = 0; i < ni * nt; i++)
                 xb[i] = rng_f() * 4.0f;
-            void *sb = alloc_scratch(FG_WTYPE_BF16, ni, nt), *s1 = alloc_scratch(FG_WTYPE_BF16, ni, 1);
+            void *sb = fg_test_alloc_scratch(FG_WTYPE_BF16, ni, nt), *s1 = fg_test_alloc_scratch(FG_WTYPE_BF16, ni, 1);
             for (int p = 1; p <= 3; p++) {
-                CHECK(fg_matmul(pools[p], isa, FG_WTYPE_BF16, wr, ni, no, xb, nt, yb, sb) == 0);
-                int differ = 0;
-                for (int64_t t = 0; t < nt; t++) {
-                    CHECK(fg_matmul(NULL, isa, FG_WTYPE_BF16, wr, ni, no, xb + t * ni, 1, y1, s1) == 0);
-                    differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
-                }
+                const int differ =
+                    fg_test_batch_differs(pools[p], isa, FG_WTYPE_BF16, wr, ni, no, xb, nt, yb, sb, y1, s1);
                 CHECK_MSG(differ == 0,
                           "bf16 %lldx%lld pool %d: %d of %lld tokens alone differ from their row in the batch",
                           (long long)no, (long long)ni, p, differ, (long long)nt);
@@ -765,7 +751,7 @@ static void test_errors(void)
     float w[64 * 4] = {0};
     fg_block_q8_0 wq[8];
     memset(wq, 0, sizeof wq);
-    void *scratch = alloc_scratch(FG_WTYPE_Q8_0, 64, 1);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q8_0, 64, 1);
     float *yy = y + GUARD;
 
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, 2, w, 64, 4, x, 1, yy, NULL) == -1);  /* Q4_1: not ours */
@@ -869,19 +855,8 @@ static void test_many_bf16(void)
 int main(void)
 {
     rng_seed(0x2545f4914f6cdd1dull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_matmul: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
+    fg_test_matmul_setup("test_matmul");
     fprintf(stderr, "test_matmul: best ISA %s\n", fg_isa_name(fg_isa_best()));
-    pools[0] = NULL;
-    for (int p = 1; p <= 3; p++) {
-        pools[p] = fg_pool_create(p);
-        CHECK(pools[p] != NULL);
-    }
 
     test_errors();
     test_q8_quant_exact();
@@ -901,7 +876,6 @@ int main(void)
             fprintf(stderr,
                     "test_matmul: bf16 %-6s is vdpbf16ps: error vs the reference up to %.3g of the BF16 bound\n",
                     fg_isa_name(fast_isas[k]), worst_bf16_bound);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_matmul");
 }

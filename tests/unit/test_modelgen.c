@@ -25,47 +25,8 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
-
-static char g_dir[64];
-
-static void tmp_path(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", g_dir, name);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
-static fg_modelgen_spec tiny(void)
-{
-    fg_modelgen_spec s;
-    fg_err e = fg_modelgen_preset("tiny", &s);
-    CHECK(e == FG_OK);
-    return s;
-}
-
-static int write_spec(const fg_modelgen_spec *s, const char *path)
-{
-    fg_diag d = {{0}};
-    fg_err e = fg_modelgen_write(s, path, &d);
-    CHECK_MSG(e == FG_OK, "write %s: %s", path, d.msg);
-    return e == FG_OK;
-}
+#include "tests/unit/fg_test_files.h"
+#include "tests/unit/fg_test_modelgen.h"
 
 /* ---- determinism ---- */
 
@@ -73,26 +34,22 @@ static void test_determinism(void)
 {
     const uint32_t types[] = {FG_GGML_F32, FG_GGML_F16, FG_GGML_BF16, FG_GGML_Q8_0};
     char a[256], b[256];
-    tmp_path(a, sizeof a, "det_a.gguf");
-    tmp_path(b, sizeof b, "det_b.gguf");
+    fg_test_path(a, sizeof a, "det_a.gguf");
+    fg_test_path(b, sizeof b, "det_b.gguf");
     for (size_t i = 0; i < 4; i++) {
-        fg_modelgen_spec s = tiny();
+        fg_modelgen_spec s = fg_test_preset("tiny");
         s.weight_type = types[i];
-        if (!write_spec(&s, a) || !write_spec(&s, b))
+        if (!fg_test_write_spec(&s, a) || !fg_test_write_spec(&s, b))
             return;
-        size_t la, lb;
-        unsigned char *pa = read_all(a, &la), *pb = read_all(b, &lb);
-        CHECK(pa && pb);
-        CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) == 0, "type %u: same seed, different bytes", types[i]);
-        free(pb);
+        int cmp = fg_test_compare_files(a, b);
+        CHECK(cmp >= 0);
+        CHECK_MSG(cmp == 0, "type %u: same seed, different bytes", types[i]);
         s.seed = 43;
-        if (!write_spec(&s, b))
+        if (!fg_test_write_spec(&s, b))
             return;
-        pb = read_all(b, &lb);
-        CHECK_MSG(pa && pb && (la != lb || memcmp(pa, pb, la) != 0), "type %u: another seed, same bytes", types[i]);
+        cmp = fg_test_compare_files(a, b);
+        CHECK_MSG(cmp > 0, "type %u: another seed, same bytes", types[i]);
         /* the metadata is identical; only tensor data may differ */
-        free(pa);
-        free(pb);
     }
     unlink(a);
     unlink(b);
@@ -398,8 +355,8 @@ static void check_engine_loads(const fg_gguf_t *g, const fg_modelgen_spec *s)
 static void check_variant(const char *label, const fg_modelgen_spec *s)
 {
     char p[256];
-    tmp_path(p, sizeof p, "variant.gguf");
-    if (!write_spec(s, p))
+    fg_test_path(p, sizeof p, "variant.gguf");
+    if (!fg_test_write_spec(s, p))
         return;
     fg_gguf_t *g = NULL;
     fg_diag d = {{0}};
@@ -420,30 +377,30 @@ static void check_variant(const char *label, const fg_modelgen_spec *s)
 
 static void test_variants(void)
 {
-    fg_modelgen_spec s = tiny();
+    fg_modelgen_spec s = fg_test_preset("tiny");
     check_variant("tiny", &s);
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.q_lora_rank = 0;
     check_variant("tiny --no-q-lora", &s);
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.tied_embeddings = true;
     check_variant("tiny --tied", &s);
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.n_expert_groups = 4;
     s.n_expert_groups_used = 2;
     check_variant("tiny --groups 4:2", &s);
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.gating = FG_MODELGEN_GATING_SOFTMAX;
     s.q_lora_rank = 0;
     s.tied_embeddings = true;
     s.weight_type = FG_GGML_Q8_0;
     check_variant("tiny softmax lite tied q8_0", &s);
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.yarn_factor = 4.0f;
     s.yarn_orig_ctx = s.n_ctx;
     s.n_ctx *= 4;
@@ -456,10 +413,10 @@ static void test_variants(void)
 static void test_types_share_values(void)
 {
     char pf[256], pq[256];
-    tmp_path(pf, sizeof pf, "vals_f32.gguf");
-    tmp_path(pq, sizeof pq, "vals_other.gguf");
-    fg_modelgen_spec s = tiny();
-    if (!write_spec(&s, pf))
+    fg_test_path(pf, sizeof pf, "vals_f32.gguf");
+    fg_test_path(pq, sizeof pq, "vals_other.gguf");
+    fg_modelgen_spec s = fg_test_preset("tiny");
+    if (!fg_test_write_spec(&s, pf))
         return;
     fg_gguf_t *gf = NULL;
     CHECK(fg_gguf_open_file(pf, &gf, NULL) == FG_OK);
@@ -494,7 +451,7 @@ static void test_types_share_values(void)
     const uint32_t types[] = {FG_GGML_F16, FG_GGML_BF16, FG_GGML_Q8_0};
     for (size_t k = 0; k < 3; k++) {
         s.weight_type = types[k];
-        if (!write_spec(&s, pq))
+        if (!fg_test_write_spec(&s, pq))
             break;
         fg_gguf_t *gq = NULL;
         CHECK(fg_gguf_open_file(pq, &gq, NULL) == FG_OK);
@@ -566,7 +523,7 @@ static void test_counts_and_presets(void)
     uint64_t experts = 7ull * 3 * 64 * 1024 * 256;
     CHECK(total - active == experts / 64 * (64 - 6));
 
-    s = tiny();
+    s = fg_test_preset("tiny");
     fg_modelgen_param_counts(&s, &total, &active);
     CHECK_MSG(total >= 1000000ull && total <= 3000000ull, "tiny total %llu", (unsigned long long)total);
     CHECK(active < total);
@@ -575,33 +532,33 @@ static void test_counts_and_presets(void)
     CHECK(fg_modelgen_preset(NULL, &s) == FG_ERR_INVALID_ARG);
 
     fg_diag d = {{0}};
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.rope_dim = 15;
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "rope_dim"));
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.n_expert_groups = 3; /* does not divide 16 */
     s.n_expert_groups_used = 1;
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.n_expert_groups = 8;
     s.n_expert_groups_used = 1; /* top-4 from one group of 2 */
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.weight_type = 2; /* Q4_0 */
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.n_layer_dense_lead = 5;
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.n_vocab = 257;
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
-    s = tiny();
+    s = fg_test_preset("tiny");
     s.yarn_factor = 4.0f; /* without the original context */
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
 
     /* a bad spec writes nothing */
     char p[256];
-    tmp_path(p, sizeof p, "bad.gguf");
+    fg_test_path(p, sizeof p, "bad.gguf");
     CHECK(fg_modelgen_write(&s, p, &d) == FG_ERR_INVALID_ARG);
     CHECK(access(p, F_OK) != 0);
 }
@@ -649,16 +606,13 @@ static void test_bpe(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/fg_modelgen_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_modelgen"))
         return 1;
-    }
     test_bpe();
     test_counts_and_presets();
     test_determinism();
     test_variants();
     test_types_share_values();
-    rmdir(g_dir);
+    rmdir(fg_test_dir);
     return TEST_DONE("test_modelgen");
 }

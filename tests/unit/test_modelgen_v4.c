@@ -22,79 +22,33 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
-
-static char g_dir[64];
-
-static void tmp_path(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", g_dir, name);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
-static fg_modelgen_spec v4_tiny(void)
-{
-    fg_modelgen_spec s;
-    CHECK(fg_modelgen_preset("v4-tiny", &s) == FG_OK);
-    return s;
-}
+#include "tests/unit/fg_test_files.h"
+#include "tests/unit/fg_test_modelgen.h"
 
 /* v4-tiny in the types llama.cpp's converter writes (v4-mini's layout) */
 static fg_modelgen_spec v4_tiny_converter(void)
 {
-    fg_modelgen_spec s = v4_tiny();
+    fg_modelgen_spec s = fg_test_preset("v4-tiny");
     s.weight_type = FG_GGML_Q8_0;
     s.v4.embd_type = FG_GGML_BF16;
     s.v4.expert_type = FG_GGML_MXFP4;
     return s;
 }
 
-static int write_spec(const fg_modelgen_spec *s, const char *path)
-{
-    fg_diag d = {{0}};
-    fg_err e = fg_modelgen_write(s, path, &d);
-    CHECK_MSG(e == FG_OK, "write %s: %s", path, d.msg);
-    return e == FG_OK;
-}
-
 static void test_determinism(void)
 {
     char a[256], b[256];
-    tmp_path(a, sizeof a, "det_a.gguf");
-    tmp_path(b, sizeof b, "det_b.gguf");
+    fg_test_path(a, sizeof a, "det_a.gguf");
+    fg_test_path(b, sizeof b, "det_b.gguf");
     for (int k = 0; k < 2; k++) {
-        fg_modelgen_spec s = k ? v4_tiny_converter() : v4_tiny();
-        if (!write_spec(&s, a) || !write_spec(&s, b))
+        fg_modelgen_spec s = k ? v4_tiny_converter() : fg_test_preset("v4-tiny");
+        if (!fg_test_write_spec(&s, a) || !fg_test_write_spec(&s, b))
             return;
-        size_t la, lb;
-        unsigned char *pa = read_all(a, &la), *pb = read_all(b, &lb);
-        CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) == 0, "layout %d: same seed, different bytes", k);
-        free(pb);
+        CHECK_MSG(fg_test_compare_files(a, b) == 0, "layout %d: same seed, different bytes", k);
         s.seed = 43;
-        if (!write_spec(&s, b)) {
-            free(pa);
+        if (!fg_test_write_spec(&s, b))
             return;
-        }
-        pb = read_all(b, &lb);
-        CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) != 0, "layout %d: another seed, same bytes", k);
-        free(pa);
-        free(pb);
+        CHECK_MSG(fg_test_compare_files(a, b) == 1, "layout %d: another seed, same bytes", k);
     }
     unlink(a);
     unlink(b);
@@ -143,13 +97,13 @@ static void expect_same_values(const fg_gguf_t *ga, const fg_gguf_t *gb)
 static void test_layouts_share_values(void)
 {
     char pf[256], pc[256];
-    tmp_path(pf, sizeof pf, "vals_f32.gguf");
-    tmp_path(pc, sizeof pc, "vals_conv.gguf");
+    fg_test_path(pf, sizeof pf, "vals_f32.gguf");
+    fg_test_path(pc, sizeof pc, "vals_conv.gguf");
     /* expert stacks of 64 x 1024 x 8 values: the encoder's 65536-value chunks
      * (modelgen.c) cross rows and tensors are several chunks long */
-    fg_modelgen_spec f = v4_tiny(), c = v4_tiny_converter();
+    fg_modelgen_spec f = fg_test_preset("v4-tiny"), c = v4_tiny_converter();
     f.n_ff_exp = c.n_ff_exp = 1024;
-    if (!write_spec(&f, pf) || !write_spec(&c, pc))
+    if (!fg_test_write_spec(&f, pf) || !fg_test_write_spec(&c, pc))
         return;
     fg_gguf_t *gf = NULL, *gc = NULL;
     CHECK(fg_gguf_open_file(pf, &gf, NULL) == FG_OK);
@@ -183,9 +137,9 @@ static void test_layouts_share_values(void)
 static void test_tid2eid_and_vocab(void)
 {
     char p[256];
-    tmp_path(p, sizeof p, "ids.gguf");
-    fg_modelgen_spec s = v4_tiny();
-    if (!write_spec(&s, p))
+    fg_test_path(p, sizeof p, "ids.gguf");
+    fg_modelgen_spec s = fg_test_preset("v4-tiny");
+    if (!fg_test_write_spec(&s, p))
         return;
     fg_gguf_t *g = NULL;
     CHECK(fg_gguf_open_file(p, &g, NULL) == FG_OK);
@@ -224,7 +178,7 @@ static void test_tid2eid_and_vocab(void)
 
     /* no hash layers: exp_probs_b everywhere, hash_layer_count 0 */
     s.v4.n_hash_layer = 0;
-    if (write_spec(&s, p) && fg_gguf_open_file(p, &g, NULL) == FG_OK) {
+    if (fg_test_write_spec(&s, p) && fg_gguf_open_file(p, &g, NULL) == FG_OK) {
         uint32_t n = 99;
         CHECK(fg_gguf_get_u32(g, "deepseek4.hash_layer_count", &n) == FG_OK && n == 0);
         for (uint32_t il = 0; il < s.n_layer + s.v4.n_nextn; il++) {
@@ -255,7 +209,7 @@ static void test_counts(void)
     const uint64_t experts = 10ull * 3 * 1024 * 192 * 64;
     CHECK(total - active == experts / 64 * (64 - 6));
 
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     fg_modelgen_param_counts(&s, &total, &active);
     CHECK_MSG(total >= 300000ull && total <= 1000000ull, "v4-tiny total %llu", (unsigned long long)total);
 }
@@ -270,51 +224,51 @@ static void expect_invalid(const fg_modelgen_spec *s, const char *field)
 
 static void test_validation(void)
 {
-    fg_modelgen_spec s = v4_tiny();
+    fg_modelgen_spec s = fg_test_preset("v4-tiny");
     CHECK(fg_modelgen_validate(&s, NULL) == FG_OK);
     s.v4.ratios[2] = 64;
     expect_invalid(&s, "v4.ratios[2]");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.ratios[s.n_layer] = 4; /* past the trunk: the MTP block's ratio is 0 */
     expect_invalid(&s, "v4.ratios[4]");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.n_out_group = 3;
     expect_invalid(&s, "n_out_group");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.rope_dim = 48; /* > head_dim 32 */
     expect_invalid(&s, "rope_dim");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.n_hash_layer = 5;
     expect_invalid(&s, "n_hash_layer");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.n_nextn = 2;
     expect_invalid(&s, "n_nextn");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.gating = FG_MODELGEN_GATING_SIGMOID;
     expect_invalid(&s, "sqrt-softplus");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.expert_type = 2; /* Q4_0 */
     expect_invalid(&s, "expert_type");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.embd_type = FG_GGML_MXFP4; /* MXFP4 is for the experts only */
     expect_invalid(&s, "embd_type");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.kv_lora_rank = 64; /* a deepseek2 field */
     expect_invalid(&s, "kv_lora_rank");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.n_expert_used = 9;
     expect_invalid(&s, "n_expert_used");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.v4.head_dim = 0;
     expect_invalid(&s, "v4.head_dim");
-    s = v4_tiny();
+    s = fg_test_preset("v4-tiny");
     s.arch = (fg_modelgen_arch)7;
     expect_invalid(&s, "arch");
 
     /* a bad spec writes nothing */
     char p[256];
-    tmp_path(p, sizeof p, "bad.gguf");
-    s = v4_tiny();
+    fg_test_path(p, sizeof p, "bad.gguf");
+    s = fg_test_preset("v4-tiny");
     s.v4.ratios[1] = 5;
     CHECK(fg_modelgen_write(&s, p, NULL) == FG_ERR_INVALID_ARG);
     CHECK(access(p, F_OK) != 0);
@@ -322,16 +276,13 @@ static void test_validation(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/fg_modelgen_v4_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_modelgen_v4"))
         return 1;
-    }
     test_counts();
     test_validation();
     test_determinism();
     test_layouts_share_values();
     test_tid2eid_and_vocab();
-    rmdir(g_dir);
+    rmdir(fg_test_dir);
     return TEST_DONE("test_modelgen_v4");
 }

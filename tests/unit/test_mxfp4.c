@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 #define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
@@ -36,17 +37,7 @@
  * the summation noise beyond). */
 #define TOL_MXFP4 1e-5
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst_norm[2], worst_bound[2];
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* ---- the format ---- */
 
@@ -87,7 +78,7 @@ static void test_dequant_vector(void)
     fg_dequantize_row_mxfp4(blk, got, 64);
     int bad = 0;
     for (int i = 0; i < 64; i++)
-        if (bits(got[i]) != bits(want[i]) && bad++ < 5) /* bits: -0.0 for code 8 and 15 - 7 */
+        if (fg_test_bits(got[i]) != fg_test_bits(want[i]) && bad++ < 5) /* bits: -0.0 for code 8 and 15 - 7 */
             fprintf(stderr, "  value %d: %a, want %a\n", i, got[i], want[i]);
     CHECK_MSG(bad == 0, "%d dequantized values differ from the definition", bad);
     blk[0].e = 0xff;
@@ -233,7 +224,7 @@ static void test_quant_vs_rule(void)
             x[rng_u32() % 32] = ldexpf(1.0f, k); /* amax exactly 2^k: the grid's own scale */
         if (kind == 3) {
             /* amax a few ulps below a power of two, where log2f may round up */
-            const uint32_t u = bits(ldexpf(1.0f, k)) - 1 - rng_u32() % 16;
+            const uint32_t u = fg_test_bits(ldexpf(1.0f, k)) - 1 - rng_u32() % 16;
             memcpy(&x[rng_u32() % 32], &u, 4);
             x[0] = -fabsf(x[0]);
         }
@@ -354,12 +345,6 @@ static fg_block_mxfp4 *make_weights(int64_t n_in, int64_t n_out)
     return w;
 }
 
-static void *alloc_scratch(int64_t n_in, int64_t n_tok)
-{
-    const size_t s = fg_matmul_scratch_bytes(FG_WTYPE_MXFP4, n_in, n_tok);
-    return s ? aligned_alloc(64, (s + 63) / 64 * 64) : NULL;
-}
-
 /* The derived bound, per output. With c_b = 2^(e_b - 128) * d_x(b) (the same
  * f32 on every path) and the exact integer lanes of each block, both sides
  * sum the terms (lane or block integer) * c_b in f32: a sum whose every term
@@ -414,7 +399,7 @@ static void check_case(int64_t n_in, int64_t n_out, int64_t n_tok, int misalign)
     float *x = xmem + (misalign ? 1 : 0);
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5));
-    void *scratch = alloc_scratch(n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
     float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
     double *bound = malloc((size_t)ny * sizeof *bound);
@@ -510,7 +495,7 @@ static void test_exact_terms(void)
         }
         float x[64] = {127.0f};
         float y[256], yref[256];
-        void *scratch = alloc_scratch(n_in, 1);
+        void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, 1);
         CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_MXFP4, w, n_in, n_out, x, 1, yref, scratch) == 0);
         int bad = 0;
         for (int o = 0; o < 255; o++)
@@ -540,7 +525,7 @@ static void test_exact_terms(void)
         for (int64_t t = 0; t < n_tok; t++)
             x[t * n_in + t] = 0.75f; /* d_x = 0.75 / 127 in f16, q = 127 */
         float *y = malloc((size_t)(n_out * n_tok) * sizeof *y), *yref = malloc((size_t)(n_out * n_tok) * sizeof *y);
-        void *scratch = alloc_scratch(n_in, n_tok);
+        void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, n_in, n_tok);
         CHECK(fg_matmul(NULL, FG_ISA_SCALAR, FG_WTYPE_MXFP4, w, n_in, n_out, x, n_tok, yref, scratch) == 0);
         const float dx = fg_f16_to_f32(fg_f32_to_f16(0.75f / 127.0f));
         int bad = 0;
@@ -581,16 +566,13 @@ static void test_batch_invariance(void)
             float *y1 = malloc((size_t)no * sizeof *y1);
             for (int64_t i = 0; i < ni * nt; i++)
                 xb[i] = rng_f() * 4.0f;
-            void *sb = alloc_scratch(ni, nt), *s1 = alloc_scratch(ni, 1);
+            void *sb = fg_test_alloc_scratch(FG_WTYPE_MXFP4, ni, nt);
+            void *s1 = fg_test_alloc_scratch(FG_WTYPE_MXFP4, ni, 1);
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
                 for (int p = 1; p <= 3; p += 2) {
-                    CHECK(fg_matmul(pools[p], isa, FG_WTYPE_MXFP4, w, ni, no, xb, nt, yb, sb) == 0);
-                    int differ = 0;
-                    for (int64_t t = 0; t < nt; t++) {
-                        CHECK(fg_matmul(NULL, isa, FG_WTYPE_MXFP4, w, ni, no, xb + t * ni, 1, y1, s1) == 0);
-                        differ += memcmp(y1, yb + t * no, (size_t)no * sizeof *y1) != 0;
-                    }
+                    const int differ =
+                        fg_test_batch_differs(pools[p], isa, FG_WTYPE_MXFP4, w, ni, no, xb, nt, yb, sb, y1, s1);
                     CHECK_MSG(differ == 0, "%s %lldx%lld pool %d: %d of %lld tokens alone differ from the batch",
                               fg_isa_name(isa), (long long)no, (long long)ni, p, differ, (long long)nt);
                 }
@@ -727,7 +709,7 @@ static void test_errors(void)
     fg_block_mxfp4 w[8];
     memset(w, 0, sizeof w);
     float x[64] = {0}, y[4];
-    void *scratch = alloc_scratch(64, 1);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_MXFP4, 64, 1);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_MXFP4, 64) == 34);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_MXFP4, 48) == 0);
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_MXFP4, 48, 1) == 0);
@@ -750,18 +732,7 @@ static void test_errors(void)
 int main(void)
 {
     rng_seed(0x9e3779b97f4a7c15ull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_mxfp4: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
-    pools[0] = NULL;
-    for (int p = 1; p <= 3; p++) {
-        pools[p] = fg_pool_create(p);
-        CHECK(pools[p] != NULL);
-    }
+    fg_test_matmul_setup("test_mxfp4");
 
     test_e8m0();
     test_dequant_vector();
@@ -779,7 +750,6 @@ int main(void)
     for (int k = 0; k < n_fast; k++)
         printf("test_mxfp4: %-6s max normalised error %.3g, max error / derived bound %.3g\n",
                fg_isa_name(fast_isas[k]), worst_norm[k], worst_bound[k]);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_mxfp4");
 }

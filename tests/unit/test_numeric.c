@@ -12,13 +12,6 @@
 #include "kernels/cpu/numeric.h"
 #include "tests/unit/fg_test.h"
 
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static float from_bits(uint32_t u)
 {
     float f;
@@ -121,7 +114,7 @@ static void test_bf16(void)
     int bad_trip = 0, bad_decode = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         const float f = fg_bf16_to_f32((uint16_t)h);
-        bad_decode += bits(f) != h << 16;
+        bad_decode += fg_test_bits(f) != h << 16;
         bad_trip += fg_f32_to_bf16(f) != h;
     }
     CHECK_MSG(bad_decode == 0, "%d bf16 decodes wrong", bad_decode);
@@ -249,7 +242,7 @@ static void test_e2m1(void)
     int is_nan[16] = {0};
     for (int c = 0; c < 16; c++) {
         vals[c] = fg_e2m1_to_f32((uint8_t)c);
-        CHECK_MSG(bits(vals[c]) == bits(expect[c]), "e2m1 %x -> %g", c, vals[c]);
+        CHECK_MSG(fg_test_bits(vals[c]) == fg_test_bits(expect[c]), "e2m1 %x -> %g", c, vals[c]);
         CHECK_MSG(fg_f32_to_e2m1(vals[c]) == c, "e2m1 %x does not round-trip", c);
     }
     CHECK(fg_e2m1_to_f32(0xf7) == 6.0f); /* only the low 4 bits count */

@@ -22,33 +22,13 @@
 
 #include "gateway/protocol.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_files.h"
 
 /* ---- small helpers ---- */
 
 static bool str_is(fg_proto_str s, const char *want)
 {
     return s.ptr && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0 && s.ptr[s.len] == '\0';
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
 }
 
 /* docs/protocol.md from FG_SOURCE_DIR (ctest sets it) or beside this file. */
@@ -65,7 +45,7 @@ static char *read_docs(size_t *len)
             return NULL;
         snprintf(cut, sizeof path - (size_t)(cut - path), "docs/protocol.md");
     }
-    return read_file(path, len);
+    return fg_test_read_file(path, len);
 }
 
 /* A set of strings (JSON key paths), small and linear: tests only. */

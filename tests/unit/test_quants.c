@@ -24,6 +24,7 @@
 #include "kernels/cpu/quants.h"
 #include "tests/unit/data/quant_vectors.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_matmul.h"
 
 #define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
@@ -33,17 +34,7 @@ static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYP
                             FG_WTYPE_IQ4_XS};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
-static fg_isa fast_isas[2];
-static int n_fast;
-static fg_pool_t *pools[4]; /* NULL, 1, 2, 3 threads */
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 static const char *tname(int t)
 {
@@ -99,7 +90,7 @@ static void test_vectors(void)
             CHECK(fg_wtype_dequantize_row(qv->type, qv->block[b], y, qv->elems) == 0);
             int bad = 0;
             for (int j = 0; j < qv->elems; j++)
-                if (bits(y[j]) != qv->values[b][j] && bad++ < 4)
+                if (fg_test_bits(y[j]) != qv->values[b][j] && bad++ < 4)
                     fprintf(stderr, "  %s block %d value %d: %a, want bits %08x\n", qv->name, b, j, y[j],
                             qv->values[b][j]);
             CHECK_MSG(bad == 0, "%s block %d: %d values differ from the definition", qv->name, b, bad);
@@ -177,12 +168,6 @@ static void test_validate(void)
 
 /* ---- products ---- */
 
-static void *alloc_scratch(int t, int64_t n_in, int64_t n_tok)
-{
-    const size_t s = fg_matmul_scratch_bytes(t, n_in, n_tok);
-    return s ? aligned_alloc(64, (s + 63) / 64 * 64) : NULL;
-}
-
 static double gamma_n(double h)
 {
     return h * F32_UNIT / (1.0 - h * F32_UNIT);
@@ -250,7 +235,7 @@ static void check_case(int t, int64_t n_in, int64_t n_out, int64_t n_tok)
     float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rng_f() * (1.0f + (float)((i / 32) % 5));
-    void *scratch = alloc_scratch(t, n_in, n_tok);
+    void *scratch = fg_test_alloc_scratch(t, n_in, n_tok);
     const int64_t ny = n_out * n_tok, ng = n_in / 32;
     float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
     double *S = malloc((size_t)ny * sizeof *S), *E = malloc((size_t)ny * sizeof *E);
@@ -320,15 +305,10 @@ static void test_batch_invariance(void)
             float *y1 = malloc((size_t)no * sizeof *y1);
             for (int64_t i = 0; i < ni * nt; i++)
                 xb[i] = rng_f() * 4.0f;
-            void *sb = alloc_scratch(t, ni, nt), *s1 = alloc_scratch(t, ni, 1);
+            void *sb = fg_test_alloc_scratch(t, ni, nt), *s1 = fg_test_alloc_scratch(t, ni, 1);
             for (int k = -1; k < n_fast; k++) {
                 const fg_isa isa = k < 0 ? FG_ISA_SCALAR : fast_isas[k];
-                CHECK(fg_matmul(pools[2], isa, t, w, ni, no, xb, nt, yb, sb) == 0);
-                int differ = 0;
-                for (int64_t tk = 0; tk < nt; tk++) {
-                    CHECK(fg_matmul(NULL, isa, t, w, ni, no, xb + tk * ni, 1, y1, s1) == 0);
-                    differ += memcmp(y1, yb + tk * no, (size_t)no * sizeof *y1) != 0;
-                }
+                const int differ = fg_test_batch_differs(pools[2], isa, t, w, ni, no, xb, nt, yb, sb, y1, s1);
                 CHECK_MSG(differ == 0, "%s %s batch %lld: %d tokens alone differ from the batch", tname(t),
                           fg_isa_name(isa), (long long)nt, differ);
             }
@@ -422,7 +402,7 @@ static void test_errors(void)
 {
     uint8_t w[4 * 210] = {0};
     float x[512] = {0}, y[4];
-    void *scratch = alloc_scratch(FG_WTYPE_Q4_K, 512, 1);
+    void *scratch = fg_test_alloc_scratch(FG_WTYPE_Q4_K, 512, 1);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_Q4_K, 256 + 32) == 0);
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q4_K, 512, 1) > 0);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_K, w, 256 + 32, 1, x, 1, y, scratch) == -1);
@@ -436,15 +416,7 @@ static void test_errors(void)
 int main(void)
 {
     rng_seed(0x51ed27c1a3b5f9e7ull);
-    const fg_isa cand[2] = {FG_ISA_AVX2, FG_ISA_AVX512};
-    for (int i = 0; i < 2; i++) {
-        if (fg_isa_supported(cand[i]))
-            fast_isas[n_fast++] = cand[i];
-        else
-            fprintf(stderr, "test_quants: %s not supported here, skipped\n", fg_isa_name(cand[i]));
-    }
-    for (int p = 1; p <= 3; p++)
-        pools[p] = fg_pool_create(p);
+    fg_test_matmul_setup("test_quants");
     test_vectors();
     test_decode();
     test_validate();
@@ -456,7 +428,6 @@ int main(void)
     for (int k = 0; k < n_fast; k++)
         printf("test_quants: %-6s vs scalar: max error / derived bound %.3g\n", fg_isa_name(fast_isas[k]),
                worst_bound[1 + k]);
-    for (int p = 1; p <= 3; p++)
-        fg_pool_destroy(pools[p]);
+    fg_test_matmul_teardown();
     return TEST_DONE("test_quants");
 }

@@ -22,6 +22,7 @@
 #include "engine/tokenizer/pretokenize.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/unit/fg_test.h"
+#include "tests/unit/fg_test_files.h"
 
 #define BOS_TEXT "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define EOS_TEXT "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -70,8 +71,6 @@ typedef struct variant {
     int add_bos;       /* 0 absent, 1 true, 2 false */
     bool add_bos_wrong_type;
 } variant;
-
-static char g_dir[64];
 
 static fg_err write_vocab(const char *path, const variant *v, fg_diag *d)
 {
@@ -139,7 +138,7 @@ static fg_err write_vocab(const char *path, const variant *v, fg_diag *d)
 static fg_err load_variant(const variant *v, fg_gguf_t **g, fg_tokenizer_t **t, fg_diag *d)
 {
     char path[128];
-    snprintf(path, sizeof path, "%s/vocab.gguf", g_dir);
+    snprintf(path, sizeof path, "%s/vocab.gguf", fg_test_dir);
     *g = NULL;
     *t = NULL;
     fg_err e = write_vocab(path, v, d);
@@ -463,11 +462,8 @@ static void test_bad_vocabs(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/fg_test_tok_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!fg_test_dir_make("fg_test_tok"))
         return 1;
-    }
     variant good = {.name = "good"};
     fg_gguf_t *g;
     fg_tokenizer_t *t;
@@ -487,6 +483,6 @@ int main(void)
     fg_tokenizer_destroy(t);
     fg_gguf_close(g);
     test_bad_vocabs();
-    rmdir(g_dir);
+    rmdir(fg_test_dir);
     return TEST_DONE("test_tokenizer");
 }

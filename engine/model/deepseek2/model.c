@@ -21,13 +21,6 @@ static fg_err get_float(const fg_gguf_t *g, const char *suffix, bool required, f
     return fg_weight_get_float(g, ARCH, suffix, required, def, out, diag);
 }
 
-#define TRY(expr)               \
-    do {                        \
-        fg_err try_e_ = (expr); \
-        if (try_e_ != FG_OK)    \
-            return try_e_;      \
-    } while (0)
-
 static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
 {
     enum { BIG = 1 << 24 };
@@ -39,38 +32,32 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
                            (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
 
     int head_kv, key_len_mla, val_len_mla, gating;
-    TRY(get_int(g, "context_length", true, 0, 1, BIG, &hp->n_ctx_train, diag));
-    TRY(get_int(g, "embedding_length", true, 0, 1, 65536, &hp->n_embd, diag));
-    TRY(get_int(g, "block_count", true, 0, 1, 4096, &hp->n_layer, diag));
-    TRY(get_int(g, "feed_forward_length", true, 0, 1, BIG, &hp->n_ff, diag));
-    TRY(get_int(g, "attention.head_count", true, 0, 1, 4096, &hp->n_head, diag));
-    TRY(get_int(g, "attention.head_count_kv", false, 1, 1, 4096, &head_kv, diag));
-    TRY(get_int(g, "attention.q_lora_rank", false, 0, 0, 65536, &hp->q_lora, diag));
-    TRY(get_int(g, "attention.kv_lora_rank", true, 0, 1, 65536, &hp->kv_lora, diag));
-    TRY(get_int(g, "rope.dimension_count", true, 0, 2, 4096, &hp->n_rope, diag));
-    TRY(get_int(g, "attention.key_length_mla", true, 0, 1, 65536, &key_len_mla, diag));
-    TRY(get_int(g, "attention.value_length_mla", true, 0, 1, 65536, &val_len_mla, diag));
-    TRY(get_float(g, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, diag));
-    TRY(get_float(g, "rope.freq_base", false, 10000.0f, &hp->rope_base, diag));
-    TRY(get_int(g, "expert_count", true, 0, 1, 65536, &hp->n_expert, diag));
-    TRY(get_int(g, "expert_used_count", true, 0, 1, 65536, &hp->n_expert_used, diag));
-    TRY(get_int(g, "expert_shared_count", false, 0, 0, 64, &hp->n_expert_shared, diag));
-    TRY(get_int(g, "expert_feed_forward_length", true, 0, 1, BIG, &hp->n_ff_exp, diag));
-    TRY(get_int(g, "leading_dense_block_count", false, 0, 0, 4096, &hp->n_dense_lead, diag));
-    TRY(get_float(g, "expert_weights_scale", false, 1.0f, &hp->expert_weights_scale, diag));
-    TRY(get_int(g, "expert_gating_func", false, FG_GATING_SOFTMAX, 1, 2, &gating, diag));
-    TRY(get_int(g, "expert_group_count", false, 1, 0, 65536, &hp->n_group, diag));
-    TRY(get_int(g, "expert_group_used_count", false, 1, 0, 65536, &hp->n_group_used, diag));
+    FG_TRY(get_int(g, "context_length", true, 0, 1, BIG, &hp->n_ctx_train, diag));
+    FG_TRY(get_int(g, "embedding_length", true, 0, 1, 65536, &hp->n_embd, diag));
+    FG_TRY(get_int(g, "block_count", true, 0, 1, 4096, &hp->n_layer, diag));
+    FG_TRY(get_int(g, "feed_forward_length", true, 0, 1, BIG, &hp->n_ff, diag));
+    FG_TRY(get_int(g, "attention.head_count", true, 0, 1, 4096, &hp->n_head, diag));
+    FG_TRY(get_int(g, "attention.head_count_kv", false, 1, 1, 4096, &head_kv, diag));
+    FG_TRY(get_int(g, "attention.q_lora_rank", false, 0, 0, 65536, &hp->q_lora, diag));
+    FG_TRY(get_int(g, "attention.kv_lora_rank", true, 0, 1, 65536, &hp->kv_lora, diag));
+    FG_TRY(get_int(g, "rope.dimension_count", true, 0, 2, 4096, &hp->n_rope, diag));
+    FG_TRY(get_int(g, "attention.key_length_mla", true, 0, 1, 65536, &key_len_mla, diag));
+    FG_TRY(get_int(g, "attention.value_length_mla", true, 0, 1, 65536, &val_len_mla, diag));
+    FG_TRY(get_float(g, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, diag));
+    FG_TRY(get_float(g, "rope.freq_base", false, 10000.0f, &hp->rope_base, diag));
+    FG_TRY(get_int(g, "expert_count", true, 0, 1, 65536, &hp->n_expert, diag));
+    FG_TRY(get_int(g, "expert_used_count", true, 0, 1, 65536, &hp->n_expert_used, diag));
+    FG_TRY(get_int(g, "expert_shared_count", false, 0, 0, 64, &hp->n_expert_shared, diag));
+    FG_TRY(get_int(g, "expert_feed_forward_length", true, 0, 1, BIG, &hp->n_ff_exp, diag));
+    FG_TRY(get_int(g, "leading_dense_block_count", false, 0, 0, 4096, &hp->n_dense_lead, diag));
+    FG_TRY(get_float(g, "expert_weights_scale", false, 1.0f, &hp->expert_weights_scale, diag));
+    FG_TRY(get_int(g, "expert_gating_func", false, FG_GATING_SOFTMAX, 1, 2, &gating, diag));
+    FG_TRY(get_int(g, "expert_group_count", false, 1, 0, 65536, &hp->n_group, diag));
+    FG_TRY(get_int(g, "expert_group_used_count", false, 1, 0, 65536, &hp->n_group_used, diag));
     hp->gating = (fg_gating)gating;
     if (hp->expert_weights_scale == 0.0f) /* llama.cpp reads 0 as "no scaling" */
         hp->expert_weights_scale = 1.0f;
-    {
-        bool norm = false;
-        fg_err e = fg_gguf_get_bool(g, ARCH ".expert_weights_norm", &norm);
-        if (e != FG_OK && e != FG_ERR_NOT_FOUND)
-            return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key " ARCH ".expert_weights_norm is not a bool");
-        hp->expert_weights_norm = norm;
-    }
+    FG_TRY(fg_weight_get_bool(g, ARCH, "expert_weights_norm", false, &hp->expert_weights_norm, diag));
 
     if (head_kv != 1)
         return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "attention.head_count_kv = %d; MLA needs 1", head_kv);
@@ -110,10 +97,10 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
     fg_gguf_str st;
     if (fg_gguf_get_str(g, ARCH ".rope.scaling.type", &st) == FG_OK) {
         if (st.len == 4 && memcmp(st.ptr, "yarn", 4) == 0) {
-            TRY(get_float(g, "rope.scaling.factor", true, 0, &hp->yarn_factor, diag));
-            TRY(get_int(g, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1, BIG,
-                        &hp->yarn_orig_ctx, diag));
-            TRY(get_float(g, "rope.scaling.yarn_log_multiplier", false, 0.0f, &hp->yarn_log_mul, diag));
+            FG_TRY(get_float(g, "rope.scaling.factor", true, 0, &hp->yarn_factor, diag));
+            FG_TRY(get_int(g, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1, BIG,
+                           &hp->yarn_orig_ctx, diag));
+            FG_TRY(get_float(g, "rope.scaling.yarn_log_multiplier", false, 0.0f, &hp->yarn_log_mul, diag));
             if (!(hp->yarn_factor >= 1.0f))
                 return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "rope.scaling.factor %g must be >= 1",
                                    hp->yarn_factor);
@@ -131,40 +118,40 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_hparams *hp, int il, fg_la
     const int64_t d = hp->n_embd, H = hp->n_head;
     const int64_t qk = hp->n_nope + hp->n_rope;
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
-    TRY(fg_weight_bind_vector(g, NAME("attn_norm.weight"), d, true, &L->attn_norm, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_norm.weight"), d, true, &L->attn_norm, diag));
     if (hp->q_lora > 0) {
-        TRY(fg_weight_bind_matrix(g, NAME("attn_q_a.weight"), d, hp->q_lora, 1, true, &L->q_a, diag));
-        TRY(fg_weight_bind_vector(g, NAME("attn_q_a_norm.weight"), hp->q_lora, true, &L->q_a_norm, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("attn_q_b.weight"), hp->q_lora, H * qk, 1, true, &L->q_b, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("attn_q_a.weight"), d, hp->q_lora, 1, true, &L->q_a, diag));
+        FG_TRY(fg_weight_bind_vector(g, NAME("attn_q_a_norm.weight"), hp->q_lora, true, &L->q_a_norm, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("attn_q_b.weight"), hp->q_lora, H * qk, 1, true, &L->q_b, diag));
     } else {
-        TRY(fg_weight_bind_matrix(g, NAME("attn_q.weight"), d, H * qk, 1, true, &L->q_b, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("attn_q.weight"), d, H * qk, 1, true, &L->q_b, diag));
     }
-    TRY(fg_weight_bind_matrix(g, NAME("attn_kv_a_mqa.weight"), d, hp->kv_lora + hp->n_rope, 1, true, &L->kv_a, diag));
-    TRY(fg_weight_bind_vector(g, NAME("attn_kv_a_norm.weight"), hp->kv_lora, true, &L->kv_a_norm, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_k_b.weight"), hp->n_nope, hp->kv_lora, H, true, &L->k_b, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_v_b.weight"), hp->kv_lora, hp->n_v, H, true, &L->v_b, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_output.weight"), H * hp->n_v, d, 1, true, &L->attn_out, diag));
-    TRY(fg_weight_bind_vector(g, NAME("ffn_norm.weight"), d, true, &L->ffn_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_kv_a_mqa.weight"), d, hp->kv_lora + hp->n_rope, 1, true, &L->kv_a, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_kv_a_norm.weight"), hp->kv_lora, true, &L->kv_a_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_k_b.weight"), hp->n_nope, hp->kv_lora, H, true, &L->k_b, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_v_b.weight"), hp->kv_lora, hp->n_v, H, true, &L->v_b, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_output.weight"), H * hp->n_v, d, 1, true, &L->attn_out, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("ffn_norm.weight"), d, true, &L->ffn_norm, diag));
     L->is_moe = il >= hp->n_dense_lead;
     if (!L->is_moe) {
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_gate.weight"), d, hp->n_ff, 1, true, &L->ffn_gate, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_up.weight"), d, hp->n_ff, 1, true, &L->ffn_up, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_down.weight"), hp->n_ff, d, 1, true, &L->ffn_down, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate.weight"), d, hp->n_ff, 1, true, &L->ffn_gate, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_up.weight"), d, hp->n_ff, 1, true, &L->ffn_up, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_down.weight"), hp->n_ff, d, 1, true, &L->ffn_down, diag));
         return FG_OK;
     }
     const int64_t E = hp->n_expert, f = hp->n_ff_exp;
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_inp.weight"), d, E, 1, true, &L->router, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_inp.weight"), d, E, 1, true, &L->router, diag));
     if (L->router.type != FG_GGML_F32)
         return fg_diag_set(diag, FG_ERR_MODEL_TYPE, "%s must be f32", n);
-    TRY(fg_weight_bind_vector(g, NAME("exp_probs_b.bias"), E, false, &L->exp_probs_b, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_exps.weight"), d, f, E, true, &L->gate_exps, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_up_exps.weight"), d, f, E, true, &L->up_exps, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_down_exps.weight"), f, d, E, true, &L->down_exps, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("exp_probs_b.bias"), E, false, &L->exp_probs_b, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_exps.weight"), d, f, E, true, &L->gate_exps, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_up_exps.weight"), d, f, E, true, &L->up_exps, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_down_exps.weight"), f, d, E, true, &L->down_exps, diag));
     if (hp->n_expert_shared > 0) {
         const int64_t fs = f * hp->n_expert_shared;
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_shexp.weight"), d, fs, 1, true, &L->gate_shexp, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_up_shexp.weight"), d, fs, 1, true, &L->up_shexp, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_down_shexp.weight"), fs, d, 1, true, &L->down_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_shexp.weight"), d, fs, 1, true, &L->gate_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_up_shexp.weight"), d, fs, 1, true, &L->up_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_down_shexp.weight"), fs, d, 1, true, &L->down_shexp, diag));
     }
 #undef NAME
     return FG_OK;
@@ -182,16 +169,8 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
     fg_hparams *hp = &m->hp;
 
     /* The vocabulary size is the embedding's row count. */
-    const fg_gguf_tensor *te = fg_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) {
-        e = fg_diag_set(diag, FG_ERR_MODEL_TENSOR, "missing tensor token_embd.weight");
+    if ((e = fg_weight_vocab_size(g, &hp->n_vocab, diag)))
         goto fail;
-    }
-    if (te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
-        e = fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "token_embd.weight must be 2-D {d, vocab}");
-        goto fail;
-    }
-    hp->n_vocab = (int)te->ne[1];
     if ((e = fg_weight_bind_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, true, &m->tok_embd, diag)))
         goto fail;
     if ((e = fg_weight_bind_vector(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, diag)))

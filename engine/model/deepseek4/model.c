@@ -10,13 +10,6 @@
 
 #define ARCH "deepseek4"
 
-#define TRY(expr)               \
-    do {                        \
-        fg_err try_e_ = (expr); \
-        if (try_e_ != FG_OK)    \
-            return try_e_;      \
-    } while (0)
-
 static fg_err get_int(const fg_gguf_t *g, const char *suffix, bool required, int def, int lo, int hi, int *out,
                       fg_diag *diag)
 {
@@ -52,7 +45,7 @@ static fg_err get_per_layer(const fg_gguf_t *g, const char *suffix, bool require
         return FG_OK;
     }
     float v;
-    TRY(get_float(g, suffix, required, def, &v, diag));
+    FG_TRY(get_float(g, suffix, required, def, &v, diag));
     for (int i = 0; i < n; i++)
         out[i] = v;
     return FG_OK;
@@ -67,42 +60,38 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_ds4_hparams *hp, fg_diag *diag
     if (fg_gguf_get_str(g, "general.architecture", &arch) != FG_OK || !str_is(arch, ARCH))
         return fg_diag_set(diag, FG_ERR_MODEL_ARCH, "general.architecture is not '" ARCH "'");
     int head_kv, key_len, val_len, hc, gating;
-    TRY(get_int(g, "context_length", true, 0, 1, BIG, &hp->n_ctx_train, diag));
-    TRY(get_int(g, "embedding_length", true, 0, 1, 65536, &hp->n_embd, diag));
-    TRY(get_int(g, "block_count", true, 0, 1, 4096, &hp->n_layer_all, diag));
-    TRY(get_int(g, "attention.head_count", true, 0, 1, 4096, &hp->n_head, diag));
-    TRY(get_int(g, "attention.head_count_kv", false, 1, 0, 4096, &head_kv, diag));
-    TRY(get_int(g, "attention.key_length", true, 0, 1, 65536, &key_len, diag));
-    TRY(get_int(g, "attention.value_length", true, 0, 1, 65536, &val_len, diag));
-    TRY(get_int(g, "rope.dimension_count", true, 0, 2, 4096, &hp->n_rope, diag));
-    TRY(get_int(g, "attention.q_lora_rank", true, 0, 1, 65536, &hp->q_lora, diag));
-    TRY(get_int(g, "attention.sliding_window", true, 0, 1, 1 << 20, &hp->window, diag));
-    TRY(get_float(g, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, diag));
-    TRY(get_int(g, "expert_count", true, 0, 1, 65536, &hp->n_expert, diag));
-    TRY(get_int(g, "expert_used_count", true, 0, 1, 65536, &hp->n_expert_used, diag));
-    TRY(get_int(g, "expert_shared_count", true, 0, 0, 64, &hp->n_expert_shared, diag));
-    TRY(get_int(g, "expert_feed_forward_length", true, 0, 1, BIG, &hp->n_ff_exp, diag));
-    TRY(get_float(g, "expert_weights_scale", false, 1.0f, &hp->expert_weights_scale, diag));
-    TRY(get_int(g, "expert_gating_func", true, 0, 0, 1 << 30, &gating, diag));
-    TRY(get_int(g, "attention.indexer.head_count", true, 0, 1, 4096, &hp->idx_head, diag));
-    TRY(get_int(g, "attention.indexer.key_length", true, 0, 1, 65536, &hp->idx_dim, diag));
-    TRY(get_int(g, "attention.indexer.top_k", true, 0, 1, 1 << 20, &hp->idx_top_k, diag));
-    TRY(get_int(g, "attention.output_group_count", true, 0, 1, 4096, &hp->out_groups, diag));
-    TRY(get_int(g, "attention.output_lora_rank", true, 0, 1, 65536, &hp->out_lora, diag));
-    TRY(get_float(g, "attention.compress_rope_freq_base", true, 0, &hp->compress_rope_base, diag));
-    TRY(get_int(g, "hyper_connection.count", true, 0, 0, 1 << 30, &hc, diag));
-    TRY(get_int(g, "hyper_connection.sinkhorn_iterations", true, 0, 1, 1000, &hp->hc_iters, diag));
-    TRY(get_float(g, "hyper_connection.epsilon", true, 0, &hp->hc_eps, diag));
-    TRY(get_int(g, "hash_layer_count", false, 0, 0, 4096, &hp->n_hash, diag));
-    TRY(get_int(g, "nextn_predict_layers", false, 0, 0, 4096, &hp->n_nextn, diag));
-    TRY(get_float(g, "rope.freq_base", false, 10000.0f, &hp->rope_base, diag));
+    FG_TRY(get_int(g, "context_length", true, 0, 1, BIG, &hp->n_ctx_train, diag));
+    FG_TRY(get_int(g, "embedding_length", true, 0, 1, 65536, &hp->n_embd, diag));
+    FG_TRY(get_int(g, "block_count", true, 0, 1, 4096, &hp->n_layer_all, diag));
+    FG_TRY(get_int(g, "attention.head_count", true, 0, 1, 4096, &hp->n_head, diag));
+    FG_TRY(get_int(g, "attention.head_count_kv", false, 1, 0, 4096, &head_kv, diag));
+    FG_TRY(get_int(g, "attention.key_length", true, 0, 1, 65536, &key_len, diag));
+    FG_TRY(get_int(g, "attention.value_length", true, 0, 1, 65536, &val_len, diag));
+    FG_TRY(get_int(g, "rope.dimension_count", true, 0, 2, 4096, &hp->n_rope, diag));
+    FG_TRY(get_int(g, "attention.q_lora_rank", true, 0, 1, 65536, &hp->q_lora, diag));
+    FG_TRY(get_int(g, "attention.sliding_window", true, 0, 1, 1 << 20, &hp->window, diag));
+    FG_TRY(get_float(g, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, diag));
+    FG_TRY(get_int(g, "expert_count", true, 0, 1, 65536, &hp->n_expert, diag));
+    FG_TRY(get_int(g, "expert_used_count", true, 0, 1, 65536, &hp->n_expert_used, diag));
+    FG_TRY(get_int(g, "expert_shared_count", true, 0, 0, 64, &hp->n_expert_shared, diag));
+    FG_TRY(get_int(g, "expert_feed_forward_length", true, 0, 1, BIG, &hp->n_ff_exp, diag));
+    FG_TRY(get_float(g, "expert_weights_scale", false, 1.0f, &hp->expert_weights_scale, diag));
+    FG_TRY(get_int(g, "expert_gating_func", true, 0, 0, 1 << 30, &gating, diag));
+    FG_TRY(get_int(g, "attention.indexer.head_count", true, 0, 1, 4096, &hp->idx_head, diag));
+    FG_TRY(get_int(g, "attention.indexer.key_length", true, 0, 1, 65536, &hp->idx_dim, diag));
+    FG_TRY(get_int(g, "attention.indexer.top_k", true, 0, 1, 1 << 20, &hp->idx_top_k, diag));
+    FG_TRY(get_int(g, "attention.output_group_count", true, 0, 1, 4096, &hp->out_groups, diag));
+    FG_TRY(get_int(g, "attention.output_lora_rank", true, 0, 1, 65536, &hp->out_lora, diag));
+    FG_TRY(get_float(g, "attention.compress_rope_freq_base", true, 0, &hp->compress_rope_base, diag));
+    FG_TRY(get_int(g, "hyper_connection.count", true, 0, 0, 1 << 30, &hc, diag));
+    FG_TRY(get_int(g, "hyper_connection.sinkhorn_iterations", true, 0, 1, 1000, &hp->hc_iters, diag));
+    FG_TRY(get_float(g, "hyper_connection.epsilon", true, 0, &hp->hc_eps, diag));
+    FG_TRY(get_int(g, "hash_layer_count", false, 0, 0, 4096, &hp->n_hash, diag));
+    FG_TRY(get_int(g, "nextn_predict_layers", false, 0, 0, 4096, &hp->n_nextn, diag));
+    FG_TRY(get_float(g, "rope.freq_base", false, 10000.0f, &hp->rope_base, diag));
     if (hp->expert_weights_scale == 0.0f) /* llama.cpp reads 0 as "no scaling" */
         hp->expert_weights_scale = 1.0f;
-    bool norm = false;
-    fg_err e = fg_gguf_get_bool(g, ARCH ".expert_weights_norm", &norm);
-    if (e != FG_OK && e != FG_ERR_NOT_FOUND)
-        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "key " ARCH ".expert_weights_norm is not a bool");
-    hp->expert_weights_norm = norm;
+    FG_TRY(fg_weight_get_bool(g, ARCH, "expert_weights_norm", false, &hp->expert_weights_norm, diag));
 
     if (hc != FG_DS4_HC)
         return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "hyper_connection.count is %d; deepseek4 needs %d", hc,
@@ -154,9 +143,9 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_ds4_hparams *hp, fg_diag *diag
             return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "%s[%d] = %" PRId64 "; allowed: 0, 4, 128", rkey, il, r);
         hp->ratio[il] = (int)r;
     }
-    TRY(get_per_layer(g, "swiglu_clamp_exp", false, 0.0f, hp->n_layer_all, hp->clamp_exp, diag));
+    FG_TRY(get_per_layer(g, "swiglu_clamp_exp", false, 0.0f, hp->n_layer_all, hp->clamp_exp, diag));
     if (fg_gguf_find_key(g, ARCH ".swiglu_clamp_shexp") >= 0)
-        TRY(get_per_layer(g, "swiglu_clamp_shexp", true, 0.0f, hp->n_layer_all, hp->clamp_shexp, diag));
+        FG_TRY(get_per_layer(g, "swiglu_clamp_shexp", true, 0.0f, hp->n_layer_all, hp->clamp_shexp, diag));
     else
         memcpy(hp->clamp_shexp, hp->clamp_exp, (size_t)hp->n_layer_all * sizeof *hp->clamp_shexp);
 
@@ -166,14 +155,14 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_ds4_hparams *hp, fg_diag *diag
     if (fg_gguf_get_str(g, ARCH ".rope.scaling.type", &st) == FG_OK) {
         if (str_is(st, "yarn")) {
             float f;
-            TRY(get_float(g, "rope.scaling.factor", false, 0.0f, &f, diag));
+            FG_TRY(get_float(g, "rope.scaling.factor", false, 0.0f, &f, diag));
             if (f != 0.0f && !(f >= 1.0f))
                 return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "rope.scaling.factor %g must be >= 1", f);
             hp->yarn_factor = f;
-            TRY(get_int(g, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1, BIG,
-                        &hp->yarn_orig_ctx, diag));
-            TRY(get_float(g, "rope.scaling.yarn_beta_fast", false, 32.0f, &hp->yarn_beta_fast, diag));
-            TRY(get_float(g, "rope.scaling.yarn_beta_slow", false, 1.0f, &hp->yarn_beta_slow, diag));
+            FG_TRY(get_int(g, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1, BIG,
+                           &hp->yarn_orig_ctx, diag));
+            FG_TRY(get_float(g, "rope.scaling.yarn_beta_fast", false, 32.0f, &hp->yarn_beta_fast, diag));
+            FG_TRY(get_float(g, "rope.scaling.yarn_beta_slow", false, 1.0f, &hp->yarn_beta_slow, diag));
         } else if (!str_is(st, "none")) {
             return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "rope.scaling.type '%.*s' is not supported",
                                (int)(st.len > 32 ? 32 : st.len), st.ptr);
@@ -209,7 +198,7 @@ static fg_err bind_f32(const fg_gguf_t *g, const char *name, int n_dims, const i
                        const float **out, fg_diag *diag)
 {
     const fg_gguf_tensor *t;
-    TRY(fg_weight_find(g, name, n_dims, want, required, &t, diag));
+    FG_TRY(fg_weight_find(g, name, n_dims, want, required, &t, diag));
     *out = NULL;
     if (!t)
         return FG_OK;
@@ -226,9 +215,9 @@ static fg_err bind_hc(const fg_gguf_t *g, const char *prefix, int64_t n_embd, in
 {
     char n[96];
     snprintf(n, sizeof n, "%sfn.weight", prefix);
-    TRY(fg_weight_bind_matrix(g, n, FG_DS4_HC * n_embd, n_mix, 1, true, &hc->fn, diag));
+    FG_TRY(fg_weight_bind_matrix(g, n, FG_DS4_HC * n_embd, n_mix, 1, true, &hc->fn, diag));
     snprintf(n, sizeof n, "%sbase.weight", prefix);
-    TRY(fg_weight_bind_vector(g, n, n_mix, true, &hc->base, diag));
+    FG_TRY(fg_weight_bind_vector(g, n, n_mix, true, &hc->base, diag));
     snprintf(n, sizeof n, "%sscale.weight", prefix);
     return fg_weight_bind_vector(g, n, n_scale, true, &hc->scale, diag);
 }
@@ -239,12 +228,12 @@ static fg_err bind_comp(const fg_gguf_t *g, const char *prefix, int64_t n_embd, 
     char n[96];
     const int64_t cw = (ratio == FG_DS4_CSA ? 2 : 1) * width;
     snprintf(n, sizeof n, "%skv.weight", prefix);
-    TRY(fg_weight_bind_matrix(g, n, n_embd, cw, 1, true, &c->kv, diag));
+    FG_TRY(fg_weight_bind_matrix(g, n, n_embd, cw, 1, true, &c->kv, diag));
     snprintf(n, sizeof n, "%sgate.weight", prefix);
-    TRY(fg_weight_bind_matrix(g, n, n_embd, cw, 1, true, &c->gate, diag));
+    FG_TRY(fg_weight_bind_matrix(g, n, n_embd, cw, 1, true, &c->gate, diag));
     snprintf(n, sizeof n, "%sape.weight", prefix);
     const int64_t ape[2] = {cw, ratio};
-    TRY(bind_f32(g, n, 2, ape, true, &c->ape, diag));
+    FG_TRY(bind_f32(g, n, 2, ape, true, &c->ape, diag));
     snprintf(n, sizeof n, "%snorm.weight", prefix);
     return fg_weight_bind_vector(g, n, width, true, &c->norm, diag);
 }
@@ -258,35 +247,35 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_ds4_hparams *hp, int il, f
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
 #define PREFIX(suffix) (snprintf(p, sizeof p, "blk.%d." suffix, il), p)
     L->ratio = hp->ratio[il];
-    TRY(bind_hc(g, PREFIX("hc_attn_"), E, FG_DS4_HC_MIX, 3, &L->hc_attn, diag));
-    TRY(bind_hc(g, PREFIX("hc_ffn_"), E, FG_DS4_HC_MIX, 3, &L->hc_ffn, diag));
-    TRY(fg_weight_bind_vector(g, NAME("attn_norm.weight"), E, true, &L->attn_norm, diag));
-    TRY(fg_weight_bind_vector(g, NAME("attn_sinks.weight"), H, true, &L->sinks, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_q_a.weight"), E, Q, 1, true, &L->q_a, diag));
-    TRY(fg_weight_bind_vector(g, NAME("attn_q_a_norm.weight"), Q, true, &L->q_a_norm, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_q_b.weight"), Q, H * D, 1, true, &L->q_b, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_kv.weight"), E, D, 1, true, &L->kv, diag));
-    TRY(fg_weight_bind_vector(g, NAME("attn_kv_a_norm.weight"), D, true, &L->kv_norm, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("attn_output_a.weight"), H * D / G, R * G, 1, true, &L->out_a, diag));
+    FG_TRY(bind_hc(g, PREFIX("hc_attn_"), E, FG_DS4_HC_MIX, 3, &L->hc_attn, diag));
+    FG_TRY(bind_hc(g, PREFIX("hc_ffn_"), E, FG_DS4_HC_MIX, 3, &L->hc_ffn, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_norm.weight"), E, true, &L->attn_norm, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_sinks.weight"), H, true, &L->sinks, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_q_a.weight"), E, Q, 1, true, &L->q_a, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_q_a_norm.weight"), Q, true, &L->q_a_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_q_b.weight"), Q, H * D, 1, true, &L->q_b, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_kv.weight"), E, D, 1, true, &L->kv, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("attn_kv_a_norm.weight"), D, true, &L->kv_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_output_a.weight"), H * D / G, R * G, 1, true, &L->out_a, diag));
     L->out_a.n_out = R; /* used as G matrices of R rows */
     L->out_a.n_mat = G;
     L->out_a.mat_bytes = L->out_a.row_bytes * (size_t)R;
-    TRY(fg_weight_bind_matrix(g, NAME("attn_output_b.weight"), G * R, E, 1, true, &L->out_b, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("attn_output_b.weight"), G * R, E, 1, true, &L->out_b, diag));
     if (L->ratio != 0) {
-        TRY(bind_comp(g, PREFIX("attn_compressor_"), E, D, L->ratio, &L->comp, diag));
+        FG_TRY(bind_comp(g, PREFIX("attn_compressor_"), E, D, L->ratio, &L->comp, diag));
         if (L->ratio == FG_DS4_CSA) {
-            TRY(fg_weight_bind_matrix(g, NAME("indexer.proj.weight"), E, Hi, 1, true, &L->idx_proj, diag));
-            TRY(fg_weight_bind_matrix(g, NAME("indexer.attn_q_b.weight"), Q, Hi * Di, 1, true, &L->idx_q_b, diag));
-            TRY(bind_comp(g, PREFIX("indexer_compressor_"), E, Di, L->ratio, &L->idx_comp, diag));
+            FG_TRY(fg_weight_bind_matrix(g, NAME("indexer.proj.weight"), E, Hi, 1, true, &L->idx_proj, diag));
+            FG_TRY(fg_weight_bind_matrix(g, NAME("indexer.attn_q_b.weight"), Q, Hi * Di, 1, true, &L->idx_q_b, diag));
+            FG_TRY(bind_comp(g, PREFIX("indexer_compressor_"), E, Di, L->ratio, &L->idx_comp, diag));
         }
     }
-    TRY(fg_weight_bind_vector(g, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_inp.weight"), E, X, 1, true, &L->router, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_inp.weight"), E, X, 1, true, &L->router, diag));
     if (il < hp->n_hash) {
         const int64_t want[2] = {hp->n_expert_used, hp->n_vocab};
         const fg_gguf_tensor *t;
         NAME("ffn_gate_tid2eid.weight");
-        TRY(fg_weight_find(g, n, 2, want, false, &t, diag));
+        FG_TRY(fg_weight_find(g, n, 2, want, false, &t, diag));
         if (!t)
             return fg_diag_set(diag, FG_ERR_MODEL_TENSOR, "hash layer %d (hash_layer_count %d) has no tensor %s", il,
                                hp->n_hash, n);
@@ -301,21 +290,21 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_ds4_hparams *hp, int il, f
                                    "tensor %s holds expert id %" PRId32 " for token %" PRId64 "; expert_count is %d",
                                    n, L->tid2eid[i], i / want[0], hp->n_expert);
     } else {
-        TRY(fg_weight_bind_vector(g, NAME("exp_probs_b.bias"), X, true, &L->exp_probs_b, diag));
+        FG_TRY(fg_weight_bind_vector(g, NAME("exp_probs_b.bias"), X, true, &L->exp_probs_b, diag));
     }
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_exps.weight"), E, F, X, true, &L->gate_exps, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_up_exps.weight"), E, F, X, true, &L->up_exps, diag));
-    TRY(fg_weight_bind_matrix(g, NAME("ffn_down_exps.weight"), F, E, X, true, &L->down_exps, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_exps.weight"), E, F, X, true, &L->gate_exps, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_up_exps.weight"), E, F, X, true, &L->up_exps, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_down_exps.weight"), F, E, X, true, &L->down_exps, diag));
     if (hp->n_expert_shared > 0) {
         const int64_t Fs = F * hp->n_expert_shared;
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_shexp.weight"), E, Fs, 1, true, &L->gate_shexp, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_up_shexp.weight"), E, Fs, 1, true, &L->up_shexp, diag));
-        TRY(fg_weight_bind_matrix(g, NAME("ffn_down_shexp.weight"), Fs, E, 1, true, &L->down_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_gate_shexp.weight"), E, Fs, 1, true, &L->gate_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_up_shexp.weight"), E, Fs, 1, true, &L->up_shexp, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("ffn_down_shexp.weight"), Fs, E, 1, true, &L->down_shexp, diag));
     }
     if (il >= hp->n_layer) {
-        TRY(fg_weight_bind_matrix(g, NAME("nextn.eh_proj.weight"), 2 * E, E, 1, true, &L->eh_proj, diag));
-        TRY(fg_weight_bind_vector(g, NAME("nextn.enorm.weight"), E, true, &L->enorm, diag));
-        TRY(fg_weight_bind_vector(g, NAME("nextn.hnorm.weight"), E, true, &L->hnorm, diag));
+        FG_TRY(fg_weight_bind_matrix(g, NAME("nextn.eh_proj.weight"), 2 * E, E, 1, true, &L->eh_proj, diag));
+        FG_TRY(fg_weight_bind_vector(g, NAME("nextn.enorm.weight"), E, true, &L->enorm, diag));
+        FG_TRY(fg_weight_bind_vector(g, NAME("nextn.hnorm.weight"), E, true, &L->hnorm, diag));
     }
 #undef NAME
 #undef PREFIX
@@ -346,16 +335,8 @@ fg_err fg_ds4_load(const fg_gguf_t *g, fg_ds4_model **out, fg_diag *diag)
     fg_err e = read_hparams(g, hp, diag);
     if (e != FG_OK)
         goto fail;
-    const fg_gguf_tensor *te = fg_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) {
-        e = fg_diag_set(diag, FG_ERR_MODEL_TENSOR, "missing tensor token_embd.weight");
+    if ((e = fg_weight_vocab_size(g, &hp->n_vocab, diag)))
         goto fail;
-    }
-    if (te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
-        e = fg_diag_set(diag, FG_ERR_MODEL_SHAPE, "token_embd.weight must be 2-D {E, vocab}");
-        goto fail;
-    }
-    hp->n_vocab = (int)te->ne[1];
     int vs;
     if ((e = get_int(g, "vocab_size", false, hp->n_vocab, 1, 1 << 24, &vs, diag)))
         goto fail;
