@@ -139,11 +139,19 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         mark_dirty(e, s); /* input that arrived during the response */
 }
 
+/* Where a session that must drop its rows from keep on can restart: keep, or
+ * 0 where the cache has state that cannot be cut back (fg_engine_seq_state):
+ * then it recomputes its whole history, which gives the same state. */
+static int rewind_point(const fg_engine_t *e, const fg_session_t *s, int keep)
+{
+    return keep < s->seq.n_tokens && fg_engine_seq_state(e) ? 0 : keep;
+}
+
 /* Restores the session to its state before a response that failed mid-way:
  * its evaluated tokens go back to the input queue and their pages are freed. */
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
-    const int keep = (int)s->serve.resp.cached_tokens, extra = s->seq.n_tokens - keep;
+    const int keep = rewind_point(e, s, (int)s->serve.resp.cached_tokens), extra = s->seq.n_tokens - keep;
     if (extra > 0 && fg_tokens_reserve(&s->todo, s->todo.n + extra) == 0) {
         memmove(s->todo.v + extra, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
         memcpy(s->todo.v, s->hist.v + keep, (size_t)extra * sizeof *s->todo.v);
@@ -167,12 +175,14 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
-        if (fg_tokens_reserve(&s->todo, 1) == 0) {
-            s->todo.v[0] = s->hist.v[s->hist.n - 1];
-            s->todo.n = 1;
-            s->hist.n--;
+        const int keep = s->tier.on_disk ? (int)s->hist.n - 1 : rewind_point(e, s, (int)s->hist.n - 1);
+        const int back = (int)s->hist.n - keep;
+        if (fg_tokens_reserve(&s->todo, back) == 0) {
+            memcpy(s->todo.v, s->hist.v + keep, (size_t)back * sizeof *s->todo.v);
+            s->todo.n = back;
+            s->hist.n = keep;
             if (!s->tier.on_disk)
-                fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
+                fg_kv_seq_truncate(e->kv, &s->seq, keep);
             fg_share_truncated(s, s->hist.n);
         }
     }
@@ -190,7 +200,9 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
     int need = reserve_need(e, s);
-    size_t pages = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    /* in pages, the state's included (kv_store.h): deepseek4's bytes are its rows' and its state's */
+    size_t pages = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS +
+                   (s->seq.state ? 0 : fg_kv_store_state_pages(e->kv));
     if (pages > fg_kv_store_pages_total(e->kv)) {
         finish(e, s, FG_FINISH_ERROR, FG_ERR_KV_FULL); /* could never fit */
         return false;
