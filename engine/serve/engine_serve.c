@@ -195,6 +195,16 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
 
 static void note_waiting(fg_engine_t *e, fg_session_t *s);
 
+/* Input tokens a response leaves unevaluated: a response that only prefills
+ * keeps its last input token back where the cache cannot drop a row
+ * (fg_engine_seq_state), so that the generating response after it has a
+ * token to evaluate for its first logits instead of recomputing the history
+ * (start_response). */
+static int held_input(const fg_engine_t *e, const fg_session_t *s)
+{
+    return !s->serve.resp.p.generate && fg_engine_seq_state(e) ? 1 : 0;
+}
+
 /* Reserves the pages of a waiting response. Returns true when admitted. */
 static bool admit(fg_engine_t *e, fg_session_t *s)
 {
@@ -468,7 +478,7 @@ static int plan_step(fg_engine_t *e)
          * next turn queues behind requests that were waiting before it. */
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = r->order};
-        if (s->todo.n > 0 && n_pre < T) {
+        if ((int)s->todo.n > held_input(e, s) && n_pre < T) {
             if (page_claimed(e, s, &n_claims))
                 continue;
             pre[n_pre] = it; /* want: below, once it is known whether the step decodes */
@@ -477,7 +487,7 @@ static int plan_step(fg_engine_t *e)
             it.want = 1;
             dec[n_dec] = it;
             dec_s[n_dec++] = s;
-        } else if (s->todo.n == 0 && !r->p.generate) {
+        } else if ((int)s->todo.n <= held_input(e, s) && !r->p.generate) {
             finish(e, s, FG_FINISH_PREFILLED, FG_OK); /* nothing left to prefill */
         }
     }
@@ -490,8 +500,10 @@ static int plan_step(fg_engine_t *e)
      * over more queries. Results do not depend on the chunking. */
     const bool alone = n_dec == 0 && e->opt.prefill_alone_tokens > 0;
     const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
-    for (int i = 0; i < n_pre; i++)
-        pre[i].want = (int)pre_s[i]->todo.n < chunk ? (int)pre_s[i]->todo.n : chunk;
+    for (int i = 0; i < n_pre; i++) {
+        const int left = (int)pre_s[i]->todo.n - held_input(e, pre_s[i]);
+        pre[i].want = left < chunk ? left : chunk;
+    }
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
     fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
     e->stats.steps_alone += alone && n_pre > 0;

@@ -315,6 +315,35 @@ static void check_serving(void)
         CHECK(r->n_got == n2 && !memcmp(r->got, want2, sizeof(int32_t) * (size_t)n2));
     }
 
+    /* a prefill-only response, then a generating one with no new input: the
+     * last input token was held back, so the history is not recomputed */
+    {
+        run *r = &runs[20];
+        fg_diag d = {{0}};
+        fg_session_params sp = {.weight = 1};
+        fg_session_t *s;
+        CHECK(fg_session_create(e, &sp, &s) == FG_OK);
+        CHECK(fg_session_append(s, r->prompt, r->n_prompt, &d) == FG_OK);
+        fg_response_params p = {.sampling = fg_sampling_default(), .generate = false};
+        CHECK(fg_session_respond(s, &p, NULL, &d) == FG_OK);
+        fg_session_t *keep = r->s;
+        r->s = s;
+        r->done = false;
+        r->n_got = 0;
+        CHECK(wait_all(r, 1));
+        CHECK_MSG(r->last.finish == FG_FINISH_PREFILLED, "finish %d", r->last.finish);
+        p = (fg_response_params){.sampling = fg_sampling_default(), .generate = true, .max_tokens = r->max_tokens};
+        CHECK(fg_session_respond(s, &p, NULL, &d) == FG_OK);
+        r->done = false;
+        r->n_got = 0;
+        CHECK(wait_all(r, 1));
+        check_same(r, "prefill, then generate", 20);
+        CHECK_MSG(r->last.usage.cached_tokens == r->n_prompt - 1, "cached %lld of %d: the history was recomputed",
+                  (long long)r->last.usage.cached_tokens, r->n_prompt);
+        fg_session_free(s);
+        r->s = keep;
+    }
+
     /* unsupported for V4 yet: refused, never half done */
     {
         fg_diag d = {{0}};
