@@ -13,8 +13,8 @@
  *    products see the batch: kernels/cpu/matmul picks its kernel by the
  *    number of rows (one token, a few, 4x4 tiles, panels), which sum in
  *    another order, so F32 and raw Q8_0 products differ in f32 rounding
- *    between a batch and a sequence alone (deepseek4 does not pack its Q8_0
- *    weights into the batch-invariant P16 panels yet). Bounds, from what was
+ *    between a batch and a sequence alone (deepseek4 packs no Q8_0 weights
+ *    into the batch-invariant P16 panels yet). Bounds, from what was
  *    measured (docs/engine.md):
  *      v4-tiny (F32 weights), f32 cache: measured max |dlogit| 9.8e-6;
  *        bound 1e-4 (deepseek2's test_batch_logits' bound), and the greedy
