@@ -647,6 +647,15 @@ static void layer(fg_ds4_forward_t *f, int il, float *x, const int32_t *tokens, 
 
 /* ---------------------------------------------------------------- run */
 
+/* The head over the nr gathered rows in x1, each row to its logit_dst. */
+static void head_flush(fg_ds4_forward_t *f, int nr, const float *norm, const fg_weight *out)
+{
+    const int V = f->m->hp.n_vocab;
+    head(f, f->x1, nr, norm, out, f->logit_out);
+    for (int r = 0; r < nr; r++)
+        memcpy(f->logit_dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
+}
+
 /* The logits of the rows the sequences ask for, LOGIT_CHUNK rows per head
  * product: into each sequence's buffer, or (mtp) into mtp's rows in batch
  * order. x: the batch's final streams. */
@@ -660,20 +669,14 @@ static void heads_of(fg_ds4_forward_t *f, const float *x, const fg_fwd_seq *seqs
         for (int j = 0; j < seqs[i].n_logits; j++) {
             const int t = at + seqs[i].n_tokens - seqs[i].n_logits + j;
             memcpy(f->x1 + (size_t)nr * E4, x + (size_t)t * E4, (size_t)E4 * sizeof(float));
-            f->logit_dst[nr++] = mtp ? mtp + (size_t)done * V : seqs[i].logits + (size_t)j * V;
-            done++;
-            if (nr == chunk || (i == n_seqs - 1 && j == seqs[i].n_logits - 1)) {
-                head(f, f->x1, nr, norm, out, f->logit_out);
-                for (int r = 0; r < nr; r++)
-                    memcpy(f->logit_dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
+            f->logit_dst[nr++] = mtp ? mtp + (size_t)done++ * V : seqs[i].logits + (size_t)j * V;
+            if (nr == chunk) {
+                head_flush(f, nr, norm, out);
                 nr = 0;
             }
         }
-    if (nr) { /* the last sequences asked for none */
-        head(f, f->x1, nr, norm, out, f->logit_out);
-        for (int r = 0; r < nr; r++)
-            memcpy(f->logit_dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
-    }
+    if (nr)
+        head_flush(f, nr, norm, out);
 }
 
 static float *last_h_of(const fg_ds4_forward_t *f, const fg_kv_seq *kv)
