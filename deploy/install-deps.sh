@@ -6,6 +6,8 @@ want=(build-essential cmake pkg-config libwebsockets-dev libhiredis-dev libjanss
 if [[ "${1:-build}" == test ]]; then
   # chromium (+ its driver) for the dashboard test, python3-prometheus-client to parse /metrics
   want+=(clang libclang-rt-14-dev python3-numpy python3-websockets python3-prometheus-client chromium chromium-driver)
+  # the deploy tests: haproxy before three instances, systemd-analyze on the unit
+  want+=(haproxy systemd)
   # node + npm for the DeepSeek-V3 tokenizer check (its script installs the npm
   # packages); only when absent, since a NodeSource nodejs ships its own npm.
   command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)

@@ -214,6 +214,52 @@ static void v3_call(render_out *o, const fg_chat_call *c, bool first)
     lit(o, "\n```" TOOL_CALL_END);
 }
 
+/* Tool declarations. DeepSeek-V3's template writes none; DeepSeek documents
+ * one convention, in DeepSeek-V3.1's model card ("ToolCall"): the block below
+ * right after the system prompt, one "###" entry per tool, the parameters as
+ * Python's json.dumps writes them (tool_decl.c). The format line shows V3's
+ * own call syntax, the one its template writes and tool_parse.c reads (V3.1's
+ * card shows V3.1's: no type, no fence). The fixed text is template text, so
+ * its markers are special tokens; names, descriptions and schemas are not. */
+static void v3_tools(render_out *o, const fg_chat_tool *t, uint32_t n)
+{
+    lit(o, "## Tools\nYou have access to the following tools:\n");
+    for (uint32_t i = 0; i < n; i++) {
+        lit(o, "\n### ");
+        txt(o, t[i].name);
+        lit(o, "\nDescription: ");
+        txt(o, t[i].description);
+        lit(o, "\n\nParameters: ");
+        txt(o, t[i].parameters);
+        lit(o, "\n");
+    }
+    lit(o, "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+           TOOL_CALLS_BEGIN TOOL_CALL_BEGIN "function" TOOL_SEP "tool_call_name\n```json\ntool_call_arguments\n```"
+           TOOL_CALL_END "{{additional_tool_calls}}" TOOL_CALLS_END "\n\n"
+           "Where:\n"
+           "- `tool_call_name` must be an exact match to one of the available tools\n"
+           "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+           "- For multiple tool calls, chain them directly without separators or spaces\n");
+}
+
+static fg_err check_tools(const fg_chat_conv *conv, fg_diag *diag)
+{
+    if (conv->n_tools > FG_CHAT_MAX_TOOLS || (conv->n_tools && !conv->tools))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%u tools (at most %u)", conv->n_tools, FG_CHAT_MAX_TOOLS);
+    for (uint32_t i = 0; i < conv->n_tools; i++) {
+        const fg_chat_tool *t = &conv->tools[i];
+        fg_chat_text parts[3] = {t->name, t->description, t->parameters};
+        for (int k = 0; k < 3; k++)
+            if ((!parts[k].ptr && parts[k].len) || parts[k].len > FG_CHAT_MAX_PROMPT_BYTES)
+                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u: a text with a bad length", i);
+        if (!t->name.len)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u has no name", i);
+        if (!t->parameters.ptr)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u has no parameters", i);
+    }
+    return FG_OK;
+}
+
 static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, render_out *o, fg_diag *diag)
 {
     for (uint32_t i = 0; i < conv->n_msgs; i++) {
@@ -239,6 +285,8 @@ static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
         txt(o, conv->msgs[i].content);
         first_sp = false;
     }
+    if (conv->n_tools)
+        v3_tools(o, conv->tools, conv->n_tools);
     bool is_first = false, is_tool = false, is_output_first = true;
     for (uint32_t i = 0; i < conv->n_msgs; i++) {
         const fg_chat_msg *m = &conv->msgs[i];
@@ -295,6 +343,8 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
     for (uint32_t i = 0; i < conv->n_msgs; i++)
         if ((e = check_msg(&conv->msgs[i], i, diag)))
             return e;
+    if ((e = check_tools(conv, diag)))
+        return e;
     render_out o = {p, FG_OK};
     switch (family) {
     case FG_CHAT_DEEPSEEK_V3:
@@ -315,6 +365,35 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
         p->n_spans = 0;
     }
     return e;
+}
+
+/* V3's call opening, as the template writes a first call after <｜Assistant｜>. */
+#define V3_CALL_OPEN TOOL_CALLS_BEGIN TOOL_CALL_BEGIN "function" TOOL_SEP
+
+fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag)
+{
+    if (!p || (name && (len == 0 || len > 64)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_chat_call_prefix: no prompt, or a name of %zu bytes", len);
+    if (family != FG_CHAT_DEEPSEEK_V3)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the %s prompt format is not rendered yet",
+                           fg_chat_family_name(family));
+    size_t len0 = p->len, n_spans0 = p->n_spans, end0 = p->n_spans ? p->spans[p->n_spans - 1].end : 0;
+    render_out o = {p, FG_OK};
+    lit(&o, V3_CALL_OPEN);
+    if (name) {
+        txt(&o, (fg_chat_text){name, len});
+        lit(&o, "\n```json\n");
+    }
+    if (o.err) {
+        p->len = len0;
+        p->n_spans = n_spans0;
+        if (n_spans0)
+            p->spans[n_spans0 - 1].end = end0;
+        if (p->text)
+            p->text[len0] = '\0';
+        return fg_diag_set(diag, o.err, "out of memory for a call prefix");
+    }
+    return FG_OK;
 }
 
 fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out)

@@ -81,15 +81,28 @@ typedef struct fg_chat_msg {
     uint32_t n_calls;
 } fg_chat_msg;
 
+/* A function the model may call (gateway/tool_decl.h makes them from a request). */
+typedef struct fg_chat_tool {
+    fg_chat_text name;        /* non-empty */
+    fg_chat_text description; /* absent or empty: written empty */
+    fg_chat_text parameters;  /* its JSON schema as text, written as given */
+} fg_chat_tool;
+
 typedef struct fg_chat_conv {
     const fg_chat_msg *msgs; /* [n_msgs] */
     uint32_t n_msgs;
     bool add_generation_prompt; /* end with what starts the model's reply */
+    /* Declared tools, written after the system prompt in the family's tool
+     * description (DeepSeek-V3: docs/protocol.md "Tool declarations");
+     * none: the prompt is exactly the template's. */
+    const fg_chat_tool *tools; /* [n_tools] */
+    uint32_t n_tools;
 } fg_chat_conv;
 
 /* Limits a conversation must keep (FG_ERR_INVALID_ARG past them). */
 #define FG_CHAT_MAX_MSGS 65536u
 #define FG_CHAT_MAX_CALLS 1024u          /* per message */
+#define FG_CHAT_MAX_TOOLS 1024u          /* declared tools */
 #define FG_CHAT_MAX_PROMPT_BYTES (1u << 30) /* a rendered prompt */
 
 /* A byte range of the prompt that the template wrote (not message text). */
@@ -112,6 +125,16 @@ void fg_chat_prompt_free(fg_chat_prompt *p);
  * detected but not rendered yet; FG_ERR_NOMEM. out is left empty on error. */
 fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
                       fg_chat_prompt *out, fg_diag *diag);
+
+/* Appends to a rendered prompt (after its generation prompt) the start of a
+ * tool call, so that the model's reply continues a call rather than choosing
+ * whether to make one: tool_choice "required" (name NULL: up to the name) or
+ * a named function (name given: up to the opening of its arguments). The
+ * reply's parser must be fed the appended bytes (p->text from the old
+ * p->len) before the reply. Errors: FG_ERR_INVALID_ARG (a name that is empty
+ * or longer than 64 bytes), FG_ERR_UNSUPPORTED (a family not rendered yet),
+ * FG_ERR_NOMEM; p is unchanged on error. */
+fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag);
 
 /* Appends the tokens of a rendered prompt: special tokens only inside its
  * spans (fg_tokenizer_encode_spans). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */

@@ -1,12 +1,11 @@
 /* conn.c: one WebSocket connection: assembling client messages, the
- * per-connection limits, the client events, and writing server events (one
+ * per-connection limits, handing client events to the session layer
+ * (session_cmd.h) as the connection's sink, and writing server events (one
  * lws_write per writable callback). Service thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
-#include "config/base/random.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 
@@ -21,7 +20,7 @@ void gw_conn_request_write(gw_conn *c)
 
 void gw_conn_push_own(gw_conn *c)
 {
-    fg_gateway_t *gw = c->gw;
+    fg_gateway_t *gw = c->sink.gw;
     if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
         return; /* closed for not reading: nothing more is queued for it */
     if (!gw_ring_push(&c->own, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len)) {
@@ -36,13 +35,13 @@ void gw_conn_push_own(gw_conn *c)
  * connection's own, its session's unsent ones and the delta text not yet an event. */
 static size_t unsent_bytes(const gw_conn *c)
 {
-    const gw_session *s = c->session;
+    const gw_session *s = c->sink.session;
     return c->own.bytes + (s ? s->unsent_bytes + s->pending_len : 0);
 }
 
 void gw_conn_rx_update(gw_conn *c)
 {
-    const gw_session *s = c->session;
+    const gw_session *s = c->sink.session;
     /* a client whose events pile up is not read either: its requests would queue more */
     bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending)) ||
                  (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY);
@@ -58,9 +57,9 @@ void gw_conn_rx_update(gw_conn *c)
  * what its resume buffer keeps. */
 static void close_for_output_limit(gw_conn *c, const char *limit)
 {
-    fg_gateway_t *gw = c->gw;
-    gw_session *s = c->session;
-    const gw_tenant *t = gw_tenant_at(gw, c->tenant);
+    fg_gateway_t *gw = c->sink.gw;
+    gw_session *s = c->sink.session;
+    const gw_tenant *t = gw_tenant_at(gw, c->sink.tenant);
     fg_log_at(FG_LOG_WARN, "slow_client_closed", t ? t->rec.id : NULL, s ? s->id : NULL,
               "\"limit\":\"%s\",\"unsent_bytes\":%zu", limit, unsent_bytes(c));
     gw->metrics.output_limit_closes++;
@@ -90,7 +89,7 @@ static void on_limit_timer(lws_sorted_usec_list_t *sul)
 
 void gw_conn_output_changed(gw_conn *c)
 {
-    const fg_config_sessions *cfg = &c->gw->cfg->sessions;
+    const fg_config_sessions *cfg = &c->sink.gw->cfg->sessions;
     if (c->past_hard || (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY))
         return; /* its close is scheduled, or under way */
     const size_t queued = unsent_bytes(c), soft = (size_t)cfg->output_buffer_bytes;
@@ -111,33 +110,44 @@ void gw_conn_output_changed(gw_conn *c)
     gw_conn_rx_update(c);
 }
 
-void gw_conn_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after)
+/* The connection's own queue (sequence number 0, or a closed session's last events). */
+static void sink_push(gw_sink *k, uint64_t seq, const char *json, size_t len)
 {
-    fg_gateway_t *gw = c->gw;
-    gw_session *s = c->session;
-    uint64_t seq = s ? gw_session_take_seq(s) : 0;
-    uint64_t evt = s ? ++s->evt_counter : ++c->evt_counter;
-    if (fg_proto_write_error(&gw->scratch, seq, evt, err, retry_after) != FG_OK)
-        return;
-    if (s)
-        gw_session_push(s, seq);
-    else
-        gw_conn_push_own(c);
+    gw_conn *c = lws_container_of(k, gw_conn, sink);
+    if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
+        return; /* closed for not reading: nothing more is queued for it */
+    if (!gw_ring_push(&c->own, seq, json, len))
+        fg_log(FG_LOG_ERROR, "event_dropped", "\"reason\":\"out_of_memory\"");
 }
+
+static void sink_request_write(gw_sink *k)
+{
+    gw_conn_request_write(lws_container_of(k, gw_conn, sink));
+}
+
+static void sink_output_changed(gw_sink *k)
+{
+    gw_conn_output_changed(lws_container_of(k, gw_conn, sink));
+}
+
+static void sink_rx_update(gw_sink *k)
+{
+    gw_conn_rx_update(lws_container_of(k, gw_conn, sink));
+}
+
+const gw_sink_ops gw_conn_sink_ops = {sink_push, sink_request_write, sink_output_changed, sink_rx_update};
 
 static void fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, const char *param, const char *fmt,
                  const char *detail)
 {
     fg_proto_error err;
     fg_proto_error_set(&err, code, param, ev && ev->has_event_id ? ev->event_id.ptr : NULL, fmt, detail);
-    gw_conn_error(c, &err, 0);
+    gw_sink_error(&c->sink, &err, 0);
 }
-
-static void on_session_create(gw_conn *c, const fg_client_event *ev);
 
 void gw_conn_on_open(gw_conn *c)
 {
-    fg_gateway_t *gw = c->gw;
+    fg_gateway_t *gw = c->sink.gw;
     c->bucket = (double)gw->cfg->limits.message_burst;
     c->bucket_time = fg_clock_mono_s();
     c->all_next = gw->conns;
@@ -146,18 +156,18 @@ void gw_conn_on_open(gw_conn *c)
     gw->conns = c;
     gw->n_conns++;
     gw->metrics.connections_opened++;
-    if (c->ga) { /* OpenAI's flow: the session exists at once, session.created is the first event */
+    if (c->sink.ga) { /* OpenAI's flow: the session exists at once, session.created is the first event */
         fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
-        on_session_create(c, &ev);
+        gw_cmd_dispatch(&c->sink, &ev);
     }
 }
 
 void gw_conn_on_close(gw_conn *c)
 {
-    fg_gateway_t *gw = c->gw;
+    fg_gateway_t *gw = c->sink.gw;
     lws_sul_cancel(&c->limit_timer);
-    if (c->session)
-        gw_session_detach(c->session); /* the session outlives the socket */
+    if (c->sink.session)
+        gw_session_detach(c->sink.session); /* the session outlives the socket */
     free(c->rx);
     gw_ring_free(&c->own);
     if (c->all_prev)
@@ -173,785 +183,10 @@ void gw_conn_on_close(gw_conn *c)
 
 /* The client's sampling fields over settings: a session's (session.create,
  * update) or a copy of them for one response (response.create). */
-static void apply_sampling(gw_settings *set, const fg_proto_sampling *p)
-{
-    if (p->has_temperature)
-        set->temperature = p->temperature;
-    if (p->has_top_p)
-        set->top_p = p->top_p;
-    if (p->has_top_k)
-        set->top_k = p->top_k;
-    if (p->has_min_p)
-        set->min_p = p->min_p;
-    if (p->has_seed) {
-        set->has_seed = true;
-        set->seed = p->seed;
-    }
-    if (p->has_max_output_tokens)
-        set->max_output_tokens = p->max_output_tokens;
-    if (p->has_stop) {
-        set->n_stop = p->n_stop;
-        for (uint32_t i = 0; i < p->n_stop; i++)
-            snprintf(set->stop[i], sizeof set->stop[i], "%s", p->stop[i].ptr);
-    }
-}
-
-/* The GA session's model (shown back), tools (stored, not yet rendered) and tool_choice. */
-static bool apply_ga(gw_session *s, const fg_proto_session_params *p)
-{
-    if (p->has_model)
-        snprintf(s->model, sizeof s->model, "%s", p->model.ptr);
-    if (p->has_tools) {
-        char *t = malloc(p->tools.len + 1);
-        if (!t)
-            return false;
-        memcpy(t, p->tools.ptr, p->tools.len + 1);
-        free(s->tools);
-        s->tools = t;
-    }
-    if (p->has_tool_choice) {
-        s->tool_choice = p->tool_choice;
-        snprintf(s->tool_choice_name, sizeof s->tool_choice_name, "%s",
-                 p->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? p->tool_choice_name.ptr : "");
-    }
-    return true;
-}
-
-static bool set_instructions(gw_session *s, const fg_proto_str *in)
-{
-    char *copy = malloc(in->len + 1);
-    if (!copy)
-        return false;
-    memcpy(copy, in->ptr, in->len + 1);
-    free(s->instructions);
-    s->instructions = copy;
-    s->instructions_len = in->len;
-    return true;
-}
-
-/* Appends tokens to the engine session; maps its errors to protocol codes. */
-static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
-{
-    fg_diag d;
-    fg_err e = fg_session_append(s->es, t, (int)n, &d);
-    if (e == FG_OK)
-        s->new_input += (int64_t)n;
-    return gw_engine_code(e);
-}
-
-/* Prefills the head (BOS and instructions) and the conversation into a fresh engine session. */
-static fg_proto_code rebuild_engine_session(gw_session *s)
-{
-    fg_gateway_t *gw = s->gw;
-    fg_tokens head = {0};
-    if (fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) != FG_OK) {
-        fg_tokens_free(&head);
-        return FG_PROTO_INTERNAL_ERROR;
-    }
-    fg_proto_code code = append_tokens(s, head.v, head.n);
-    if (code == FG_PROTO_OK && s->conv.n)
-        code = append_tokens(s, s->conv.v, s->conv.n);
-    fg_tokens_free(&head);
-    return code;
-}
-
-static void send_session_event(gw_session *s, int kind)
-{
-    fg_gateway_t *gw = s->gw;
-    fg_proto_session_info info;
-    gw_session_info(s, &info);
-    gw_emit em = gw_emit_next(s);
-    gw_emit_push(s, em,
-                 kind == 0   ? fg_proto_write_session_created(&gw->scratch, em.seq, em.evt, &info)
-                 : kind == 1 ? fg_proto_write_session_updated(&gw->scratch, em.seq, em.evt, &info)
-                             : fg_proto_write_session_resumed(&gw->scratch, em.seq, em.evt, &info));
-}
-
-/* ---- client events ---- */
-
-/* Ends a session.create that cannot go on: the session was never shown to
- * the client, so the error carries sequence number 0. */
-static void create_failed(gw_conn *c, gw_session *s, fg_proto_code code, const char *param, const char *event_id,
-                          const char *msg, uint32_t retry_after)
-{
-    gw_session_destroy(s, false);
-    fg_proto_error err;
-    fg_proto_error_set(&err, code, param, event_id, "%s", msg);
-    gw_conn_error(c, &err, retry_after);
-}
-
-/* The second half of session.create, once the quota lease is held (or there is no quota). */
-static void create_complete(gw_conn *c, gw_session *s, const char *event_id)
-{
-    /* A fork or restore holds its cache already; a pending rebuild runs at the first response. */
-    fg_proto_code code = s->cache_built || s->rebuild ? FG_PROTO_OK : rebuild_engine_session(s);
-    if (code != FG_PROTO_OK)
-        return create_failed(c, s, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "session.instructions" : NULL,
-                             event_id, "the instructions do not fit the model's context", 0);
-    send_session_event(s, 0);
-    gw_tenant_at(c->gw, s->tenant)->m.sessions_opened++;
-    fg_log_at(FG_LOG_INFO, "session_created", gw_session_tenant(s), s->id, NULL);
-}
-
-/* A pending quota call, found again by session id: the session may be gone by the answer. */
-typedef struct quota_ctx {
-    fg_gateway_t *gw;
-    char session_id[48];
-    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
-    bool has_event_id;
-    fg_response_params rp;   /* response.create: the engine parameters */
-    bool generate;
-    bool resume;             /* session.open for a session restored from disk: answer session.resumed */
-} quota_ctx;
-
-static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
-{
-    quota_ctx *q = calloc(1, sizeof *q);
-    if (!q)
-        return NULL;
-    q->gw = s->gw;
-    snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
-    if (ev->has_event_id) {
-        q->has_event_id = true;
-        snprintf(q->event_id, sizeof q->event_id, "%s", ev->event_id.ptr);
-    }
-    return q;
-}
-
-/* Protocol code and param for a quota refusal. */
-static fg_proto_code quota_code(fg_quota_verdict v, const char **param)
-{
-    *param = NULL;
-    switch (v) {
-    case FG_QUOTA_SESSIONS: return FG_PROTO_TOO_MANY_SESSIONS;
-    case FG_QUOTA_RESPONSES:
-    case FG_QUOTA_TOKENS_PER_MINUTE: return FG_PROTO_RATE_LIMIT_EXCEEDED;
-    case FG_QUOTA_DAILY_TOKENS: return FG_PROTO_INSUFFICIENT_QUOTA;
-    case FG_QUOTA_KV_BYTES: return FG_PROTO_KV_UNAVAILABLE;
-    case FG_QUOTA_CONTEXT: return FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
-    case FG_QUOTA_OUTPUT: *param = "response.max_output_tokens"; return FG_PROTO_INVALID_VALUE;
-    case FG_QUOTA_UNAVAILABLE: return FG_PROTO_QUOTA_UNAVAILABLE;
-    default: return FG_PROTO_INTERNAL_ERROR;
-    }
-}
-
-static uint32_t retry_seconds(double s)
-{
-    return s <= 0 ? 0 : s < 1 ? 1 : (uint32_t)(s + 0.999);
-}
-
-/* retry_after of a quota refusal as the protocol has it: none for the codes
- * without one (too_many_sessions, invalid_value, context_length_exceeded), at
- * least 1 s for the others (quota_unavailable's verdict carries 0). */
-static uint32_t quota_retry(const fg_quota_result *r)
-{
-    const char *param;
-    switch (quota_code(r->verdict, &param)) {
-    case FG_PROTO_RATE_LIMIT_EXCEEDED:
-    case FG_PROTO_INSUFFICIENT_QUOTA:
-    case FG_PROTO_KV_UNAVAILABLE:
-    case FG_PROTO_QUOTA_UNAVAILABLE: {
-        uint32_t s = retry_seconds(r->retry_after);
-        return s ? s : 1;
-    }
-    default: return 0;
-    }
-}
-
-static void on_session_lease(void *user, const fg_quota_result *r)
-{
-    quota_ctx *q = user;
-    gw_session *s = gw_session_find(q->gw, q->session_id, strlen(q->session_id));
-    if (!s) { /* gone meanwhile: give the lease back */
-        free(q);
-        return;
-    }
-    s->quota_pending = false;
-    gw_conn *c = s->conn;
-    if (r->verdict == FG_QUOTA_OK) {
-        s->leased = true;
-        if (c) {
-            gw_conn_rx_update(c);
-            if (q->resume)
-                send_session_event(s, 2);
-            else
-                create_complete(c, s, q->has_event_id ? q->event_id : NULL);
-        } else {
-            gw_session_destroy(s, q->resume); /* the client left before its session existed */
-        }
-    } else if (c && q->resume) {
-        /* A restored session refused by the quota: it goes back to disk, untouched. */
-        const char *param;
-        fg_proto_code code = quota_code(r->verdict, &param);
-        gw_session_destroy(s, true);
-        fg_proto_error err;
-        fg_proto_error_set(&err, code, param, q->has_event_id ? q->event_id : NULL, "%s",
-                           r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
-                                                              : "the tenant's concurrent-session quota is reached");
-        gw_conn_error(c, &err, quota_retry(r));
-        gw_conn_rx_update(c);
-    } else if (c) {
-        gw_metrics_count_rejection(gw_tenant_at(q->gw, s->tenant), r->verdict);
-        const char *param;
-        fg_proto_code code = quota_code(r->verdict, &param);
-        create_failed(c, s, code, param, q->has_event_id ? q->event_id : NULL,
-                      r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
-                                                         : "the tenant's concurrent-session quota is reached",
-                      quota_retry(r));
-        gw_conn_rx_update(c);
-    } else {
-        gw_session_destroy(s, q->resume);
-    }
-    free(q);
-}
-
-static void on_session_create(gw_conn *c, const fg_client_event *ev)
-{
-    fg_gateway_t *gw = c->gw;
-    const fg_proto_session_params *p = &ev->u.session;
-    if (c->session)
-        return fail(c, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
-    if (gw->draining)
-        return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
-    gw_session *src = NULL;
-    if (p->has_fork_from) {
-        src = gw_session_find(gw, p->fork_from.ptr, p->fork_from.len);
-        if (!src || src->tenant != c->tenant)
-            return fail(c, ev, FG_PROTO_SESSION_NOT_FOUND, "session.fork_from", "%s", "no such session");
-        if (src->responding)
-            return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
-                        "the session to fork has a response in progress");
-    }
-    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
-        gw_metrics_count_rejection(gw_tenant_at(gw, c->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
-        return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
-    }
-    if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
-        return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
-                    "instructions are longer than the server allows");
-    fg_diag d = {{0}};
-    fg_err e;
-    gw_session *s = gw_session_new(gw, c->tenant, src, NULL, &e, &d);
-    if (!s) {
-        fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
-        if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
-            fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
-        return fail(c, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code,
-                    src ? "session.fork_from" : NULL, "%s",
-                    code == FG_PROTO_SESSION_LOST ? d.msg : "cannot create a session");
-    }
-    if (src) {
-        fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
-        set_instructions(s, &ins);
-        s->set = src->set;
-        fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
-        gw_items_copy(&s->items, &src->items);
-        s->tool_choice = src->tool_choice;
-        memcpy(s->tool_choice_name, src->tool_choice_name, sizeof s->tool_choice_name);
-        if (src->tools)
-            s->tools = strdup(src->tools);
-        /* The engine's fork holds src's conversation (its cache and the token its last
-         * response sampled) but not src's queued input: the items src received since its
-         * last response follow, from the conversation. */
-        size_t queued = (size_t)src->new_input <= src->conv.n ? (size_t)src->new_input : 0;
-        if (s->cache_built && queued &&
-            append_tokens(s, s->conv.v + s->conv.n - queued, queued) != FG_PROTO_OK) {
-            gw_session_destroy(s, false);
-            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot copy the session's queued items");
-        }
-    }
-    if (p->has_instructions && s->cache_built && s->conv.n) {
-        s->rebuild = true; /* new instructions over the shared history: prefilled again at the first response */
-    }
-    if (p->has_instructions && !set_instructions(s, &p->instructions)) {
-        gw_session_destroy(s, false);
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    }
-    apply_sampling(&s->set, &p->sampling);
-    s->ga = c->ga;
-    s->beta = c->ga && c->beta;
-    snprintf(s->model, sizeof s->model, "%.64s", c->model[0] ? c->model : gw->model_id);
-    if (!apply_ga(s, p)) {
-        gw_session_destroy(s, false);
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    }
-    gw_session_attach(s, c, 0);
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
-    if (!q)
-        return create_complete(c, s, ev->has_event_id ? ev->event_id.ptr : NULL);
-    s->quota_pending = true; /* session.created waits for the lease */
-    gw_conn_rx_update(c);
-    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
-}
-
-static void on_session_update(gw_conn *c, const fg_client_event *ev)
-{
-    gw_session *s = c->session;
-    const fg_proto_session_params *p = &ev->u.session;
-    if (p->has_instructions) {
-        if (p->instructions.len > (size_t)c->gw->cfg->sessions.max_instructions_bytes)
-            return fail(c, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
-                        "instructions are longer than the server allows");
-        if (!set_instructions(s, &p->instructions))
-            return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-        s->rebuild = true; /* the head changed: the whole conversation is prefilled again */
-    }
-    apply_sampling(&s->set, &p->sampling);
-    if (!apply_ga(s, p))
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    gw_session_store_meta(s);
-    send_session_event(s, 1);
-}
-
-/* session.resume of a session this process does not hold: restored from its
- * file (after a restart). Nothing is replayed (the resume buffer is not
- * saved); numbering continues above both the saved number and the client's. */
-static void resume_from_disk(gw_conn *c, const fg_client_event *ev)
-{
-    fg_gateway_t *gw = c->gw;
-    if (gw_tenant_at(gw, c->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
-        return fail(c, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
-    fg_proto_code code;
-    char msg[400];
-    gw_session *s = gw_session_restore(gw, c->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len,
-                                       &code, msg, sizeof msg);
-    if (!s)
-        return fail(c, ev, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", "%s", msg);
-    if (ev->u.resume.last_sequence_number >= s->next_seq)
-        s->next_seq = ev->u.resume.last_sequence_number + 1;
-    gw_session_attach(s, c, s->next_seq - 1);
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
-    if (!q)
-        return send_session_event(s, 2);
-    q->resume = true;
-    s->quota_pending = true; /* session.resumed waits for the lease */
-    gw_conn_rx_update(c);
-    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
-}
-
-static void on_session_resume(gw_conn *c, const fg_client_event *ev)
-{
-    fg_gateway_t *gw = c->gw;
-    if (c->session)
-        return fail(c, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
-    gw_session *s = gw_session_find(gw, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len);
-    if (s && s->tenant != c->tenant) /* the same answer for another tenant's session */
-        return fail(c, ev, FG_PROTO_SESSION_NOT_FOUND, "session_id", "%s", "no such session");
-    if (!s)
-        return resume_from_disk(c, ev);
-    const uint64_t last = ev->u.resume.last_sequence_number, newest = s->next_seq - 1;
-    if (last > newest)
-        return fail(c, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
-                    "last_sequence_number is newer than the session's newest event");
-    uint64_t oldest = s->ring.count ? gw_ring_at(&s->ring, 0)->seq : s->next_seq;
-    if (last + 1 < oldest && !ev->u.resume.allow_gap)
-        return fail(c, ev, FG_PROTO_SEQUENCE_EXPIRED, "last_sequence_number", "%s",
-                    "some events after last_sequence_number have left the resume buffer");
-    gw_session_attach(s, c, last);
-    send_session_event(s, 2);
-}
-
-static void on_item_create(gw_conn *c, const fg_client_event *ev)
-{
-    gw_session *s = c->session;
-    fg_proto_item item = ev->u.item;
-    const char *last = gw_items_last_id(&s->items);
-    if (ev->has_previous_item_id && (!last || strcmp(ev->previous_item_id.ptr, last) != 0))
-        return fail(c, ev, FG_PROTO_INVALID_VALUE, "previous_item_id", "%s",
-                    "items are appended: previous_item_id must be the last item's id (or left out)");
-    char id[FG_PROTO_MAX_ID_BYTES + 1] = "";
-    size_t at = 0;
-    if (s->ga && item.id.len) { /* GA: the client may name its items; v1 ids are always the server's */
-        for (size_t i = 0; i < s->items.n; i++)
-            if (!strcmp(s->items.v[i].id, item.id.ptr))
-                return fail(c, ev, FG_PROTO_INVALID_VALUE, "item.id", "%s", "an item with this id exists already");
-        snprintf(id, sizeof id, "%s", item.id.ptr);
-    }
-    fg_tokens t = {0};
-    if (fg_template_item(c->gw->tok, &item, &t) != FG_OK) {
-        fg_tokens_free(&t);
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
-    }
-    fg_proto_code code = s->rebuild ? FG_PROTO_OK : append_tokens(s, t.v, t.n);
-    /* During a response the item follows its output (the engine queues it the same way);
-     * an out-of-band response runs elsewhere, so the item goes in at once. */
-    const bool deferred = s->responding && !s->resp_oob;
-    at = deferred ? GW_ITEM_DEFERRED : s->conv.n;
-    if (code == FG_PROTO_OK && fg_tokens_push(deferred ? &s->deferred : &s->conv, t.v, t.n) != FG_OK)
-        code = FG_PROTO_INTERNAL_ERROR;
-    const size_t n_tok = t.n;
-    fg_tokens_free(&t);
-    if (code != FG_PROTO_OK)
-        return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "item" : NULL, "%s",
-                    code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the item does not fit the model's context"
-                                                             : "cannot add the item");
-    if (!id[0]) /* numbered once the item is in: a refused item takes no id */
-        snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
-    char prev[FG_PROTO_MAX_ID_BYTES + 1] = "";
-    if (last)
-        snprintf(prev, sizeof prev, "%s", last);
-    item.id = (fg_proto_str){id, strlen(id)};
-    if (!gw_items_push(&s->items, &item, id, at, n_tok))
-        fg_log_at(FG_LOG_ERROR, "item_not_kept", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
-    if (s->ga && s->items.n && !strcmp(s->items.v[s->items.n - 1].id, id))
-        return gw_ga_item_added(s, &s->items.v[s->items.n - 1], last ? prev : NULL);
-    gw_emit em = gw_emit_next(s);
-    gw_emit_push(s, em, fg_proto_write_item_added(&c->gw->scratch, em.seq, em.evt, &item));
-}
-
-static uint64_t random_seed(void)
-{
-    const uint64_t v = fg_random_seed();
-    return v & ((UINT64_C(1) << 53) - 1);
-}
-
-/* Sends rate_limits.updated with the quota's view at response start. */
-static void send_rate_limits(gw_session *s, const fg_quota_result *r)
-{
-    fg_proto_rate_limit rl[FG_QUOTA_MAX_STATES];
-    size_t n = 0;
-    for (int i = 0; i < r->n_states && n < FG_QUOTA_MAX_STATES; i++) {
-        const fg_quota_limit_state *st = &r->states[i];
-        /* the protocol names the per-minute token limit "tokens" */
-        const char *name = st->name && !strcmp(st->name, "tokens_per_minute") ? "tokens" : st->name;
-        if (!name)
-            continue;
-        rl[n++] = (fg_proto_rate_limit){name, (uint64_t)(st->limit > 0 ? st->limit : 0),
-                                        (uint64_t)(st->remaining > 0 ? st->remaining : 0), st->reset_seconds};
-    }
-    if (!n)
-        return;
-    gw_emit em = gw_emit_next(s);
-    gw_emit_push(s, em, fg_proto_write_rate_limits(&s->gw->scratch, em.seq, em.evt, rl, n));
-}
-
-/* The second half of response.create, once the quota admitted it (or there is no quota). */
-/* An out-of-band response that will not run: its engine session goes. */
-static void drop_oob(gw_session *s)
-{
-    if (s->oob_es)
-        fg_session_delete(s->oob_es);
-    s->oob_es = NULL;
-    s->resp_oob = false;
-    free(s->resp_metadata);
-    s->resp_metadata = NULL;
-}
-
-static void respond_complete(gw_session *s, fg_response_params *rp, const char *event_id, const fg_quota_result *qr)
-{
-    fg_gateway_t *gw = s->gw;
-    gw_conn *c = s->conn;
-    fg_proto_error err;
-    fg_diag d = {{0}};
-    fg_proto_code code = FG_PROTO_OK;
-    const char *msg = NULL;
-    /* an out-of-band response runs in its own engine session; the conversation is untouched */
-    fg_session_t *target = s->resp_oob ? s->oob_es : s->es;
-    const size_t item_start = s->conv.n;
-    if (rp->generate) {
-        fg_tokens t = {0};
-        code = fg_template_reply(gw->tok, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
-        /* The marker and a token to generate fit, or nothing is appended: a refusal leaves the session as it was. */
-        if (code == FG_PROTO_OK && (size_t)fg_session_room(target) < t.n + 1)
-            code = FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
-        else if (code == FG_PROTO_OK && s->resp_oob)
-            code = gw_engine_code(fg_session_append(target, t.v, (int)t.n, &d));
-        else if (code == FG_PROTO_OK)
-            code = append_tokens(s, t.v, t.n);
-        if (code == FG_PROTO_OK && !s->resp_oob)
-            fg_tokens_push(&s->conv, t.v, t.n);
-        fg_tokens_free(&t);
-        msg = "no room left in the model's context for a reply";
-    }
-    if (code == FG_PROTO_OK) {
-        gw_session_store_meta(s); /* saved with the cache once this response completes */
-        fg_err e = fg_session_respond(target, rp, &s->engine_response, &d);
-        code = gw_engine_code(e);
-        msg = d.msg;
-    }
-    if (code != FG_PROTO_OK) {
-        if (gw->quota && s->reserved) /* give the reservation back */
-            fg_quota_response_settle(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved, 0);
-        s->reserved = 0;
-        drop_oob(s);
-        if (c) {
-            fg_proto_error_set(&err, code, NULL, event_id, "%s", msg);
-            gw_conn_error(c, &err, 0);
-        }
-        return;
-    }
-    if (!s->resp_oob) /* the session's own queued input is not consumed by an out-of-band response */
-        s->new_input = 0;
-    s->responding = true;
-    s->resp_tokens = 0;
-    s->resp_last_token_at = 0;
-    gw_hist_observe(&gw->metrics.queue, fg_clock_mono_s() - s->resp_created_at);
-    gw_tenant_at(gw, s->tenant)->m.responses_started++;
-    snprintf(s->resp_id, sizeof s->resp_id, "resp_%llu", (unsigned long long)++s->resp_counter);
-    snprintf(s->item_id, sizeof s->item_id, "item_%llu", (unsigned long long)++s->item_counter);
-    memset(&s->carry, 0, sizeof s->carry);
-    s->pending_len = s->out_len = 0;
-    s->resp_max_output = (uint32_t)rp->max_tokens;
-    gw_emit em = gw_emit_next(s);
-    if (s->ga) {
-        const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
-                                         .max_output_tokens = s->resp_max_output};
-        gw_emit_push(s, em, fg_proto_write_response_created_ga(&gw->scratch, em.seq, em.evt, s->resp_id, &ga));
-    } else {
-        gw_emit_push(s, em, fg_proto_write_response_created(&gw->scratch, em.seq, em.evt, s->resp_id));
-    }
-    if (qr)
-        send_rate_limits(s, qr);
-    if (rp->generate && s->ga) {
-        gw_ga_response_begin(s, item_start);
-    } else if (rp->generate) { /* the assistant message the deltas fill, empty for now */
-        fg_proto_item out = {.type = FG_PROTO_ITEM_MESSAGE, .id = {s->item_id, strlen(s->item_id)},
-                             .role = FG_PROTO_ROLE_ASSISTANT, .n_content = 1};
-        out.content[0] = (fg_proto_part){FG_PROTO_PART_OUTPUT_TEXT, {"", 0}};
-        em = gw_emit_next(s);
-        gw_emit_push(s, em, fg_proto_write_item_added(&gw->scratch, em.seq, em.evt, &out));
-    }
-}
-
-static void on_reserved(void *user, const fg_quota_result *r)
-{
-    quota_ctx *q = user;
-    fg_gateway_t *gw = q->gw;
-    gw_session *s = gw_session_find(gw, q->session_id, strlen(q->session_id));
-    if (!s) {
-        free(q);
-        return; /* the session closed meanwhile; its destroy settled the reservation */
-    }
-    s->quota_pending = false;
-    const char *event_id = q->has_event_id ? q->event_id : NULL;
-    if (r->verdict == FG_QUOTA_OK) {
-        respond_complete(s, &q->rp, event_id, r);
-    } else {
-        s->reserved = 0;
-        drop_oob(s);
-        if (s->conn) {
-            const char *param;
-            fg_proto_code code = quota_code(r->verdict, &param);
-            char msg[160];
-            snprintf(msg, sizeof msg, "over the tenant's %s quota%s", fg_quota_verdict_name(r->verdict),
-                     r->degraded ? " (local backstop: Redis unreachable)" : "");
-            fg_proto_error err;
-            fg_proto_error_set(&err, code, param, event_id, "%s", msg);
-            gw_conn_error(s->conn, &err, quota_retry(r));
-        }
-        gw_metrics_count_rejection(gw_tenant_at(gw, s->tenant), r->verdict);
-        fg_log_at(FG_LOG_INFO, "quota_rejected", gw_session_tenant(s), s->id, "\"limit\":\"%s\"",
-                  fg_quota_verdict_name(r->verdict));
-    }
-    if (s->conn)
-        gw_conn_rx_update(s->conn);
-    free(q);
-}
-
-/* Appends to the out-of-band engine session. */
-static fg_proto_code oob_append(gw_session *s, const int32_t *t, size_t n)
-{
-    fg_diag d;
-    return gw_engine_code(fg_session_append(s->oob_es, t, (int)n, &d));
-}
-
-/* The context of an out-of-band response: with input, the instructions (the
- * response's or the session's) and those items alone; without, a fork of the
- * session (its cache shared) or, where the engine cannot fork, a copy
- * prefilled again. Discarded at response.done. */
-static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
-{
-    fg_gateway_t *gw = s->gw;
-    const gw_tenant *t = gw_tenant_at(gw, s->tenant);
-    int64_t w = t->rec.limits.weight;
-    fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                            .user = s, .name = NULL, .tenant_name = t->rec.id};
-    fg_diag d = {{0}};
-    s->resp_oob = true;
-    const bool fork = !ev->u.response.has_input && !ev->u.response.has_instructions && !s->rebuild && s->conv_known;
-    fg_err e = fork ? fg_session_fork(s->es, &sp, &s->oob_es, &d) : FG_ERR_UNSUPPORTED;
-    if (e == FG_OK) {
-        /* the fork holds the cache, not the items queued since the last response */
-        size_t queued = (size_t)s->new_input <= s->conv.n ? (size_t)s->new_input : 0;
-        return queued ? oob_append(s, s->conv.v + s->conv.n - queued, queued) : FG_PROTO_OK;
-    }
-    s->oob_es = NULL;
-    if (fg_session_create(gw->engine, &sp, &s->oob_es) != FG_OK) {
-        s->oob_es = NULL;
-        return FG_PROTO_INTERNAL_ERROR;
-    }
-    const bool own = ev->u.response.has_instructions;
-    const char *ins = own ? ev->u.response.instructions.ptr : s->instructions ? s->instructions : "";
-    fg_tokens tok = {0};
-    fg_proto_code code = fg_template_head(gw->tok, ins, own ? ev->u.response.instructions.len : s->instructions_len,
-                                          &tok) == FG_OK
-                             ? FG_PROTO_OK
-                             : FG_PROTO_INTERNAL_ERROR;
-    if (code == FG_PROTO_OK)
-        code = oob_append(s, tok.v, tok.n);
-    if (code == FG_PROTO_OK && !ev->u.response.has_input && s->conv.n)
-        code = oob_append(s, s->conv.v, s->conv.n);
-    for (uint32_t i = 0; code == FG_PROTO_OK && i < ev->u.response.n_input; i++) {
-        tok.n = 0;
-        code = fg_template_item(gw->tok, &ev->u.response.input[i], &tok) == FG_OK ? oob_append(s, tok.v, tok.n)
-                                                                                  : FG_PROTO_INTERNAL_ERROR;
-    }
-    fg_tokens_free(&tok);
-    return code;
-}
-
-static void on_response_create(gw_conn *c, const fg_client_event *ev)
-{
-    fg_gateway_t *gw = c->gw;
-    gw_session *s = c->session;
-    if (s->responding || s->quota_pending)
-        return fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
-    if (gw->draining)
-        return fail(c, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
-    s->resp_created_at = fg_clock_mono_s();
-    if (ev->u.response.has_metadata && !(s->resp_metadata = strdup(ev->u.response.metadata.ptr)))
-        return fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    if (ev->u.response.out_of_band) {
-        fg_proto_code code = open_oob(s, ev);
-        if (code != FG_PROTO_OK) {
-            drop_oob(s);
-            return fail(c, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "response.input" : NULL, "%s",
-                        code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the response's context does not fit the model's"
-                                                                 : "cannot make the out-of-band response's context");
-        }
-    } else if (s->rebuild) {
-        if (!s->conv_known)
-            return fail(c, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
-                        "this session was restored without its token history, so its instructions cannot change; "
-                        "start a new session");
-        /* Checked before anything is replaced: a refusal leaves the session, and its file, as they were. */
-        if (!gw_session_rebuild_fits(s, ev->u.response.generate))
-            return fail(c, ev, FG_PROTO_CONTEXT_LENGTH_EXCEEDED, NULL, "%s",
-                        "the conversation does not fit the model's context");
-        /* The old file stays until the new session of the same name writes its own. */
-        fg_session_free(s->es);
-        const gw_tenant *t = gw_tenant_at(gw, s->tenant);
-        int64_t w = t->rec.limits.weight;
-        fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                                .user = s, .name = s->id, .tenant_name = t->rec.id};
-        if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
-            /* the name may not be free yet: an anonymous session works, unsaved until the next rebuild */
-            sp.name = NULL;
-            if (fg_session_create(gw->engine, &sp, &s->es) != FG_OK) {
-                s->es = NULL;
-                fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-                return gw_session_close(s, "evicted");
-            }
-            fg_log_at(FG_LOG_WARN, "session_unnamed", gw_session_tenant(s), s->id, NULL);
-        }
-        s->rebuild = false;
-        fg_proto_code code = rebuild_engine_session(s);
-        if (code != FG_PROTO_OK)
-            return fail(c, ev, code, NULL, "%s", "the conversation does not fit the model's context");
-    }
-    gw_settings set = s->set; /* the session's, under this response's overrides */
-    apply_sampling(&set, &ev->u.response.sampling);
-    fg_response_params rp = {.generate = ev->u.response.generate};
-    rp.sampling.temperature = (float)set.temperature;
-    rp.sampling.top_p = (float)set.top_p;
-    rp.sampling.top_k = (int)set.top_k;
-    rp.sampling.min_p = (float)set.min_p;
-    rp.sampling.seed = set.has_seed ? set.seed : random_seed();
-    rp.max_tokens = set.max_output_tokens > (uint32_t)gw->n_ctx ? gw->n_ctx : (int)set.max_output_tokens; /* "inf": until the context is full */
-    rp.n_stop = (int)set.n_stop;
-    _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
-    memcpy(rp.stop, set.stop, sizeof rp.stop);
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
-    if (!q)
-        return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
-    /* Reserve the new input (plus the reply marker) and the whole output budget;
-     * response.done settles to what was used. */
-    q->rp = rp;
-    const int64_t out_budget = rp.generate ? rp.max_tokens : 0;
-    s->reserved = s->new_input + (rp.generate ? 8 : 0) + out_budget;
-    snprintf(s->quota_key, sizeof s->quota_key, "%s:%llu", s->id, (unsigned long long)s->resp_counter + 1);
-    s->quota_pending = true;
-    gw_conn_rx_update(c);
-    fg_quota_response_reserve(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved,
-                              gw_tenant_kv_bytes(gw, s->tenant),
-                              (s->conv_known ? (int64_t)s->conv.n : fg_session_length(s->es) + s->new_input) +
-                                  out_budget,
-                              out_budget,
-                              on_reserved, q);
-}
-
-static void on_response_cancel(gw_conn *c, const fg_client_event *ev)
-{
-    gw_session *s = c->session;
-    const bool named = ev->u.cancel.has_response_id;
-    if (!s->responding || (named && strcmp(ev->u.cancel.response_id.ptr, s->resp_id) != 0))
-        return fail(c, ev, FG_PROTO_NO_RESPONSE_IN_PROGRESS, named ? "response_id" : NULL, "%s",
-                    named ? "that response is not in progress" : "no response is in progress");
-    gw_session_cancel(s); /* response.done (cancelled) follows from the engine */
-}
-
-void gw_session_close(gw_session *s, const char *reason)
-{
-    fg_gateway_t *gw = s->gw;
-    gw_conn *c = s->conn;
-    if (!c) { /* detached: nobody to tell */
-        fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-        gw_session_destroy(s, false);
-        return;
-    }
-    /* The session goes now: its unwritten events, then session.closed (its last
-     * number), move to the connection's own queue, in order. */
-    gw_session_flush_delta(s);
-    if (s->responding) { /* the response ends with the session */
-        fg_proto_response_done d = {.id = s->resp_id, .status = FG_PROTO_RESPONSE_CANCELLED,
-                                    .reason = "session_closed", .usage = {.output_tokens = s->resp_tokens}};
-        gw_emit em = gw_emit_next(s);
-        gw_emit_push(s, em, fg_proto_write_response_done(&gw->scratch, em.seq, em.evt, &d));
-    }
-    for (uint32_t i = 0; i < s->ring.count; i++) {
-        const gw_event *e = gw_ring_at(&s->ring, i);
-        if (e->seq > s->sent_seq)
-            gw_ring_push(&c->own, e->seq, e->buf + LWS_PRE, e->len);
-    }
-    uint64_t seq = gw_session_take_seq(s), evt = ++s->evt_counter;
-    if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
-        gw_ring_push(&c->own, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
-    fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-    gw_session_destroy(s, false);
-    gw_conn_request_write(c);
-    gw_conn_output_changed(c);
-}
-
-static void on_session_close(gw_conn *c, const fg_client_event *ev)
-{
-    (void)ev;
-    gw_session_close(c->session, "client_requested"); /* and its file goes */
-}
-
-static void dispatch(gw_conn *c, const fg_client_event *ev)
-{
-    if (!c->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
-        return fail(c, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
-    if (c->session)
-        c->session->last_activity = fg_clock_mono_s();
-    switch (ev->type) {
-    case FG_CLIENT_SESSION_CREATE: on_session_create(c, ev); break;
-    case FG_CLIENT_SESSION_UPDATE: on_session_update(c, ev); break;
-    case FG_CLIENT_SESSION_RESUME: on_session_resume(c, ev); break;
-    case FG_CLIENT_ITEM_CREATE: on_item_create(c, ev); break;
-    case FG_CLIENT_RESPONSE_CREATE: on_response_create(c, ev); break;
-    case FG_CLIENT_RESPONSE_CANCEL: on_response_cancel(c, ev); break;
-    case FG_CLIENT_SESSION_CLOSE: on_session_close(c, ev); break;
-    case FG_CLIENT_ITEM_RETRIEVE:
-    case FG_CLIENT_ITEM_DELETE:
-    case FG_CLIENT_ITEM_TRUNCATE: gw_ga_item_command(c, ev); break;
-    }
-}
-
 /* Token bucket: messages_per_second sustained, message_burst at once. */
 static bool rate_ok(gw_conn *c)
 {
-    const fg_config *cfg = c->gw->cfg;
+    const fg_config *cfg = c->sink.gw->cfg;
     double now = fg_clock_mono_s();
     c->bucket += (now - c->bucket_time) * cfg->limits.messages_per_second;
     if (c->bucket > (double)cfg->limits.message_burst)
@@ -967,14 +202,14 @@ static bool rate_ok(gw_conn *c)
         fg_proto_error_set(&err, FG_PROTO_RATE_LIMITED, NULL, NULL, "more than %g messages per second",
                            cfg->limits.messages_per_second);
         uint32_t retry = (uint32_t)(1.0 / cfg->limits.messages_per_second + 0.999);
-        gw_conn_error(c, &err, retry ? retry : 1);
+        gw_sink_error(&c->sink, &err, retry ? retry : 1);
     }
     return false;
 }
 
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
 {
-    fg_gateway_t *gw = c->gw;
+    fg_gateway_t *gw = c->sink.gw;
     if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
         return; /* closed for not reading: what it still sends is not answered */
     if (lws_is_first_fragment(c->wsi)) {
@@ -1027,10 +262,10 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
         c->rx_cap = 0;
     }
     if (e != FG_OK) {
-        gw_conn_error(c, &err, 0);
+        gw_sink_error(&c->sink, &err, 0);
         return;
     }
-    dispatch(c, &ev);
+    gw_cmd_dispatch(&c->sink, &ev);
     fg_client_event_free(&ev);
 }
 
@@ -1044,7 +279,7 @@ static int write_event(gw_conn *c, const gw_event *e)
 
 int gw_conn_on_writable(gw_conn *c)
 {
-    fg_gateway_t *gw = c->gw;
+    fg_gateway_t *gw = c->sink.gw;
     if (c->own.count) {
         int rc = write_event(c, gw_ring_at(&c->own, 0));
         gw_ring_drop_oldest(&c->own);
@@ -1054,7 +289,7 @@ int gw_conn_on_writable(gw_conn *c)
         gw_conn_output_changed(c);
         return 0;
     }
-    gw_session *s = c->session;
+    gw_session *s = c->sink.session;
     if (s) {
         gw_session_flush_delta(s); /* every token since the last write, in one frame */
         for (uint32_t i = 0; i < s->ring.count; i++) {

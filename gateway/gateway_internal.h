@@ -17,6 +17,7 @@
 #include "gateway/gateway.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
+#include "gateway/session_cmd.h"
 #include "gateway/tenants.h"
 #include "policies/quota.h"
 
@@ -76,7 +77,7 @@ struct gw_session {
     char id[48];                    /* "sess_" + 32 hex digits: 128 random bits */
     int tenant;                     /* index into gw->tenants */
     fg_session_t *es;               /* the engine's session */
-    gw_conn *conn;                  /* attached connection, or NULL (detached) */
+    gw_sink *sink;                  /* attached transport (session_cmd.h), or NULL (detached) */
 
     /* settings, as session.created shows them */
     char *instructions;
@@ -143,13 +144,9 @@ struct gw_session {
 };
 
 struct gw_conn {
-    fg_gateway_t *gw;
+    gw_sink sink;                   /* the gateway, tenant, flow (ga, beta: the OpenAI-Beta header), the
+                                       handshake's ?model= and the attached session */
     struct lws *wsi;
-    int tenant;                     /* authenticated at the handshake */
-    bool ga;                        /* OpenAI GA flow: session at connect, GA event sequence */
-    bool beta;                      /* with ga: the Realtime beta's event names (OpenAI-Beta header) */
-    char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model= ("" = none) */
-    gw_session *session;
     /* the message being received */
     char *rx;
     size_t rx_len, rx_cap;
@@ -158,7 +155,6 @@ struct gw_conn {
     double bucket, bucket_time, last_rate_error;
     /* connection-level events (sequence number 0) */
     gw_ring own;
-    uint64_t evt_counter;           /* event ids of sequence-0 events */
     bool rx_paused;                 /* reading stopped while the client is behind */
     bool closing;                   /* close with close_code once the queue is written */
     int close_code;
@@ -241,7 +237,7 @@ void gw_session_info(const gw_session *s, fg_proto_session_info *info);
 void gw_session_drain_engine(gw_session *s);
 /* Turns coalesced delta text into one event (before a write or a done). */
 void gw_session_flush_delta(gw_session *s);
-void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq);
+void gw_session_attach(gw_session *s, gw_sink *k, uint64_t last_seq);
 void gw_session_detach(gw_session *s);
 void gw_sessions_sweep(fg_gateway_t *gw);
 
@@ -279,7 +275,7 @@ void gw_ga_item_added(gw_session *s, const gw_item *item, const char *previous_i
 void gw_ga_response_begin(gw_session *s, size_t tok_start);
 void gw_ga_response_end(gw_session *s, const char *status);
 /* conversation.item.retrieve / delete / truncate. */
-void gw_ga_item_command(gw_conn *c, const fg_client_event *ev);
+void gw_ga_item_command(gw_sink *k, const fg_client_event *ev);
 
 /* gw_persist.c */
 /* Writes the session's record (settings, counters, conversation) into its
@@ -307,8 +303,6 @@ void gw_conn_on_open(gw_conn *c);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
 int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
-/* Sends an error event: in the session's numbering when one is attached. */
-void gw_conn_error(gw_conn *c, const fg_proto_error *err, uint32_t retry_after);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
 /* Stops reading a client while its session's output is paused, a quota
@@ -320,10 +314,22 @@ void gw_conn_rx_update(gw_conn *c);
  * hard one, deferred to a timer so the caller's state stays valid). */
 void gw_conn_output_changed(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
-/* Closes a session for good: an attached client gets its unwritten events, a
- * cancelled response.done if it was responding, then session.closed with
- * reason ("client_requested", "evicted"); then the session is destroyed. */
-void gw_session_close(gw_session *s, const char *reason);
+/* The WebSocket connection's sink operations. */
+extern const gw_sink_ops gw_conn_sink_ops;
+
+/* The sink's operations, for the session layer. */
+static inline void gw_sink_request_write(gw_sink *k)
+{
+    k->ops->request_write(k);
+}
+static inline void gw_sink_output_changed(gw_sink *k)
+{
+    k->ops->output_changed(k);
+}
+static inline void gw_sink_rx_update(gw_sink *k)
+{
+    k->ops->rx_update(k);
+}
 
 /* rings (gw_ring.c) */
 /* Appends a copy of an event; the ring grows as needed (its owner bounds it),

@@ -252,11 +252,11 @@ void gw_ga_response_end(gw_session *s, const char *status)
 
 /* ---- commands ---- */
 
-static void item_fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, const char *param, const char *msg)
+static void item_fail(gw_sink *k, const fg_client_event *ev, fg_proto_code code, const char *param, const char *msg)
 {
     fg_proto_error err;
     fg_proto_error_set(&err, code, param, ev->has_event_id ? ev->event_id.ptr : NULL, "%s", msg);
-    gw_conn_error(c, &err, 0);
+    gw_sink_error(k, &err, 0);
 }
 
 /* Cuts part_index's text of an assistant message to keep bytes (back to a
@@ -290,14 +290,14 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
     return code;
 }
 
-void gw_ga_item_command(gw_conn *c, const fg_client_event *ev)
+void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
 {
-    gw_session *s = c->session;
-    fg_proto_buf *b = &c->gw->scratch;
+    gw_session *s = k->session;
+    fg_proto_buf *b = &k->gw->scratch;
     size_t i = 0;
     gw_item *it = items_find(&s->items, ev->u.item_ref.item_id.ptr, &i);
     if (!it)
-        return item_fail(c, ev, FG_PROTO_INVALID_VALUE, "item_id",
+        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "item_id",
                          s->conv_known ? "no item with this id in the conversation"
                                        : "no item with this id (the items of a session restored from disk are not kept)");
     gw_emit em;
@@ -308,16 +308,16 @@ void gw_ga_item_command(gw_conn *c, const fg_client_event *ev)
         return gw_emit_push(s, em, fg_proto_write_item_retrieved(b, em.seq, em.evt, &out));
     }
     if (s->responding || it->tok_start == GW_ITEM_DEFERRED)
-        return item_fail(c, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "item_id",
+        return item_fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "item_id",
                          "the conversation cannot be cut while a response is in progress");
     if (!s->conv_known)
-        return item_fail(c, ev, FG_PROTO_SESSION_LOST, NULL,
+        return item_fail(k, ev, FG_PROTO_SESSION_LOST, NULL,
                          "this session was restored without its token history; start a new session to cut it");
     if (ev->type == FG_CLIENT_ITEM_DELETE) {
         char id[FG_PROTO_MAX_ID_BYTES + 1];
         snprintf(id, sizeof id, "%s", it->id);
         if (!items_splice(s, i, NULL, 0))
-            return item_fail(c, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
+            return item_fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
         free(it->blob);
         memmove(&s->items.v[i], &s->items.v[i + 1], (s->items.n - i - 1) * sizeof *s->items.v);
         s->items.n--;
@@ -330,15 +330,15 @@ void gw_ga_item_command(gw_conn *c, const fg_client_event *ev)
     /* truncate: an assistant message's text */
     const uint32_t part = ev->u.item_ref.content_index;
     if (it->it.type != FG_PROTO_ITEM_MESSAGE || it->it.role != FG_PROTO_ROLE_ASSISTANT)
-        return item_fail(c, ev, FG_PROTO_INVALID_VALUE, "item_id", "only assistant messages can be truncated");
+        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "item_id", "only assistant messages can be truncated");
     if (part >= it->it.n_content)
-        return item_fail(c, ev, FG_PROTO_INVALID_VALUE, "content_index", "the item has no such content part");
+        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "content_index", "the item has no such content part");
     if (!ev->u.item_ref.has_text_end && ev->u.item_ref.audio_end_ms > 0)
-        return item_fail(c, ev, FG_PROTO_INVALID_VALUE, "audio_end_ms",
+        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "audio_end_ms",
                          "the item has no audio: send audio_end_ms 0 (cut all its text) or text_end (bytes to keep)");
     fg_proto_code code = truncate_item(s, i, part, ev->u.item_ref.has_text_end ? ev->u.item_ref.text_end : 0);
     if (code != FG_PROTO_OK)
-        return item_fail(c, ev, code, NULL, "out of memory");
+        return item_fail(k, ev, code, NULL, "out of memory");
     s->rebuild = true; /* the KV from the cut on is recomputed at the next response */
     gw_session_store_meta(s);
     em = gw_emit_next(s);

@@ -122,7 +122,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
 void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
-    if (s->conn)
+    if (s->sink)
         gw_session_detach(s);
     if (s->es && keep_file) /* none after a failed rebuild */
         fg_session_free(s->es);
@@ -194,9 +194,9 @@ static void trim_resume_buffer(gw_session *s)
     while (r->count > 1) {
         const gw_event *old = gw_ring_at(r, 0);
         const bool unsent = old->seq > s->sent_seq;
-        if (s->conn && unsent)
+        if (s->sink && unsent)
             break;
-        const size_t kept = s->conn ? r->bytes - s->unsent_bytes : r->bytes;
+        const size_t kept = s->sink ? r->bytes - s->unsent_bytes : r->bytes;
         if (kept <= (size_t)cfg->resume_buffer_bytes && r->count <= (uint32_t)cfg->resume_buffer_events)
             break;
         if (unsent) { /* detached: it leaves the resume buffer unsent */
@@ -217,9 +217,9 @@ void gw_session_push(gw_session *s, uint64_t seq)
     s->unsent_bytes += gw->scratch.len;
     s->unsent_events++;
     trim_resume_buffer(s);
-    if (s->conn) {
-        gw_conn_request_write(s->conn);
-        gw_conn_output_changed(s->conn);
+    if (s->sink) {
+        gw_sink_request_write(s->sink);
+        gw_sink_output_changed(s->sink);
     }
 }
 
@@ -425,7 +425,7 @@ static void report_save_failed(gw_session *s, fg_err e)
 static bool behind(const gw_session *s)
 {
     const fg_config *cfg = s->gw->cfg;
-    return s->conn && (s->unsent_bytes + s->pending_len > (size_t)cfg->sessions.output_buffer_bytes ||
+    return s->sink && (s->unsent_bytes + s->pending_len > (size_t)cfg->sessions.output_buffer_bytes ||
                        s->unsent_events * 2 > (uint32_t)cfg->sessions.resume_buffer_events);
 }
 
@@ -464,35 +464,38 @@ void gw_session_drain_engine(gw_session *s)
                 fg_log_at(FG_LOG_INFO, "response_waiting", gw_session_tenant(s), s->id, "\"reason\":\"kv_full\"");
             }
         }
-        if (!s->conn)
+        if (!s->sink)
             gw_session_flush_delta(s); /* nobody will ask for a write: keep it for replay */
         if (behind(s)) {
             s->output_paused = true;
             s->gw->metrics.backpressure_pauses++;
-            gw_conn_rx_update(s->conn); /* and stop reading it: its requests would queue more output */
+            gw_sink_rx_update(s->sink); /* and stop reading it: its requests would queue more output */
             fg_log_at(FG_LOG_DEBUG, "output_paused", gw_session_tenant(s), s->id, "\"unsent_bytes\":%zu",
                    s->unsent_bytes + s->pending_len);
         }
     }
-    if (s->conn && (s->pending_len || s->unsent_events))
-        gw_conn_request_write(s->conn);
-    if (s->conn) /* the delta text not yet an event counts too */
-        gw_conn_output_changed(s->conn);
+    if (s->sink && (s->pending_len || s->unsent_events))
+        gw_sink_request_write(s->sink);
+    if (s->sink) /* the delta text not yet an event counts too */
+        gw_sink_output_changed(s->sink);
 }
 
 /* ---- attach and detach ---- */
 
-void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
+void gw_session_attach(gw_session *s, gw_sink *k, uint64_t last_seq)
 {
     fg_gateway_t *gw = s->gw;
-    if (s->conn && s->conn != c) {
-        gw_conn *old = s->conn;
+    if (s->sink && s->sink != k) {
+        gw_sink *old = s->sink;
         gw_session_detach(s);
-        if (fg_proto_write_session_closed(&gw->scratch, 0, ++old->evt_counter, s->id, "resumed_elsewhere") == FG_OK)
-            gw_conn_push_own(old);
+        if (fg_proto_write_session_closed(&gw->scratch, 0, ++old->evt_counter, s->id, "resumed_elsewhere") == FG_OK) {
+            old->ops->push(old, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
+            gw_sink_request_write(old);
+            gw_sink_output_changed(old);
+        }
     }
-    s->conn = c;
-    c->session = s;
+    s->sink = k;
+    k->session = s;
     s->sent_seq = last_seq;
     s->unsent_bytes = 0;
     s->unsent_events = 0;
@@ -504,17 +507,17 @@ void gw_session_attach(gw_session *s, gw_conn *c, uint64_t last_seq)
         }
     }
     s->last_activity = fg_clock_mono_s();
-    gw_conn_request_write(c);
-    gw_conn_output_changed(c); /* the replay counts against the output limits */
+    gw_sink_request_write(k);
+    gw_sink_output_changed(k); /* the replay counts against the output limits */
 }
 
 void gw_session_detach(gw_session *s)
 {
-    if (s->conn) {
-        gw_conn *c = s->conn;
-        s->conn->session = NULL;
-        s->conn = NULL;
-        gw_conn_rx_update(c);
+    if (s->sink) {
+        gw_sink *k = s->sink;
+        k->session = NULL;
+        s->sink = NULL;
+        gw_sink_rx_update(k);
     }
     if (s->output_paused) { /* nobody to wait for now: go on, into the resume buffer */
         s->output_paused = false;
@@ -531,7 +534,7 @@ void gw_sessions_sweep(fg_gateway_t *gw)
     gw_session *next;
     for (gw_session *s = gw->sessions; s; s = next) {
         next = s->all_next;
-        if (!s->conn && !s->responding && now - s->last_activity > idle) {
+        if (!s->sink && !s->responding && now - s->last_activity > idle) {
             fg_log_at(FG_LOG_INFO, "session_expired", gw_session_tenant(s), s->id, NULL);
             gw_session_destroy(s, false); /* expired: its file goes too */
         }

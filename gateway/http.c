@@ -26,6 +26,8 @@
  * (http_internal.h); lws reports a body's end again whenever more bytes come
  * after it, which is ignored, or closes the connection while a handler works. */
 typedef enum req_state { REQ_RECEIVING, REQ_HANDLING, REQ_REPLYING, REQ_SENT } req_state;
+/* A streamed reply (gw_http_stream_begin) stays REQ_HANDLING, with stream set,
+ * until gw_http_stream_end; then REQ_REPLYING until its last bytes are out. */
 
 /* Why a request is refused at its headers. */
 typedef struct refusal {
@@ -53,6 +55,12 @@ struct gw_http_req {
     char *reply;            /* LWS_PRE + body */
     size_t reply_len;
     int stage;              /* 0 nothing to write, 1 headers, 2 body */
+    /* a streamed reply: bytes appended to reply (after LWS_PRE) as they come */
+    bool stream, stream_ended;
+    size_t reply_cap;
+    void (*on_gone)(void *user); /* the client left before the reply was out */
+    void (*on_drain)(void *user); /* a streamed reply's buffered bytes went to lws */
+    void *gone_user;
 };
 
 #define BODY_FIRST_ALLOC (64u << 10)
@@ -425,7 +433,10 @@ void gw_http_reply_as(gw_http_req *req, unsigned status, const char *content_typ
         req_free(req);
         return;
     }
+    if (req->stream)
+        return; /* a streamed reply ends with gw_http_stream_end */
     stop_receiving(req, REQ_REPLYING);
+    req->on_gone = req->on_drain = NULL; /* the handler is done with it */
     body_release(req); /* the body is read by now; its memory stays until the request is freed */
     req->reply = malloc(LWS_PRE + len + 1);
     if (!req->reply) {
@@ -448,9 +459,112 @@ void gw_http_error(gw_http_req *req, unsigned status, const char *code, const ch
     gw_http_reply(req, status, body);
 }
 
+static int stream_writable(gw_http_req *req)
+{
+    struct lws *wsi = req->wsi;
+    if (req->stage == 1) {
+        unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
+        /* no length: the body ends when the connection closes (one request per connection) */
+        if (lws_add_http_common_headers(wsi, req->status, req->content_type, LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
+            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
+                                         &p, end) ||
+            lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end) ||
+            lws_finalize_write_http_header(wsi, start, &p, end))
+            return -1;
+        req->stage = 2;
+        if (req->reply_len || req->stream_ended)
+            lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (req->stage != 2)
+        return 0;
+    const size_t n = req->reply_len;
+    req->reply_len = 0;
+    if (req->stream_ended) {
+        req->state = REQ_SENT;
+        req->stage = 0;
+        lws_write(wsi, (unsigned char *)req->reply + LWS_PRE, n, LWS_WRITE_HTTP_FINAL);
+        return -1;
+    }
+    if (n && lws_write(wsi, (unsigned char *)req->reply + LWS_PRE, n, LWS_WRITE_HTTP) < (int)n)
+        return -1;
+    if (req->on_drain)
+        req->on_drain(req->gone_user);
+    return 0;
+}
+
+size_t gw_http_stream_pending(const gw_http_req *req)
+{
+    return req->stream ? req->reply_len : 0;
+}
+
+void gw_http_stream_begin(gw_http_req *req, unsigned status, const char *content_type)
+{
+    if (req->state != REQ_HANDLING || req->stream || !req->wsi)
+        return;
+    body_release(req);
+    req->stream = true;
+    req->status = status;
+    snprintf(req->content_type, sizeof req->content_type, "%s", content_type);
+    req->stage = 1;
+    lws_callback_on_writable(req->wsi);
+}
+
+bool gw_http_stream_write(gw_http_req *req, const char *data, size_t len)
+{
+    if (!req->stream || req->stream_ended || !req->wsi)
+        return false;
+    if (LWS_PRE + req->reply_len + len + 1 > req->reply_cap) {
+        size_t cap = req->reply_cap ? req->reply_cap : LWS_PRE + 4096;
+        while (cap < LWS_PRE + req->reply_len + len + 1)
+            cap *= 2;
+        char *b = realloc(req->reply, cap);
+        if (!b)
+            return false;
+        req->reply = b;
+        req->reply_cap = cap;
+    }
+    memcpy(req->reply + LWS_PRE + req->reply_len, data, len);
+    req->reply_len += len;
+    if (req->stage == 2)
+        lws_callback_on_writable(req->wsi);
+    return true;
+}
+
+void gw_http_stream_end(gw_http_req *req)
+{
+    if (!req->stream || req->stream_ended || !req->wsi)
+        return;
+    if (!req->reply && !gw_http_stream_write(req, "", 0)) {
+        lws_set_timeout(req->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+        req->on_gone = NULL;
+        return;
+    }
+    req->stream_ended = true;
+    req->state = REQ_REPLYING;
+    req->on_gone = req->on_drain = NULL; /* the handler is done with it */
+    if (req->stage == 2)
+        lws_callback_on_writable(req->wsi);
+}
+
+void gw_http_set_on_gone(gw_http_req *req, void (*fn)(void *user), void *user)
+{
+    req->on_gone = fn;
+    req->gone_user = user;
+    if (!fn)
+        req->on_drain = NULL; /* the handler lets go of req */
+}
+
+void gw_http_set_on_drain(gw_http_req *req, void (*fn)(void *user))
+{
+    req->on_drain = fn;
+}
+
 int gw_http_writable(gw_http_req *req)
 {
     struct lws *wsi = req->wsi;
+    if (req->stream)
+        return stream_writable(req);
     if (req->stage == 1) {
         unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
         if (lws_add_http_common_headers(wsi, req->status, req->content_type, (lws_filepos_t)req->reply_len, &p,
@@ -475,6 +589,14 @@ int gw_http_writable(gw_http_req *req)
 
 void gw_http_closed(gw_http_req *req)
 {
+    if (req->on_gone && req->state != REQ_SENT) {
+        /* the handler is told, lets go of req, and req goes now */
+        void (*fn)(void *) = req->on_gone;
+        req->on_gone = req->on_drain = NULL;
+        fn(req->gone_user);
+        req_free(req);
+        return;
+    }
     if (req->state == REQ_HANDLING) {
         req->wsi = NULL; /* the handler still holds it: freed at its reply */
         return;

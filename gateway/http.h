@@ -48,6 +48,24 @@ void gw_http_reply_as(gw_http_req *req, unsigned status, const char *content_typ
 /* Sends {"error":{"code":code,"message":message}} with status. */
 void gw_http_error(gw_http_req *req, unsigned status, const char *code, const char *message);
 
+/* A streamed reply (server-sent events): the status and content type go out
+ * at once, without a length; bytes follow as the handler writes them (buffered,
+ * one write per writable callback); the connection closes after
+ * gw_http_stream_end. A handler that holds a request over time sets on_gone:
+ * called once if the client leaves before the reply is out, after which req is
+ * freed and must not be touched; never called after gw_http_reply or
+ * gw_http_stream_end. gw_http_stream_write returns false when the bytes were
+ * not queued (out of memory, or not streaming). */
+void gw_http_stream_begin(gw_http_req *req, unsigned status, const char *content_type);
+bool gw_http_stream_write(gw_http_req *req, const char *data, size_t len);
+void gw_http_stream_end(gw_http_req *req);
+void gw_http_set_on_gone(gw_http_req *req, void (*fn)(void *user), void *user);
+/* Bytes of a streamed reply not yet handed to lws (the client is that far behind). */
+size_t gw_http_stream_pending(const gw_http_req *req);
+/* fn(user of on_gone) after each write of a streamed reply's bytes to lws; cleared with on_gone
+ * (set to NULL, or at the reply's end). */
+void gw_http_set_on_drain(gw_http_req *req, void (*fn)(void *user));
+
 /* Compares two keys in constant time (the time depends on the lengths only). */
 bool gw_http_key_equal(const char *a, const char *b);
 

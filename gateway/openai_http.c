@@ -1,5 +1,6 @@
 /* openai_http.c: the HTTP routes that OpenAI's SDKs call, in OpenAI's shapes:
  * GET /v1/models and GET /v1/models/{id} (the one model the engine serves),
+ * POST /v1/chat/completions (openai_chat.c), POST /v1/responses (openai_responses.c),
  * and their errors as {"error":{"message","type","param","code"}}, the body
  * the SDKs turn into APIError subclasses. Authenticated with a tenant's API
  * key, like the realtime handshake. Service thread only.
@@ -12,6 +13,8 @@
 
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
+#include "gateway/openai_chat.h"
+#include "gateway/openai_responses.h"
 
 void gw_openai_error(gw_http_req *req, unsigned status, const char *type, const char *code, const char *param,
                      const char *message)
@@ -53,6 +56,14 @@ static int put_model(const fg_gateway_t *gw, char *out, size_t cap)
 int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
 {
     const char *path = gw_http_path(req);
+    if (!strcmp(path, "/v1/chat/completions")) {
+        gw_openai_chat(gw, req);
+        return 1;
+    }
+    if (!strcmp(path, "/v1/responses")) {
+        gw_openai_responses(gw, req);
+        return 1;
+    }
     if (strcmp(path, "/v1/models") != 0 && strncmp(path, "/v1/models/", 11) != 0)
         return 0;
     if (strcmp(gw_http_method(req), "GET") != 0) {

@@ -177,13 +177,13 @@ static void refuse_upgrade(struct lws *wsi, unsigned status)
 static void drain_step(fg_gateway_t *gw)
 {
     for (gw_conn *c = gw->conns; c; c = c->all_next) {
-        if (c->closing || (c->session && c->session->responding))
+        if (c->closing || (c->sink.session && c->sink.session->responding))
             continue; /* its response.done comes first */
         fg_proto_error err;
         fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, NULL, "%s", "the server is shutting down");
-        gw_session *s = c->session;
+        gw_session *s = c->sink.session;
         uint64_t seq = s ? gw_session_take_seq(s) : 0;
-        if (fg_proto_write_error(&gw->scratch, seq, s ? ++s->evt_counter : ++c->evt_counter, &err, 0) == FG_OK) {
+        if (fg_proto_write_error(&gw->scratch, seq, s ? ++s->evt_counter : ++c->sink.evt_counter, &err, 0) == FG_OK) {
             if (s)
                 gw_session_push(s, seq);
             else
@@ -280,12 +280,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_ESTABLISHED:
         gw = gateway_of(wsi);
         memset(&pss->conn, 0, sizeof pss->conn);
-        pss->conn.gw = gw;
+        pss->conn.sink.ops = &gw_conn_sink_ops;
+        pss->conn.sink.gw = gw;
         pss->conn.wsi = wsi;
-        pss->conn.tenant = pss->tenant;
-        pss->conn.ga = pss->ga;
-        pss->conn.beta = pss->beta;
-        snprintf(pss->conn.model, sizeof pss->conn.model, "%s", pss->model);
+        pss->conn.sink.tenant = pss->tenant;
+        pss->conn.sink.ga = pss->ga;
+        pss->conn.sink.beta = pss->beta;
+        snprintf(pss->conn.sink.model, sizeof pss->conn.sink.model, "%s", pss->model);
         /* lws 4.1.6 drops a connection for some framing violations (a control
          * frame longer than 125 bytes) without a reason, and so without a close
          * frame: with this one preset it sends 1002. Every close of ours sets
@@ -301,17 +302,17 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             return -1;
         }
         return 0;
-    /* A refused handshake gets CLOSED without ESTABLISHED: conn.gw is still NULL. */
+    /* A refused handshake gets CLOSED without ESTABLISHED: conn.sink.gw is still NULL. */
     case LWS_CALLBACK_RECEIVE:
-        if (pss && pss->conn.gw)
+        if (pss && pss->conn.sink.gw)
             gw_conn_on_receive(&pss->conn, in, len);
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        return pss && pss->conn.gw ? gw_conn_on_writable(&pss->conn) : 0;
+        return pss && pss->conn.sink.gw ? gw_conn_on_writable(&pss->conn) : 0;
     case LWS_CALLBACK_CLOSED:
-        if (pss && pss->conn.gw) {
+        if (pss && pss->conn.sink.gw) {
             gw_conn_on_close(&pss->conn);
-            pss->conn.gw = NULL;
+            pss->conn.sink.gw = NULL;
         }
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:

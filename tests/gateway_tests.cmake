@@ -20,3 +20,8 @@ fg_add_test(gateway_faults COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/
 fg_add_test(gateway_openai_sdk COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_openai_sdk.py
             LABELS gateway FIXTURES_REQUIRED models TIMEOUT 600)
 set_tests_properties(gateway_openai_sdk PROPERTIES SKIP_RETURN_CODE 77)
+# POST /v1/chat/completions and /v1/responses with the official openai npm client (the packages
+# test_openai_sdk.py installs), real redis-server quotas, and bad input over plain HTTP.
+fg_add_test(gateway_openai_http COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_openai_http.py
+            LABELS gateway FIXTURES_REQUIRED models TIMEOUT 600)
+set_tests_properties(gateway_openai_http PROPERTIES SKIP_RETURN_CODE 77)

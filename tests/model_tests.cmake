@@ -32,6 +32,11 @@ target_link_libraries(ds4_probe PRIVATE fg_engine)
 set_target_properties(ds4_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 fg_add_test(reference_deepseek4_engine COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek4.py
             LABELS "model;reference" TIMEOUT 600)
+# The same checks on the generator's files (v4-tiny, v4-tiny-nohash), and v4-tiny-mxfp4
+# (the converter's types) against the reference with a median-position bound and a
+# misread-MXFP4 negative control.
+fg_add_test(reference_deepseek4_generated COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek4.py generated
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)

@@ -83,7 +83,7 @@ static int build(json_t *c, conv_buf *b)
         }
     }
     b->conv = (fg_chat_conv){b->msgs, (uint32_t)json_array_size(msgs),
-                             json_is_true(json_object_get(c, "add_generation_prompt"))};
+                             json_is_true(json_object_get(c, "add_generation_prompt")), NULL, 0};
     return 0;
 }
 
@@ -134,7 +134,7 @@ static void check_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
     };
     for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++) {
         fg_chat_msg msgs[2] = {{FG_CHAT_USER, hi, NULL, 0}, bad_msgs[i].m};
-        fg_chat_conv c = {msgs, 2, true};
+        fg_chat_conv c = {msgs, 2, true, NULL, 0};
         fg_diag d = {{0}};
         fg_err e = fg_chat_render(FG_CHAT_DEEPSEEK_V3, &c, t, p, &d);
         result(e == FG_ERR_INVALID_ARG && p->len == 0 && strstr(d.msg, "message 1"), "refused with the message index",
@@ -143,7 +143,7 @@ static void check_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
             printf("    got %s: %s\n", fg_err_name(e), d.msg);
     }
     fg_chat_msg one = {FG_CHAT_USER, hi, NULL, 0};
-    fg_chat_conv c = {&one, 1, true};
+    fg_chat_conv c = {&one, 1, true, NULL, 0};
     fg_diag d = {{0}};
     result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &c, t, p, &d) == FG_ERR_UNSUPPORTED, "V4 not rendered yet", "deepseek-v4");
     result(fg_chat_render(FG_CHAT_DEEPSEEK_R1, &c, t, p, &d) == FG_ERR_UNSUPPORTED, "R1 not rendered yet", "deepseek-r1");

@@ -128,7 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         at += len + 1;
     }
     static fg_chat_prompt p; /* reused across inputs, as a session would */
-    fg_chat_conv conv = {msgs, n, size & 1};
+    fg_chat_conv conv = {msgs, n, size & 1, NULL, 0};
     e = fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, t, &p, &d);
     if (e != FG_OK) {
         if (p.len || p.n_spans || !d.msg[0])

@@ -17,7 +17,11 @@ prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy deco
     cut to 0 starts again, two sequences in one batch equal each alone, sharing is refused;
   * bad files (each named validation, a wrong type, a truncated file): exit 1 with the
     named error, never a sanitizer report or a signal.
-Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe)."""
+`check_deepseek4.py generated` runs the same model checks on the generator's files in
+$FG_TEST_DATA (v4-tiny.gguf, v4-tiny-nohash.gguf; bounds adapted where their seed is not
+chosen, see model_checks) and v4-tiny-mxfp4.gguf against the reference on the median
+position, with a misread-MXFP4 reference as the negative control (mxfp4_checks).
+Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe), FG_TEST_DATA."""
 
 import os
 import shutil
@@ -31,12 +35,15 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import deepseek4_ref as ref  # noqa: E402
+import gguf_read  # noqa: E402
 import make_v4_fixture as fx  # noqa: E402
 from deepseek2_ref import read_engine_logits  # noqa: E402
 
 BIN = os.environ.get("FG_BIN", os.path.join(HERE, "..", "..", "build", "test", "bin"))
 N_PROMPT, N_GEN = 300, 32
 FAILS = []
+REAL_DEQUANTIZE = gguf_read.dequantize
+MXFP4_MEDIAN = 0.6  # measured 0.289 on v4-tiny-mxfp4 (docs/engine.md, "The deepseek4 module")
 
 
 def _e4m3_table():
@@ -145,7 +152,10 @@ def probe(model, tokens, chunk, fmt, tmp, V, isa=None):
     return np.fromfile(lo, dtype="<f4").reshape(n, V), np.fromfile(mo, dtype="<f4").reshape(n, V)
 
 
-def model_checks(tmp, name, model):
+def model_checks(tmp, name, model, generated=False):
+    """generated: the generator's files, whose logits are larger (max ~14) and whose seed is not
+    chosen: the best-ISA chunk bound scales with the largest logit, and the compact formats are
+    bounded at the 90th percentile position (see the checks)."""
     V = ref.Model(model).hp.V
     prompt = prompt_tokens(V)
     lf = os.path.join(tmp, name + "_logits.bin")
@@ -185,7 +195,10 @@ def model_checks(tmp, name, model):
               "%s: scalar, chunks of %d vs one pass identical" % (name, chunk))
         l_c, m_c = probe(model, seq, chunk, "f32", tmp, V)
         d = max(float(np.abs(l_c - l_all).max()), float(np.abs(m_c - m_all).max()))
-        check(d <= 1e-5, "%s: best ISA, chunks of %d vs one pass max |d| %.3g (<= 1e-5)" % (name, chunk, d))
+        # f32 rounding of other tiles, relative to the logits: 1e-6 of the largest (the fixtures'
+        # 1e-5 absolute; the generated files' logits reach 14, measured 1.2e-5 there)
+        tol = max(1e-5, 1e-6 * float(np.abs(l_all).max())) if generated else 1e-5
+        check(d <= tol, "%s: best ISA, chunks of %d vs one pass max |d| %.3g (<= %.3g)" % (name, chunk, d, tol))
     d = float(np.abs(l_all - ref_logits).max())
     check(d <= 1e-4, "%s: probe logits vs reference max |dlogit| = %.3g" % (name, d))
     for isa in ("scalar", "avx2"):
@@ -211,13 +224,23 @@ def model_checks(tmp, name, model):
     # amplify a row's rounding by orders of magnitude (docs/engine.md, "The deepseek4 cache")
     for fmt, bound in (("f16", 2e-3), ("fp8", 2e-3)):
         l_c, _ = probe(model, seq, len(seq), fmt, tmp, V)
-        d = float(np.abs(l_c - emulated_reference(model, seq, fmt)).max())
-        check(d <= bound, "%s: kv %s vs the reference with %s rows: max |dlogit| = %.3g (<= %g)"
-              % (name, fmt, fmt, d, bound))
-        d = float(np.abs(l_c - l_all).max())
+        pos = position_deltas(l_c, emulated_reference(model, seq, fmt))
+        d, p90 = float(pos.max()), float(np.percentile(pos, 90))
+        if generated:
+            # where the engine's f32 value and the reference's f64 one straddle a rounding
+            # boundary of the codec, one stored value differs by a code step; on random weights
+            # that can move what follows by O(0.1) (v4-tiny-nohash: f16 from position 164,
+            # max 0.39; fp8 from 258, 3e-3). A wrong codec moves every position: the bound is
+            # on the 90th percentile position (measured <= 8.3e-4), the max reported.
+            check(p90 <= bound, "%s: kv %s vs the reference with %s rows: 90th percentile position's max |dlogit| "
+                  "%.3g (<= %g), median %.3g, max %.3g" % (name, fmt, fmt, p90, bound, float(np.median(pos)), d))
+        else:
+            check(d <= bound, "%s: kv %s vs the reference with %s rows: max |dlogit| = %.3g (<= %g)"
+                  % (name, fmt, fmt, d, bound))
+        pos = np.abs(l_c - l_all).max(axis=1)
         top = float(np.mean(np.argmax(l_c, axis=1) == np.argmax(l_all, axis=1)))
-        print("measured: %s: kv %s vs f32 max |dlogit| %.3g, argmax agrees at %.3f of %d positions"
-              % (name, fmt, d, top, len(seq)))
+        print("measured: %s: kv %s vs f32 max |dlogit| %.3g, median position's %.3g, argmax agrees at %.3f of "
+              "%d positions" % (name, fmt, float(pos.max()), float(np.median(pos)), top, len(seq)))
     return True
 
 
@@ -280,16 +303,78 @@ def bad_input_checks(tmp):
             f.write(data[:cut])
         rc, err = run_bad(path)
         check(rc == 1 and "error" in err, "truncated at %d bytes: exit %d, %s" % (cut, rc, err.strip()[:120]))
-    # the converter's types (BF16, Q8_0, MXFP4 experts): loads and runs, or names the type it cannot compute
+    # the converter's types (BF16, Q8_0, MXFP4 experts): loads and runs
     path = os.path.join(tmp, "types.gguf")
     fx.make_fixture(path)
     rc, err = run_bad(path)
-    check(rc == 0 or (rc == 1 and "ffn_gate_exps.weight has type mxfp4" in err),
-          "converter types (BF16/Q8_0/MXFP4): exit %d %s" % (rc, err.strip()[:160]))
+    check(rc == 0, "converter types (BF16/Q8_0/MXFP4) run: exit %d %s" % (rc, err.strip()[:160]))
+
+
+def position_deltas(eng, ref_logits):
+    """Per position the max over the vocabulary of |engine - reference|."""
+    return np.abs(eng.astype(np.float64) - ref_logits[:len(eng)]).max(axis=1)
+
+
+def misread_mxfp4(raw, ggml_type, ne):
+    """A broken MXFP4 read for the negative control: the nibbles taken interleaved (value 2j
+    low, 2j + 1 high) instead of ggml's halves (j low, j + 16 high)."""
+    if ggml_type != gguf_read.GGML_TYPE_MXFP4:
+        return REAL_DEQUANTIZE(raw, ggml_type, ne)
+    out = REAL_DEQUANTIZE(raw, ggml_type, ne)
+    shape = out.shape
+    b = out.reshape(-1, 2, 16)
+    return np.stack([b[:, 0], b[:, 1]], axis=2).reshape(shape)
+
+
+def mxfp4_checks(tmp, model):
+    """The converter's types (Q8_0 dense, BF16 embeddings/head/router/indexer, MXFP4 experts)
+    through the engine against the reference reading the same file exactly. The engine rounds
+    the activations of every block-type product to 8 bits (Q8_0, as ggml's dots do), so the
+    logits differ by O(0.1) at a typical position and by O(1) where that flips an expert or
+    a top-k row; the bound is on the median position (deepseek2's --median-tol idea), and a
+    misread weight (the negative control) moves it to the logits' spread."""
+    m = ref.Model(model)
+    kinds = sorted({t.type_name for t in m.g.tensors.values()})
+    check("MXFP4" in kinds and "Q8_0" in kinds and "BF16" in kinds, "%s: converter types %s" % (model, kinds))
+    prompt = prompt_tokens(m.hp.V)
+    lf = os.path.join(tmp, "mxfp4_logits.bin")
+    gen = generate(model, prompt, N_GEN, "f32", lf)
+    seq = prompt + gen
+    _, eng = read_engine_logits(lf)
+    ref_logits, _ = m.forward(seq)
+    pos = position_deltas(eng, ref_logits)
+    greedy = float(np.mean(np.argmax(ref_logits[N_PROMPT - 1:len(seq) - 1], axis=1) == np.array(gen)))
+    spread = float(np.median(ref_logits.std(axis=1)))
+    check(np.isfinite(eng).all() and float(np.median(pos)) <= MXFP4_MEDIAN,
+          "mxfp4: engine vs reference over %d + %d tokens: median position's max |dlogit| %.3g (<= %g), max %.3g, "
+          "greedy agrees at %.3f, logits' spread (std) %.3g" % (N_PROMPT, N_GEN, float(np.median(pos)),
+                                                                  MXFP4_MEDIAN, float(pos.max()), greedy, spread))
+    gguf_read.dequantize = misread_mxfp4
+    try:
+        bad, _ = ref.Model(model).forward(seq)
+    finally:
+        gguf_read.dequantize = REAL_DEQUANTIZE
+    bad_med = float(np.median(position_deltas(eng, bad)))
+    check(bad_med > 4 * MXFP4_MEDIAN, "mxfp4: against a reference that misreads MXFP4 (nibbles interleaved) the "
+          "median is %.3g (> %g: the check sees a broken weight read)" % (bad_med, 4 * MXFP4_MEDIAN))
+
+
+def generated_checks(tmp):
+    """The generator's files (tests/model/gen_models.sh, $FG_TEST_DATA)."""
+    data = os.environ["FG_TEST_DATA"]
+    model_checks(tmp, "v4-tiny", os.path.join(data, "v4-tiny.gguf"), generated=True)
+    model_checks(tmp, "v4-tiny-nohash", os.path.join(data, "v4-tiny-nohash.gguf"), generated=True)
+    mxfp4_checks(tmp, os.path.join(data, "v4-tiny-mxfp4.gguf"))
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="check_ds4_")
+    if sys.argv[1:] == ["generated"]:
+        try:
+            generated_checks(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return summary()
     try:
         # "wide": a window of 128 and more keys than one 64-key tile of the online softmax.
         # Its seed is one without near-ties: with seeds 1234 and 7 two experts' routing scores
@@ -304,6 +389,10 @@ def main():
         bad_input_checks(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return summary()
+
+
+def summary():
     if FAILS:
         print("%d FAILED" % len(FAILS))
         return 1

@@ -86,7 +86,9 @@ void fg_ds4_flash_geometry(fg_ds4_hparams *hp);
 
 /* Compressed row j of layer il (ratio r) and index key j of a CSA layer, in
  * q's pages (which must exist): store encodes x, load decodes into y. tmp:
- * row_bytes of scratch (a 128-ratio row is gathered from its two pages). */
+ * part_bytes * FG_DS4_HCA / FG_KV_PAGE_TOKENS bytes of scratch, which can
+ * exceed row_bytes by the parts' padding (a 128-ratio row is gathered from
+ * its two pages). */
 void fg_ds4_comp_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j, const float *x, uint8_t *tmp);
 void fg_ds4_comp_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j, float *y, uint8_t *tmp);
 void fg_ds4_key_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, const float *x);

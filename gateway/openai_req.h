@@ -1,0 +1,68 @@
+/* openai_req.h: the parser of OpenAI's HTTP request bodies (openai_req.c):
+ * POST /v1/chat/completions and POST /v1/responses into the session layer's
+ * terms (instructions, message items, sampling). Pure: no gateway state, so the fuzz target runs it
+ * as the server does. Any thread.
+ */
+#ifndef FG_GATEWAY_OPENAI_REQ_H
+#define FG_GATEWAY_OPENAI_REQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/fg_error.h"
+#include "gateway/protocol.h"
+
+#define GW_CHAT_MAX_MESSAGES 1024 /* messages of one request */
+
+/* A refused request, in OpenAI's error shape: HTTP status, error.type,
+ * error.code, error.param ("" = null) and error.message. */
+typedef struct gw_oa_error {
+    unsigned status;
+    const char *type;  /* "invalid_request_error", ... */
+    const char *code;  /* "invalid_json", "invalid_type", "invalid_value", "missing_field", "model_not_found", ... */
+    char param[96];
+    char message[256];
+} gw_oa_error;
+
+/* A chat completion request. Strings point into the parsed body (root_). */
+typedef struct gw_chat_req {
+    const char *model;
+    char *instructions;      /* the leading system/developer messages, joined by a blank line (owned) */
+    size_t instructions_len;
+    fg_proto_item *items;    /* the messages after them, in order (owned array) */
+    size_t n_items;
+    fg_proto_sampling sampling;
+    bool stream;
+    bool include_usage;      /* stream_options.include_usage */
+    struct json_t *root_;    /* private: owns the strings */
+} gw_chat_req;
+
+/* Parses and validates body[len] against lim (text, output bounds) and the
+ * one model the server serves (model_id; another is 404 model_not_found).
+ * FG_OK and *out filled (free with gw_chat_req_free), or FG_ERR_INVALID_ARG (FG_ERR_NOMEM) with
+ * *err saying what and where. Never reads past len. */
+fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_chat_req *out,
+                     gw_oa_error *err);
+void gw_chat_req_free(gw_chat_req *r);
+
+/* A Responses request. Strings point into the parsed body (root_). */
+typedef struct gw_resp_req {
+    const char *model;
+    const char *instructions;    /* NULL: none */
+    size_t instructions_len;
+    const char *previous_response_id; /* NULL: a new conversation */
+    fg_proto_item *items;        /* input: a string is one user message (owned array) */
+    size_t n_items;
+    fg_proto_sampling sampling;  /* temperature, top_p, max_output_tokens */
+    bool stream;
+    bool store;                  /* default true: the response can be continued */
+    struct json_t *root_;
+} gw_resp_req;
+
+/* As gw_chat_parse, for POST /v1/responses. */
+fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id, gw_resp_req *out,
+                     gw_oa_error *err);
+void gw_resp_req_free(gw_resp_req *r);
+
+#endif

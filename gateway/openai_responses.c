@@ -1,0 +1,288 @@
+/* openai_responses.c: POST /v1/responses (openai_responses.h): the request
+ * parsed (openai_req.c) and run as a call (openai_sink.c), on a new session
+ * or, with previous_response_id, on the session that answered that response:
+ * its KV holds the whole conversation, so only the new input is computed
+ * (usage.input_tokens_details.cached_tokens). A stored response (store, the
+ * default) keeps its session detached until the next call continues it or the
+ * idle timeout (sessions.idle_timeout_s) ends it; store: false ends it with
+ * the request. Response ids name their session: "resp_<session>_<n>", n the
+ * session's response number; only the newest response of a session can be
+ * continued, and another tenant's is not found (404), as OpenAI answers.
+ * Streamed as the Responses events (response.created ... response.completed).
+ * Service thread only. */
+#include "gateway/openai_responses.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/log.h"
+#include "gateway/openai_http.h"
+#include "gateway/openai_req.h"
+#include "gateway/openai_sink.h"
+
+typedef struct respx {
+    gw_resp_req r;
+    char id[80];         /* "resp_<32 hex>_<n>" */
+    char item_id[80];    /* "msg_<32 hex>_<n>" */
+    uint64_t seq;        /* the next sequence_number of the stream */
+} respx;
+
+/* Starts one server-sent event: its name and the data's type and number. */
+static void ev_begin(gw_oa_call *c, const char *name)
+{
+    respx *x = c->user;
+    gw_oa_writef(c, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%llu", name, name,
+                 (unsigned long long)x->seq++);
+}
+
+static void ev_end(gw_oa_call *c)
+{
+    gw_oa_lit(c, "}\n\n");
+}
+
+static void put_text(gw_oa_call *c, const char *t, size_t n)
+{
+    size_t len;
+    const char *j = gw_oa_json_text(c, t, n, &len);
+    gw_oa_write(c, j, len);
+}
+
+/* The output message item; text NULL: no content yet. */
+static void put_item(gw_oa_call *c, const char *status, bool with_text)
+{
+    respx *x = c->user;
+    gw_oa_writef(c, "{\"id\":\"%s\",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\",\"content\":[", x->item_id,
+                 status);
+    if (with_text) {
+        gw_oa_lit(c, "{\"type\":\"output_text\",\"text\":");
+        put_text(c, c->text, c->text_len);
+        gw_oa_lit(c, ",\"annotations\":[],\"logprobs\":[]}");
+    }
+    gw_oa_lit(c, "]}");
+}
+
+static void put_number_or_null(gw_oa_call *c, const char *name, bool has, double v)
+{
+    if (has)
+        gw_oa_writef(c, ",\"%s\":%.17g", name, v);
+    else
+        gw_oa_writef(c, ",\"%s\":null", name);
+}
+
+/* The Response object; r NULL: in progress (no output, no usage). */
+static void put_response(gw_oa_call *c, const gw_oa_result *r)
+{
+    respx *x = c->user;
+    const char *status = !r ? "in_progress" : r->incomplete ? "incomplete" : "completed";
+    gw_oa_writef(c, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\",\"background\":false,"
+                 "\"error\":null,\"incomplete_details\":",
+                 x->id, (long long)c->created, status);
+    if (r && r->incomplete)
+        gw_oa_writef(c, "{\"reason\":\"%s\"}",
+                     r->reason && !strcmp(r->reason, "max_output_tokens") ? "max_output_tokens" : "max_output_tokens");
+    else
+        gw_oa_lit(c, "null");
+    gw_oa_lit(c, ",\"instructions\":");
+    if (x->r.instructions)
+        put_text(c, x->r.instructions, x->r.instructions_len);
+    else
+        gw_oa_lit(c, "null");
+    if (c->sampling.has_max_output_tokens)
+        gw_oa_writef(c, ",\"max_output_tokens\":%u", c->sampling.max_output_tokens);
+    else
+        gw_oa_lit(c, ",\"max_output_tokens\":null");
+    char model[160];
+    gw_oa_writef(c, ",\"model\":%s,\"output\":[", fg_log_str(model, sizeof model, x->r.model));
+    if (r)
+        put_item(c, r->incomplete ? "incomplete" : "completed", true);
+    gw_oa_lit(c, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
+    if (x->r.previous_response_id)
+        put_text(c, x->r.previous_response_id, strlen(x->r.previous_response_id));
+    else
+        gw_oa_lit(c, "null");
+    gw_oa_writef(c, ",\"reasoning\":{\"effort\":null,\"summary\":null},\"store\":%s", x->r.store ? "true" : "false");
+    put_number_or_null(c, "temperature", c->sampling.has_temperature, c->sampling.temperature);
+    gw_oa_lit(c, ",\"text\":{\"format\":{\"type\":\"text\"}},\"tool_choice\":\"auto\",\"tools\":[]");
+    put_number_or_null(c, "top_p", c->sampling.has_top_p, c->sampling.top_p);
+    gw_oa_lit(c, ",\"truncation\":\"disabled\",\"usage\":");
+    if (r)
+        gw_oa_writef(c,
+                     "{\"input_tokens\":%lld,\"input_tokens_details\":{\"cached_tokens\":%lld,\"cache_write_tokens\":0},"
+                     "\"output_tokens\":%lld,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%lld}",
+                     (long long)r->input_tokens, (long long)r->cached_tokens, (long long)r->output_tokens,
+                     (long long)(r->input_tokens + r->output_tokens));
+    else
+        gw_oa_lit(c, "null");
+    gw_oa_lit(c, ",\"metadata\":{}}");
+}
+
+static void part_event(gw_oa_call *c, const char *name, bool with_text)
+{
+    respx *x = c->user;
+    ev_begin(c, name);
+    gw_oa_writef(c, ",\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":",
+                 x->item_id);
+    put_text(c, with_text ? c->text : "", with_text ? c->text_len : 0);
+    gw_oa_lit(c, ",\"annotations\":[],\"logprobs\":[]}");
+    ev_end(c);
+}
+
+static void resp_started(gw_oa_call *c)
+{
+    respx *x = c->user;
+    gw_session *s = c->sink.session;
+    /* the session layer numbered this response: its id names both */
+    snprintf(x->id, sizeof x->id, "resp_%s_%llu", s->id + 5, (unsigned long long)s->resp_counter);
+    snprintf(x->item_id, sizeof x->item_id, "msg_%s_%llu", s->id + 5, (unsigned long long)s->resp_counter);
+    if (!c->stream)
+        return;
+    gw_oa_stream_begin(c);
+    static const char *const heads[] = {"response.created", "response.in_progress"};
+    for (int i = 0; i < 2; i++) {
+        ev_begin(c, heads[i]);
+        gw_oa_lit(c, ",\"response\":");
+        put_response(c, NULL);
+        ev_end(c);
+    }
+    ev_begin(c, "response.output_item.added");
+    gw_oa_lit(c, ",\"output_index\":0,\"item\":");
+    put_item(c, "in_progress", false);
+    ev_end(c);
+    part_event(c, "response.content_part.added", false);
+}
+
+static void resp_text(gw_oa_call *c, const char *t, size_t n)
+{
+    respx *x = c->user;
+    ev_begin(c, "response.output_text.delta");
+    gw_oa_writef(c, ",\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,\"delta\":", x->item_id);
+    put_text(c, t, n);
+    gw_oa_lit(c, ",\"logprobs\":[]");
+    ev_end(c);
+}
+
+static void resp_done(gw_oa_call *c, const gw_oa_result *r)
+{
+    respx *x = c->user;
+    if (!c->streaming) {
+        put_response(c, r);
+        return gw_oa_reply(c);
+    }
+    ev_begin(c, "response.output_text.done");
+    gw_oa_writef(c, ",\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,\"text\":", x->item_id);
+    put_text(c, c->text, c->text_len);
+    gw_oa_lit(c, ",\"logprobs\":[]");
+    ev_end(c);
+    part_event(c, "response.content_part.done", true);
+    ev_begin(c, "response.output_item.done");
+    gw_oa_lit(c, ",\"output_index\":0,\"item\":");
+    put_item(c, r->incomplete ? "incomplete" : "completed", true);
+    ev_end(c);
+    ev_begin(c, r->incomplete ? "response.incomplete" : "response.completed");
+    gw_oa_lit(c, ",\"response\":");
+    put_response(c, r);
+    ev_end(c);
+    gw_http_stream_end(c->req);
+}
+
+static void resp_failed(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
+                        const char *msg)
+{
+    if (!c->streaming)
+        return gw_openai_error(c->req, status, type, code, param, msg);
+    char m[400], p[160];
+    ev_begin(c, "error");
+    gw_oa_writef(c, ",\"code\":\"%s\",\"message\":%s,\"param\":%s", code, fg_log_str(m, sizeof m, msg),
+                 param ? fg_log_str(p, sizeof p, param) : "null");
+    ev_end(c);
+    gw_http_stream_end(c->req);
+}
+
+static void resp_free(gw_oa_call *c)
+{
+    respx *x = c->user;
+    gw_resp_req_free(&x->r);
+    free(x);
+}
+
+static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free};
+
+/* The session that answered previous_response_id, if it is this tenant's and
+ * that response is its newest; else the request is answered (NULL). */
+static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant, const gw_resp_req *r)
+{
+    const char *id = r->previous_response_id;
+    char sid[48], msg[300];
+    unsigned long long n = 0;
+    int end = 0;
+    gw_session *s = NULL;
+    if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' ||
+        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0) {
+        s = NULL;
+    } else {
+        snprintf(sid, sizeof sid, "sess_%.32s", id + 5);
+        s = gw_session_find(gw, sid, strlen(sid));
+    }
+    if (!s || s->tenant != tenant) { /* another tenant's is not found either */
+        snprintf(msg, sizeof msg, "Previous response with id '%.100s' not found.", id);
+        gw_openai_error(req, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
+        return NULL;
+    }
+    if (s->sink || s->responding || s->quota_pending) {
+        gw_openai_error(req, 409, "invalid_request_error", "response_in_progress", "previous_response_id",
+                        "the conversation of this response is in use by another request");
+        return NULL;
+    }
+    if (n != s->resp_counter) {
+        gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "previous_response_id",
+                        "only the newest response of a conversation can be continued");
+        return NULL;
+    }
+    const size_t have = s->instructions_len;
+    if (r->instructions && (r->instructions_len != have || memcmp(r->instructions, s->instructions, have) != 0)) {
+        gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "instructions",
+                        "with previous_response_id, instructions must be left out or be the same as before "
+                        "(changing them would recompute the conversation)");
+        return NULL;
+    }
+    return s;
+}
+
+void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
+{
+    if (strcmp(gw_http_method(req), "POST") != 0)
+        return gw_openai_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "use POST");
+    const int tenant = gw_tenant_by_key(gw, gw_http_bearer(req));
+    if (tenant < 0)
+        return gw_openai_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
+                               "missing or unknown API key (Authorization: Bearer KEY)");
+    if (gw->draining)
+        return gw_openai_error(req, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    respx *x = calloc(1, sizeof *x);
+    gw_oa_call *c = x ? gw_oa_call_new(gw, req, tenant, &resp_surface, x) : NULL;
+    if (!c) {
+        free(x);
+        return gw_openai_error(req, 500, "server_error", "internal_error", NULL, "out of memory");
+    }
+    size_t len;
+    const char *body = gw_http_body(req, &len);
+    gw_oa_error err;
+    if (gw_resp_parse(body, len, &gw->limits, gw_openai_model_id(gw), &x->r, &err) != FG_OK) {
+        gw_openai_error(req, err.status, err.type, err.code, err.param[0] ? err.param : NULL, err.message);
+        return gw_oa_call_free(c);
+    }
+    gw_session *prev = x->r.previous_response_id ? find_previous(gw, req, tenant, &x->r) : NULL;
+    if (x->r.previous_response_id && !prev)
+        return gw_oa_call_free(c);
+    snprintf(c->sink.model, sizeof c->sink.model, "%.64s", x->r.model);
+    c->stream = x->r.stream;
+    c->keep = x->r.store;
+    c->items = x->r.items;
+    c->n_items = x->r.n_items;
+    c->sampling = x->r.sampling;
+    if (prev)
+        gw_oa_call_continue(c, prev);
+    else
+        gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
+}

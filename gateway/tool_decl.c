@@ -1,0 +1,457 @@
+/* tool_decl.c: declared tools, tool_choice and the checks on calls (see tool_decl.h).
+ *
+ * The schema goes into the prompt re-serialised, not as the client wrote it:
+ * DeepSeek's convention writes json.dumps(parameters), and one canonical form
+ * keeps a session's prompt (and so its KV prefix) the same for the same
+ * declarations however a client spaces its JSON.
+ */
+#include "gateway/tool_decl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- json.dumps */
+
+typedef struct sbuf {
+    char **buf;
+    size_t *len, *cap;
+    fg_err err;
+} sbuf;
+
+static void sput(sbuf *b, const char *s, size_t n)
+{
+    if (b->err)
+        return;
+    if (*b->len + n + 1 > *b->cap) {
+        size_t c = *b->cap ? *b->cap : 256;
+        while (c < *b->len + n + 1)
+            c *= 2;
+        char *t = realloc(*b->buf, c);
+        if (!t) {
+            b->err = FG_ERR_NOMEM;
+            return;
+        }
+        *b->buf = t;
+        *b->cap = c;
+    }
+    memcpy(*b->buf + *b->len, s, n);
+    *b->len += n;
+    (*b->buf)[*b->len] = '\0';
+}
+
+static void sputs(sbuf *b, const char *s) { sput(b, s, strlen(s)); }
+
+static void put_u(sbuf *b, unsigned v)
+{
+    static const char hex[] = "0123456789abcdef";
+    char e[6] = {'\\', 'u', hex[(v >> 12) & 15], hex[(v >> 8) & 15], hex[(v >> 4) & 15], hex[v & 15]};
+    sput(b, e, 6);
+}
+
+/* A JSON string as json.dumps(ensure_ascii=True) escapes it: printable ASCII
+ * as is, the five short escapes, everything else \uXXXX (UTF-16, lowercase).
+ * jansson has checked that the string is UTF-8. */
+static void put_str(sbuf *b, const char *s, size_t n)
+{
+    sput(b, "\"", 1);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (esc) {
+            sput(b, esc, 2);
+            i++;
+            continue;
+        }
+        if (c >= 0x20 && c < 0x7f) {
+            size_t k = i;
+            while (k < n && (unsigned char)s[k] >= 0x20 && (unsigned char)s[k] < 0x7f && s[k] != '"' && s[k] != '\\')
+                k++;
+            sput(b, s + i, k - i);
+            i = k;
+            continue;
+        }
+        unsigned cp = c, extra = 0;
+        if (c >= 0xf0)
+            cp = c & 0x07, extra = 3;
+        else if (c >= 0xe0)
+            cp = c & 0x0f, extra = 2;
+        else if (c >= 0xc0)
+            cp = c & 0x1f, extra = 1;
+        for (unsigned k = 1; k <= extra && i + k < n; k++)
+            cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+        i += 1 + extra;
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            put_u(b, 0xd800 + (cp >> 10));
+            put_u(b, 0xdc00 + (cp & 0x3ff));
+        } else {
+            put_u(b, cp);
+        }
+    }
+    sput(b, "\"", 1);
+}
+
+/* A double as Python's repr: the shortest digits that read back the same,
+ * fixed notation for 1e-4 <= |x| < 1e16 (with ".0" when whole), else
+ * d.ddde±XX. */
+static void put_real(sbuf *b, double x)
+{
+    char e[40];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, x);
+        if (strtod(e, NULL) == x)
+            break;
+    }
+    snprintf(e, sizeof e, "%.*e", prec - 1, x);
+    char digits[24];
+    size_t nd = 0;
+    const char *p = e;
+    bool neg = *p == '-';
+    if (neg)
+        p++;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9')
+            digits[nd++] = *p;
+    int ex = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    char o[64];
+    size_t k = 0;
+    if (neg)
+        o[k++] = '-';
+    if (ex >= 16 || ex < -4) {
+        o[k++] = digits[0];
+        if (nd > 1) {
+            o[k++] = '.';
+            memcpy(o + k, digits + 1, nd - 1);
+            k += nd - 1;
+        }
+        k += (size_t)snprintf(o + k, sizeof o - k, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
+    } else if (ex < 0) {
+        o[k++] = '0';
+        o[k++] = '.';
+        for (int z = 0; z < -ex - 1; z++)
+            o[k++] = '0';
+        memcpy(o + k, digits, nd);
+        k += nd;
+    } else {
+        size_t ip = (size_t)ex + 1; /* digits before the point */
+        for (size_t i = 0; i < ip; i++)
+            o[k++] = i < nd ? digits[i] : '0';
+        o[k++] = '.';
+        if (nd > ip) {
+            memcpy(o + k, digits + ip, nd - ip);
+            k += nd - ip;
+        } else {
+            o[k++] = '0';
+        }
+    }
+    sput(b, o, k);
+}
+
+static void dump(sbuf *b, const json_t *v, int depth)
+{
+    if (depth > 64) {
+        b->err = FG_ERR_INVALID_ARG;
+        return;
+    }
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        bool first = true;
+        sput(b, "{", 1);
+        json_object_foreach((json_t *)v, key, x) {
+            if (!first)
+                sput(b, ", ", 2);
+            first = false;
+            put_str(b, key, strlen(key));
+            sput(b, ": ", 2);
+            dump(b, x, depth + 1);
+        }
+        sput(b, "}", 1);
+        return;
+    }
+    case JSON_ARRAY:
+        sput(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                sput(b, ", ", 2);
+            dump(b, json_array_get(v, i), depth + 1);
+        }
+        sput(b, "]", 1);
+        return;
+    case JSON_STRING:
+        put_str(b, json_string_value(v), json_string_length(v));
+        return;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        sputs(b, num);
+        return;
+    case JSON_REAL:
+        put_real(b, json_real_value(v));
+        return;
+    case JSON_TRUE:
+        sputs(b, "true");
+        return;
+    case JSON_FALSE:
+        sputs(b, "false");
+        return;
+    case JSON_NULL:
+        sputs(b, "null");
+        return;
+    }
+}
+
+fg_err fg_tool_json_pydump(const json_t *v, char **buf, size_t *len, size_t *cap)
+{
+    if (!v || !buf || !len || !cap)
+        return FG_ERR_INVALID_ARG;
+    sbuf b = {buf, len, cap, FG_OK};
+    dump(&b, v, 0);
+    return b.err;
+}
+
+/* ---------------------------------------------------------------- tools */
+
+void fg_tool_set_free(fg_tool_set *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->n; i++)
+        free((void *)s->tools[i].name.ptr);
+    free(s->tools);
+    *s = (fg_tool_set){0};
+}
+
+const fg_chat_tool *fg_tool_set_find(const fg_tool_set *s, const char *name, size_t len)
+{
+    for (uint32_t i = 0; s && i < s->n; i++)
+        if (s->tools[i].name.len == len && memcmp(s->tools[i].name.ptr, name, len) == 0)
+            return &s->tools[i];
+    return NULL;
+}
+
+/* Only these fields; a typo is an error rather than a silently ignored setting. */
+static fg_err check_fields(const json_t *o, const char *const *allowed, const char *path, uint32_t i, fg_diag *diag)
+{
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)o, key, x) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++)
+            ok = strcmp(*a, key) == 0;
+        if (!ok)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.%s: unknown field", i, path, key);
+    }
+    return FG_OK;
+}
+
+/* One tool into t (its texts in one block). */
+static fg_err parse_tool(const json_t *e, uint32_t i, fg_chat_tool *t, fg_diag *diag)
+{
+    static const char *const flat[] = {"type", "name", "description", "parameters", "strict", NULL};
+    static const char *const outer[] = {"type", "function", NULL};
+    static const char *const inner[] = {"name", "description", "parameters", "strict", NULL};
+    if (!json_is_object(e))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]: a tool is an object", i);
+    const json_t *type = json_object_get(e, "type");
+    if (!json_is_string(type))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u].type: missing (a string, \"function\")", i);
+    if (strcmp(json_string_value(type), "function") != 0)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           "tools[%u].type: \"%.40s\" tools are not supported; only \"function\" tools are", i,
+                           json_string_value(type));
+    const json_t *fn = json_object_get(e, "function");
+    const char *path = "";
+    fg_err err;
+    if (fn) {
+        if (!json_is_object(fn))
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u].function: an object", i);
+        if ((err = check_fields(e, outer, "", i, diag)) || (err = check_fields(fn, inner, ".function", i, diag)))
+            return err;
+        path = ".function";
+    } else {
+        if ((err = check_fields(e, flat, "", i, diag)))
+            return err;
+        fn = e;
+    }
+    const json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description");
+    const json_t *params = json_object_get(fn, "parameters"), *strict = json_object_get(fn, "strict");
+    if (!json_is_string(name) || !fg_name_valid(json_string_value(name), json_string_length(name)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.name: 1 to %d of [A-Za-z0-9_-]", i, path,
+                           FG_NAME_MAX);
+    if (desc && !json_is_null(desc) && !json_is_string(desc))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.description: a string", i, path);
+    if (desc && json_is_string(desc) && json_string_length(desc) > FG_TOOL_DESC_MAX)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.description: longer than %u bytes", i, path,
+                           FG_TOOL_DESC_MAX);
+    if (params && !json_is_null(params) && !json_is_object(params))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.parameters: a JSON Schema object", i, path);
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.strict: a boolean", i, path);
+
+    /* the block: name NUL description NUL parameters NUL */
+    char *sch = NULL;
+    size_t slen = 0, scap = 0;
+    if (params && json_is_object(params)) {
+        err = fg_tool_json_pydump(params, &sch, &slen, &scap);
+    } else { /* OpenAI: no parameters is a function that takes none */
+        json_t *none = json_pack("{s:s,s:{}}", "type", "object", "properties");
+        err = none ? fg_tool_json_pydump(none, &sch, &slen, &scap) : FG_ERR_NOMEM;
+        json_decref(none);
+    }
+    if (err) {
+        free(sch);
+        return fg_diag_set(diag, err, "tools[%u]%s.parameters: %s", i, path,
+                           err == FG_ERR_NOMEM ? "out of memory" : "nested deeper than 64");
+    }
+    if (slen > FG_TOOL_PARAMS_MAX) {
+        free(sch);
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]%s.parameters: %zu bytes as JSON (at most %u)", i,
+                           path, slen, FG_TOOL_PARAMS_MAX);
+    }
+    size_t nl = json_string_length(name), dl = json_is_string(desc) ? json_string_length(desc) : 0;
+    char *blk = malloc(nl + dl + slen + 3);
+    if (!blk) {
+        free(sch);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for tool %u", i);
+    }
+    memcpy(blk, json_string_value(name), nl);
+    blk[nl] = '\0';
+    if (dl)
+        memcpy(blk + nl + 1, json_string_value(desc), dl);
+    blk[nl + 1 + dl] = '\0';
+    memcpy(blk + nl + dl + 2, sch, slen);
+    blk[nl + dl + 2 + slen] = '\0';
+    free(sch);
+    *t = (fg_chat_tool){{blk, nl}, {blk + nl + 1, dl}, {blk + nl + dl + 2, slen}};
+    return FG_OK;
+}
+
+fg_err fg_tool_set_parse(const json_t *tools, fg_tool_set *out, fg_diag *diag)
+{
+    if (!out)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_tool_set_parse: NULL argument");
+    fg_tool_set_free(out);
+    if (!tools || json_is_null(tools))
+        return FG_OK;
+    if (!json_is_array(tools))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools: an array of tools");
+    size_t n = json_array_size(tools);
+    if (n > FG_TOOL_MAX_DECLS)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools: %zu tools (at most %u)", n, FG_TOOL_MAX_DECLS);
+    if (n == 0)
+        return FG_OK;
+    out->tools = calloc(n, sizeof *out->tools);
+    if (!out->tools)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for %zu tools", n);
+    for (uint32_t i = 0; i < n; i++) {
+        fg_err e = parse_tool(json_array_get(tools, i), i, &out->tools[i], diag);
+        if (!e && fg_tool_set_find(out, out->tools[i].name.ptr, out->tools[i].name.len)) {
+            e = fg_diag_set(diag, FG_ERR_INVALID_ARG, "tools[%u]: a second tool named %s", i, out->tools[i].name.ptr);
+            free((void *)out->tools[i].name.ptr);
+        }
+        if (e) {
+            fg_tool_set_free(out);
+            return e;
+        }
+        out->n = i + 1;
+    }
+    return FG_OK;
+}
+
+/* ---------------------------------------------------------------- tool_choice */
+
+fg_err fg_tool_choice_parse(const json_t *v, fg_tool_choice *out, fg_diag *diag)
+{
+    if (!out)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_tool_choice_parse: NULL argument");
+    *out = (fg_tool_choice){FG_TOOL_CHOICE_AUTO, ""};
+    if (!v || json_is_null(v))
+        return FG_OK;
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (strcmp(s, "auto") == 0)
+            return FG_OK;
+        if (strcmp(s, "none") == 0)
+            out->mode = FG_TOOL_CHOICE_NONE;
+        else if (strcmp(s, "required") == 0)
+            out->mode = FG_TOOL_CHOICE_REQUIRED;
+        else
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "tool_choice: \"%.40s\" is not \"auto\", \"none\", \"required\" or a function", s);
+        return FG_OK;
+    }
+    if (!json_is_object(v))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool_choice: a string or an object");
+    const json_t *type = json_object_get(v, "type");
+    if (!json_is_string(type))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool_choice.type: missing (\"function\")");
+    if (strcmp(json_string_value(type), "function") != 0)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "tool_choice.type: \"%.40s\" is not supported; only \"function\"",
+                           json_string_value(type));
+    const json_t *fn = json_object_get(v, "function");
+    const json_t *name = fn ? json_object_get(fn, "name") : json_object_get(v, "name");
+    const char *path = fn ? "tool_choice.function.name" : "tool_choice.name";
+    if ((fn && !json_is_object(fn)) || !json_is_string(name) ||
+        !fg_name_valid(json_string_value(name), json_string_length(name)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%s: 1 to %d of [A-Za-z0-9_-]", path, FG_NAME_MAX);
+    out->mode = FG_TOOL_CHOICE_NAMED;
+    memcpy(out->name, json_string_value(name), json_string_length(name) + 1);
+    return FG_OK;
+}
+
+fg_err fg_tool_choice_check(const fg_tool_set *s, const fg_tool_choice *c, fg_diag *diag)
+{
+    if (!s || !c)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_tool_choice_check: NULL argument");
+    if (c->mode == FG_TOOL_CHOICE_REQUIRED && s->n == 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool_choice: \"required\" with no tools declared");
+    if (c->mode == FG_TOOL_CHOICE_NAMED && !fg_tool_set_find(s, c->name, strlen(c->name)))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool_choice: no declared function is named %s", c->name);
+    return FG_OK;
+}
+
+bool fg_tool_choice_renders(const fg_tool_choice *c) { return c->mode != FG_TOOL_CHOICE_NONE; }
+
+/* ---------------------------------------------------------------- checks */
+
+fg_tool_verdict fg_tool_check_call(const fg_tool_set *s, const fg_tool_choice *c, const char *name, size_t len)
+{
+    if (c->mode == FG_TOOL_CHOICE_NONE)
+        return FG_TOOL_V_CHOICE_NONE;
+    if (!fg_tool_set_find(s, name, len))
+        return FG_TOOL_V_UNDECLARED;
+    if (c->mode == FG_TOOL_CHOICE_NAMED && (strlen(c->name) != len || memcmp(c->name, name, len) != 0))
+        return FG_TOOL_V_NOT_CHOSEN;
+    return FG_TOOL_V_ACCEPT;
+}
+
+fg_tool_verdict fg_tool_check_reply(const fg_tool_choice *c, uint32_t n_accepted)
+{
+    if ((c->mode == FG_TOOL_CHOICE_REQUIRED || c->mode == FG_TOOL_CHOICE_NAMED) && n_accepted == 0)
+        return FG_TOOL_V_MISSING;
+    return FG_TOOL_V_ACCEPT;
+}
+
+const char *fg_tool_verdict_name(fg_tool_verdict v)
+{
+    switch (v) {
+    case FG_TOOL_V_ACCEPT:
+        return "accept";
+    case FG_TOOL_V_UNDECLARED:
+        return "tool_undeclared";
+    case FG_TOOL_V_CHOICE_NONE:
+        return "tool_choice_none";
+    case FG_TOOL_V_NOT_CHOSEN:
+        return "tool_not_chosen";
+    case FG_TOOL_V_MISSING:
+        return "tool_call_missing";
+    }
+    return "?";
+}

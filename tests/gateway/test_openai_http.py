@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""POST /v1/chat/completions and POST /v1/responses (docs/protocol.md "HTTP APIs") with the
+official openai npm client, unmodified, over https:// to a real flashgate with its own
+redis-server (quotas on), and bad input over plain HTTP.
+
+The npm packages are the ones test_openai_sdk.py installs into $FG_TEST_DATA/npm-openai (this
+test installs them the same way when missing); exits 77 (skip) only when node or npm cannot.
+
+- the SDK (tests/gateway/openai_sdk/http_api.cjs): chat.completions.create not streamed and
+  streamed with include_usage, the second call's repeated prefix reported as cached_tokens;
+  responses.create streamed with the Responses event sequence, continued with
+  previous_response_id (cached tokens on the second call), a non-streamed store: false one;
+  an unknown model, a bad role, tools, another tenant's previous_response_id and a
+  store: false response's id as the SDK's error classes;
+- raw HTTP: malformed JSON, wrong types, an oversized body, a bad role, an unknown model,
+  no key, GET: the status and an OpenAI-shaped body each; the server stays up, and the
+  tenant's quota refuses a completion past its daily tokens (429 insufficient_quota);
+- a streamed reply to a client that does not read pauses and then arrives whole; clients that
+  leave mid-stream or before their session exists leave no session behind.
+"""
+import asyncio
+import http.client
+import json
+import os
+import shutil
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import KEYS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
+from test_openai_sdk import SKIP, Tls, node, npm_ready  # noqa: E402
+from test_quotas import admin_server, make_tenant  # noqa: E402
+
+TLS = None
+
+
+def post(port, path, body=None, raw=None, key=KEYS["acme"], method="POST"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = raw if raw is not None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        c.request(method, path, data if method == "POST" else None, headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def check_oa_error(status, body, want_status, code, param=None, etype="invalid_request_error"):
+    eq(status, want_status, f"status of {body[:200]!r}")
+    e = json.loads(body)["error"]
+    check(set(e) == {"message", "type", "param", "code"}, f"OpenAI's error shape: {e}")
+    eq(e["code"], code, "error.code")
+    eq(e["type"], etype, "error.type")
+    eq(e["param"], param, "error.param")
+    check(isinstance(e["message"], str) and e["message"], "a message")
+
+
+def test_sdk_chat_and_responses():
+    async def go():
+        async with TLS.server() as srv:
+            res = node("http_api.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], KEYS["beta"], tls=TLS)
+            eq(res["errors"], [404, 400, 400, 404, 404], "the SDK's error statuses")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_bad_input():
+    async def go():
+        async with Server() as srv:
+            p = srv.port
+            for path in ("/v1/chat/completions", "/v1/responses"):
+                s, b = post(p, path, raw=b'{"model": "tiny", "messages": [')
+                check_oa_error(s, b, 400, "invalid_json")
+                s, b = post(p, path, raw=b'[1, 2]')
+                check_oa_error(s, b, 400, "invalid_type", "body")
+                s, b = post(p, path, {"model": 7})
+                check_oa_error(s, b, 400, "invalid_type", "model")
+                s, b = post(p, path, {"model": "gpt-4o", "messages": USER, "input": "x"})
+                check_oa_error(s, b, 404, "model_not_found", "model")
+                s, b = post(p, path, {"model": "tiny", "messages": USER, "input": "x"}, key="wrong-key-0123456789")
+                check_oa_error(s, b, 401, "invalid_api_key")
+                s, b = post(p, path, {"model": "tiny", "messages": USER, "input": "x"}, key=None)
+                check_oa_error(s, b, 401, "invalid_api_key")
+                s, b = post(p, path, method="GET")
+                check_oa_error(s, b, 405, "method_not_allowed")
+                s, b = post(p, path, {"model": "tiny", "messages": USER, "input": "x", "temperature": "hot"})
+                check_oa_error(s, b, 400, "invalid_type", "temperature")
+                s, b = post(p, path, {"model": "tiny", "messages": USER, "input": "x", "temperature": 3})
+                check_oa_error(s, b, 400, "invalid_value", "temperature")
+                s, b = post(p, path, {"model": "tiny", "messages": USER, "input": "x", "stream": "yes"})
+                check_oa_error(s, b, 400, "invalid_type", "stream")
+                # an oversized body: http.c's limit, in its own error shape
+                s, b = post(p, path, raw=b'{"model":"tiny","input":"' + b"a" * (1 << 20) + b'"}')
+                eq(s, 413, "an oversized body")
+            c = "/v1/chat/completions"
+            check_oa_error(*post(p, c, {"model": "tiny"}), 400, "missing_required_parameter", "messages")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": "hi"}), 400, "invalid_type", "messages")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}),
+                           400, "invalid_value", "messages[0].role")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "user", "content": 5}]}),
+                           400, "invalid_type", "messages[0].content")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "user"}]}),
+                           400, "missing_required_parameter", "messages[0].content")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "tool", "content": "x"}]}),
+                           400, "unsupported_value", "messages[0].role")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "n": 2}), 400, "unsupported_value", "n")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "max_tokens": 0}),
+                           400, "invalid_value", "max_tokens")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "stop": ["a"] * 5}),
+                           400, "invalid_value", "stop")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "stream_options": {}}),
+                           400, "invalid_value", "stream_options")
+            check_oa_error(*post(p, c, {"model": "tiny", "messages": USER,
+                                         "tools": [{"type": "function", "function": {"name": "f"}}]}),
+                           400, "unsupported_parameter", "tools")
+            r = "/v1/responses"
+            check_oa_error(*post(p, r, {"model": "tiny"}), 400, "missing_required_parameter", "input")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": 5}), 400, "invalid_type", "input")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": [{"role": "wizard", "content": "x"}]}),
+                           400, "invalid_value", "input[0].role")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": [{"type": "function_call_output"}]}),
+                           400, "unsupported_value", "input[0].type")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": "x", "previous_response_id": 5}),
+                           400, "invalid_type", "previous_response_id")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": "x", "previous_response_id": "resp_nope"}),
+                           404, "previous_response_not_found", "previous_response_id")
+            # another tenant's response: the same 404 as one that does not exist
+            s, b = post(p, r, {"model": "tiny", "input": "hello", "max_output_tokens": 2})
+            eq(s, 200, f"a response: {b[:300]!r}")
+            rid = json.loads(b)["id"]
+            check_oa_error(*post(p, r, {"model": "tiny", "input": "x", "previous_response_id": rid}, key=KEYS["beta"]),
+                           404, "previous_response_not_found", "previous_response_id")
+            s, b = post(p, r, {"model": "tiny", "input": "again", "previous_response_id": rid, "max_output_tokens": 2})
+            eq(s, 200, f"its own tenant continues it: {b[:300]!r}")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": "x", "previous_response_id": rid}),
+                           400, "unsupported_value", "previous_response_id")
+            status, _, _ = http_get(p, "/healthz")
+            eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
+def test_quota_applies():
+    """The HTTP surfaces go through the same Redis quotas as a realtime session."""
+    async def go():
+        async with admin_server() as srv:
+            key = make_tenant(srv, "small", daily_tokens=60)
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "hello " * 30}], "max_tokens": 4}
+            statuses = []
+            for _ in range(4):
+                s, b = post(srv.port, "/v1/chat/completions", body, key=key)
+                statuses.append(s)
+                if s != 200:
+                    check_oa_error(s, b, 429, "insufficient_quota", etype="insufficient_quota")
+                    break
+            check(statuses[-1] == 429, f"the daily token quota refuses a completion: {statuses}")
+            s, b = post(srv.port, "/v1/responses", {"model": "tiny", "input": "hello " * 30, "max_output_tokens": 4}, key=key)
+            check_oa_error(s, b, 429, "insufficient_quota", etype="insufficient_quota")
+            s, b = post(srv.port, "/v1/chat/completions", body, key=KEYS["beta"])
+            eq(s, 200, "another tenant is not affected")
+    asyncio.run(go())
+
+
+def test_slow_sse_reader():
+    """A streamed completion whose client does not read pauses its response (sessions.output_buffer_bytes)
+    instead of buffering it, and every token arrives once it reads again."""
+    async def go():
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me a long story."}],
+                "max_tokens": 2500, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        async with Server(log_level="debug", sessions={"output_buffer_bytes": 4096}) as srv:
+            limited = srv.limit_send_buffer(4096)
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            data = json.dumps(body).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      KEYS["acme"].encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                      str(len(data)).encode() + b"\r\n\r\n" + data)
+            paused = False
+            for _ in range(150):
+                await asyncio.sleep(0.1)
+                if srv.log_events("output_paused"):
+                    paused = True
+                    break
+            if limited:
+                check(paused, "the response never paused for the client that does not read")
+            s.settimeout(120)
+            raw = b""
+            while not raw.endswith(b"data: [DONE]\n\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+            s.close()
+            head, _, stream = raw.partition(b"\r\n\r\n")
+            check(head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, f"SSE headers: {head!r}")
+            events = [json.loads(line[6:]) for line in stream.decode().split("\n\n")
+                      if line.startswith("data: {")]
+            check(all("choices" in ch for ch in events), f"chunks only: {[ch for ch in events if 'choices' not in ch]}")
+            text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in events if ch["choices"])
+            usage = events[-1]["usage"]
+            # the same greedy completion, read at once
+            st, b = post(srv.port, "/v1/chat/completions", dict(body, stream=False, stream_options=None))
+            eq(st, 200, "the eager reference")
+            ref = json.loads(b)
+            eq(usage["completion_tokens"], ref["usage"]["completion_tokens"], "every token of the paused stream")
+            eq(text, ref["choices"][0]["message"]["content"], "the paused stream's text == the eager one's")
+            log(f"    paused: {paused}, {usage['completion_tokens']} tokens in {len(events)} chunks")
+    asyncio.run(go())
+
+
+def test_client_leaves_mid_stream():
+    """A client that goes away mid-stream (or before its session exists) cancels its response; the
+    session goes, nothing leaks (the sanitizer build checks at exit), the server goes on."""
+    async def go():
+        async with Server() as srv:
+            for path, body in (("/v1/chat/completions", {"messages": USER, "max_tokens": 2000}),
+                               ("/v1/responses", {"input": "story", "max_output_tokens": 2000})):
+                for read_first in (True, False):
+                    data = json.dumps(dict(body, model="tiny", stream=True)).encode()
+                    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+                    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS['acme']}\r\n"
+                              f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+                    if read_first:
+                        got = s.recv(4096)
+                        check(got.startswith(b"HTTP/1.1 200"), f"the stream started: {got[:200]!r}")
+                    s.close()
+            await wait_for(lambda: json.loads(http_get(srv.port, "/healthz")[2])["sessions"] == 0,
+                           "the left clients' sessions are gone")
+            st, b = post(srv.port, "/v1/chat/completions", {"model": "tiny", "messages": USER, "max_tokens": 2})
+            eq(st, 200, "the server goes on")
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    if not npm_ready():
+        sys.exit(SKIP)
+    TLS = Tls()
+    try:
+        run_tests(globals())
+    finally:
+        shutil.rmtree(TLS.dir, ignore_errors=True)

@@ -1,0 +1,529 @@
+/* test_tool_parse.c: gateway/tool_parse.h on scripted replies: one call,
+ * parallel calls, text then calls, every chunking of them (each split point,
+ * byte at a time, random cuts), malformed calls of every reason with the
+ * parse going on after them, and a round trip through fg_chat_render. */
+#include <jansson.h>
+#include <unistd.h>
+
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/tokenizer/byte_unicode.h"
+#include "fg_test.h"
+#include "gateway/chat_template.h"
+#include "gateway/tool_decl.h"
+#include "gateway/tool_parse.h"
+
+#define B "\xef\xbd\x9c"
+#define S "\xe2\x96\x81"
+#define CALLS_BEGIN "<" B "tool" S "calls" S "begin" B ">"
+#define CALLS_END "<" B "tool" S "calls" S "end" B ">"
+#define CALL_BEGIN "<" B "tool" S "call" S "begin" B ">"
+#define CALL_END "<" B "tool" S "call" S "end" B ">"
+#define SEP "<" B "tool" S "sep" B ">"
+#define EOS "<" B "end" S "of" S "sentence" B ">"
+#define USER "<" B "User" B ">"
+#define ASSISTANT "<" B "Assistant" B ">"
+#define CALL(name, args) CALL_BEGIN "function" SEP name "\n```json\n" args "\n```" CALL_END
+
+/* The events of a parse written as one line each, adjacent deltas joined. */
+typedef struct rec {
+    char s[16384];
+    size_t n;
+    int last; /* the type of the last event, to join deltas */
+    uint32_t last_index;
+    int utf8_cut; /* a TEXT delta ended inside a UTF-8 sequence */
+} rec;
+
+static void put(rec *r, const char *s, size_t n)
+{
+    if (r->n + n >= sizeof r->s)
+        n = sizeof r->s - 1 - r->n;
+    memcpy(r->s + r->n, s, n);
+    r->n += n;
+    r->s[r->n] = '\0';
+}
+
+static bool open_utf8_tail(const char *s, size_t n)
+{
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xc0) == 0x80)
+            continue;
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > k;
+    }
+    return false;
+}
+
+static void sink(void *ctx, const fg_tool_event *ev)
+{
+    rec *r = ctx;
+    char head[160];
+    bool join = (ev->type == FG_TOOL_EV_TEXT || ev->type == FG_TOOL_EV_ARGS_DELTA) && (int)ev->type == r->last &&
+                ev->index == r->last_index;
+    if (!join && r->n)
+        put(r, "\n", 1);
+    switch (ev->type) {
+    case FG_TOOL_EV_TEXT:
+        if (!join)
+            put(r, "T:", 2);
+        put(r, ev->text, ev->len);
+        if (open_utf8_tail(ev->text, ev->len))
+            r->utf8_cut++;
+        break;
+    case FG_TOOL_EV_CALL_BEGIN:
+        snprintf(head, sizeof head, "B%u:%s", ev->index, ev->name);
+        put(r, head, strlen(head));
+        CHECK(strlen(ev->name) == ev->name_len);
+        break;
+    case FG_TOOL_EV_ARGS_DELTA:
+        if (!join) {
+            snprintf(head, sizeof head, "A%u:", ev->index);
+            put(r, head, strlen(head));
+        }
+        put(r, ev->text, ev->len);
+        break;
+    case FG_TOOL_EV_CALL_DONE:
+        snprintf(head, sizeof head, "D%u:%s:", ev->index, ev->name);
+        put(r, head, strlen(head));
+        put(r, ev->text, ev->len);
+        break;
+    case FG_TOOL_EV_MALFORMED:
+        if (ev->index == UINT32_MAX)
+            snprintf(head, sizeof head, "M-:%s", fg_tool_bad_name(ev->reason));
+        else
+            snprintf(head, sizeof head, "M%u:%s", ev->index, fg_tool_bad_name(ev->reason));
+        put(r, head, strlen(head));
+        CHECK(ev->detail && ev->detail[0]);
+        break;
+    }
+    r->last = (int)ev->type;
+    r->last_index = ev->index;
+}
+
+static fg_tool_parser_t *P;
+
+/* Parses text cut at the given points (sorted, inside (0, n)). */
+static void parse_cut(const char *text, size_t n, const size_t *cuts, size_t n_cuts, rec *r)
+{
+    memset(r, 0, sizeof *r);
+    r->last = -1;
+    fg_tool_parser_reset(P);
+    size_t at = 0;
+    for (size_t i = 0; i <= n_cuts; i++) {
+        size_t end = i < n_cuts ? cuts[i] : n;
+        fg_tool_parse_feed(P, text + at, end - at, sink, r);
+        at = end;
+    }
+    fg_tool_parse_finish(P, sink, r);
+}
+
+static void parse(const char *text, rec *r) { parse_cut(text, strlen(text), NULL, 0, r); }
+
+static void expect(const char *text, const char *want)
+{
+    rec r;
+    parse(text, &r);
+    CHECK_MSG(strcmp(r.s, want) == 0, "parse of\n%s\ngave\n%s\nwanted\n%s", text, r.s, want);
+}
+
+/* The same events for every chunking of text. */
+static void every_chunking(const char *text)
+{
+    size_t n = strlen(text);
+    static rec whole, part;
+    parse(text, &whole);
+    for (size_t c = 1; c < n; c++) {
+        parse_cut(text, n, &c, 1, &part);
+        CHECK_MSG(strcmp(part.s, whole.s) == 0, "cut at %zu:\n%s\nwhole:\n%s", c, part.s, whole.s);
+        CHECK(part.utf8_cut == 0);
+    }
+    size_t *cuts = malloc(n * sizeof *cuts);
+    for (size_t i = 1; i < n; i++)
+        cuts[i - 1] = i;
+    parse_cut(text, n, cuts, n - 1, &part);
+    CHECK_MSG(strcmp(part.s, whole.s) == 0, "byte at a time:\n%s\nwhole:\n%s", part.s, whole.s);
+    CHECK(part.utf8_cut == 0);
+    rng_seed(n);
+    for (int t = 0; t < 200; t++) {
+        size_t k = 0;
+        for (size_t i = 1; i < n; i++)
+            if (rng_u32() % 7 == 0)
+                cuts[k++] = i;
+        parse_cut(text, n, cuts, k, &part);
+        CHECK_MSG(strcmp(part.s, whole.s) == 0, "random cuts (%zu):\n%s\nwhole:\n%s", k, part.s, whole.s);
+    }
+    free(cuts);
+}
+
+static void test_well_formed(void)
+{
+    expect(CALLS_BEGIN CALL("get_weather", "{\"city\": \"Tokyo\"}") CALLS_END EOS,
+           "B0:get_weather\nA0:{\"city\": \"Tokyo\"}\nD0:get_weather:{\"city\": \"Tokyo\"}");
+    /* parallel calls, "\n" between them as V3's template writes them */
+    expect(CALLS_BEGIN CALL("a", "{}") "\n" CALL("b_2", "{\"x\": [1, 2]}") CALLS_END EOS,
+           "B0:a\nA0:{}\nD0:a:{}\nB1:b_2\nA1:{\"x\": [1, 2]}\nD1:b_2:{\"x\": [1, 2]}");
+    /* text, then a call; a single call left open before EOS, as V3's template writes one */
+    expect("Let me check the weather. " CALLS_BEGIN CALL("w", "{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}") EOS,
+           "T:Let me check the weather. \nB0:w\nA0:{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}\n"
+           "D0:w:{\"q\": \"\xe6\x97\xa5\xe6\x9c\xac\"}");
+    /* text only; EOS and the chat's markers write nothing, other "<" stays text */
+    expect("a < b <\xef\xbd\x9c not a marker \xc3\xa9" ASSISTANT "!" EOS, "T:a < b <\xef\xbd\x9c not a marker \xc3\xa9!");
+    /* fences and markers inside the JSON, a fence of four backticks, whitespace around the closing one */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\n````  "
+           CALL_END CALLS_END,
+           "B0:f\nA0:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\n`\nM0:bad_json");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}  \n```  \n"
+           CALL_END CALLS_END,
+           "B0:f\nA0:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}\nD0:f:{\"c\": \"```x``` <b> <\xef\xbd\x9cy\"}");
+    /* text after the block goes on as text */
+    expect(CALLS_BEGIN CALL("f", "{}") CALLS_END "done", "B0:f\nA0:{}\nD0:f:{}\nT:done");
+}
+
+static void test_chunkings(void)
+{
+    every_chunking("Sure \xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80: " CALLS_BEGIN CALL("get_weather", "{\"city\": \"T\xc3\xb6kyo\", \"n\": [1, {\"a\": \"```\"}]}")
+                   "\n" CALL("other-fn", "{}") CALLS_END EOS);
+    every_chunking(CALLS_BEGIN CALL_BEGIN "function" SEP "\n```json\n{}\n```" CALL_END "\n" CALL("ok", "{\"k\": 1}") CALLS_END);
+    every_chunking("x" CALL_BEGIN "function" SEP "f\n```json\n{}" CALLS_BEGIN CALL("g", "[1]") CALL("h", "{\"a\":") "tail");
+    every_chunking(CALLS_BEGIN CALL("f", "{\"a\": 1"));
+}
+
+static void test_malformed(void)
+{
+    /* no name, then a good call: the parse goes on */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "\n```json\n{}\n```" CALL_END "\n" CALL("ok", "{}") CALLS_END,
+           "M0:bad_name\nB1:ok\nA1:{}\nD1:ok:{}");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP CALL_END CALLS_END, "M0:bad_name");
+    expect(CALLS_BEGIN CALL("bad name", "{}") CALLS_END, "M0:bad_name");
+    expect(CALLS_BEGIN CALL("f", "{city: Tokyo}") CALLS_END, "B0:f\nA0:{city: Tokyo}\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "[1, 2]") CALLS_END, "B0:f\nA0:[1, 2]\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "{} {}") CALLS_END, "B0:f\nA0:{} {}\nM0:bad_json");
+    expect(CALLS_BEGIN CALL("f", "") CALLS_END, "B0:f\nM0:bad_json");
+    /* cut short: inside the arguments, the name, right after the markers */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": ", "B0:f\nA0:{\"a\":\nM0:unterminated");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "get_w", "M0:unterminated");
+    expect(CALLS_BEGIN CALL_BEGIN, "M0:unterminated");
+    expect(CALLS_BEGIN, "");
+    /* order: a call outside the block, stray markers, a marker inside the arguments */
+    expect("hi " CALL("f", "{}") " there", "T:hi \nM0:bad_order\nT: there");
+    expect("a" CALL_END "b" SEP "c", "T:a\nM-:bad_order\nT:b\nM-:bad_order\nT:c");
+    expect(CALLS_BEGIN "oops" CALL("f", "{}") CALLS_END "x", "M-:bad_order\nB0:f\nA0:{}\nD0:f:{}\nT:x");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": 1" CALL("g", "{}") CALLS_END,
+           "B0:f\nA0:{\"a\": 1\nM0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    expect(CALLS_BEGIN CALL_BEGIN CALL("g", "{}"), "M0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    /* DeepSeek-V3.1's form (name before the separator, no fence) is not V3's */
+    expect(CALLS_BEGIN CALL_BEGIN "get_weather" SEP "{\"a\": 1}" CALL_END CALLS_END, "M0:bad_type");
+    expect(CALLS_BEGIN CALL_BEGIN "functionfunctionfunction" SEP, "M0:bad_type");
+    /* fences */
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n{\"a\": 1}" CALL_END CALLS_END, "B0:f\nM0:bad_fence");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": 1}" CALL_END CALLS_END,
+           "B0:f\nA0:{\"a\": 1}\nM0:bad_fence");
+    expect(CALLS_BEGIN CALL_BEGIN "function" SEP "f" CALL_END CALLS_END, "M0:bad_fence");
+    char longname[200];
+    memset(longname, 'n', 100);
+    strcpy(longname + 100, "\n");
+    char buf[512];
+    snprintf(buf, sizeof buf, CALLS_BEGIN CALL_BEGIN "function" SEP "%s```json\n{}\n```" CALL_END CALLS_END, longname);
+    expect(buf, "M0:bad_name");
+}
+
+/* The arguments' limit: a clear error for the call, the next one still read. */
+static void test_limit(void)
+{
+    fg_tool_parser_t *small;
+    fg_diag d = {{0}};
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 16}, &small, &d) == FG_OK);
+    fg_tool_parser_t *keep = P;
+    P = small;
+    expect(CALLS_BEGIN CALL("f", "{\"a\": \"0123456789abcdef\"}") "\n" CALL("g", "{\"b\": 1}") CALLS_END,
+           "B0:f\nA0:{\"a\": \"012345678\nM0:too_long\nB1:g\nA1:{\"b\": 1}\nD1:g:{\"b\": 1}");
+    every_chunking(CALLS_BEGIN CALL("f", "{\"a\": \"0123456789abcdef\"}") "\n" CALL("g", "{\"b\": 1}") CALLS_END);
+    CHECK(fg_tool_parse_n_done(P) == 1 && fg_tool_parse_n_malformed(P) == 1);
+    P = keep;
+    fg_tool_parser_destroy(small);
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = FG_TOOL_ARGS_MAX + 1u}, &small, &d) ==
+          FG_ERR_INVALID_ARG);
+    CHECK(strstr(d.msg, "limit") != NULL);
+}
+
+/* No allocation on the delta path once the buffers have grown: text and
+ * arguments fed a byte at a time, counted by the sanitizer's allocator hooks
+ * (only a CALL_DONE's JSON check allocates). */
+#if defined(__SANITIZE_ADDRESS__)
+/* from the sanitizers' allocator_interface.h, which not every compiler package installs */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+static long n_allocs;
+static int counting;
+static void on_malloc(const volatile void *ptr, size_t size)
+{
+    (void)ptr;
+    (void)size;
+    if (counting)
+        n_allocs++;
+}
+static void on_free(const volatile void *ptr) { (void)ptr; }
+static long n_events;
+static void count_sink(void *ctx, const fg_tool_event *ev)
+{
+    (void)ctx;
+    (void)ev;
+    n_events++;
+}
+
+static void test_no_alloc(void)
+{
+    size_t cap = 64 * 1024, n = 0;
+    char *reply = malloc(cap);
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "w\xc3\xa9%d <b> ", i);
+    n += (size_t)sprintf(reply + n, CALLS_BEGIN CALL_BEGIN "function" SEP "f\n```json\n{\"a\": [");
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "\"x\xe6\x97\xa5%d\", ", i);
+    n += (size_t)sprintf(reply + n, "0]}\n```");
+    size_t before_end = n;
+    n += (size_t)sprintf(reply + n, CALL_END CALLS_END "bye");
+    fg_tool_parser_reset(P);
+    fg_tool_parse_feed(P, reply, n, count_sink, NULL); /* grows the buffers */
+    fg_tool_parse_finish(P, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P) == 1);
+    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+    fg_tool_parser_reset(P);
+    n_events = 0;
+    counting = 1;
+    for (size_t i = 0; i < before_end; i++)
+        fg_tool_parse_feed(P, reply + i, 1, count_sink, NULL);
+    counting = 0;
+    CHECK_MSG(n_allocs == 0, "%ld allocations while feeding", n_allocs);
+    CHECK(n_events > 4000); /* deltas did flow */
+    fg_tool_parse_feed(P, reply + before_end, n - before_end, count_sink, NULL);
+    fg_tool_parse_finish(P, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P) == 1 && fg_tool_parse_n_malformed(P) == 0);
+    free(reply);
+}
+#else
+static void test_no_alloc(void) { fprintf(stderr, "test_no_alloc: skipped (needs the address sanitizer's hooks)\n"); }
+#endif
+
+/* ---- round trip through the renderer ---- */
+
+static const char *const vocab_markers[] = {
+    "<" B "begin" S "of" S "sentence" B ">", EOS, USER, ASSISTANT, CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP,
+    "<" B "tool" S "outputs" S "begin" B ">", "<" B "tool" S "outputs" S "end" B ">",
+    "<" B "tool" S "output" S "begin" B ">", "<" B "tool" S "output" S "end" B ">"};
+#define N_VM (sizeof vocab_markers / sizeof vocab_markers[0])
+
+static fg_tokenizer_t *vocab(void)
+{
+    static char text[256][5];
+    const char *tokens[256 + N_VM];
+    int32_t types[256 + N_VM];
+    for (int b = 0; b < 256; b++) {
+        text[b][fg_byte_to_utf8((uint8_t)b, text[b])] = '\0';
+        tokens[b] = text[b];
+        types[b] = 1;
+    }
+    for (size_t i = 0; i < N_VM; i++) {
+        tokens[256 + i] = vocab_markers[i];
+        types[256 + i] = 3;
+    }
+    char path[] = "/tmp/test_tool_parse_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return NULL;
+    close(fd);
+    fg_diag d = {{0}};
+    fg_gguf_writer_t *w;
+    fg_gguf_t *g = NULL;
+    fg_tokenizer_t *t = NULL;
+    if (fg_gguf_writer_create(path, 0, &w, &d) || fg_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2") ||
+        fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", "deepseek-v3") ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0) ||
+        fg_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 256) ||
+        fg_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257) || fg_gguf_writer_begin_data(w, &d) ||
+        fg_gguf_writer_finish(w, &d) || (fg_gguf_writer_destroy(w), 0) || fg_gguf_open_file(path, &g, &d) ||
+        fg_tokenizer_create(g, &t, &d))
+        fprintf(stderr, "vocabulary: %s\n", d.msg);
+    if (g)
+        fg_gguf_close(g);
+    unlink(path);
+    return t;
+}
+
+#define TXT(s) ((fg_chat_text){s, sizeof s - 1})
+
+typedef struct got_calls {
+    char names[4][80];
+    char args[4][256];
+    int n;
+} got_calls;
+
+static void collect(void *ctx, const fg_tool_event *ev)
+{
+    got_calls *g = ctx;
+    if (ev->type == FG_TOOL_EV_CALL_DONE && g->n < 4) {
+        snprintf(g->names[g->n], sizeof g->names[0], "%s", ev->name);
+        snprintf(g->args[g->n], sizeof g->args[0], "%.*s", (int)ev->len, ev->text);
+        g->n++;
+    }
+    CHECK(ev->type != FG_TOOL_EV_MALFORMED);
+    CHECK(ev->type != FG_TOOL_EV_TEXT);
+}
+
+static void test_round_trip(fg_tokenizer_t *tok)
+{
+    const fg_chat_call calls[] = {
+        {TXT("get_weather"), TXT("{\"city\": \"Paris\", \"unit\": \"c\"}")},
+        {TXT("search-web"), TXT("{\"q\": \"```fences``` \xe6\x97\xa5\", \"n\": [1, 2.5, null]}")},
+    };
+    const fg_chat_msg msgs[] = {
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
+        {FG_CHAT_ASSISTANT, {NULL, 0}, calls, 2},
+    };
+    fg_chat_conv conv = {msgs, 3, false, NULL, 0};
+    fg_chat_prompt p = {0};
+    fg_diag d = {{0}};
+    CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
+    const char *reply = strstr(p.text, "weather?" ASSISTANT);
+    CHECK(reply != NULL);
+    if (!reply)
+        return;
+    reply += strlen("weather?");
+    for (size_t cut = 0; cut < strlen(reply); cut += 7) {
+        got_calls g = {0};
+        fg_tool_parser_reset(P);
+        fg_tool_parse_feed(P, reply, cut, collect, &g);
+        fg_tool_parse_feed(P, reply + cut, strlen(reply) - cut, collect, &g);
+        fg_tool_parse_finish(P, collect, &g);
+        CHECK(g.n == 2);
+        for (int i = 0; i < 2 && i < g.n; i++) {
+            CHECK(strlen(g.names[i]) == calls[i].name.len && memcmp(g.names[i], calls[i].name.ptr, calls[i].name.len) == 0);
+            CHECK_MSG(strlen(g.args[i]) == calls[i].arguments.len &&
+                          memcmp(g.args[i], calls[i].arguments.ptr, calls[i].arguments.len) == 0,
+                      "call %d: %s", i, g.args[i]);
+        }
+    }
+    fg_chat_prompt_free(&p);
+}
+
+/* Declarations after the system prompt, as DeepSeek-V3.1's card describes
+ * them with V3's call line; the fixed text is template text (its markers are
+ * special tokens), names, descriptions and schemas are not. */
+static void test_render_tools(fg_tokenizer_t *tok)
+{
+    json_t *decl = json_loads("[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"Weather "
+                              CALL_BEGIN "now.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                              "{\"type\":\"string\"}},\"required\":[\"city\"]}},"
+                              "{\"type\":\"function\",\"function\":{\"name\":\"noop\"}}]",
+                              0, NULL);
+    fg_tool_set set = {0};
+    fg_diag d = {{0}};
+    CHECK_MSG(fg_tool_set_parse(decl, &set, &d) == FG_OK, "%s", d.msg);
+    json_decref(decl);
+    const fg_chat_msg msgs[] = {
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
+    };
+    fg_chat_conv conv = {msgs, 2, true, set.tools, set.n};
+    fg_chat_prompt p = {0};
+    CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
+    static const char want[] =
+        "<" B "begin" S "of" S "sentence" B ">be brief## Tools\nYou have access to the following tools:\n"
+        "\n### get_weather\nDescription: Weather " CALL_BEGIN "now.\n\nParameters: {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}\n"
+        "\n### noop\nDescription: \n\nParameters: {\"type\": \"object\", \"properties\": {}}\n"
+        "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+        CALLS_BEGIN CALL_BEGIN "function" SEP "tool_call_name\n```json\ntool_call_arguments\n```" CALL_END
+        "{{additional_tool_calls}}" CALLS_END "\n\nWhere:\n"
+        "- `tool_call_name` must be an exact match to one of the available tools\n"
+        "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+        "- For multiple tool calls, chain them directly without separators or spaces\n"
+        USER "weather?" ASSISTANT;
+    CHECK_MSG(p.len == sizeof want - 1 && memcmp(p.text, want, p.len) == 0, "rendered:\n%s", p.text);
+    /* which bytes are template text: the format line's markers yes, the description's marker no */
+    const char *fmt = strstr(p.text, "IMPORTANT");
+    const char *in_desc = strstr(p.text, "Weather ");
+    bool fmt_in = false, desc_in = false, name_in = false;
+    const char *name = strstr(p.text, "get_weather");
+    for (size_t i = 0; fmt && in_desc && name && i < p.n_spans; i++) {
+        size_t f = (size_t)(fmt - p.text), de = (size_t)(in_desc - p.text) + 8, n = (size_t)(name - p.text);
+        fmt_in |= p.spans[i].start <= f && f < p.spans[i].end;
+        desc_in |= p.spans[i].start <= de && de < p.spans[i].end;
+        name_in |= p.spans[i].start <= n && n < p.spans[i].end;
+    }
+    CHECK(fmt_in && !desc_in && !name_in);
+    fg_tokens ids = {0};
+    CHECK(fg_chat_encode(tok, &p, &ids) == FG_OK);
+    int32_t calls_begin_id = fg_tokenizer_special_id(tok, CALLS_BEGIN, strlen(CALLS_BEGIN));
+    int32_t call_begin_id = fg_tokenizer_special_id(tok, CALL_BEGIN, strlen(CALL_BEGIN));
+    int n_calls_begin = 0, n_call_begin = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        n_calls_begin += ids.v[i] == calls_begin_id;
+        n_call_begin += ids.v[i] == call_begin_id;
+    }
+    CHECK(n_calls_begin == 1 && n_call_begin == 1); /* the format line's, not the description's */
+    fg_tokens_free(&ids);
+    fg_chat_prompt_free(&p);
+    fg_tool_set_free(&set);
+}
+
+/* tool_choice by prefill: the prompt ends inside a call, the parser is fed
+ * the same bytes, and the model's continuation completes the call. */
+static void test_call_prefix(fg_tokenizer_t *tok)
+{
+    const fg_chat_msg msgs[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0}};
+    fg_chat_conv conv = {msgs, 1, true, NULL, 0};
+    fg_chat_prompt p = {0};
+    fg_diag d = {{0}};
+    for (int named = 0; named < 2; named++) {
+        CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK);
+        size_t len0 = p.len;
+        CHECK_MSG(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, named ? "get_weather" : NULL, named ? 11 : 0, &p, &d) ==
+                      FG_OK, "%s", d.msg);
+        const char *want = named ? CALLS_BEGIN CALL_BEGIN "function" SEP "get_weather\n```json\n"
+                                 : CALLS_BEGIN CALL_BEGIN "function" SEP;
+        CHECK(p.len - len0 == strlen(want) && memcmp(p.text + len0, want, strlen(want)) == 0);
+        /* the model's part */
+        const char *cont = named ? "{\"city\": \"Oslo\"}\n```" CALL_END CALLS_END EOS
+                                 : "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" CALL_END CALLS_END EOS;
+        static rec r;
+        memset(&r, 0, sizeof r);
+        r.last = -1;
+        fg_tool_parser_reset(P);
+        fg_tool_parse_feed(P, p.text + len0, p.len - len0, sink, &r);
+        fg_tool_parse_feed(P, cont, strlen(cont), sink, &r);
+        fg_tool_parse_finish(P, sink, &r);
+        CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\"}\nD0:get_weather:{\"city\": \"Oslo\"}") == 0,
+                  "%s", r.s);
+    }
+    size_t len0 = p.len;
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, "", 0, &p, &d) == FG_ERR_INVALID_ARG);
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, NULL, 0, &p, &d) == FG_ERR_UNSUPPORTED);
+    CHECK(p.len == len0);
+    fg_chat_prompt_free(&p);
+}
+
+int main(void)
+{
+    fg_diag d = {{0}};
+    CHECK(fg_tool_parser_create(NULL, &P, &d) == FG_OK);
+    test_well_formed();
+    test_chunkings();
+    test_malformed();
+    test_limit();
+    test_no_alloc();
+    fg_tokenizer_t *tok = vocab();
+    CHECK(tok != NULL);
+    if (tok) {
+        test_round_trip(tok);
+        test_render_tools(tok);
+        test_call_prefix(tok);
+        fg_tokenizer_destroy(tok);
+    }
+    fg_tool_parser_destroy(P);
+    return TEST_DONE("test_tool_parse");
+}
