@@ -10,11 +10,14 @@ takes. Real flashgate processes, real sockets, a real redis-server (the quotas' 
 - what V4 sessions cannot do yet (docs/engine.md "deepseek4 sessions in serving mode"): no
   session file is written for them, so after a SIGKILL and a restart session.resume answers
   session_not_found, never a half-loaded session;
+- the HTTP APIs: a chat completion, and a response continued with previous_response_id on
+  its session's cached V4 history;
 - /v1/status and /metrics count V4's KV bytes: bytes per token and the fixed bytes per
   session (the window rings and compressor state) from the engine, resident bytes covering
   the open sessions' state pages.
 """
 import asyncio
+import http.client
 import os
 import signal
 import sys
@@ -22,7 +25,7 @@ import tempfile
 import shutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DATA_DIR, Conn, Server, check, delta_text, eq, http_get, run_tests, wait_for  # noqa: E402
+from harness import DATA_DIR, KEYS, Conn, Server, check, delta_text, eq, http_get, run_tests, wait_for  # noqa: E402
 from test_quotas import Redis  # noqa: E402
 import json  # noqa: E402
 
@@ -136,6 +139,43 @@ async def test_status_and_metrics_v4_bytes():
             eq(vals.get("flashgate_kv_session_fixed_bytes"), float(kv["session_fixed_bytes"]),
                "metrics: fixed bytes per session")
             await c.close()
+    finally:
+        redis.close()
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request("POST", path, json.dumps(body).encode(),
+                  {"Content-Type": "application/json", "Authorization": "Bearer " + KEYS["acme"]})
+        r = c.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        c.close()
+
+
+async def test_http_api_v4():
+    """The HTTP APIs over the same V4 engine: a chat completion, and a response continued with
+    previous_response_id on its session's cache."""
+    redis = Redis().start()
+    try:
+        async with v4_server(redis) as srv:
+            st, _, body = http_get(srv.port, "/v1/models", headers={"Authorization": "Bearer " + KEYS["acme"]})
+            eq(st, 200, "/v1/models")
+            model = json.loads(body)["data"][0]["id"]
+            st, b = post(srv.port, "/v1/chat/completions",
+                         {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 6,
+                          "temperature": 0})
+            eq(st, 200, f"a chat completion on the V4 model: {b}")
+            eq(b["usage"]["completion_tokens"], 6, "its tokens")
+            st, r1 = post(srv.port, "/v1/responses", {"model": model, "input": "List the files.",
+                                                     "max_output_tokens": 5, "temperature": 0})
+            eq(st, 200, f"a response: {r1}")
+            st, r2 = post(srv.port, "/v1/responses", {"model": model, "input": "And then?",
+                                                     "previous_response_id": r1["id"], "max_output_tokens": 5})
+            eq(st, 200, f"continued: {r2}")
+            check(r2["usage"]["input_tokens_details"]["cached_tokens"] > 0,
+                  f"the continuation reads the session's cached V4 history: {r2['usage']}")
     finally:
         redis.close()
 
