@@ -182,7 +182,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
             s->todo.n = back;
             s->hist.n = keep;
             if (!s->tier.on_disk)
-                fg_kv_seq_truncate(e->kv, &s->seq, keep);
+                fg_kv_seq_truncate(e->kv, &s->seq, fg_engine_seq_state(e) ? keep : s->seq.n_tokens - back);
             fg_share_truncated(s, s->hist.n);
         }
     }
