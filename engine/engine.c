@@ -125,16 +125,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_kv_geometry geo;
     if ((err = arch->cache(m, fmt, &geo, diag)))
         goto fail;
-    if (geo.seq_bytes && o->serve) {
-        /* The per-sequence state (deepseek4's window rings and open compressor
-         * blocks) is not in pages: prefix sharing, forks, tiers and session
-         * files do not carry it yet. */
-        err = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                          "%s runs in direct mode only so far: serving (prefix cache, forks, page tiers, session "
-                          "files) does not yet carry its per-sequence cache state",
-                          arch->name);
-        goto fail;
-    }
+    /* A cache with per-sequence state (deepseek4) serves without the prefix
+     * cache, forks, spills and session files, which do not carry that state
+     * yet: fg_engine_seq_state and the refusals in kv_tier.c and
+     * session_persist.c. */
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

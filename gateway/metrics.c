@@ -330,6 +330,14 @@ static void render_engine(fg_gateway_t *gw, text *t)
     put(t, "flashgate_kv_bytes{tier=\"disk\"} %llu\n", (unsigned long long)st.disk_bytes);
     put_value(t, "flashgate_kv_capacity_bytes", "gauge", "Bytes of the resident KV page pool.",
               (double)st.kv_pages_total * page_bytes);
+    fg_engine_info ei = {0};
+    if (gw->engine)
+        fg_engine_get_info(gw->engine, &ei);
+    put_value(t, "flashgate_kv_bytes_per_token", "gauge", "KV bytes a token adds (all layers, as stored).",
+              (double)ei.kv_bytes_per_token);
+    put_value(t, "flashgate_kv_session_fixed_bytes", "gauge",
+              "KV bytes a session holds whatever its length (deepseek4: window rings, open compressor blocks).",
+              (double)ei.kv_seq_bytes);
     put_value(t, "flashgate_sessions_on_disk", "gauge", "Open sessions whose KV is on disk only.",
               (double)st.sessions_on_disk);
     put_value(t, "flashgate_prefix_cache_lookups_total", "counter", "Full KV pages looked up in the prefix cache.",

@@ -243,13 +243,19 @@ char *gw_status_render(fg_gateway_t *gw)
                               "journal_entries", (json_int_t)qs.journal_entries, "last_error", last_error);
 
     const double page_bytes = (double)gw->kv_bytes_per_token * FG_KV_PAGE_TOKENS;
-    json_t *kv = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "resident_bytes",
+    fg_engine_info ei = {0};
+    if (gw->engine)
+        fg_engine_get_info(gw->engine, &ei);
+    /* deepseek4: bytes per token (rounded up to whole bytes per page) and the fixed
+     * state per session, which the pages in use include (kv_store.h) */
+    json_t *kv = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "resident_bytes",
                            resident_bytes(gw, &l.es), "disk_bytes", (double)l.es.disk_bytes, "capacity_bytes",
                            (double)l.es.kv_pages_total * page_bytes, "pages_used", (json_int_t)l.es.kv_pages_used,
                            "pages_total", (json_int_t)l.es.kv_pages_total, "pages_shared",
                            (json_int_t)l.es.kv_pages_shared, "prefix_lookups", (json_int_t)l.es.prefix_lookups,
                            "prefix_hits", (json_int_t)l.es.prefix_hits, "spills", (json_int_t)l.es.spills,
-                           "restores", (json_int_t)l.es.restores);
+                           "restores", (json_int_t)l.es.restores, "bytes_per_token",
+                           (json_int_t)ei.kv_bytes_per_token, "session_fixed_bytes", (json_int_t)ei.kv_seq_bytes);
 
     uint64_t out_tokens = 0, in_tokens = 0, cached = 0, started = 0, finished = 0;
     for (int i = 0; i < gw->n_tenants; i++) {

@@ -16,6 +16,12 @@ struct fg_kv_store {
     size_t owner_pages[FG_KV_MAX_OWNERS];
     uint32_t *free_stack;  /* [n_pages] page indices */
     size_t n_free;
+    /* Pages standing for sequences' state (geo.seq_bytes, which lives in the
+     * sequence's own allocation): taken off the free stack so the budget and
+     * the owners count the state, never touched (the mapping stays unbacked). */
+    uint32_t *held_stack;  /* [n_pages] */
+    size_t n_held;
+    size_t state_pages;    /* held per sequence with state: ceil(seq_bytes / page_bytes) */
 };
 
 fg_err fg_kv_store_create(const fg_kv_geometry *geo, size_t budget_bytes, fg_kv_store_t **out, fg_diag *diag)
@@ -36,13 +42,16 @@ fg_err fg_kv_store_create(const fg_kv_geometry *geo, size_t budget_bytes, fg_kv_
     s->refs = calloc(n, sizeof *s->refs);
     s->owner = calloc(n, sizeof *s->owner);
     s->free_stack = malloc(n * sizeof *s->free_stack);
+    s->held_stack = malloc(n * sizeof *s->held_stack);
+    s->state_pages = (geo->seq_bytes + geo->page_bytes - 1) / geo->page_bytes;
     void *base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!s->refs || !s->owner || !s->free_stack || base == MAP_FAILED) {
+    if (!s->refs || !s->owner || !s->free_stack || !s->held_stack || base == MAP_FAILED) {
         if (base != MAP_FAILED)
             munmap(base, s->map_bytes);
         free(s->refs);
         free(s->owner);
         free(s->free_stack);
+        free(s->held_stack);
         free(s);
         return fg_diag_set(diag, FG_ERR_NOMEM, "kv store: cannot reserve %zu bytes", n * geo->page_bytes);
     }
@@ -68,12 +77,15 @@ void fg_kv_store_destroy(fg_kv_store_t *s)
     free(s->refs);
     free(s->owner);
     free(s->free_stack);
+    free(s->held_stack);
     free(s);
 }
 
 const fg_kv_geometry *fg_kv_store_geometry(const fg_kv_store_t *s) { return &s->geo; }
 size_t fg_kv_store_pages_total(const fg_kv_store_t *s) { return s->n_pages; }
 size_t fg_kv_store_pages_free(const fg_kv_store_t *s) { return s->n_free; }
+size_t fg_kv_store_state_pages(const fg_kv_store_t *s) { return s->state_pages; }
+size_t fg_kv_store_pages_held(const fg_kv_store_t *s) { return s->n_held; }
 
 static size_t page_index(const fg_kv_store_t *s, const uint8_t *page)
 {
@@ -139,8 +151,27 @@ void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q)
     free(q->pages);
     q->pages = NULL;
     q->cap_pages = 0;
+    if (q->state) {
+        for (size_t i = 0; i < s->state_pages; i++)
+            s->free_stack[s->n_free++] = s->held_stack[--s->n_held];
+        s->owner_pages[q->state_owner] -= s->state_pages;
+    }
     free(q->state);
     q->state = NULL;
+}
+
+/* The state and the pages standing for it, all or nothing. */
+static fg_err state_alloc(fg_kv_store_t *s, fg_kv_seq *q)
+{
+    if (s->n_free < s->state_pages)
+        return FG_ERR_KV_FULL;
+    if (!(q->state = calloc(1, s->geo.seq_bytes)))
+        return FG_ERR_NOMEM;
+    q->state_owner = q->owner >= 0 && q->owner < FG_KV_MAX_OWNERS ? q->owner : 0;
+    for (size_t i = 0; i < s->state_pages; i++)
+        s->held_stack[s->n_held++] = s->free_stack[--s->n_free];
+    s->owner_pages[q->state_owner] += s->state_pages;
+    return FG_OK;
 }
 
 fg_err fg_kv_seq_grow_table(fg_kv_seq *q, int need)
@@ -162,8 +193,9 @@ fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens)
 {
     if (n_tokens > q->max_tokens)
         return FG_ERR_CONTEXT_FULL;
-    if (s->geo.seq_bytes && !q->state && !(q->state = calloc(1, s->geo.seq_bytes)))
-        return FG_ERR_NOMEM;
+    fg_err e;
+    if (s->geo.seq_bytes && !q->state && (e = state_alloc(s, q)) != FG_OK)
+        return e;
     int need = (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (fg_kv_seq_grow_table(q, need) != FG_OK)
         return FG_ERR_NOMEM;

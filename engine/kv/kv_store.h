@@ -52,6 +52,13 @@ void fg_kv_store_destroy(fg_kv_store_t *s);
 const fg_kv_geometry *fg_kv_store_geometry(const fg_kv_store_t *s);
 size_t fg_kv_store_pages_total(const fg_kv_store_t *s);
 size_t fg_kv_store_pages_free(const fg_kv_store_t *s);
+/* Pages a sequence's state stands for (ceil(seq_bytes / page_bytes); 0 without
+ * state): held off the pool while the sequence has its state, so admission
+ * and the owners' counts see the state as pages; its memory is the
+ * sequence's own allocation, the held pages stay untouched. */
+size_t fg_kv_store_state_pages(const fg_kv_store_t *s);
+/* Pages held for states now (in use, not free, never resident). */
+size_t fg_kv_store_pages_held(const fg_kv_store_t *s);
 
 /* The index in [0, fg_kv_store_pages_total) of a page of this store: a backend
  * keeping the resident copy of each page elsewhere (GPU memory) keys it by this. */
@@ -84,15 +91,19 @@ typedef struct fg_kv_seq {
     int owner;         /* pages allocated for it are charged to this owner */
     uint8_t *state;    /* geo->seq_bytes of per-sequence cache state (the architecture's: deepseek4's
                           window rings and open compressor blocks), zeroed at allocation by the first
-                          fg_kv_seq_reserve; NULL when the geometry has none */
+                          fg_kv_seq_reserve, which also takes fg_kv_store_state_pages pages off the pool
+                          for it (charged to owner, so the budget counts it); NULL when the geometry has
+                          none */
+    int state_owner;   /* the owner its state pages are charged to */
 } fg_kv_seq;
 
 /* An empty sequence of at most max_tokens tokens; allocates nothing. Always FG_OK. */
 fg_err fg_kv_seq_init(fg_kv_seq *q, int max_tokens);
 /* Releases every page and the table. */
 void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q);
-/* Makes sure pages exist for n_tokens rows. Errors: FG_ERR_CONTEXT_FULL (past
- * max_tokens), FG_ERR_KV_FULL (pool empty; pages allocated so far are kept),
+/* Makes sure pages exist for n_tokens rows (and the state, first). Errors:
+ * FG_ERR_CONTEXT_FULL (past max_tokens), FG_ERR_KV_FULL (pool empty, or too
+ * few pages for the state; pages allocated so far are kept),
  * FG_ERR_NOMEM (the page table could not grow). */
 fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
 /* Drops rows from n_tokens on (and pages no longer needed). The per-sequence

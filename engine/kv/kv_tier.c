@@ -377,6 +377,8 @@ fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag)
                                   .n_vocab = e->model->n_vocab};
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->tier.writer_cv, NULL);
+    if (fg_engine_seq_state(e))
+        return FG_OK; /* no prefix cache, no session files: see fg_engine_seq_state */
     if (e->opt.prefix_cache && fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->share.pc) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the prefix cache");
     if (fg_tier_tenant(e, "default") < 0)

@@ -139,11 +139,19 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
         mark_dirty(e, s); /* input that arrived during the response */
 }
 
+/* Where a session that must drop its rows from keep on can restart: keep, or
+ * 0 where the cache has state that cannot be cut back (fg_engine_seq_state):
+ * then it recomputes its whole history, which gives the same state. */
+static int rewind_point(const fg_engine_t *e, const fg_session_t *s, int keep)
+{
+    return keep < s->seq.n_tokens && fg_engine_seq_state(e) ? 0 : keep;
+}
+
 /* Restores the session to its state before a response that failed mid-way:
  * its evaluated tokens go back to the input queue and their pages are freed. */
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
-    const int keep = (int)s->serve.resp.cached_tokens, extra = s->seq.n_tokens - keep;
+    const int keep = rewind_point(e, s, (int)s->serve.resp.cached_tokens), extra = s->seq.n_tokens - keep;
     if (extra > 0 && fg_tokens_reserve(&s->todo, s->todo.n + extra) == 0) {
         memmove(s->todo.v + extra, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
         memcpy(s->todo.v, s->hist.v + keep, (size_t)extra * sizeof *s->todo.v);
@@ -167,12 +175,14 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
-        if (fg_tokens_reserve(&s->todo, 1) == 0) {
-            s->todo.v[0] = s->hist.v[s->hist.n - 1];
-            s->todo.n = 1;
-            s->hist.n--;
+        const int keep = s->tier.on_disk ? (int)s->hist.n - 1 : rewind_point(e, s, (int)s->hist.n - 1);
+        const int back = (int)s->hist.n - keep;
+        if (fg_tokens_reserve(&s->todo, back) == 0) {
+            memcpy(s->todo.v, s->hist.v + keep, (size_t)back * sizeof *s->todo.v);
+            s->todo.n = back;
+            s->hist.n = keep;
             if (!s->tier.on_disk)
-                fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens - 1);
+                fg_kv_seq_truncate(e->kv, &s->seq, fg_engine_seq_state(e) ? keep : s->seq.n_tokens - back);
             fg_share_truncated(s, s->hist.n);
         }
     }
@@ -185,12 +195,24 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
 
 static void note_waiting(fg_engine_t *e, fg_session_t *s);
 
+/* Input tokens a response leaves unevaluated: a response that only prefills
+ * keeps its last input token back where the cache cannot drop a row
+ * (fg_engine_seq_state), so that the generating response after it has a
+ * token to evaluate for its first logits instead of recomputing the history
+ * (start_response). */
+static int held_input(const fg_engine_t *e, const fg_session_t *s)
+{
+    return !s->serve.resp.p.generate && fg_engine_seq_state(e) ? 1 : 0;
+}
+
 /* Reserves the pages of a waiting response. Returns true when admitted. */
 static bool admit(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
     int need = reserve_need(e, s);
-    size_t pages = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    /* in pages, the state's included (kv_store.h): deepseek4's bytes are its rows' and its state's */
+    size_t pages = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS +
+                   (s->seq.state ? 0 : fg_kv_store_state_pages(e->kv));
     if (pages > fg_kv_store_pages_total(e->kv)) {
         finish(e, s, FG_FINISH_ERROR, FG_ERR_KV_FULL); /* could never fit */
         return false;
@@ -456,7 +478,7 @@ static int plan_step(fg_engine_t *e)
          * next turn queues behind requests that were waiting before it. */
         fg_sched_item it = {.tenant = s->params.tenant, .weight = s->params.weight,
                             .priority = s->params.priority, .order = r->order};
-        if (s->todo.n > 0 && n_pre < T) {
+        if ((int)s->todo.n > held_input(e, s) && n_pre < T) {
             if (page_claimed(e, s, &n_claims))
                 continue;
             pre[n_pre] = it; /* want: below, once it is known whether the step decodes */
@@ -465,7 +487,7 @@ static int plan_step(fg_engine_t *e)
             it.want = 1;
             dec[n_dec] = it;
             dec_s[n_dec++] = s;
-        } else if (s->todo.n == 0 && !r->p.generate) {
+        } else if ((int)s->todo.n <= held_input(e, s) && !r->p.generate) {
             finish(e, s, FG_FINISH_PREFILLED, FG_OK); /* nothing left to prefill */
         }
     }
@@ -478,8 +500,10 @@ static int plan_step(fg_engine_t *e)
      * over more queries. Results do not depend on the chunking. */
     const bool alone = n_dec == 0 && e->opt.prefill_alone_tokens > 0;
     const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
-    for (int i = 0; i < n_pre; i++)
-        pre[i].want = (int)pre_s[i]->todo.n < chunk ? (int)pre_s[i]->todo.n : chunk;
+    for (int i = 0; i < n_pre; i++) {
+        const int left = (int)pre_s[i]->todo.n - held_input(e, pre_s[i]);
+        pre[i].want = left < chunk ? left : chunk;
+    }
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
     fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
     e->stats.steps_alone += alone && n_pre > 0;

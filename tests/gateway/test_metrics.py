@@ -55,6 +55,8 @@ FAMILIES = {
     "flashgate_kv_pages_capacity": "gauge",
     "flashgate_kv_bytes": "gauge",
     "flashgate_kv_capacity_bytes": "gauge",
+    "flashgate_kv_bytes_per_token": "gauge",
+    "flashgate_kv_session_fixed_bytes": "gauge",
     "flashgate_sessions_on_disk": "gauge",
     "flashgate_prefix_cache_lookups": "counter",
     "flashgate_prefix_cache_hits": "counter",

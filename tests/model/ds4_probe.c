@@ -13,7 +13,7 @@
  * CHUNK "checks" instead runs the cache's rules and prints what failed:
  * a sequence cut in the middle refuses to continue (FG_ERR_STATE) and one cut
  * to 0 starts again with the same logits; two sequences in one batch give
- * each its logits alone; sharing a deepseek4 sequence's pages is refused
+ * each its logits alone (within 1e-4: f32 products sum in other tiles); sharing a deepseek4 sequence's pages is refused
  * (FG_ERR_UNSUPPORTED). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -85,8 +85,14 @@ static int checks(fg_ds4_forward_t *f, fg_kv_store_t *kv, const int32_t *tok, in
     EXPECT(fg_ds4_forward_run(f, both, pair, 2, &d) == FG_OK, "pair run");
     EXPECT(fg_kv_seq_reserve(kv, &q3, n - h) == FG_OK && run(f, &q3, tok + h, n - h, a, &d) == FG_OK,
            "alone run");
-    EXPECT(!memcmp(a, b + (size_t)(n - h) * V, (size_t)(n - h) * V * sizeof *a),
-           "the batch's second sequence differs from it alone");
+    /* f32 weights: a batch's products sum in other tiles than one sequence's
+     * (kernels/cpu/matmul.h), ~1e-5 of logit; tests/model/test_ds4_serve.c measures it */
+    float dmax = 0;
+    for (size_t i = 0; i < (size_t)(n - h) * V; i++) {
+        const float dd = a[i] - b[(size_t)(n - h) * V + i];
+        dmax = dd > dmax ? dd : -dd > dmax ? -dd : dmax;
+    }
+    EXPECT(dmax <= 1e-4f, "the batch's second sequence differs from it alone");
     EXPECT(run(f, &q2, tok, 1, a, &d) == FG_OK, "continue the pair's second");
     fg_kv_seq share;
     fg_kv_seq_init(&share, n);
@@ -141,7 +147,9 @@ int main(int argc, char **argv)
     fg_kv_store_t *kv;
     if (am->arch->cache(am, (fg_kv_format)format, &geo, &d) != FG_OK)
         return fail("cache", &d);
-    const size_t pages = 3 * ((size_t)(n + FG_KV_PAGE_TOKENS) / FG_KV_PAGE_TOKENS + 1);
+    /* three sequences at a time: their pages and the pages their states stand for (kv_store.h) */
+    const size_t pages = 3 * ((size_t)(n + FG_KV_PAGE_TOKENS) / FG_KV_PAGE_TOKENS + 1 +
+                              (geo.seq_bytes + geo.page_bytes - 1) / geo.page_bytes);
     if (fg_kv_store_create(&geo, pages * geo.page_bytes, &kv, &d) != FG_OK)
         return fail("store", &d);
     fg_pool_t *pool = fg_pool_create(2);

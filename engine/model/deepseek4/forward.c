@@ -1,11 +1,14 @@
 /* forward.c: the deepseek4 CPU forward pass (forward.h has the equations).
  *
- * Shapes at each buffer: T tokens of the sequence in hand (<= max_tokens),
- * E embedding, H x D heads (rd RoPE dims last), Q q-LoRA, Hi x Di indexer,
- * G x R output groups, X experts (K used), F expert width, V vocabulary.
- * Matrices go through kernels/cpu/matmul over all T tokens at once; the
- * cache writes and attention go token by token (a token's window is the
- * ring as it stands when the token arrives), heads shared out over the pool.
+ * Shapes at each buffer: T tokens of the whole batch (<= max_tokens), every
+ * sequence's tokens contiguous, E embedding, H x D heads (rd RoPE dims last),
+ * Q q-LoRA, Hi x Di indexer, G x R output groups, X experts (K used), F
+ * expert width, V vocabulary. Matrices go through kernels/cpu/matmul over all
+ * T tokens of all sequences at once (each matrix streamed once per run); the
+ * cache writes and attention go token by token in batch order, each token on
+ * its own sequence's cache at its own position (tok_kv, tok_pos), so a
+ * sequence's tokens still meet its ring as it stands when they arrive; heads
+ * shared out over the pool.
  */
 #include "engine/model/deepseek4/forward.h"
 
@@ -20,6 +23,7 @@
 #include "kernels/cpu/vecops.h"
 
 #define KEY_TILE 64 /* keys decoded per step of the online softmax */
+#define LOGIT_CHUNK 64 /* rows of logits per LM-head product */
 /* Multiply-adds below which a token's attention or index scoring stays on the
  * calling thread (a pool barrier costs about as much); low enough that the
  * test fixture takes both paths. */
@@ -64,6 +68,10 @@ struct fg_ds4_forward {
     float *ed;                    /* [T][E] */
     float *mtp_in;                /* [T*4][2E] */
     float *hin;                   /* [T][E] head input */
+    fg_kv_seq **tok_kv;           /* [T] the sequence of each token of the batch */
+    int *tok_pos;                 /* [T] its position there */
+    float *logit_out;             /* [LOGIT_CHUNK][V] */
+    float **logit_dst;            /* [LOGIT_CHUNK] where each row goes */
     /* attention of one token */
     float *keys;                  /* [KEY_TILE][D] */
     float *row;                   /* [2D] */
@@ -475,7 +483,7 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
 
 /* ---------------------------------------------------------------- layers */
 
-static void attention(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int n, int p0)
+static void attention(fg_ds4_forward_t *f, int il, int n)
 {
     const fg_ds4_hparams *hp = &f->m->hp;
     const fg_ds4_layer *L = &f->m->layers[il];
@@ -506,18 +514,20 @@ static void attention(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int n, i
         float *qt = f->q + (size_t)t * H * D, *kt = f->kv + (size_t)t * D;
         for (int h = 0; h < H; h++)
             fg_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, NULL, D, hp->rms_eps);
-        rope_heads(rope, qt, H, D, p0 + t, false);
+        const int p = f->tok_pos[t];
+        rope_heads(rope, qt, H, D, p, false);
         fg_rmsnorm(kt, kt, L->kv_norm, D, hp->rms_eps);
-        rope_heads(rope, kt, 1, D, p0 + t, false);
+        rope_heads(rope, kt, 1, D, p, false);
         if (r == FG_DS4_CSA) {
-            rope_heads(&f->rope_comp, f->iq + (size_t)t * Hi * Di, Hi, Di, p0 + t, false);
+            rope_heads(&f->rope_comp, f->iq + (size_t)t * Hi * Di, Hi, Di, p, false);
             for (int h = 0; h < Hi; h++)
                 f->iw[(size_t)t * Hi + h] *= iw_scale;
         }
     }
-    uint8_t *ring = kv->state + c->layer[il].state_window;
     for (int t = 0; t < n; t++) {
-        const int p = p0 + t;
+        const fg_kv_seq *kv = f->tok_kv[t];
+        uint8_t *ring = kv->state + c->layer[il].state_window;
+        const int p = f->tok_pos[t];
         fg_ds4_row_put(c, f->kv + (size_t)t * D, ring + (size_t)(p % W) * c->row_bytes);
         if (r)
             compress_token(f, il, kv, t, p);
@@ -620,13 +630,13 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
 }
 
 /* One block over the n tokens' streams x (updated in place). */
-static void layer(fg_ds4_forward_t *f, int il, float *x, const int32_t *tokens, int n, const fg_kv_seq *kv, int p0)
+static void layer(fg_ds4_forward_t *f, int il, float *x, const int32_t *tokens, int n)
 {
     const fg_ds4_hparams *hp = &f->m->hp;
     const fg_ds4_layer *L = &f->m->layers[il];
     const int E = hp->n_embd;
     hc_pre(f, &L->hc_attn, x, n, f->y);
-    attention(f, il, kv, n, p0);
+    attention(f, il, n);
     hc_post(f, f->f, x, n, f->x1);
     hc_pre(f, &L->hc_ffn, f->x1, n, f->y);
     for (int t = 0; t < n; t++)
@@ -637,18 +647,59 @@ static void layer(fg_ds4_forward_t *f, int il, float *x, const int32_t *tokens, 
 
 /* ---------------------------------------------------------------- run */
 
-static fg_err run_seq(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *s, float *mtp_rows)
+/* The head over the nr gathered rows in x1, each row to its logit_dst. */
+static void head_flush(fg_ds4_forward_t *f, int nr, const float *norm, const fg_weight *out)
+{
+    const int V = f->m->hp.n_vocab;
+    head(f, f->x1, nr, norm, out, f->logit_out);
+    for (int r = 0; r < nr; r++)
+        memcpy(f->logit_dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
+}
+
+/* The logits of the rows the sequences ask for, LOGIT_CHUNK rows per head
+ * product: into each sequence's buffer, or (mtp) into mtp's rows in batch
+ * order. x: the batch's final streams. */
+static void heads_of(fg_ds4_forward_t *f, const float *x, const fg_fwd_seq *seqs, int n_seqs, const float *norm,
+                     const fg_weight *out, float *mtp)
+{
+    const int E4 = FG_DS4_HC * f->m->hp.n_embd, V = f->m->hp.n_vocab;
+    const int chunk = f->max_tokens < LOGIT_CHUNK ? f->max_tokens : LOGIT_CHUNK;
+    int nr = 0, done = 0;
+    for (int i = 0, at = 0; i < n_seqs; at += seqs[i].n_tokens, i++)
+        for (int j = 0; j < seqs[i].n_logits; j++) {
+            const int t = at + seqs[i].n_tokens - seqs[i].n_logits + j;
+            memcpy(f->x1 + (size_t)nr * E4, x + (size_t)t * E4, (size_t)E4 * sizeof(float));
+            f->logit_dst[nr++] = mtp ? mtp + (size_t)done++ * V : seqs[i].logits + (size_t)j * V;
+            if (nr == chunk) {
+                head_flush(f, nr, norm, out);
+                nr = 0;
+            }
+        }
+    if (nr)
+        head_flush(f, nr, norm, out);
+}
+
+static float *last_h_of(const fg_ds4_forward_t *f, const fg_kv_seq *kv)
+{
+    return (float *)(void *)(kv->state + f->cache->state_h);
+}
+
+/* Every sequence of the batch at once: n tokens through each matrix. */
+static void run_batch(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, int n)
 {
     const fg_ds4_model *m = f->m;
     const fg_ds4_hparams *hp = &m->hp;
-    const int n = s->n_tokens, E = hp->n_embd, E4 = FG_DS4_HC * E;
-    fg_kv_seq *kv = s->kv;
-    const int p0 = kv->n_tokens;
-    fg_ds4_state_head *head_st = (fg_ds4_state_head *)(void *)kv->state;
-    float *last_h = (float *)(void *)(kv->state + f->cache->state_h);
-    if (p0 == 0) {
-        head_st->n_tokens = 0;
-        memset(last_h, 0, (size_t)E4 * sizeof(float));
+    const int E = hp->n_embd, E4 = FG_DS4_HC * E;
+    for (int i = 0, at = 0; i < n_seqs; at += seqs[i].n_tokens, i++) {
+        fg_kv_seq *kv = seqs[i].kv;
+        if (kv->n_tokens == 0) {
+            ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = 0;
+            memset(last_h_of(f, kv), 0, (size_t)E4 * sizeof(float));
+        }
+        for (int t = 0; t < seqs[i].n_tokens; t++) {
+            f->tok_kv[at + t] = kv;
+            f->tok_pos[at + t] = kv->n_tokens + t;
+        }
     }
     for (int t = 0; t < n; t++) {
         fg_weight_row_f32(&m->tok_embd, tokens[t], f->x + (size_t)t * E4);
@@ -656,15 +707,15 @@ static fg_err run_seq(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *s,
             memcpy(f->x + (size_t)t * E4 + (size_t)h * E, f->x + (size_t)t * E4, (size_t)E * sizeof(float));
     }
     for (int il = 0; il < hp->n_layer; il++)
-        layer(f, il, f->x, tokens, n, kv, p0);
-    const int first = n - s->n_logits;
-    if (s->n_logits)
-        head(f, f->x + (size_t)first * E4, s->n_logits, m->output_norm, &m->output, s->logits);
+        layer(f, il, f->x, tokens, n);
+    heads_of(f, f->x, seqs, n_seqs, m->output_norm, &m->output, NULL);
     if (hp->n_nextn) {
         const fg_ds4_layer *L = &m->layers[hp->n_layer];
-        /* per stream [enorm(embed(token)); hnorm(h_{p-1})] */
+        /* per stream [enorm(embed(token)); hnorm(h_{p-1})], h_{p-1} from the
+         * token before in the batch or, first of its sequence, the state */
         for (int t = 0; t < n; t++) {
-            const float *h = t ? f->x + (size_t)(t - 1) * E4 : last_h;
+            const float *h = f->tok_pos[t] && t && f->tok_kv[t - 1] == f->tok_kv[t] ? f->x + (size_t)(t - 1) * E4
+                                                                                    : last_h_of(f, f->tok_kv[t]);
             float *e = f->hin;
             fg_weight_row_f32(&m->mtp_embd, tokens[t], e);
             fg_rmsnorm(e, e, L->enorm, E, hp->rms_eps);
@@ -674,17 +725,21 @@ static fg_err run_seq(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *s,
                 fg_rmsnorm(row + E, h + (size_t)st * E, L->hnorm, E, hp->rms_eps);
             }
         }
-        memcpy(last_h, f->x + (size_t)(n - 1) * E4, (size_t)E4 * sizeof(float));
-        mm(f, &L->eh_proj, 0, f->mtp_in, n * FG_DS4_HC, f->xm);
-        layer(f, hp->n_layer, f->xm, tokens, n, kv, p0);
-        if (mtp_rows && s->n_logits)
-            head(f, f->xm + (size_t)first * E4, s->n_logits, m->mtp_norm, &m->mtp_output, mtp_rows);
-    } else {
-        memcpy(last_h, f->x + (size_t)(n - 1) * E4, (size_t)E4 * sizeof(float));
     }
-    kv->n_tokens += n;
-    head_st->n_tokens = kv->n_tokens;
-    return FG_OK;
+    for (int i = 0, at = 0; i < n_seqs; at += seqs[i].n_tokens, i++)
+        memcpy(last_h_of(f, seqs[i].kv), f->x + (size_t)(at + seqs[i].n_tokens - 1) * E4, (size_t)E4 * sizeof(float));
+    if (hp->n_nextn) {
+        const fg_ds4_layer *L = &m->layers[hp->n_layer];
+        mm(f, &L->eh_proj, 0, f->mtp_in, n * FG_DS4_HC, f->xm);
+        layer(f, hp->n_layer, f->xm, tokens, n);
+        if (f->mtp_out)
+            heads_of(f, f->xm, seqs, n_seqs, m->mtp_norm, &m->mtp_output, f->mtp_out);
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        fg_kv_seq *kv = seqs[i].kv;
+        kv->n_tokens += seqs[i].n_tokens;
+        ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = kv->n_tokens;
+    }
 }
 
 fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
@@ -718,14 +773,11 @@ fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq
                                    tokens[total + t], V);
         total += s->n_tokens;
     }
+    if (total > f->max_tokens)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%d tokens in one run (at most %d)", total, f->max_tokens);
     memset(f->counts, 0, (size_t)f->m->hp.n_expert * sizeof *f->counts);
-    float *mtp = f->mtp_out;
-    for (int i = 0, at = 0; i < n_seqs; i++) {
-        run_seq(f, tokens + at, &seqs[i], mtp);
-        if (mtp)
-            mtp += (size_t)seqs[i].n_logits * V;
-        at += seqs[i].n_tokens;
-    }
+    if (total)
+        run_batch(f, tokens, seqs, n_seqs, total);
     if (f->count_sink)
         for (int e = 0; e < f->m->hp.n_expert; e++)
             if (f->counts[e])
@@ -816,6 +868,12 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     f->ed = alloc_f(T * K * E, &ok);
     f->mtp_in = alloc_f(T * FG_DS4_HC * 2 * E, &ok);
     f->hin = alloc_f(T * E, &ok);
+    f->tok_pos = alloc_f(T, &ok);
+    f->tok_kv = malloc(T * sizeof *f->tok_kv);
+    f->logit_dst = malloc(LOGIT_CHUNK * sizeof *f->logit_dst);
+    f->logit_out = alloc_f((size_t)LOGIT_CHUNK * (size_t)hp->n_vocab, &ok);
+    if (!f->tok_kv || !f->logit_dst)
+        ok = false;
     f->keys = alloc_f((size_t)KEY_TILE * D, &ok);
     f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
     /* a 128-ratio row is gathered as its page parts, which may pad past row_bytes */
@@ -860,7 +918,7 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
                     f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->keys, f->row,
                     f->rowtmp, f->scores, f->key_buf, f->sel, f->acc, f->mh, f->lh, f->tile, f->counts, f->mm_scratch,
-                    f->cache};
+                    f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(f);

@@ -1,6 +1,7 @@
-/* forward.h: the deepseek4 forward pass on the CPU, direct mode: the
- * sequences of a batch one after another, each sequence's tokens as one
- * batch through every matrix.
+/* forward.h: the deepseek4 forward pass on the CPU: every token of every
+ * sequence of a batch as one batch through each matrix (each matrix read once
+ * per run), the cache writes and attention token by token on each token's own
+ * sequence. A sequence appears at most once in a batch.
  *
  * Per layer (x: 4 hyper-connection streams [4][E] per token):
  *   y   = hc_pre(x)  ->  rmsnorm * attn_norm
