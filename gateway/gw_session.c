@@ -283,12 +283,13 @@ void gw_session_flush_delta(gw_session *s)
 
 static void add_text(gw_session *s, const char *bytes, size_t n)
 {
-    char tmp[512 + 3];
+    char tmp[512 + 3], shown[3 * (512 + 3)];
     while (n > 0) {
         size_t k = n > 512 ? 512 : n;
         size_t m = fg_proto_utf8_carry_feed(&s->carry, bytes, k, tmp);
-        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, tmp, m);
-        append_bytes(&s->out_text, &s->out_len, &s->out_cap, tmp, m);
+        m = fg_proto_utf8_replace(tmp, m, shown);
+        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, shown, m);
+        append_bytes(&s->out_text, &s->out_len, &s->out_cap, shown, m);
         bytes += k;
         n -= k;
     }

@@ -466,6 +466,12 @@ size_t fg_proto_utf8_carry_feed(fg_proto_utf8_carry *c, const char *bytes, size_
  * clears c, and returns 0 or 3. */
 size_t fg_proto_utf8_carry_flush(fg_proto_utf8_carry *c, char *out);
 
+/* Writes s[0..n) to out (room for 3n bytes) with every maximal ill-formed
+ * subpart replaced by U+FFFD, as the writers show it; returns bytes written.
+ * Text a session keeps is stored this way, so byte offsets into it (a
+ * truncation's text_end) count what clients saw. */
+size_t fg_proto_utf8_replace(const char *s, size_t n, char *out);
+
 /* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or values
  * above U+10FFFF). NUL bytes are well-formed. */
 bool fg_proto_utf8_valid(const char *s, size_t n);

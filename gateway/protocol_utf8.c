@@ -121,3 +121,26 @@ size_t fg_proto_utf8_carry_flush(fg_proto_utf8_carry *c, char *out)
     memcpy(out, "\xEF\xBF\xBD", 3);
     return 3;
 }
+
+size_t fg_proto_utf8_replace(const char *s, size_t n, char *out)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, o = 0;
+    while (i < n) {
+        if (p[i] < 0x80) {
+            out[o++] = (char)p[i++];
+            continue;
+        }
+        const int r = fg_proto_utf8_next(p + i, n - i);
+        if (r > 0) {
+            memcpy(out + o, p + i, (size_t)r);
+            o += (size_t)r;
+            i += (size_t)r;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += r < 0 ? (size_t)-r : n - i; /* r == 0: the rest is one incomplete subpart */
+        }
+    }
+    return o;
+}

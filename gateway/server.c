@@ -530,9 +530,16 @@ fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag)
         return FG_OK;
     for (gw_session *s = gw->sessions; s; s = s->all_next)
         gw_session_store_meta(s); /* counters and settings as the drain left them */
-    fg_err e = fg_engine_save_all(gw->engine, diag);
-    if (e == FG_ERR_UNSUPPORTED)
+    fg_diag d = {{0}};
+    fg_err e = fg_engine_save_all(gw->engine, &d);
+    if (e == FG_ERR_UNSUPPORTED) {
+        /* The shutdown goes on, but the operator must learn which sessions it loses (deepseek4's). */
+        char m[sizeof d.msg * 2];
+        fg_log(FG_LOG_WARN, "sessions_not_saved", "\"reason\":%s", fg_log_str(m, sizeof m, d.msg));
         return FG_OK;
+    }
+    if (e != FG_OK && diag)
+        *diag = d;
     fg_engine_stats st;
     fg_engine_get_stats(gw->engine, &st);
     fg_log(e == FG_OK ? FG_LOG_INFO : FG_LOG_ERROR, "sessions_saved",

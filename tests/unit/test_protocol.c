@@ -1342,6 +1342,11 @@ static void test_carry(void)
     CHECK(fg_proto_utf8_carry_feed(&c, "\x9F\x98", 2, out) == 0 && c.len == 3);
     CHECK(fg_proto_utf8_carry_feed(&c, "", 0, out) == 0 && c.len == 3);
     CHECK(fg_proto_utf8_carry_feed(&c, "\x80", 1, out) == 4 && memcmp(out, "\xF0\x9F\x98\x80", 4) == 0);
+    /* what a session keeps: ill-formed subparts replaced, one U+FFFD each */
+    char shown[16];
+    CHECK(fg_proto_utf8_replace("a\xFF\xE2\x82\xAC" "b\xE2\x82", 8, shown) == 11 &&
+          memcmp(shown, "a\xEF\xBF\xBD\xE2\x82\xAC" "b\xEF\xBF\xBD", 11) == 0);
+    CHECK(fg_proto_utf8_replace("", 0, shown) == 0);
     /* invalid bytes pass through (the writer replaces them); only a valid prefix is held */
     CHECK(fg_proto_utf8_carry_feed(&c, "x\xFF", 2, out) == 2 && c.len == 0);
     CHECK(fg_proto_utf8_carry_feed(&c, "\xE0\x80", 2, out) == 2 && c.len == 0); /* E0 80 can never complete */
