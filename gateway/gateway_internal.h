@@ -88,7 +88,7 @@ struct gw_session {
     bool ga;
     bool beta;                      /* the client sent OpenAI-Beta: realtime=v1: beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1];
-    char *tools;                    /* session.tools as compact JSON, or NULL; stored, not yet rendered */
+    char *tools;                    /* session.tools as compact JSON, or NULL; rendered in the head */
     fg_proto_tool_choice tool_choice;
     char tool_choice_name[FG_PROTO_MAX_ID_BYTES + 1];
     gw_items items;                 /* the conversation's items, in order (empty after a restore) */
@@ -233,6 +233,18 @@ gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len);
 void gw_session_push(gw_session *s, uint64_t seq);
 uint64_t gw_session_take_seq(gw_session *s);
 void gw_session_info(const gw_session *s, fg_proto_session_info *info);
+/* Appends the session's prompt head: BOS, the instructions and, when tools are
+ * declared and tool_choice is not "none", the tool declarations after them
+ * (docs/protocol.md "Tool declarations"; one function so the live session, the
+ * rebuild and the restore check agree on it). Errors: those of the template,
+ * FG_ERR_UNSUPPORTED when tools are declared and the vocabulary has no DeepSeek
+ * chat markers. */
+fg_err gw_session_head(const gw_session *s, fg_tokens *out, fg_diag *diag);
+/* Whether tools and tool_choice can stand together on this model: parses
+ * tools (compact JSON, NULL: none) and checks the choice; diag says what is
+ * wrong and *field the protocol field ("session.tools", "session.tool_choice"). */
+fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_proto_tool_choice choice,
+                      const char *choice_name, const char **field, fg_diag *diag);
 /* Drains the engine's events of a session into protocol events. */
 void gw_session_drain_engine(gw_session *s);
 /* Turns coalesced delta text into one event (before a write or a done). */

@@ -25,7 +25,9 @@
 
 #include "config/base/hash64.h"
 #include "config/base/random.h"
+#include "gateway/chat_template.h"
 #include "gateway/gateway_internal.h"
+#include "gateway/tool_decl.h"
 #include "gateway/log.h"
 
 /* ---- the table ---- */
@@ -539,4 +541,74 @@ void gw_sessions_sweep(fg_gateway_t *gw)
             gw_session_destroy(s, false); /* expired: its file goes too */
         }
     }
+}
+
+/* Parses the session's tools JSON into set (empty for none). */
+static fg_err tools_load(const char *tools, size_t len, fg_tool_set *set, fg_diag *diag)
+{
+    *set = (fg_tool_set){0};
+    if (!tools)
+        return FG_OK;
+    json_error_t je;
+    json_t *j = json_loadb(tools, len, 0, &je);
+    if (!j)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session.tools: %s", je.text);
+    fg_err e = fg_tool_set_parse(j, set, diag);
+    json_decref(j);
+    return e;
+}
+
+fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_proto_tool_choice choice,
+                      const char *choice_name, const char **field, fg_diag *diag)
+{
+    fg_tool_set set;
+    *field = "session.tools";
+    fg_err e = tools_load(tools, len, &set, diag);
+    if (e != FG_OK)
+        return e;
+    fg_tool_choice c = {.mode = choice == FG_PROTO_TOOL_CHOICE_NONE       ? FG_TOOL_CHOICE_NONE
+                                : choice == FG_PROTO_TOOL_CHOICE_REQUIRED ? FG_TOOL_CHOICE_REQUIRED
+                                : choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? FG_TOOL_CHOICE_NAMED
+                                                                          : FG_TOOL_CHOICE_AUTO};
+    if (c.mode == FG_TOOL_CHOICE_NAMED)
+        snprintf(c.name, sizeof c.name, "%s", choice_name ? choice_name : "");
+    e = fg_tool_choice_check(&set, &c, diag);
+    if (e != FG_OK)
+        *field = "session.tool_choice";
+    fg_chat_family f;
+    fg_diag fd;
+    if (e == FG_OK && set.n && fg_chat_family_detect(NULL, 0, gw->tok, &f, &fd) != FG_OK)
+        e = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                        "this model's vocabulary has no DeepSeek chat markers, so tools cannot be written into its "
+                        "prompt (%s)",
+                        fd.msg);
+    fg_tool_set_free(&set);
+    return e;
+}
+
+fg_err gw_session_head(const gw_session *s, fg_tokens *out, fg_diag *diag)
+{
+    const fg_gateway_t *gw = s->gw;
+    const char *ins = s->instructions ? s->instructions : "";
+    fg_tool_set set = {0};
+    fg_err e = s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE
+                   ? FG_OK
+                   : tools_load(s->tools, s->tools ? strlen(s->tools) : 0, &set, diag);
+    if (e != FG_OK || !set.n) {
+        fg_tool_set_free(&set);
+        return e != FG_OK ? e : fg_template_head(gw->tok, ins, s->instructions_len, out);
+    }
+    /* The head with tools is the rendered system turn: B{instructions}{tool block}. */
+    fg_chat_family f;
+    e = fg_chat_family_detect(NULL, 0, gw->tok, &f, diag);
+    fg_chat_msg m = {.role = FG_CHAT_SYSTEM, .content = {ins, s->instructions_len}};
+    fg_chat_conv c = {.msgs = &m, .n_msgs = 1, .tools = set.tools, .n_tools = set.n};
+    fg_chat_prompt p = {0};
+    if (e == FG_OK)
+        e = fg_chat_render(f, &c, gw->tok, &p, diag);
+    if (e == FG_OK)
+        e = fg_chat_encode(gw->tok, &p, out);
+    fg_chat_prompt_free(&p);
+    fg_tool_set_free(&set);
+    return e;
 }

@@ -62,7 +62,26 @@ static void apply_sampling(gw_settings *set, const fg_proto_sampling *p)
     }
 }
 
-/* The GA session's model (shown back), tools (stored, not yet rendered) and tool_choice. */
+/* Whether the tools and tool_choice the session would have after p can be
+ * used; fails the event when not (s: the session as it stands). */
+static bool tools_ok(gw_sink *k, const fg_client_event *ev, const gw_session *s, const fg_proto_session_params *p)
+{
+    if (!p->has_tools && !p->has_tool_choice)
+        return true;
+    const char *tools = p->has_tools ? p->tools.ptr : s->tools;
+    size_t len = p->has_tools ? p->tools.len : s->tools ? strlen(s->tools) : 0;
+    fg_proto_tool_choice choice = p->has_tool_choice ? p->tool_choice : s->tool_choice;
+    const char *name = p->has_tool_choice ? (choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? p->tool_choice_name.ptr : "")
+                                          : s->tool_choice_name;
+    const char *field = NULL;
+    fg_diag d = {{0}};
+    if (gw_tools_check(k->gw, tools, len, choice, name, &field, &d) == FG_OK)
+        return true;
+    fail(k, ev, FG_PROTO_INVALID_VALUE, field, "%s", d.msg);
+    return false;
+}
+
+/* The GA session's model (shown back), tools (rendered in the head) and tool_choice. */
 static bool apply_ga(gw_session *s, const fg_proto_session_params *p)
 {
     if (p->has_model)
@@ -108,9 +127,9 @@ static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
 /* Prefills the head (BOS and instructions) and the conversation into a fresh engine session. */
 static fg_proto_code rebuild_engine_session(gw_session *s)
 {
-    fg_gateway_t *gw = s->gw;
     fg_tokens head = {0};
-    if (fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) != FG_OK) {
+    fg_diag d;
+    if (gw_session_head(s, &head, &d) != FG_OK) {
         fg_tokens_free(&head);
         return FG_PROTO_INTERNAL_ERROR;
     }
@@ -337,6 +356,10 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
     s->ga = k->ga;
     s->beta = k->ga && k->beta;
     snprintf(s->model, sizeof s->model, "%.64s", k->model[0] ? k->model : gw->model_id);
+    if (!tools_ok(k, ev, s, p)) {
+        gw_session_destroy(s, false);
+        return;
+    }
     if (!apply_ga(s, p)) {
         gw_session_destroy(s, false);
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
@@ -354,6 +377,10 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
 {
     gw_session *s = k->session;
     const fg_proto_session_params *p = &ev->u.session;
+    if (!tools_ok(k, ev, s, p))
+        return;
+    if (p->has_tools || p->has_tool_choice)
+        s->rebuild = true; /* the head holds the tool declarations: prefilled again */
     if (p->has_instructions) {
         if (p->instructions.len > (size_t)k->gw->cfg->sessions.max_instructions_bytes)
             return fail(k, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
@@ -649,8 +676,8 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
     const bool own = ev->u.response.has_instructions;
     const char *ins = own ? ev->u.response.instructions.ptr : s->instructions ? s->instructions : "";
     fg_tokens tok = {0};
-    fg_proto_code code = fg_template_head(gw->tok, ins, own ? ev->u.response.instructions.len : s->instructions_len,
-                                          &tok) == FG_OK
+    fg_proto_code code = (own ? fg_template_head(gw->tok, ins, ev->u.response.instructions.len, &tok)
+                              : gw_session_head(s, &tok, &d)) == FG_OK
                              ? FG_PROTO_OK
                              : FG_PROTO_INTERNAL_ERROR;
     if (code == FG_PROTO_OK)

@@ -189,12 +189,31 @@ def test_bad_input_on_the_new_paths():
                 ({"type": "response.create", "event_id": "e11", "response": {"input": []}}, "invalid_value",
                  "response.input"),
                 ({"type": "session.create", "event_id": "e12"}, "session_exists", None),
+                # tools and tool_choice checked together (gateway/tool_decl.h), before anything is kept
+                ({"type": "session.update", "event_id": "e13", "session": {"tool_choice": "required"}},
+                 "invalid_value", "session.tool_choice"),
+                ({"type": "session.update", "event_id": "e14",
+                  "session": {"tool_choice": {"type": "function", "name": "nope"}}},
+                 "invalid_value", "session.tool_choice"),
+                ({"type": "session.update", "event_id": "e15",
+                  "session": {"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}},
+                 "invalid_value", "session.tools"),
+                # the generated model's vocabulary has no DeepSeek chat markers: its prompt cannot hold tools
+                ({"type": "session.update", "event_id": "e16",
+                  "session": {"tools": [{"type": "function", "name": "get_weather",
+                                         "parameters": {"type": "object"}}]}},
+                 "invalid_value", "session.tools"),
             ]
+            messages = {}
             for msg, code, param in bad:
                 r.send_json(msg)
                 ev = r.recv_event()
                 eq((ev["type"], ev["error"]["code"], ev["error"]["param"], ev["error"]["event_id"]),
                    ("error", code, param, msg["event_id"]), f"answer to {msg}")
+                messages[msg["event_id"]] = ev["error"]["message"]
+            for eid, words in (("e13", "required"), ("e14", "nope"), ("e15", "name"), ("e16", "vocabulary")):
+                if words not in messages[eid]:
+                    raise AssertionError(f"{eid}: {messages[eid]!r} does not say {words!r}")
             # nothing of a refused update was applied
             r.send_json({"type": "session.update", "session": {"instructions": "ok"}})
             ev = r.recv_event()
