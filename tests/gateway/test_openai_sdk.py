@@ -296,6 +296,45 @@ def test_bad_input_on_the_new_paths():
     asyncio.run(go())
 
 
+def test_tools_in_the_prompt():
+    """Declared tools are written into the prompt (docs/protocol.md "Tool declarations") on a model
+    whose vocabulary has DeepSeek's markers: the same first turn reads more input tokens with a tool
+    declared, and as many as without when tool_choice is "none" (the tools are not rendered)."""
+    tool = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+    def first_turn(port, session):
+        r = RawWS(port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+        eq(r.recv_event()["type"], "session.created", "a session at connect")
+        if session:
+            r.send_json({"type": "session.update", "session": session})
+            ev = r.recv_event()
+            eq(ev["type"], "session.updated", f"the update {session}")
+            eq([t["name"] for t in ev["session"]["tools"]], [t["name"] for t in session.get("tools", [])],
+               "the tools shown back")
+        r.send_json({"type": "conversation.item.create",
+                     "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": 1}})
+        while True:
+            ev = r.recv_event()
+            if ev["type"] == "response.done":
+                break
+        r.close()
+        eq(ev["response"]["usage"]["output_tokens"], 1, "the turn")
+        return ev["response"]["usage"]["input_tokens"]
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")}) as srv:
+            plain = first_turn(srv.port, None)
+            with_tool = first_turn(srv.port, {"tools": [tool]})
+            unrendered = first_turn(srv.port, {"tools": [tool], "tool_choice": "none"})
+            check(with_tool > plain + 20, f"the tool block is in the prompt: {with_tool} vs {plain} input tokens")
+            eq(unrendered, plain, "tool_choice none: the prompt without the tools")
+    asyncio.run(go())
+
+
 if __name__ == "__main__":
     if not npm_ready():
         sys.exit(SKIP)
