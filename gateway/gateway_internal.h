@@ -122,6 +122,7 @@ struct gw_session {
     char resp_id[32];
     char item_id[32];
     uint64_t item_counter, resp_counter;
+    uint32_t n_generated;           /* responses that generated, this run: debug.scripted_output's index */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
     int64_t reserved;               /* tokens the quota reserved for the response in progress */
@@ -191,6 +192,8 @@ struct fg_gateway {
     char persist_dir[4096];         /* the engine's session files: <persistence.dir>/tenants */
     uint8_t *meta_buf;              /* FG_SESSION_META_MAX_BYTES: a session record being written */
     size_t kv_bytes_per_token;
+    fg_tokens *scripts;             /* debug.scripted_output tokenized (tests only), [n_scripts] */
+    size_t n_scripts;
     gw_conn *conns;
     size_t n_conns;
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */

@@ -576,6 +576,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     if (!s->resp_oob) /* the session's own queued input is not consumed by an out-of-band response */
         s->new_input = 0;
     s->responding = true;
+    s->n_generated += rp->generate;
     s->resp_tokens = 0;
     s->resp_last_token_at = 0;
     gw_hist_observe(&gw->metrics.queue, fg_clock_mono_s() - s->resp_created_at);
@@ -754,6 +755,10 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     rp.n_stop = (int)set.n_stop;
     _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
     memcpy(rp.stop, set.stop, sizeof rp.stop);
+    if (rp.generate && s->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
+        rp.script = gw->scripts[s->n_generated].v;
+        rp.n_script = (int)gw->scripts[s->n_generated].n;
+    }
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);

@@ -335,6 +335,47 @@ def test_tools_in_the_prompt():
     asyncio.run(go())
 
 
+EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+
+
+def test_scripted_output():
+    """debug.scripted_output (tests only) replaces the sampled ids of a session's k-th generating
+    response with the k-th text's tokens; after the list the model samples again."""
+    def turn(r, n):
+        r.send_json({"type": "conversation.item.create",
+                     "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": n}})
+        text = ""
+        while True:
+            ev = r.recv_event()
+            if ev["type"] == "response.output_text.delta":
+                text += ev["delta"]
+            if ev["type"] == "response.done":
+                return text, ev["response"]
+
+    async def go():
+        script = ["Hello from the script, caf\u00e9." + EOS, "two words"]
+        async with Server(debug={"scripted_output": script}) as srv:
+            check(any("scripted_output" in line and "warn" in line for line in srv.lines), "a warning at start")
+            for _ in range(2):  # every session counts its own responses
+                r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+                eq(r.recv_event()["type"], "session.created", "a session at connect")
+                text, resp = turn(r, 50)
+                eq((text, resp["status"]), ("Hello from the script, caf\u00e9.", "completed"),
+                   "the first script, ended by its EOS")
+                text, resp = turn(r, 2)
+                eq((resp["status"], resp["usage"]["output_tokens"]), ("incomplete", 2), "cut by max_output_tokens")
+                check(text and len(text) < len(script[1]) and script[1].startswith(text),
+                      f"the second script's first two tokens: {text!r}")
+                text, resp = turn(r, 3)
+                eq(resp["usage"]["output_tokens"], 3, "after the scripts: sampled")
+                check(not text.startswith("two words"), f"not scripted: {text!r}")
+                r.close()
+    asyncio.run(go())
+
+
 if __name__ == "__main__":
     if not npm_ready():
         sys.exit(SKIP)
