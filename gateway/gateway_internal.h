@@ -122,6 +122,7 @@ struct gw_session {
     char resp_id[32];
     char item_id[32];
     uint64_t item_counter, resp_counter;
+    struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint32_t n_generated;           /* responses that generated, this run: debug.scripted_output's index */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
@@ -291,6 +292,23 @@ void gw_ga_response_begin(gw_session *s, size_t tok_start);
 void gw_ga_response_end(gw_session *s, const char *status);
 /* conversation.item.retrieve / delete / truncate. */
 void gw_ga_item_command(gw_sink *k, const fg_client_event *ev);
+
+/* gw_tools.c: tool calls in a GA response (docs/protocol.md "Tool calls in the reply") */
+typedef struct gw_tools gw_tools;
+/* Before a response: whether it parses tool calls (tools rendered, GA); sets
+ * rp->keep_control then. False: out of memory. */
+bool gw_tools_begin(gw_session *s, fg_response_params *rp);
+bool gw_tools_on(const gw_session *s);
+/* The response's released text (gw_tools_on). */
+void gw_tools_text(gw_session *s, const char *text, size_t n);
+/* The response ended (completed: not cut by a limit or a cancel): the parse's end, the reply's check. */
+void gw_tools_end(gw_session *s, bool completed);
+/* The response's calls as response.done shows them, up to max. */
+uint32_t gw_tools_output(const gw_session *s, fg_proto_item *out, uint32_t max);
+uint32_t gw_tools_accepted(const gw_session *s);
+void gw_tools_free(gw_session *s);
+/* gw_session.c: appends released reply text (a delta and the whole reply). */
+void gw_session_add_text(gw_session *s, const char *bytes, size_t n);
 
 /* gw_persist.c */
 /* Writes the session's record (settings, counters, conversation) into its

@@ -152,6 +152,7 @@ void gw_session_destroy(gw_session *s, bool keep_file)
         fg_session_delete(s->oob_es);
     gw_items_free(&s->items);
     free(s->tools);
+    gw_tools_free(s);
     free(s->resp_metadata);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
@@ -283,7 +284,7 @@ void gw_session_flush_delta(gw_session *s)
     s->pending_len = 0;
 }
 
-static void add_text(gw_session *s, const char *bytes, size_t n)
+void gw_session_add_text(gw_session *s, const char *bytes, size_t n)
 {
     char tmp[512 + 3];
     while (n > 0) {
@@ -294,6 +295,15 @@ static void add_text(gw_session *s, const char *bytes, size_t n)
         bytes += k;
         n -= k;
     }
+}
+
+/* Released text: through the tool-call parser when the response may call tools. */
+static void reply_text(gw_session *s, const char *bytes, size_t n)
+{
+    if (gw_tools_on(s))
+        gw_tools_text(s, bytes, n);
+    else
+        gw_session_add_text(s, bytes, n);
 }
 
 /* Metrics of a finished response (metrics.h). */
@@ -313,6 +323,8 @@ static void record_done(gw_session *s, fg_proto_response_status status, const fg
 
 static void finish_response(gw_session *s, const fg_event *ev)
 {
+    if (gw_tools_on(s))
+        gw_tools_end(s, ev->finish == FG_FINISH_EOS || ev->finish == FG_FINISH_STOP);
     char tail[3];
     size_t m = fg_proto_utf8_carry_flush(&s->carry, tail);
     if (m) {
@@ -331,9 +343,15 @@ static void finish_response(gw_session *s, const fg_event *ev)
     const bool ga_item = s->ga && s->resp_item != SIZE_MAX;
     const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
                                      .max_output_tokens = s->resp_max_output};
+    fg_proto_item outs[1 + 32];
     if (s->ga) {
         d.ga = &ga;
         d.n_output = ga_item ? 1 : 0;
+        uint32_t n_calls = gw_tools_output(s, outs + 1, 32);
+        if (n_calls) { /* the message, then the calls */
+            d.output = outs;
+            d.n_output = 1 + n_calls;
+        }
     }
     switch (ev->finish) {
     case FG_FINISH_EOS:
@@ -375,6 +393,8 @@ static void finish_response(gw_session *s, const fg_event *ev)
         out.status = d.status == FG_PROTO_RESPONSE_COMPLETED ? "completed" : "incomplete";
         gw_ga_response_end(s, out.status);
     }
+    if (d.output == outs)
+        outs[0] = out; /* with its status */
     gw_emit em = gw_emit_next(s);
     gw_emit_push(s, em, fg_proto_write_response_done(&s->gw->scratch, em.seq, em.evt, &d));
     record_done(s, d.status, &ev->usage);
@@ -456,9 +476,9 @@ void gw_session_drain_engine(gw_session *s)
                 if (!s->resp_oob)
                     fg_tokens_push(&s->conv, &ev[i].token, 1);
                 s->resp_tokens++;
-                add_text(s, text + ev[i].text_off, ev[i].text_len);
+                reply_text(s, text + ev[i].text_off, ev[i].text_len);
             } else if (ev[i].type == FG_EVENT_DONE) {
-                add_text(s, text + ev[i].text_off, ev[i].text_len);
+                reply_text(s, text + ev[i].text_off, ev[i].text_len);
                 finish_response(s, &ev[i]);
             } else if (ev[i].type == FG_EVENT_SAVE_FAILED) {
                 report_save_failed(s, ev[i].error);

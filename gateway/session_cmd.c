@@ -755,6 +755,8 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     rp.n_stop = (int)set.n_stop;
     _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
     memcpy(rp.stop, set.stop, sizeof rp.stop);
+    if (!gw_tools_begin(s, &rp))
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
     if (rp.generate && s->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
         rp.script = gw->scripts[s->n_generated].v;
         rp.n_script = (int)gw->scripts[s->n_generated].n;

@@ -376,6 +376,96 @@ def test_scripted_output():
     asyncio.run(go())
 
 
+def _m(name):
+    return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
+
+
+def _call(name, args):
+    return (_m("tool calls begin") + _m("tool call begin") + "function" + _m("tool sep") + name +
+            "\n```json\n" + args + "\n```" + _m("tool call end") + _m("tool calls end") + EOS)
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL_SCRIPT = ["Let me check." + _call("get_weather", '{"city": "Paris"}'),
+               "It is sunny in Paris." + EOS,
+               _call("get_weather", '{"city": '),
+               _call("launch_rocket", "{}")]
+
+
+def test_tool_calls_realtime():
+    """A function tool round trip over the GA realtime flow with the scripted output on a model with
+    DeepSeek's markers: the call comes back as a function_call item with its argument events, its
+    output goes back, the next reply continues; a malformed and an undeclared call are reported."""
+    def turn(r, item):
+        r.send_json({"type": "conversation.item.create", "item": item})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
+        evs = []
+        while not evs or evs[-1]["type"] != "response.done":
+            evs.append(r.recv_event())
+        return evs
+
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                          debug={"scripted_output": TOOL_SCRIPT}) as srv:
+            r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+            eq(r.recv_event()["type"], "session.created", "a session at connect")
+            r.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
+            eq(r.recv_event()["type"], "session.updated", "tools declared")
+            evs = turn(r, user)
+            types = [e["type"] for e in evs]
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq(text, "Let me check.", "the text before the call, without the markers")
+            added = [e for e in evs if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"]
+            eq(len(added), 1, f"one call item added: {types}")
+            call = added[0]["item"]
+            eq((call["name"], call["status"], call["arguments"]), ("get_weather", "in_progress", ""), "the call begins")
+            deltas = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta")
+            done = [e for e in evs if e["type"] == "response.function_call_arguments.done"]
+            eq(len(done), 1, "arguments done once")
+            eq((done[0]["arguments"], done[0]["name"], done[0]["call_id"], done[0]["item_id"], deltas),
+               ('{"city": "Paris"}', "get_weather", call["call_id"], call["id"], '{"city": "Paris"}'),
+               "the arguments, streamed and whole")
+            check(types.index("response.function_call_arguments.done") < types.index("response.done"), "order")
+            out_done = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+            eq((out_done[0]["item"]["status"], out_done[0]["output_index"]), ("completed", 1), "the call item done")
+            conv_done = [e for e in evs if e["type"] == "conversation.item.done" and e["item"]["type"] == "function_call"]
+            eq(len(conv_done), 1, "the call is in the conversation")
+            resp = evs[-1]["response"]
+            eq([o["type"] for o in resp["output"]], ["message", "function_call"], "response.done's output")
+            eq(resp["output"][1]["arguments"], '{"city": "Paris"}', "the call in response.done")
+            check("error" not in types, f"no error: {types}")
+            # the tool's output goes back; the next reply continues
+            evs = turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq((text, evs[-1]["response"]["status"]), ("It is sunny in Paris.", "completed"), "the reply after the tool")
+            r.send_json({"type": "conversation.item.retrieve", "item_id": call["id"]})
+            got = r.recv_event()
+            eq((got["type"], got["item"]["type"], got["item"]["name"]),
+               ("conversation.item.retrieved", "function_call", "get_weather"), "the call item kept")
+            # a malformed call: the item ends incomplete, an error names the reason
+            evs = turn(r, user)
+            errs = [e["error"] for e in evs if e["type"] == "error"]
+            eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
+            check("unterminated" in errs[0]["message"] or "bad_json" in errs[0]["message"] or
+                  "bad_fence" in errs[0]["message"], f"the reason: {errs[0]['message']}")
+            bad = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+            eq(bad[0]["item"]["status"], "incomplete", "the malformed call's item")
+            # an undeclared function: reported, no item
+            evs = turn(r, user)
+            errs = [e["error"] for e in evs if e["type"] == "error"]
+            eq(len(errs), 1, f"one error: {errs}")
+            check("tool_undeclared" in errs[0]["message"], f"the verdict: {errs[0]['message']}")
+            check(not any(e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+                          for e in evs), "no call item for an undeclared function")
+            r.close()
+    asyncio.run(go())
+
+
 if __name__ == "__main__":
     if not npm_ready():
         sys.exit(SKIP)
