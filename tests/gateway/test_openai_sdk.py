@@ -466,6 +466,16 @@ def test_tool_calls_realtime():
     asyncio.run(go())
 
 
+def test_agents_tool_round_trip():
+    async def go():
+        async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                              debug={"scripted_output": TOOL_SCRIPT[:2]}) as srv:
+            res = node("agents_tool.cjs", f"wss://127.0.0.1:{srv.port}/v1/realtime?model=tiny", KEYS["acme"], tls=TLS)
+            eq(res["calls"], ["Paris"], "the tool ran once")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
 if __name__ == "__main__":
     if not npm_ready():
         sys.exit(SKIP)
