@@ -236,7 +236,7 @@ const fg_cfg_key fg_cfg_keys[] = {
           "client gets persist_failed."),
 
     K_LIST(fg_config, "debug.scripted_output", debug.scripted_output, 0,
-           "TESTS ONLY: the k-th response of every session generates the tokens of the k-th text "
+           "TESTS ONLY: the k-th generating response the server starts (all sessions, in order) emits the tokens of the k-th text "
            "(tokenized with the model's vocabulary, DeepSeek's chat and tool markers as their special "
            "ids) instead of sampled ones; every forward pass still runs. Empty (the default): off, "
            "and nothing can turn it on. The server logs a warning at start when it is set."),

@@ -155,7 +155,7 @@ typedef struct fg_config_persistence {
 
 /* Test and debug settings: a server in production leaves them empty. */
 typedef struct fg_config_debug {
-    /* The k-th response of every session generates the tokens of item k (its
+    /* The k-th generating response the server starts emits the tokens of item k (its
      * text tokenized with the vocabulary, chat and tool markers as their
      * special ids) instead of the sampled ones; empty: off. */
     fg_config_strlist scripted_output;

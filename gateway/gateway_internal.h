@@ -123,7 +123,6 @@ struct gw_session {
     char item_id[32];
     uint64_t item_counter, resp_counter;
     struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
-    uint32_t n_generated;           /* responses that generated, this run: debug.scripted_output's index */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
     int64_t reserved;               /* tokens the quota reserved for the response in progress */
@@ -195,6 +194,7 @@ struct fg_gateway {
     size_t kv_bytes_per_token;
     fg_tokens *scripts;             /* debug.scripted_output tokenized (tests only), [n_scripts] */
     size_t n_scripts;
+    uint64_t n_generated;           /* responses started that generate: the next script's index */
     gw_conn *conns;
     size_t n_conns;
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */

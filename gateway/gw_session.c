@@ -343,15 +343,15 @@ static void finish_response(gw_session *s, const fg_event *ev)
     const bool ga_item = s->ga && s->resp_item != SIZE_MAX;
     const fg_proto_response_ga ga = {.conversation_id = s->resp_oob ? NULL : s->id, .metadata = s->resp_metadata,
                                      .max_output_tokens = s->resp_max_output};
-    fg_proto_item outs[1 + 32];
     if (s->ga) {
         d.ga = &ga;
         d.n_output = ga_item ? 1 : 0;
-        uint32_t n_calls = gw_tools_output(s, outs + 1, 32);
-        if (n_calls) { /* the message, then the calls */
-            d.output = outs;
-            d.n_output = 1 + n_calls;
-        }
+    }
+    fg_proto_item outs[1 + 32];
+    uint32_t n_calls = gw_tools_output(s, outs + 1, 32);
+    if (n_calls) { /* the message, then the calls */
+        d.output = outs;
+        d.n_output = 1 + n_calls;
     }
     switch (ev->finish) {
     case FG_FINISH_EOS:

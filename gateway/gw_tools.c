@@ -67,7 +67,7 @@ bool gw_tools_begin(gw_session *s, fg_response_params *rp)
 {
     if (s->tools_resp)
         reset(s->tools_resp);
-    if (!rp->generate || !s->ga || !s->tools || s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE)
+    if (!rp->generate || !s->tools || s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE)
         return true; /* "none": the tools are not in the prompt, and the reply is plain text */
     if (!s->tools_resp) {
         gw_tools *n = calloc(1, sizeof *n);

@@ -81,6 +81,16 @@ static bool tools_ok(gw_sink *k, const fg_client_event *ev, const gw_session *s,
     return false;
 }
 
+/* Whether p changes what the head renders of the tools (the same tools again keep the KV). */
+static bool tools_change(const gw_session *s, const fg_proto_session_params *p)
+{
+    const bool tools = p->has_tools && (!s->tools || strlen(s->tools) != p->tools.len ||
+                                        memcmp(s->tools, p->tools.ptr, p->tools.len) != 0);
+    const bool none_before = s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE;
+    const bool none_after = p->has_tool_choice ? p->tool_choice == FG_PROTO_TOOL_CHOICE_NONE : none_before;
+    return tools || none_before != none_after;
+}
+
 /* The GA session's model (shown back), tools (rendered in the head) and tool_choice. */
 static bool apply_ga(gw_session *s, const fg_proto_session_params *p)
 {
@@ -379,7 +389,7 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
     const fg_proto_session_params *p = &ev->u.session;
     if (!tools_ok(k, ev, s, p))
         return;
-    if (p->has_tools || p->has_tool_choice)
+    if (tools_change(s, p))
         s->rebuild = true; /* the head holds the tool declarations: prefilled again */
     if (p->has_instructions) {
         if (p->instructions.len > (size_t)k->gw->cfg->sessions.max_instructions_bytes)
@@ -576,7 +586,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     if (!s->resp_oob) /* the session's own queued input is not consumed by an out-of-band response */
         s->new_input = 0;
     s->responding = true;
-    s->n_generated += rp->generate;
+    gw->n_generated += rp->generate;
     s->resp_tokens = 0;
     s->resp_last_token_at = 0;
     gw_hist_observe(&gw->metrics.queue, fg_clock_mono_s() - s->resp_created_at);
@@ -757,9 +767,9 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     memcpy(rp.stop, set.stop, sizeof rp.stop);
     if (!gw_tools_begin(s, &rp))
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    if (rp.generate && s->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
-        rp.script = gw->scripts[s->n_generated].v;
-        rp.n_script = (int)gw->scripts[s->n_generated].n;
+    if (rp.generate && gw->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
+        rp.script = gw->scripts[gw->n_generated].v;
+        rp.n_script = (int)gw->scripts[gw->n_generated].n;
     }
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)

@@ -339,8 +339,9 @@ EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
 
 
 def test_scripted_output():
-    """debug.scripted_output (tests only) replaces the sampled ids of a session's k-th generating
-    response with the k-th text's tokens; after the list the model samples again."""
+    """debug.scripted_output (tests only) replaces the sampled ids of the server's k-th generating
+    response with the k-th text's tokens (counted over all sessions); after the list the model
+    samples again."""
     def turn(r, n):
         r.send_json({"type": "conversation.item.create",
                      "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
@@ -359,12 +360,16 @@ def test_scripted_output():
         script = ["Hello from the script, caf\u00e9." + EOS, "two words"]
         async with Server(debug={"scripted_output": script}) as srv:
             check(any("scripted_output" in line and "warn" in line for line in srv.lines), "a warning at start")
-            for _ in range(2):  # every session counts its own responses
+            sessions = []
+            for _ in range(2):  # the count is the server's: the second session takes the second text
                 r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
                 eq(r.recv_event()["type"], "session.created", "a session at connect")
+                sessions.append(r)
+            for r in sessions[:1]:
                 text, resp = turn(r, 50)
                 eq((text, resp["status"]), ("Hello from the script, caf\u00e9.", "completed"),
                    "the first script, ended by its EOS")
+                r = sessions[1]
                 text, resp = turn(r, 2)
                 eq((resp["status"], resp["usage"]["output_tokens"]), ("incomplete", 2), "cut by max_output_tokens")
                 check(text and len(text) < len(script[1]) and script[1].startswith(text),
@@ -372,6 +377,7 @@ def test_scripted_output():
                 text, resp = turn(r, 3)
                 eq(resp["usage"]["output_tokens"], 3, "after the scripts: sampled")
                 check(not text.startswith("two words"), f"not scripted: {text!r}")
+            for r in sessions:
                 r.close()
     asyncio.run(go())
 
