@@ -133,6 +133,8 @@ static void fail_with(gw_oa_call *c, json_t *e)
     const char *msg = json_string_value(json_object_get(e, "message"));
     const char *param = json_string_value(json_object_get(e, "param"));
     code = code ? code : "internal_error";
+    if (param && !strncmp(param, "session.", 8))
+        param += 8; /* the session's settings are the request's own fields here */
     unsigned status = 500;
     const char *type = "server_error";
     switch (fg_proto_error_code_from_name(code)) {

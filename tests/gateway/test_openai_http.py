@@ -119,7 +119,7 @@ def test_bad_input():
             # tools on a model whose vocabulary has no DeepSeek markers: refused, not dropped
             check_oa_error(*post(p, c, {"model": "tiny", "messages": USER,
                                          "tools": [{"type": "function", "function": {"name": "f"}}]}),
-                           400, "invalid_value", "session.tools")
+                           400, "invalid_value", "tools")
             r = "/v1/responses"
             check_oa_error(*post(p, r, {"model": "tiny"}), 400, "missing_required_parameter", "input")
             check_oa_error(*post(p, r, {"model": "tiny", "input": 5}), 400, "invalid_type", "input")
