@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/name.h"
 #include "gateway/tool_decl.h"
 
 static fg_err refuse(gw_oa_error *err, unsigned status, const char *code, const char *param, const char *fmt, ...)
@@ -203,6 +204,12 @@ static fg_err str_field(json_t *m, const char *key, const char *list, size_t i, 
         return wrong_type(err, p, "a string");
     if (strlen(json_string_value(v)) != json_string_length(v) || json_string_length(v) > max)
         return refuse(err, 400, "invalid_value", p, "%s must be at most %zu bytes without NUL characters", p, max);
+    /* ids and names: what the session layer's own items allow */
+    const bool is_name = !strcmp(key, "name"), is_id = strstr(key, "id") != NULL;
+    if ((is_name && !fg_name_valid(json_string_value(v), json_string_length(v))) ||
+        (is_id && json_string_length(v) == 0))
+        return refuse(err, 400, "invalid_value", p, "%s must be %s", p,
+                      is_name ? "1 to 64 of [A-Za-z0-9_-]" : "a non-empty string");
     *out = (fg_proto_str){json_string_value(v), json_string_length(v)};
     return FG_OK;
 }
