@@ -65,6 +65,7 @@ const fg_cfg_section fg_cfg_sections[] = {
     {"log", "Logging."},
     {"redis", "The Redis server that holds every tenant's quotas."},
     {"persistence", "Sessions written to disk when idle, under memory pressure, and across restarts."},
+    {"debug", "For tests and debugging only; a production server leaves this section out."},
 };
 const size_t fg_cfg_n_sections = sizeof fg_cfg_sections / sizeof fg_cfg_sections[0];
 
@@ -233,6 +234,12 @@ const fg_cfg_key fg_cfg_keys[] = {
           "tenant's oldest page files (cold shared pages) are removed to make room, then a save "
           "that would still pass it fails like a full disk: the session stays in memory and its "
           "client gets persist_failed."),
+
+    K_LIST(fg_config, "debug.scripted_output", debug.scripted_output, 0,
+           "TESTS ONLY: the k-th generating response the server starts (all sessions, in order) emits the tokens of the k-th text "
+           "(tokenized with the model's vocabulary, DeepSeek's chat and tool markers as their special "
+           "ids) instead of sampled ones; every forward pass still runs. Empty (the default): off, "
+           "and nothing can turn it on. The server logs a warning at start when it is set."),
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 

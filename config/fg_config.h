@@ -153,6 +153,14 @@ typedef struct fg_config_persistence {
     int64_t disk_budget_bytes;      /* bytes of session files; 0: unlimited */
 } fg_config_persistence;
 
+/* Test and debug settings: a server in production leaves them empty. */
+typedef struct fg_config_debug {
+    /* The k-th generating response the server starts emits the tokens of item k (its
+     * text tokenized with the vocabulary, chat and tool markers as their
+     * special ids) instead of the sampled ones; empty: off. */
+    fg_config_strlist scripted_output;
+} fg_config_debug;
+
 typedef struct fg_config_topology {
     int64_t ranks;                  /* expert-parallel ranks over all nodes; 1: no expert parallelism */
     int64_t ranks_per_node;         /* ranks this process runs; 0: all of them */
@@ -177,6 +185,7 @@ typedef struct fg_config {
     fg_config_log log;
     fg_config_redis redis;
     fg_config_persistence persistence;
+    fg_config_debug debug;
     const fg_config_tenant *tenants;
     size_t n_tenants;
 } fg_config;

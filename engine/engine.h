@@ -270,6 +270,12 @@ typedef struct fg_response_params {
                                            tool markers, EOS) for a parser; false: they release none */
     int n_stop;
     char stop[FG_MAX_STOPS][FG_MAX_STOP_BYTES + 1]; /* NUL-terminated, 1..64 bytes */
+    /* Test and debug only (the gateway's debug.scripted_output): the k-th
+     * generated token is script[k] instead of the sampled one while k <
+     * n_script; every forward pass still runs and the sampler still draws.
+     * The ids must stay valid until the response's DONE. NULL/0: off. */
+    const int32_t *script;
+    int n_script;
 } fg_response_params;
 
 typedef enum fg_event_type {

@@ -88,7 +88,7 @@ struct gw_session {
     bool ga;
     bool beta;                      /* the client sent OpenAI-Beta: realtime=v1: beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1];
-    char *tools;                    /* session.tools as compact JSON, or NULL; stored, not yet rendered */
+    char *tools;                    /* session.tools as compact JSON, or NULL; rendered in the head */
     fg_proto_tool_choice tool_choice;
     char tool_choice_name[FG_PROTO_MAX_ID_BYTES + 1];
     gw_items items;                 /* the conversation's items, in order (empty after a restore) */
@@ -122,6 +122,7 @@ struct gw_session {
     char resp_id[32];
     char item_id[32];
     uint64_t item_counter, resp_counter;
+    struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
     int64_t reserved;               /* tokens the quota reserved for the response in progress */
@@ -191,6 +192,9 @@ struct fg_gateway {
     char persist_dir[4096];         /* the engine's session files: <persistence.dir>/tenants */
     uint8_t *meta_buf;              /* FG_SESSION_META_MAX_BYTES: a session record being written */
     size_t kv_bytes_per_token;
+    fg_tokens *scripts;             /* debug.scripted_output tokenized (tests only), [n_scripts] */
+    size_t n_scripts;
+    uint64_t n_generated;           /* responses started that generate: the next script's index */
     gw_conn *conns;
     size_t n_conns;
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
@@ -233,6 +237,18 @@ gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len);
 void gw_session_push(gw_session *s, uint64_t seq);
 uint64_t gw_session_take_seq(gw_session *s);
 void gw_session_info(const gw_session *s, fg_proto_session_info *info);
+/* Appends the session's prompt head: BOS, the instructions and, when tools are
+ * declared and tool_choice is not "none", the tool declarations after them
+ * (docs/protocol.md "Tool declarations"; one function so the live session, the
+ * rebuild and the restore check agree on it). Errors: those of the template,
+ * FG_ERR_UNSUPPORTED when tools are declared and the vocabulary has no DeepSeek
+ * chat markers. */
+fg_err gw_session_head(const gw_session *s, fg_tokens *out, fg_diag *diag);
+/* Whether tools and tool_choice can stand together on this model: parses
+ * tools (compact JSON, NULL: none) and checks the choice; diag says what is
+ * wrong and *field the protocol field ("session.tools", "session.tool_choice"). */
+fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_proto_tool_choice choice,
+                      const char *choice_name, const char **field, fg_diag *diag);
 /* Drains the engine's events of a session into protocol events. */
 void gw_session_drain_engine(gw_session *s);
 /* Turns coalesced delta text into one event (before a write or a done). */
@@ -276,6 +292,23 @@ void gw_ga_response_begin(gw_session *s, size_t tok_start);
 void gw_ga_response_end(gw_session *s, const char *status);
 /* conversation.item.retrieve / delete / truncate. */
 void gw_ga_item_command(gw_sink *k, const fg_client_event *ev);
+
+/* gw_tools.c: tool calls in a GA response (docs/protocol.md "Tool calls in the reply") */
+typedef struct gw_tools gw_tools;
+/* Before a response: whether it parses tool calls (tools rendered, GA); sets
+ * rp->keep_control then. False: out of memory. */
+bool gw_tools_begin(gw_session *s, fg_response_params *rp);
+bool gw_tools_on(const gw_session *s);
+/* The response's released text (gw_tools_on). */
+void gw_tools_text(gw_session *s, const char *text, size_t n);
+/* The response ended (completed: not cut by a limit or a cancel): the parse's end, the reply's check. */
+void gw_tools_end(gw_session *s, bool completed);
+/* The response's calls as response.done shows them, up to max. */
+uint32_t gw_tools_output(const gw_session *s, fg_proto_item *out, uint32_t max);
+uint32_t gw_tools_accepted(const gw_session *s);
+void gw_tools_free(gw_session *s);
+/* gw_session.c: appends released reply text (a delta and the whole reply). */
+void gw_session_add_text(gw_session *s, const char *bytes, size_t n);
 
 /* gw_persist.c */
 /* Writes the session's record (settings, counters, conversation) into its

@@ -161,7 +161,7 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     int len = fg_session_length(es);
     s->conv_known = false;
     if (m.conv_known &&
-        (m.rebuild || (fg_template_head(gw->tok, s->instructions, s->instructions_len, &head) == FG_OK &&
+        (m.rebuild || (gw_session_head(s, &head, &d) == FG_OK &&
                        ((size_t)len == head.n + m.conv.n || (size_t)len + 1 == head.n + m.conv.n)))) {
         s->conv = m.conv; /* ownership moves */
         m.conv = (fg_tokens){0};
@@ -187,7 +187,8 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate)
 {
     fg_gateway_t *gw = s->gw;
     fg_tokens head = {0}, reply = {0};
-    bool ok = fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) == FG_OK &&
+    fg_diag d;
+    bool ok = gw_session_head(s, &head, &d) == FG_OK &&
               (!generate || fg_template_reply(gw->tok, &reply) == FG_OK);
     size_t need = head.n + s->conv.n + (generate ? reply.n + 1 : 0);
     fg_tokens_free(&head);

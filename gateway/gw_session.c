@@ -25,7 +25,9 @@
 
 #include "config/base/hash64.h"
 #include "config/base/random.h"
+#include "gateway/chat_template.h"
 #include "gateway/gateway_internal.h"
+#include "gateway/tool_decl.h"
 #include "gateway/log.h"
 
 /* ---- the table ---- */
@@ -150,6 +152,7 @@ void gw_session_destroy(gw_session *s, bool keep_file)
         fg_session_delete(s->oob_es);
     gw_items_free(&s->items);
     free(s->tools);
+    gw_tools_free(s);
     free(s->resp_metadata);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
@@ -281,7 +284,7 @@ void gw_session_flush_delta(gw_session *s)
     s->pending_len = 0;
 }
 
-static void add_text(gw_session *s, const char *bytes, size_t n)
+void gw_session_add_text(gw_session *s, const char *bytes, size_t n)
 {
     char tmp[512 + 3], shown[3 * (512 + 3)];
     while (n > 0) {
@@ -293,6 +296,15 @@ static void add_text(gw_session *s, const char *bytes, size_t n)
         bytes += k;
         n -= k;
     }
+}
+
+/* Released text: through the tool-call parser when the response may call tools. */
+static void reply_text(gw_session *s, const char *bytes, size_t n)
+{
+    if (gw_tools_on(s))
+        gw_tools_text(s, bytes, n);
+    else
+        gw_session_add_text(s, bytes, n);
 }
 
 /* Metrics of a finished response (metrics.h). */
@@ -312,6 +324,8 @@ static void record_done(gw_session *s, fg_proto_response_status status, const fg
 
 static void finish_response(gw_session *s, const fg_event *ev)
 {
+    if (gw_tools_on(s))
+        gw_tools_end(s, ev->finish == FG_FINISH_EOS || ev->finish == FG_FINISH_STOP);
     char tail[3];
     size_t m = fg_proto_utf8_carry_flush(&s->carry, tail);
     if (m) {
@@ -333,6 +347,12 @@ static void finish_response(gw_session *s, const fg_event *ev)
     if (s->ga) {
         d.ga = &ga;
         d.n_output = ga_item ? 1 : 0;
+    }
+    fg_proto_item outs[1 + 32];
+    uint32_t n_calls = gw_tools_output(s, outs + 1, 32);
+    if (n_calls) { /* the message, then the calls */
+        d.output = outs;
+        d.n_output = 1 + n_calls;
     }
     switch (ev->finish) {
     case FG_FINISH_EOS:
@@ -374,6 +394,8 @@ static void finish_response(gw_session *s, const fg_event *ev)
         out.status = d.status == FG_PROTO_RESPONSE_COMPLETED ? "completed" : "incomplete";
         gw_ga_response_end(s, out.status);
     }
+    if (d.output == outs)
+        outs[0] = out; /* with its status */
     gw_emit em = gw_emit_next(s);
     gw_emit_push(s, em, fg_proto_write_response_done(&s->gw->scratch, em.seq, em.evt, &d));
     record_done(s, d.status, &ev->usage);
@@ -455,9 +477,9 @@ void gw_session_drain_engine(gw_session *s)
                 if (!s->resp_oob)
                     fg_tokens_push(&s->conv, &ev[i].token, 1);
                 s->resp_tokens++;
-                add_text(s, text + ev[i].text_off, ev[i].text_len);
+                reply_text(s, text + ev[i].text_off, ev[i].text_len);
             } else if (ev[i].type == FG_EVENT_DONE) {
-                add_text(s, text + ev[i].text_off, ev[i].text_len);
+                reply_text(s, text + ev[i].text_off, ev[i].text_len);
                 finish_response(s, &ev[i]);
             } else if (ev[i].type == FG_EVENT_SAVE_FAILED) {
                 report_save_failed(s, ev[i].error);
@@ -540,4 +562,74 @@ void gw_sessions_sweep(fg_gateway_t *gw)
             gw_session_destroy(s, false); /* expired: its file goes too */
         }
     }
+}
+
+/* Parses the session's tools JSON into set (empty for none). */
+static fg_err tools_load(const char *tools, size_t len, fg_tool_set *set, fg_diag *diag)
+{
+    *set = (fg_tool_set){0};
+    if (!tools)
+        return FG_OK;
+    json_error_t je;
+    json_t *j = json_loadb(tools, len, 0, &je);
+    if (!j)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session.tools: %s", je.text);
+    fg_err e = fg_tool_set_parse(j, set, diag);
+    json_decref(j);
+    return e;
+}
+
+fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_proto_tool_choice choice,
+                      const char *choice_name, const char **field, fg_diag *diag)
+{
+    fg_tool_set set;
+    *field = "session.tools";
+    fg_err e = tools_load(tools, len, &set, diag);
+    if (e != FG_OK)
+        return e;
+    fg_tool_choice c = {.mode = choice == FG_PROTO_TOOL_CHOICE_NONE       ? FG_TOOL_CHOICE_NONE
+                                : choice == FG_PROTO_TOOL_CHOICE_REQUIRED ? FG_TOOL_CHOICE_REQUIRED
+                                : choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? FG_TOOL_CHOICE_NAMED
+                                                                          : FG_TOOL_CHOICE_AUTO};
+    if (c.mode == FG_TOOL_CHOICE_NAMED)
+        snprintf(c.name, sizeof c.name, "%s", choice_name ? choice_name : "");
+    e = fg_tool_choice_check(&set, &c, diag);
+    if (e != FG_OK)
+        *field = "session.tool_choice";
+    fg_chat_family f;
+    fg_diag fd;
+    if (e == FG_OK && set.n && fg_chat_family_detect(NULL, 0, gw->tok, &f, &fd) != FG_OK)
+        e = fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                        "this model's vocabulary has no DeepSeek chat markers, so tools cannot be written into its "
+                        "prompt (%s)",
+                        fd.msg);
+    fg_tool_set_free(&set);
+    return e;
+}
+
+fg_err gw_session_head(const gw_session *s, fg_tokens *out, fg_diag *diag)
+{
+    const fg_gateway_t *gw = s->gw;
+    const char *ins = s->instructions ? s->instructions : "";
+    fg_tool_set set = {0};
+    fg_err e = s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE
+                   ? FG_OK
+                   : tools_load(s->tools, s->tools ? strlen(s->tools) : 0, &set, diag);
+    if (e != FG_OK || !set.n) {
+        fg_tool_set_free(&set);
+        return e != FG_OK ? e : fg_template_head(gw->tok, ins, s->instructions_len, out);
+    }
+    /* The head with tools is the rendered system turn: B{instructions}{tool block}. */
+    fg_chat_family f;
+    e = fg_chat_family_detect(NULL, 0, gw->tok, &f, diag);
+    fg_chat_msg m = {.role = FG_CHAT_SYSTEM, .content = {ins, s->instructions_len}};
+    fg_chat_conv c = {.msgs = &m, .n_msgs = 1, .tools = set.tools, .n_tools = set.n};
+    fg_chat_prompt p = {0};
+    if (e == FG_OK)
+        e = fg_chat_render(f, &c, gw->tok, &p, diag);
+    if (e == FG_OK)
+        e = fg_chat_encode(gw->tok, &p, out);
+    fg_chat_prompt_free(&p);
+    fg_tool_set_free(&set);
+    return e;
 }

@@ -8,6 +8,7 @@
  * prompt_tokens_details.cached_tokens. Service thread only. */
 #include "gateway/openai_chat.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,10 +65,31 @@ static void chat_text(gw_oa_call *c, const char *t, size_t n)
     send_chunk(c, "", t, n, NULL, NULL);
 }
 
+/* The reply's calls in Chat Completions' shape: [{"index"?, "id", "type", "function": {"name", "arguments"}}]
+ * (index: streamed deltas). Malloc'd JSON text, NULL when none (or out of memory). */
+static char *tool_calls(const json_t *calls, bool with_index)
+{
+    json_t *a = json_array(), *item;
+    size_t i;
+    json_array_foreach(calls, i, item) {
+        json_t *f = json_pack("{s:O,s:O}", "name", json_object_get(item, "name"), "arguments",
+                              json_object_get(item, "arguments"));
+        json_t *tc = json_pack("{s:O,s:s,s:o}", "id", json_object_get(item, "call_id"), "type", "function",
+                               "function", f);
+        if (tc && with_index)
+            json_object_set_new(tc, "index", json_integer((json_int_t)i));
+        if (a && tc)
+            json_array_append_new(a, tc);
+    }
+    char *out = a && json_array_size(a) ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return out;
+}
+
 static void chat_done(gw_oa_call *c, const gw_oa_result *r)
 {
     chat *ch = c->user;
-    const char *finish = r->incomplete ? "length" : "stop";
+    const char *finish = r->calls ? "tool_calls" : r->incomplete ? "length" : "stop";
     char u[320];
     snprintf(u, sizeof u,
              "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
@@ -75,6 +97,21 @@ static void chat_done(gw_oa_call *c, const gw_oa_result *r)
              (long long)r->input_tokens, (long long)r->output_tokens, (long long)(r->input_tokens + r->output_tokens),
              (long long)r->cached_tokens);
     if (c->streaming) {
+        char *tc = r->calls ? tool_calls(r->calls, true) : NULL;
+        if (tc) { /* each call whole, in one delta */
+            gw_oa_writef(c, "data: {\"id\":\"%s\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
+                         ch->id, (long long)c->created);
+            size_t ml;
+            const char *m = gw_oa_json_text(c, ch->r.model, strlen(ch->r.model), &ml);
+            gw_oa_write(c, m, ml);
+            gw_oa_lit(c, ",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":");
+            gw_oa_write(c, tc, strlen(tc));
+            gw_oa_lit(c, "},\"logprobs\":null,\"finish_reason\":null}]");
+            if (ch->r.include_usage)
+                gw_oa_lit(c, ",\"usage\":null");
+            gw_oa_lit(c, "}\n\n");
+            free(tc);
+        }
         send_chunk(c, "", NULL, 0, finish, NULL);
         if (ch->r.include_usage)
             send_chunk(c, NULL, NULL, 0, NULL, u);
@@ -82,8 +119,11 @@ static void chat_done(gw_oa_call *c, const gw_oa_result *r)
         gw_http_stream_end(c->req);
         return;
     }
+    char *tc = r->calls ? tool_calls(r->calls, false) : NULL;
     size_t len;
-    const char *content = gw_oa_json_text(c, c->text, c->text_len, &len);
+    const char *content = tc && !c->text_len ? "null" : gw_oa_json_text(c, c->text, c->text_len, &len);
+    if (tc && !c->text_len)
+        len = 4;
     char head[512], tail[512], id[160], model[160];
     const int h = snprintf(head, sizeof head,
                            "{\"id\":%s,\"object\":\"chat.completion\",\"created\":%lld,\"model\":%s,"
@@ -93,14 +133,23 @@ static void chat_done(gw_oa_call *c, const gw_oa_result *r)
                            fg_log_str(model, sizeof model, ch->r.model));
     const int t = snprintf(tail, sizeof tail,
                            ",\"refusal\":null},\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":%s}", finish, u);
-    char *body = malloc((size_t)h + len + (size_t)t + 1);
-    if (!body)
+    static const char calls_key[] = ",\"tool_calls\":";
+    const size_t tl = tc ? sizeof calls_key - 1 + strlen(tc) : 0;
+    char *body = malloc((size_t)h + len + tl + (size_t)t + 1);
+    if (!body) {
+        free(tc);
         return gw_openai_error(c->req, 500, "server_error", "internal_error", NULL, "out of memory");
+    }
     memcpy(body, head, (size_t)h);
     memcpy(body + h, content, len);
-    memcpy(body + h + len, tail, (size_t)t + 1);
+    if (tc) {
+        memcpy(body + h + len, calls_key, sizeof calls_key - 1);
+        memcpy(body + h + len + sizeof calls_key - 1, tc, tl - (sizeof calls_key - 1));
+    }
+    memcpy(body + h + len + tl, tail, (size_t)t + 1);
     gw_http_reply(c->req, 200, body);
     free(body);
+    free(tc);
 }
 
 static void chat_failed(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
@@ -152,6 +201,7 @@ void gw_openai_chat(fg_gateway_t *gw, gw_http_req *req)
     c->items = ch->r.items;
     c->n_items = ch->r.n_items;
     c->sampling = ch->r.sampling;
+    c->tools = &ch->r.tools;
     gw_oa_call_start(c, ch->r.instructions, ch->r.instructions_len);
     if (c->sink.session)
         snprintf(ch->id, sizeof ch->id, "chatcmpl-%s", c->sink.session->id + 5);

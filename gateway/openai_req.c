@@ -1,7 +1,7 @@
 /* openai_req.c: POST /v1/chat/completions bodies (openai_req.h). One
  * validation pipeline: every field is checked for its type and range, and the
  * first bad one is returned with its JSON path; nothing is clamped. Fields
- * OpenAI has that flashgate cannot honour (tools, n > 1, logprobs, JSON
+ * OpenAI has that flashgate cannot honour (n > 1, logprobs, JSON
  * response formats, audio) are refused with 400 rather than dropped. */
 #include "gateway/openai_req.h"
 
@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config/base/name.h"
+#include "gateway/tool_decl.h"
 
 static fg_err refuse(gw_oa_error *err, unsigned status, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -150,6 +153,67 @@ static bool join_instructions(gw_chat_req *r, const fg_proto_item *it)
     return true;
 }
 
+/* tools and tool_choice (both shapes, gateway/tool_decl.h), checked together. */
+static fg_err parse_tools(json_t *o, gw_oa_tools *t, gw_oa_error *err)
+{
+    json_t *tv = json_object_get(o, "tools"), *cv = json_object_get(o, "tool_choice");
+    fg_tool_set set = {0};
+    fg_diag d = {{0}};
+    fg_err e = fg_tool_set_parse(tv, &set, &d);
+    if (e != FG_OK) {
+        char p[96];
+        const char *colon = strchr(d.msg, ':');
+        snprintf(p, sizeof p, "%.*s", colon ? (int)(colon - d.msg) : 5, colon ? d.msg : "tools");
+        return refuse(err, 400, e == FG_ERR_UNSUPPORTED ? "unsupported_value" : "invalid_value", p, "%s", d.msg);
+    }
+    fg_tool_choice c;
+    e = fg_tool_choice_parse(cv, &c, &d);
+    if (e == FG_OK)
+        e = fg_tool_choice_check(&set, &c, &d);
+    const uint32_t n = set.n;
+    fg_tool_set_free(&set);
+    if (e != FG_OK)
+        return refuse(err, 400, e == FG_ERR_UNSUPPORTED ? "unsupported_value" : "invalid_value", "tool_choice", "%s",
+                      d.msg);
+    if (cv && !json_is_null(cv)) {
+        t->has_choice = true;
+        t->choice = c.mode == FG_TOOL_CHOICE_NONE       ? FG_PROTO_TOOL_CHOICE_NONE
+                    : c.mode == FG_TOOL_CHOICE_REQUIRED ? FG_PROTO_TOOL_CHOICE_REQUIRED
+                    : c.mode == FG_TOOL_CHOICE_NAMED    ? FG_PROTO_TOOL_CHOICE_FUNCTION
+                                                        : FG_PROTO_TOOL_CHOICE_AUTO;
+        snprintf(t->choice_name, sizeof t->choice_name, "%s", c.mode == FG_TOOL_CHOICE_NAMED ? c.name : "");
+    }
+    if (n) {
+        if (!(t->json = json_dumps(tv, JSON_COMPACT)))
+            return refuse(err, 500, "internal_error", NULL, "out of memory");
+        t->len = strlen(t->json);
+    }
+    return FG_OK;
+}
+
+/* A string field of a tool item: its text (no NUL), or an error naming p. */
+static fg_err str_field(json_t *m, const char *key, const char *list, size_t i, const char *sub, size_t max,
+                        fg_proto_str *out, gw_oa_error *err)
+{
+    char p[96];
+    snprintf(p, sizeof p, "%s[%zu]%s.%s", list, i, sub, key);
+    json_t *v = json_object_get(m, key);
+    if (!v || json_is_null(v))
+        return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
+    if (!json_is_string(v))
+        return wrong_type(err, p, "a string");
+    if (strlen(json_string_value(v)) != json_string_length(v) || json_string_length(v) > max)
+        return refuse(err, 400, "invalid_value", p, "%s must be at most %zu bytes without NUL characters", p, max);
+    /* ids and names: what the session layer's own items allow */
+    const bool is_name = !strcmp(key, "name"), is_id = strstr(key, "id") != NULL;
+    if ((is_name && !fg_name_valid(json_string_value(v), json_string_length(v))) ||
+        (is_id && json_string_length(v) == 0))
+        return refuse(err, 400, "invalid_value", p, "%s must be %s", p,
+                      is_name ? "1 to 64 of [A-Za-z0-9_-]" : "a non-empty string");
+    *out = (fg_proto_str){json_string_value(v), json_string_length(v)};
+    return FG_OK;
+}
+
 /* A message's role; false when it is none of OpenAI's text roles. */
 static fg_err parse_role(json_t *role, const char *p, fg_proto_role *out, gw_oa_error *err)
 {
@@ -164,11 +228,11 @@ static fg_err parse_role(json_t *role, const char *p, fg_proto_role *out, gw_oa_
         *out = FG_PROTO_ROLE_USER;
     else if (!strcmp(rs, "assistant"))
         *out = FG_PROTO_ROLE_ASSISTANT;
-    else if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-        return refuse(err, 400, "unsupported_value", p, "tool messages are not supported yet (no tool calling)");
+    else if (!strcmp(rs, "function"))
+        return refuse(err, 400, "unsupported_value", p, "the deprecated \"function\" role is not supported; use \"tool\"");
     else
         return refuse(err, 400, "invalid_value", p,
-                      "role must be one of \"system\", \"developer\", \"user\", \"assistant\"");
+                      "role must be one of \"system\", \"developer\", \"user\", \"assistant\", \"tool\"");
     return FG_OK;
 }
 
@@ -181,7 +245,14 @@ static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits
     const size_t n = json_array_size(msgs);
     if (n < 1 || n > GW_CHAT_MAX_MESSAGES)
         return refuse(err, 400, "invalid_value", "messages", "messages holds 1..%d messages", GW_CHAT_MAX_MESSAGES);
-    if (!(r->items = calloc(n, sizeof *r->items)))
+    size_t n_items = n; /* an assistant message's tool calls are items of their own */
+    for (size_t i = 0; i < n; i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        n_items += json_is_array(calls) ? json_array_size(calls) : 0;
+    }
+    if (n_items > 4 * GW_CHAT_MAX_MESSAGES)
+        return refuse(err, 400, "invalid_value", "messages", "messages hold too many tool calls");
+    if (!(r->items = calloc(n_items, sizeof *r->items)))
         return refuse(err, 500, "internal_error", NULL, "out of memory");
     bool leading = true; /* system messages before any other are the instructions */
     for (size_t i = 0; i < n; i++) {
@@ -192,19 +263,55 @@ static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits
             return wrong_type(err, p, "an object");
         snprintf(p, sizeof p, "messages[%zu].role", i);
         fg_proto_item it = {.type = FG_PROTO_ITEM_MESSAGE};
+        if (json_is_string(role) && !strcmp(json_string_value(role), "tool")) { /* a tool's output */
+            fg_proto_item o = {.type = FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT};
+            fg_err e = str_field(m, "tool_call_id", "messages", i, "", FG_PROTO_MAX_ID_BYTES, &o.call_id, err);
+            if (!e)
+                e = str_field(m, "content", "messages", i, "", lim->max_text_bytes, &o.output, err);
+            if (e)
+                return e;
+            leading = false;
+            r->items[r->n_items++] = o;
+            continue;
+        }
         fg_err e = parse_role(role, p, &it.role, err);
         if (e)
             return e;
         json_t *calls = json_object_get(m, "tool_calls");
-        if (calls && !json_is_null(calls))
-            return refuse(err, 400, "unsupported_value", "tool_calls", "tool calls are not supported yet");
+        const bool has_calls = calls && !json_is_null(calls);
+        if (has_calls && (it.role != FG_PROTO_ROLE_ASSISTANT || !json_is_array(calls)))
+            return refuse(err, 400, "invalid_value", "tool_calls", "tool_calls is an array on assistant messages");
         json_t *c = json_object_get(m, "content");
         snprintf(p, sizeof p, "messages[%zu].content", i);
-        if (!c || json_is_null(c))
+        if ((!c || json_is_null(c)) && !has_calls)
             return refuse(err, 400, "missing_required_parameter", p, "%s is required", p);
-        e = parse_content(c, "messages", i, &it, lim, err);
-        if (e)
+        if (c && !json_is_null(c) && (e = parse_content(c, "messages", i, &it, lim, err)))
             return e;
+        if (has_calls) { /* the text (if any), then each call as a function_call item */
+            if (c && !json_is_null(c) && it.n_content && it.content[0].text.len)
+                r->items[r->n_items++] = it;
+            size_t j;
+            json_t *tc;
+            json_array_foreach(calls, j, tc) {
+                char sub[48];
+                snprintf(sub, sizeof sub, ".tool_calls[%zu]", j);
+                json_t *f = json_object_get(tc, "function");
+                fg_proto_item call = {.type = FG_PROTO_ITEM_FUNCTION_CALL};
+                if (!json_is_object(tc) || !json_is_object(f))
+                    return refuse(err, 400, "invalid_value", "tool_calls",
+                                  "messages[%zu]%s must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                                  "\"arguments\"}}", i, sub);
+                if ((e = str_field(tc, "id", "messages", i, sub, FG_PROTO_MAX_ID_BYTES, &call.call_id, err)))
+                    return e;
+                snprintf(sub, sizeof sub, ".tool_calls[%zu].function", j);
+                if ((e = str_field(f, "name", "messages", i, sub, 64, &call.name, err)) ||
+                    (e = str_field(f, "arguments", "messages", i, sub, lim->max_text_bytes, &call.arguments, err)))
+                    return e;
+                r->items[r->n_items++] = call;
+            }
+            leading = false;
+            continue;
+        }
         if (it.role == FG_PROTO_ROLE_SYSTEM && leading) {
             if (!join_instructions(r, &it))
                 return refuse(err, 500, "internal_error", NULL, "out of memory");
@@ -223,11 +330,6 @@ static fg_err parse_messages(json_t *msgs, gw_chat_req *r, const fg_proto_limits
 static fg_err refuse_unsupported(json_t *o, gw_oa_error *err)
 {
     json_t *v;
-    if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        return refuse(err, 400, "unsupported_parameter", "tools", "tools are not supported yet (no tool calling)");
-    if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
-        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        return refuse(err, 400, "unsupported_parameter", "tool_choice", "tool_choice is not supported yet");
     if ((v = json_object_get(o, "functions")) && !json_is_null(v))
         return refuse(err, 400, "unsupported_parameter", "functions", "functions are not supported");
     if ((v = json_object_get(o, "n")) && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
@@ -332,7 +434,7 @@ fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, c
     fg_err e = parse_head(body, len, model_id, &o, &out->model, err);
     out->root_ = o;
     if (e || (e = refuse_unsupported(o, err)) || (e = parse_sampling(o, lim, &out->sampling, err)) ||
-        (e = parse_bool(o, "stream", &out->stream, err)))
+        (e = parse_bool(o, "stream", &out->stream, err)) || (e = parse_tools(o, &out->tools, err)))
         return e;
     json_t *v;
     if ((v = json_object_get(o, "stream_options")) && !json_is_null(v)) {
@@ -350,6 +452,7 @@ fg_err gw_chat_parse(const char *body, size_t len, const fg_proto_limits *lim, c
 
 void gw_chat_req_free(gw_chat_req *r)
 {
+    free(r->tools.json);
     free(r->instructions);
     free(r->items);
     if (r->root_)
@@ -386,11 +489,28 @@ static fg_err parse_input(json_t *in, gw_resp_req *r, const fg_proto_limits *lim
         snprintf(p, sizeof p, "input[%zu]", i);
         if (!json_is_object(m))
             return wrong_type(err, p, "an object");
+        const char *ts = json_is_string(type) ? json_string_value(type) : "";
+        if (!strcmp(ts, "function_call_output") || !strcmp(ts, "function_call")) {
+            fg_proto_item *it = &r->items[r->n_items];
+            const bool out = !strcmp(ts, "function_call_output");
+            *it = (fg_proto_item){.type = out ? FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT : FG_PROTO_ITEM_FUNCTION_CALL};
+            fg_err e = str_field(m, "call_id", "input", i, "", FG_PROTO_MAX_ID_BYTES, &it->call_id, err);
+            if (!e && out)
+                e = str_field(m, "output", "input", i, "", lim->max_text_bytes, &it->output, err);
+            if (!e && !out && !(e = str_field(m, "name", "input", i, "", 64, &it->name, err)))
+                e = str_field(m, "arguments", "input", i, "", lim->max_text_bytes, &it->arguments, err);
+            if (e)
+                return e;
+            r->n_items++;
+            continue;
+        }
         if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message") != 0)) {
             snprintf(p, sizeof p, "input[%zu].type", i);
             if (!json_is_string(type))
                 return wrong_type(err, p, "a string");
-            return refuse(err, 400, "unsupported_value", p, "only message input items are supported (not \"%.48s\")",
+            return refuse(err, 400, "unsupported_value", p,
+                          "only message, function_call and function_call_output input items are supported (not "
+                          "\"%.48s\")",
                           json_string_value(type));
         }
         fg_proto_item *it = &r->items[r->n_items];
@@ -422,11 +542,8 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
     if (e || (e = parse_bool(o, "stream", &out->stream, err)) || (e = parse_bool(o, "store", &out->store, err)))
         return e;
     json_t *v;
-    if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        return refuse(err, 400, "unsupported_parameter", "tools", "tools are not supported yet (no tool calling)");
-    if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
-        !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
-        return refuse(err, 400, "unsupported_parameter", "tool_choice", "tool_choice is not supported yet");
+    if ((e = parse_tools(o, &out->tools, err)))
+        return e;
     if ((v = json_object_get(o, "background")) && json_is_true(v))
         return refuse(err, 400, "unsupported_parameter", "background", "background responses are not supported");
     if ((v = json_object_get(o, "conversation")) && !json_is_null(v))
@@ -472,6 +589,7 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
 
 void gw_resp_req_free(gw_resp_req *r)
 {
+    free(r->tools.json);
     free(r->items);
     if (r->root_)
         json_decref(r->root_);

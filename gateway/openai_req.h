@@ -25,6 +25,15 @@ typedef struct gw_oa_error {
     char message[256];
 } gw_oa_error;
 
+/* The request's function tools (validated by gateway/tool_decl.h) and tool_choice. */
+typedef struct gw_oa_tools {
+    char *json;              /* `tools` as compact JSON (owned), NULL: none given */
+    size_t len;
+    bool has_choice;
+    fg_proto_tool_choice choice;
+    char choice_name[FG_PROTO_MAX_ID_BYTES + 1]; /* FUNCTION */
+} gw_oa_tools;
+
 /* A chat completion request. Strings point into the parsed body (root_). */
 typedef struct gw_chat_req {
     const char *model;
@@ -35,6 +44,7 @@ typedef struct gw_chat_req {
     fg_proto_sampling sampling;
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
+    gw_oa_tools tools;
     struct json_t *root_;    /* private: owns the strings */
 } gw_chat_req;
 
@@ -57,6 +67,7 @@ typedef struct gw_resp_req {
     fg_proto_sampling sampling;  /* temperature, top_p, max_output_tokens */
     bool stream;
     bool store;                  /* default true: the response can be continued */
+    gw_oa_tools tools;
     struct json_t *root_;
 } gw_resp_req;
 

@@ -12,6 +12,7 @@
  * Service thread only. */
 #include "gateway/openai_responses.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,22 @@ static void put_item(gw_oa_call *c, const char *status, bool with_text)
     gw_oa_lit(c, "]}");
 }
 
+/* A function_call output item of the session's response.done (args: with its arguments). */
+static void put_call(gw_oa_call *c, const json_t *item, const char *status, bool args)
+{
+    const char *keys[] = {"id", "call_id", "name"};
+    gw_oa_lit(c, "{\"type\":\"function_call\"");
+    for (int k = 0; k < 3; k++) {
+        const json_t *v = json_object_get(item, keys[k]);
+        gw_oa_writef(c, ",\"%s\":", keys[k]);
+        put_text(c, json_string_value(v) ? json_string_value(v) : "", json_string_length(v));
+    }
+    const json_t *a = json_object_get(item, "arguments");
+    gw_oa_lit(c, ",\"arguments\":");
+    put_text(c, args && json_string_value(a) ? json_string_value(a) : "", args ? json_string_length(a) : 0);
+    gw_oa_writef(c, ",\"status\":\"%s\"}", status);
+}
+
 static void put_number_or_null(gw_oa_call *c, const char *name, bool has, double v)
 {
     if (has)
@@ -96,6 +113,13 @@ static void put_response(gw_oa_call *c, const gw_oa_result *r)
     gw_oa_writef(c, ",\"model\":%s,\"output\":[", fg_log_str(model, sizeof model, x->r.model));
     if (r)
         put_item(c, r->incomplete ? "incomplete" : "completed", true);
+    size_t i;
+    json_t *item;
+    if (r && r->calls)
+        json_array_foreach(r->calls, i, item) {
+            gw_oa_lit(c, ",");
+            put_call(c, item, "completed", true);
+        }
     gw_oa_lit(c, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
     if (x->r.previous_response_id)
         put_text(c, x->r.previous_response_id, strlen(x->r.previous_response_id));
@@ -179,6 +203,29 @@ static void resp_done(gw_oa_call *c, const gw_oa_result *r)
     gw_oa_lit(c, ",\"output_index\":0,\"item\":");
     put_item(c, r->incomplete ? "incomplete" : "completed", true);
     ev_end(c);
+    size_t i;
+    json_t *item;
+    if (r->calls)
+        json_array_foreach(r->calls, i, item) { /* each call after the message, its arguments in one delta */
+            const json_t *id = json_object_get(item, "id"), *a = json_object_get(item, "arguments");
+            const unsigned at = (unsigned)i + 1;
+            ev_begin(c, "response.output_item.added");
+            gw_oa_writef(c, ",\"output_index\":%u,\"item\":", at);
+            put_call(c, item, "in_progress", false);
+            ev_end(c);
+            for (int done = 0; done < 2; done++) {
+                ev_begin(c, done ? "response.function_call_arguments.done" : "response.function_call_arguments.delta");
+                gw_oa_lit(c, ",\"item_id\":");
+                put_text(c, json_string_value(id), json_string_length(id));
+                gw_oa_writef(c, ",\"output_index\":%u,\"%s\":", at, done ? "arguments" : "delta");
+                put_text(c, json_string_value(a), json_string_length(a));
+                ev_end(c);
+            }
+            ev_begin(c, "response.output_item.done");
+            gw_oa_writef(c, ",\"output_index\":%u,\"item\":", at);
+            put_call(c, item, "completed", true);
+            ev_end(c);
+        }
     ev_begin(c, r->incomplete ? "response.incomplete" : "response.completed");
     gw_oa_lit(c, ",\"response\":");
     put_response(c, r);
@@ -281,6 +328,7 @@ void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
     c->items = x->r.items;
     c->n_items = x->r.n_items;
     c->sampling = x->r.sampling;
+    c->tools = &x->r.tools;
     if (prev)
         gw_oa_call_continue(c, prev);
     else

@@ -19,6 +19,7 @@
 
 #include "gateway/log.h"
 #include "gateway/openai_http.h"
+#include "gateway/openai_req.h"
 
 enum { CALL_IDLE, CALL_CREATING, CALL_RESPONDING, CALL_DONE };
 
@@ -132,6 +133,8 @@ static void fail_with(gw_oa_call *c, json_t *e)
     const char *msg = json_string_value(json_object_get(e, "message"));
     const char *param = json_string_value(json_object_get(e, "param"));
     code = code ? code : "internal_error";
+    if (param && !strncmp(param, "session.", 8))
+        param += 8; /* the session's settings are the request's own fields here */
     unsigned status = 500;
     const char *type = "server_error";
     switch (fg_proto_error_code_from_name(code)) {
@@ -167,6 +170,15 @@ static void finish(gw_oa_call *c, json_t *resp)
         .incomplete = !strcmp(status, "incomplete"),
         .reason = json_string_value(json_object_get(details, "reason")),
     };
+    json_t *calls = json_array(), *item;
+    size_t i;
+    json_array_foreach(json_object_get(resp, "output"), i, item) {
+        const char *t = json_string_value(json_object_get(item, "type"));
+        const char *st = json_string_value(json_object_get(item, "status"));
+        if (calls && t && !strcmp(t, "function_call") && st && !strcmp(st, "completed"))
+            json_array_append(calls, item);
+    }
+    r.calls = calls && json_array_size(calls) ? calls : NULL;
     c->state_ = CALL_DONE;
     if (c->req) {
         gw_http_set_on_gone(c->req, NULL, NULL);
@@ -175,6 +187,7 @@ static void finish(gw_oa_call *c, json_t *resp)
         c->streamed_ = c->text_len;
         c->surface->done(c, &r);
     }
+    json_decref(calls);
     gw_oa_call_free(c);
 }
 
@@ -374,6 +387,23 @@ gw_oa_call *gw_oa_call_new(fg_gateway_t *gw, gw_http_req *req, int tenant, const
     return c;
 }
 
+/* The request's tools into a session's settings (checked again there: the vocabulary). */
+static void set_tools(gw_oa_call *c, fg_proto_session_params *p)
+{
+    const gw_oa_tools *t = c->tools;
+    if (!t)
+        return;
+    if (t->json) {
+        p->has_tools = true;
+        p->tools = (fg_proto_str){t->json, t->len};
+    }
+    if (t->has_choice) {
+        p->has_tool_choice = true;
+        p->tool_choice = t->choice;
+        p->tool_choice_name = (fg_proto_str){t->choice_name, strlen(t->choice_name)};
+    }
+}
+
 void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
 {
     gw_http_set_on_gone(c->req, on_gone, c);
@@ -384,6 +414,7 @@ void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
         ev.u.session.has_instructions = true;
         ev.u.session.instructions = (fg_proto_str){instructions, len};
     }
+    set_tools(c, &ev.u.session);
     gw_cmd_dispatch(&c->sink, &ev);
     schedule(c); /* session.created (or its error) is queued, or comes with the quota's answer */
 }
@@ -394,6 +425,11 @@ void gw_oa_call_continue(gw_oa_call *c, gw_session *s)
     gw_http_set_on_drain(c->req, on_drain);
     gw_session_attach(s, &c->sink, s->next_seq - 1); /* nothing to replay */
     s->last_activity = fg_clock_mono_s();
+    if (c->tools && (c->tools->json || c->tools->has_choice)) { /* this request's tools, as a session.update */
+        fg_client_event ev = {.type = FG_CLIENT_SESSION_UPDATE};
+        set_tools(c, &ev.u.session);
+        gw_cmd_dispatch(&c->sink, &ev);
+    }
     start_response(c);
     schedule(c);
 }

@@ -21,6 +21,7 @@ typedef struct gw_oa_result {
     int64_t input_tokens, cached_tokens, output_tokens;
     bool incomplete;               /* stopped by max_output_tokens or the context */
     const char *reason;            /* incomplete: "max_output_tokens" | "context_length" */
+    struct json_t *calls;          /* response.done's function_call items (completed), an array; NULL: none */
 } gw_oa_result;
 
 /* What a surface writes. Each is called at most once, except text. */
@@ -45,6 +46,7 @@ struct gw_oa_call {
     const fg_proto_item *items;    /* added once the session is there (the surface owns them) */
     size_t n_items;
     fg_proto_sampling sampling;    /* this response's */
+    const struct gw_oa_tools *tools; /* the request's tools and tool_choice (the surface owns them), or NULL */
     int64_t created;               /* seconds since the epoch */
     char *text;                    /* the reply so far */
     size_t text_len;

@@ -102,6 +102,7 @@ typedef enum fg_proto_code {
     FG_PROTO_SESSION_LOST,
     FG_PROTO_PERSIST_FAILED,
     FG_PROTO_INTERNAL_ERROR,
+    FG_PROTO_TOOL_CALL_INVALID, /* the model's tool call cannot be used (malformed, or refused by tool_choice) */
     FG_PROTO_CODE__COUNT
 } fg_proto_code;
 
@@ -430,6 +431,13 @@ fg_err fg_proto_write_item_deleted(fg_proto_buf *b, uint64_t seq, uint64_t evt, 
 fg_err fg_proto_write_item_truncated(fg_proto_buf *b, uint64_t seq, uint64_t evt, const char *item_id,
                                      uint32_t content_index, uint64_t audio_end_ms);
 /* response.output_item.added / .done (output_index 0). */
+/* response.output_item.added/done at an output index (a response's calls follow its message). */
+fg_err fg_proto_write_output_item_at(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                     uint32_t output_index, const fg_proto_item *item);
+/* response.function_call_arguments.delta (text: the delta) or .done (name, text: all the arguments). */
+fg_err fg_proto_write_call_args(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                const char *item_id, uint32_t output_index, const char *call_id, const char *name,
+                                const char *text, size_t n);
 fg_err fg_proto_write_output_item(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
                                   const fg_proto_item *item);
 /* response.content_part.added / .done: part {"type":"text","text":...}. */

@@ -64,6 +64,9 @@ static const fg_proto_code_info code_table[FG_PROTO_CODE__COUNT] = {
     [FG_PROTO_PERSIST_FAILED] = {"persist_failed", SERVER, false, false,
                                  "the session could not be saved (disk full or I/O); it stays usable in memory"},
     [FG_PROTO_INTERNAL_ERROR] = {"internal_error", SERVER, false, false, "the server failed; the event had no effect"},
+    [FG_PROTO_TOOL_CALL_INVALID] = {"tool_call_invalid", SERVER, false, false,
+                                    "the model's tool call cannot be used (malformed, undeclared, or against "
+                                    "tool_choice); the call is not taken"},
 };
 
 const fg_proto_code_info *fg_proto_code_info_get(fg_proto_code c)

@@ -533,13 +533,41 @@ fg_err fg_proto_write_item_truncated(fg_proto_buf *b, uint64_t seq, uint64_t evt
     return finish(b);
 }
 
-fg_err fg_proto_write_output_item(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
-                                  const fg_proto_item *item)
+fg_err fg_proto_write_output_item_at(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                     uint32_t output_index, const fg_proto_item *item)
 {
     fg_err e;
     if ((e = begin(b, done ? "response.output_item.done" : "response.output_item.added", seq, evt)) ||
         (e = put_lit(b, ",\"response_id\":")) || (e = put_cstr(b, response_id)) ||
-        (e = put_lit(b, ",\"output_index\":0,\"item\":")) || (e = put_item(b, item)) || (e = put_lit(b, "}")))
+        (e = put_lit(b, ",\"output_index\":")) || (e = put_u64(b, output_index)) || (e = put_lit(b, ",\"item\":")) ||
+        (e = put_item(b, item)) ||
+        (e = put_lit(b, "}")))
+        return e;
+    return finish(b);
+}
+
+fg_err fg_proto_write_output_item(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                  const fg_proto_item *item)
+{
+    return fg_proto_write_output_item_at(b, done, seq, evt, response_id, 0, item);
+}
+
+fg_err fg_proto_write_call_args(fg_proto_buf *b, bool done, uint64_t seq, uint64_t evt, const char *response_id,
+                                const char *item_id, uint32_t output_index, const char *call_id, const char *name,
+                                const char *text, size_t n)
+{
+    fg_err e;
+    if ((e = begin(b, done ? "response.function_call_arguments.done" : "response.function_call_arguments.delta", seq,
+                   evt)) ||
+        (e = put_lit(b, ",\"response_id\":")) || (e = put_cstr(b, response_id)) || (e = put_lit(b, ",\"item_id\":")) ||
+        (e = put_cstr(b, item_id)) || (e = put_lit(b, ",\"output_index\":")) || (e = put_u64(b, output_index)) ||
+        (e = put_lit(b, ",\"call_id\":")) ||
+        (e = put_cstr(b, call_id)))
+        return e;
+    if (done && ((e = put_lit(b, ",\"name\":")) || (e = put_cstr(b, name))))
+        return e;
+    if ((e = put_lit(b, done ? ",\"arguments\":" : ",\"delta\":")) ||
+        (e = fg_proto_buf_put_json_string(b, text ? text : "", text ? n : 0)) || (e = put_lit(b, "}")))
         return e;
     return finish(b);
 }

@@ -478,6 +478,22 @@ void fg_gateway_set_engine(fg_gateway_t *gw, fg_engine_t *engine)
     gw->tok = fg_engine_tokenizer(engine);
     gw->n_ctx = info.n_ctx;
     gw->kv_bytes_per_token = info.kv_bytes_per_token;
+    /* debug.scripted_output (tests only): each text's ids, markers as their special ids */
+    const fg_config_strlist *so = &gw->cfg->debug.scripted_output;
+    if (so->count && (gw->scripts = calloc(so->count, sizeof *gw->scripts))) {
+        for (size_t i = 0; i < so->count; i++) {
+            size_t len = strlen(so->items[i]), n = 0;
+            fg_tokenizer_encode(gw->tok, so->items[i], len, false, true, NULL, 0, &n);
+            if (n && fg_tokens_reserve(&gw->scripts[i], n) == 0 &&
+                fg_tokenizer_encode(gw->tok, so->items[i], len, false, true, gw->scripts[i].v, n, &n) == FG_OK)
+                gw->scripts[i].n = n;
+        }
+        gw->n_scripts = so->count;
+        fg_log_at(FG_LOG_WARN, "scripted_output", NULL, NULL,
+                  "\"texts\":%zu,\"note\":\"debug.scripted_output is set: responses generate the configured "
+                  "text, not the model's; for tests only\"",
+                  so->count);
+    }
 }
 
 void fg_gateway_set_quota(fg_gateway_t *gw, fg_quota_t *quota)
@@ -563,6 +579,9 @@ void fg_gateway_destroy(fg_gateway_t *gw)
     if (gw->ctx)
         lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
     fg_proto_buf_free(&gw->scratch);
+    for (size_t i = 0; i < gw->n_scripts; i++)
+        fg_tokens_free(&gw->scripts[i]);
+    free(gw->scripts);
     gw_status_destroy(gw->status);
     gw_dashboard_free(gw->dashboard);
     free(gw->table);

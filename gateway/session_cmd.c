@@ -62,7 +62,36 @@ static void apply_sampling(gw_settings *set, const fg_proto_sampling *p)
     }
 }
 
-/* The GA session's model (shown back), tools (stored, not yet rendered) and tool_choice. */
+/* Whether the tools and tool_choice the session would have after p can be
+ * used; fails the event when not (s: the session as it stands). */
+static bool tools_ok(gw_sink *k, const fg_client_event *ev, const gw_session *s, const fg_proto_session_params *p)
+{
+    if (!p->has_tools && !p->has_tool_choice)
+        return true;
+    const char *tools = p->has_tools ? p->tools.ptr : s->tools;
+    size_t len = p->has_tools ? p->tools.len : s->tools ? strlen(s->tools) : 0;
+    fg_proto_tool_choice choice = p->has_tool_choice ? p->tool_choice : s->tool_choice;
+    const char *name = p->has_tool_choice ? (choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? p->tool_choice_name.ptr : "")
+                                          : s->tool_choice_name;
+    const char *field = NULL;
+    fg_diag d = {{0}};
+    if (gw_tools_check(k->gw, tools, len, choice, name, &field, &d) == FG_OK)
+        return true;
+    fail(k, ev, FG_PROTO_INVALID_VALUE, field, "%s", d.msg);
+    return false;
+}
+
+/* Whether p changes what the head renders of the tools (the same tools again keep the KV). */
+static bool tools_change(const gw_session *s, const fg_proto_session_params *p)
+{
+    const bool tools = p->has_tools && (!s->tools || strlen(s->tools) != p->tools.len ||
+                                        memcmp(s->tools, p->tools.ptr, p->tools.len) != 0);
+    const bool none_before = s->tool_choice == FG_PROTO_TOOL_CHOICE_NONE;
+    const bool none_after = p->has_tool_choice ? p->tool_choice == FG_PROTO_TOOL_CHOICE_NONE : none_before;
+    return tools || none_before != none_after;
+}
+
+/* The GA session's model (shown back), tools (rendered in the head) and tool_choice. */
 static bool apply_ga(gw_session *s, const fg_proto_session_params *p)
 {
     if (p->has_model)
@@ -108,9 +137,9 @@ static fg_proto_code append_tokens(gw_session *s, const int32_t *t, size_t n)
 /* Prefills the head (BOS and instructions) and the conversation into a fresh engine session. */
 static fg_proto_code rebuild_engine_session(gw_session *s)
 {
-    fg_gateway_t *gw = s->gw;
     fg_tokens head = {0};
-    if (fg_template_head(gw->tok, s->instructions ? s->instructions : "", s->instructions_len, &head) != FG_OK) {
+    fg_diag d;
+    if (gw_session_head(s, &head, &d) != FG_OK) {
         fg_tokens_free(&head);
         return FG_PROTO_INTERNAL_ERROR;
     }
@@ -337,6 +366,10 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
     s->ga = k->ga;
     s->beta = k->ga && k->beta;
     snprintf(s->model, sizeof s->model, "%.64s", k->model[0] ? k->model : gw->model_id);
+    if (!tools_ok(k, ev, s, p)) {
+        gw_session_destroy(s, false);
+        return;
+    }
     if (!apply_ga(s, p)) {
         gw_session_destroy(s, false);
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
@@ -354,6 +387,10 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
 {
     gw_session *s = k->session;
     const fg_proto_session_params *p = &ev->u.session;
+    if (!tools_ok(k, ev, s, p))
+        return;
+    if (tools_change(s, p))
+        s->rebuild = true; /* the head holds the tool declarations: prefilled again */
     if (p->has_instructions) {
         if (p->instructions.len > (size_t)k->gw->cfg->sessions.max_instructions_bytes)
             return fail(k, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
@@ -549,6 +586,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     if (!s->resp_oob) /* the session's own queued input is not consumed by an out-of-band response */
         s->new_input = 0;
     s->responding = true;
+    gw->n_generated += rp->generate;
     s->resp_tokens = 0;
     s->resp_last_token_at = 0;
     gw_hist_observe(&gw->metrics.queue, fg_clock_mono_s() - s->resp_created_at);
@@ -649,8 +687,8 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
     const bool own = ev->u.response.has_instructions;
     const char *ins = own ? ev->u.response.instructions.ptr : s->instructions ? s->instructions : "";
     fg_tokens tok = {0};
-    fg_proto_code code = fg_template_head(gw->tok, ins, own ? ev->u.response.instructions.len : s->instructions_len,
-                                          &tok) == FG_OK
+    fg_proto_code code = (own ? fg_template_head(gw->tok, ins, ev->u.response.instructions.len, &tok)
+                              : gw_session_head(s, &tok, &d)) == FG_OK
                              ? FG_PROTO_OK
                              : FG_PROTO_INTERNAL_ERROR;
     if (code == FG_PROTO_OK)
@@ -727,6 +765,12 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     rp.n_stop = (int)set.n_stop;
     _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
     memcpy(rp.stop, set.stop, sizeof rp.stop);
+    if (!gw_tools_begin(s, &rp))
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    if (rp.generate && gw->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
+        rp.script = gw->scripts[gw->n_generated].v;
+        rp.n_script = (int)gw->scripts[gw->n_generated].n;
+    }
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);

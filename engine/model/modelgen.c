@@ -57,6 +57,24 @@
 #define LOW_BLK "\xE2\x96\x81"
 static const char BOS_TEXT[] = "<" FW_BAR "begin" LOW_BLK "of" LOW_BLK "sentence" FW_BAR ">";
 static const char EOS_TEXT[] = "<" FW_BAR "end" LOW_BLK "of" LOW_BLK "sentence" FW_BAR ">";
+/* spec.chat_markers: the markers of DeepSeek-V3's chat template and tool calls,
+ * so a test model's prompts and replies use them as the real vocabulary does. */
+#define MARK(t) "<" FW_BAR t FW_BAR ">"
+static const char *const CHAT_MARKERS[] = {
+    MARK("User"),
+    MARK("Assistant"),
+    MARK("tool" LOW_BLK "calls" LOW_BLK "begin"),
+    MARK("tool" LOW_BLK "calls" LOW_BLK "end"),
+    MARK("tool" LOW_BLK "call" LOW_BLK "begin"),
+    MARK("tool" LOW_BLK "call" LOW_BLK "end"),
+    MARK("tool" LOW_BLK "sep"),
+    MARK("tool" LOW_BLK "outputs" LOW_BLK "begin"),
+    MARK("tool" LOW_BLK "outputs" LOW_BLK "end"),
+    MARK("tool" LOW_BLK "output" LOW_BLK "begin"),
+    MARK("tool" LOW_BLK "output" LOW_BLK "end"),
+};
+#undef MARK
+#define N_CHAT_MARKERS (sizeof CHAT_MARKERS / sizeof CHAT_MARKERS[0])
 
 /* llama.cpp token types */
 #define TOKEN_TYPE_NORMAL 1
@@ -176,6 +194,10 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->n_vocab < FG_BPE_BYTE_TOKENS + 2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_vocab = %u is below 258 (256 bytes + BOS + EOS)",
                            s->n_vocab);
+    if (s->chat_markers && s->n_vocab < FG_BPE_BYTE_TOKENS + 2 + N_CHAT_MARKERS)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                           "modelgen: n_vocab = %u is below %u (256 bytes + BOS + EOS + the chat markers)", s->n_vocab,
+                           (unsigned)(FG_BPE_BYTE_TOKENS + 2 + N_CHAT_MARKERS));
     if (s->rope_dim % 2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_dim = %u must be even", s->rope_dim);
     if (s->n_layer_dense_lead > s->n_layer)
@@ -565,11 +587,12 @@ static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const 
 
 /* Adds the tokenizer.* keys, the same for every architecture: bytes, merges,
  * then BOS and EOS. *err_key names the key that failed. */
-static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, const char **err_key)
+static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, bool chat_markers, const char **err_key)
 {
     fg_err e = FG_OK;
 #define KEY(k) (*err_key = (k), (k))
-    const uint32_t n_tok = bpe->n_tokens + 2;
+    const uint32_t n_marks = chat_markers ? (uint32_t)N_CHAT_MARKERS : 0;
+    const uint32_t n_tok = bpe->n_tokens + 2 + n_marks;
     const char **texts = malloc(n_tok * sizeof *texts);
     int32_t *types = malloc(n_tok * sizeof *types);
     char **merges = calloc(bpe->n_merges ? bpe->n_merges : 1, sizeof *merges);
@@ -584,6 +607,10 @@ static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, const char
     texts[bpe->n_tokens] = BOS_TEXT;
     texts[bpe->n_tokens + 1] = EOS_TEXT;
     types[bpe->n_tokens] = types[bpe->n_tokens + 1] = TOKEN_TYPE_CONTROL;
+    for (uint32_t i = 0; i < n_marks; i++) {
+        texts[bpe->n_tokens + 2 + i] = CHAT_MARKERS[i];
+        types[bpe->n_tokens + 2 + i] = TOKEN_TYPE_CONTROL;
+    }
     for (uint32_t i = 0; i < bpe->n_merges; i++) {
         const char *l = bpe->text[bpe->merge[i][0]], *r = bpe->text[bpe->merge[i][1]];
         size_t ll = strlen(l), lr = strlen(r);
@@ -630,7 +657,7 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
                            const char **err_key)
 {
     fg_err e = s->arch == FG_MODELGEN_DEEPSEEK4 ? fg_modelgen_v4_add_keys(w, s, err_key) : v2_add_keys(w, s, err_key);
-    return e ? e : add_vocab(w, bpe, err_key);
+    return e ? e : add_vocab(w, bpe, s->chat_markers, err_key);
 }
 
 fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag *diag)
@@ -644,7 +671,9 @@ fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag
     fg_bpe_vocab bpe;
     size_t corpus_len = 0;
     const char *corpus = fg_bpe_builtin_corpus(&corpus_len);
-    if ((e = fg_bpe_train(corpus, corpus_len, spec->n_vocab - FG_BPE_BYTE_TOKENS - 2, &bpe, diag)))
+    if ((e = fg_bpe_train(corpus, corpus_len,
+                          spec->n_vocab - FG_BPE_BYTE_TOKENS - 2 - (spec->chat_markers ? (uint32_t)N_CHAT_MARKERS : 0),
+                          &bpe, diag)))
         return e;
 
     write_ctx c;

@@ -79,7 +79,10 @@ typedef struct fg_modelgen_spec {
     fg_modelgen_arch arch;
     char name[64];                 /* general.name */
     /* sizes */
-    uint32_t n_vocab;              /* all tokens: 256 bytes + merges + BOS + EOS */
+    uint32_t n_vocab;              /* all tokens: 256 bytes + merges + BOS + EOS (+ chat markers) */
+    bool chat_markers;             /* after EOS, DeepSeek-V3's chat and tool markers (<｜User｜>,
+                                      <｜tool▁calls▁begin｜>, ...) as control tokens; false: none,
+                                      the file is as before the option existed */
     uint32_t n_ctx;                /* context_length (tokens) */
     uint32_t n_embd;               /* d */
     uint32_t n_layer;              /* block_count */

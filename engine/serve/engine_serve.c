@@ -675,9 +675,12 @@ static void *step_main(void *arg)
                 s->serve.resp.have_next = false;
                 dec_tok++;
             }
-            if (s->serve.batch_logits)
-                s->serve.resp.next_token = fg_sampler_sample(e->serve.sampler, &s->serve.resp.p.sampling, &s->serve.resp.rng,
-                                                       e->serve.fseqs[i].logits);
+            if (s->serve.batch_logits) {
+                fg_response *r = &s->serve.resp;
+                r->next_token = fg_sampler_sample(e->serve.sampler, &r->p.sampling, &r->rng, e->serve.fseqs[i].logits);
+                if (r->generated < r->p.n_script) /* a scripted response (test/debug): only the id is replaced */
+                    r->next_token = r->p.script[r->generated];
+            }
         }
 
         pthread_mutex_lock(&e->mu);
@@ -890,6 +893,12 @@ static fg_err validate_response(const fg_engine_t *e, const fg_response_params *
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max_tokens %d outside [1, %d]", p->max_tokens, e->n_ctx);
     if (p->n_stop < 0 || p->n_stop > FG_MAX_STOPS)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "at most %d stop strings", FG_MAX_STOPS);
+    if (p->n_script < 0 || (p->n_script > 0 && !p->script))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "a script of %d tokens without ids", p->n_script);
+    for (int i = 0; i < p->n_script; i++)
+        if (p->script[i] < 0 || p->script[i] >= e->model->n_vocab)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "script token %d: id %d outside the vocabulary", i,
+                               (int)p->script[i]);
     for (int i = 0; i < p->n_stop; i++) {
         size_t n = strnlen(p->stop[i], FG_MAX_STOP_BYTES + 1);
         if (n == 0 || n > FG_MAX_STOP_BYTES)

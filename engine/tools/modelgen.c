@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32;\n"
             "                             v4 presets: every matrix, embeddings, router and experts too)\n"
             "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
+            "  --chat-markers             add DeepSeek-V3's chat and tool markers as control tokens\n"
+            "                             (in n_vocab: fewer BPE merges; without it the file is unchanged)\n"
             "  --embd N                   embedding width instead of the preset's\n"
             "  --help                     this text\n"
             "\n"
@@ -100,7 +102,7 @@ int main(int argc, char **argv)
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
                *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
                *hash_layers = NULL;
-    int no_q_lora = 0, tied = 0;
+    int no_q_lora = 0, tied = 0, chat_markers = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -114,6 +116,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--tied") == 0) {
             tied = 1;
+            continue;
+        }
+        if (strcmp(a, "--chat-markers") == 0) {
+            chat_markers = 1;
             continue;
         }
         static const char *const names[] = {"--preset", "--out",  "--type", "--gating",    "--groups",
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
         spec.q_lora_rank = 0;
     if (tied)
         spec.tied_embeddings = true;
+    spec.chat_markers = chat_markers != 0;
     if (yarn) {
         char *end = NULL;
         errno = 0;

@@ -2,8 +2,9 @@
  * parsers of POST /v1/chat/completions and POST /v1/responses bodies.
  *
  * Every input is parsed by both, with the default limits and with tiny ones,
- * and any broken promise aborts: a success hands out at least one message
- * item, each with 1..16 NUL-terminated, NUL-free text parts within the text
+ * and any broken promise aborts: a success hands out at least one item: a
+ * function_call (call_id, name, arguments) or function_call_output (call_id,
+ * output) with NUL-free strings within the text limit, or a message with 1..16 NUL-terminated, NUL-free text parts within the text
  * limit, sampling values in their ranges and at most four stop strings of
  * 1..64 bytes; a failure names an HTTP status (400, 404 or 500), a type, a
  * code and a message. The seed corpus is tests/fuzz/corpus/fuzz_openai_req/.
@@ -27,9 +28,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_items(const fg_proto_item *items, size_t n, const fg_proto_limits *lim)
 {
-    PROMISE(n >= 1 && n <= GW_CHAT_MAX_MESSAGES);
+    PROMISE(n >= 1 && n <= 4 * GW_CHAT_MAX_MESSAGES); /* an assistant message's tool calls are items too */
     for (size_t i = 0; i < n; i++) {
         const fg_proto_item *it = &items[i];
+        if (it->type == FG_PROTO_ITEM_FUNCTION_CALL || it->type == FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT) {
+            PROMISE(it->call_id.ptr && it->call_id.len >= 1 && strlen(it->call_id.ptr) >= it->call_id.len);
+            const fg_proto_str t = it->type == FG_PROTO_ITEM_FUNCTION_CALL ? it->arguments : it->output;
+            PROMISE(t.ptr && t.len <= lim->max_text_bytes && memchr(t.ptr, 0, t.len) == NULL);
+            if (it->type == FG_PROTO_ITEM_FUNCTION_CALL)
+                PROMISE(it->name.ptr && it->name.len >= 1 && it->name.len <= 64);
+            continue;
+        }
         PROMISE(it->type == FG_PROTO_ITEM_MESSAGE);
         PROMISE(it->role >= FG_PROTO_ROLE_SYSTEM && it->role <= FG_PROTO_ROLE_ASSISTANT);
         PROMISE(it->n_content >= 1 && it->n_content <= FG_PROTO_MAX_PARTS);

@@ -27,7 +27,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import KEYS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
+from harness import DATA_DIR, KEYS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_openai_sdk import SKIP, Tls, node, npm_ready  # noqa: E402
 from test_quotas import admin_server, make_tenant  # noqa: E402
 
@@ -108,7 +108,7 @@ def test_bad_input():
             check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "user"}]}),
                            400, "missing_required_parameter", "messages[0].content")
             check_oa_error(*post(p, c, {"model": "tiny", "messages": [{"role": "tool", "content": "x"}]}),
-                           400, "unsupported_value", "messages[0].role")
+                           400, "missing_required_parameter", "messages[0].tool_call_id")
             check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "n": 2}), 400, "unsupported_value", "n")
             check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "max_tokens": 0}),
                            400, "invalid_value", "max_tokens")
@@ -116,15 +116,18 @@ def test_bad_input():
                            400, "invalid_value", "stop")
             check_oa_error(*post(p, c, {"model": "tiny", "messages": USER, "stream_options": {}}),
                            400, "invalid_value", "stream_options")
+            # tools on a model whose vocabulary has no DeepSeek markers: refused, not dropped
             check_oa_error(*post(p, c, {"model": "tiny", "messages": USER,
                                          "tools": [{"type": "function", "function": {"name": "f"}}]}),
-                           400, "unsupported_parameter", "tools")
+                           400, "invalid_value", "tools")
             r = "/v1/responses"
             check_oa_error(*post(p, r, {"model": "tiny"}), 400, "missing_required_parameter", "input")
             check_oa_error(*post(p, r, {"model": "tiny", "input": 5}), 400, "invalid_type", "input")
             check_oa_error(*post(p, r, {"model": "tiny", "input": [{"role": "wizard", "content": "x"}]}),
                            400, "invalid_value", "input[0].role")
             check_oa_error(*post(p, r, {"model": "tiny", "input": [{"type": "function_call_output"}]}),
+                           400, "missing_required_parameter", "input[0].call_id")
+            check_oa_error(*post(p, r, {"model": "tiny", "input": [{"type": "web_search_call"}]}),
                            400, "unsupported_value", "input[0].type")
             check_oa_error(*post(p, r, {"model": "tiny", "input": "x", "previous_response_id": 5}),
                            400, "invalid_type", "previous_response_id")
@@ -234,6 +237,23 @@ def test_client_leaves_mid_stream():
                            "the left clients' sessions are gone")
             st, b = post(srv.port, "/v1/chat/completions", {"model": "tiny", "messages": USER, "max_tokens": 2})
             eq(st, 200, "the server goes on")
+    asyncio.run(go())
+
+
+def test_tools_over_http():
+    """Function tools with the stock openai client on chat.completions and responses, the scripted
+    output (test_openai_sdk.TOOL_SCRIPT) on a model with DeepSeek's markers."""
+    from test_openai_sdk import TOOL_SCRIPT
+    script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[2]]
+
+    async def go():
+        async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                              debug={"scripted_output": script}) as srv:
+            res = node("http_tools.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], tls=TLS)
+            check(res["call_id"].startswith("call_"), f"a call id: {res}")
+            log(f"    {res}")
+            status, _, _ = http_get(srv.port, "/healthz")
+            eq(status, 200, "the server is fine")
     asyncio.run(go())
 
 

@@ -189,12 +189,31 @@ def test_bad_input_on_the_new_paths():
                 ({"type": "response.create", "event_id": "e11", "response": {"input": []}}, "invalid_value",
                  "response.input"),
                 ({"type": "session.create", "event_id": "e12"}, "session_exists", None),
+                # tools and tool_choice checked together (gateway/tool_decl.h), before anything is kept
+                ({"type": "session.update", "event_id": "e13", "session": {"tool_choice": "required"}},
+                 "invalid_value", "session.tool_choice"),
+                ({"type": "session.update", "event_id": "e14",
+                  "session": {"tool_choice": {"type": "function", "name": "nope"}}},
+                 "invalid_value", "session.tool_choice"),
+                ({"type": "session.update", "event_id": "e15",
+                  "session": {"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}},
+                 "invalid_value", "session.tools"),
+                # the generated model's vocabulary has no DeepSeek chat markers: its prompt cannot hold tools
+                ({"type": "session.update", "event_id": "e16",
+                  "session": {"tools": [{"type": "function", "name": "get_weather",
+                                         "parameters": {"type": "object"}}]}},
+                 "invalid_value", "session.tools"),
             ]
+            messages = {}
             for msg, code, param in bad:
                 r.send_json(msg)
                 ev = r.recv_event()
                 eq((ev["type"], ev["error"]["code"], ev["error"]["param"], ev["error"]["event_id"]),
                    ("error", code, param, msg["event_id"]), f"answer to {msg}")
+                messages[msg["event_id"]] = ev["error"]["message"]
+            for eid, words in (("e13", "required"), ("e14", "nope"), ("e15", "name"), ("e16", "vocabulary")):
+                if words not in messages[eid]:
+                    raise AssertionError(f"{eid}: {messages[eid]!r} does not say {words!r}")
             # nothing of a refused update was applied
             r.send_json({"type": "session.update", "session": {"instructions": "ok"}})
             ev = r.recv_event()
@@ -274,6 +293,192 @@ def test_bad_input_on_the_new_paths():
             r.close()
             status, _, _ = http_get(srv.port, "/healthz")
             eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
+def test_tools_in_the_prompt():
+    """Declared tools are written into the prompt (docs/protocol.md "Tool declarations") on a model
+    whose vocabulary has DeepSeek's markers: the same first turn reads more input tokens with a tool
+    declared, and as many as without when tool_choice is "none" (the tools are not rendered)."""
+    tool = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+    def first_turn(port, session):
+        r = RawWS(port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+        eq(r.recv_event()["type"], "session.created", "a session at connect")
+        if session:
+            r.send_json({"type": "session.update", "session": session})
+            ev = r.recv_event()
+            eq(ev["type"], "session.updated", f"the update {session}")
+            eq([t["name"] for t in ev["session"]["tools"]], [t["name"] for t in session.get("tools", [])],
+               "the tools shown back")
+        r.send_json({"type": "conversation.item.create",
+                     "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": 1}})
+        while True:
+            ev = r.recv_event()
+            if ev["type"] == "response.done":
+                break
+        r.close()
+        eq(ev["response"]["usage"]["output_tokens"], 1, "the turn")
+        return ev["response"]["usage"]["input_tokens"]
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")}) as srv:
+            plain = first_turn(srv.port, None)
+            with_tool = first_turn(srv.port, {"tools": [tool]})
+            unrendered = first_turn(srv.port, {"tools": [tool], "tool_choice": "none"})
+            check(with_tool > plain + 20, f"the tool block is in the prompt: {with_tool} vs {plain} input tokens")
+            eq(unrendered, plain, "tool_choice none: the prompt without the tools")
+    asyncio.run(go())
+
+
+EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+
+
+def test_scripted_output():
+    """debug.scripted_output (tests only) replaces the sampled ids of the server's k-th generating
+    response with the k-th text's tokens (counted over all sessions); after the list the model
+    samples again."""
+    def turn(r, n):
+        r.send_json({"type": "conversation.item.create",
+                     "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": n}})
+        text = ""
+        while True:
+            ev = r.recv_event()
+            if ev["type"] == "response.output_text.delta":
+                text += ev["delta"]
+            if ev["type"] == "response.done":
+                return text, ev["response"]
+
+    async def go():
+        script = ["Hello from the script, caf\u00e9." + EOS, "two words"]
+        async with Server(debug={"scripted_output": script}) as srv:
+            check(any("scripted_output" in line and "warn" in line for line in srv.lines), "a warning at start")
+            sessions = []
+            for _ in range(2):  # the count is the server's: the second session takes the second text
+                r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+                eq(r.recv_event()["type"], "session.created", "a session at connect")
+                sessions.append(r)
+            for r in sessions[:1]:
+                text, resp = turn(r, 50)
+                eq((text, resp["status"]), ("Hello from the script, caf\u00e9.", "completed"),
+                   "the first script, ended by its EOS")
+                r = sessions[1]
+                text, resp = turn(r, 2)
+                eq((resp["status"], resp["usage"]["output_tokens"]), ("incomplete", 2), "cut by max_output_tokens")
+                check(text and len(text) < len(script[1]) and script[1].startswith(text),
+                      f"the second script's first two tokens: {text!r}")
+                text, resp = turn(r, 3)
+                eq(resp["usage"]["output_tokens"], 3, "after the scripts: sampled")
+                check(not text.startswith("two words"), f"not scripted: {text!r}")
+            for r in sessions:
+                r.close()
+    asyncio.run(go())
+
+
+def _m(name):
+    return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
+
+
+def _call(name, args):
+    return (_m("tool calls begin") + _m("tool call begin") + "function" + _m("tool sep") + name +
+            "\n```json\n" + args + "\n```" + _m("tool call end") + _m("tool calls end") + EOS)
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL_SCRIPT = ["Let me check." + _call("get_weather", '{"city": "Paris"}'),
+               "It is sunny in Paris." + EOS,
+               _call("get_weather", '{"city": '),
+               _call("launch_rocket", "{}")]
+
+
+def test_tool_calls_realtime():
+    """A function tool round trip over the GA realtime flow with the scripted output on a model with
+    DeepSeek's markers: the call comes back as a function_call item with its argument events, its
+    output goes back, the next reply continues; a malformed and an undeclared call are reported."""
+    def turn(r, item):
+        r.send_json({"type": "conversation.item.create", "item": item})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
+        evs = []
+        while not evs or evs[-1]["type"] != "response.done":
+            evs.append(r.recv_event())
+        return evs
+
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                          debug={"scripted_output": TOOL_SCRIPT}) as srv:
+            r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+            eq(r.recv_event()["type"], "session.created", "a session at connect")
+            r.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
+            eq(r.recv_event()["type"], "session.updated", "tools declared")
+            evs = turn(r, user)
+            types = [e["type"] for e in evs]
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq(text, "Let me check.", "the text before the call, without the markers")
+            added = [e for e in evs if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"]
+            eq(len(added), 1, f"one call item added: {types}")
+            call = added[0]["item"]
+            eq((call["name"], call["status"], call["arguments"]), ("get_weather", "in_progress", ""), "the call begins")
+            deltas = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta")
+            done = [e for e in evs if e["type"] == "response.function_call_arguments.done"]
+            eq(len(done), 1, "arguments done once")
+            eq((done[0]["arguments"], done[0]["name"], done[0]["call_id"], done[0]["item_id"], deltas),
+               ('{"city": "Paris"}', "get_weather", call["call_id"], call["id"], '{"city": "Paris"}'),
+               "the arguments, streamed and whole")
+            check(types.index("response.function_call_arguments.done") < types.index("response.done"), "order")
+            out_done = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+            eq((out_done[0]["item"]["status"], out_done[0]["output_index"]), ("completed", 1), "the call item done")
+            conv_done = [e for e in evs if e["type"] == "conversation.item.done" and e["item"]["type"] == "function_call"]
+            eq(len(conv_done), 1, "the call is in the conversation")
+            resp = evs[-1]["response"]
+            eq([o["type"] for o in resp["output"]], ["message", "function_call"], "response.done's output")
+            eq(resp["output"][1]["arguments"], '{"city": "Paris"}', "the call in response.done")
+            check("error" not in types, f"no error: {types}")
+            # the tool's output goes back; the next reply continues
+            evs = turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq((text, evs[-1]["response"]["status"]), ("It is sunny in Paris.", "completed"), "the reply after the tool")
+            r.send_json({"type": "conversation.item.retrieve", "item_id": call["id"]})
+            got = r.recv_event()
+            eq((got["type"], got["item"]["type"], got["item"]["name"]),
+               ("conversation.item.retrieved", "function_call", "get_weather"), "the call item kept")
+            # a malformed call: the item ends incomplete, an error names the reason
+            evs = turn(r, user)
+            errs = [e["error"] for e in evs if e["type"] == "error"]
+            eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
+            check("unterminated" in errs[0]["message"] or "bad_json" in errs[0]["message"] or
+                  "bad_fence" in errs[0]["message"], f"the reason: {errs[0]['message']}")
+            bad = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+            eq(bad[0]["item"]["status"], "incomplete", "the malformed call's item")
+            # an undeclared function: reported, no item
+            evs = turn(r, user)
+            errs = [e["error"] for e in evs if e["type"] == "error"]
+            eq(len(errs), 1, f"one error: {errs}")
+            check("tool_undeclared" in errs[0]["message"], f"the verdict: {errs[0]['message']}")
+            check(not any(e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+                          for e in evs), "no call item for an undeclared function")
+            r.close()
+    asyncio.run(go())
+
+
+def test_agents_tool_round_trip():
+    async def go():
+        async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                              debug={"scripted_output": TOOL_SCRIPT[:2]}) as srv:
+            res = node("agents_tool.cjs", f"wss://127.0.0.1:{srv.port}/v1/realtime?model=tiny", KEYS["acme"], tls=TLS)
+            eq(res["calls"], ["Paris"], "the tool ran once")
+            log(f"    {res}")
     asyncio.run(go())
 
 

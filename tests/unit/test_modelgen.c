@@ -604,6 +604,55 @@ static void test_bpe(void)
     fg_bpe_vocab_free(&v);
 }
 
+/* ---- chat markers ---- */
+
+/* --chat-markers: DeepSeek-V3's markers are single control tokens after BOS
+ * and EOS, within n_vocab; template-written markers encode to them, and they
+ * decode to nothing unless rendered. */
+static void test_chat_markers(void)
+{
+    fg_modelgen_spec s = fg_test_preset("tiny");
+    s.chat_markers = true;
+    char p[256];
+    fg_test_path(p, sizeof p, "chat.gguf");
+    if (!fg_test_write_spec(&s, p))
+        return;
+    fg_gguf_t *g = NULL;
+    fg_diag d = {{0}};
+    fg_tokenizer_t *tok = NULL;
+    CHECK(fg_gguf_open_file(p, &g, &d) == FG_OK);
+    if (g && fg_tokenizer_create(g, &tok, &d) == FG_OK) {
+        static const char *const marks[] = {
+            "<\xEF\xBD\x9CUser\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>",
+            "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+            "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>",
+            "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>",
+            "<\xEF\xBD\x9Ctool\xE2\x96\x81output\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+        };
+        for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+            const int32_t id = fg_tokenizer_special_id(tok, marks[i], strlen(marks[i]));
+            CHECK_MSG(id >= (int32_t)s.n_vocab - 11 && id < (int32_t)s.n_vocab, "marker %zu: id %d", i, (int)id);
+            int32_t ids[8];
+            size_t n = 0;
+            CHECK(fg_tokenizer_encode(tok, marks[i], strlen(marks[i]), false, true, ids, 8, &n) == FG_OK);
+            CHECK_MSG(n == 1 && ids[0] == id, "marker %zu encodes to %zu ids", i, n);
+            char out[64];
+            size_t nb = 99;
+            CHECK(fg_tokenizer_decode(tok, &id, 1, false, out, sizeof out, &nb) == FG_OK && nb == 0);
+            CHECK(fg_tokenizer_decode(tok, &id, 1, true, out, sizeof out, &nb) == FG_OK && nb == strlen(marks[i]));
+        }
+        /* BOS and EOS keep their place before the markers */
+        const char bos[] = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+        CHECK(fg_tokenizer_special_id(tok, bos, sizeof bos - 1) == (int32_t)s.n_vocab - 13);
+        fg_tokenizer_destroy(tok);
+    }
+    if (g)
+        fg_gguf_close(g);
+    unlink(p);
+    s.n_vocab = 258 + 10; /* no room for the eleven markers */
+    CHECK(fg_modelgen_write(&s, p, &d) == FG_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     if (!fg_test_dir_make("fg_modelgen"))
@@ -613,6 +662,7 @@ int main(void)
     test_determinism();
     test_variants();
     test_types_share_values();
+    test_chat_markers();
     rmdir(fg_test_dir);
     return TEST_DONE("test_modelgen");
 }

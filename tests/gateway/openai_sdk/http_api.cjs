@@ -118,7 +118,7 @@ const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
         'a bad role is a BadRequestError naming the field', String(e2));
   const e3 = await err(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
     tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }));
-  check(e3 instanceof OpenAI.BadRequestError && e3.param === 'tools', 'tools are refused, not dropped', String(e3));
+  check(e3 instanceof OpenAI.BadRequestError && e3.param === 'tools', 'tools on a model without DeepSeek\'s markers are refused, not dropped', String(e3));
   const e5 = await err(client.responses.create({ model: 'tiny', previous_response_id: r3.id, input: 'x' }));
   check(e5 instanceof OpenAI.NotFoundError, 'a store: false response cannot be continued', String(e5));
   out.errors = [e1.status, e2.status, e3.status, e4.status, e5.status];

@@ -1,0 +1,108 @@
+// The official openai npm client, unmodified, with function tools against
+// flashgate running the scripted output (test_openai_http.py
+// test_tools_over_http: the server's responses in order are a call, a text,
+// a call, a call, a text, a malformed call): chat.completions not streamed
+// (tool_calls, finish_reason "tool_calls") and continued with a role "tool"
+// message, streamed (tool_calls deltas), responses.create (a function_call
+// output item) continued with function_call_output via previous_response_id,
+// and a malformed call as the SDK's error. Prints one JSON line; exits 1 on
+// the first mismatch. Args: npm_dir base_url api_key
+const { createRequire } = require('module');
+const path = require('path');
+const [npmDir, baseURL, apiKey] = process.argv.slice(2);
+const req = createRequire(path.join(npmDir, 'x.js'));
+const { OpenAI } = req('openai');
+
+function fail(msg, extra) {
+  console.log(JSON.stringify({ ok: false, error: msg, extra }));
+  process.exit(1);
+}
+const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
+const ARGS = '{"city": "Paris"}';
+
+(async () => {
+  const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+  const out = { ok: true };
+  const chatTools = [{ type: 'function', function: { name: 'get_weather', description: 'The weather in a city.',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const user = { role: 'user', content: 'Weather in Paris?' };
+
+  // chat, not streamed: the call
+  const c1 = await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, messages: [user], tools: chatTools });
+  const ch = c1.choices[0];
+  check(ch.finish_reason === 'tool_calls', 'finish_reason', c1);
+  check(ch.message.tool_calls && ch.message.tool_calls.length === 1, 'one tool call', c1);
+  const tc = ch.message.tool_calls[0];
+  check(tc.type === 'function' && tc.function.name === 'get_weather' && tc.function.arguments === ARGS && tc.id,
+        'the call', tc);
+  check(ch.message.content === 'Let me check.', 'the text before the call', ch.message);
+  // its output goes back as a tool message; the reply continues
+  const c2 = await client.chat.completions.create({
+    model: 'tiny-chat', max_tokens: 200, tools: chatTools,
+    messages: [user, { role: 'assistant', content: null, tool_calls: [tc] },
+               { role: 'tool', tool_call_id: tc.id, content: '{"temp_c": 21}' }],
+  });
+  check(c2.choices[0].message.content === 'It is sunny in Paris.' && c2.choices[0].finish_reason === 'stop',
+        'the reply after the tool', c2);
+
+  // chat, streamed: tool_calls deltas joined as the SDK's docs show
+  const stream = await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, messages: [user],
+                                                        tools: chatTools, tool_choice: 'auto', stream: true });
+  const calls = [];
+  let finish = null, text = '';
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    if (choice.delta.content) text += choice.delta.content;
+    for (const d of choice.delta.tool_calls || []) {
+      if (!calls[d.index]) calls[d.index] = { id: d.id, name: '', arguments: '' };
+      if (d.function && d.function.name) calls[d.index].name += d.function.name;
+      if (d.function && d.function.arguments) calls[d.index].arguments += d.function.arguments;
+    }
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  check(finish === 'tool_calls' && calls.length === 1 && calls[0].name === 'get_weather' &&
+        calls[0].arguments === ARGS && calls[0].id, 'streamed tool_calls', { calls, finish });
+  check(text === 'Let me check.', 'streamed text', text);
+
+  // responses: a function_call output item, then function_call_output on the same conversation
+  const r1 = await client.responses.create({
+    model: 'tiny-chat', input: 'Weather in Paris?', max_output_tokens: 200,
+    tools: [{ type: 'function', name: 'get_weather', parameters: chatTools[0].function.parameters, strict: false }],
+  });
+  const fc = r1.output.find((o) => o.type === 'function_call');
+  check(fc && fc.name === 'get_weather' && fc.arguments === ARGS && fc.call_id && fc.status === 'completed',
+        'the function_call item', r1.output);
+  const r2 = await client.responses.create({
+    model: 'tiny-chat', previous_response_id: r1.id, max_output_tokens: 200,
+    input: [{ type: 'function_call_output', call_id: fc.call_id, output: '{"temp_c": 21}' }],
+  });
+  check(r2.output_text === 'It is sunny in Paris.', 'the reply after the tool output', r2.output);
+  check(r2.usage.input_tokens_details.cached_tokens > 0, 'the conversation kept its cache', r2.usage);
+
+  // a malformed call: the SDK's error with the reason
+  try {
+    await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, messages: [user], tools: chatTools });
+    fail('a malformed call was not reported');
+  } catch (e) {
+    check(e instanceof OpenAI.APIError && e.code === 'tool_call_invalid', 'the malformed call error',
+          { status: e.status, code: e.code, message: e.message });
+    out.malformed = e.message;
+  }
+  // unknown tool types and a bad tool_choice: clear 400s
+  for (const [body, param] of [
+    [{ tools: [{ type: 'web_search' }] }, 'tools[0]'],
+    [{ tools: chatTools, tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
+    [{ tool_choice: 'required' }, 'tool_choice'],
+  ]) {
+    try {
+      await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 2, messages: [user], ...body });
+      fail('accepted', body);
+    } catch (e) {
+      check(e instanceof OpenAI.BadRequestError && e.param && e.param.startsWith(param), 'a 400 naming ' + param,
+            { status: e.status, param: e.param, message: e.message });
+    }
+  }
+  out.call_id = tc.id;
+  console.log(JSON.stringify(out));
+})().catch((e) => fail('exception: ' + (e && e.stack || e)));
