@@ -1,6 +1,7 @@
-/* flashgate-modelgen: writes a deterministic random-weight deepseek2 GGUF.
+/* flashgate-modelgen: writes a deterministic deepseek2 GGUF, random weights or
+ * trained ones (--weights, from engine/tools/train/).
  *
- * Starts from a preset (tiny, flash-mini), applies the flags, prints the
+ * Starts from a preset (tiny, flash-mini, english), applies the flags, prints the
  * parameter counts and writes the file (engine/model/modelgen.h does the work).
  * Exit status: 0 on success, 1 when writing fails, 2 on a bad command line.
  */
@@ -21,7 +22,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: flashgate-modelgen --preset tiny|flash-mini --out PATH [options]\n"
+            "usage: flashgate-modelgen --preset tiny|flash-mini|english --out PATH [options]\n"
             "\n"
             "options:\n"
             "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32)\n"
@@ -32,6 +33,9 @@ static void usage(FILE *f)
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
             "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
             "  --layers N                 block count (leading dense blocks capped at N)\n"
+            "  --bpe-corpus FILE          train the BPE vocabulary on FILE instead of the built-in text\n"
+            "  --weights FILE             trained weights (FGW1, engine/model/modelgen.h) instead of random ones\n"
+            "  --from GGUF                vocabulary and weights of an F32 model of this preset (convert --type)\n"
             "  --help                     this text\n");
 }
 
@@ -56,6 +60,41 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* The whole file, NUL-terminated; NULL on any error. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = (n + 65536 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, 65536, f);
+        n += got;
+        if (got < 65536)
+            break;
+    }
+    int bad_read = ferror(f);
+    fclose(f);
+    if (bad_read) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
 static const char *type_name(uint32_t t)
 {
     switch (t) {
@@ -70,7 +109,8 @@ static const char *type_name(uint32_t t)
 int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
-               *seed = NULL, *layers = NULL;
+               *seed = NULL, *layers = NULL, *bpe_corpus = NULL, *weights = NULL,
+               *from = NULL;
     int no_q_lora = 0, tied = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -87,9 +127,10 @@ int main(int argc, char **argv)
             tied = 1;
             continue;
         }
-        static const char *const names[] = {"--preset", "--out", "--type", "--gating",
-                                            "--groups", "--yarn", "--seed", "--layers"};
-        const char **slots[] = {&preset, &out, &type, &gating, &groups, &yarn, &seed, &layers};
+        static const char *const names[] = {"--preset", "--out",    "--type",       "--gating",  "--groups", "--yarn",
+                                            "--seed",   "--layers", "--bpe-corpus", "--weights", "--from"};
+        const char **slots[] = {&preset, &out,    &type,       &gating,  &groups, &yarn,
+                                &seed,   &layers, &bpe_corpus, &weights, &from};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -108,13 +149,13 @@ int main(int argc, char **argv)
             return bad("unknown argument '%s'", a);
     }
     if (!preset)
-        return bad("%s", "--preset is required (tiny or flash-mini)");
+        return bad("%s", "--preset is required (tiny, flash-mini or english)");
     if (!out || !*out)
         return bad("%s", "--out PATH is required");
 
     fg_modelgen_spec spec;
     if (fg_modelgen_preset(preset, &spec) != FG_OK)
-        return bad("unknown preset '%s' (tiny, flash-mini)", preset);
+        return bad("unknown preset '%s' (tiny, flash-mini, english)", preset);
 
     if (type) {
         if (strcmp(type, "f32") == 0)
@@ -185,9 +226,29 @@ int main(int argc, char **argv)
             spec.n_layer_dense_lead = spec.n_layer;
     }
 
+    char *text = NULL;
+    if (bpe_corpus) {
+        size_t len = 0;
+        if (!(text = read_file(bpe_corpus, &len))) {
+            fprintf(stderr, "flashgate-modelgen: cannot read --bpe-corpus %s\n", bpe_corpus);
+            return 1;
+        }
+        spec.bpe_text = text;
+        spec.bpe_text_len = len;
+    }
+    if (weights)
+        spec.weights_path = weights;
+    if (from)
+        spec.source_path = from;
+    if (from && (weights || bpe_corpus)) {
+        free(text);
+        return bad("%s", "--from takes the vocabulary and weights: no --weights or --bpe-corpus with it");
+    }
+
     fg_diag diag = {{0}};
     if (fg_modelgen_validate(&spec, &diag) != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s\n", diag.msg);
+        free(text);
         return 2;
     }
 
@@ -205,6 +266,7 @@ int main(int argc, char **argv)
     double t0 = fg_clock_mono_s();
     fg_err e = fg_modelgen_write(&spec, out, &diag);
     double dt = fg_clock_mono_s() - t0;
+    free(text);
     if (e != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s (%s)\n", diag.msg, fg_err_name(e));
         return 1;
