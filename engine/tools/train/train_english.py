@@ -17,12 +17,13 @@ Stages (all under --work DIR, each deterministic given --seed):
      (our BPE trainer, random weights); its hyper-parameters and tensor list are the single
      source of the geometry here. flashgate-tokenize --docs turns both splits into ids
      (BOS document EOS, as the engine's prompts start with BOS).
-  3. training: AdamW, linear warm-up then cosine decay over --steps steps of --batch windows
-     of --seq tokens drawn from the training ids with the seeded generator. The selection
+  3. training: AdamW; the learning rate warms up linearly, stays, then decays linearly to a
+     tenth from --decay-from to --steps (steps of --batch windows of --seq tokens drawn from the
+     training ids with the seeded generator). With --max-minutes the decay starts when the
+     time budget is three quarters spent, and the log names the --steps/--decay-from that
+     reproduce the run. The selection
      biases (exp_probs_b) are not trained by gradient: as in DeepSeek-V3's auxiliary-loss-free
      balancing they move by --bias-rate against each expert's load after every step.
-     --max-minutes stops early (the log says at which step; only a run that reaches --steps
-     is reproducible from its command).
   4. export: weights.fgw (FGW1, engine/model/modelgen.h) in init.gguf's tensor order, then
      flashgate-modelgen --weights writes the GGUF in the requested type: the same writer,
      key names and tensor layout as every generated model.
@@ -316,11 +317,13 @@ def main():
     ap.add_argument("--type", default="f16", help="weight type of --out (f32, f16, bf16, q8_0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--until", type=int, default=0,
-                    help="stop after this step (0: --steps); the schedule still spans --steps")
+    ap.add_argument("--decay-from", type=int, default=0,
+                    help="step where the learning rate starts its linear decay (0: --steps x (1 - --decay-frac))")
+    ap.add_argument("--decay-frac", type=float, default=0.25)
     ap.add_argument("--max-minutes", type=float, default=0,
-                    help="stop early after this long (0: never); the log names the step, which --until "
-                         "reproduces")
+                    help="time budget (0: none): once (1 - --decay-frac) of it has passed, the decay starts at "
+                         "the current step and --steps shrinks to keep the same proportion; the log prints the "
+                         "--steps/--decay-from pair that reproduces the run exactly")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=4e-3)
@@ -358,11 +361,24 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(a.seed)
     t0 = time.time()
+    steps = a.steps
+    decay_from = a.decay_from or int(round(steps * (1 - a.decay_frac)))
+    timed = a.max_minutes > 0 and not a.decay_from
     step = 0
-    last = a.until if a.until else a.steps
-    for step in range(1, last + 1):
-        lr = a.lr * (step / a.warmup if step <= a.warmup else
-                     0.1 + 0.45 * (1 + math.cos(math.pi * (step - a.warmup) / max(1, a.steps - a.warmup))))
+    while step < steps:
+        step += 1
+        spent = time.time() - t0
+        if timed and a.warmup < step < decay_from and spent > a.max_minutes * 60 * (1 - a.decay_frac):
+            decay_from = step
+            steps = min(steps, step + int(round(step * a.decay_frac / (1 - a.decay_frac))))
+            print("time budget: decay from step %d to step %d (reproduce with --steps %d --decay-from %d)"
+                  % (decay_from, steps, steps, decay_from), flush=True)
+        if step <= a.warmup:
+            lr = a.lr * step / a.warmup
+        elif step <= decay_from:
+            lr = a.lr
+        else:
+            lr = a.lr * (1.0 - 0.9 * (step - decay_from) / max(1, steps - decay_from))
         for grp in opt.param_groups:
             grp["lr"] = lr
         off = torch.randint(0, len(train_ids) - a.seq - 1, (a.batch,), generator=gen)
@@ -387,13 +403,9 @@ def main():
                   flush=True)
             export(model, W("checkpoint.fgw.tmp"))   # a snapshot to try while training goes on
             os.replace(W("checkpoint.fgw.tmp"), W("checkpoint.fgw"))
-        if a.max_minutes and el > a.max_minutes * 60:
-            print("stopping at step %d of %d: --max-minutes %.1f reached (reproduce with --until %d)"
-                  % (step, a.steps, a.max_minutes, step), flush=True)
-            break
     hl = evaluate(model, held_ids, a.seq)
-    print("final: step %d, held-out loss %.4f, perplexity %.3f (all %d-token windows)"
-          % (step, hl, math.exp(hl), a.seq), flush=True)
+    print("final: step %d (--steps %d --decay-from %d), held-out loss %.4f, perplexity %.3f (all %d-token "
+          "windows)" % (step, steps, decay_from, hl, math.exp(hl), a.seq), flush=True)
     export(model, W("weights.fgw"))
     torch.save({"step": step, "bias": model.bias, "params": model.state_dict()}, W("final.pt"))
     run([os.path.join(a.bin, "flashgate-modelgen"), "--preset", "english", "--bpe-corpus", W("bpe.txt"),
