@@ -7,7 +7,8 @@ hold at least MIN_WORDS words, and at least MIN_KNOWN of them (lowercased) must 
 tests/english/words.txt: the training corpus's own dictionary (every lowercase word seen at
 least twice in it; /usr/share/dict/words is not installed on the build machines). The random
 models this replaces answer with byte salad, whose "words" are mostly fragments that no
-dictionary holds (measured: the tiny model scores about 0.3 on this check).
+dictionary holds (measured: the random tiny model's greedy reply has 6 of 13 known words,
+and fails; the trained model's has 8 of 8).
 
 Run: /usr/bin/python3 test_english_chat.py   (FG_BIN must hold flashgate and flashgate-cli)
 """
