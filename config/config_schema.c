@@ -92,7 +92,7 @@ const fg_cfg_key fg_cfg_keys[] = {
      .doc = "With TLS on: the same port also answers plain http:// and ws:// (for a proxy or a local "
             "client); false refuses them."},
 
-    K_STR(fg_config, "model.path", model.path, "models/flash-mini.gguf", FG_CFG_NONEMPTY,
+    K_STR(fg_config, "model.path", model.path, "models/flash-english.gguf", FG_CFG_NONEMPTY,
           "GGUF model file (architecture deepseek2 or deepseek4); a relative path is taken from the working "
           "directory."),
     K_ENUM(fg_config, "model.kv_format", model.kv_format, kv_format_names, FG_CONFIG_KV_AUTO,

@@ -8,6 +8,9 @@ foreach(name protocol_flow errors resume isolation backpressure shutdown concurr
   fg_add_test(gateway_${name} COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_${name}.py
               LABELS gateway FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
+# flashgate-cli chat on the committed English model answers in dictionary words
+fg_add_test(gateway_english_chat COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_english_chat.py
+            LABELS gateway TIMEOUT 300)
 # 1000 sessions at once: alone, so that the other tests do not slow it past its timeout
 set_tests_properties(gateway_concurrency PROPERTIES RUN_SERIAL TRUE)
 # The fault matrix (test_faults.py's table): Redis stopped and killed, the gateway killed,

@@ -62,9 +62,22 @@ endforeach()
 fg_add_test(reference_tiny-256 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh tiny-256.gguf
             LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 
-# Byte-exact greedy output of the tiny model (update with check_golden.sh --update).
-fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh
+# The committed trained model (models/flash-english.gguf, docs/english-model.md) against the
+# reference too: trained weights have logits of other magnitudes and structure than random ones.
+fg_add_test(reference_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh
+            ${CMAKE_SOURCE_DIR}/models/flash-english.gguf LABELS "model;reference" TIMEOUT 300)
+
+# Byte-exact greedy output of the tiny model and of the trained English model
+# (update with check_golden.sh [tiny|english] --update).
+fg_add_test(golden_tiny COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh tiny
             LABELS model FIXTURES_REQUIRED models)
+fg_add_test(golden_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.sh english
+            LABELS model)
+
+# Perplexity and top-1 agreement of the English model on the held-out text, per KV format and
+# weight type; the bounds (in the script) are the measured values plus a margin.
+fg_add_test(perplexity_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_perplexity_english.sh
+            LABELS model TIMEOUT 600)
 
 # Bad files and requests through the command line: clear errors, no crash.
 fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh

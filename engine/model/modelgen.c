@@ -128,10 +128,30 @@ fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out)
         s.n_expert_groups = 8;
         s.n_expert_groups_used = 4;
         s.weight_type = FG_GGML_Q8_0;
+    } else if (strcmp(name, "english") == 0) {
+        /* the trained default model's geometry, sized to learn in ~40 min on two
+         * busy CPU cores (docs/english-model.md) */
+        snprintf(s.name, sizeof s.name, "flashgate-flash-english");
+        s.n_vocab = 2048;
+        s.n_ctx = 2048;
+        s.n_embd = 128;
+        s.n_layer = 4;
+        s.n_layer_dense_lead = 1;
+        s.n_ff = 384;
+        s.n_head = 4;
+        s.q_lora_rank = 64;
+        s.kv_lora_rank = 64;
+        s.rope_dim = 16;
+        s.nope_dim = 32;
+        s.v_dim = 32;
+        s.n_expert = 8;
+        s.n_expert_used = 2;
+        s.n_ff_exp = 128;
+        s.weight_type = FG_GGML_F32;
     } else {
         return FG_ERR_INVALID_ARG;
     }
-    /* shared by both presets */
+    /* shared by all presets */
     s.rope_freq_base = 10000.0f;
     s.rms_eps = 1e-6f;
     s.yarn_log_mul = 0.1f;
@@ -225,6 +245,10 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->gating != FG_MODELGEN_GATING_SOFTMAX && s->gating != FG_MODELGEN_GATING_SIGMOID)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: gating = %u must be 1 (softmax) or 2 (sigmoid)",
                            s->gating);
+    if (s->weights_path && s->source_path)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: weights_path and source_path exclude each other");
+    if (s->bpe_text && !s->bpe_text_len)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: bpe_text is empty");
     if (!fg_modelgen_matrix_type(s->weight_type))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: weight_type = %u must be 0 (F32), 1 (F16), 30 (BF16) or 8 (Q8_0)",
@@ -432,6 +456,9 @@ typedef struct write_ctx {
     void *buf;            /* encoded tensor */
     float *chunk;         /* [CHUNK] generated values */
     double unit;          /* 1 / (2 * sqrt((65536^2 - 1) / 3)): irwin_hall4x2 -> N(0, 1) */
+    uint32_t n_tensors;   /* declared */
+    FILE *wf;             /* spec->weights_path, read in step with the plan; NULL: random */
+    fg_gguf_t *src;       /* spec->source_path; NULL: none */
 } write_ctx;
 
 static void declare_one(void *vctx, const fg_modelgen_tensor *t)
@@ -447,6 +474,77 @@ static void declare_one(void *vctx, const fg_modelgen_tensor *t)
     uint64_t nb = plan_bytes(t);
     if (nb > c->max_bytes)
         c->max_bytes = nb;
+    c->n_tensors++;
+}
+
+/* ---- trained weights (FGW1, see modelgen.h) ---- */
+
+static bool read_exact(FILE *f, void *dst, size_t n)
+{
+    return fread(dst, 1, n, f) == n;
+}
+
+static fg_err weights_open(write_ctx *c, const char *path)
+{
+    c->wf = fopen(path, "rb");
+    if (!c->wf)
+        return fg_diag_set(c->diag, FG_ERR_IO, "modelgen: cannot open weights file %s", path);
+    unsigned char magic[4];
+    uint32_t n = 0;
+    if (!read_exact(c->wf, magic, 4) || memcmp(magic, "FGW1", 4) != 0 || !read_exact(c->wf, &n, 4))
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: %s is not an FGW1 weights file (bad magic)", path);
+    if (n != c->n_tensors)
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG,
+                           "modelgen: %s holds %u tensors, the spec has %u (was it trained for this preset?)", path,
+                           n, c->n_tensors);
+    return FG_OK;
+}
+
+/* Reads the next tensor's header and checks it is t. */
+static fg_err weights_header(write_ctx *c, const fg_modelgen_tensor *t)
+{
+    uint32_t len = 0;
+    char name[sizeof t->name];
+    uint64_t n = 0;
+    if (!read_exact(c->wf, &len, 4) || len == 0 || len >= sizeof name || !read_exact(c->wf, name, len))
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: weights file: bad or missing name where %s belongs",
+                           t->name);
+    name[len] = '\0';
+    if (strcmp(name, t->name) != 0)
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: weights file has %s where %s belongs", name,
+                           t->name);
+    if (!read_exact(c->wf, &n, 8) || n != plan_elems(t))
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: weights file: %s has %llu values, the spec %llu",
+                           t->name, (unsigned long long)n, (unsigned long long)plan_elems(t));
+    return FG_OK;
+}
+
+/* The source GGUF's tensor t, which must be F32 with t's shape. */
+static fg_err source_tensor(write_ctx *c, const fg_modelgen_tensor *t, const float **out)
+{
+    const fg_gguf_tensor *st = fg_gguf_find_tensor(c->src, t->name);
+    if (!st)
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: source model has no tensor %s", t->name);
+    if (st->type != FG_GGML_F32 || st->ne[0] != t->ne[0] || st->ne[1] != t->ne[1] || st->ne[2] != t->ne[2] ||
+        st->ne[3] != 1)
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG,
+                           "modelgen: source tensor %s must be f32 of shape {%lld, %lld, %lld} (convert from the "
+                           "F32 model)",
+                           t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+    *out = st->data;
+    return FG_OK;
+}
+
+static fg_err weights_chunk(write_ctx *c, const fg_modelgen_tensor *t, float *x, int64_t m)
+{
+    if (!read_exact(c->wf, x, (size_t)m * sizeof *x))
+        return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: weights file ends inside %s", t->name);
+    for (int64_t i = 0; i < m; i++) {
+        if (!isfinite(x[i]))
+            return fg_diag_set(c->diag, FG_ERR_INVALID_ARG, "modelgen: weights file: %s has a non-finite value",
+                               t->name);
+    }
+    return FG_OK;
 }
 
 static void encode_chunk(uint32_t type, const float *x, int64_t n, void *dst)
@@ -512,12 +610,24 @@ static void write_one(void *vctx, const fg_modelgen_tensor *t)
     unsigned char *dst = c->buf;
     uint32_t block_elems = 1, block_bytes = 4;
     (void)fg_ggml_type_size(t->type, &block_elems, &block_bytes);
+    if (c->wf && (c->err = weights_header(c, t)))
+        return;
+    const float *from = NULL;
+    if (c->src && (c->err = source_tensor(c, t, &from)))
+        return;
     for (uint64_t off = 0; off < n; off += CHUNK) {
         int64_t m = (int64_t)(n - off < CHUNK ? n - off : CHUNK);
-        for (int64_t i = 0; i < m; i++) {
-            /* separate statements: no fused multiply-add may change the bytes */
-            double z = (double)irwin_hall4x2(splitmix64(&state)) * scale;
-            c->chunk[i] = (float)(t->mean + z);
+        if (from) {
+            memcpy(c->chunk, from + off, (size_t)m * sizeof *c->chunk);
+        } else if (c->wf) {
+            if ((c->err = weights_chunk(c, t, c->chunk, m)))
+                return;
+        } else {
+            for (int64_t i = 0; i < m; i++) {
+                /* separate statements: no fused multiply-add may change the bytes */
+                double z = (double)irwin_hall4x2(splitmix64(&state)) * scale;
+                c->chunk[i] = (float)(t->mean + z);
+            }
         }
         /* CHUNK and every block-typed row are whole blocks, so a chunk starts on a block */
         encode_chunk(t->type, c->chunk, m, dst + off / block_elems * block_bytes);
@@ -660,6 +770,69 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
     return e ? e : add_vocab(w, bpe, s->chat_markers, err_key);
 }
 
+/* The vocabulary of a GGUF this generator wrote (bytes, merges, BOS, EOS) as
+ * an fg_bpe_vocab, so a conversion keeps it exactly. */
+static fg_err vocab_from_gguf(const fg_gguf_t *g, uint32_t n_vocab, fg_bpe_vocab *v, fg_diag *diag)
+{
+    memset(v, 0, sizeof *v);
+    fg_gguf_vtype et;
+    uint64_t n_tok = 0, n_merge = 0;
+    if (fg_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok) || et != FG_GGUF_STRING ||
+        fg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merge) || et != FG_GGUF_STRING)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: source model has no tokenizer.ggml tokens/merges");
+    if (n_tok != n_vocab || n_merge + FG_BPE_BYTE_TOKENS + 2 != n_tok)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                           "modelgen: source vocabulary (%llu tokens, %llu merges) is not this spec's (%u tokens)",
+                           (unsigned long long)n_tok, (unsigned long long)n_merge, n_vocab);
+    v->n_tokens = (uint32_t)n_tok - 2;
+    v->n_merges = (uint32_t)n_merge;
+    v->text = calloc(v->n_tokens, sizeof *v->text);
+    v->merge = calloc(v->n_merges ? v->n_merges : 1, sizeof *v->merge);
+    if (!v->text || !v->merge) {
+        fg_bpe_vocab_free(v);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "modelgen: out of memory for the source vocabulary");
+    }
+    fg_gguf_str t;
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
+        if (fg_gguf_get_arr_str(g, "tokenizer.ggml.tokens", i, &t) || !(v->text[i] = malloc(t.len + 1))) {
+            fg_bpe_vocab_free(v);
+            return fg_diag_set(diag, FG_ERR_NOMEM, "modelgen: out of memory for the source vocabulary");
+        }
+        memcpy(v->text[i], t.ptr, t.len);
+        v->text[i][t.len] = '\0';
+    }
+    /* merge i made token 256 + i from two earlier tokens: find them by text */
+    for (uint32_t i = 0; i < v->n_merges; i++) {
+        const uint32_t made = FG_BPE_BYTE_TOKENS + i;
+        fg_gguf_str m;
+        bool ok = fg_gguf_get_arr_str(g, "tokenizer.ggml.merges", i, &m) == FG_OK;
+        const char *sp = ok ? memchr(m.ptr, ' ', m.len) : NULL;
+        ok = sp != NULL;
+        for (uint32_t side = 0; ok && side < 2; side++) {
+            const char *p = side ? sp + 1 : m.ptr;
+            size_t len = side ? (size_t)(m.ptr + m.len - sp - 1) : (size_t)(sp - m.ptr);
+            uint32_t id = 0;
+            while (id < made && !(strlen(v->text[id]) == len && memcmp(v->text[id], p, len) == 0))
+                id++;
+            v->merge[i][side] = id;
+            ok = id < made;
+        }
+        if (ok) {
+            const char *l = v->text[v->merge[i][0]], *r = v->text[v->merge[i][1]];
+            size_t ll = strlen(l);
+            ok = strncmp(v->text[made], l, ll) == 0 && strcmp(v->text[made] + ll, r) == 0;
+        }
+        if (!ok) {
+            fg_bpe_vocab_free(v);
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "modelgen: source merge %u does not make token %u from earlier tokens (not a "
+                               "vocabulary this generator wrote)",
+                               i, made);
+        }
+    }
+    return FG_OK;
+}
+
 fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag *diag)
 {
     fg_err e = fg_modelgen_validate(spec, diag);
@@ -668,16 +841,25 @@ fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag
     if (!path || !*path)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: empty output path");
 
-    fg_bpe_vocab bpe;
-    size_t corpus_len = 0;
-    const char *corpus = fg_bpe_builtin_corpus(&corpus_len);
-    if ((e = fg_bpe_train(corpus, corpus_len,
-                          spec->n_vocab - FG_BPE_BYTE_TOKENS - 2 - (spec->chat_markers ? (uint32_t)N_CHAT_MARKERS : 0),
-                          &bpe, diag)))
-        return e;
-
     write_ctx c;
     memset(&c, 0, sizeof c);
+    fg_bpe_vocab bpe;
+    if (spec->source_path) {
+        if ((e = fg_gguf_open_file(spec->source_path, &c.src, diag)))
+            return e;
+        if ((e = vocab_from_gguf(c.src, spec->n_vocab, &bpe, diag))) {
+            fg_gguf_close(c.src);
+            return e;
+        }
+    } else {
+        size_t corpus_len = spec->bpe_text_len;
+        const char *corpus = spec->bpe_text ? spec->bpe_text : fg_bpe_builtin_corpus(&corpus_len);
+        if ((e = fg_bpe_train(corpus, corpus_len,
+                              spec->n_vocab - FG_BPE_BYTE_TOKENS - 2 - (spec->chat_markers ? (uint32_t)N_CHAT_MARKERS : 0),
+                              &bpe, diag)))
+            return e;
+    }
+
     c.spec = spec;
     c.diag = diag;
     c.unit = 0.5 / sqrt((65536.0 * 65536.0 - 1.0) / 3.0);
@@ -698,16 +880,26 @@ fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag
                         (unsigned long long)c.max_bytes);
         goto done;
     }
+    if (spec->weights_path && (e = weights_open(&c, spec->weights_path)))
+        goto done;
     if ((e = fg_gguf_writer_begin_data(c.w, diag)))
         goto done;
     plan_visit(spec, write_one, &c);
     if ((e = c.err))
         goto done;
+    if (c.wf && fgetc(c.wf) != EOF) {
+        e = fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: weights file %s has bytes after the last tensor",
+                        spec->weights_path);
+        goto done;
+    }
     e = fg_gguf_writer_finish(c.w, diag);
 
 done:
     if (c.w)
         fg_gguf_writer_destroy(c.w); /* after finish: frees; before: removes the temp file */
+    if (c.wf)
+        fclose(c.wf);
+    fg_gguf_close(c.src);
     free(c.buf);
     free(c.chunk);
     fg_bpe_vocab_free(&bpe);

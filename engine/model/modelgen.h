@@ -34,6 +34,7 @@
 #define FG_MODELGEN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config/fg_error.h"
@@ -117,13 +118,27 @@ typedef struct fg_modelgen_spec {
                                     * (deepseek4: the dense ones; v4 below has the rest) */
     uint64_t seed;
     fg_modelgen_v4 v4;             /* deepseek4 only */
+    /* sources (NULL: the built-in BPE text; random weights from seed) */
+    const char *bpe_text;          /* text to train the BPE merges on, bpe_text_len bytes */
+    size_t bpe_text_len;
+    const char *weights_path;      /* trained weights, an FGW1 file (below), instead of random ones */
+    const char *source_path;       /* an F32 GGUF of the same spec (a trained model): its vocabulary
+                                    * and weights, re-encoded to weight_type (bpe_text is unused) */
 } fg_modelgen_spec;
 
+/* FGW1 weights file (little-endian; what engine/tools/train/ writes): magic
+ * "FGW1", u32 n_tensors, then per tensor in the file's tensor order: u32
+ * name_len, the name (no NUL), u64 n_elems, f32[n_elems] in ggml order (ne[0]
+ * fastest). Names, counts and order must match the spec's tensors exactly;
+ * the values are encoded to each tensor's type as random ones would be. */
+
 /* Fills *out with a preset: "tiny" (~1.8M params, F32, for tests),
- * "flash-mini" (~380M total / ~60M active, Q8_0, for demos and benchmarks),
- * "v4-tiny" (deepseek4, ~0.5M, F32, for tests) or "v4-mini" (deepseek4,
- * ~430M total / ~88M active, MXFP4 experts, Q8_0 and BF16 as llama.cpp's
- * converter writes them; docs/engine.md, "Generated models").
+ * "flash-mini" (~380M total / ~60M active, Q8_0, for benchmarks),
+ * "english" (the geometry of the trained default model, models/flash-english.gguf;
+ * F32 here, docs/english-model.md), "v4-tiny" (deepseek4, ~0.5M, F32, for
+ * tests) or "v4-mini" (deepseek4, ~430M total / ~88M active, MXFP4 experts,
+ * Q8_0 and BF16 as llama.cpp's converter writes them; docs/engine.md,
+ * "Generated models").
  * Errors: FG_ERR_INVALID_ARG (NULL or unknown name). */
 fg_err fg_modelgen_preset(const char *name, fg_modelgen_spec *out);
 

@@ -42,7 +42,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: flashgate-generate [options]\n"
-            "  -m, --model PATH        GGUF model (default models/flash-mini.gguf)\n"
+            "  -m, --model PATH        GGUF model (default models/flash-english.gguf)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -f, --prompt-file PATH  read the prompt from a file\n"
             "      --tokens LIST       prompt as comma-separated token ids (no BOS added)\n"
@@ -110,7 +110,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"logits-out", required_argument, 0, O_LOGITS}, {"print-ids", no_argument, 0, O_IDS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fg_engine_options_default(&o->eng);
-    o->eng.model_path = "models/flash-mini.gguf";
+    o->eng.model_path = "models/flash-english.gguf";
     o->n_predict = 64;
     o->sampling = fg_sampling_default();
     int c;

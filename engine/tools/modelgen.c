@@ -1,8 +1,9 @@
-/* flashgate-modelgen: writes a deterministic random-weight deepseek2 or
- * deepseek4 GGUF.
+/* flashgate-modelgen: writes a deterministic deepseek2 or deepseek4 GGUF,
+ * random weights or, for deepseek2, trained ones (--weights, from
+ * engine/tools/train/).
  *
- * Starts from a preset (tiny, flash-mini: deepseek2; v4-tiny, v4-mini:
- * deepseek4), applies the flags, prints the
+ * Starts from a preset (tiny, flash-mini, english: deepseek2; v4-tiny,
+ * v4-mini: deepseek4), applies the flags, prints the
  * parameter counts and writes the file (engine/model/modelgen.h does the work).
  * Exit status: 0 on success, 1 when writing fails, 2 on a bad command line.
  */
@@ -23,7 +24,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: flashgate-modelgen --preset tiny|flash-mini|v4-tiny|v4-mini --out PATH [options]\n"
+            "usage: flashgate-modelgen --preset tiny|flash-mini|english|v4-tiny|v4-mini --out PATH [options]\n"
             "\n"
             "options:\n"
             "  --type f32|f16|bf16|q8_0   type of the weight matrices (norms and router stay f32;\n"
@@ -45,7 +46,10 @@ static void usage(FILE *f)
             "  --no-q-lora                plain attn_q instead of the q-LoRA pair (\"lite\" layout)\n"
             "  --tied                     tie the output head to token_embd (no output.weight)\n"
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
-            "  --layers N                 block count (leading dense blocks capped at N)\n");
+            "  --layers N                 block count (leading dense blocks capped at N)\n"
+            "  --bpe-corpus FILE          train the BPE vocabulary on FILE instead of the built-in text\n"
+            "  --weights FILE             trained weights (FGW1, engine/model/modelgen.h) instead of random ones\n"
+            "  --from GGUF                vocabulary and weights of an F32 model of this preset (convert --type)\n");
 }
 
 static int bad(const char *fmt, const char *arg)
@@ -77,6 +81,41 @@ static const struct {
     {"q8_0", FG_GGML_Q8_0}, {"mxfp4", FG_GGML_MXFP4},
 };
 
+/* The whole file, NUL-terminated; NULL on any error. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = (n + 65536 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, 65536, f);
+        n += got;
+        if (got < 65536)
+            break;
+    }
+    int bad_read = ferror(f);
+    fclose(f);
+    if (bad_read) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
 static const char *type_name(uint32_t t)
 {
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
@@ -101,7 +140,7 @@ int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
                *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
-               *hash_layers = NULL;
+               *hash_layers = NULL, *bpe_corpus = NULL, *weights = NULL, *from = NULL;
     int no_q_lora = 0, tied = 0, chat_markers = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -122,11 +161,12 @@ int main(int argc, char **argv)
             chat_markers = 1;
             continue;
         }
-        static const char *const names[] = {"--preset", "--out",  "--type", "--gating",    "--groups",
-                                            "--yarn",   "--seed", "--layers", "--embd", "--embd-type",
-                                            "--expert-type", "--hash-layers"};
-        const char **slots[] = {&preset, &out,  &type,      &gating,      &groups,      &yarn,
-                                &seed,   &layers, &embd, &embd_type, &expert_type, &hash_layers};
+        static const char *const names[] = {"--preset",      "--out",         "--type",       "--gating",
+                                            "--groups",      "--yarn",        "--seed",       "--layers",
+                                            "--embd",        "--embd-type",   "--expert-type", "--hash-layers",
+                                            "--bpe-corpus",  "--weights",     "--from"};
+        const char **slots[] = {&preset, &out,  &type,      &gating,      &groups,      &yarn,       &seed,    &layers,
+                                &embd,   &embd_type, &expert_type, &hash_layers, &bpe_corpus, &weights, &from};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -145,25 +185,26 @@ int main(int argc, char **argv)
             return bad("unknown argument '%s'", a);
     }
     if (!preset)
-        return bad("%s", "--preset is required (tiny, flash-mini, v4-tiny or v4-mini)");
+        return bad("%s", "--preset is required (tiny, flash-mini, english, v4-tiny or v4-mini)");
     if (!out || !*out)
         return bad("%s", "--out PATH is required");
 
     fg_modelgen_spec spec;
     if (fg_modelgen_preset(preset, &spec) != FG_OK)
-        return bad("unknown preset '%s' (tiny, flash-mini, v4-tiny, v4-mini)", preset);
+        return bad("unknown preset '%s' (tiny, flash-mini, english, v4-tiny, v4-mini)", preset);
     const int v4 = spec.arch == FG_MODELGEN_DEEPSEEK4;
     /* an option the architecture has no use for is refused, not ignored */
     const struct {
         const char *flag;
         int given;
     } v2_only[] = {{"--gating", gating != NULL}, {"--groups", groups != NULL}, {"--yarn", yarn != NULL},
-                   {"--layers", layers != NULL}, {"--no-q-lora", no_q_lora}, {"--tied", tied}},
+                   {"--layers", layers != NULL}, {"--no-q-lora", no_q_lora}, {"--tied", tied},
+                   {"--bpe-corpus", bpe_corpus != NULL}, {"--weights", weights != NULL}, {"--from", from != NULL}},
       v4_only[] = {{"--embd-type", embd_type != NULL}, {"--expert-type", expert_type != NULL},
                    {"--hash-layers", hash_layers != NULL}};
     for (size_t k = 0; v4 && k < sizeof v2_only / sizeof v2_only[0]; k++)
         if (v2_only[k].given)
-            return bad("%s is for the deepseek2 presets (tiny, flash-mini)", v2_only[k].flag);
+            return bad("%s is for the deepseek2 presets (tiny, flash-mini, english)", v2_only[k].flag);
     for (size_t k = 0; !v4 && k < sizeof v4_only / sizeof v4_only[0]; k++)
         if (v4_only[k].given)
             return bad("%s is for the deepseek4 presets (v4-tiny, v4-mini)", v4_only[k].flag);
@@ -250,10 +291,29 @@ int main(int argc, char **argv)
             return bad("--embd wants an integer in 1..65536, not '%s'", embd);
         spec.n_embd = (uint32_t)v;
     }
+    char *text = NULL;
+    if (bpe_corpus) {
+        size_t len = 0;
+        if (!(text = read_file(bpe_corpus, &len))) {
+            fprintf(stderr, "flashgate-modelgen: cannot read --bpe-corpus %s\n", bpe_corpus);
+            return 1;
+        }
+        spec.bpe_text = text;
+        spec.bpe_text_len = len;
+    }
+    if (weights)
+        spec.weights_path = weights;
+    if (from)
+        spec.source_path = from;
+    if (from && (weights || bpe_corpus)) {
+        free(text);
+        return bad("%s", "--from takes the vocabulary and weights: no --weights or --bpe-corpus with it");
+    }
 
     fg_diag diag = {{0}};
     if (fg_modelgen_validate(&spec, &diag) != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s\n", diag.msg);
+        free(text);
         return 2;
     }
 
@@ -283,6 +343,7 @@ int main(int argc, char **argv)
     double t0 = fg_clock_mono_s();
     fg_err e = fg_modelgen_write(&spec, out, &diag);
     double dt = fg_clock_mono_s() - t0;
+    free(text);
     if (e != FG_OK) {
         fprintf(stderr, "flashgate-modelgen: %s (%s)\n", diag.msg, fg_err_name(e));
         return 1;

@@ -3,11 +3,12 @@
 # a 16-token prompt plus 32 greedy steps, F32 cache; every position's logits
 # within 1e-4 and every greedy token identical (no near-tie allowance).
 # Usage: check_reference.sh MODEL_FILE [TOL TIE_MARGIN MEDIAN_TOL]   (a file in
-# $FG_TEST_DATA; TOL and TIE_MARGIN default to 1e-4 and 0, for the F32 models;
+# $FG_TEST_DATA or an absolute path; TOL and TIE_MARGIN default to 1e-4 and 0, for the F32 models;
 # MEDIAN_TOL bounds the median position's max |dlogit| as well)
 set -euo pipefail
 : "${FG_BIN:?run through ctest}" "${FG_TEST_DATA:?}" "${FG_SOURCE_DIR:?}"
 model=$FG_TEST_DATA/$1
+[[ $1 == /* ]] && model=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prompt=257,3,104,101,108,108,111,32,119,111,114,108,100,46,10,42
