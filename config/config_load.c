@@ -14,6 +14,8 @@
  */
 #include "config/config_schema.h"
 
+#include "config/base/file.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -376,41 +378,13 @@ fg_err fg_config_load_string(fg_config *c, const char *json, size_t len, fg_diag
 /* Reads the whole file into a heap buffer. */
 static fg_err read_file(const char *path, char **out, size_t *out_len, fg_diag *d)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fg_diag_set(d, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    fg_err e = buf ? FG_OK : fg_diag_set(d, FG_ERR_NOMEM, "%s: out of memory", path);
-    while (!e) {
-        if (len == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                e = fg_diag_set(d, FG_ERR_IO, "%s: larger than %u MiB; not a config file", path, MAX_FILE_BYTES >> 20);
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                e = fg_diag_set(d, FG_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        const size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                e = fg_diag_set(d, FG_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (e) {
-        free(buf);
-        return e;
-    }
-    *out = buf;
-    *out_len = len;
+    const int err = fg_file_read(path, MAX_FILE_BYTES, out, out_len);
+    if (err == EFBIG)
+        return fg_diag_set(d, FG_ERR_IO, "%s: larger than %u MiB; not a config file", path, MAX_FILE_BYTES >> 20);
+    if (err == ENOMEM)
+        return fg_diag_set(d, FG_ERR_NOMEM, "%s: out of memory", path);
+    if (err)
+        return fg_diag_set(d, FG_ERR_IO, "cannot read %s: %s", path, strerror(err));
     return FG_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 
 #include "config/base/clock.h"
+#include "config/base/file.h"
 #include "engine/model/gguf.h"
 #include "engine/model/modelgen.h"
 
@@ -80,41 +82,6 @@ static const struct {
     {"f32", FG_GGML_F32},   {"f16", FG_GGML_F16},     {"bf16", FG_GGML_BF16},
     {"q8_0", FG_GGML_Q8_0}, {"mxfp4", FG_GGML_MXFP4},
 };
-
-/* The whole file, NUL-terminated; NULL on any error. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = (n + 65536 + 1) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (got < 65536)
-            break;
-    }
-    int bad_read = ferror(f);
-    fclose(f);
-    if (bad_read) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 static const char *type_name(uint32_t t)
 {
@@ -294,7 +261,7 @@ int main(int argc, char **argv)
     char *text = NULL;
     if (bpe_corpus) {
         size_t len = 0;
-        if (!(text = read_file(bpe_corpus, &len))) {
+        if (fg_file_read(bpe_corpus, SIZE_MAX - 1, &text, &len)) {
             fprintf(stderr, "flashgate-modelgen: cannot read --bpe-corpus %s\n", bpe_corpus);
             return 1;
         }

@@ -10,10 +10,12 @@
  *
  * Exit status: 0 on success, 1 on an error, 2 on a bad command line.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/file.h"
 #include "engine/model/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -31,37 +33,6 @@ static int fail(const char *what, const char *arg)
 {
     fprintf(stderr, "flashgate-tokenize: %s%s\n", what, arg ? arg : "");
     return 1;
-}
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    do {
-        if (n + 65536 > cap) {
-            cap = (n + 65536) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        got = fread(buf + n, 1, 65536, f);
-        n += got;
-    } while (got == 65536);
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 /* Encodes text[0..len) (plus BOS/EOS when bos/eos >= 0) and appends it to out. */
@@ -132,8 +103,8 @@ int main(int argc, char **argv)
     }
     fg_gguf_close(g);
     size_t len = 0;
-    char *text = read_all(in, &len);
-    if (!text) {
+    char *text = NULL;
+    if (fg_file_read(in, SIZE_MAX - 1, &text, &len)) {
         fg_tokenizer_destroy(tok);
         return fail("cannot read ", in);
     }

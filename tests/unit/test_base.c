@@ -1,8 +1,13 @@
 /* test_base.c: the base layer (config/base/): names, FNV-1a, the intrusive
  * list, the token vector, the clocks and random bytes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/base/clock.h"
+#include "config/base/file.h"
 #include "config/base/hash64.h"
 #include "config/base/list.h"
 #include "config/base/name.h"
@@ -102,6 +107,31 @@ static void test_clock_random(void)
     CHECK(fg_random_seed() != fg_random_seed());
 }
 
+/* The whole file, NUL-terminated, across the reader's growth steps; the limit
+ * and a missing file give their errno and allocate nothing. */
+static void test_file_read(void)
+{
+    char path[] = "/tmp/fg_base_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    static char data[10000];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (char)('a' + i % 26);
+    CHECK(write(fd, data, sizeof data) == (ssize_t)sizeof data);
+    close(fd);
+    char *buf = NULL;
+    size_t len = 0;
+    CHECK(fg_file_read(path, sizeof data, &buf, &len) == 0);
+    CHECK(buf && len == sizeof data && memcmp(buf, data, len) == 0 && buf[len] == 0);
+    free(buf);
+    buf = NULL;
+    CHECK(fg_file_read(path, sizeof data - 1, &buf, &len) == EFBIG && buf == NULL);
+    unlink(path);
+    CHECK(fg_file_read(path, sizeof data, &buf, &len) == ENOENT && buf == NULL);
+}
+
 int main(void)
 {
     test_name();
@@ -109,5 +139,6 @@ int main(void)
     test_list();
     test_tokens();
     test_clock_random();
+    test_file_read();
     return TEST_DONE("test_base");
 }
