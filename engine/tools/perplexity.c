@@ -157,7 +157,7 @@ int main(int argc, char **argv)
 {
     const char *ids_path = NULL, *models[MAX_MODELS], *kv_list = "f32,f16,int8,fp8,fp4";
     int n_models = 0, ctx = 128, threads = 1, positions = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -184,7 +184,6 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        i++;
     }
     if (!ids_path || n_models == 0) {
         usage(stderr);
