@@ -175,14 +175,9 @@ static const gw_oa_surface chat_surface = {chat_started, chat_text, chat_done, c
 
 void gw_openai_chat(fg_gateway_t *gw, gw_http_req *req)
 {
-    if (strcmp(gw_http_method(req), "POST") != 0)
-        return gw_openai_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "use POST");
-    const int tenant = gw_tenant_by_key(gw, gw_http_bearer(req));
+    const int tenant = gw_openai_admit(gw, req, "POST", 1);
     if (tenant < 0)
-        return gw_openai_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
-                               "missing or unknown API key (Authorization: Bearer KEY)");
-    if (gw->draining)
-        return gw_openai_error(req, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return;
     chat *ch = calloc(1, sizeof *ch);
     gw_oa_call *c = ch ? gw_oa_call_new(gw, req, tenant, &chat_surface, ch) : NULL;
     if (!c) {

@@ -53,6 +53,27 @@ static int put_model(const fg_gateway_t *gw, char *out, size_t cap)
                     fg_log_str(id, sizeof id, gw->model_id), (long long)gw->started_unix);
 }
 
+int gw_openai_admit(fg_gateway_t *gw, gw_http_req *req, const char *method, int starts_work)
+{
+    if (strcmp(gw_http_method(req), method) != 0) {
+        char use[16];
+        snprintf(use, sizeof use, "use %s", method);
+        gw_openai_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, use);
+        return -1;
+    }
+    const int tenant = gw_tenant_by_key(gw, gw_http_bearer(req));
+    if (tenant < 0) {
+        gw_openai_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
+                        "missing or unknown API key (Authorization: Bearer KEY)");
+        return -1;
+    }
+    if (starts_work && gw->draining) {
+        gw_openai_error(req, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return -1;
+    }
+    return tenant;
+}
+
 int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
 {
     const char *path = gw_http_path(req);
@@ -66,15 +87,8 @@ int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
     }
     if (strcmp(path, "/v1/models") != 0 && strncmp(path, "/v1/models/", 11) != 0)
         return 0;
-    if (strcmp(gw_http_method(req), "GET") != 0) {
-        gw_openai_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "use GET");
+    if (gw_openai_admit(gw, req, "GET", 0) < 0)
         return 1;
-    }
-    if (gw_tenant_by_key(gw, gw_http_bearer(req)) < 0) {
-        gw_openai_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "missing or unknown API key (Authorization: Bearer KEY)");
-        return 1;
-    }
     char model[256], body[320];
     put_model(gw, model, sizeof model);
     if (!strcmp(path, "/v1/models")) {

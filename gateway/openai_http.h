@@ -14,6 +14,11 @@ const char *gw_openai_model_id(const fg_gateway_t *gw);
 /* Returns 1 when the path is an OpenAI route (then answered), 0 otherwise. */
 int gw_openai_route(fg_gateway_t *gw, gw_http_req *req);
 
+/* The checks every OpenAI route makes first: the method, the API key, and
+ * (for a call that starts work, starts_work) the drain. Returns the tenant,
+ * or -1 after answering the request with OpenAI's error. */
+int gw_openai_admit(fg_gateway_t *gw, gw_http_req *req, const char *method, int starts_work);
+
 /* Sends {"error":{"message","type","param","code"}} with status; param NULL is null. */
 void gw_openai_error(gw_http_req *req, unsigned status, const char *type, const char *code, const char *param,
                      const char *message);
