@@ -72,6 +72,27 @@ static inline void test_tokens(int32_t *t, int n, int n_vocab, unsigned seed)
     }
 }
 
+/* Drains a serving-mode session's pending events: tokens into got[cap]
+ * (counted in *n_got), whether it waited for KV, and its DONE event. */
+static inline void fg_test_drain(fg_session_t *s, int32_t *got, int *n_got, int cap, bool *done, bool *waited,
+                                 fg_event *last)
+{
+    fg_event ev[16];
+    char text[8192];
+    int n;
+    while ((n = fg_session_poll(s, ev, 16, text, sizeof text)) > 0)
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == FG_EVENT_TOKEN && *n_got < cap)
+                got[(*n_got)++] = ev[i].token;
+            if (ev[i].type == FG_EVENT_WAITING)
+                *waited = true;
+            if (ev[i].type == FG_EVENT_DONE) {
+                *done = true;
+                *last = ev[i];
+            }
+        }
+}
+
 /* Greedy tokens of a prompt alone on a direct-mode engine: the prompt as
  * input, each later token as a sampled one (the serving engine's forms),
  * stopping at EOS or max_tokens as the serving engine does. Returns the

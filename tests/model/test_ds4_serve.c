@@ -202,20 +202,7 @@ static void start(fg_engine_t *e, run *r, const char *stop)
 
 static void drain(run *r)
 {
-    fg_event ev[16];
-    char text[8192];
-    int n;
-    while ((n = fg_session_poll(r->s, ev, 16, text, sizeof text)) > 0)
-        for (int i = 0; i < n; i++) {
-            if (ev[i].type == FG_EVENT_TOKEN && r->n_got < MAXGEN)
-                r->got[r->n_got++] = ev[i].token;
-            if (ev[i].type == FG_EVENT_WAITING)
-                r->waited = true;
-            if (ev[i].type == FG_EVENT_DONE) {
-                r->done = true;
-                r->last = ev[i];
-            }
-        }
+    fg_test_drain(r->s, r->got, &r->n_got, MAXGEN, &r->done, &r->waited, &r->last);
 }
 
 static bool wait_all(run *runs, int n)

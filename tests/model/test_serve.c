@@ -97,20 +97,7 @@ static void start(fg_engine_t *e, run *r, uint32_t tenant)
 /* Drains one session's events. */
 static void drain(run *r)
 {
-    fg_event ev[16];
-    char text[8192];
-    int n;
-    while ((n = fg_session_poll(r->s, ev, 16, text, sizeof text)) > 0)
-        for (int i = 0; i < n; i++) {
-            if (ev[i].type == FG_EVENT_TOKEN && r->n_got < MAXGEN)
-                r->got[r->n_got++] = ev[i].token;
-            if (ev[i].type == FG_EVENT_WAITING)
-                r->waited = true;
-            if (ev[i].type == FG_EVENT_DONE) {
-                r->done = true;
-                r->last = ev[i];
-            }
-        }
+    fg_test_drain(r->s, r->got, &r->n_got, MAXGEN, &r->done, &r->waited, &r->last);
 }
 
 /* Polls every unfinished run (except `skip`) until all are done; gives up
