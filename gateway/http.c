@@ -459,17 +459,26 @@ void gw_http_error(gw_http_req *req, unsigned status, const char *code, const ch
     gw_http_reply(req, status, body);
 }
 
+
+/* The reply's status line and headers: no caching, and the connection closes
+ * after it (one request per connection). len: the body's length, or
+ * LWS_ILLEGAL_HTTP_CONTENT_LEN for a stream. */
+static int write_headers(struct lws *wsi, const gw_http_req *req, lws_filepos_t len)
+{
+    unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
+    return lws_add_http_common_headers(wsi, req->status, req->content_type, len, &p, end) ||
+           lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p,
+                                        end) ||
+           lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end) ||
+           lws_finalize_write_http_header(wsi, start, &p, end);
+}
+
 static int stream_writable(gw_http_req *req)
 {
     struct lws *wsi = req->wsi;
     if (req->stage == 1) {
-        unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
         /* no length: the body ends when the connection closes (one request per connection) */
-        if (lws_add_http_common_headers(wsi, req->status, req->content_type, LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
-                                         &p, end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end) ||
-            lws_finalize_write_http_header(wsi, start, &p, end))
+        if (write_headers(wsi, req, LWS_ILLEGAL_HTTP_CONTENT_LEN))
             return -1;
         req->stage = 2;
         if (req->reply_len || req->stream_ended)
@@ -566,13 +575,7 @@ int gw_http_writable(gw_http_req *req)
     if (req->stream)
         return stream_writable(req);
     if (req->stage == 1) {
-        unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr - 1;
-        if (lws_add_http_common_headers(wsi, req->status, req->content_type, (lws_filepos_t)req->reply_len, &p,
-                                        end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
-                                         &p, end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end) ||
-            lws_finalize_write_http_header(wsi, start, &p, end))
+        if (write_headers(wsi, req, (lws_filepos_t)req->reply_len))
             return -1;
         req->stage = 2;
         lws_callback_on_writable(wsi);
