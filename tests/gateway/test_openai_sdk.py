@@ -37,22 +37,12 @@ SKIP = 77
 
 
 def npm_ready():
-    """Installs the pinned packages once; False when they cannot be had."""
-    marker = os.path.join(NPM_DIR, "installed.txt")
-    if os.path.exists(marker) and open(marker).read() == " ".join(PACKAGES):
-        return True
-    if not shutil.which("node") or not shutil.which("npm"):
-        log("SKIP: node/npm not installed (deploy/install-deps.sh test installs them)")
-        return False
-    os.makedirs(NPM_DIR, exist_ok=True)
-    r = subprocess.run(["npm", "install", "--prefix", NPM_DIR, "--no-audit", "--no-fund", "--no-save", *PACKAGES],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    """Installs the pinned packages (tests/npm_deps.sh); False when they cannot be had."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "npm_deps.sh")
+    r = subprocess.run([script, NPM_DIR, *PACKAGES], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         log(r.stdout.decode(errors="replace")[-2000:])
-        log("SKIP: npm could not install " + " ".join(PACKAGES))
         return False
-    with open(marker, "w") as f:
-        f.write(" ".join(PACKAGES))
     return True
 
 
