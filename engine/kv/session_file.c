@@ -141,9 +141,11 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by a %s model (%.16s), this engine runs %s (%.16s)",
                            arch, (const char *)(buf + 16), ex->arch ? ex->arch : "a model without cache state",
                            ex->model_identity);
+    const bool rows_for_state = !v3 && ex->geo.seq_bytes && ex->arch; /* e.g. deepseek2's file, a deepseek4 engine */
     if (memcmp(buf + 16, ex->model_identity, 16) != 0)
-        return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by model %.16s, this engine runs %.16s",
-                           (const char *)(buf + 16), ex->model_identity);
+        return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by model %.16s%s%s%s, this engine runs %.16s",
+                           (const char *)(buf + 16), rows_for_state ? " (a version 2 file: token rows, not a " : "",
+                           rows_for_state ? ex->arch : "", rows_for_state ? " cache)" : "", ex->model_identity);
     if (n_layer != (uint32_t)ex->geo.n_layer || rd32(buf + 36) != (uint32_t)ex->geo.kv_lora ||
         rd32(buf + 40) != (uint32_t)ex->geo.n_rope || rd32(buf + 48) != FG_KV_PAGE_TOKENS)
         return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "KV geometry differs from this model's");
