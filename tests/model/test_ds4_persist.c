@@ -13,7 +13,8 @@
  *    and reopened, both restored: their next 64 greedy tokens equal those of
  *    sessions on an engine that never closed; an idle session spilled
  *    (idle_spill_seconds: its pages and state go back to the pool) and loaded
- *    back continues the same way.
+ *    back continues the same way; six sessions in a pool of about three
+ *    spill under pressure and come back with the tokens of a large pool.
  * 3. Damage: a truncated file, bit flips in the pages and in the state, a
  *    file of another V4 model (v4-tiny-nohash), of another KV format (fp8)
  *    and of a deepseek2 engine each give their error and are moved aside,
@@ -280,6 +281,84 @@ static void check_restart_and_spill(int n_vocab)
     fg_engine_close(e);
 }
 
+/* A pool of about three sessions for six: idle ones spill under pressure (their
+ * state's pages with them) and come back with the tokens of a large pool. */
+static void check_pressure(int n_vocab)
+{
+    enum { N = 6 };
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/pressure", root);
+    int32_t prompt[N][150];
+    for (int i = 0; i < N; i++)
+        test_tokens(prompt[i], 150, n_vocab, 60 + (unsigned)i);
+    turn want[N][2], got[N][2];
+    for (int big = 1; big >= 0; big--) {
+        fg_engine_options o;
+        fg_engine_options_default(&o);
+        o.model_path = model_path("v4-tiny.gguf");
+        o.kv_format = FG_KV_F32;
+        o.max_batch_tokens = 128;
+        o.prefill_chunk = 16;
+        o.n_threads = 2;
+        o.serve = true;
+        o.kv_budget_bytes = (size_t)64 << 20;
+        o.persist_dir = big ? NULL : dir;
+        if (!big) {
+            fg_engine_t *probe = open_engine_with(&o);
+            fg_engine_info info;
+            fg_engine_get_info(probe, &info);
+            fg_engine_close(probe);
+            /* each session: its state and 4 pages (150 + 6 + 5 + 16 tokens) */
+            o.kv_budget_bytes = (info.kv_seq_bytes + 4 * info.kv_page_bytes) * 3 + info.kv_page_bytes;
+        }
+        fg_engine_t *e = open_engine_with(&o);
+        fg_session_t *s[N];
+        char name[N][16];
+        for (int i = 0; i < N; i++) {
+            snprintf(name[i], sizeof name[i], "p%d", i);
+            s[i] = named(e, big ? NULL : name[i]);
+        }
+        for (int t = 0; t < 2; t++) {
+            fg_diag d = {{0}};
+            for (int i = 0; i < N; i++) {
+                turn *x = &(big ? want : got)[i][t];
+                memset(x, 0, sizeof *x);
+                CHECK(fg_session_append(s[i], t ? in2 : prompt[i], t ? 5 : 150, &d) == FG_OK);
+                fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = t ? 16 : 6,
+                                        .generate = true};
+                CHECK_MSG(fg_session_respond(s[i], &p, NULL, &d) == FG_OK, "%s", d.msg);
+            }
+            int left = N;
+            for (double t0 = fg_clock_mono_s(); left && fg_clock_mono_s() - t0 < 240; usleep(500)) {
+                left = 0;
+                for (int i = 0; i < N; i++) {
+                    turn *x = &(big ? want : got)[i][t];
+                    if (!x->done)
+                        fg_test_drain(s[i], x->tok, &x->n, MAXGEN, &x->done, &x->waited, &x->last);
+                    left += !x->done;
+                }
+            }
+            CHECK_MSG(left == 0, "%d sessions of %d never finished turn %d", left, N, t + 1);
+        }
+        fg_engine_stats st;
+        fg_engine_get_stats(e, &st);
+        if (!big) {
+            for (int i = 0; i < N; i++)
+                for (int t = 0; t < 2; t++)
+                    CHECK_MSG(same(&got[i][t], &want[i][t]), "session %d, turn %d: %d tokens, the large pool's %d",
+                              i, t + 1, got[i][t].n, want[i][t].n);
+            CHECK_MSG(st.spills > 0 && st.restores > 0, "a pool of 3 sessions for 6: %llu spills, %llu restores",
+                      (unsigned long long)st.spills, (unsigned long long)st.restores);
+            CHECK(st.kv_pages_used <= st.kv_pages_total);
+            fprintf(stderr, "v4 pressure: %llu spills, %llu restores for %d sessions in a pool of %zu pages\n",
+                    (unsigned long long)st.spills, (unsigned long long)st.restores, N, st.kv_pages_total);
+        }
+        for (int i = 0; i < N; i++)
+            big ? fg_session_free(s[i]) : fg_session_delete(s[i]);
+        fg_engine_close(e);
+    }
+}
+
 /* ---------------------------------------------------------------- 3. damage */
 
 static void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
@@ -400,6 +479,7 @@ int main(void)
     fg_gguf_close(g);
     fg_pool_destroy(pool);
     check_restart_and_spill(n_vocab);
+    check_pressure(n_vocab);
     check_damage(n_vocab);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
