@@ -164,7 +164,9 @@ fg_err fg_moe_ep_create(const fg_arch_model *m, const fg_ep_shard_t *shard, fg_e
     ep->grp_count = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
     ep->grp_rows = alloc64(cap * sizeof(int), &failed);
     ep->grp_seg = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
-    /* A token picks an expert at most once, so one expert gets at most R * T rows, and at most cap in a round. */
+    /* A token picks an expert at most once, so one expert gets at most R * T rows, and at most cap in a round.
+     * (A deepseek4 tid2eid row that names an expert twice could pass that; the compute then refuses the round
+     * with an error rather than overrun.) */
     const size_t RT = R * (size_t)ep->T < cap ? R * (size_t)ep->T : cap;
     if (!failed) {
         fg_diag cd;
