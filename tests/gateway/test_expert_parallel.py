@@ -7,7 +7,7 @@ concurrent sessions — which land on different ranks — the same greedy text a
 turn after turn. GET /admin/experts counts every evaluated token's expert picks once,
 whatever the rank count, and its heat order, given back as topology.hot_experts, serves the
 same text. A topology that does not fit the model stops the start with a message naming the
-key. A deepseek4 model (v4-tiny: 8 experts, a hash-routed layer, MXFP4-free F32) over 2 ranks
+key. A deepseek4 model (v4-tiny: 8 experts, a hash-routed layer, F32 weights) over 2 ranks
 and 3 ranks with a replica of its hottest expert and a receive capacity gives the text of one
 rank too, its picks counted alike.
 """

@@ -23,14 +23,17 @@
  *        deepseek2);
  *      - any other run: greedy tokens identical and every logit within 1e-4
  *        of the plain pass (the bound deepseek2's test_ep_logits and
- *        test_batch_logits use). Bit identity is not possible: a rank's
- *        attention, router and shared-expert products see only its own
- *        tokens, and kernels/cpu/matmul picks its kernel (one row, 4x4
- *        tiles, panels) by the number of rows, each summing in its own order;
- *        an expert's rows, split between an owner and its replicas or cut
- *        over rounds, meet the same. Measured (printed below): F32 up to
- *        ~1e-5; MXFP4 experts the same order (their activations quantize to
- *        Q8_0 per row, so an input moved by 1e-6 rarely changes a block).
+ *        test_batch_logits use). Bit identity is not promised: a rank's
+ *        attention, router, shared-expert and head products see only its
+ *        own tokens, and kernels/cpu/matmul picks its F32 kernel (one row,
+ *        a few, 4x4 tiles, panels) by the number of rows, each summing in
+ *        its own order (a decode step of 8 sequences gives 3 ranks 3, 3 and
+ *        2 rows); F32 experts whose rows are split between an owner and its
+ *        replicas or cut over rounds meet the same. MXFP4 products are
+ *        batch-invariant, so with MXFP4 experts only the dense F32 products
+ *        differ. Measured (printed below): 0 at 2 ranks without replicas
+ *        (both files), up to 7.2e-6 otherwise on F32, 3.8e-6 with MXFP4
+ *        experts.
  *    The exchange counts: one per layer with experts (the trunk's 4 and the
  *    MTP block's) per run; a bad token on one rank is refused while the
  *    others complete.
