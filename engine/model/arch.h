@@ -2,7 +2,7 @@
  * engine (open/close, the KV store, the prefix cache, the tiers, the
  * scheduler, the backends) works with a model without knowing its layers.
  *
- * An architecture provides three things:
+ * An architecture provides four things:
  *   - hyperparameters and tensor binding from a GGUF (load/free): pointers
  *     into the file's mapping, every key and tensor checked, errors naming
  *     the key or tensor at fault; what the engine needs to know of the
@@ -11,8 +11,7 @@
  *     row_bytes for each layer and each of its FG_KV_PAGE_TOKENS tokens),
  *     bytes per token, and what a sequence holds besides pages;
  *   - the forward pass over one batch of tokens from many sequences, on the
- *     CPU (forward_*): the reference that the CPU backend runs.
- *
+ *     CPU (forward_*): the reference that the CPU backend runs;
  *   - for expert parallelism (engine/ep/), the routed experts of each layer
  *     (layer_experts) and a forward pass that hands them to an exchange
  *     (forward_set_ep), so the ranks compute any architecture's experts.
