@@ -60,6 +60,15 @@ typedef struct gw_items {
     size_t n, cap;
 } gw_items;
 
+/* A stored Response object of an HTTP Responses conversation (store: true),
+ * for GET /v1/responses/{id} (openai_responses.c). */
+#define GW_SAVED_MAX 64             /* kept per session: the newest; older ones are not found */
+typedef struct gw_saved {
+    uint64_t n;                     /* the session's response number (resp_counter) */
+    char *json;                     /* the Response object, as the call's reply showed it */
+    size_t len;
+} gw_saved;
+
 /* A session's sampling settings: the one copy that session.create/update
  * change, a fork copies, the session file keeps and each response starts from. */
 typedef struct gw_settings {
@@ -135,6 +144,9 @@ struct gw_session {
     size_t pending_len, pending_cap;
     char *out_text;                 /* the whole reply, for response.done's output item */
     size_t out_len, out_cap;
+
+    gw_saved *saved;                /* stored Response objects, oldest first, up to GW_SAVED_MAX */
+    uint32_t n_saved;
 
     double last_activity;           /* seconds (monotonic) */
     /* latency marks of the response in progress, seconds (monotonic), for metrics.h */

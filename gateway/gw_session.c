@@ -154,6 +154,9 @@ void gw_session_destroy(gw_session *s, bool keep_file)
     free(s->tools);
     gw_tools_free(s);
     free(s->resp_metadata);
+    for (uint32_t i = 0; i < s->n_saved; i++)
+        free(s->saved[i].json);
+    free(s->saved);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
     fg_tokens_free(&s->deferred);

@@ -85,6 +85,10 @@ int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
         gw_openai_responses(gw, req);
         return 1;
     }
+    if (!strncmp(path, "/v1/responses/", 14)) {
+        gw_openai_response_stored(gw, req, path + 14);
+        return 1;
+    }
     if (strcmp(path, "/v1/models") != 0 && strncmp(path, "/v1/models/", 11) != 0)
         return 0;
     if (gw_openai_admit(gw, req, "GET", 0) < 0)

@@ -9,6 +9,10 @@
  * session's response number; only the newest response of a session can be
  * continued, and another tenant's is not found (404), as OpenAI answers.
  * Streamed as the Responses events (response.created ... response.completed).
+ * A stored response's final Response object is kept on its session (the
+ * newest GW_SAVED_MAX) for GET /v1/responses/{id}; DELETE drops it, and
+ * deleting the newest ends the session, which is how a client gives back a
+ * stored conversation's KV and its sessions.max_per_tenant slot at once.
  * Service thread only. */
 #include "gateway/openai_responses.h"
 
@@ -186,11 +190,41 @@ static void resp_text(gw_oa_call *c, const char *t, size_t n)
     ev_end(c);
 }
 
+/* Keeps the Response object as the reply shows it (written once, copied), for
+ * GET /v1/responses/{id}; the newest GW_SAVED_MAX of a session stay. */
+static void put_final_response(gw_oa_call *c, const gw_oa_result *r)
+{
+    respx *x = c->user;
+    gw_session *s = c->sink.session;
+    if (!x->r.store || !s)
+        return put_response(c, r);
+    gw_oa_capture_begin(c);
+    put_response(c, r);
+    size_t len = 0;
+    char *json = gw_oa_capture_end(c, &len);
+    if (!json) {
+        fg_log_at(FG_LOG_WARN, "response_not_stored", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
+        return;
+    }
+    if (s->n_saved == GW_SAVED_MAX) {
+        free(s->saved[0].json);
+        memmove(s->saved, s->saved + 1, (GW_SAVED_MAX - 1) * sizeof *s->saved);
+        s->n_saved--;
+    }
+    gw_saved *v = s->saved ? s->saved : calloc(GW_SAVED_MAX, sizeof *v);
+    if (!v) {
+        free(json);
+        return;
+    }
+    s->saved = v;
+    v[s->n_saved++] = (gw_saved){.n = s->resp_counter, .json = json, .len = len};
+}
+
 static void resp_done(gw_oa_call *c, const gw_oa_result *r)
 {
     respx *x = c->user;
     if (!c->streaming) {
-        put_response(c, r);
+        put_final_response(c, r);
         return gw_oa_reply(c);
     }
     ev_begin(c, "response.output_text.done");
@@ -228,7 +262,7 @@ static void resp_done(gw_oa_call *c, const gw_oa_result *r)
         }
     ev_begin(c, r->incomplete ? "response.incomplete" : "response.completed");
     gw_oa_lit(c, ",\"response\":");
-    put_response(c, r);
+    put_final_response(c, r);
     ev_end(c);
     gw_http_stream_end(c->req);
 }
@@ -255,23 +289,33 @@ static void resp_free(gw_oa_call *c)
 
 static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free};
 
+/* The session named by a response id "resp_<32 hex>_<n>" if it is tenant's,
+ * and n; NULL when there is none or it is another tenant's (not found either). */
+static gw_session *session_of_response(fg_gateway_t *gw, int tenant, const char *id, uint64_t *n_out)
+{
+    char sid[48];
+    unsigned long long n = 0;
+    int end = 0;
+    if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' || id[38] < '0' || id[38] > '9' ||
+        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0)
+        return NULL;
+    snprintf(sid, sizeof sid, "sess_%.32s", id + 5);
+    gw_session *s = gw_session_find(gw, sid, strlen(sid));
+    if (!s || s->tenant != tenant)
+        return NULL;
+    *n_out = n;
+    return s;
+}
+
 /* The session that answered previous_response_id, if it is this tenant's and
  * that response is its newest; else the request is answered (NULL). */
 static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant, const gw_resp_req *r)
 {
     const char *id = r->previous_response_id;
-    char sid[48], msg[300];
-    unsigned long long n = 0;
-    int end = 0;
-    gw_session *s = NULL;
-    if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' ||
-        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0) {
-        s = NULL;
-    } else {
-        snprintf(sid, sizeof sid, "sess_%.32s", id + 5);
-        s = gw_session_find(gw, sid, strlen(sid));
-    }
-    if (!s || s->tenant != tenant) { /* another tenant's is not found either */
+    char msg[300];
+    uint64_t n = 0;
+    gw_session *s = session_of_response(gw, tenant, id, &n);
+    if (!s) {
         snprintf(msg, sizeof msg, "Previous response with id '%.100s' not found.", id);
         gw_openai_error(req, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
         return NULL;
@@ -328,4 +372,53 @@ void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
         gw_oa_call_continue(c, prev);
     else
         gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
+}
+
+/* The stored response's index in s->saved, or -1. */
+static int saved_index(const gw_session *s, uint64_t n)
+{
+    for (uint32_t i = 0; i < s->n_saved; i++)
+        if (s->saved[i].n == n)
+            return (int)i;
+    return -1;
+}
+
+void gw_openai_response_stored(fg_gateway_t *gw, gw_http_req *req, const char *id)
+{
+    const bool del = !strcmp(gw_http_method(req), "DELETE");
+    const int tenant = gw_openai_admit(gw, req, del ? "DELETE" : "GET", 0);
+    if (tenant < 0)
+        return;
+    char msg[300];
+    if (strchr(id, '/')) { /* /input_items, /cancel */
+        snprintf(msg, sizeof msg, "%.200s is not supported by this server", gw_http_path(req));
+        return gw_openai_error(req, 404, "invalid_request_error", "unsupported_endpoint", NULL, msg);
+    }
+    uint64_t n = 0;
+    gw_session *s = session_of_response(gw, tenant, id, &n);
+    const int at = s ? saved_index(s, n) : -1;
+    if (at < 0) { /* unknown, another tenant's, store: false, deleted, or older than the kept ones */
+        snprintf(msg, sizeof msg, "Response with id '%.100s' not found.", id);
+        return gw_openai_error(req, 404, "invalid_request_error", "response_not_found", "response_id", msg);
+    }
+    if (!del)
+        return gw_http_reply(req, 200, s->saved[at].json);
+    const bool newest = n == s->resp_counter;
+    if (newest && (s->sink || s->responding || s->quota_pending))
+        return gw_openai_error(req, 409, "invalid_request_error", "response_in_progress", "response_id",
+                               "the conversation of this response is in use by another request");
+    char body[200], idj[160];
+    snprintf(body, sizeof body, "{\"id\":%s,\"object\":\"response.deleted\",\"deleted\":true}",
+             fg_log_str(idj, sizeof idj, id));
+    if (newest) {
+        /* Nothing can continue the conversation any more: its session (KV,
+         * slot of sessions.max_per_tenant) ends, its older responses with it. */
+        fg_log_at(FG_LOG_INFO, "response_deleted", gw_session_tenant(s), s->id, "\"session_ended\":true");
+        gw_session_destroy(s, false);
+    } else {
+        free(s->saved[at].json);
+        memmove(s->saved + at, s->saved + at + 1, (s->n_saved - (uint32_t)at - 1) * sizeof *s->saved);
+        s->n_saved--;
+    }
+    gw_http_reply(req, 200, body);
 }

@@ -7,4 +7,9 @@
 /* Answers the request now (refused) or later (the response, streamed or not). */
 void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req);
 
+/* GET /v1/responses/{id} (the stored Response object) and DELETE (it goes;
+ * the newest of a conversation ends the conversation's session). id: the
+ * path after "/v1/responses/". Answers the request now. */
+void gw_openai_response_stored(fg_gateway_t *gw, gw_http_req *req, const char *id);
+
 #endif

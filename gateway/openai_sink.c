@@ -23,29 +23,54 @@
 
 enum { CALL_IDLE, CALL_CREATING, CALL_RESPONDING, CALL_DONE };
 
+/* Appends n bytes to a growing NUL-terminated buffer; false (nothing appended) on out of memory. */
+static bool bytes_put(char **buf, size_t *len, size_t *cap, const char *bytes, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = *cap ? *cap * 2 : 4096;
+        while (want < *len + n + 1)
+            want *= 2;
+        char *b = realloc(*buf, want);
+        if (!b)
+            return false;
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, bytes, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
 void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n)
 {
+    if (c->capturing_ && !bytes_put(&c->cap_, &c->cap_len_, &c->cap_cap_, bytes, n))
+        c->cap_failed_ = true;
     if (!c->req)
         return;
-    if (c->streaming) {
+    if (c->streaming)
         gw_http_stream_write(c->req, bytes, n);
-        return;
-    }
-    if (c->body_len_ + n + 1 > c->body_cap_) { /* a whole reply being built */
-        size_t cap = c->body_cap_ ? c->body_cap_ * 2 : 4096;
-        while (cap < c->body_len_ + n + 1)
-            cap *= 2;
-        char *b = realloc(c->body_, cap);
-        if (!b) {
-            c->body_failed_ = true;
-            return;
-        }
-        c->body_ = b;
-        c->body_cap_ = cap;
-    }
-    memcpy(c->body_ + c->body_len_, bytes, n);
-    c->body_len_ += n;
-    c->body_[c->body_len_] = 0;
+    else if (!bytes_put(&c->body_, &c->body_len_, &c->body_cap_, bytes, n)) /* a whole reply being built */
+        c->body_failed_ = true;
+}
+
+void gw_oa_capture_begin(gw_oa_call *c)
+{
+    c->capturing_ = true;
+    c->cap_failed_ = false;
+    c->cap_len_ = 0;
+}
+
+char *gw_oa_capture_end(gw_oa_call *c, size_t *len)
+{
+    c->capturing_ = false;
+    if (c->cap_failed_ || !c->cap_)
+        return NULL;
+    char *out = c->cap_;
+    *len = c->cap_len_;
+    c->cap_ = NULL;
+    c->cap_len_ = c->cap_cap_ = 0;
+    return out;
 }
 
 void gw_oa_reply(gw_oa_call *c)
@@ -103,6 +128,7 @@ void gw_oa_call_free(gw_oa_call *c)
         c->surface->free(c);
     free(c->text);
     free(c->body_);
+    free(c->cap_);
     free(c);
 }
 

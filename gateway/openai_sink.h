@@ -59,6 +59,9 @@ struct gw_oa_call {
     char *body_;                   /* a whole reply being built (not streaming) */
     size_t body_len_, body_cap_;
     bool body_failed_;
+    char *cap_;                    /* gw_oa_capture_begin's copy */
+    size_t cap_len_, cap_cap_;
+    bool capturing_, cap_failed_;
 };
 
 /* A call for req of tenant; NULL on out of memory. The surface answers it. */
@@ -79,6 +82,12 @@ void gw_oa_reply(gw_oa_call *c);
 #define gw_oa_lit(c, s) gw_oa_write((c), "" s, sizeof(s) - 1) /* a string literal */
 void gw_oa_writef(gw_oa_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *len);
+/* Copies what the surface writes from begin to end (written as well, to the
+ * client, if it is still there): a stored Response object, built once. end
+ * returns the bytes (malloc'd, NUL-terminated; the caller frees them), or
+ * NULL on out of memory. */
+void gw_oa_capture_begin(gw_oa_call *c);
+char *gw_oa_capture_end(gw_oa_call *c, size_t *len);
 /* Begins the SSE reply (200, text/event-stream). */
 void gw_oa_stream_begin(gw_oa_call *c);
 

@@ -11,10 +11,14 @@ test installs them the same way when missing); exits 77 (skip) only when node or
   responses.create streamed with the Responses event sequence, continued with
   previous_response_id (cached tokens on the second call), a non-streamed store: false one;
   an unknown model, a bad role, tools, another tenant's previous_response_id and a
-  store: false response's id as the SDK's error classes;
+  store: false response's id as the SDK's error classes; responses.retrieve and .delete
+  (another tenant's and a deleted one not found);
 - raw HTTP: malformed JSON, wrong types, an oversized body, a bad role, an unknown model,
   no key, GET: the status and an OpenAI-shaped body each; the server stays up, and the
   tenant's quota refuses a completion past its daily tokens (429 insufficient_quota);
+- GET and DELETE /v1/responses/{id} over raw HTTP: unknown, malformed, another tenant's and
+  store: false ids (404), other methods (405), no key (401), sub-paths, an oversized body;
+  deleting the newest response ends its session (healthz's count);
 - a streamed reply to a client that does not read pauses and then arrives whole; clients that
   leave mid-stream or before their session exists leave no session behind.
 """
@@ -62,7 +66,7 @@ def test_sdk_chat_and_responses():
     async def go():
         async with TLS.server() as srv:
             res = node("http_api.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], KEYS["beta"], tls=TLS)
-            eq(res["errors"], [404, 400, 400, 404, 404], "the SDK's error statuses")
+            eq(res["errors"], [404, 400, 400, 404, 404, 404, 404, 404, 404, 404], "the SDK's error statuses")
             log(f"    {res}")
     asyncio.run(go())
 
@@ -145,6 +149,70 @@ def test_bad_input():
                            400, "unsupported_value", "previous_response_id")
             status, _, _ = http_get(p, "/healthz")
             eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
+def call(port, method, path, key=KEYS["acme"], raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        headers = {"Authorization": "Bearer " + key} if key else {}
+        c.request(method, path, raw, headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def sessions(port):
+    return json.loads(http_get(port, "/healthz")[2])["sessions"]
+
+
+def test_stored_responses():
+    """GET and DELETE /v1/responses/{id}: the stored object, OpenAI's errors, and a delete that
+    gives the conversation's session back."""
+    async def go():
+        async with Server() as srv:
+            p = srv.port
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "hello", "max_output_tokens": 2})
+            eq(s, 200, f"a stored response: {b[:300]!r}")
+            created = json.loads(b)
+            rid = created["id"]
+            s, b = call(p, "GET", "/v1/responses/" + rid)
+            eq((s, json.loads(b)), (200, created), "GET returns the Response object as created")
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "x", "max_output_tokens": 2, "store": False})
+            gone = json.loads(b)["id"]
+            n = sessions(p)
+            for bad in ("resp_nope", gone, rid[:-1] + "9", rid + "0", rid.replace("_", "-"), "resp_" + "a" * 3000,
+                        rid[:-2] + "_-1"):
+                check_oa_error(*call(p, "GET", "/v1/responses/" + bad), 404, "response_not_found", "response_id")
+                check_oa_error(*call(p, "DELETE", "/v1/responses/" + bad), 404, "response_not_found", "response_id")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key=KEYS["beta"]), 404, "response_not_found",
+                           "response_id")
+            check_oa_error(*call(p, "DELETE", "/v1/responses/" + rid, key=KEYS["beta"]), 404, "response_not_found",
+                           "response_id")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key=None), 401, "invalid_api_key")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key="wrong-key-0123456789"), 401, "invalid_api_key")
+            check_oa_error(*call(p, "POST", "/v1/responses/" + rid, raw=b"{}"), 405, "method_not_allowed")
+            check_oa_error(*call(p, "PUT", "/v1/responses/" + rid, raw=b"{}"), 405, "method_not_allowed")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid + "/input_items"), 404, "unsupported_endpoint")
+            s, _ = call(p, "DELETE", "/v1/responses/" + rid, raw=b"x" * ((1 << 20) + 1))
+            eq(s, 413, "an oversized body")
+            eq(sessions(p), n, "nothing was deleted by the refusals")
+            # a second turn: the first response stays retrievable, deleting it leaves the session
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "on", "previous_response_id": rid,
+                                             "max_output_tokens": 2})
+            rid2 = json.loads(b)["id"]
+            s, b = call(p, "DELETE", "/v1/responses/" + rid)
+            eq((s, json.loads(b)), (200, {"id": rid, "object": "response.deleted", "deleted": True}), "DELETE")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid), 404, "response_not_found", "response_id")
+            eq(sessions(p), n, "an older response's delete keeps the conversation")
+            eq(call(p, "GET", "/v1/responses/" + rid2)[0], 200, "the newest is still there")
+            # deleting the newest ends the conversation: its session goes
+            eq(call(p, "DELETE", "/v1/responses/" + rid2)[0], 200, "DELETE the newest")
+            eq(sessions(p), n - 1, "the deleted conversation's session is gone")
+            check_oa_error(*post(p, "/v1/responses", {"model": "tiny", "input": "x", "previous_response_id": rid2}),
+                           404, "previous_response_not_found", "previous_response_id")
+            eq(http_get(p, "/healthz")[0], 200, "the server is fine")
     asyncio.run(go())
 
 
