@@ -136,6 +136,7 @@ typedef struct fg_config_limits {
 typedef struct fg_config_auth {
     const char *admin_key;          /* secret; "" disables the admin API */
     const char *dashboard_key;      /* secret; "" asks no key */
+    bool api_key_in_subprotocol;    /* a tenant's API key accepted as openai-insecure-api-key.KEY */
 } fg_config_auth;
 
 typedef struct fg_config_log {

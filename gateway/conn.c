@@ -145,7 +145,7 @@ static void fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, cons
     gw_sink_error(&c->sink, &err, 0);
 }
 
-void gw_conn_on_open(gw_conn *c)
+void gw_conn_on_open(gw_conn *c, const char *session_event)
 {
     fg_gateway_t *gw = c->sink.gw;
     c->bucket = (double)gw->cfg->limits.message_burst;
@@ -158,7 +158,12 @@ void gw_conn_on_open(gw_conn *c)
     gw->metrics.connections_opened++;
     if (c->sink.ga) { /* OpenAI's flow: the session exists at once, session.created is the first event */
         fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
+        fg_proto_error err;
+        /* a client secret's settings, checked when it was minted: a session.update's fields */
+        if (session_event && fg_proto_parse(session_event, strlen(session_event), &gw->limits, &ev, &err) == FG_OK)
+            ev.type = FG_CLIENT_SESSION_CREATE;
         gw_cmd_dispatch(&c->sink, &ev);
+        fg_client_event_free(&ev);
     }
 }
 

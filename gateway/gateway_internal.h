@@ -209,6 +209,7 @@ struct fg_gateway {
     uint64_t n_generated;           /* responses started that generate: the next script's index */
     gw_conn *conns;
     size_t n_conns;
+    struct gw_secrets *secrets;     /* client_secrets.h: browser client secrets; NULL on out of memory */
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
 
     gw_metrics metrics;             /* metrics.h */
@@ -344,7 +345,9 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate);
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);
 
 /* conn.c */
-void gw_conn_on_open(gw_conn *c);
+/* session_event: a client secret's session settings (a session.update's
+ * JSON) for the GA session created at connect, or NULL. */
+void gw_conn_on_open(gw_conn *c, const char *session_event);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
 int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);

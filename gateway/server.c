@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/client_secrets.h"
 #include "gateway/dashboard.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
@@ -28,6 +29,7 @@ typedef struct gw_pss {
     bool ga;                /* the OpenAI GA flow: a session at once (see subprotocol_mode) */
     bool beta;              /* OpenAI-Beta: realtime=v1: the beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model=, or "" */
+    char secret[GW_SECRET_LEN + 1]; /* the client secret it authenticated with, or "": its session settings */
     gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
 
@@ -114,21 +116,40 @@ static bool subprotocol_mode_ga(struct lws *wsi, char *model, size_t cap)
 
 /* ---- the handshake ---- */
 
-/* Checks path, drain state and API key (the Authorization header, or the
- * browser clients' subprotocol entry); fills *tenant. Returns the HTTP status
- * to refuse with, or 0. */
-static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
+/* The tenant of a credential: a client secret (client_secrets.h: live, and
+ * its minting key still valid; *secret gets its value) or, where allowed, an
+ * API key. -1: unknown, expired or revoked. */
+static int tenant_of(fg_gateway_t *gw, const char *key, bool api_key_ok, char *secret)
+{
+    if (!strncmp(key, GW_SECRET_PREFIX, strlen(GW_SECRET_PREFIX))) {
+        const gw_secret_use *u = gw_secrets_find(gw->secrets, key, fg_clock_mono_s());
+        const int t = u ? gw_tenant_by_key(gw, u->api_key) : -1;
+        if (t >= 0 && t == u->tenant) {
+            snprintf(secret, GW_SECRET_LEN + 1, "%s", key);
+            return t;
+        }
+        return -1;
+    }
+    return api_key_ok ? gw_tenant_by_key(gw, key) : -1;
+}
+
+/* Checks path, drain state and credential (the Authorization header: an API
+ * key or a client secret; else the browser clients' subprotocol entry: a
+ * client secret, or an API key with auth.api_key_in_subprotocol); fills
+ * *tenant and secret. Returns the HTTP status to refuse with, or 0. */
+static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant, char *secret)
 {
     char uri[256] = "", auth[512] = "", key[300] = "";
     if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, FG_PROTO_PATH) != 0)
         return 404;
     if (gw->draining || !gw->engine)
         return 503;
+    bool in_list = false;
     if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 && !strncmp(auth, "Bearer ", 7))
         snprintf(key, sizeof key, "%.299s", auth + 7);
-    else if (!each_offer(wsi, insecure_key, key))
+    else if (!(in_list = each_offer(wsi, insecure_key, key)))
         return 401;
-    int t = gw_tenant_by_key(gw, key);
+    int t = tenant_of(gw, key, !in_list || gw->cfg->auth.api_key_in_subprotocol, secret);
     if (t < 0)
         return 401;
     if (gw->n_conns >= (size_t)gw->cfg->server.max_connections)
@@ -222,6 +243,7 @@ static void sweep_cb(lws_sorted_usec_list_t *sul)
 {
     fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, sweep);
     gw_sessions_sweep(gw);
+    gw_secrets_sweep(gw->secrets, fg_clock_mono_s());
     if (!gw->draining) /* once a second: the dashboard's history (status.h) */
         gw_status_sample(gw);
     if (gw->draining)
@@ -264,7 +286,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         gw = gateway_of(wsi);
         int tenant = -1;
-        unsigned status = check_upgrade(wsi, gw, &tenant);
+        char secret[GW_SECRET_LEN + 1] = "";
+        unsigned status = check_upgrade(wsi, gw, &tenant, secret);
         if (status) {
             gw->metrics.connections_refused++;
             refuse_upgrade(wsi, status);
@@ -273,6 +296,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (!pss)
             return -1;
         pss->tenant = tenant;
+        memcpy(pss->secret, secret, sizeof secret);
         pss->ga = subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
         pss->beta = beta_client(wsi);
         return 0;
@@ -292,7 +316,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
          * frame: with this one preset it sends 1002. Every close of ours sets
          * its own code; a peer's close is answered with its own payload. */
         lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
-        gw_conn_on_open(&pss->conn);
+        {
+            /* a client secret minted with session settings: the session at connect starts with them */
+            const gw_secret_use *u = pss->secret[0] ? gw_secrets_find(gw->secrets, pss->secret, fg_clock_mono_s()) : NULL;
+            gw_conn_on_open(&pss->conn, u ? u->session_event : NULL);
+        }
         return 0;
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         /* A close payload is empty or starts with a 2-byte code; lws echoes a
@@ -412,7 +440,8 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->table_size = SESSION_BUCKETS;
     gw->table = calloc(gw->table_size, sizeof *gw->table);
     gw->meta_buf = malloc(FG_SESSION_META_MAX_BYTES);
-    if (!gw->table || !gw->meta_buf) {
+    gw->secrets = gw_secrets_new();
+    if (!gw->table || !gw->meta_buf || !gw->secrets) {
         fg_gateway_destroy(gw);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
     }
@@ -586,6 +615,7 @@ void fg_gateway_destroy(fg_gateway_t *gw)
     gw_dashboard_free(gw->dashboard);
     free(gw->table);
     free(gw->meta_buf);
+    gw_secrets_free(gw->secrets);
     gw_tenants_free(gw);
     free(gw);
 }
