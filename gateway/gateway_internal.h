@@ -177,6 +177,11 @@ struct gw_conn {
                                        limit_timer runs */
     bool past_hard;                 /* past the hard limit: limit_timer closes it at once */
     lws_sorted_usec_list_t limit_timer;
+    /* the Responses WebSocket mode (openai_ws.c): response.create events, no session of its own */
+    bool rws;
+    struct gw_oa_call *rws_call;    /* the response in progress, or NULL */
+    char rws_unstored[48];          /* the session of its newest store: false response, kept while the
+                                       connection lives (continued by previous_response_id on it), or "" */
     gw_conn *all_next, *all_prev;
 };
 
@@ -362,6 +367,17 @@ void gw_conn_rx_update(gw_conn *c);
  * hard one, deferred to a timer so the caller's state stays valid). */
 void gw_conn_output_changed(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
+/* Queues text[len] as one message on the connection's own queue and asks for a write. */
+void gw_conn_push_text(gw_conn *c, const char *text, size_t len);
+/* openai_ws.c: the Responses WebSocket mode on a connection (c->rws) */
+#define GW_RESPONSES_WS_PATH "/v1/responses"
+/* One whole text message from the client. */
+void gw_rws_on_message(gw_conn *c, const char *text, size_t len);
+/* A call on c ended with session s kept: conn_local (store: false) keeps it
+ * for this connection only, replacing the one kept before (which ends). */
+void gw_conn_keep_unstored(gw_conn *c, gw_session *s, bool conn_local);
+/* The connection closed: its call in progress and its kept session end. */
+void gw_rws_on_close(gw_conn *c);
 /* The WebSocket connection's sink operations. */
 extern const gw_sink_ops gw_conn_sink_ops;
 

@@ -587,6 +587,33 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
     return parse_input(json_object_get(o, "input"), out, lim, err);
 }
 
+fg_err gw_resp_ws_parse(const char *text, size_t len, const fg_proto_limits *lim, const char *model_id,
+                        gw_resp_req *out, gw_oa_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    json_error_t je;
+    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return refuse(err, 400, "invalid_json", NULL, "the message is not valid JSON: %s (at byte %d)", je.text,
+                      je.position);
+    json_t *t = json_object_get(o, "type");
+    fg_err e = !json_is_object(o) ? wrong_type(err, "body", "a JSON object")
+               : !t               ? refuse(err, 400, "missing_required_parameter", "type", "type is required")
+               : !json_is_string(t) ? wrong_type(err, "type", "a string")
+               : strcmp(json_string_value(t), "response.create")
+                   ? refuse(err, 400, "invalid_value", "type",
+                            "the Responses WebSocket mode takes \"response.create\" events only, not '%.64s'",
+                            json_string_value(t))
+                   : FG_OK;
+    json_decref(o); /* parsed again as the body it holds: one request per message, not per token */
+    if (e != FG_OK)
+        return e;
+    e = gw_resp_parse(text, len, lim, model_id, out, err);
+    out->stream = true;
+    return e;
+}
+
 void gw_resp_req_free(gw_resp_req *r)
 {
     free(r->tools.json);

@@ -76,6 +76,12 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
                      gw_oa_error *err);
 void gw_resp_req_free(gw_resp_req *r);
 
+/* A response.create message of the Responses WebSocket mode: the same
+ * fields as POST /v1/responses beside "type": "response.create" (400
+ * invalid_value, param "type", for another type); `stream` is implied. */
+fg_err gw_resp_ws_parse(const char *text, size_t len, const fg_proto_limits *lim, const char *model_id,
+                        gw_resp_req *out, gw_oa_error *err);
+
 /* A client secret request (POST /v1/realtime/client_secrets): an empty body
  * or {"expires_after":{"anchor":"created_at","seconds":10..7200},"session":{...}}. */
 #define GW_SECRET_TTL_DEFAULT_S 600

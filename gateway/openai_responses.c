@@ -33,17 +33,23 @@ typedef struct respx {
     uint64_t seq;        /* the next sequence_number of the stream */
 } respx;
 
-/* Starts one server-sent event: its name and the data's type and number. */
+/* Starts one event: a server-sent event (its name, then the data) or, on a
+ * WebSocket, one message; the data's type and number. */
 static void ev_begin(gw_oa_call *c, const char *name)
 {
     respx *x = c->user;
-    gw_oa_writef(c, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%llu", name, name,
-                 (unsigned long long)x->seq++);
+    if (!c->ws)
+        gw_oa_writef(c, "event: %s\ndata: ", name);
+    gw_oa_writef(c, "{\"type\":\"%s\",\"sequence_number\":%llu", name, (unsigned long long)x->seq++);
 }
 
 static void ev_end(gw_oa_call *c)
 {
-    gw_oa_lit(c, "}\n\n");
+    if (c->ws)
+        gw_oa_lit(c, "}");
+    else
+        gw_oa_lit(c, "}\n\n");
+    gw_oa_event_end(c);
 }
 
 static void put_text(gw_oa_call *c, const char *t, size_t n)
@@ -264,20 +270,20 @@ static void resp_done(gw_oa_call *c, const gw_oa_result *r)
     gw_oa_lit(c, ",\"response\":");
     put_final_response(c, r);
     ev_end(c);
-    gw_http_stream_end(c->req);
+    gw_oa_stream_end(c);
 }
 
 static void resp_failed(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
                         const char *msg)
 {
-    if (!c->streaming)
-        return gw_openai_error(c->req, status, type, code, param, msg);
+    if (!c->streaming || c->ws) /* a WebSocket's error event is the same before and after the start */
+        return gw_oa_fail(c, status, type, code, param, msg);
     char m[400], p[160];
     ev_begin(c, "error");
     gw_oa_writef(c, ",\"code\":\"%s\",\"message\":%s,\"param\":%s", code, fg_log_str(m, sizeof m, msg),
                  param ? fg_log_str(p, sizeof p, param) : "null");
     ev_end(c);
-    gw_http_stream_end(c->req);
+    gw_oa_stream_end(c);
 }
 
 static void resp_free(gw_oa_call *c)
@@ -309,7 +315,7 @@ static gw_session *session_of_response(fg_gateway_t *gw, int tenant, const char 
 
 /* The session that answered previous_response_id, if it is this tenant's and
  * that response is its newest; else the request is answered (NULL). */
-static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant, const gw_resp_req *r)
+static gw_session *find_previous(fg_gateway_t *gw, gw_oa_call *c, int tenant, const gw_resp_req *r)
 {
     const char *id = r->previous_response_id;
     char msg[300];
@@ -317,27 +323,48 @@ static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant,
     gw_session *s = session_of_response(gw, tenant, id, &n);
     if (!s) {
         snprintf(msg, sizeof msg, "Previous response with id '%.100s' not found.", id);
-        gw_openai_error(req, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
+        gw_oa_fail(c, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
         return NULL;
     }
     if (s->sink || s->responding || s->quota_pending) {
-        gw_openai_error(req, 409, "invalid_request_error", "response_in_progress", "previous_response_id",
+        gw_oa_fail(c, 409, "invalid_request_error", "response_in_progress", "previous_response_id",
                         "the conversation of this response is in use by another request");
         return NULL;
     }
     if (n != s->resp_counter) {
-        gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "previous_response_id",
+        gw_oa_fail(c, 400, "invalid_request_error", "unsupported_value", "previous_response_id",
                         "only the newest response of a conversation can be continued");
         return NULL;
     }
     const size_t have = s->instructions_len;
     if (r->instructions && (r->instructions_len != have || memcmp(r->instructions, s->instructions, have) != 0)) {
-        gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "instructions",
+        gw_oa_fail(c, 400, "invalid_request_error", "unsupported_value", "instructions",
                         "with previous_response_id, instructions must be left out or be the same as before "
                         "(changing them would recompute the conversation)");
         return NULL;
     }
     return s;
+}
+
+/* Runs a parsed request (x->r) as the call c, on a new session or the previous response's. */
+static void run(fg_gateway_t *gw, gw_oa_call *c, int tenant)
+{
+    respx *x = c->user;
+    gw_session *prev = x->r.previous_response_id ? find_previous(gw, c, tenant, &x->r) : NULL;
+    if (x->r.previous_response_id && !prev)
+        return gw_oa_call_free(c);
+    snprintf(c->sink.model, sizeof c->sink.model, "%.64s", x->r.model);
+    c->stream = x->r.stream || c->ws;
+    c->keep = x->r.store || c->ws; /* a WebSocket keeps a store: false one for itself */
+    c->conn_local = c->ws && !x->r.store;
+    c->items = x->r.items;
+    c->n_items = x->r.n_items;
+    c->sampling = x->r.sampling;
+    c->tools = &x->r.tools;
+    if (prev)
+        gw_oa_call_continue(c, prev);
+    else
+        gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
 }
 
 void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
@@ -358,20 +385,25 @@ void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
         gw_openai_error(req, err.status, err.type, err.code, err.param[0] ? err.param : NULL, err.message);
         return gw_oa_call_free(c);
     }
-    gw_session *prev = x->r.previous_response_id ? find_previous(gw, req, tenant, &x->r) : NULL;
-    if (x->r.previous_response_id && !prev)
+    run(gw, c, tenant);
+}
+
+void gw_openai_responses_ws(fg_gateway_t *gw, gw_conn *ws, const char *text, size_t len)
+{
+    respx *x = calloc(1, sizeof *x);
+    gw_oa_call *c = x ? gw_oa_call_new_ws(gw, ws, ws->sink.tenant, &resp_surface, x) : NULL;
+    if (!c) {
+        free(x);
+        static const char oom[] = "{\"type\":\"error\",\"status\":500,\"error\":{\"type\":\"server_error\","
+                                  "\"code\":\"internal_error\",\"message\":\"out of memory\",\"param\":null}}";
+        return gw_conn_push_text(ws, oom, sizeof oom - 1);
+    }
+    gw_oa_error err;
+    if (gw_resp_ws_parse(text, len, &gw->limits, gw_openai_model_id(gw), &x->r, &err) != FG_OK) {
+        gw_oa_fail(c, err.status, err.type, err.code, err.param[0] ? err.param : NULL, err.message);
         return gw_oa_call_free(c);
-    snprintf(c->sink.model, sizeof c->sink.model, "%.64s", x->r.model);
-    c->stream = x->r.stream;
-    c->keep = x->r.store;
-    c->items = x->r.items;
-    c->n_items = x->r.n_items;
-    c->sampling = x->r.sampling;
-    c->tools = &x->r.tools;
-    if (prev)
-        gw_oa_call_continue(c, prev);
-    else
-        gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
+    }
+    run(gw, c, ws->sink.tenant);
 }
 
 /* The stored response's index in s->saved, or -1. */

@@ -46,9 +46,9 @@ void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n)
 {
     if (c->capturing_ && !bytes_put(&c->cap_, &c->cap_len_, &c->cap_cap_, bytes, n))
         c->cap_failed_ = true;
-    if (!c->req)
+    if (!c->req && !c->ws)
         return;
-    if (c->streaming)
+    if (c->streaming && c->req)
         gw_http_stream_write(c->req, bytes, n);
     else if (!bytes_put(&c->body_, &c->body_len_, &c->body_cap_, bytes, n)) /* a whole reply being built */
         c->body_failed_ = true;
@@ -106,10 +106,42 @@ const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *l
 
 void gw_oa_stream_begin(gw_oa_call *c)
 {
-    if (c->req && !c->streaming) {
+    if (c->req && !c->streaming)
         gw_http_stream_begin(c->req, 200, "text/event-stream");
+    if (c->req || c->ws)
         c->streaming = true;
-    }
+}
+
+void gw_oa_event_end(gw_oa_call *c)
+{
+    if (!c->ws)
+        return; /* HTTP: the bytes are on the stream already */
+    if (c->body_failed_ || !c->body_len_)
+        fg_log(FG_LOG_ERROR, "event_dropped", "\"reason\":\"out_of_memory\"");
+    else
+        gw_conn_push_text(c->ws, c->body_, c->body_len_);
+    c->body_len_ = 0;
+    c->body_failed_ = false;
+}
+
+void gw_oa_stream_end(gw_oa_call *c)
+{
+    if (c->req)
+        gw_http_stream_end(c->req); /* a WebSocket stays open for the next response.create */
+}
+
+void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param, const char *msg)
+{
+    if (c->req)
+        return gw_openai_error(c->req, status, type, code, param, msg);
+    if (!c->ws)
+        return;
+    /* the Responses WebSocket mode's error event: the HTTP answer's status and error */
+    char m[400], p[160];
+    c->body_len_ = 0;
+    gw_oa_writef(c, "{\"type\":\"error\",\"status\":%u,\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":%s,\"param\":%s}}",
+                 status, type, code, fg_log_str(m, sizeof m, msg), param ? fg_log_str(p, sizeof p, param) : "null");
+    gw_oa_event_end(c);
 }
 
 /* ---- the call's end ---- */
@@ -117,10 +149,15 @@ void gw_oa_stream_begin(gw_oa_call *c)
 void gw_oa_call_free(gw_oa_call *c)
 {
     gw_session *s = c->sink.session;
-    if (s && c->keep && c->state_ == CALL_DONE && !s->responding)
+    if (s && c->keep && c->state_ == CALL_DONE && !s->responding) {
         gw_session_detach(s); /* stored: the next call continues it, or the idle sweep ends it */
-    else if (s)
+        if (c->ws)
+            gw_conn_keep_unstored(c->ws, s, c->conn_local);
+    } else if (s) {
         gw_session_destroy(s, false); /* a response still running is cancelled with it, its reservation settled */
+    }
+    if (c->ws)
+        c->ws->rws_call = NULL;
     lws_sul_cancel(&c->step_);
     gw_ring_free(&c->own_);
     fg_proto_buf_free(&c->esc);
@@ -136,8 +173,15 @@ static void on_gone(void *user)
 {
     gw_oa_call *c = user;
     c->req = NULL;
+    c->ws = NULL;
     c->keep = false; /* the client never saw the reply: nothing to continue */
     gw_oa_call_free(c);
+}
+
+void gw_oa_call_gone(gw_oa_call *c)
+{
+    c->ws->rws_call = NULL;
+    on_gone(c);
 }
 
 static void call_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
@@ -145,10 +189,10 @@ static void call_fail(gw_oa_call *c, unsigned status, const char *type, const ch
 {
     c->keep = false;
     c->state_ = CALL_DONE;
-    if (c->req) {
+    if (c->req)
         gw_http_set_on_gone(c->req, NULL, NULL);
+    if (c->req || c->ws)
         c->surface->failed(c, status, type, code, param, msg);
-    }
     gw_oa_call_free(c);
 }
 
@@ -206,8 +250,9 @@ static void finish(gw_oa_call *c, json_t *resp)
     }
     r.calls = calls && json_array_size(calls) ? calls : NULL;
     c->state_ = CALL_DONE;
-    if (c->req) {
+    if (c->req)
         gw_http_set_on_gone(c->req, NULL, NULL);
+    if (c->req || c->ws) {
         if (c->streaming && c->streamed_ < c->text_len)
             c->surface->text(c, c->text + c->streamed_, c->text_len - c->streamed_);
         c->streamed_ = c->text_len;
@@ -250,7 +295,7 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
         return true;
     }
     if (IS("response.created")) {
-        if (c->req)
+        if (c->req || c->ws)
             c->surface->started(c);
         return true;
     }
@@ -310,8 +355,8 @@ static void step(lws_sorted_usec_list_t *sul)
         return;
     /* A client behind on its stream: its events wait in the session, which
      * then pauses the engine (gw_session.c, "behind"); on_drain comes back. */
-    if (c->streaming && c->req &&
-        gw_http_stream_pending(c->req) > (size_t)c->sink.gw->cfg->sessions.output_buffer_bytes)
+    const size_t limit = (size_t)c->sink.gw->cfg->sessions.output_buffer_bytes;
+    if (c->streaming && ((c->req && gw_http_stream_pending(c->req) > limit) || (c->ws && c->ws->own.bytes > limit)))
         return;
     if (c->streaming && c->streamed_ < c->text_len) {
         c->surface->text(c, c->text + c->streamed_, c->text_len - c->streamed_);
@@ -430,10 +475,33 @@ static void set_tools(gw_oa_call *c, fg_proto_session_params *p)
     }
 }
 
-void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
+gw_oa_call *gw_oa_call_new_ws(fg_gateway_t *gw, gw_conn *ws, int tenant, const gw_oa_surface *surface, void *user)
 {
+    gw_oa_call *c = gw_oa_call_new(gw, NULL, tenant, surface, user);
+    if (c) {
+        c->ws = ws;
+        ws->rws_call = c;
+    }
+    return c;
+}
+
+void gw_oa_call_wake(gw_oa_call *c)
+{
+    schedule(c);
+}
+
+/* The client's end of the call learns of its leaving and of its reading. */
+static void watch_client(gw_oa_call *c)
+{
+    if (!c->req)
+        return; /* a WebSocket connection tells the call itself (gw_oa_call_gone, gw_oa_call_wake) */
     gw_http_set_on_gone(c->req, on_gone, c);
     gw_http_set_on_drain(c->req, on_drain);
+}
+
+void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
+{
+    watch_client(c);
     c->state_ = CALL_CREATING;
     fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
     if (instructions && len) {
@@ -447,8 +515,7 @@ void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
 
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s)
 {
-    gw_http_set_on_gone(c->req, on_gone, c);
-    gw_http_set_on_drain(c->req, on_drain);
+    watch_client(c);
     gw_session_attach(s, &c->sink, s->next_seq - 1); /* nothing to replay */
     s->last_activity = fg_clock_mono_s();
     if (c->tools && (c->tools->json || c->tools->has_choice)) { /* this request's tools, as a session.update */

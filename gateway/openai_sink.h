@@ -37,7 +37,9 @@ typedef struct gw_oa_surface {
 
 struct gw_oa_call {
     gw_sink sink;                  /* the session layer's view of this call */
-    gw_http_req *req;              /* NULL once the client left */
+    gw_http_req *req;              /* NULL once the client left, or on a WebSocket */
+    gw_conn *ws;                   /* the Responses WebSocket connection it answers on (openai_ws.c), or NULL */
+    bool conn_local;               /* ws, store: false: the session is kept for this connection only */
     const gw_oa_surface *surface;
     void *user;                    /* the surface's state */
     bool stream;                   /* the client asked for SSE */
@@ -73,6 +75,11 @@ void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len);
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s);
 /* Frees a call that was never started (a refusal already answered by the surface). */
 void gw_oa_call_free(gw_oa_call *c);
+/* A call answering on a Responses WebSocket connection (conn->rws_call is it until it ends). */
+gw_oa_call *gw_oa_call_new_ws(fg_gateway_t *gw, gw_conn *ws, int tenant, const gw_oa_surface *surface, void *user);
+/* Its connection wrote some of its events (the call goes on if it waited), or closed (the call ends). */
+void gw_oa_call_wake(gw_oa_call *c);
+void gw_oa_call_gone(gw_oa_call *c);
 
 /* For surfaces: bytes of the reply (streamed once gw_oa_stream_begin ran,
  * else gathered for gw_oa_reply, which sends them as one 200 JSON body); the escaped JSON string of text[n] (in c->esc, valid
@@ -88,7 +95,14 @@ const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *l
  * NULL on out of memory. */
 void gw_oa_capture_begin(gw_oa_call *c);
 char *gw_oa_capture_end(gw_oa_call *c, size_t *len);
-/* Begins the SSE reply (200, text/event-stream). */
+/* Begins the SSE reply (200, text/event-stream; on a WebSocket: nothing to send). */
 void gw_oa_stream_begin(gw_oa_call *c);
+/* Ends one streamed event: on a WebSocket, what was written since the last end goes as one message. */
+void gw_oa_event_end(gw_oa_call *c);
+/* Ends the streamed reply (HTTP: the connection closes; a WebSocket stays). */
+void gw_oa_stream_end(gw_oa_call *c);
+/* A refusal: HTTP, the status and OpenAI's error body; a WebSocket, the
+ * Responses WebSocket mode's error event {"type":"error","status",...,"error":{...}}. */
+void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param, const char *msg);
 
 #endif

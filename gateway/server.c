@@ -30,6 +30,7 @@ typedef struct gw_pss {
     bool beta;              /* OpenAI-Beta: realtime=v1: the beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model=, or "" */
     char secret[GW_SECRET_LEN + 1]; /* the client secret it authenticated with, or "": its session settings */
+    bool rws;               /* upgraded on /v1/responses: the Responses WebSocket mode (openai_ws.c) */
     gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
 
@@ -136,11 +137,16 @@ static int tenant_of(fg_gateway_t *gw, const char *key, bool api_key_ok, char *s
 /* Checks path, drain state and credential (the Authorization header: an API
  * key or a client secret; else the browser clients' subprotocol entry: a
  * client secret, or an API key with auth.api_key_in_subprotocol); fills
- * *tenant and secret. Returns the HTTP status to refuse with, or 0. */
-static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant, char *secret)
+ * *tenant, secret and *rws (the Responses WebSocket mode on /v1/responses,
+ * which takes an API key in the Authorization header only, as OpenAI's).
+ * Returns the HTTP status to refuse with, or 0. */
+static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant, char *secret, bool *rws)
 {
     char uri[256] = "", auth[512] = "", key[300] = "";
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, FG_PROTO_PATH) != 0)
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
+        return 404;
+    *rws = !strcmp(uri, GW_RESPONSES_WS_PATH);
+    if (!*rws && strcmp(uri, FG_PROTO_PATH) != 0)
         return 404;
     if (gw->draining || !gw->engine)
         return 503;
@@ -148,6 +154,8 @@ static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant, ch
     if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 && !strncmp(auth, "Bearer ", 7))
         snprintf(key, sizeof key, "%.299s", auth + 7);
     else if (!(in_list = each_offer(wsi, insecure_key, key)))
+        return 401;
+    if (*rws && (in_list || !strncmp(key, GW_SECRET_PREFIX, strlen(GW_SECRET_PREFIX))))
         return 401;
     int t = tenant_of(gw, key, !in_list || gw->cfg->auth.api_key_in_subprotocol, secret);
     if (t < 0)
@@ -172,7 +180,7 @@ static void refuse_upgrade(struct lws *wsi, unsigned status)
                        : status == 400 ? "unsupported_subprotocol"
                                        : "unavailable";
     const char *msg = status == 401   ? "missing or unknown API key (Authorization: Bearer KEY)"
-                      : status == 404 ? "the WebSocket endpoint is " FG_PROTO_PATH
+                      : status == 404 ? "the WebSocket endpoints are " FG_PROTO_PATH " and " GW_RESPONSES_WS_PATH
                       : status == 400 ? "none of the offered subprotocols is supported"
                                       : "the server is draining or at its connection limit";
     char body[384];
@@ -198,7 +206,7 @@ static void refuse_upgrade(struct lws *wsi, unsigned status)
 static void drain_step(fg_gateway_t *gw)
 {
     for (gw_conn *c = gw->conns; c; c = c->all_next) {
-        if (c->closing || (c->sink.session && c->sink.session->responding))
+        if (c->closing || (c->sink.session && c->sink.session->responding) || c->rws_call)
             continue; /* its response.done comes first */
         fg_proto_error err;
         fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, NULL, "%s", "the server is shutting down");
@@ -287,7 +295,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         gw = gateway_of(wsi);
         int tenant = -1;
         char secret[GW_SECRET_LEN + 1] = "";
-        unsigned status = check_upgrade(wsi, gw, &tenant, secret);
+        bool rws = false;
+        unsigned status = check_upgrade(wsi, gw, &tenant, secret, &rws);
         if (status) {
             gw->metrics.connections_refused++;
             refuse_upgrade(wsi, status);
@@ -297,7 +306,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             return -1;
         pss->tenant = tenant;
         memcpy(pss->secret, secret, sizeof secret);
-        pss->ga = subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
+        pss->rws = rws;
+        pss->ga = !rws && subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
         pss->beta = beta_client(wsi);
         return 0;
     }
@@ -310,6 +320,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.sink.tenant = pss->tenant;
         pss->conn.sink.ga = pss->ga;
         pss->conn.sink.beta = pss->beta;
+        pss->conn.rws = pss->rws;
         snprintf(pss->conn.sink.model, sizeof pss->conn.sink.model, "%s", pss->model);
         /* lws 4.1.6 drops a connection for some framing violations (a control
          * frame longer than 125 bytes) without a reason, and so without a close

@@ -1,6 +1,7 @@
 /* fuzz_openai_req.c: libFuzzer target for gateway/openai_req.h, the
- * parsers of POST /v1/chat/completions, POST /v1/responses and
- * POST /v1/realtime/client_secrets bodies.
+ * parsers of POST /v1/chat/completions, POST /v1/responses (and its
+ * WebSocket mode's response.create messages) and POST
+ * /v1/realtime/client_secrets bodies.
  *
  * Every input is parsed by both, with the default limits and with tiny ones,
  * and any broken promise aborts: a success hands out at least one item: a
@@ -89,6 +90,14 @@ static void run(const char *body, size_t len, const fg_proto_limits *lim)
     if (gw_resp_parse(body, len, lim, "tiny", &r, &err) == FG_OK) {
         PROMISE(r.model && !strcmp(r.model, "tiny"));
         PROMISE(!r.instructions || strlen(r.instructions) == r.instructions_len);
+        check_items(r.items, r.n_items, lim);
+        check_sampling(&r.sampling, lim);
+    } else {
+        check_error(&err);
+    }
+    gw_resp_req_free(&r);
+    if (gw_resp_ws_parse(body, len, lim, "tiny", &r, &err) == FG_OK) {
+        PROMISE(r.model && !strcmp(r.model, "tiny") && r.stream);
         check_items(r.items, r.n_items, lim);
         check_sampling(&r.sampling, lim);
     } else {
