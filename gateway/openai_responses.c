@@ -31,6 +31,8 @@ typedef struct respx {
     char id[80];         /* "resp_<32 hex>_<n>" */
     char item_id[80];    /* "msg_<32 hex>_<n>" */
     uint64_t seq;        /* the next sequence_number of the stream */
+    bool message_closed; /* its done events are out: a call streams after it */
+    char call_id[80], call_item[80], call_name[80]; /* the call streaming now */
 } respx;
 
 /* Starts one event: a server-sent event (its name, then the data) or, on a
@@ -189,6 +191,8 @@ static void resp_started(gw_oa_call *c)
 static void resp_text(gw_oa_call *c, const char *t, size_t n)
 {
     respx *x = c->user;
+    if (x->message_closed)
+        return; /* text after a call: in the response object only (its message item is done) */
     ev_begin(c, "response.output_text.delta");
     gw_oa_writef(c, ",\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,\"delta\":", x->item_id);
     put_text(c, t, n);
@@ -226,13 +230,11 @@ static void put_final_response(gw_oa_call *c, const gw_oa_result *r)
     v[s->n_saved++] = (gw_saved){.n = s->resp_counter, .json = json, .len = len};
 }
 
-static void resp_done(gw_oa_call *c, const gw_oa_result *r)
+/* The message item's done events (output 0), with the text so far. */
+static void close_message(gw_oa_call *c, const char *status)
 {
     respx *x = c->user;
-    if (!c->streaming) {
-        put_final_response(c, r);
-        return gw_oa_reply(c);
-    }
+    x->message_closed = true;
     ev_begin(c, "response.output_text.done");
     gw_oa_writef(c, ",\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,\"text\":", x->item_id);
     put_text(c, c->text, c->text_len);
@@ -241,30 +243,85 @@ static void resp_done(gw_oa_call *c, const gw_oa_result *r)
     part_event(c, "response.content_part.done", true);
     ev_begin(c, "response.output_item.done");
     gw_oa_lit(c, ",\"output_index\":0,\"item\":");
-    put_item(c, r->incomplete ? "incomplete" : "completed", true);
+    put_item(c, status, true);
     ev_end(c);
+}
+
+/* A function_call output item's event: added (in progress, no arguments) or done (args). */
+static void call_item_event(gw_oa_call *c, bool done, unsigned at, const char *id, const char *call_id,
+                            const char *name, const char *args, size_t args_len)
+{
+    ev_begin(c, done ? "response.output_item.done" : "response.output_item.added");
+    gw_oa_writef(c, ",\"output_index\":%u,\"item\":{\"type\":\"function_call\",\"id\":", at);
+    put_text(c, id, strlen(id));
+    gw_oa_lit(c, ",\"call_id\":");
+    put_text(c, call_id, strlen(call_id));
+    gw_oa_lit(c, ",\"name\":");
+    put_text(c, name, strlen(name));
+    gw_oa_lit(c, ",\"arguments\":");
+    put_text(c, done ? args : "", done ? args_len : 0);
+    gw_oa_writef(c, ",\"status\":\"%s\"}", done ? "completed" : "in_progress");
+    ev_end(c);
+}
+
+/* A call as it streams, after the message item (output 0): its item at
+ * output index + 1, its arguments delta by delta, then done. */
+static void resp_call(gw_oa_call *c, const gw_oa_call_ev *ev)
+{
+    respx *x = c->user;
+    const unsigned at = ev->index + 1;
+    switch (ev->step) {
+    case GW_OA_CALL_BEGIN:
+        if (!x->message_closed)
+            close_message(c, "completed");
+        snprintf(x->call_id, sizeof x->call_id, "%s", ev->call_id);
+        snprintf(x->call_item, sizeof x->call_item, "%s", ev->item_id);
+        snprintf(x->call_name, sizeof x->call_name, "%s", ev->name);
+        call_item_event(c, false, at, x->call_item, x->call_id, x->call_name, NULL, 0);
+        break;
+    case GW_OA_CALL_DELTA:
+        ev_begin(c, "response.function_call_arguments.delta");
+        gw_oa_lit(c, ",\"item_id\":");
+        put_text(c, x->call_item, strlen(x->call_item));
+        gw_oa_writef(c, ",\"output_index\":%u,\"delta\":", at);
+        gw_oa_write(c, ev->json, ev->len); /* a JSON string already */
+        ev_end(c);
+        break;
+    case GW_OA_CALL_DONE:
+        ev_begin(c, "response.function_call_arguments.done");
+        gw_oa_lit(c, ",\"item_id\":");
+        put_text(c, x->call_item, strlen(x->call_item));
+        gw_oa_writef(c, ",\"output_index\":%u,\"arguments\":", at);
+        put_text(c, ev->json, ev->len);
+        ev_end(c);
+        call_item_event(c, true, at, x->call_item, x->call_id, x->call_name, ev->json, ev->len);
+        break;
+    }
+}
+
+static void resp_done(gw_oa_call *c, const gw_oa_result *r)
+{
+    respx *x = c->user;
+    if (!c->streaming) {
+        put_final_response(c, r);
+        return gw_oa_reply(c);
+    }
+    if (!x->message_closed)
+        close_message(c, r->incomplete ? "incomplete" : "completed");
     size_t i;
     json_t *item;
-    if (r->calls)
-        json_array_foreach(r->calls, i, item) { /* each call after the message, its arguments in one delta */
-            const json_t *id = json_object_get(item, "id"), *a = json_object_get(item, "arguments");
-            const unsigned at = (unsigned)i + 1;
-            ev_begin(c, "response.output_item.added");
-            gw_oa_writef(c, ",\"output_index\":%u,\"item\":", at);
-            put_call(c, item, "in_progress", false);
-            ev_end(c);
-            for (int done = 0; done < 2; done++) {
-                ev_begin(c, done ? "response.function_call_arguments.done" : "response.function_call_arguments.delta");
-                gw_oa_lit(c, ",\"item_id\":");
-                put_text(c, json_string_value(id), json_string_length(id));
-                gw_oa_writef(c, ",\"output_index\":%u,\"%s\":", at, done ? "arguments" : "delta");
-                put_text(c, json_string_value(a), json_string_length(a));
-                ev_end(c);
-            }
-            ev_begin(c, "response.output_item.done");
-            gw_oa_writef(c, ",\"output_index\":%u,\"item\":", at);
-            put_call(c, item, "completed", true);
-            ev_end(c);
+    if (r->calls && !c->calls_streamed) /* calls that did not stream (none should): whole, after the message */
+        json_array_foreach(r->calls, i, item) {
+            const json_t *a = json_object_get(item, "arguments");
+            const char *id = json_string_value(json_object_get(item, "id"));
+            const char *cid = json_string_value(json_object_get(item, "call_id"));
+            const char *name = json_string_value(json_object_get(item, "name"));
+            gw_oa_call_ev ev = {.step = GW_OA_CALL_BEGIN, .index = (uint32_t)i, .item_id = id ? id : "",
+                                .call_id = cid ? cid : "", .name = name ? name : ""};
+            resp_call(c, &ev);
+            ev = (gw_oa_call_ev){.step = GW_OA_CALL_DONE, .index = (uint32_t)i,
+                                 .json = json_string_value(a) ? json_string_value(a) : "", .len = json_string_length(a)};
+            resp_call(c, &ev);
         }
     ev_begin(c, r->incomplete ? "response.incomplete" : "response.completed");
     gw_oa_lit(c, ",\"response\":");
@@ -293,7 +350,7 @@ static void resp_free(gw_oa_call *c)
     free(x);
 }
 
-static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free};
+static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free, resp_call};
 
 /* The session named by a response id "resp_<32 hex>_<n>" if it is tenant's,
  * and n; NULL when there is none or it is another tenant's (not found either). */

@@ -316,17 +316,59 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
 
 /* What the step needs of an event: 0 nothing (a delta: its text is taken
  * already), 1 its type (session.created, response.created), 2 all of it
- * (response.done, error: parsed once per response). */
+ * (response.done, error: parsed once per response), 3 a tool call's
+ * progress (for a surface that streams calls). */
 static int wanted(const char *json, size_t len)
 {
     static const char head[] = "{\"type\":\"";
     const size_t h = sizeof head - 1;
     if (len <= h + 16 || memcmp(json, head, h) != 0)
         return 0;
-    json += h;
-    if (!strncmp(json, "session.created\"", 16) || !strncmp(json, "response.created\"", 17))
+    const char *t = json + h;
+    if (!strncmp(t, "session.created\"", 16) || !strncmp(t, "response.created\"", 17))
         return 1;
-    return !strncmp(json, "response.done\"", 14) || !strncmp(json, "error\"", 6) ? 2 : 0;
+    if (!strncmp(t, "response.function_call_arguments.", 33))
+        return 3;
+    if (!strncmp(t, "response.output_item.added\"", 27))
+        return memmem(json, len, "\"type\":\"function_call\"", sizeof "\"type\":\"function_call\"" - 1) ? 3 : 0;
+    return !strncmp(t, "response.done\"", 14) || !strncmp(t, "error\"", 6) ? 2 : 0;
+}
+
+/* A tool call's event of the session, to the surface: a delta's arguments
+ * are copied out of the event as the JSON string it holds (the writer puts
+ * "delta" last: the string runs to the closing brace); the start and the end
+ * (once per call) are parsed. */
+static void call_event(gw_oa_call *c, const char *json, size_t len)
+{
+    static const char key[] = ",\"delta\":\"";
+    static const char delta[] = "{\"type\":\"response.function_call_arguments.delta\"";
+    if (!strncmp(json, delta, sizeof delta - 1)) {
+        const char *d = memmem(json, len, key, sizeof key - 1);
+        if (!d || !c->calls_streamed || json[len - 1] != '}')
+            return;
+        d += sizeof key - 2; /* the opening quote */
+        gw_oa_call_ev ev = {.step = GW_OA_CALL_DELTA, .index = c->calls_streamed - 1, .json = d,
+                            .len = (size_t)(json + len - 1 - d)};
+        return c->surface->call(c, &ev);
+    }
+    json_t *o = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type && !strcmp(type, "response.output_item.added")) {
+        json_t *it = json_object_get(o, "item");
+        const char *id = json_string_value(json_object_get(it, "id")), *cid = json_string_value(json_object_get(it, "call_id"));
+        const char *name = json_string_value(json_object_get(it, "name"));
+        if (id && cid && name) {
+            gw_oa_call_ev ev = {.step = GW_OA_CALL_BEGIN, .index = c->calls_streamed++, .item_id = id,
+                                .call_id = cid, .name = name};
+            c->surface->call(c, &ev);
+        }
+    } else if (type && !strcmp(type, "response.function_call_arguments.done") && c->calls_streamed) {
+        json_t *a = json_object_get(o, "arguments");
+        gw_oa_call_ev ev = {.step = GW_OA_CALL_DONE, .index = c->calls_streamed - 1,
+                            .json = json_string_value(a) ? json_string_value(a) : "", .len = json_string_length(a)};
+        c->surface->call(c, &ev);
+    }
+    json_decref(o);
 }
 
 static void schedule(gw_oa_call *c);
@@ -377,6 +419,12 @@ static void step(lws_sorted_usec_list_t *sul)
         const size_t hlen = len < sizeof head - 1 ? len : sizeof head - 1;
         memcpy(head, e->buf + LWS_PRE, hlen);
         head[hlen] = 0;
+        if (want == 3) { /* written to the client before the event may leave the ring */
+            if (c->streaming && (c->req || c->ws) && c->surface->call)
+                call_event(c, e->buf + LWS_PRE, len);
+            gw_session_sent(s, e);
+            continue;
+        }
         char *copy = want == 2 ? strndup(e->buf + LWS_PRE, len) : NULL;
         gw_session_sent(s, e);
         if (want == 2 && !copy)

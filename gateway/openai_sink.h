@@ -24,7 +24,20 @@ typedef struct gw_oa_result {
     struct json_t *calls;          /* response.done's function_call items (completed), an array; NULL: none */
 } gw_oa_result;
 
-/* What a surface writes. Each is called at most once, except text. */
+/* A tool call of the reply as it streams (the session's function_call
+ * events): its start, a piece of its arguments, its end. */
+typedef enum { GW_OA_CALL_BEGIN, GW_OA_CALL_DELTA, GW_OA_CALL_DONE } gw_oa_call_step;
+typedef struct gw_oa_call_ev {
+    gw_oa_call_step step;
+    uint32_t index;                /* the call's number in the reply, from 0 */
+    const char *item_id, *call_id, *name; /* BEGIN: the function_call item's (NUL-terminated) */
+    const char *json;              /* DELTA: the new arguments text as a JSON string, quotes included
+                                      (as the session wrote it: copied out as it is, no allocation);
+                                      DONE: the whole arguments, plain text */
+    size_t len;
+} gw_oa_call_ev;
+
+/* What a surface writes. Each is called at most once, except text and call. */
 typedef struct gw_oa_surface {
     void (*started)(gw_oa_call *c);                          /* the response runs */
     void (*text)(gw_oa_call *c, const char *t, size_t n);    /* new reply text (streaming only) */
@@ -33,6 +46,8 @@ typedef struct gw_oa_surface {
     void (*failed)(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
                    const char *msg);
     void (*free)(gw_oa_call *c);                             /* the surface's own state (c->user) */
+    /* a tool call's progress (streaming only, in order); NULL: calls come whole, with done */
+    void (*call)(gw_oa_call *c, const gw_oa_call_ev *ev);
 } gw_oa_surface;
 
 struct gw_oa_call {
@@ -49,6 +64,7 @@ struct gw_oa_call {
     size_t n_items;
     fg_proto_sampling sampling;    /* this response's */
     const struct gw_oa_tools *tools; /* the request's tools and tool_choice (the surface owns them), or NULL */
+    uint32_t calls_streamed;       /* tool calls whose start went to surface->call */
     int64_t created;               /* seconds since the epoch */
     char *text;                    /* the reply so far */
     size_t text_len;

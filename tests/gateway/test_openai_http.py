@@ -436,7 +436,8 @@ def test_tools_over_http():
     """Function tools with the stock openai client on chat.completions and responses, the scripted
     output (test_openai_sdk.TOOL_SCRIPT) on a model with DeepSeek's markers."""
     from test_openai_sdk import TOOL_SCRIPT
-    script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[2]]
+    script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0],
+              TOOL_SCRIPT[2]]
 
     async def go():
         async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},

@@ -33,7 +33,7 @@ import time
 import http.client
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import KEYS, DATA_DIR, RawWS, Server, check, eq, http_get, log, run_tests  # noqa: E402
+from harness import KEYS, DATA_DIR, RawWS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK_DIR = os.path.join(HERE, "openai_sdk")
@@ -163,8 +163,8 @@ def test_client_secrets():
             eq((ev["type"], ev["session"]["instructions"]), ("session.created", "Be terse."), "the secret's session")
             sid = ev["session"]["id"]
             r.close()
-            eq([e.get("tenant") for e in srv.log_events("session_created") if e.get("session") == sid], ["acme"],
-               "the session is the minting tenant's")
+            await wait_for(lambda: [e.get("tenant") for e in srv.log_events("session_created")
+                                    if e.get("session") == sid] == ["acme"], "the session is the minting tenant's")
             r = RawWS(p, key=other, subprotocols=("realtime",))
             eq((r.status, r.recv_event()["type"]), (101, "session.created"), "a secret as a bearer token")
             r.close()
