@@ -245,6 +245,10 @@ const fg_cfg_key fg_cfg_keys[] = {
            "(tokenized with the model's vocabulary, DeepSeek's chat and tool markers as their special "
            "ids) instead of sampled ones; every forward pass still runs. Empty (the default): off, "
            "and nothing can turn it on. The server logs a warning at start when it is set."),
+    K_STR(fg_config, "debug.restore_gate_file", debug.restore_gate_file, "", 0,
+          "TESTS ONLY: a session restore from disk (session.resume after a restart) waits, on its worker "
+          "thread, until this file exists, so a test can hold one in progress. Empty (the default): off. "
+          "The server logs a warning at start when it is set."),
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 

@@ -160,6 +160,8 @@ typedef struct fg_config_debug {
      * text tokenized with the vocabulary, chat and tool markers as their
      * special ids) instead of the sampled ones; empty: off. */
     fg_config_strlist scripted_output;
+    /* A session restore waits until this file exists (tests hold one in progress); "": off. */
+    const char *restore_gate_file;
 } fg_config_debug;
 
 typedef struct fg_config_topology {

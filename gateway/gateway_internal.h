@@ -114,6 +114,9 @@ struct gw_session {
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
     bool cache_built;               /* the engine session already holds head + conv (a fork, a restore) */
     bool conv_known;                /* conv is the whole conversation (false after some restores) */
+    bool restoring;                 /* restored, its id reservation being written on gw_disk's worker
+                                       (gw_persist.c): not resumable yet, and not freed meanwhile */
+    bool doomed, doomed_keep_file;  /* destroyed while restoring: done when the write is */
 
     /* events */
     uint64_t next_seq;              /* the next sequence number (the first event is 1) */
@@ -215,6 +218,7 @@ struct fg_gateway {
     gw_conn *conns;
     size_t n_conns;
     struct gw_secrets *secrets;     /* client_secrets.h: browser client secrets; NULL on out of memory */
+    struct gw_disk *disk;           /* gw_disk.h: session restores and saves off this thread */
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
 
     gw_metrics metrics;             /* metrics.h */
@@ -238,14 +242,19 @@ static inline const char *gw_session_tenant(gw_session *s)
 }
 
 /* gw_session.c */
-/* A new session of tenant. restore_id: the engine session saved under that
- * id is restored from its file (fg_session_restore) and the session keeps the
- * id; else a fresh id, and an engine session that is a fork of fork_src's
- * (sharing its cached pages) when fork_src is given, else empty. On failure
- * NULL, *err the engine's error (FG_ERR_NOT_FOUND, FG_ERR_SESSION_*, ...) and
+/* A new session of tenant with a fresh id and an engine session that is a
+ * fork of fork_src's (sharing its cached pages) when fork_src is given, else
+ * empty. On failure NULL, *err the engine's error (FG_ERR_SESSION_*, ...) and
  * diag its message. */
-gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, const char *restore_id, fg_err *err,
-                           fg_diag *diag);
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, fg_err *err, fg_diag *diag);
+/* The two halves of a session whose engine session is made elsewhere (a
+ * restore on gw_disk's worker): prepare allocates it (id: kept, NULL: a
+ * fresh one) and fills *sp for the engine (its user is the session); it is in
+ * no table yet, and is freed with free() if the engine session never comes.
+ * adopt gives it its engine session and enters it in the table. NULL on out
+ * of memory. */
+gw_session *gw_session_prepare(fg_gateway_t *gw, int tenant, const char *id, fg_session_params *sp);
+void gw_session_adopt(gw_session *s, fg_session_t *es);
 /* Frees a session; keep_file: its session file stays for a later restore
  * (shutdown, a refused resume), else it is deleted (close, expiry). */
 void gw_session_destroy(gw_session *s, bool keep_file);
@@ -336,11 +345,16 @@ void gw_session_store_meta(gw_session *s);
  * response) to its protocol code; FG_ERR_SESSION_* and FG_ERR_DISK_FULL get
  * their own codes, what has none is internal_error. */
 fg_proto_code gw_engine_code(fg_err e);
-/* Opens the session saved under id for tenant and returns it attached to
- * nothing. On failure NULL, with *code (session_not_found, session_lost,
- * internal_error) and msg (what the client is told). */
-gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
-                               char *msg, size_t msg_cap);
+/* Opens the session saved under id for tenant off the service thread
+ * (gw_disk.h: the file is read, then rewritten with the new id reservation,
+ * on the worker) and hands it to done on the service thread, attached to
+ * nothing; or NULL with code (session_not_found, session_lost,
+ * internal_error) and msg (what the client is told). Returns false when it
+ * cannot start (an invalid id, no engine, out of memory): *code and msg say
+ * why, and done is not called. */
+typedef void (*gw_restore_done)(void *user, gw_session *s, fg_proto_code code, const char *msg);
+bool gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, gw_restore_done done,
+                        void *user, fg_proto_code *code, char *msg, size_t msg_cap);
 /* Whether the head with the session's instructions, its conversation and
  * (generate) the reply marker and one token fit the context: a rebuild for
  * new instructions is refused before anything is replaced when not. */

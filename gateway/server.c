@@ -11,6 +11,7 @@
 
 #include "gateway/client_secrets.h"
 #include "gateway/dashboard.h"
+#include "gateway/gw_disk.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
@@ -266,6 +267,8 @@ static void on_wakeup(fg_gateway_t *gw)
         begin_drain(gw);
     if (gw->quota)
         fg_quota_poll(gw->quota); /* quota answers continue session.create and response.create */
+    if (gw->disk)
+        gw_disk_poll(gw->disk); /* restored sessions continue their session.resume */
     if (!gw->engine)
         return;
     void *ready[256];
@@ -503,6 +506,15 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
                                ? ", or server.tls_cert_file / tls_key_file cannot be loaded"
                                : "");
     }
+    /* session restores (and their saves) run on a worker: the service thread never waits for a file */
+    const char *gate = cfg->debug.restore_gate_file;
+    if (!(gw->disk = gw_disk_new(gw->ctx, gate))) {
+        fg_gateway_destroy(gw);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start the session-file worker");
+    }
+    if (gate && gate[0])
+        fg_log_at(FG_LOG_WARN, "restore_gate_file", NULL, NULL,
+                  "\"note\":\"debug.restore_gate_file is set: session restores wait for a file; for tests only\"");
     gw->vhost = lws_get_vhost_by_name(gw->ctx, "default");
     gw->port = gw->vhost ? lws_get_vhost_listen_port(gw->vhost) : (int)cfg->server.port;
     lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, SWEEP_US);
@@ -606,6 +618,10 @@ fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag)
 
 void fg_gateway_close_sessions(fg_gateway_t *gw)
 {
+    /* first the worker: no restore or save runs on a session freed here or on the
+     * engine closed after; the restores it finishes join the table, then go too */
+    gw_disk_free(gw->disk);
+    gw->disk = NULL;
     while (gw->sessions)
         gw_session_destroy(gw->sessions, true); /* their files stay for the next start */
 }
@@ -618,6 +634,7 @@ void fg_gateway_destroy(fg_gateway_t *gw)
         fg_gateway_close_sessions(gw);
     if (gw->ctx)
         lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
+    gw_disk_free(gw->disk); /* restores still under way end here, their clients gone */
     fg_proto_buf_free(&gw->scratch);
     for (size_t i = 0; i < gw->n_scripts; i++)
         fg_tokens_free(&gw->scripts[i]);
