@@ -166,8 +166,9 @@ void gw_conn_on_open(gw_conn *c, const char *session_event)
         fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
         fg_proto_error err;
         /* a client secret's settings, checked when it was minted: a session.update's fields */
-        if (session_event && fg_proto_parse(session_event, strlen(session_event), &gw->limits, &ev, &err) == FG_OK)
-            ev.type = FG_CLIENT_SESSION_CREATE;
+        if (session_event && fg_proto_parse(session_event, strlen(session_event), &gw->limits, &ev, &err) != FG_OK)
+            ev = (fg_client_event){.type = FG_CLIENT_SESSION_CREATE}; /* cannot happen: then without them */
+        ev.type = FG_CLIENT_SESSION_CREATE;
         gw_cmd_dispatch(&c->sink, &ev);
         fg_client_event_free(&ev);
     }
