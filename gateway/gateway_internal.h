@@ -387,6 +387,9 @@ void gw_conn_push_text(gw_conn *c, const char *text, size_t len);
 #define GW_RESPONSES_WS_PATH "/v1/responses"
 /* One whole text message from the client. */
 void gw_rws_on_message(gw_conn *c, const char *text, size_t len);
+/* The mode's error event {"type":"error","status","error":{type, code, message, param}} (param NULL: null). */
+void gw_rws_error(gw_conn *c, unsigned status, const char *type, const char *code, const char *param,
+                  const char *msg);
 /* A call on c ended with session s kept: conn_local (store: false) keeps it
  * for this connection only, replacing the one kept before (which ends). */
 void gw_conn_keep_unstored(gw_conn *c, gw_session *s, bool conn_local);

@@ -451,9 +451,7 @@ void gw_openai_responses_ws(fg_gateway_t *gw, gw_conn *ws, const char *text, siz
     gw_oa_call *c = x ? gw_oa_call_new_ws(gw, ws, ws->sink.tenant, &resp_surface, x) : NULL;
     if (!c) {
         free(x);
-        static const char oom[] = "{\"type\":\"error\",\"status\":500,\"error\":{\"type\":\"server_error\","
-                                  "\"code\":\"internal_error\",\"message\":\"out of memory\",\"param\":null}}";
-        return gw_conn_push_text(ws, oom, sizeof oom - 1);
+        return gw_rws_error(ws, 500, "server_error", "internal_error", NULL, "out of memory");
     }
     gw_oa_error err;
     if (gw_resp_ws_parse(text, len, &gw->limits, gw_openai_model_id(gw), &x->r, &err) != FG_OK) {

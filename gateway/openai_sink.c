@@ -136,12 +136,8 @@ void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *co
         return gw_openai_error(c->req, status, type, code, param, msg);
     if (!c->ws)
         return;
-    /* the Responses WebSocket mode's error event: the HTTP answer's status and error */
-    char m[400], p[160];
-    c->body_len_ = 0;
-    gw_oa_writef(c, "{\"type\":\"error\",\"status\":%u,\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":%s,\"param\":%s}}",
-                 status, type, code, fg_log_str(m, sizeof m, msg), param ? fg_log_str(p, sizeof p, param) : "null");
-    gw_oa_event_end(c);
+    c->body_len_ = 0; /* nothing of an event is left half written */
+    gw_rws_error(c->ws, status, type, code, param, msg); /* the mode's error event: the HTTP answer's status and error */
 }
 
 /* ---- the call's end ---- */

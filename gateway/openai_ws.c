@@ -18,20 +18,21 @@
 #include "gateway/openai_responses.h"
 #include "gateway/openai_sink.h"
 
-static void refuse(gw_conn *c, unsigned status, const char *code, const char *msg)
+void gw_rws_error(gw_conn *c, unsigned status, const char *type, const char *code, const char *param,
+                  const char *msg)
 {
-    char body[400];
+    char body[800], m[400], p[160];
     snprintf(body, sizeof body,
-             "{\"type\":\"error\",\"status\":%u,\"error\":{\"type\":\"invalid_request_error\",\"code\":\"%s\","
-             "\"message\":\"%s\",\"param\":null}}",
-             status, code, msg);
+             "{\"type\":\"error\",\"status\":%u,\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":%s,"
+             "\"param\":%s}}",
+             status, type, code, fg_log_str(m, sizeof m, msg), param ? fg_log_str(p, sizeof p, param) : "null");
     gw_conn_push_text(c, body, strlen(body));
 }
 
 void gw_rws_on_message(gw_conn *c, const char *text, size_t len)
 {
     if (c->rws_call)
-        return refuse(c, 409, "response_in_progress",
+        return gw_rws_error(c, 409, "invalid_request_error", "response_in_progress", NULL,
                       "a response is in progress on this connection: send the next response.create after its "
                       "response.completed (or open another connection)");
     gw_openai_responses_ws(c->sink.gw, c, text, len);
