@@ -42,6 +42,12 @@ foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
 
+# kernels/cpu/quantize.c's bytes are checked by test_quantize against
+# tests/unit/data/quantize_vectors.h; this checks that header is what the numpy
+# reference of ggml's quantizers (tests/reference/quantize_ref.py) writes.
+fg_add_test(quantize_vectors_current COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/quantize_vectors.py
+            --check LABELS "reference;unit")
+
 # Other weight types against the same reference, which reads their values
 # exactly (tests/reference/quant_vectors.py's dequantization for the legacy and
 # K types). The engine quantizes the activations of every block-type product to
