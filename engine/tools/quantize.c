@@ -224,6 +224,14 @@ static int run(const opts *o)
                             "an infinity; nothing written", t->name, (long long)bad_row, fg_ggml_type_name(t->type));
             goto fail;
         }
+        int64_t bad_block = -1;
+        if (fg_wtype_validate_rows((int)type, buf, t->ne[0], rows, &bad_row, &bad_block) != 0) {
+            /* as llama-quantize's ggml_validate_row_data: values too large for the F16 scales */
+            e = fg_diag_set(&diag, FG_ERR_INVALID_ARG, "tensor %s, row %lld, block %lld: its values are too large "
+                            "for %s's F16 scales (the block would not be finite); nothing written", t->name,
+                            (long long)bad_row, (long long)bad_block, fg_ggml_type_name(type));
+            goto fail;
+        }
         seconds += dt;
         in_mb += (double)t->ne[0] * (double)rows * 4 / 1e6;
         if (!o->quiet)

@@ -46,6 +46,24 @@ static int nearest_int(float f)
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* C's truncating conversions, as ggml's (int8_t) and (uint8_t) casts do them;
+ * outside the target's range (only for absurd inputs: a scale that
+ * underflows makes its inverse infinite) ggml's cast is undefined, and
+ * these saturate, NaN to 0. */
+static int trunc_i8(float v)
+{
+    if (!(v > -129.0f))
+        return v != v ? 0 : -128;
+    return v < 128.0f ? (int8_t)v : 127;
+}
+
+static int trunc_u8(float v)
+{
+    if (!(v > -1.0f))
+        return 0;
+    return v < 256.0f ? (uint8_t)v : 255;
+}
+
 static void put_f16(uint8_t *p, float f)
 {
     uint16_t h = fg_f32_to_f16(f);
@@ -72,8 +90,8 @@ static void q4_0_block(const float *x, uint8_t *b)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16(b, d);
     for (int j = 0; j < 16; j++) {
-        const int q0 = imin(15, (int8_t)(x[j] * id + 8.5f));
-        const int q1 = imin(15, (int8_t)(x[j + 16] * id + 8.5f));
+        const int q0 = imin(15, trunc_i8(x[j] * id + 8.5f));
+        const int q1 = imin(15, trunc_i8(x[j + 16] * id + 8.5f));
         b[2 + j] = (uint8_t)((uint8_t)q0 | (uint8_t)q1 << 4);
     }
 }
@@ -100,8 +118,8 @@ static void q4_1_block(const float *x, uint8_t *b)
     put_f16(b, d);
     put_f16(b + 2, min);
     for (int j = 0; j < 16; j++) {
-        const int q0 = imin(15, (int8_t)((x[j] - min) * id + 0.5f));
-        const int q1 = imin(15, (int8_t)((x[j + 16] - min) * id + 0.5f));
+        const int q0 = imin(15, trunc_i8((x[j] - min) * id + 0.5f));
+        const int q1 = imin(15, trunc_i8((x[j + 16] - min) * id + 0.5f));
         b[4 + j] = (uint8_t)((uint8_t)q0 | (uint8_t)q1 << 4);
     }
 }
@@ -125,8 +143,8 @@ static void q5_0_block(const float *x, uint8_t *b)
     put_f16(b, d);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
-        const uint8_t q0 = (uint8_t)imin(31, (int8_t)(x[j] * id + 16.5f));
-        const uint8_t q1 = (uint8_t)imin(31, (int8_t)(x[j + 16] * id + 16.5f));
+        const uint8_t q0 = (uint8_t)imin(31, trunc_i8(x[j] * id + 16.5f));
+        const uint8_t q1 = (uint8_t)imin(31, trunc_i8(x[j + 16] * id + 16.5f));
         b[6 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
         qh |= (uint32_t)(q0 >> 4 & 1) << j;
         qh |= (uint32_t)(q1 >> 4 & 1) << (j + 16);
@@ -144,8 +162,8 @@ static void q5_1_block(const float *x, uint8_t *b)
     put_f16(b + 2, min);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
-        const uint8_t q0 = (uint8_t)((x[j] - min) * id + 0.5f);
-        const uint8_t q1 = (uint8_t)((x[j + 16] - min) * id + 0.5f);
+        const uint8_t q0 = (uint8_t)trunc_u8((x[j] - min) * id + 0.5f);
+        const uint8_t q1 = (uint8_t)trunc_u8((x[j + 16] - min) * id + 0.5f);
         b[8 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
         qh |= (uint32_t)(q0 >> 4 & 1) << j;
         qh |= (uint32_t)(q1 >> 4 & 1) << (j + 16);
@@ -359,7 +377,7 @@ static void q2_k_block(const float *x, uint8_t *b)
     if (max_min > 0) {
         float iscale = 15.f / max_min;
         for (int j = 0; j < 16; j++)
-            sc[j] = (uint8_t)(sc[j] | (uint8_t)(nearest_int(iscale * mins[j]) << 4));
+            sc[j] = (uint8_t)(sc[j] | (uint8_t)((unsigned)nearest_int(iscale * mins[j]) << 4));
         put_f16(b + 82, max_min / 15.f);
     } else {
         put_f16(b + 82, 0.f);
