@@ -167,6 +167,17 @@ def check_mix(tmp, model, label, mix, prompt, base):
     if p.returncode:
         return
     types = types_of(out)
+    a, b = gguf_read.GGUFFile(model), gguf_read.GGUFFile(out)
+    moved = {"general.file_type", "general.quantization_version"}
+    ka = [(k, repr(v)) for k, v in a.metadata.items() if k not in moved]
+    kb = [(k, repr(v)) for k, v in b.metadata.items() if k not in moved]
+    if ka != kb or b.metadata.get("general.file_type") != {"q4_k_m": 15, "q5_k_m": 17}[mix] \
+            or b.metadata.get("general.quantization_version") != 2:
+        fail("%s %s: keys not copied unchanged (or file_type/quantization_version wrong)" % (label, mix))
+    if list(a.tensors) != list(b.tensors):
+        fail("%s %s: tensor order changed" % (label, mix))
+    a.close()
+    b.close()
     g = gguf_read.GGUFFile(model)
     n_layer = g.get("deepseek2.block_count")
     n_expert = g.get("deepseek2.expert_count", 0)
