@@ -91,6 +91,12 @@ fg_add_test(perplexity_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_p
 fg_add_test(quantize_cli COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/model/check_quantize.py
             LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
 
+# The same bytes against ggml itself: libggml-base.so from the pinned npm package
+# @node-llama-cpp/linux-x64 (llama.cpp's own build), its ggml_quantize_chunk on the same rows.
+fg_add_test(quantize_ggml COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_quantize_ggml.sh
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
+set_tests_properties(quantize_ggml PROPERTIES SKIP_RETURN_CODE 77)
+
 # Bad files and requests through the command line: clear errors, no crash.
 fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh
             LABELS model FIXTURES_REQUIRED models)
