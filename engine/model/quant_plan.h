@@ -64,8 +64,9 @@ typedef struct fg_quant_choice {
     bool fallback;      /* wanted's blocks do not divide the row */
 } fg_quant_choice;
 
-/* The type of tensor t, called once per tensor in file order (the layer
- * counters advance as llama-quantize's do). Errors: FG_ERR_MODEL_SHAPE (diag
+/* The type of tensor t, called once per tensor in the order llama-quantize
+ * visits them (flashgate-quantize's llama_order), since the attn_v layer
+ * counter advances per call as llama-quantize's does. Errors: FG_ERR_MODEL_SHAPE (diag
  * names the tensor) when a fallback type is needed and none is defined, or
  * the layer in a tensor name is outside the block count. */
 fg_err fg_quant_plan_choose(fg_quant_plan_t *p, const fg_gguf_tensor *t, fg_quant_choice *out, fg_diag *diag);

@@ -9,8 +9,10 @@
  * does and kernels/cpu/quantize.h writes the blocks. Keys are copied
  * unchanged but general.quantization_version (2) and general.file_type (the
  * mix's LLAMA_FTYPE), which move to the end as llama-quantize moves them;
- * tensors keep their order. Tensors that are not quantized, or already of
- * the chosen type, are copied. Every row fallback is reported on stderr.
+ * tensors are written in llama-quantize's order (llama_order), so that the
+ * whole file is the bytes llama-quantize writes. Tensors that are not
+ * quantized, or already of the chosen type, are copied. Every row fallback
+ * is reported on stderr.
  *
  * Exit status: 0 on success, 1 on an error, 2 on a bad command line.
  */
@@ -116,6 +118,29 @@ typedef struct opts {
     int threads;
 } opts;
 
+/* llama-quantize writes the tensors in its loader's order: by the layer
+ * number of "blk.N." (tensors outside the blocks first), then by name; so
+ * does this tool, which makes whole files byte-identical to its output. */
+static int layer_of_name(const char *name)
+{
+    int layer = -1;
+    if (sscanf(name, "blk.%d.", &layer) != 1)
+        layer = -1;
+    return layer;
+}
+
+static const fg_gguf_t *sort_gguf; /* qsort has no context argument */
+
+static int llama_order(const void *pa, const void *pb)
+{
+    const char *a = fg_gguf_tensor_at(sort_gguf, *(const uint64_t *)pa)->name;
+    const char *b = fg_gguf_tensor_at(sort_gguf, *(const uint64_t *)pb)->name;
+    int la = layer_of_name(a), lb = layer_of_name(b);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return strcmp(a, b);
+}
+
 static fg_err copy_keys(const fg_gguf_t *g, fg_gguf_writer_t *w, uint32_t file_type)
 {
     for (uint64_t i = 0; i < fg_gguf_key_count(g); i++) {
@@ -137,6 +162,7 @@ static int run(const opts *o)
     fg_gguf_t *g = NULL;
     fg_gguf_writer_t *w = NULL;
     fg_quant_choice *choice = NULL;
+    uint64_t *order = NULL; /* file index of the k-th tensor written */
     uint8_t *buf = NULL;
     int rc = 1;
     fg_err e = fg_quant_plan_create(o->type, &plan, &diag);
@@ -158,18 +184,26 @@ static int run(const opts *o)
         goto fail;
     const uint64_t nt = fg_gguf_tensor_count(g);
     choice = calloc(nt ? nt : 1, sizeof *choice);
-    if (!choice) {
+    order = calloc(nt ? nt : 1, sizeof *order);
+    if (!choice || !order) {
         e = fg_diag_set(&diag, FG_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if ((e = fg_gguf_writer_create(o->out, (uint32_t)fg_gguf_alignment(g), &w, &diag)) ||
         (e = copy_keys(g, w, fg_quant_plan_file_type(plan))))
         goto fail;
+    for (uint64_t i = 0; i < nt; i++)
+        order[i] = i;
+    sort_gguf = g;
+    qsort(order, nt, sizeof *order, llama_order);
     int n_fallback = 0;
-    for (uint64_t i = 0; i < nt; i++) {
-        const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
-        if ((e = fg_quant_plan_choose(plan, t, &choice[i], &diag)))
+    /* choices in that order too: the layer counters advance as llama-quantize's do */
+    for (uint64_t i = 0; i < nt; i++)
+        if ((e = fg_quant_plan_choose(plan, fg_gguf_tensor_at(g, order[i]), &choice[order[i]], &diag)))
             goto fail;
+    for (uint64_t k = 0; k < nt; k++) {
+        const uint64_t i = order[k];
+        const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
         const fg_quant_choice *c = &choice[i];
         if (c->type != t->type && !float_type(t->type) && !o->allow_requantize) {
             e = fg_diag_set(&diag, FG_ERR_UNSUPPORTED, "tensor %s is %s already: requantizing it to %s loses "
@@ -189,7 +223,8 @@ static int run(const opts *o)
         goto fail;
     double seconds = 0, in_mb = 0;
     uint64_t total_in = 0, total_out = 0;
-    for (uint64_t i = 0; i < nt; i++) {
+    for (uint64_t k = 0; k < nt; k++) {
+        const uint64_t i = order[k];
         const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
         const uint32_t type = choice[i].type;
         const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
@@ -198,7 +233,7 @@ static int run(const opts *o)
         total_out += nbytes;
         if (type == t->type) {
             if (!o->quiet)
-                printf("[%4llu/%4llu] %-36s %-7s copied\n", (unsigned long long)i + 1, (unsigned long long)nt,
+                printf("[%4llu/%4llu] %-36s %-7s copied\n", (unsigned long long)k + 1, (unsigned long long)nt,
                        t->name, fg_ggml_type_name(t->type));
             if ((e = fg_gguf_writer_write_tensor(w, t->data, t->nbytes, &diag)))
                 goto fail;
@@ -235,7 +270,7 @@ static int run(const opts *o)
         seconds += dt;
         in_mb += (double)t->ne[0] * (double)rows * 4 / 1e6;
         if (!o->quiet)
-            printf("[%4llu/%4llu] %-36s %-7s -> %-7s%s %8.3f MB -> %8.3f MB\n", (unsigned long long)i + 1,
+            printf("[%4llu/%4llu] %-36s %-7s -> %-7s%s %8.3f MB -> %8.3f MB\n", (unsigned long long)k + 1,
                    (unsigned long long)nt, t->name, fg_ggml_type_name(t->type), fg_ggml_type_name(type),
                    choice[i].manual ? " (override)" : choice[i].fallback ? " (fallback)" : "", t->nbytes / 1e6,
                    nbytes / 1e6);
@@ -254,6 +289,7 @@ fail:
     fprintf(stderr, "flashgate-quantize: %s (%s)\n", diag.msg, fg_err_name(e));
 out:
     free(buf);
+    free(order);
     free(choice);
     fg_gguf_writer_destroy(w);
     fg_gguf_close(g);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# flashgate-quantize against ggml itself: the libggml-base.so that the npm package
-# @node-llama-cpp/linux-x64 ships (llama.cpp built unmodified; pinned version) is loaded with
-# ctypes and its ggml_quantize_chunk (llama-quantize's call, no importance matrix) quantizes the
-# same F32 rows; every block of every type must be the same bytes (check_quantize_ggml.py).
+# flashgate-quantize against llama.cpp itself: the libggml-base.so and libllama.so that the npm
+# package @node-llama-cpp/linux-x64 ships (llama.cpp built unmodified; pinned version) are loaded
+# with ctypes: ggml_quantize_chunk (no importance matrix) must give every block of every type the
+# same bytes, and llama_model_quantize (what llama-quantize runs) the same whole files for every
+# mix (check_quantize_ggml.py).
 # The package goes into $FG_TEST_DATA/npm-ggml; exit 77 (skip) only when npm cannot install it
 # or the machine is not x86-64 Linux.
 set -euo pipefail
@@ -12,4 +13,4 @@ here=$(cd "$(dirname "$0")" && pwd)
 npm_dir="$FG_TEST_DATA/npm-ggml"
 pkg=@node-llama-cpp/linux-x64@3.22.1
 "$here/../npm_deps.sh" "$npm_dir" "$pkg" || exit $?
-exec /usr/bin/python3 "$here/check_quantize_ggml.py" "$npm_dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
+exec /usr/bin/python3 "$here/check_quantize_ggml.py" "$npm_dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
