@@ -359,7 +359,7 @@ static void check_learned(fg_engine_t *direct, int V)
     fg_engine_close(e);
 }
 
-/* A fork at 485 tokens (485 mod 128 = 101): the fork's input crosses 511
+/* A fork at 484 tokens (484 mod 128 = 100): the fork's input crosses 511
  * (a 128-ratio row into page 6, which the source shares), then the source's
  * does, then the fork continues and reads that row. Each equals a cache-less
  * run of its own tokens. */
