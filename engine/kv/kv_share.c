@@ -277,6 +277,10 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
         strcpy(dst->tier.load_name, src->tier.load_name);
     } else {
         fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        if (err == FG_ERR_KV_FULL) { /* no pages for the copy of the state: cold ones go first */
+            fg_tier_drop_cold(e, fg_kv_store_state_pages(e->kv));
+            err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        }
         if (err != FG_OK)
             return err;
     }

@@ -273,7 +273,8 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
         if (err == FG_OK)
             break;
         size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS -
-                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
+                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1 +
+                      (s->seq.state ? 0 : fg_kv_store_state_pages(e->kv)); /* cold snapshots may hold them */
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* keep nothing half-reserved */
         if (attempt == 0)
             fg_tier_relieve(e, want, s); /* cold pages go at once, spills later */

@@ -21,7 +21,8 @@
  *    equal a cache-less engine's; sessions with a common system prompt
  *    learn a snapshot where they part; a fork over the serving API with
  *    the previous-page case continues like a cache-less run, and so does
- *    its source. */
+ *    its source; in a pool too small for two sessions and a snapshot, the
+ *    second session's admission frees the first one's snapshot. */
 #include <string.h>
 #include <unistd.h>
 
@@ -216,7 +217,7 @@ typedef struct run {
     fg_event last;
 } run;
 
-static fg_engine_t *open_v4(bool serve, bool prefix)
+static fg_engine_t *open_v4_budget(bool serve, bool prefix, size_t budget)
 {
     fg_engine_options o;
     fg_engine_options_default(&o);
@@ -225,11 +226,13 @@ static fg_engine_t *open_v4(bool serve, bool prefix)
     o.max_batch_tokens = 128;
     o.prefill_chunk = 16;
     o.n_threads = 2;
-    o.kv_budget_bytes = (size_t)64 << 20;
+    o.kv_budget_bytes = budget;
     o.serve = serve;
     o.prefix_cache = prefix;
     return open_engine_with(&o);
 }
+
+static fg_engine_t *open_v4(bool serve, bool prefix) { return open_v4_budget(serve, prefix, (size_t)64 << 20); }
 
 static void start(run *r, const int32_t *in, int n, int max_tokens)
 {
@@ -404,6 +407,36 @@ static void check_fork(fg_engine_t *direct, int V)
     fg_engine_close(e);
 }
 
+/* Snapshots are bounded by the pool: with room for one session, its
+ * snapshot and a second session less 2 pages, the second session's
+ * admission frees the first one's snapshot (its pages are held by the idle
+ * first session) instead of waiting for ever. */
+static void check_pressure(fg_engine_t *direct, int V, size_t state_pages, size_t page_bytes)
+{
+    enum { L = PROMPT + 2 };
+    static int32_t prompt[2][L], want[2][MAXGEN];
+    int n_want[2];
+    for (int i = 0; i < 2; i++) {
+        test_tokens(prompt[i], L, V, 96 + (unsigned)i);
+        n_want[i] = greedy_alone(direct, prompt[i], L, MAXGEN, want[i]);
+    }
+    const size_t per = state_pages + (L + MAXGEN + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    fg_engine_t *e = open_v4_budget(true, true, (2 * per + state_pages - 2) * page_bytes);
+    fg_engine_stats st;
+    fg_session_t *s[2];
+    for (int i = 0; i < 2; i++) {
+        s[i] = session(e);
+        run r = turn(s[i], prompt[i], L, MAXGEN);
+        same(&r, want[i], n_want[i], "small pool: session", i);
+        fg_engine_get_stats(e, &st);
+        CHECK_MSG(st.kv_pages_cached == (i ? 0 : state_pages), "after session %d: %zu pages for snapshots", i,
+                  st.kv_pages_cached);
+    }
+    for (int i = 0; i < 2; i++)
+        fg_session_free(s[i]);
+    fg_engine_close(e);
+}
+
 int main(void)
 {
     fg_pool_t *pool = fg_pool_create(2);
@@ -427,6 +460,7 @@ int main(void)
     check_eight(direct, info.n_vocab, state_pages);
     check_learned(direct, info.n_vocab);
     check_fork(direct, info.n_vocab);
+    check_pressure(direct, info.n_vocab, state_pages, info.kv_page_bytes);
     fg_engine_close(direct);
     return TEST_DONE("test_ds4_share");
 }
