@@ -18,7 +18,8 @@
  * 2. Serving (v4-tiny, f32 cache, prefix cache on): 8 sessions with one
  *    long prompt (3 units + a tail) hold one copy of its 6 shared pages and
  *    one snapshot (counted in the store's pages), and their greedy tokens
- *    equal a cache-less engine's; sessions with a common system prompt
+ *    equal a cache-less engine's, started one after the others or all
+ *    together; sessions with a common system prompt
  *    learn a snapshot where they part; a fork over the serving API with
  *    the previous-page case continues like a cache-less run, and so does
  *    its source; in a pool too small for two sessions and a snapshot, the
@@ -333,6 +334,29 @@ static void check_eight(fg_engine_t *direct, int V, size_t state_pages)
     }
     CHECK_MSG(st.kv_pages_used == SHARED + state_pages && st.kv_pages_cached == st.kv_pages_used,
               "%zu pages used after the sessions closed, %zu cached", st.kv_pages_used, st.kv_pages_cached);
+    fg_engine_close(e);
+
+    /* started together: the others sit out while the first computes the prompt
+     * in a step of its own (cut at the last boundary, its snapshot there), then
+     * take it (prefix_waits) */
+    e = open_v4(true, true);
+    for (int i = 0; i < N; i++) {
+        r[i] = (run){.s = session(e)};
+        start(&r[i], prompt[i], L, MAXGEN);
+    }
+    CHECK(wait_all(r, N));
+    long long cached = 0;
+    for (int i = 0; i < N; i++) {
+        same(&r[i], want[i], n_want[i], "started together: session", i);
+        cached += r[i].last.usage.cached_tokens;
+    }
+    fg_engine_get_stats(e, &st);
+    fprintf(stderr, "v4 serving, started together: %lld tokens from the cache, %llu prefix waits, %zu pages shared\n",
+            cached, (unsigned long long)st.prefix_waits, st.kv_pages_shared);
+    CHECK_MSG(cached == (long long)(N - 1) * SHARED * FG_KV_PAGE_TOKENS, "started together: %lld tokens cached",
+              cached);
+    for (int i = 0; i < N; i++)
+        fg_session_free(r[i].s);
     fg_engine_close(e);
 }
 
