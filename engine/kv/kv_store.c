@@ -2,7 +2,6 @@
  * counts) and sequence page tables. */
 #include "engine/kv/kv_store.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -141,15 +140,13 @@ void fg_kv_page_release(fg_kv_store_t *s, uint8_t *page)
 
 static int owner_of(int owner) { return owner >= 0 && owner < FG_KV_MAX_OWNERS ? owner : 0; }
 
-/* Takes the pages standing for one state off the pool, charged to owner. */
-static bool hold_state_pages(fg_kv_store_t *s, int owner)
+/* Takes the pages standing for one state off the pool (the caller checked
+ * that they are free), charged to owner. */
+static void hold_state_pages(fg_kv_store_t *s, int owner)
 {
-    if (s->n_free < s->state_pages)
-        return false;
     for (size_t i = 0; i < s->state_pages; i++)
         s->held_stack[s->n_held++] = s->free_stack[--s->n_free];
     s->owner_pages[owner] += s->state_pages;
-    return true;
 }
 
 static void unhold_state_pages(fg_kv_store_t *s, int owner)
