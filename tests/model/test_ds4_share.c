@@ -179,7 +179,8 @@ static void check_forward(const fg_arch_model *m, fg_kv_format fmt, fg_pool_t *p
     CHECK_MSG(f1.pages[prev] != src.pages[prev] && f1.pages[last] != src.pages[last] &&
                   f1.pages[prev - 1] == src.pages[prev - 1],
               "the fork's writes did not copy pages %d and %d (or copied the full page before)", prev, last);
-    CHECK_MSG(!memcmp(before[0], src.pages[prev], geo.page_bytes) && !memcmp(before[1], src.pages[last], geo.page_bytes),
+    CHECK_MSG(!memcmp(before[0], src.pages[prev], geo.page_bytes) &&
+                  !memcmp(before[1], src.pages[last], geo.page_bytes),
               "%s: the fork's writes changed the source's pages", fg_kv_format_name(fmt));
     CHECK_MSG(same_logits(lg_g, ref_o, NGEN, w.V), "%s: the fork's logits differ from a straight run of its tokens",
               fg_kv_format_name(fmt));
