@@ -549,7 +549,7 @@ fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag)
     fg_diag d = {{0}};
     fg_err e = fg_engine_save_all(gw->engine, &d);
     if (e == FG_ERR_UNSUPPORTED) {
-        /* The shutdown goes on, but the operator must learn which sessions it loses (deepseek4's). */
+        /* The shutdown goes on, but the operator must learn which sessions it loses. */
         char m[sizeof d.msg * 2];
         fg_log(FG_LOG_WARN, "sessions_not_saved", "\"reason\":%s", fg_log_str(m, sizeof m, d.msg));
         return FG_OK;

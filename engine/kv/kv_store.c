@@ -169,6 +169,11 @@ void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q)
     free(q->pages);
     q->pages = NULL;
     q->cap_pages = 0;
+    fg_kv_seq_drop_state(s, q);
+}
+
+void fg_kv_seq_drop_state(fg_kv_store_t *s, fg_kv_seq *q)
+{
     if (q->state)
         unhold_state_pages(s, q->state_owner);
     free(q->state);

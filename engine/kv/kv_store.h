@@ -119,6 +119,10 @@ typedef struct fg_kv_seq {
 fg_err fg_kv_seq_init(fg_kv_seq *q, int max_tokens);
 /* Releases every page and the table. */
 void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q);
+/* Frees the state of a sequence truncated to 0 and returns its pages to the
+ * pool (a spilled session: the next fg_kv_seq_reserve allocates it zeroed
+ * again). No-op without state. */
+void fg_kv_seq_drop_state(fg_kv_store_t *s, fg_kv_seq *q);
 /* Makes sure pages exist for n_tokens rows (and the state, first). Errors:
  * FG_ERR_CONTEXT_FULL (past max_tokens), FG_ERR_KV_FULL (pool empty, or too
  * few pages for the state; pages allocated so far are kept),

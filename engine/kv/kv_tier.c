@@ -9,6 +9,12 @@
  * to the step thread (fg_tier_reap), which releases the snapshot and, for a
  * spill, the session's pages. Loads read the file on the step thread.
  *
+ * A cache with per-sequence state (deepseek4's window rings and open
+ * compressor blocks, fg_engine_seq_state) is saved the same way: the pages
+ * by reference, the state copied into the snapshot (it changes in place with
+ * every token); a spill releases the state too, and a load puts the file's
+ * pages and state back as they were (session_file.h, version 3).
+ *
  * Everything here runs under engine->mu unless it says otherwise.
  */
 #include <dirent.h>
@@ -113,7 +119,8 @@ static fg_err save_write(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         fg_err err = fg_tier_check_file(e, j->tenant, j->load_name, j->tenant_ix, false, &j->buf, &j->len, &fv, d);
         if (err != FG_OK)
             return err;
-        bool match = fv.n_tokens >= j->n_tokens;
+        /* Rows can be cut at any token; pages with a state only whole (or dropped). */
+        bool match = geo->seq_bytes ? fv.n_tokens == j->n_tokens || j->n_tokens == 0 : fv.n_tokens >= j->n_tokens;
         for (int i = 0; match && i < j->n_tokens; i++)
             match = fg_sfile_token(&fv, i) == j->tokens[i];
         if (!match)
@@ -132,9 +139,11 @@ static fg_err save_write(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         return fg_diag_set(d, FG_ERR_DISK_FULL, "session %s/%s: %llu bytes would pass the disk budget of %llu (%llu used)",
                            j->tenant, j->name, (unsigned long long)size, (unsigned long long)e->opt.disk_budget_bytes,
                            (unsigned long long)have);
-    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .tenant = j->tenant, .geo = geo,
-                          .tokens = j->tokens, .n_tokens = j->n_tokens, .n_pending = j->n_pending, .meta = j->meta,
-                          .meta_len = j->meta_len, .pages = j->pages, .rows = j->from_file ? fv.rows : NULL};
+    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .arch = e->tier.expect.arch,
+                          .tenant = j->tenant, .geo = geo, .tokens = j->tokens, .n_tokens = j->n_tokens,
+                          .n_pending = j->n_pending, .meta = j->meta, .meta_len = j->meta_len, .pages = j->pages,
+                          .rows = j->from_file ? (fv.pages ? fv.pages : fv.rows) : NULL,
+                          .state = j->n_tokens ? (j->from_file ? fv.state : j->state) : NULL};
     fg_err err = fg_sfile_write(dir, j->name, &c, d);
     if (err == FG_OK) {
         pthread_mutex_lock(&e->mu);
@@ -152,6 +161,13 @@ static void save_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 
 static fg_session_t *by_uid(fg_engine_t *e, uint64_t uid);
 static bool quiet(const fg_session_t *s);
+
+/* A spilled session's memory goes back to the pool: its pages and its state. */
+static void release_kv(fg_engine_t *e, fg_session_t *s)
+{
+    fg_kv_seq_truncate(e->kv, &s->seq, 0);
+    fg_kv_seq_drop_state(e->kv, &s->seq);
+}
 
 /* Releases the snapshot's hold; a spill whose session did not change since
  * releases the session's pages. */
@@ -184,7 +200,7 @@ static void save_finish(fg_engine_t *e, fg_save_job *j)
     if (j->from_file && s->tier.on_disk)
         strcpy(s->tier.load_name, s->name); /* its own file now holds its rows */
     if (j->spill && quiet(s) && s->tier.gen == j->gen && !s->tier.on_disk) {
-        fg_kv_seq_truncate(e->kv, &s->seq, 0);
+        release_kv(e, s);
         s->tier.on_disk = true;
         e->stats.spills++;
         e->stats.spill_seconds += j->seconds;
@@ -288,6 +304,7 @@ void fg_tier_free_job(fg_engine_t *e, fg_save_job *j)
     for (int i = 0; i < j->n_pages; i++)
         fg_kv_page_release(e->kv, j->pages[i]);
     free(j->pages);
+    free(j->state);
     free(j->tokens);
     free(j->meta);
     free(j);
@@ -373,16 +390,14 @@ static int mkdir_p(const char *path)
 fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag)
 {
     const fg_kv_geometry *geo = fg_kv_store_geometry(e->kv);
-    e->tier.expect = (fg_sfile_expect){.model_identity = e->model->identity, .geo = *geo, .max_tokens = e->n_ctx,
-                                  .n_vocab = e->model->n_vocab};
+    e->tier.expect = (fg_sfile_expect){.model_identity = e->model->identity, .arch = e->model->arch->name,
+                                       .geo = *geo, .max_tokens = e->n_ctx, .n_vocab = e->model->n_vocab};
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->tier.writer_cv, NULL);
     if (e->opt.prefix_cache && fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->share.pc) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the prefix cache");
     if (fg_tier_tenant(e, "default") < 0)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the tenant table");
-    if (fg_engine_seq_state(e))
-        return FG_OK; /* no session files: see fg_engine_seq_state */
     if (!e->opt.persist_dir || !e->opt.persist_dir[0])
         return FG_OK;
     e->tier.persist_dir = strdup(e->opt.persist_dir);
@@ -438,11 +453,11 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
         if (s->tier.gen == s->tier.file_gen || s->tier.load_inflight || s->tier.load_buf)
             return;
         spill = false; /* only its meta or queued input changed: rewrite the file from itself */
-    } else if ((int)s->hist.n != s->seq.n_tokens)
+    } else if ((int)s->hist.n != s->seq.n_tokens || (fg_engine_seq_state(e) && s->hist.n && !s->seq.state))
         return; /* mid-response: cannot happen for idle sessions */
     if (spill && s->tier.gen == s->tier.file_gen && s->tier.saves_inflight == 0) {
         /* The file on disk is this very state: release the pages without writing again. */
-        fg_kv_seq_truncate(e->kv, &s->seq, 0);
+        release_kv(e, s);
         s->tier.on_disk = true;
         e->stats.spills++;
         return;
@@ -457,7 +472,10 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
     j->tokens = malloc(((size_t)s->hist.n + (size_t)s->todo.n + 1) * sizeof *j->tokens);
     j->pages = malloc(((size_t)n_pages + 1) * sizeof *j->pages);
     j->meta = s->tier.meta_len ? malloc(s->tier.meta_len) : NULL;
-    if (!j->tokens || !j->pages || (s->tier.meta_len && !j->meta)) {
+    /* The state changes in place with every token: the snapshot holds a copy. */
+    const size_t state_bytes = !s->tier.on_disk && s->hist.n ? fg_kv_store_geometry(e->kv)->seq_bytes : 0;
+    j->state = state_bytes ? malloc(state_bytes) : NULL;
+    if (!j->tokens || !j->pages || (s->tier.meta_len && !j->meta) || (state_bytes && !j->state)) {
         fg_tier_free_job(e, j);
         return; /* out of memory: the file stays as it was; the next save retries */
     }
@@ -470,6 +488,8 @@ void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill)
     if (s->tier.meta_len)
         memcpy(j->meta, s->tier.meta, s->tier.meta_len);
     j->meta_len = s->tier.meta_len;
+    if (state_bytes)
+        memcpy(j->state, s->seq.state, state_bytes);
     for (int i = 0; i < n_pages; i++)
         if (fg_engine_page_to_host(e, s->seq.pages[i], NULL) != FG_OK) {
             fg_tier_free_job(e, j);
@@ -614,13 +634,14 @@ void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *exce
     size_t coming = 0;
     int n = 0;
     for (fg_session_t *s = fg_all_first(e); s; s = fg_all_next(e, s)) {
+        /* a spill frees the pages its state stands for too */
+        const size_t pages = (size_t)s->seq.n_pages + (s->seq.state ? fg_kv_store_state_pages(e->kv) : 0);
         if (s->tier.spill_inflight)
-            coming += (size_t)s->seq.n_pages;
+            coming += pages;
         else if (s != except && spillable(e, s) && n < MAX_EVICT) {
             cand_s[n] = s;
             cand[n] = (fg_evict_candidate){.kind = FG_EVICT_SESSION, .idle_seconds = now - s->tier.last_used,
-                                           .weight = s->params.weight, .pages = (size_t)s->seq.n_pages,
-                                           .id = (uint32_t)n};
+                                           .weight = s->params.weight, .pages = pages, .id = (uint32_t)n};
             n++;
         }
     }
@@ -705,6 +726,55 @@ static void drop_load(fg_session_t *s)
     s->tier.load_err = FG_OK;
 }
 
+/* fg_tier_load for a cache with per-sequence state: the file's pages and
+ * state go back as they were stored, all of them (a state cannot be cut
+ * back: a session that must start over holds no tokens and loads nothing). */
+static fg_err load_whole(fg_engine_t *e, fg_session_t *s, double t0, fg_diag *diag)
+{
+    const int n = s->hist.n;
+    const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    const fg_sfile_view v = s->tier.load_view;
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
+    const size_t need = (size_t)n_pages + (n && !s->seq.state ? fg_kv_store_state_pages(e->kv) : 0);
+    if (fg_kv_store_pages_free(e->kv) < need)
+        return FG_ERR_KV_FULL; /* the file stays read until pages free up */
+    bool match = n == 0 || (v.n_tokens == n && v.state);
+    for (int i = 0; match && i < n; i++)
+        match = fg_sfile_token(&v, i) == s->hist.v[i];
+    if (!match) {
+        drop_load(s);
+        move_aside(e, s->tenant_name, s->tier.load_name, s->tenant_ix, true);
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "session %s/%s: the file's history or state differs from "
+                           "the session's", s->tenant_name, s->tier.load_name);
+    }
+    fg_kv_seq_truncate(e->kv, &s->seq, 0);
+    fg_err err = n ? fg_kv_seq_reserve(e->kv, &s->seq, n) : FG_OK;
+    if (err != FG_OK) {
+        fg_kv_seq_truncate(e->kv, &s->seq, 0);
+        return FG_ERR_KV_FULL; /* out of memory for the table: retried like a full pool */
+    }
+    for (int k = 0; k < n_pages; k++) {
+        memcpy(s->seq.pages[k], fg_sfile_page(&v, geo, k), geo->page_bytes);
+        /* Read into the host page: the backend's resident copy follows. */
+        if ((err = fg_engine_page_to_device(e, s->seq.pages[k], diag)) != FG_OK) {
+            fg_kv_seq_truncate(e->kv, &s->seq, 0);
+            drop_load(s);
+            return err;
+        }
+    }
+    if (n)
+        memcpy(s->seq.state, v.state, geo->seq_bytes); /* its token count is n (fg_sfile_parse) */
+    s->seq.n_tokens = n;
+    drop_load(s);
+    s->tier.on_disk = false;
+    strcpy(s->tier.load_name, s->name);
+    s->share.reg_n = 0;
+    fg_share_register(e, s);
+    e->stats.restores++;
+    e->stats.restore_seconds += s->tier.load_seconds + (fg_clock_mono_s() - t0);
+    return FG_OK;
+}
+
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
 {
     if (!s->tier.load_buf && s->tier.load_err == FG_OK) {
@@ -729,6 +799,8 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         return err;
     }
     double t0 = fg_clock_mono_s();
+    if (fg_engine_seq_state(e))
+        return load_whole(e, s, t0, diag);
     const int n = s->hist.n;
     const int n_pages = (n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     /* Pages the cache already holds (full pages the session had before it spilled). */

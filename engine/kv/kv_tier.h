@@ -51,8 +51,10 @@ struct fg_save_job {
     uint32_t meta_len;
     uint8_t **pages;                /* [n_pages], one reference each, released by the step thread */
     int n_pages;
+    uint8_t *state;                 /* save: a copy of the sequence's state (seq_bytes), NULL without */
     uint64_t key, prev;             /* page: its key and previous key */
-    uint8_t *rows;                  /* page write: [64][n_layer][row_bytes] copied out of the page */
+    uint8_t *rows;                  /* page write: [64][n_layer][row_bytes] copied out of the page (with
+                                       per-sequence state: the page as stored) */
     fg_err err;                     /* result */
     char msg[320];
     double seconds;

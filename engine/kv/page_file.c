@@ -33,7 +33,7 @@ void fg_pfile_meta(uint8_t out[FG_PFILE_META_BYTES], uint64_t key, uint64_t prev
 fg_err fg_pfile_check(const fg_sfile_view *v, uint64_t key, uint64_t tenant_salt, uint64_t *prev, fg_diag *diag)
 {
     if (v->n_tokens != FG_KV_PAGE_TOKENS || v->n_pending != 0 || v->meta_len != FG_PFILE_META_BYTES ||
-        memcmp(v->meta, PMAGIC, 8) != 0)
+        memcmp(v->meta, PMAGIC, 8) != 0 || v->state)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "not a page file (%d tokens, %u bytes of meta)", v->n_tokens,
                            v->meta_len);
     if (get64(v->meta + 24) != tenant_salt)
@@ -49,7 +49,10 @@ fg_err fg_pfile_check(const fg_sfile_view *v, uint64_t key, uint64_t tenant_salt
     return FG_OK;
 }
 
-uint64_t fg_pfile_size(const fg_kv_geometry *geo) { return fg_sfile_size(geo, FG_KV_PAGE_TOKENS, 0, FG_PFILE_META_BYTES); }
+uint64_t fg_pfile_size(const fg_kv_geometry *geo)
+{
+    return fg_sfile_size_with(geo, FG_KV_PAGE_TOKENS, 0, FG_PFILE_META_BYTES, 0); /* a page without state */
+}
 
 void fg_pfile_name(uint64_t key, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)key); }
 

@@ -4,7 +4,8 @@
  *
  * A page file is a session file (session_file.h: magic, version, model
  * identity, KV format, geometry, checksum, atomic write) of exactly
- * FG_KV_PAGE_TOKENS tokens with KV, no pending tokens, and a meta blob of
+ * FG_KV_PAGE_TOKENS tokens with KV, no pending tokens, no cache state (a
+ * version 3 file holds its one page as stored), and a meta blob of
  * FG_PFILE_META_BYTES:
  *     0 magic "FGPAGE\0\0"   8 u64 key   16 u64 previous key   24 u64 tenant salt
  * so the session reader validates everything but the page's own identity,

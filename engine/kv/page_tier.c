@@ -140,8 +140,10 @@ void fg_ptier_spill(fg_engine_t *e, uint32_t id)
     fg_save_job *j = calloc(1, sizeof *j);
     if (!j)
         return;
+    /* A cache with state keeps its page as stored (session_file.h, version 3). */
+    const bool whole = geo->seq_bytes != 0;
     j->tokens = malloc(FG_KV_PAGE_TOKENS * sizeof *j->tokens);
-    j->rows = malloc(FG_KV_PAGE_TOKENS * geo->bytes_per_token);
+    j->rows = malloc(whole ? geo->page_bytes : FG_KV_PAGE_TOKENS * geo->bytes_per_token);
     fg_dpage *d = j->tokens && j->rows ? add(e, tenant, key) : NULL;
     if (!d) {
         free(j->tokens);
@@ -152,9 +154,12 @@ void fg_ptier_spill(fg_engine_t *e, uint32_t id)
     memcpy(j->tokens, tokens, FG_KV_PAGE_TOKENS * sizeof *j->tokens);
     /* Pages hold [layer][token] rows; files [token][layer]. */
     uint8_t *dst = j->rows;
-    for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
-        for (int il = 0; il < geo->n_layer; il++, dst += geo->row_bytes)
-            memcpy(dst, page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, geo->row_bytes);
+    if (whole)
+        memcpy(dst, page, geo->page_bytes);
+    else
+        for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
+            for (int il = 0; il < geo->n_layer; il++, dst += geo->row_bytes)
+                memcpy(dst, page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, geo->row_bytes);
     j->kind = &write_kind;
     j->key = key;
     j->prev = prev;
@@ -244,10 +249,13 @@ static void read_finish(fg_engine_t *e, fg_save_job *j)
         d->no_room = true;
         return;
     }
-    for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
-        for (int il = 0; il < geo->n_layer; il++)
-            memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, fg_sfile_row(&j->v, geo, il, t),
-                   geo->row_bytes);
+    if (j->v.pages)
+        memcpy(page, fg_sfile_page(&j->v, geo, 0), geo->page_bytes);
+    else
+        for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
+            for (int il = 0; il < geo->n_layer; il++)
+                memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes,
+                       fg_sfile_row(&j->v, geo, il, t), geo->row_bytes);
     if (fg_engine_page_to_device(e, page, NULL) == FG_OK &&
         fg_prefix_cache_insert(e->share.pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_clock_mono_s()))
         e->stats.pages_from_disk++;
@@ -345,7 +353,8 @@ static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     }
     uint8_t meta[FG_PFILE_META_BYTES];
     fg_pfile_meta(meta, j->key, j->prev, salt);
-    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .tenant = j->tenant, .geo = geo,
+    fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .arch = e->tier.expect.arch,
+                          .tenant = j->tenant, .geo = geo,
                           .tokens = j->tokens, .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta,
                           .rows = j->rows};
     j->err = fg_sfile_write_as(pages_dir, hex, FG_PFILE_SUFFIX, &c, d);

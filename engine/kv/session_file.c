@@ -31,10 +31,21 @@ static void wr64(uint8_t *p, uint64_t v)
     wr32(p + 4, (uint32_t)(v >> 32));
 }
 
+static int n_pages_of(int n_tokens) { return (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS; }
+
+uint64_t fg_sfile_size_with(const fg_kv_geometry *geo, int n_tokens, int n_pending, uint32_t meta_len,
+                            size_t state_bytes)
+{
+    if (!geo->seq_bytes)
+        return FG_SFILE_HEADER_BYTES + (uint64_t)n_tokens * (4 + geo->bytes_per_token) + (uint64_t)n_pending * 4 +
+               meta_len + 8;
+    return FG_SFILE_HEADER_V3_BYTES + ((uint64_t)n_tokens + (uint64_t)n_pending) * 4 + meta_len +
+           (uint64_t)n_pages_of(n_tokens) * geo->page_bytes + state_bytes + 8;
+}
+
 uint64_t fg_sfile_size(const fg_kv_geometry *geo, int n_tokens, int n_pending, uint32_t meta_len)
 {
-    return FG_SFILE_HEADER_BYTES + (uint64_t)n_tokens * (4 + geo->bytes_per_token) + (uint64_t)n_pending * 4 +
-           meta_len + 8;
+    return fg_sfile_size_with(geo, n_tokens, n_pending, meta_len, n_tokens > 0 ? geo->seq_bytes : 0);
 }
 
 uint64_t fg_sfile_max_size(const fg_sfile_expect *ex)
@@ -54,6 +65,18 @@ static bool read_name(const uint8_t *field, char out[FG_SFILE_OWNER_BYTES + 1])
     return n > 0;
 }
 
+/* The architecture field of a version 3 header: 1..15 bytes, NULs after them. */
+static bool read_arch(const uint8_t *field, char out[FG_SFILE_ARCH_BYTES])
+{
+    size_t n = strnlen((const char *)field, FG_SFILE_ARCH_BYTES - 1);
+    for (size_t i = n; i < FG_SFILE_ARCH_BYTES; i++)
+        if (field[i])
+            return false;
+    memcpy(out, field, n);
+    out[n] = 0;
+    return n > 0;
+}
+
 fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex, fg_sfile_view *v, fg_diag *diag)
 {
     memset(v, 0, sizeof *v);
@@ -65,11 +88,21 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         return fg_diag_set(diag, FG_ERR_SESSION_TRUNCATED, "file of %zu bytes ends inside the %d-byte header", len,
                            FG_SFILE_HEADER_BYTES);
     uint32_t version = rd32(buf + 8);
-    if (version != FG_SFILE_VERSION)
-        return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "format version %u, this engine reads %d", version,
-                           FG_SFILE_VERSION);
+    if (version != FG_SFILE_VERSION && version != FG_SFILE_VERSION_PAGES)
+        return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "format version %u, this engine reads %d and %d", version,
+                           FG_SFILE_VERSION, FG_SFILE_VERSION_PAGES);
+    const bool v3 = version == FG_SFILE_VERSION_PAGES;
+    const size_t hdr = v3 ? FG_SFILE_HEADER_V3_BYTES : FG_SFILE_HEADER_BYTES;
+    if (len < hdr)
+        return fg_diag_set(diag, FG_ERR_SESSION_TRUNCATED, "file of %zu bytes ends inside the %zu-byte header", len,
+                           hdr);
+    /* A layout this engine does not know is a format it cannot read (a newer writer's). */
+    if (v3 && rd32(buf + 224) != FG_SFILE_LAYOUT_PAGES)
+        return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "format version 3 with cache layout %08x, this engine reads "
+                           "%08x (pages and state)", rd32(buf + 224), FG_SFILE_LAYOUT_PAGES);
     uint32_t n_tokens = rd32(buf + 52), meta_len = rd32(buf + 56), row_bytes = rd32(buf + 44);
     uint32_t n_layer = rd32(buf + 32), n_pending = rd32(buf + 60);
+    uint32_t page_bytes = v3 ? rd32(buf + 228) : 0, state_bytes = v3 ? rd32(buf + 232) : 0;
     uint64_t kv_bytes = rd64(buf + 64);
     if (n_tokens > (uint32_t)ex->max_tokens || n_pending > (uint32_t)ex->max_tokens - n_tokens)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "%u + %u tokens exceed the context of %d", n_tokens,
@@ -80,11 +113,18 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
     if (row_bytes > ex->geo.row_bytes * 4 + 64 || n_layer > (uint32_t)ex->geo.n_layer * 4 + 4)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "row size %u or layer count %u out of range", row_bytes,
                            n_layer);
-    uint64_t want_kv = (uint64_t)n_tokens * n_layer * row_bytes;
+    /* (Page and state sizes are u32 and the page count is bounded: their sum cannot overflow. They are not
+     * bounded by this engine's layout, so that another architecture's file gets _MODEL below.) */
+    if (v3 && rd32(buf + 236) != 0)
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "reserved header bytes 236..239 are not zero");
+    uint64_t want_kv = v3 ? (uint64_t)n_pages_of((int)n_tokens) * page_bytes : (uint64_t)n_tokens * n_layer * row_bytes;
     if (kv_bytes != want_kv)
-        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "KV size %llu does not match %u tokens x %u layers x %u bytes",
-                           (unsigned long long)kv_bytes, n_tokens, n_layer, row_bytes);
-    uint64_t total = FG_SFILE_HEADER_BYTES + ((uint64_t)n_tokens + n_pending) * 4 + meta_len + kv_bytes + 8;
+        return v3 ? fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "KV size %llu does not match %u tokens in %u-byte pages",
+                                (unsigned long long)kv_bytes, n_tokens, page_bytes)
+                  : fg_diag_set(diag, FG_ERR_SESSION_CORRUPT,
+                                "KV size %llu does not match %u tokens x %u layers x %u bytes",
+                                (unsigned long long)kv_bytes, n_tokens, n_layer, row_bytes);
+    uint64_t total = hdr + ((uint64_t)n_tokens + n_pending) * 4 + meta_len + kv_bytes + state_bytes + 8;
     if (len < total)
         return fg_diag_set(diag, FG_ERR_SESSION_TRUNCATED, "file of %zu bytes, its header says %llu", len,
                            (unsigned long long)total);
@@ -94,9 +134,18 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
     uint64_t sum = fg_hash64(buf, (size_t)total - 8, FG_SFILE_MAGIC_SEED);
     if (sum != rd64(buf + total - 8))
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "checksum mismatch");
+    char arch[FG_SFILE_ARCH_BYTES] = "";
+    if (v3 && !read_arch(buf + 240, arch))
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the header's architecture name is malformed");
+    if (v3 && (!ex->arch || strcmp(arch, ex->arch) != 0))
+        return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by a %s model (%.16s), this engine runs %s (%.16s)",
+                           arch, (const char *)(buf + 16), ex->arch ? ex->arch : "a model without cache state",
+                           ex->model_identity);
+    const bool rows_for_state = !v3 && ex->geo.seq_bytes && ex->arch; /* e.g. deepseek2's file, a deepseek4 engine */
     if (memcmp(buf + 16, ex->model_identity, 16) != 0)
-        return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by model %.16s, this engine runs %.16s",
-                           (const char *)(buf + 16), ex->model_identity);
+        return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "saved by model %.16s%s%s%s, this engine runs %.16s",
+                           (const char *)(buf + 16), rows_for_state ? " (a version 2 file: token rows, not a " : "",
+                           rows_for_state ? ex->arch : "", rows_for_state ? " cache)" : "", ex->model_identity);
     if (n_layer != (uint32_t)ex->geo.n_layer || rd32(buf + 36) != (uint32_t)ex->geo.kv_lora ||
         rd32(buf + 40) != (uint32_t)ex->geo.n_rope || rd32(buf + 48) != FG_KV_PAGE_TOKENS)
         return fg_diag_set(diag, FG_ERR_SESSION_MODEL, "KV geometry differs from this model's");
@@ -105,16 +154,38 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "KV cache format %s (%u-byte rows), this engine uses %s",
                            format < FG_KV__COUNT ? fg_kv_format_name((fg_kv_format)format) : "unknown", row_bytes,
                            fg_kv_format_name(ex->geo.format));
+    if (v3 != (ex->geo.seq_bytes != 0))
+        return fg_diag_set(diag, FG_ERR_SESSION_VERSION, "format version %u, a cache %s needs version %d", version,
+                           ex->geo.seq_bytes ? "with per-sequence state" : "of token rows",
+                           ex->geo.seq_bytes ? FG_SFILE_VERSION_PAGES : FG_SFILE_VERSION);
+    if (v3 && (page_bytes != ex->geo.page_bytes || (state_bytes != 0 && state_bytes != ex->geo.seq_bytes)))
+        return fg_diag_set(diag, FG_ERR_SESSION_VERSION,
+                           "cache of %u-byte pages and %u bytes of state, this engine's has %zu and %zu", page_bytes,
+                           state_bytes, ex->geo.page_bytes, ex->geo.seq_bytes);
     if (!read_name(buf + 96, v->tenant) || !read_name(buf + 96 + FG_SFILE_OWNER_BYTES, v->name)) {
         memset(v, 0, sizeof *v);
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the header's tenant or file name is malformed");
     }
+    v->version = (int)version;
     v->n_tokens = (int)n_tokens;
     v->n_pending = (int)n_pending;
-    v->tokens = buf + FG_SFILE_HEADER_BYTES;
+    v->tokens = buf + hdr;
     v->meta = v->tokens + ((size_t)n_tokens + n_pending) * 4;
     v->meta_len = meta_len;
-    v->rows = v->meta + meta_len;
+    if (v3) {
+        v->pages = v->meta + meta_len;
+        v->state = state_bytes ? v->pages + kv_bytes : NULL;
+        v->state_len = state_bytes;
+        /* The state must hold exactly the tokens whose pages it comes with. */
+        if (v->state && (state_bytes < 4 || rd32(v->state) != n_tokens)) {
+            uint32_t held = state_bytes >= 4 ? rd32(v->state) : 0;
+            memset(v, 0, sizeof *v);
+            return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the cache state holds %u tokens, the file %u", held,
+                               n_tokens);
+        }
+    } else {
+        v->rows = v->meta + meta_len;
+    }
     for (int i = 0; i < v->n_tokens + v->n_pending; i++) {
         int32_t t = fg_sfile_token(v, i);
         if (t < 0 || t >= ex->n_vocab) {
@@ -146,6 +217,11 @@ void fg_sfile_copy_rows(const fg_sfile_view *v, const fg_kv_geometry *geo, const
 const uint8_t *fg_sfile_row(const fg_sfile_view *v, const fg_kv_geometry *geo, int il, int t)
 {
     return v->rows + ((size_t)t * (size_t)geo->n_layer + (size_t)il) * geo->row_bytes;
+}
+
+const uint8_t *fg_sfile_page(const fg_sfile_view *v, const fg_kv_geometry *geo, int k)
+{
+    return v->pages + (size_t)k * geo->page_bytes;
 }
 
 fg_err fg_sfile_read(const char *path, uint64_t max_bytes, uint8_t **buf, size_t *len, fg_diag *diag)
@@ -256,9 +332,14 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
     if ((size_t)snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix) >= sizeof path ||
         (size_t)snprintf(tmp, sizeof tmp, "%s/%s%s.tmp", dir, name, suffix) >= sizeof tmp)
         return fg_diag_set(diag, FG_ERR_IO, "session path too long under %s", dir);
+    const fg_kv_geometry *geo = c->geo;
+    const bool v3 = geo->seq_bytes != 0;
+    const size_t an = v3 && c->arch ? strlen(c->arch) : 0;
+    if (v3 && (an < 1 || an >= FG_SFILE_ARCH_BYTES))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session file %s: the architecture name must be 1..%d bytes",
+                           name, FG_SFILE_ARCH_BYTES - 1);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return write_error(diag, errno, "mkdir", dir);
-    const fg_kv_geometry *geo = c->geo;
     wbuf *w = malloc(sizeof *w);
     if (!w)
         return fg_diag_set(diag, FG_ERR_NOMEM, "no memory for the write buffer of %s", path);
@@ -271,9 +352,10 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
         free(w);
         return e;
     }
-    uint8_t hdr[FG_SFILE_HEADER_BYTES] = {0};
+    const int n_pages = n_pages_of(c->n_tokens);
+    uint8_t hdr[FG_SFILE_HEADER_V3_BYTES] = {0};
     memcpy(hdr, MAGIC, 8);
-    wr32(hdr + 8, FG_SFILE_VERSION);
+    wr32(hdr + 8, v3 ? FG_SFILE_VERSION_PAGES : FG_SFILE_VERSION);
     wr32(hdr + 12, (uint32_t)geo->format);
     memcpy(hdr + 16, c->model_identity, strnlen(c->model_identity, 16));
     wr32(hdr + 32, (uint32_t)geo->n_layer);
@@ -284,21 +366,34 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
     wr32(hdr + 52, (uint32_t)c->n_tokens);
     wr32(hdr + 56, c->meta_len);
     wr32(hdr + 60, (uint32_t)c->n_pending);
-    wr64(hdr + 64, (uint64_t)c->n_tokens * geo->bytes_per_token);
+    wr64(hdr + 64, v3 ? (uint64_t)n_pages * geo->page_bytes : (uint64_t)c->n_tokens * geo->bytes_per_token);
     memcpy(hdr + 96, c->tenant, tl);
     memcpy(hdr + 96 + FG_SFILE_OWNER_BYTES, name, nl);
-    wb_put(w, hdr, sizeof hdr);
+    if (v3) {
+        wr32(hdr + 224, FG_SFILE_LAYOUT_PAGES);
+        wr32(hdr + 228, (uint32_t)geo->page_bytes);
+        wr32(hdr + 232, c->state ? (uint32_t)geo->seq_bytes : 0);
+        memcpy(hdr + 240, c->arch, an);
+    }
+    wb_put(w, hdr, v3 ? FG_SFILE_HEADER_V3_BYTES : FG_SFILE_HEADER_BYTES);
     wb_put(w, c->tokens, ((size_t)c->n_tokens + (size_t)c->n_pending) * 4);
     if (c->meta_len)
         wb_put(w, c->meta, c->meta_len);
-    fg_kv_seq q = {.pages = (uint8_t **)c->pages, .n_pages = (c->n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS,
-                   .n_tokens = c->n_tokens, .max_tokens = c->n_tokens};
-    if (c->rows)
+    fg_kv_seq q = {.pages = (uint8_t **)c->pages, .n_pages = n_pages, .n_tokens = c->n_tokens,
+                   .max_tokens = c->n_tokens};
+    if (v3 && c->rows)
+        wb_put(w, c->rows, (size_t)n_pages * geo->page_bytes); /* already in file order */
+    else if (v3)
+        for (int k = 0; k < n_pages; k++)
+            wb_put(w, c->pages[k], geo->page_bytes);
+    else if (c->rows)
         wb_put(w, c->rows, (size_t)c->n_tokens * geo->bytes_per_token); /* already in file order */
     else
         for (int t = 0; t < c->n_tokens; t++)
             for (int il = 0; il < geo->n_layer; il++)
                 wb_put(w, fg_kv_row(geo, &q, il, t), geo->row_bytes);
+    if (v3 && c->state)
+        wb_put(w, c->state, geo->seq_bytes);
     uint8_t sum[8];
     wr64(sum, fg_hash64_final(&w->h));
     wb_put(w, sum, 8);

@@ -91,9 +91,6 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
     *out = NULL;
     if (!e->opt.serve)
         return fg_diag_set(diag, FG_ERR_STATE, "fg_session_restore needs a serving engine");
-    if (fg_engine_seq_state(e))
-        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "%s sessions are not saved to disk yet: nothing to restore",
-                           e->model->arch->name);
     if (!e->tier.persist_dir)
         return fg_diag_set(diag, FG_ERR_STATE, "no persist_dir: sessions are not saved");
     if (!p || !p->name)
@@ -159,15 +156,6 @@ fg_err fg_session_restore(fg_engine_t *e, const fg_session_params *p, fg_session
 
 fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag)
 {
-    if (e->opt.serve && fg_engine_seq_state(e) && e->opt.persist_dir && e->opt.persist_dir[0]) {
-        pthread_mutex_lock(&e->mu);
-        int named = 0;
-        for (fg_session_t *s = e->serve.open_head; s; s = s->serve.open_next)
-            named += s->name[0] != 0;
-        pthread_mutex_unlock(&e->mu);
-        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "%d %s sessions not persisted: session files do not carry "
-                           "their cache state yet", named, e->model->arch->name);
-    }
     if (!e->opt.serve || !e->tier.persist)
         return FG_OK;
     pthread_mutex_lock(&e->mu);
@@ -189,9 +177,6 @@ fg_err fg_engine_save_all(fg_engine_t *e, fg_diag *diag)
 fg_err fg_session_save(fg_session_t *s, fg_diag *diag)
 {
     fg_engine_t *e = s->e;
-    if (e->opt.serve && fg_engine_seq_state(e))
-        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "session %s: %s sessions are not saved to disk yet", s->name,
-                           e->model->arch->name);
     if (!e->opt.serve || !e->tier.persist || !s->name[0])
         return fg_diag_set(diag, FG_ERR_STATE, "fg_session_save needs a named session of a serving engine with "
                                                "persist_dir");

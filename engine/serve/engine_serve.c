@@ -141,10 +141,11 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
 
 /* Where a session that must drop its rows from keep on can restart: keep, or
  * 0 where the cache has state that cannot be cut back (fg_engine_seq_state):
- * then it recomputes its whole history, which gives the same state. */
+ * then it recomputes its whole history, which gives the same state. The
+ * cache may be resident or in the session's file (whose state is whole too). */
 static int rewind_point(const fg_engine_t *e, const fg_session_t *s, int keep)
 {
-    return keep < s->seq.n_tokens && fg_engine_seq_state(e) ? 0 : keep;
+    return keep < cache_len(s) && fg_engine_seq_state(e) ? 0 : keep;
 }
 
 /* Restores the session to its state before a response that failed mid-way:
@@ -175,7 +176,7 @@ static void start_response(fg_engine_t *e, fg_session_t *s)
     /* Generation needs the logits of the last context token: if everything is
      * already cached, evaluate the last one again. */
     if (r->p.generate && s->todo.n == 0 && s->hist.n > 0) {
-        const int keep = s->tier.on_disk ? (int)s->hist.n - 1 : rewind_point(e, s, (int)s->hist.n - 1);
+        const int keep = rewind_point(e, s, (int)s->hist.n - 1);
         const int back = (int)s->hist.n - keep;
         if (fg_tokens_reserve(&s->todo, back) == 0) {
             memcpy(s->todo.v, s->hist.v + keep, (size_t)back * sizeof *s->todo.v);
@@ -248,7 +249,9 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
             return false; /* its file is being read; the writer wakes the step when done */
         if (err == FG_ERR_KV_FULL) {
             /* Dropping cold pages frees memory at once: then try again now. */
-            fg_tier_relieve(e, (size_t)(s->hist.n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS, s);
+            fg_tier_relieve(e, (size_t)(s->hist.n + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS +
+                                   (s->hist.n && fg_engine_seq_state(e) && !s->seq.state ? fg_kv_store_state_pages(e->kv) : 0),
+                            s);
             err = fg_tier_load(e, s, &d);
         }
         if (err == FG_ERR_KV_FULL) {

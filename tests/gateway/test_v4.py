@@ -9,9 +9,10 @@ takes. Real flashgate processes, real sockets, a real redis-server (the quotas' 
   on the source's cached history;
 - a dropped connection (RST mid-reply) and session.resume: the missed events replayed, the
   reply the same as uninterrupted, the conversation going on cached;
-- what V4 sessions cannot do yet (docs/engine.md "deepseek4 sessions in serving mode"): no
-  session file is written for them, so after a SIGKILL and a restart session.resume answers
-  session_not_found, never a half-loaded session;
+- a SIGKILLed gateway, restarted on the same persistence.dir: the V4 session's file (format
+  version 3: its pages and its cache state, docs/engine.md "Persistence") is what its last
+  completed turn left; session.resume finds it, and the next turn equals the uninterrupted
+  session's with the history read from the file (cached), not recomputed;
 - the HTTP APIs: a chat completion, and a response continued with previous_response_id on
   its session's cached V4 history;
 - /v1/status and /metrics count V4's KV bytes: bytes per token and the fixed bytes per
@@ -34,6 +35,24 @@ import json  # noqa: E402
 V4 = os.path.join(DATA_DIR, "v4-tiny.gguf")
 SETTINGS = {"instructions": "You are a terse agent.", "temperature": 0, "max_output_tokens": 12}
 TURNS = ["List the files.", "Open the first one.", "Summarise it."]
+AFTER_RESTART = "Go on."
+
+
+def session_file(pdir, sid, tenant="acme"):
+    return os.path.join(pdir, "tenants", tenant, sid + ".fgs")
+
+
+def file_tokens(path):
+    """(format version, tokens with KV + queued) from a session file's header (engine/kv/session_file.h)."""
+    try:
+        with open(path, "rb") as f:
+            h = f.read(64)
+    except FileNotFoundError:
+        return None
+    if len(h) < 64:
+        return None
+    u32 = lambda off: int.from_bytes(h[off:off + 4], "little")  # noqa: E731
+    return u32(8), u32(52) + u32(60)
 
 
 def v4_server(redis, pdir=None, **kw):
@@ -58,6 +77,8 @@ async def test_three_turns_drop_and_resume():
             ref = await Conn.open(srv)
             await ref.create_session(SETTINGS)
             want = [await turn(ref, t, max_output_tokens=40 if i == 2 else 12) for i, t in enumerate(TURNS)]
+            want_then = await turn(ref, "And then?", max_output_tokens=4)
+            want_after = await turn(ref, AFTER_RESTART)
             await ref.close()
             check(all(w[0] for w in want), f"the V4 model replies with text: {[w[0] for w in want]}")
             eq(want[2][1]["usage"]["output_tokens"], 40, "the third reply runs its 40 tokens (a drop mid-reply)")
@@ -102,20 +123,31 @@ async def test_three_turns_drop_and_resume():
             done = response[-1]["response"]
             eq(done["usage"]["input_token_details"]["cached_tokens"], prev_total - 1, "turn 3 was cached too")
             # the conversation goes on after the resume, cached
-            _, d4 = await turn(r, "And then?", max_output_tokens=4)
+            out4, d4 = await turn(r, "And then?", max_output_tokens=4)
+            eq(out4, want_then[0], "turn 4 after the resume == the uninterrupted session's")
             eq(d4["usage"]["input_token_details"]["cached_tokens"], done["usage"]["total_tokens"] - 1,
                "the history is cached after the resume")
             last = r.last_seq
-            # nothing was persisted for the V4 session (no half-written or foreign-format file)
-            files = [f for _, _, fs in os.walk(pdir) for f in fs if f.endswith(".fgs")]
-            eq(files, [], "no session files for deepseek4 sessions (not persisted yet)")
+            # the file follows the completed turn: version 3, every token of the session (the last
+            # sampled one queued), then the gateway is killed without a chance to save anything
+            path = session_file(pdir, sid)
+            total = d4["usage"]["total_tokens"]
+            await wait_for(lambda: file_tokens(path) == (3, total), f"{path} holds the {total} tokens of turn 4")
             srv.kill()
             await r.close()
         async with v4_server(redis, pdir) as srv2:
             c2 = await Conn.open(srv2)
-            await c2.send({"type": "session.resume", "session_id": sid, "last_sequence_number": last})
-            await c2.expect_error("session_not_found", param="session_id", seq=0)
+            replayed, resumed = await c2.resume(sid, last)
+            eq(resumed["session"]["id"], sid, "the V4 session resumes from its file after SIGKILL")
+            eq(replayed, [], "nothing replayed after a restart")
+            out5, d5 = await turn(c2, AFTER_RESTART)
+            eq(out5, want_after[0], "the turn after the restart == the uninterrupted session's")
+            eq(d5["usage"]["input_tokens"], want_after[1]["usage"]["input_tokens"], "the same context")
+            eq(d5["usage"]["input_token_details"]["cached_tokens"], total - 1,
+               "the history came from the file (its pages and state), not recomputed")
+            await c2.close()
             # the restarted gateway serves new V4 sessions
+            c2 = await Conn.open(srv2)
             await c2.create_session(SETTINGS)
             out, _ = await turn(c2, TURNS[0])
             eq(out, want[0][0], "a new session after the restart")

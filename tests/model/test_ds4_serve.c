@@ -31,8 +31,8 @@
  *    decode, different lengths; the greedy tokens equal a direct-mode run
  *    alone; a cancel keeps a prefix; a KV pool of a few sessions makes the
  *    others wait (FG_EVENT_WAITING) and they still finish identically; a stop
- *    string ends a response; a second turn continues the cache; saves,
- *    restores and save_all are refused with FG_ERR_UNSUPPORTED. */
+ *    string ends a response; a second turn continues the cache (forks:
+ *    test_ds4_share; session files: test_ds4_persist). */
 #include <string.h>
 #include <unistd.h>
 
@@ -331,17 +331,11 @@ static void check_serving(void)
         r->s = keep;
     }
 
-    /* unsupported for V4 yet: refused, never half done */
+    /* prompts under one 128-token unit: the prefix cache lists nothing (sharing: test_ds4_share) */
     {
-        fg_diag d = {{0}};
-        fg_session_t *fk = NULL;
-        /* (forks work: test_ds4_share) */
-        fg_session_params sp = {.name = "x"};
-        CHECK(fg_session_restore(e, &sp, &fk, &d) == FG_ERR_UNSUPPORTED && !fk);
-        CHECK(fg_session_save(runs[2].s, &d) == FG_ERR_UNSUPPORTED);
         fg_engine_stats st2;
         fg_engine_get_stats(e, &st2);
-        CHECK(st2.prefix_hits == 0 && st2.kv_pages_shared == 0); /* prompts under one 128-token unit: nothing listed */
+        CHECK(st2.prefix_hits == 0 && st2.kv_pages_shared == 0);
     }
     for (int i = 0; i < NSEQ; i++)
         fg_session_free(runs[i].s);
@@ -429,21 +423,6 @@ static void check_serving(void)
         fg_engine_close(e);
     }
 
-    /* with persist_dir: save_all says the V4 sessions were not persisted */
-    {
-        char dir[] = "/tmp/fg_ds4_serveXXXXXX";
-        CHECK(mkdtemp(dir) != NULL);
-        e = open_v4(true, (size_t)64 << 20, dir);
-        fg_session_params sp = {.name = "keep", .weight = 1};
-        fg_session_t *s;
-        fg_diag d = {{0}};
-        CHECK(fg_session_create(e, &sp, &s) == FG_OK);
-        CHECK(fg_engine_save_all(e, &d) == FG_ERR_UNSUPPORTED);
-        CHECK_MSG(strstr(d.msg, "1 deepseek4 sessions not persisted"), "%s", d.msg);
-        fg_session_free(s);
-        fg_engine_close(e);
-        rmdir(dir);
-    }
     fg_engine_close(direct);
 }
 
