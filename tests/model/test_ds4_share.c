@@ -22,7 +22,8 @@
  *    together; sessions with a common system prompt
  *    learn a snapshot where they part; a fork over the serving API with
  *    the previous-page case continues like a cache-less run, and so does
- *    its source; in a pool too small for two sessions and a snapshot, the
+ *    its source, and a fork of a spilled session (loaded from the source's
+ *    file); in a pool too small for two sessions and a snapshot, the
  *    second session's admission frees the first one's snapshot. */
 #include <string.h>
 #include <unistd.h>
@@ -432,6 +433,57 @@ static void check_fork(fg_engine_t *direct, int V)
     fg_engine_close(e);
 }
 
+/* A fork of a spilled V4 session loads the source's file (pages and state)
+ * and continues like a cache-less run; so does the source. */
+static void check_fork_spilled(fg_engine_t *direct, int V)
+{
+    enum { P = 200, X = 20 };
+    static int32_t prompt[P], xs[X], ys[X], all[P + 1 + X], want[MAXGEN];
+    test_tokens(prompt, P, V, 97);
+    test_tokens(xs, X, V, 98);
+    test_tokens(ys, X, V, 99);
+    char dir[] = "/tmp/fg_ds4_shareXXXXXX", cmd[64];
+    CHECK(mkdtemp(dir) != NULL);
+    fg_engine_options o;
+    fg_engine_options_default(&o);
+    o.model_path = model_path("v4-tiny.gguf");
+    o.kv_format = FG_KV_F32;
+    o.max_batch_tokens = 128;
+    o.prefill_chunk = 16;
+    o.n_threads = 2;
+    o.kv_budget_bytes = (size_t)64 << 20;
+    o.serve = true;
+    o.persist_dir = dir;
+    o.idle_spill_seconds = 0.05;
+    fg_engine_t *e = open_engine_with(&o);
+    fg_session_params sp = {.weight = 1, .name = "src"};
+    fg_session_t *src, *fk = NULL;
+    CHECK(fg_session_create(e, &sp, &src) == FG_OK);
+    run r0 = turn(src, prompt, P, 1);
+    CHECK(r0.n_got == 1);
+    bool spilled = false;
+    for (double t0 = fg_clock_mono_s(); !spilled && fg_clock_mono_s() - t0 < 240; usleep(1000))
+        spilled = fg_session_on_disk(src);
+    CHECK(spilled);
+    fg_diag d = {{0}};
+    fg_session_params fp = {.weight = 1, .name = "fork"};
+    CHECK_MSG(fg_session_fork(src, &fp, &fk, &d) == FG_OK, "fork of a spilled V4 session: %s", d.msg);
+    run rf = turn(fk, xs, X, MAXGEN), rs = turn(src, ys, X, MAXGEN);
+    memcpy(all, prompt, sizeof prompt);
+    all[P] = r0.got[0];
+    memcpy(all + P + 1, xs, sizeof xs);
+    int n_want = greedy_alone(direct, all, P + 1 + X, MAXGEN, want);
+    same(&rf, want, n_want, "the fork of a spilled session", 0);
+    memcpy(all + P + 1, ys, sizeof ys);
+    n_want = greedy_alone(direct, all, P + 1 + X, MAXGEN, want);
+    same(&rs, want, n_want, "the spilled source after the fork", 0);
+    fg_session_delete(fk);
+    fg_session_delete(src);
+    fg_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* Snapshots are bounded by the pool: with room for one session, its
  * snapshot and a second session less 2 pages, the second session's
  * admission frees the first one's snapshot (its pages are held by the idle
@@ -485,6 +537,7 @@ int main(void)
     check_eight(direct, info.n_vocab, state_pages);
     check_learned(direct, info.n_vocab);
     check_fork(direct, info.n_vocab);
+    check_fork_spilled(direct, info.n_vocab);
     check_pressure(direct, info.n_vocab, state_pages, info.kv_page_bytes);
     fg_engine_close(direct);
     return TEST_DONE("test_ds4_share");
