@@ -137,13 +137,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         goto fail;
     }
     if (o->ep_ranks > 1) {
-        /* Each rank has its own forward pass and share of the threads. */
-        const fg_model *ds2 = fg_deepseek2_of(m);
-        if (!ds2) {
-            err = fg_diag_set(diag, FG_ERR_UNSUPPORTED, "expert parallelism runs deepseek2 models only, not %s",
-                              arch->name);
-            goto fail;
-        }
+        /* Each rank has its own forward pass (the architecture's) and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
                                   .group = o->ep_transport == 0 ? o->ep_group : NULL,
                                   .max_tokens = e->step_capacity, .n_threads = nth,
@@ -158,7 +152,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
                 goto fail;
             eo.nccl_id = nccl_id;
         }
-        if ((err = fg_ep_ranks_create(ds2, &geo, &eo, &e->ep, diag)))
+        if ((err = fg_ep_ranks_create(m, &geo, &eo, &e->ep, diag)))
             goto fail;
         e->ep_nodes = fg_ep_ranks_multinode(e->ep);
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);

@@ -102,7 +102,13 @@ uint8_t *fg_kv_page_alloc_for(fg_kv_store_t *s, int owner)
     s->refs[i] = 1;
     s->owner[i] = (uint16_t)owner;
     s->owner_pages[owner]++;
-    return s->base + (size_t)i * s->geo.page_bytes;
+    uint8_t *page = s->base + (size_t)i * s->geo.page_bytes;
+    /* A cache with state writes its pages sparsely (compressed rows as blocks
+     * close) and its session files hold whole pages: no byte of a previous
+     * holder, perhaps another tenant, may reach a file. */
+    if (s->geo.seq_bytes)
+        memset(page, 0, s->geo.page_bytes);
+    return page;
 }
 
 uint8_t *fg_kv_page_alloc(fg_kv_store_t *s) { return fg_kv_page_alloc_for(s, 0); }

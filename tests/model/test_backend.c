@@ -127,7 +127,7 @@ int main(void)
     } else {
         fg_engine_close(e);
         const char *models[] = {"tiny.gguf", "tiny-softmax.gguf", "tiny-groups.gguf", "tiny-lite.gguf",
-                                "tiny-yarn.gguf", "tiny-bf16.gguf", "tiny-q8_0.gguf"};
+                                "tiny-yarn.gguf", "tiny-bf16.gguf", "tiny-q8_0.gguf", "tiny-mxfp4.gguf"};
         for (size_t i = 0; i < sizeof models / sizeof *models; i++)
             compare_on_gpu(models[i]);
     }

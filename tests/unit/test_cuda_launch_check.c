@@ -106,6 +106,14 @@ static void test_matmul(void)
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_POINTER);
     p = ok, p.wtype = 2; /* ggml Q4_0: not ours */
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_TYPE);
+    /* MXFP4 (V4's experts): 17-byte blocks at any byte, Q8_0 activations in the scratch, whole blocks */
+    p = ok, p.wtype = FG_WTYPE_MXFP4, p.w = ODD;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_matmul_scratch_bytes(FG_WTYPE_MXFP4, 64, 9, 1) == 9 * 2 * 34);
+    p.q8_scratch = NULL;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.wtype = FG_WTYPE_MXFP4, p.n_in = 48;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_SHAPE);
     p = ok, p.x_stride = 32;
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_SHAPE);
     p = ok, p.n_tok = 0;
@@ -230,6 +238,12 @@ static void test_moe(void)
     CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_TYPE);
     e = e_ok, e.q8_scratch = NULL;
     CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_POINTER);
+    e = e_ok, e.wtype = FG_WTYPE_MXFP4, e.w_mat_bytes = 32 * 34; /* 2 blocks of 17 bytes a row */
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_OK);
+    e.w_mat_bytes = 32 * 34 - 1;
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_SHAPE);
+    e = e_ok, e.wtype = FG_WTYPE_MXFP4, e.w_mat_bytes = 32 * 34, e.q8_scratch = NULL;
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_POINTER);
 
     const fg_cuda_moe_combine_params c_ok = {.x = A(0), .y = A(64), .weights = A(128), .slot_pos = A(256),
                                              .n_tok = 4, .n_used = 6, .d = 64};
@@ -259,6 +273,8 @@ static void test_vecops_and_sample(void)
     g.wtype = FG_WTYPE_F16;
     CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_OK);
     g.wtype = 99;
+    CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_BAD_TYPE);
+    g.wtype = FG_WTYPE_MXFP4; /* products only: no embedding lookup in MXFP4 */
     CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_BAD_TYPE);
 
     const fg_cuda_sample_params ok = {.logits = A(0), .stride = 1000, .n_rows = 4, .n_vocab = 1000, .rows = A(64),

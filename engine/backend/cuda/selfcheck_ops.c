@@ -234,6 +234,8 @@ static uint8_t *make_weights(ctx *c, int wtype, int n_in, int n_out, int n_mat, 
         }
         if (wtype == FG_WTYPE_Q8_0)
             fg_quantize_row_q8_0(f, (fg_block_q8_0 *)dst, n_in);
+        if (wtype == FG_WTYPE_MXFP4)
+            (void)fg_quantize_row_mxfp4(f, (fg_block_mxfp4 *)dst, n_in); /* n_in % 32 == 0 here */
     }
     free(f);
     return w;
@@ -241,7 +243,11 @@ static uint8_t *make_weights(ctx *c, int wtype, int n_in, int n_out, int n_mat, 
 
 static const char *wtype_name(int t)
 {
-    return t == FG_WTYPE_F32 ? "f32" : t == FG_WTYPE_F16 ? "f16" : t == FG_WTYPE_BF16 ? "bf16" : "q8_0";
+    return t == FG_WTYPE_F32    ? "f32"
+           : t == FG_WTYPE_F16  ? "f16"
+           : t == FG_WTYPE_BF16 ? "bf16"
+           : t == FG_WTYPE_Q8_0 ? "q8_0"
+                                : "mxfp4";
 }
 
 static void check_matmul(ctx *c, int wtype, int n_in, int n_out, int n_tok, int n_mat)
@@ -552,13 +558,15 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_rmsnorm(&c);
     check_rope(&c, 0.0f);
     check_rope(&c, 40.0f);
-    const int types[] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
-    for (int i = 0; i < 4; i++) {
+    /* MXFP4: the products of V4's routed experts (and of any MXFP4 matrix); no embedding lookup */
+    const int types[] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_MXFP4};
+    for (int i = 0; i < 5; i++) {
         check_matmul(&c, types[i], 7168, 96, 1, 1);     /* decode: one token */
         check_matmul(&c, types[i], 1024, 200, 13, 1);   /* a partial token tile */
         check_matmul(&c, types[i], 128, 512, 9, 16);    /* per-head absorb: 16 matrices over column blocks */
         check_moe_experts(&c, types[i]);
-        check_get_rows(&c, types[i]);
+        if (types[i] != FG_WTYPE_MXFP4)
+            check_get_rows(&c, types[i]);
     }
     for (int f = 0; f < FG_KV__COUNT; f++) {
         check_kv_write(&c, f);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/ep/moe_ep.h"
 #include "engine/model/deepseek4/cache.h"
 #include "engine/model/rope.h"
 #include "kernels/cpu/matmul.h"
@@ -38,6 +39,9 @@ struct fg_ds4_forward {
     int max_rows;                 /* compressed rows a CSA layer can hold (context / 4) */
     fg_rope rope_plain, rope_comp;
     float *mtp_out;
+    fg_moe_ep_t *ep;              /* expert parallelism: routed experts go through it; NULL: here */
+    fg_err ep_err;                /* this run's first exchange error */
+    fg_diag ep_diag;
     _Atomic uint64_t *count_sink;
     uint64_t *counts;             /* [X] picks this run */
     /* scratch, sized at create */
@@ -203,9 +207,9 @@ static void rope_heads(const fg_rope *r, float *x, int n_heads, int w, int pos, 
         fg_rope_apply_coefs(r, cs, x + (size_t)h * w + (w - r->n_dims));
 }
 
-/* The SwiGLU with deepseek4's clamps: gate to at most c, up to [-c, c]. */
-static void swiglu(float *gate, float *up, int n, float c)
+void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
 {
+    (void)isa; /* the scalar SiLU on every ISA, as this pass has always run it */
     if (c > 1e-6f)
         for (int i = 0; i < n; i++) {
             gate[i] = gate[i] < c ? gate[i] : c;
@@ -597,7 +601,15 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         }
     }
     memset(f->f, 0, (size_t)n * E * sizeof(float));
-    for (int e = 0; e < X; e++) {
+    if (f->ep) {
+        /* Each token's routed experts run on the ranks that hold them and come back summed into f in
+         * ascending id order, as the loop below adds them; a failed exchange is kept and the pass goes on, so
+         * the peers complete every layer. */
+        const fg_err err = fg_moe_ep_experts(f->ep, il, n, f->chosen, f->wts, f->y, f->f, &f->ep_diag);
+        if (err != FG_OK && f->ep_err == FG_OK)
+            f->ep_err = err;
+    }
+    for (int e = 0; e < X && !f->ep; e++) {
         int cnt = 0;
         for (int t = 0; t < n; t++)
             for (int k = 0; k < K; k++)
@@ -612,7 +624,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         mm(f, &L->gate_exps, e, f->ein, cnt, f->eg);
         mm(f, &L->up_exps, e, f->ein, cnt, f->eu);
         for (int i = 0; i < cnt; i++)
-            swiglu(f->eg + (size_t)i * F, f->eu + (size_t)i * F, F, hp->clamp_exp[il]);
+            fg_ds4_swiglu(f->isa, f->eg + (size_t)i * F, f->eu + (size_t)i * F, F, hp->clamp_exp[il]);
         mm(f, &L->down_exps, e, f->eg, cnt, f->ed);
         for (int i = 0; i < cnt; i++)
             fg_axpy(f->f + (size_t)f->tok_of[i] * E, f->w_of[i], f->ed + (size_t)i * E, E);
@@ -622,7 +634,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         mm(f, &L->gate_shexp, 0, f->y, n, f->eg);
         mm(f, &L->up_shexp, 0, f->y, n, f->eu);
         for (int t = 0; t < n; t++)
-            swiglu(f->eg + (size_t)t * Fs, f->eu + (size_t)t * Fs, Fs, hp->clamp_shexp[il]);
+            fg_ds4_swiglu(f->isa, f->eg + (size_t)t * Fs, f->eu + (size_t)t * Fs, Fs, hp->clamp_shexp[il]);
         mm(f, &L->down_shexp, 0, f->eg, n, f->ed);
         for (int t = 0; t < n; t++)
             fg_axpy(f->f + (size_t)t * E, 1.0f, f->ed + (size_t)t * E, E);
@@ -735,17 +747,15 @@ static void run_batch(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *se
         if (f->mtp_out)
             heads_of(f, f->xm, seqs, n_seqs, m->mtp_norm, &m->mtp_output, f->mtp_out);
     }
-    for (int i = 0; i < n_seqs; i++) {
-        fg_kv_seq *kv = seqs[i].kv;
-        kv->n_tokens += seqs[i].n_tokens;
-        ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = kv->n_tokens;
-    }
 }
 
-fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+/* Checks a batch; *n_out gets its tokens. */
+static fg_err check_batch(const fg_ds4_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs,
+                          int *n_out, fg_diag *diag)
 {
     const int V = f->m->hp.n_vocab;
     int total = 0;
+    *n_out = 0;
     for (int i = 0; i < n_seqs; i++) {
         const fg_fwd_seq *s = &seqs[i];
         if (s->n_tokens < 1 || s->n_tokens > f->max_tokens)
@@ -775,9 +785,40 @@ fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq
     }
     if (total > f->max_tokens)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%d tokens in one run (at most %d)", total, f->max_tokens);
+    *n_out = total;
+    return FG_OK;
+}
+
+fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    int total;
+    const fg_err bad = check_batch(f, tokens, seqs, n_seqs, &total, diag);
+    if (bad != FG_OK) {
+        if (f->ep) { /* a refused batch still takes part in the exchanges, so that the peers complete */
+            fg_diag idle;
+            (void)fg_moe_ep_idle(f->ep, &idle);
+        }
+        return bad;
+    }
     memset(f->counts, 0, (size_t)f->m->hp.n_expert * sizeof *f->counts);
+    f->ep_err = FG_OK;
     if (total)
         run_batch(f, tokens, seqs, n_seqs, total);
+    else if (f->ep) /* no tokens here: the peers still exchange with us at every layer */
+        f->ep_err = fg_moe_ep_idle(f->ep, &f->ep_diag);
+    if (f->ep_err != FG_OK) {
+        /* The rings and compressor blocks took this run's tokens but the sequences do not advance: their state
+         * no longer matches their length, so a later run refuses them (FG_ERR_STATE) rather than go on from it. */
+        for (int i = 0; i < n_seqs && total; i++)
+            if (seqs[i].kv->n_tokens)
+                ((fg_ds4_state_head *)(void *)seqs[i].kv->state)->n_tokens = -1;
+        return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        fg_kv_seq *kv = seqs[i].kv;
+        kv->n_tokens += seqs[i].n_tokens;
+        ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = kv->n_tokens;
+    }
     if (f->count_sink)
         for (int e = 0; e < f->m->hp.n_expert; e++)
             if (f->counts[e])
@@ -927,3 +968,5 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
 void fg_ds4_forward_set_mtp_out(fg_ds4_forward_t *f, float *mtp) { f->mtp_out = mtp; }
 
 void fg_ds4_forward_count_experts(fg_ds4_forward_t *f, _Atomic uint64_t *sink) { f->count_sink = sink; }
+
+void fg_ds4_forward_set_ep(fg_ds4_forward_t *f, fg_moe_ep_t *ep) { f->ep = ep; }
