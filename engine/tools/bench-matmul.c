@@ -3,8 +3,10 @@
  * (activations rounded to BF16 once per call), on a few shapes.
  *
  * With --types: one token's product (decode) on one thread for every weight
- * type, in GB/s of weights read, beside the read bandwidth one thread of this
- * machine reaches (the limit of a memory-bound product on one thread).
+ * type, in GB/s of weights read, against the limit that applies: one
+ * thread's read bandwidth over a set the size of the matrix (in whichever
+ * cache level holds it), or the kernel's own peak on an L2-resident matrix
+ * (bench_share: never a share above 100 %).
  *
  * The CPU's features are detected once per process, so the widening path is
  * measured in a child process started with FG_NO_AVX512_BF16=1 (matmul.h),
@@ -132,26 +134,51 @@ out:
     return result;
 }
 
+/* Each type's rate against two limits (bench_share): one thread's read
+ * bandwidth over a set the size of its matrix (the product repeats over the
+ * same weights, so they stay in whichever level holds them, which is named),
+ * and the kernel's own peak, the same product on a matrix cut to half the L2
+ * (its compute bound). */
 static int bench_types_run(int64_t n_in, int64_t n_out, int reps)
 {
     const fg_isa isa = fg_isa_best();
+    const fg_bench_caches c = bench_caches();
     fg_pool_t *one = fg_pool_create(1);
-    const double bw = one ? measure_bandwidth(one, 3) : 0.0;
-    fg_pool_destroy(one);
+    if (!one)
+        return 1;
     printf("one token's product, %lld x %lld (n_out x n_in), %s, 1 thread (CPU time, median of %d)\n",
            (long long)n_out, (long long)n_in, fg_isa_name(isa), reps);
-    printf("machine limit: %.1f GB/s read by one thread (measure_bandwidth, 1 GiB)\n", bw * 1e-9);
-    printf("  %-7s %9s %10s %9s %8s\n", "type", "MB", "us", "GB/s", "of limit");
+    printf("caches: L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB; limits: read bandwidth over the matrix's size "
+           "(1 thread), the kernel on an L2-resident matrix\n",
+           c.l1d >> 10, c.l2 >> 10, c.l3 >> 20);
+    printf("  %-7s %9s %10s %9s %6s %10s %10s  %s\n", "type", "MB", "us", "GB/s", "level", "bw GB/s", "peak GB/s",
+           "share");
     for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++) {
-        const double mb = (double)(fg_wtype_row_bytes(bench_types[i].wtype, n_in) * (size_t)n_out);
-        const double s = time_type(bench_types[i].wtype, isa, n_in, n_out, 1, reps);
-        if (s <= 0) {
+        const int wt = bench_types[i].wtype;
+        const size_t row = fg_wtype_row_bytes(wt, n_in);
+        const double mb = (double)(row * (size_t)n_out);
+        const double s = time_type(wt, isa, n_in, n_out, 1, reps);
+        if (s <= 0 || !row) {
             printf("  %-7s failed\n", bench_types[i].name);
             continue;
         }
-        printf("  %-7s %9.2f %10.1f %9.2f %7.0f%%\n", bench_types[i].name, mb * 1e-6, s * 1e6, mb / s * 1e-9,
-               bw > 0 ? 100.0 * mb / s / bw : 0.0);
+        int64_t small = (int64_t)((c.l2 ? c.l2 : (size_t)1 << 20) / 2 / row) / 16 * 16;
+        small = small < 16 ? 16 : small > n_out ? n_out : small;
+        const double ps = time_type(wt, isa, n_in, small, 1, reps);
+        const double bw = measure_bandwidth_ws(one, (size_t)mb, 3);
+        const double rate = mb / s, peak = ps > 0 ? (double)(row * (size_t)small) / ps : 0.0;
+        const fg_bench_limit lims[] = {{"bandwidth", bw}, {"compute", peak}};
+        char share[256];
+        const fg_bench_limit *which;
+        const double f = bench_share(rate, lims, 2, share, sizeof share, &which);
+        printf("  %-7s %9.2f %10.1f %9.2f %6s %10.2f %10.2f  ", bench_types[i].name, mb * 1e-6, s * 1e6, rate * 1e-9,
+               bench_level(&c, (size_t)mb, 1), bw * 1e-9, peak * 1e-9);
+        if (which)
+            printf("%3.0f%% of %s\n", 100.0 * f, which->name);
+        else
+            printf("%s\n", share);
     }
+    fg_pool_destroy(one);
     return 0;
 }
 
