@@ -24,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/tools/bench_common.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
 /* The wakeup callback: the step thread says events are ready. */
@@ -172,10 +173,10 @@ int main(int argc, char **argv)
     fg_engine_info info;
     fg_engine_get_info(e, &info);
     printf("model %s: %.1f MB weights, %.1f MB active per token; kv %s %zu B/token + %zu B per session; %d threads "
-           "%s; batch %d\n",
+           "%s%s; batch %d\n",
            eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
            fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.kv_seq_bytes, info.n_threads,
-           fg_isa_name(info.isa), eo.max_batch_tokens);
+           fg_isa_name(info.isa), fg_matmul_amx(info.isa) ? "+amx" : "", eo.max_batch_tokens);
     {
         fg_pool_t *pool = fg_pool_create(info.n_threads);
         const fg_bench_caches cc = bench_caches();

@@ -42,7 +42,9 @@
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
  * panels, MXFP4 and native BF16 a token's outputs are bit-identical whatever
- * batch it is computed in.
+ * batch it is computed in. The AMX tile kernels (fg_matmul_amx) compute the
+ * same integer block dots and apply the scales in the AVX-512 kernels' order:
+ * their results are the AVX-512 bits, so this holds with them too.
  *
  * Thread safety: pure; the work is split over the pool's threads by output rows.
  */
