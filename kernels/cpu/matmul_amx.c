@@ -22,9 +22,10 @@
  * bits the AVX-512 panels give (Q8_0, 13+ tokens) and the packed kernel gives
  * at any batch (Q8_0_P16), so batch invariance is what it was.
  *
- * Tile registers: 0, 1 C; 2, 3 A; 4, 5 B: two blocks in flight. The tile
- * configuration depends only on m (the tokens of a tile, 16 but in the last
- * one), loaded when m changes; tiles are released at the end of each call.
+ * Tile registers: 0, 1 C; 2, 3 A; 4, 5 B: two blocks in flight; 6, 7 C and A
+ * of the last token tile when it is shorter (n_tok > 16, not a multiple of
+ * 16), so one configuration, loaded once per call, serves the whole call;
+ * tiles are released at its end.
  *
  * Built with FG_AMX_EMULATE (tests/unit/test_matmul_amx_emu.c only), the tile
  * instructions are plain C from tests/unit/amx_emulate.h, so the layout and
@@ -104,19 +105,28 @@ int fg_matmul_amx_wants(int wtype, int64_t n_tok)
            (wtype == FG_WTYPE_Q8_0_P16 && n_tok >= AMX_P16_MIN_TOKENS);
 }
 
-/* Tiles 0, 1: C [m][16] int32; 2, 3: A [m][32] int8; 4, 5: B [8][64] uint8. */
-static void amx_configure(int m)
+/* Tiles 0, 1: C [m][16] int32; 2, 3: A [m][32] int8; 4, 5: B [8][64] uint8,
+ * m = m_main, the tokens of every token tile but a last shorter one; 6: C,
+ * 7: A of that last tile (m_tail tokens, 0: none), which shares B tile 4. One
+ * configuration then serves a whole call. */
+static void amx_configure(int m_main, int m_tail)
 {
     amx_cfg c __attribute__((aligned(64)));
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 2; i++) {
-        c.rows[i] = (uint8_t)m;
+        c.rows[i] = (uint8_t)m_main;
         c.colsb[i] = AMX_ROWS * 4;
-        c.rows[2 + i] = (uint8_t)m;
+        c.rows[2 + i] = (uint8_t)m_main;
         c.colsb[2 + i] = FG_Q8_0_BLOCK;
         c.rows[4 + i] = FG_Q8_0_BLOCK / 4;
         c.colsb[4 + i] = AMX_ROWS * 4;
+    }
+    if (m_tail) {
+        c.rows[6] = (uint8_t)m_tail;
+        c.colsb[6] = AMX_ROWS * 4;
+        c.rows[7] = (uint8_t)m_tail;
+        c.colsb[7] = FG_Q8_0_BLOCK;
     }
     AMX_BARRIER();
     AMX_CONFIG(&c);
@@ -165,9 +175,10 @@ static inline __attribute__((always_inline)) void amx_apply(const fg_matmul_args
 }
 
 /* Tokens t0 .. t0 + m - 1 against blocks [b0, b0 + cb) of the panel at rows
- * o .. o + 15; first: the sums start at 0, else from y (the previous chunk's). */
+ * o .. o + 15; first: the sums start at 0, else from y (the previous chunk's).
+ * tail: m is the configuration's m_tail (tiles 6, 7), else its m_main. */
 static void amx_tokens(const fg_matmul_args *a, const amx_panel *p, int64_t o, int64_t b0, int cb, int64_t t0,
-                       int m, int first)
+                       int m, int first, int tail)
 {
     const long stride = (long)a->xq.qs_stride;
     const int8_t *qs = a->xq.qs + t0 * a->xq.qs_stride + b0 * FG_Q8_0_BLOCK;
@@ -178,6 +189,16 @@ static void amx_tokens(const fg_matmul_args *a, const amx_panel *p, int64_t o, i
     for (int t = 0; t < AMX_TOKENS; t++)
         yacc[t] = first || t >= m ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t * a->n_out);
     int i = 0;
+    if (tail) { /* one block at a time: the last token tile is at most one per panel and chunk */
+        for (; i < cb; i++) {
+            AMX_ZERO(6);
+            AMX_LOAD(7, qs + (size_t)i * FG_Q8_0_BLOCK, stride);
+            AMX_LOAD(4, p->q + (size_t)i * AMX_PANEL_BLOCK, AMX_ROWS * 4);
+            AMX_DPBSUD(6, 7, 4);
+            AMX_STORE(6, c[0], AMX_ROWS * 4);
+            amx_apply(a, (const int32_t (*)[AMX_ROWS])c[0], p->dw + (size_t)i * AMX_ROWS, b0 + i, t0, m, yacc);
+        }
+    }
     for (; i + 2 <= cb; i += 2) {
         AMX_ZERO(0);
         AMX_ZERO(1);
@@ -213,7 +234,10 @@ void fg_matmul_rows_amx(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
     const int64_t o_panels = o_begin + (o_end - o_begin) / AMX_ROWS * AMX_ROWS;
     uint8_t q[AMX_CHUNK * AMX_PANEL_BLOCK] __attribute__((aligned(64)));
     uint16_t dw[AMX_CHUNK * AMX_ROWS];
-    int cfg_m = 0;
+    const int m_main = (int)(n_tok < AMX_TOKENS ? n_tok : AMX_TOKENS);
+    const int m_tail = n_tok > AMX_TOKENS ? (int)(n_tok % AMX_TOKENS) : 0;
+    if (o_panels > o_begin)
+        amx_configure(m_main, m_tail);
     for (int64_t o = o_begin; o < o_panels; o += AMX_ROWS) {
         /* a packed panel is one chunk of all its blocks; plain rows are repacked AMX_CHUNK blocks at a time */
         const int64_t chunk = packed ? nb : AMX_CHUNK;
@@ -232,15 +256,11 @@ void fg_matmul_rows_amx(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)
             }
             for (int64_t t0 = 0; t0 < n_tok; t0 += AMX_TOKENS) {
                 const int m = (int)(n_tok - t0 < AMX_TOKENS ? n_tok - t0 : AMX_TOKENS);
-                if (m != cfg_m) {
-                    amx_configure(m);
-                    cfg_m = m;
-                }
-                amx_tokens(a, &p, o, b0, cb, t0, m, b0 == 0);
+                amx_tokens(a, &p, o, b0, cb, t0, m, b0 == 0, m != m_main);
             }
         }
     }
-    if (cfg_m)
+    if (o_panels > o_begin)
         AMX_RELEASE();
     if (o_panels < o_end) /* plain Q8_0's last rows: the AVX-512 tiles, as without AMX */
         fg_matmul_rows_avx512(a, o_panels, o_end);
