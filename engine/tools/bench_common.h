@@ -99,7 +99,11 @@ __attribute__((target("avx512f"))) static inline uint64_t bw_sum_avx512(const ui
         s2 = _mm512_add_epi64(s2, _mm512_loadu_si512((const void *)(p + i + 16)));
         s3 = _mm512_add_epi64(s3, _mm512_loadu_si512((const void *)(p + i + 24)));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t l[8], r = 0; /* summed unsigned: the sums wrap (the intrinsic's reduction is signed) */
+    _mm512_storeu_si512((void *)l, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    for (int k = 0; k < 8; k++)
+        r += l[k];
+    return r;
 }
 
 __attribute__((target("avx2"))) static inline uint64_t bw_sum_avx2(const uint64_t *p, long b, long e)
@@ -111,9 +115,11 @@ __attribute__((target("avx2"))) static inline uint64_t bw_sum_avx2(const uint64_
         s2 = _mm256_add_epi64(s2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
         s3 = _mm256_add_epi64(s3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
     }
-    const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-    return (uint64_t)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
-                      _mm256_extract_epi64(s, 3));
+    uint64_t l[4], r = 0;
+    _mm256_storeu_si256((__m256i *)l, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    for (int k = 0; k < 4; k++)
+        r += l[k];
+    return r;
 }
 #endif
 
