@@ -9,8 +9,8 @@
  * (bench_share: never a share above 100 %).
  *
  * With --amx: Q8_0 and packed Q8_0 batches, AMX tiles (where the CPU and the
- * kernel allow them) against the AVX-512 kernels, in a child process with
- * FG_NO_AMX=1 like the BF16 widening path below, with a check that both
+ * kernel allow them; run it with FG_AMX=1) against the AVX-512 kernels, in a
+ * child process with FG_AMX=0 like the BF16 widening path below, with a check that both
  * give the same bits.
  *
  * The CPU's features are detected once per process, so the widening path is
@@ -211,8 +211,8 @@ static size_t out_floats(const shape *sh, int n)
     return f;
 }
 
-/* The products in a child process with the environment variable env set to
- * 1 (FG_NO_AVX512_BF16: the widening path; FG_NO_AMX: the AVX-512 Q8_0
+/* The products in a child process with the environment variable env set
+ * (FG_NO_AVX512_BF16=1: the widening path; FG_AMX=0: the AVX-512 Q8_0
  * kernels), times[n] and outputs through a pipe. Returns 0, or -1 if the
  * child failed. */
 static int run_child(const char *env, const shape *sh, int n, int reps, double *times, float *outs)
@@ -225,7 +225,7 @@ static int run_child(const char *env, const shape *sh, int n, int reps, double *
         return -1;
     if (pid == 0) {
         close(fd[0]);
-        setenv(env, "1", 1);
+        setenv(env, strcmp(env, "FG_AMX") ? "1" : "0", 1);
         float *o = outs;
         for (int i = 0; i < n; i++) {
             times[i] = time_product(&sh[i], reps, o);
@@ -258,7 +258,7 @@ static int run_child(const char *env, const shape *sh, int n, int reps, double *
 }
 
 /* --amx: Q8_0 and packed Q8_0 batches on AMX tiles (this process) against
- * the AVX-512 kernels (a child with FG_NO_AMX=1), same weights and inputs;
+ * the AVX-512 kernels (a child with FG_AMX=0), same weights and inputs;
  * the outputs must be the same bits (matmul.h). */
 static int bench_amx_run(int64_t n_in, int64_t n_out, const int64_t *toks, int n_toks, int reps)
 {
@@ -276,7 +276,7 @@ static int bench_amx_run(int64_t n_in, int64_t n_out, const int64_t *toks, int n
         return 1;
     }
     /* the child first, before this process detects the CPU (as for BF16 above) */
-    if (run_child("FG_NO_AMX", sh, n, reps, off, out_off) != 0) {
+    if (run_child("FG_AMX", sh, n, reps, off, out_off) != 0) {
         fprintf(stderr, "error: the AVX-512 run failed%s\n",
                 fg_isa_supported(FG_ISA_AVX512) ? "" : " (this CPU has no AVX-512 F/BW/VL/DQ/VNNI)");
         return 1;
@@ -290,7 +290,7 @@ static int bench_amx_run(int64_t n_in, int64_t n_out, const int64_t *toks, int n
     printf("Q8_0 weights %lld x %lld (n_out x n_in, %.2f MB), 1 thread (CPU time, median of %d); AMX tiles %s\n",
            (long long)n_out, (long long)n_in, (double)(fg_wtype_row_bytes(FG_WTYPE_Q8_0, n_in) * (size_t)n_out) * 1e-6,
            reps, amx ? "on in the right-hand column" : "NOT available here: both columns are AVX-512");
-    printf("  %-9s %6s  %28s  %28s  %7s  %s\n", "type", "tokens", "AVX-512 (FG_NO_AMX=1)", amx ? "AMX" : "AVX-512",
+    printf("  %-9s %6s  %28s  %28s  %7s  %s\n", "type", "tokens", "AVX-512 (FG_AMX=0)", amx ? "AMX" : "AVX-512",
            "speedup", "same bits");
     const float *po = out_off, *pn = out_on;
     for (int i = 0; i < n; i++) {

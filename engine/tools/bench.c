@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     bench_share(d, lims, 3, share, sizeof share, NULL);
     printf("model                     %s\n", eo.model_path);
     printf("threads / isa             %d / %s%s\n", info.n_threads, fg_isa_name(info.isa),
-           fg_matmul_amx(info.isa) ? "+amx (FG_NO_AMX=1: without)" : "");
+           fg_matmul_amx(info.isa) ? "+amx (FG_AMX=1; unset: without)" : "");
     printf("caches                    L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB\n", caches.l1d >> 10,
            caches.l2 >> 10, caches.l3 >> 20);
     printf("weights total / active    %.1f MB (fits %s) / %.1f MB per token (fits %s)\n", info.weight_bytes_total / 1e6,

@@ -41,7 +41,7 @@ enum {
     CPU_AVX2 = 1 << 0,    /* AVX2 + FMA + F16C with OS-enabled YMM state */
     CPU_AVX512 = 1 << 1,  /* AVX-512 F/BW/VL/DQ/VNNI with OS-enabled ZMM state */
     CPU_AVX512_BF16 = 1 << 2, /* ... and AVX512-BF16 (vdpbf16ps), unless FG_NO_AVX512_BF16 is set */
-    CPU_AMX = 1 << 3,     /* ... and AMX int8 tiles the kernel lets us use, unless FG_NO_AMX is set */
+    CPU_AMX = 1 << 3,     /* ... and AMX int8 tiles the kernel lets us use, when FG_AMX=1 asks for them */
     CPU_DETECTED = 1 << 30,
 };
 
@@ -88,9 +88,10 @@ static int detect_cpu(void)
     if ((flags & CPU_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1) &&
         !(no_bf16 && no_bf16[0] && strcmp(no_bf16, "0") != 0))
         flags |= CPU_AVX512_BF16;
-    /* AMX (matmul_amx.c): FG_NO_AMX keeps the AVX-512 kernels, to compare the two */
-    const char *no_amx = getenv("FG_NO_AMX");
-    if ((flags & CPU_AVX512) && !(no_amx && no_amx[0] && strcmp(no_amx, "0") != 0) &&
+    /* AMX (matmul_amx.c) only on request (FG_AMX=1): its kernels have been
+     * checked on emulated tiles but not yet measured on AMX hardware. */
+    const char *want_amx = getenv("FG_AMX");
+    if ((flags & CPU_AVX512) && want_amx && strcmp(want_amx, "1") == 0 &&
         __get_cpuid_count(7, 0, &a, &b, &c, &d) && fg_matmul_amx_permit(d, xcr0))
         flags |= CPU_AMX;
     return flags;

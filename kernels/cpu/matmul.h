@@ -104,8 +104,8 @@ int fg_matmul_bf16_native(fg_isa isa);
  * AMX tiles (matmul_amx.c): isa is AVX-512, the CPU has amx_tile and amx_int8,
  * the kernel granted this process the tile state (Linux arch_prctl
  * ARCH_REQ_XCOMP_PERM, asked once at detection; refused: the AVX-512 kernels),
- * and the environment did not set FG_NO_AMX (read once, like
- * FG_NO_AVX512_BF16). The results are the AVX-512 kernels' bits either way. */
+ * and the environment sets FG_AMX=1 (read once, like FG_NO_AVX512_BF16; off
+ * by default until the kernels are measured on AMX hardware). The results are the AVX-512 kernels' bits either way. */
 int fg_matmul_amx(fg_isa isa);
 
 /* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0 and

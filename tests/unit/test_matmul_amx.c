@@ -12,7 +12,7 @@
  *   - a plain Q8_0 product of 13+ tokens (AMX panels) equals, for the rows in
  *     whole panels, the packed product of the same rows bit for bit;
  *   - every pool gives the bits of one thread.
- * Without AMX (CPU, kernel permission, or FG_NO_AMX) the test says so and
+ * Without AMX (CPU, kernel permission, or FG_AMX not 1) the test says so and
  * runs the checks on the AVX-512 kernels, whose bits the AMX ones must give;
  * test_matmul_amx_emu runs them on emulated tiles. */
 #include <math.h>
@@ -186,7 +186,7 @@ int main(void)
     }
     if (!fg_matmul_amx(FG_ISA_AVX512)) /* the same bits must hold there: the AMX kernels reproduce them */
         fprintf(stderr, "%s: AMX skipped: no AMX tiles here (no amx_tile/amx_int8, the kernel refused the tile "
-                "state, or FG_NO_AMX is set); the checks run on the AVX-512 kernels, and test_matmul_amx_emu runs "
+                "state, or FG_AMX is not 1); the checks run on the AVX-512 kernels, and test_matmul_amx_emu runs "
                 "them on emulated tiles\n", AMX_TEST_NAME);
     fg_test_matmul_setup(AMX_TEST_NAME);
     rng_seed(21);
