@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/ds4_compress.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -291,6 +292,53 @@ static void test_vecops_and_sample(void)
     CHECK(fg_cuda_sample_check(&p, SM) == FG_CUDA_BAD_POINTER);
 }
 
+/* DeepSeek V4: compressor pooling. */
+static void test_ds4_compress(void)
+{
+    const fg_cuda_ds4_pool_csa_params ok = {.row = A(0), .cur = A(64), .prev = A(128), .has_prev = A(192),
+                                            .n_blocks = 5, .r = 4, .width = 512};
+    fg_cuda_ds4_pool_csa_params p = ok;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, 80) == FG_CUDA_BAD_ARCH);
+    p.prev = NULL, p.has_prev = NULL; /* every block the first of its sequence */
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_OK);
+    p = ok, p.r = 0;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.r = FG_CUDA_DS4_MAX_RATIO + 1;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.width = FG_CUDA_DS4_MAX_WIDTH + 1;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.n_blocks = 0;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.cur = NULL;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.prev = ODD;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.row = ODD;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_hca_params hk = {.state = A(0), .rows = A(64), .k = A(128), .g = A(192), .ape = A(256),
+                                       .tok0 = A(320), .n_tok = A(336), .pos0 = A(352), .row0 = A(368),
+                                       .n_seq = 3, .ratio = 128, .D = 512};
+    fg_cuda_ds4_hca_params h = hk;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_hca_check(&h, 120) == FG_CUDA_BAD_ARCH);
+    h.n_seq = 0;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.n_seq = (1 << 16) + 1;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.ratio = 129;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.D = 0;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.ape = NULL;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+    h = hk, h.pos0 = ODD;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+    h = hk, h.state = ODD;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+}
+
 int main(void)
 {
     test_arch_and_names();
@@ -301,6 +349,7 @@ int main(void)
     test_mla_attn();
     test_moe();
     test_vecops_and_sample();
+    test_ds4_compress();
     if (fg_test_failures)
         fprintf(stderr, "%d check(s) failed\n", fg_test_failures);
     return fg_test_failures ? 1 : 0;

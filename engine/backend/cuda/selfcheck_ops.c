@@ -13,12 +13,15 @@
 
 #include "engine/model/deepseek2/model.h"
 #include "engine/model/deepseek2/moe_route.h"
+#include "engine/model/deepseek4/model.h"
 #include "engine/model/rope.h"
+#include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_attn.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/vecops.h"
+#include "kernels/cuda/ds4_compress.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -552,6 +555,87 @@ static void check_sample(ctx *c)
     free(lg);
 }
 
+/* ---- DeepSeek V4 (deepseek4) ops, against kernels/cpu/ds4_ops.h ---- */
+
+/* CSA pooling: the kernel computes the reference's double softmax with the
+ * device's exp (both within an ulp of double); only the final f32 rounding can
+ * then differ, by one ulp (2^-23 relative): nmse <= 2^-46 ~ 1.4e-14. */
+static void check_ds4_pool_csa(ctx *c, int width)
+{
+    const int nb = 5, r = FG_DS4_CSA;
+    const size_t blk = (size_t)r * 2 * 2 * width;
+    float *cur = malloc(sizeof(float) * nb * blk), *prev = malloc(sizeof(float) * nb * blk);
+    float *ref = malloc(sizeof(float) * nb * width), *got = malloc(sizeof(float) * nb * width);
+    int32_t has_prev[5] = {0, 1, 1, 1, 1}; /* block 0 of a sequence, then later ones */
+    fill(c, cur, nb * blk, 4.0f);
+    fill(c, prev, nb * blk, 4.0f);
+    for (int b = 0; b < nb; b++)
+        fg_ds4_pool_csa(r, width, cur + b * blk, has_prev[b] ? prev + b * blk : NULL, ref + (size_t)b * width);
+    dbuf bc, bp, bh, bo;
+    fg_cuda_ds4_pool_csa_params p = {.row = dnew(&bo, sizeof(float) * nb * width),
+                                     .cur = dput(&bc, cur, sizeof(float) * nb * blk),
+                                     .prev = dput(&bp, prev, sizeof(float) * nb * blk),
+                                     .has_prev = dput(&bh, has_prev, sizeof has_prev), .n_blocks = nb, .r = r,
+                                     .width = width};
+    char v[40];
+    snprintf(v, sizeof v, "csa r4 5x%d", width);
+    if (launched(c, "ds4_pool", v, fg_cuda_ds4_pool_csa(&p, &c->launch)) &&
+        dget(&bo, got, sizeof(float) * nb * width))
+        compare(c, "ds4_pool", v, ref, got, (size_t)nb * width, 1e-13, guards_ok(&bo));
+    dfree(&bc), dfree(&bp), dfree(&bh), dfree(&bo);
+    free(cur), free(prev), free(ref), free(got);
+}
+
+/* HCA online softmax in f32, the same operations in the same order; the
+ * device's expf (2 ulp) and contracted multiply-adds differ from glibc's by a
+ * few ulp per token; over a 128-token block that compounds to at most ~128 x
+ * 4 x 2^-24 ~ 3e-5 relative, nmse <= 1e-9 (random data: far below). Three
+ * sequences: 300 tokens from position 0 (two closed blocks and an open one),
+ * 50 from 100 on a state carried in (closes one at 127), one token at 383. */
+static void check_ds4_hca(ctx *c)
+{
+    const int D = 512, R = FG_DS4_HCA, ns = 3, ntok = 351;
+    const int32_t tok0[3] = {0, 300, 350}, n_tok[3] = {300, 50, 1}, pos0[3] = {0, 100, 383}, row0[3] = {0, 2, 3};
+    const int n_rows = 4;
+    float *k = malloc(sizeof(float) * ntok * D), *g = malloc(sizeof(float) * ntok * D);
+    float *ape = malloc(sizeof(float) * R * D), *pre = malloc(sizeof(float) * 100 * D);
+    float *st = calloc((size_t)ns * 3 * D, sizeof(float)), *st_ref = malloc(sizeof(float) * ns * 3 * D);
+    float *ref = calloc((size_t)n_rows * D, sizeof(float)), *got = malloc(sizeof(float) * n_rows * D);
+    float *st_got = malloc(sizeof(float) * ns * 3 * D);
+    fill(c, k, (size_t)ntok * D, 2.0f);
+    fill(c, g, (size_t)ntok * D, 4.0f);
+    fill(c, ape, (size_t)R * D, 1.0f);
+    fill(c, pre, (size_t)100 * D, 2.0f);
+    /* sequence 1 arrives with positions 0..99 folded; sequence 2 with 256..382 */
+    for (int i = 0; i < 100; i++)
+        fg_ds4_hca_fold(st + 3 * D, pre + (size_t)i * D, pre + (size_t)(99 - i) * D, ape + (size_t)i * D, i, D);
+    for (int i = 0; i < R - 1; i++)
+        fg_ds4_hca_fold(st + 6 * D, pre + (size_t)(i % 100) * D, k + (size_t)i * D, ape + (size_t)i * D, i, D);
+    memcpy(st_ref, st, sizeof(float) * ns * 3 * D);
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < n_tok[s]; i++) {
+            const int pos = pos0[s] + i, slot = pos % R, t = tok0[s] + i;
+            fg_ds4_hca_fold(st_ref + (size_t)s * 3 * D, k + (size_t)t * D, g + (size_t)t * D, ape + (size_t)slot * D,
+                            slot, D);
+            if (slot == R - 1)
+                fg_ds4_hca_row(st_ref + (size_t)s * 3 * D, D, ref + (size_t)(row0[s] + pos / R - pos0[s] / R) * D);
+        }
+    dbuf bs, br, bk, bg, ba, b0, bn, bp, bw;
+    fg_cuda_ds4_hca_params p = {.state = dput(&bs, st, sizeof(float) * ns * 3 * D),
+                                .rows = dnew(&br, sizeof(float) * n_rows * D),
+                                .k = dput(&bk, k, sizeof(float) * ntok * D), .g = dput(&bg, g, sizeof(float) * ntok * D),
+                                .ape = dput(&ba, ape, sizeof(float) * R * D), .tok0 = dput(&b0, tok0, sizeof tok0),
+                                .n_tok = dput(&bn, n_tok, sizeof n_tok), .pos0 = dput(&bp, pos0, sizeof pos0),
+                                .row0 = dput(&bw, row0, sizeof row0), .n_seq = ns, .ratio = R, .D = D};
+    if (launched(c, "ds4_pool", "hca r128 3 seqs", fg_cuda_ds4_hca(&p, &c->launch)) &&
+        dget(&br, got, sizeof(float) * n_rows * D) && dget(&bs, st_got, sizeof(float) * ns * 3 * D)) {
+        compare(c, "ds4_pool", "hca r128 rows", ref, got, (size_t)n_rows * D, 1e-9, guards_ok(&br));
+        compare(c, "ds4_pool", "hca r128 state", st_ref, st_got, (size_t)ns * 3 * D, 1e-9, guards_ok(&bs));
+    }
+    dfree(&bs), dfree(&br), dfree(&bk), dfree(&bg), dfree(&ba), dfree(&b0), dfree(&bn), dfree(&bp), dfree(&bw);
+    free(k), free(g), free(ape), free(pre), free(st), free(st_ref), free(ref), free(got), free(st_got);
+}
+
 int fg_cuda_selfcheck_ops(FILE *out, int sm)
 {
     ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
@@ -577,6 +661,9 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_moe_route(&c, FG_CUDA_GATING_SOFTMAX, 1, 1, 0);
     check_moe_route(&c, FG_CUDA_GATING_SIGMOID, 1, 1, 1);
     check_sample(&c);
+    check_ds4_pool_csa(&c, 512); /* the attention compressor (D) */
+    check_ds4_pool_csa(&c, 128); /* the indexer's (Di) */
+    check_ds4_hca(&c);
     fg_pool_destroy(c.pool);
     return c.failed;
 }

@@ -1,0 +1,31 @@
+/* launch_check_ds4.c: the host-side checks of the DeepSeek V4 ops
+ * (kernels/cuda/ds4_*.cuh), beside launch_check.c's and by its rules:
+ * plain C, built in every configuration, tested on the CPU
+ * (tests/unit/test_cuda_launch_check.c). The limits are the kernels' own
+ * (shared-memory arrays and per-thread accumulators are sized by them). */
+#include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/launch_check.h"
+
+#define F32_OK(ptr) fg_cuda_aligned((ptr), sizeof(float))
+#define ARCH(sm) (fg_cuda_arch_supported(sm) ? FG_CUDA_OK : FG_CUDA_BAD_ARCH)
+
+fg_cuda_status fg_cuda_ds4_pool_csa_check(const fg_cuda_ds4_pool_csa_params *p, int sm)
+{
+    if (p->n_blocks < 1 || p->n_blocks > (1 << 20) || p->r < 1 || p->r > FG_CUDA_DS4_MAX_RATIO || p->width < 1 ||
+        p->width > FG_CUDA_DS4_MAX_WIDTH)
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->row) || !F32_OK(p->cur) || (p->prev && !F32_OK(p->prev)) || (p->has_prev && !F32_OK(p->has_prev)))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_hca_check(const fg_cuda_ds4_hca_params *p, int sm)
+{
+    if (p->n_seq < 1 || p->n_seq > (1 << 16) || p->ratio < 1 || p->ratio > FG_CUDA_DS4_MAX_RATIO || p->D < 1 ||
+        p->D > FG_CUDA_DS4_MAX_WIDTH)
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->state) || !F32_OK(p->rows) || !F32_OK(p->k) || !F32_OK(p->g) || !F32_OK(p->ape) ||
+        !F32_OK(p->tok0) || !F32_OK(p->n_tok) || !F32_OK(p->pos0) || !F32_OK(p->row0))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
