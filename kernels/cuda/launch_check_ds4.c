@@ -4,6 +4,7 @@
  * (tests/unit/test_cuda_launch_check.c). The limits are the kernels' own
  * (shared-memory arrays and per-thread accumulators are sized by them). */
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/launch_check.h"
 
 #define F32_OK(ptr) fg_cuda_aligned((ptr), sizeof(float))
@@ -26,6 +27,28 @@ fg_cuda_status fg_cuda_ds4_hca_check(const fg_cuda_ds4_hca_params *p, int sm)
         return FG_CUDA_BAD_SHAPE;
     if (!F32_OK(p->state) || !F32_OK(p->rows) || !F32_OK(p->k) || !F32_OK(p->g) || !F32_OK(p->ape) ||
         !F32_OK(p->tok0) || !F32_OK(p->n_tok) || !F32_OK(p->pos0) || !F32_OK(p->row0))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_index_score_check(const fg_cuda_ds4_index_score_params *p, int sm)
+{
+    if (p->n_tok < 1 || p->n_tok > (1 << 20) || p->max_rows < 1 || p->max_rows > (1 << 20) ||
+        p->stride < p->max_rows || p->Hi < 1 || p->Di < 1 || p->Di > FG_CUDA_DS4_IDX_MAX_DIM ||
+        p->Hi > FG_CUDA_DS4_IDX_MAX_QK / p->Di)
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->scores) || !F32_OK(p->q) || !F32_OK(p->w) || !F32_OK(p->keys) || !F32_OK(p->key0) ||
+        !F32_OK(p->n_rows))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_topk_check(const fg_cuda_ds4_topk_params *p, int sm)
+{
+    if (p->n_tok < 1 || p->n_tok > (1 << 20) || p->stride < 1 || p->stride > (1 << 22) || p->k < 1 ||
+        p->k > FG_CUDA_DS4_TOPK_MAX)
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->sel) || !F32_OK(p->n_sel) || !F32_OK(p->scores) || !F32_OK(p->n_rows))
         return FG_CUDA_BAD_POINTER;
     return ARCH(sm);
 }

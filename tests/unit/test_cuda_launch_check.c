@@ -12,6 +12,7 @@
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -339,6 +340,47 @@ static void test_ds4_compress(void)
     CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
 }
 
+/* DeepSeek V4: indexer scores and top-k. */
+static void test_ds4_index(void)
+{
+    const fg_cuda_ds4_index_score_params ok = {.scores = A(0), .q = A(64), .w = A(128), .keys = A(192),
+                                               .key0 = A(256), .n_rows = A(320), .stride = 300, .max_rows = 300,
+                                               .n_tok = 3, .Hi = 64, .Di = 128};
+    fg_cuda_ds4_index_score_params p = ok;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_index_score_check(&p, 86) == FG_CUDA_BAD_ARCH);
+    p.Hi = 65; /* the query no longer fits the kernel's shared array */
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.Di = FG_CUDA_DS4_IDX_MAX_DIM + 1, p.Hi = 1;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.stride = 299;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.max_rows = (1 << 20) + 1, p.stride = p.max_rows;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.n_tok = 0;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.keys = NULL;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.n_rows = ODD;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_topk_params tk = {.sel = A(0), .n_sel = A(64), .scores = A(128), .n_rows = A(192),
+                                        .stride = 3000, .n_tok = 4, .k = 512};
+    fg_cuda_ds4_topk_params t = tk;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_topk_check(&t, 0) == FG_CUDA_BAD_ARCH);
+    t.k = FG_CUDA_DS4_TOPK_MAX + 1;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.k = 0;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.stride = 0;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.sel = ODD;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_POINTER);
+    t = tk, t.n_sel = NULL;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_POINTER);
+}
+
 int main(void)
 {
     test_arch_and_names();
@@ -350,6 +392,7 @@ int main(void)
     test_moe();
     test_vecops_and_sample();
     test_ds4_compress();
+    test_ds4_index();
     if (fg_test_failures)
         fprintf(stderr, "%d check(s) failed\n", fg_test_failures);
     return fg_test_failures ? 1 : 0;

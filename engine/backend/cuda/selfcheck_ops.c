@@ -22,6 +22,7 @@
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/vecops.h"
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -636,6 +637,85 @@ static void check_ds4_hca(ctx *c)
     free(k), free(g), free(ape), free(pre), free(st), free(st_ref), free(ref), free(got), free(st_got);
 }
 
+/* Indexer scores: f32 dots of Di terms summed in another order (a warp tree
+ * against the CPU's running sum): each dot within Di x 2^-24 of sum |q k|,
+ * about sqrt(Di) times the dot on random data, so ~1e-5 relative at Di = 128
+ * (a head whose dot sits that close to 0 may flip its relu, moving the score
+ * by the same amount): nmse <= 1e-8. Three tokens of two sequences, rows
+ * past a block edge (32) and a token with none. */
+static void check_ds4_index_score(ctx *c)
+{
+    const int Hi = 64, Di = 128, nt = 3, max_rows = 300, n_keys = 600;
+    const int32_t key0[3] = {0, 0, 300}, n_rows[3] = {257, 0, 300};
+    float *q = malloc(sizeof(float) * nt * Hi * Di), *w = malloc(sizeof(float) * nt * Hi);
+    float *keys = malloc(sizeof(float) * n_keys * Di);
+    float *ref = calloc((size_t)nt * max_rows, sizeof(float)), *got = malloc(sizeof(float) * nt * max_rows);
+    fill(c, q, (size_t)nt * Hi * Di, 1.0f);
+    fill(c, w, (size_t)nt * Hi, 0.1f);
+    fill(c, keys, (size_t)n_keys * Di, 1.0f);
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < n_rows[t]; r++)
+            ref[(size_t)t * max_rows + r] = fg_ds4_index_score(q + (size_t)t * Hi * Di, w + (size_t)t * Hi,
+                                                              keys + (size_t)(key0[t] + r) * Di, Hi, Di);
+    dbuf bs, bq, bw, bk, b0, bn;
+    fg_cuda_ds4_index_score_params p = {.scores = dput(&bs, ref, sizeof(float) * nt * max_rows), /* rows past n: kept */
+                                        .q = dput(&bq, q, sizeof(float) * nt * Hi * Di),
+                                        .w = dput(&bw, w, sizeof(float) * nt * Hi),
+                                        .keys = dput(&bk, keys, sizeof(float) * n_keys * Di),
+                                        .key0 = dput(&b0, key0, sizeof key0), .n_rows = dput(&bn, n_rows, sizeof n_rows),
+                                        .stride = max_rows, .max_rows = max_rows, .n_tok = nt, .Hi = Hi, .Di = Di};
+    if (p.scores)
+        cudaMemset(p.scores, 0, sizeof(float) * nt * max_rows);
+    if (launched(c, "ds4_index", "scores 64x128, 3 tokens", fg_cuda_ds4_index_score(&p, &c->launch)) &&
+        dget(&bs, got, sizeof(float) * nt * max_rows))
+        compare(c, "ds4_index", "scores 64x128, 3 tokens", ref, got, (size_t)nt * max_rows, 1e-8, guards_ok(&bs));
+    dfree(&bs), dfree(&bq), dfree(&bw), dfree(&bk), dfree(&b0), dfree(&bn);
+    free(q), free(w), free(keys), free(ref), free(got);
+}
+
+/* Top-k on the same scores for both (no rounding in between): the selected
+ * rows must be exactly the CPU's, in its order. Scores on a grid of 1/8 so
+ * that ties are frequent; n below, at and far above k. */
+static void check_ds4_topk(ctx *c, int k)
+{
+    const int nt = 4, stride = 3000;
+    const int32_t n_rows[4] = {3000, 1, 700, 0};
+    float *s = malloc(sizeof(float) * nt * stride);
+    int32_t *ref = calloc((size_t)nt * k, sizeof(int32_t)), *got = calloc((size_t)nt * k, sizeof(int32_t));
+    int32_t ref_n[4], got_n[4];
+    int *tmp = malloc(sizeof(int) * (size_t)k);
+    for (size_t i = 0; i < (size_t)nt * stride; i++)
+        s[i] = roundf(frand(c) * 64.0f) / 8.0f;
+    for (int t = 0; t < nt; t++) {
+        ref_n[t] = fg_ds4_top_k(s + (size_t)t * stride, n_rows[t], k, tmp);
+        for (int i = 0; i < ref_n[t]; i++)
+            ref[(size_t)t * k + i] = tmp[i];
+    }
+    dbuf bo, bn, bs, br;
+    fg_cuda_ds4_topk_params p = {.sel = dput(&bo, got, sizeof(int32_t) * nt * k), .n_sel = dnew(&bn, sizeof got_n),
+                                 .scores = dput(&bs, s, sizeof(float) * nt * stride),
+                                 .n_rows = dput(&br, n_rows, sizeof n_rows), .stride = stride, .n_tok = nt, .k = k};
+    char v[40];
+    snprintf(v, sizeof v, "top-%d of 3000/1/700/0", k);
+    if (launched(c, "ds4_index", v, fg_cuda_ds4_topk(&p, &c->launch)) && dget(&bo, got, sizeof(int32_t) * nt * k) &&
+        dget(&bn, got_n, sizeof got_n)) {
+        int bad = -1;
+        for (int t = 0; t < nt && bad < 0; t++) {
+            if (got_n[t] != ref_n[t])
+                bad = t;
+            for (int i = 0; i < ref_n[t] && bad < 0; i++)
+                if (got[(size_t)t * k + i] != ref[(size_t)t * k + i])
+                    bad = t;
+        }
+        const int guards = guards_ok(&bo) && guards_ok(&bn);
+        report(c, "ds4_index", v, bad < 0 && guards,
+               bad >= 0 ? "token %.0f differs (count %.0f)" : guards ? "rows equal (%.0f tokens, %.0f)" : "guard bytes overwritten (%.0f, %.0f)",
+               bad >= 0 ? bad : nt, bad >= 0 ? got_n[bad] : 0);
+    }
+    dfree(&bo), dfree(&bn), dfree(&bs), dfree(&br);
+    free(s), free(ref), free(got), free(tmp);
+}
+
 int fg_cuda_selfcheck_ops(FILE *out, int sm)
 {
     ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
@@ -664,6 +744,9 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_ds4_pool_csa(&c, 512); /* the attention compressor (D) */
     check_ds4_pool_csa(&c, 128); /* the indexer's (Di) */
     check_ds4_hca(&c);
+    check_ds4_index_score(&c);
+    check_ds4_topk(&c, 512); /* V4's top_k */
+    check_ds4_topk(&c, 16);
     fg_pool_destroy(c.pool);
     return c.failed;
 }
