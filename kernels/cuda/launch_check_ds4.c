@@ -3,6 +3,7 @@
  * plain C, built in every configuration, tested on the CPU
  * (tests/unit/test_cuda_launch_check.c). The limits are the kernels' own
  * (shared-memory arrays and per-thread accumulators are sized by them). */
+#include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/launch_check.h"
@@ -49,6 +50,17 @@ fg_cuda_status fg_cuda_ds4_topk_check(const fg_cuda_ds4_topk_params *p, int sm)
         p->k > FG_CUDA_DS4_TOPK_MAX)
         return FG_CUDA_BAD_SHAPE;
     if (!F32_OK(p->sel) || !F32_OK(p->n_sel) || !F32_OK(p->scores) || !F32_OK(p->n_rows))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_attn_check(const fg_cuda_ds4_attn_params *p, int sm)
+{
+    if (p->n_tok < 1 || p->n_tok > (1 << 20) || p->H < 1 || p->H > FG_CUDA_DS4_ATTN_MAX_HEADS || p->D < 1 ||
+        p->D > FG_CUDA_DS4_ATTN_MAX_DIM || p->kstride < 1 || p->kstride > (1 << 24) || !(p->scale > 0.0f))
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->out) || !F32_OK(p->q) || !F32_OK(p->keys) || !F32_OK(p->kidx) || !F32_OK(p->n_keys) ||
+        !F32_OK(p->sinks))
         return FG_CUDA_BAD_POINTER;
     return ARCH(sm);
 }

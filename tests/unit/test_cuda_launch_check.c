@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
@@ -381,6 +382,29 @@ static void test_ds4_index(void)
     CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_POINTER);
 }
 
+/* DeepSeek V4: attention with a sink. */
+static void test_ds4_attn(void)
+{
+    const fg_cuda_ds4_attn_params ok = {.out = A(0), .q = A(64), .keys = A(128), .kidx = A(192), .n_keys = A(256),
+                                        .sinks = A(320), .kstride = 640, .n_tok = 4, .H = 64, .D = 512,
+                                        .scale = 0.044f};
+    fg_cuda_ds4_attn_params p = ok;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_attn_check(&p, 89) == FG_CUDA_BAD_ARCH);
+    p.D = FG_CUDA_DS4_ATTN_MAX_DIM + 1; /* more than the per-thread accumulators hold */
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.H = 0;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.kstride = 0;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.scale = 0.0f;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.sinks = NULL;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.kidx = ODD;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_POINTER);
+}
+
 int main(void)
 {
     test_arch_and_names();
@@ -393,6 +417,7 @@ int main(void)
     test_vecops_and_sample();
     test_ds4_compress();
     test_ds4_index();
+    test_ds4_attn();
     if (fg_test_failures)
         fprintf(stderr, "%d check(s) failed\n", fg_test_failures);
     return fg_test_failures ? 1 : 0;

@@ -21,6 +21,7 @@
 #include "kernels/cpu/mla_attn.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/vecops.h"
+#include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
@@ -716,6 +717,57 @@ static void check_ds4_topk(ctx *c, int k)
     free(s), free(ref), free(got), free(tmp);
 }
 
+/* Attention with a sink against the CPU's tiles of FG_DS4_ATTN_TILE keys
+ * (fg_ds4_attn_tile, fg_ds4_attn_finish), on RMS-normalised-like data
+ * (logits O(1)). A logit is an f32 dot of D terms in another order: off by
+ * D x 2^-24 x sum |q k| x scale ~ 1e-6 at D = 512; a softmax weight moves by
+ * that relative, and the output (a weighted mean of the keys) by about the
+ * same, spread over 32-key tiles against the CPU's 64 with their own expf:
+ * nmse ~ 1e-11, tolerance 1e-8 (as MLA attention). Tokens: a CSA layer's
+ * 128 window rows + 512 selected rows (in the indexer's ascending order), an
+ * HCA layer's window + 40 rows, 5 window rows, and none (the sink alone). */
+static void check_ds4_attn(ctx *c)
+{
+    const int H = 16, D = 512, nt = 4, n_keys_pool = 2048, kstride = 640;
+    const int32_t n_keys[4] = {640, 168, 5, 0};
+    const float scale = 1.0f / sqrtf((float)D);
+    float *q = malloc(sizeof(float) * nt * H * D), *keys = malloc(sizeof(float) * n_keys_pool * D);
+    float *sinks = malloc(sizeof(float) * H), *ref = malloc(sizeof(float) * nt * H * D);
+    float *got = malloc(sizeof(float) * nt * H * D), *gath = malloc(sizeof(float) * FG_DS4_ATTN_TILE * D);
+    float *acc = malloc(sizeof(float) * D), lg[FG_DS4_ATTN_TILE];
+    int32_t *kidx = calloc((size_t)nt * kstride, sizeof(int32_t));
+    fill(c, q, (size_t)nt * H * D, 1.7f);
+    fill(c, keys, (size_t)n_keys_pool * D, 1.7f);
+    fill(c, sinks, (size_t)H, 2.0f);
+    for (int t = 0; t < nt; t++) /* the window (a ring: rows wrap), then compressed rows ascending */
+        for (int j = 0; j < n_keys[t]; j++)
+            kidx[(size_t)t * kstride + j] = j < 128 ? (int32_t)((t * 300 + 97 + j) % 128) : (int32_t)(128 + 3 * (j - 128) + t);
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < H; h++) {
+            float m = -INFINITY, l = 0;
+            memset(acc, 0, sizeof(float) * D);
+            for (int j0 = 0; j0 < n_keys[t]; j0 += FG_DS4_ATTN_TILE) {
+                const int nj = n_keys[t] - j0 < FG_DS4_ATTN_TILE ? n_keys[t] - j0 : FG_DS4_ATTN_TILE;
+                for (int j = 0; j < nj; j++)
+                    memcpy(gath + (size_t)j * D, keys + (size_t)kidx[(size_t)t * kstride + j0 + j] * D,
+                           sizeof(float) * D);
+                fg_ds4_attn_tile(q + ((size_t)t * H + h) * D, gath, nj, D, scale, &m, &l, acc, lg);
+            }
+            fg_ds4_attn_finish(m, l, acc, sinks[h], D, ref + ((size_t)t * H + h) * D);
+        }
+    dbuf bo, bq, bk, bi, bn, bs;
+    fg_cuda_ds4_attn_params p = {.out = dnew(&bo, sizeof(float) * nt * H * D), .q = dput(&bq, q, sizeof(float) * nt * H * D),
+                                 .keys = dput(&bk, keys, sizeof(float) * n_keys_pool * D),
+                                 .kidx = dput(&bi, kidx, sizeof(int32_t) * nt * kstride),
+                                 .n_keys = dput(&bn, n_keys, sizeof n_keys), .sinks = dput(&bs, sinks, sizeof(float) * H),
+                                 .kstride = kstride, .n_tok = nt, .H = H, .D = D, .scale = scale};
+    if (launched(c, "ds4_attn", "16x512 640/168/5/0 keys", fg_cuda_ds4_attn(&p, &c->launch)) &&
+        dget(&bo, got, sizeof(float) * nt * H * D))
+        compare(c, "ds4_attn", "16x512 640/168/5/0 keys", ref, got, (size_t)nt * H * D, 1e-8, guards_ok(&bo));
+    dfree(&bo), dfree(&bq), dfree(&bk), dfree(&bi), dfree(&bn), dfree(&bs);
+    free(q), free(keys), free(sinks), free(ref), free(got), free(gath), free(acc), free(kidx);
+}
+
 int fg_cuda_selfcheck_ops(FILE *out, int sm)
 {
     ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
@@ -747,6 +799,7 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_ds4_index_score(&c);
     check_ds4_topk(&c, 512); /* V4's top_k */
     check_ds4_topk(&c, 16);
+    check_ds4_attn(&c);
     fg_pool_destroy(c.pool);
     return c.failed;
 }
