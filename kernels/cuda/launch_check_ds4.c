@@ -5,6 +5,7 @@
  * (shared-memory arrays and per-thread accumulators are sized by them). */
 #include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_hc.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/launch_check.h"
 
@@ -61,6 +62,27 @@ fg_cuda_status fg_cuda_ds4_attn_check(const fg_cuda_ds4_attn_params *p, int sm)
         return FG_CUDA_BAD_SHAPE;
     if (!F32_OK(p->out) || !F32_OK(p->q) || !F32_OK(p->keys) || !F32_OK(p->kidx) || !F32_OK(p->n_keys) ||
         !F32_OK(p->sinks))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_hc_pre_check(const fg_cuda_ds4_hc_pre_params *p, int sm)
+{
+    if (p->n_tok < 1 || p->n_tok > (1 << 20) || p->E < 1 || p->E > (1 << 20) || p->iters < 1 ||
+        p->iters > FG_CUDA_DS4_HC_MAX_ITERS || !(p->eps >= 0.0f))
+        return FG_CUDA_BAD_SHAPE;
+    if (!F32_OK(p->w) || !F32_OK(p->y) || !F32_OK(p->mix) || !F32_OK(p->x) || !F32_OK(p->scale) ||
+        !F32_OK(p->base))
+        return FG_CUDA_BAD_POINTER;
+    return ARCH(sm);
+}
+
+fg_cuda_status fg_cuda_ds4_hc_post_check(const fg_cuda_ds4_hc_post_params *p, int sm)
+{
+    if (p->n_tok < 1 || p->n_tok > (1 << 20) || p->E < 1 || p->E > (1 << 20))
+        return FG_CUDA_BAD_SHAPE;
+    /* a thread reads all four streams of its channel while others write theirs */
+    if (!F32_OK(p->out) || !F32_OK(p->w) || !F32_OK(p->o) || !F32_OK(p->x) || (const float *)p->out == p->x)
         return FG_CUDA_BAD_POINTER;
     return ARCH(sm);
 }

@@ -13,6 +13,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_hc.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -405,6 +406,38 @@ static void test_ds4_attn(void)
     CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_POINTER);
 }
 
+/* DeepSeek V4: hyper-connection mixing. */
+static void test_ds4_hc(void)
+{
+    const fg_cuda_ds4_hc_pre_params ok = {.w = A(0), .y = A(128), .mix = A(256), .x = A(512), .scale = A(1024),
+                                          .base = A(1088), .n_tok = 5, .E = 4096, .iters = 20, .eps = 1e-6f};
+    fg_cuda_ds4_hc_pre_params p = ok;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, 75) == FG_CUDA_BAD_ARCH);
+    p.iters = 0;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.iters = FG_CUDA_DS4_HC_MAX_ITERS + 1;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.E = 0;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.eps = -1.0f;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.base = NULL;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.y = ODD;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_hc_post_params pk = {.out = A(0), .w = A(128), .o = A(256), .x = A(512), .n_tok = 5, .E = 4096};
+    fg_cuda_ds4_hc_post_params q = pk;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_OK);
+    q.out = A(512); /* in place on the streams it reads */
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_POINTER);
+    q = pk, q.n_tok = 0;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_SHAPE);
+    q = pk, q.w = ODD;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_POINTER);
+}
+
 int main(void)
 {
     test_arch_and_names();
@@ -418,6 +451,7 @@ int main(void)
     test_ds4_compress();
     test_ds4_index();
     test_ds4_attn();
+    test_ds4_hc();
     if (fg_test_failures)
         fprintf(stderr, "%d check(s) failed\n", fg_test_failures);
     return fg_test_failures ? 1 : 0;

@@ -23,6 +23,7 @@
 #include "kernels/cpu/vecops.h"
 #include "kernels/cuda/ds4_attn.cuh"
 #include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_hc.cuh"
 #include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -768,6 +769,56 @@ static void check_ds4_attn(ctx *c)
     free(q), free(keys), free(sinks), free(ref), free(got), free(gath), free(acc), free(kidx);
 }
 
+/* mHC: the weights are the same double operations in the same order, so the
+ * f32 weights are equal or one ulp apart (a device exp within an ulp of
+ * double moving a rounding): nmse <= 2^-46, tolerance 1e-12. The streams'
+ * sums are 4-5 f32 products (contracted to FMAs on the device, not on the
+ * CPU): a few ulp of sum |w x|, nmse ~ 1e-13 on random signs, tolerance
+ * 1e-10 (as RMSNorm). V4's 20 Sinkhorn iterations; 1 (rows only) too. */
+static void check_ds4_hc(ctx *c, int iters)
+{
+    const int nt = 5, E = 4096, M = FG_DS4_OPS_HC_MIX;
+    const float eps = 1e-6f;
+    float mix[5 * 24], scale[3], base[24], w_ref[5 * 24], w_got[5 * 24];
+    float *x = malloc(sizeof(float) * nt * 4 * E), *o = malloc(sizeof(float) * nt * E);
+    float *y_ref = malloc(sizeof(float) * nt * E), *y_got = malloc(sizeof(float) * nt * E);
+    float *out_ref = malloc(sizeof(float) * nt * 4 * E), *out_got = malloc(sizeof(float) * nt * 4 * E);
+    fill(c, mix, (size_t)nt * M, 3.0f);
+    fill(c, base, (size_t)M, 1.0f);
+    for (int i = 0; i < 3; i++)
+        scale[i] = 1.0f + 0.5f * frand(c);
+    fill(c, x, (size_t)nt * 4 * E, 2.0f);
+    fill(c, o, (size_t)nt * E, 2.0f);
+    for (int t = 0; t < nt; t++) {
+        fg_ds4_hc_weights(mix + t * M, scale, base, eps, iters, w_ref + t * M);
+        fg_ds4_hc_pre(w_ref + t * M, x + (size_t)t * 4 * E, E, y_ref + (size_t)t * E);
+        fg_ds4_hc_post(w_ref + t * M, o + (size_t)t * E, x + (size_t)t * 4 * E, E, out_ref + (size_t)t * 4 * E);
+    }
+    dbuf bw, by, bm, bx, bs, bb, bo, bout;
+    fg_cuda_ds4_hc_pre_params p = {.w = dnew(&bw, sizeof w_got), .y = dnew(&by, sizeof(float) * nt * E),
+                                   .mix = dput(&bm, mix, sizeof mix), .x = dput(&bx, x, sizeof(float) * nt * 4 * E),
+                                   .scale = dput(&bs, scale, sizeof scale), .base = dput(&bb, base, sizeof base),
+                                   .n_tok = nt, .E = E, .iters = iters, .eps = eps};
+    char v[40];
+    snprintf(v, sizeof v, "pre 5x4x%d, %d iters", E, iters);
+    if (launched(c, "ds4_hc", v, fg_cuda_ds4_hc_pre(&p, &c->launch)) && dget(&bw, w_got, sizeof w_got) &&
+        dget(&by, y_got, sizeof(float) * nt * E)) {
+        compare(c, "ds4_hc", "weights (Sinkhorn)", w_ref, w_got, (size_t)nt * M, 1e-12, guards_ok(&bw));
+        compare(c, "ds4_hc", v, y_ref, y_got, (size_t)nt * E, 1e-10, guards_ok(&by));
+        /* post from the CPU's weights, so that its check is the sums alone */
+        cudaMemcpy(p.w, w_ref, sizeof w_ref, cudaMemcpyHostToDevice);
+        fg_cuda_ds4_hc_post_params q = {.out = dnew(&bout, sizeof(float) * nt * 4 * E), .w = p.w,
+                                        .o = dput(&bo, o, sizeof(float) * nt * E), .x = p.x, .n_tok = nt, .E = E};
+        snprintf(v, sizeof v, "post 5x4x%d", E);
+        if (launched(c, "ds4_hc", v, fg_cuda_ds4_hc_post(&q, &c->launch)) &&
+            dget(&bout, out_got, sizeof(float) * nt * 4 * E))
+            compare(c, "ds4_hc", v, out_ref, out_got, (size_t)nt * 4 * E, 1e-10, guards_ok(&bout));
+        dfree(&bo), dfree(&bout);
+    }
+    dfree(&bw), dfree(&by), dfree(&bm), dfree(&bx), dfree(&bs), dfree(&bb);
+    free(x), free(o), free(y_ref), free(y_got), free(out_ref), free(out_got);
+}
+
 int fg_cuda_selfcheck_ops(FILE *out, int sm)
 {
     ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
@@ -800,6 +851,8 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_ds4_topk(&c, 512); /* V4's top_k */
     check_ds4_topk(&c, 16);
     check_ds4_attn(&c);
+    check_ds4_hc(&c, 20);
+    check_ds4_hc(&c, 1);
     fg_pool_destroy(c.pool);
     return c.failed;
 }
