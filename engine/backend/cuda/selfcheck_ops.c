@@ -711,8 +711,10 @@ static void check_ds4_topk(ctx *c, int k)
         }
         const int guards = guards_ok(&bo) && guards_ok(&bn);
         report(c, "ds4_index", v, bad < 0 && guards,
-               bad >= 0 ? "token %.0f differs (count %.0f)" : guards ? "rows equal (%.0f tokens, %.0f)" : "guard bytes overwritten (%.0f, %.0f)",
-               bad >= 0 ? bad : nt, bad >= 0 ? got_n[bad] : 0);
+               bad >= 0 ? "token %.0f: rows differ (count %.0f)"
+               : guards ? "rows equal (%.0f tokens, k = %.0f)"
+                        : "guard bytes overwritten (%.0f tokens, k = %.0f)",
+               bad >= 0 ? bad : nt, bad >= 0 ? got_n[bad] : k);
     }
     dfree(&bo), dfree(&bn), dfree(&bs), dfree(&br);
     free(s), free(ref), free(got), free(tmp);
