@@ -19,7 +19,7 @@ __global__ void ds4_attn_kernel(fg_cuda_ds4_attn_params p)
     __shared__ int rows[ATT_TILE];
     __shared__ float red[32];
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int D = p.D, n = p.n_keys[t];
+    const int D = p.D, n = (int)min((int64_t)p.n_keys[t], p.kstride); /* never past the token's list */
     const size_t qo = ((size_t)t * p.H + h) * D;
     for (int i = tid; i < D; i += ATT_THREADS)
         q[i] = p.q[qo + i];

@@ -54,7 +54,7 @@ __global__ void ds4_topk_kernel(fg_cuda_ds4_topk_params p)
     __shared__ int warp_count[TOPK_THREADS / 32];
     __shared__ int base;
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int n = p.n_rows[t], k = p.k;
+    const int n = (int)min((int64_t)p.n_rows[t], p.stride), k = p.k; /* a bad count reads no further than the row */
     const float *s = p.scores + (size_t)t * p.stride;
     int32_t *out = p.sel + (size_t)t * k;
     if (tid == 0) {
