@@ -4,7 +4,8 @@
 # (Release, CUDA on), generates the tiny and flash-mini models if missing, and
 # runs flashgate-gpucheck: every CUDA op against the CPU reference (the matrix
 # and grouped-expert products in F32, F16, BF16, Q8_0 and MXFP4, the type of
-# V4's routed experts), the CUDA forward against the CPU backend on each model
+# V4's routed experts; and the V4 ops: compressor pooling, indexer scores and
+# top-k, attention with sinks, hyper-connection mixing), the CUDA forward against the CPU backend on each model
 # (tiny-mxfp4 too, tiny with MXFP4 experts, where python3 with numpy can
 # write it), then the decode benchmark on flash-mini. Figures go to stdout and to a file (first argument, default
 # docs/gpu-results/<gpu>-<date>.txt) so they can be committed.

@@ -20,6 +20,7 @@
 #include "engine/ep/moe_ep.h"
 #include "engine/model/deepseek4/cache.h"
 #include "engine/model/rope.h"
+#include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vecops.h"
 
@@ -29,6 +30,8 @@
  * calling thread (a pool barrier costs about as much); low enough that the
  * test fixture takes both paths. */
 #define PAR_MIN_WORK 4096
+_Static_assert(KEY_TILE == FG_DS4_ATTN_TILE, "the forward tiles attention as ds4_ops.h (the CUDA reference)");
+_Static_assert(FG_DS4_OPS_HC == FG_DS4_HC && FG_DS4_OPS_HC_MIX == FG_DS4_HC_MIX, "ds4_ops.h mixing layout");
 
 struct fg_ds4_forward {
     const fg_ds4_model *m;
@@ -107,52 +110,10 @@ static void hc_pre(fg_ds4_forward_t *f, const fg_ds4_hc *hc, const float *x, int
     for (int t = 0; t < n; t++)
         fg_rmsnorm(f->flat + (size_t)t * E4, x + (size_t)t * E4, NULL, E4, hp->rms_eps);
     mm(f, &hc->fn, 0, f->flat, n, f->mix);
-    const double eps = hp->hc_eps;
     for (int t = 0; t < n; t++) {
-        const float *m = f->mix + (size_t)t * FG_DS4_HC_MIX;
         float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX;
-        double c[4][4]; /* c[d][s] */
-        for (int h = 0; h < 4; h++) {
-            w[h] = (float)(sigm((double)m[h] * hc->scale[0] + hc->base[h]) + eps);
-            w[4 + h] = (float)(2.0 * sigm((double)m[4 + h] * hc->scale[1] + hc->base[4 + h]));
-        }
-        for (int d = 0; d < 4; d++)
-            for (int s = 0; s < 4; s++)
-                c[d][s] = (double)m[8 + d + 4 * s] * hc->scale[2] + hc->base[8 + d + 4 * s];
-        /* Sinkhorn: softmax over d, + eps, rows; then iters-1 times columns, rows. */
-        for (int s = 0; s < 4; s++) {
-            double mx = c[0][s], sum = 0;
-            for (int d = 1; d < 4; d++)
-                mx = c[d][s] > mx ? c[d][s] : mx;
-            for (int d = 0; d < 4; d++)
-                sum += (c[d][s] = exp(c[d][s] - mx));
-            for (int d = 0; d < 4; d++)
-                c[d][s] = c[d][s] / sum + eps;
-        }
-        for (int it = 0; it < hp->hc_iters; it++) {
-            if (it > 0)
-                for (int s = 0; s < 4; s++) {
-                    double sum = 0;
-                    for (int d = 0; d < 4; d++)
-                        sum += c[d][s];
-                    for (int d = 0; d < 4; d++)
-                        c[d][s] /= sum + eps;
-                }
-            for (int d = 0; d < 4; d++) {
-                double sum = 0;
-                for (int s = 0; s < 4; s++)
-                    sum += c[d][s];
-                for (int s = 0; s < 4; s++)
-                    c[d][s] /= sum + eps;
-            }
-        }
-        for (int d = 0; d < 4; d++)
-            for (int s = 0; s < 4; s++)
-                w[8 + 4 * d + s] = (float)c[d][s];
-        const float *xt = x + (size_t)t * E4;
-        float *yt = y + (size_t)t * E;
-        for (int i = 0; i < E; i++)
-            yt[i] = w[0] * xt[i] + w[1] * xt[E + i] + w[2] * xt[2 * E + i] + w[3] * xt[3 * E + i];
+        fg_ds4_hc_weights(f->mix + (size_t)t * FG_DS4_HC_MIX, hc->scale, hc->base, hp->hc_eps, hp->hc_iters, w);
+        fg_ds4_hc_pre(w, x + (size_t)t * E4, E, y + (size_t)t * E);
     }
 }
 
@@ -160,16 +121,9 @@ static void hc_pre(fg_ds4_forward_t *f, const fg_ds4_hc *hc, const float *x, int
 static void hc_post(const fg_ds4_forward_t *f, const float *o, const float *x, int n, float *out)
 {
     const int E = f->m->hp.n_embd, E4 = FG_DS4_HC * E;
-    for (int t = 0; t < n; t++) {
-        const float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX, *xt = x + (size_t)t * E4, *ot = o + (size_t)t * E;
-        float *yt = out + (size_t)t * E4;
-        for (int d = 0; d < 4; d++) {
-            const float *c = w + 8 + 4 * d;
-            for (int i = 0; i < E; i++)
-                yt[d * E + i] = w[4 + d] * ot[i] + c[0] * xt[i] + c[1] * xt[E + i] + c[2] * xt[2 * E + i] +
-                                c[3] * xt[3 * E + i];
-        }
-    }
+    for (int t = 0; t < n; t++)
+        fg_ds4_hc_post(f->hcw + (size_t)t * FG_DS4_HC_MIX, o + (size_t)t * E, x + (size_t)t * E4, E,
+                       out + (size_t)t * E4);
 }
 
 /* The output head: hc pre weights only, output_norm, the vocabulary matrix. */
@@ -218,36 +172,6 @@ void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
     fg_silu_mul(gate, up, n);
 }
 
-/* The k highest of s[0..n) into out (ascending index), ties to the lower index. */
-static int top_k(const float *s, int n, int k, int *out)
-{
-    if (k >= n) {
-        for (int i = 0; i < n; i++)
-            out[i] = i;
-        return n;
-    }
-    /* out[0..k) kept sorted by (score desc, index asc); insertion (k is small). */
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (m == k && !(s[i] > s[out[k - 1]]))
-            continue;
-        int at = m < k ? m++ : k - 1;
-        while (at > 0 && s[i] > s[out[at - 1]]) {
-            out[at] = out[at - 1];
-            at--;
-        }
-        out[at] = i;
-    }
-    /* ascending index order (the order keys join the softmax) */
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            int tmp = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = tmp;
-        }
-    return k;
-}
-
 /* ---------------------------------------------------------------- attention */
 
 /* One pool job: heads [h0, h1) over one tile of keys (online softmax). */
@@ -267,29 +191,8 @@ static void tile_run(void *ctx, int ith, int nth)
     long h0, h1;
     fg_pool_split(f->m->hp.n_head, 1, ith, nth, &h0, &h1);
     for (long h = h0; h < h1; h++) {
-        const float *qh = j->q + (size_t)h * D;
-        float *lg = f->tile + (size_t)h * KEY_TILE;
-        float mx = f->mh[h];
-        for (int k = 0; k < j->n; k++) {
-            const float *kk = j->keys + (size_t)k * D;
-            float s = 0;
-            for (int i = 0; i < D; i++)
-                s += qh[i] * kk[i];
-            lg[k] = s * scale;
-            mx = lg[k] > mx ? lg[k] : mx;
-        }
-        float *acc = f->acc + (size_t)h * D;
-        const float corr = expf(f->mh[h] - mx);
-        float l = f->lh[h] * corr;
-        for (int i = 0; i < D; i++)
-            acc[i] *= corr;
-        for (int k = 0; k < j->n; k++) {
-            const float p = expf(lg[k] - mx);
-            l += p;
-            fg_axpy(acc, p, j->keys + (size_t)k * D, D);
-        }
-        f->mh[h] = mx;
-        f->lh[h] = l;
+        fg_ds4_attn_tile(j->q + (size_t)h * D, j->keys, j->n, D, scale, &f->mh[h], &f->lh[h],
+                         f->acc + (size_t)h * D, f->tile + (size_t)h * KEY_TILE);
     }
 }
 
@@ -312,15 +215,7 @@ static void score_run(void *ctx, int ith, int nth)
     fg_pool_split(j->n, 16, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         fg_ds4_key_load(f->cache, j->kv, j->il, (int)r, k);
-        double s = 0;
-        for (int h = 0; h < Hi; h++) {
-            float d = 0;
-            for (int i = 0; i < Di; i++)
-                d += j->iq[(size_t)h * Di + i] * k[i];
-            if (d > 0)
-                s += (double)d * j->iw[h];
-        }
-        f->scores[r] = (float)s;
+        f->scores[r] = fg_ds4_index_score(j->iq, j->iw, k, Hi, Di);
     }
 }
 
@@ -365,13 +260,8 @@ static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float
             tile_run(&job, 0, 1);
     }
     const float *sinks = f->m->layers[il].sinks;
-    for (int h = 0; h < H; h++) {
-        const float mx = f->mh[h] > sinks[h] ? f->mh[h] : sinks[h];
-        const float corr = expf(f->mh[h] - mx);
-        const float inv = 1.0f / (f->lh[h] * corr + expf(sinks[h] - mx));
-        for (int i = 0; i < D; i++)
-            out[(size_t)h * D + i] = f->acc[(size_t)h * D + i] * corr * inv;
-    }
+    for (int h = 0; h < H; h++)
+        fg_ds4_attn_finish(f->mh[h], f->lh[h], f->acc + (size_t)h * D, sinks[h], D, out + (size_t)h * D);
 }
 
 /* ---------------------------------------------------------------- compressors */
@@ -390,30 +280,7 @@ static void finish_row(const fg_ds4_forward_t *f, int width, const float *norm, 
 static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *cur, const float *prev,
                      const float *norm, int pos0, float *row)
 {
-    const int cw = 2 * width;
-    for (int ch = 0; ch < width; ch++) {
-        double mx = -INFINITY;
-        for (int i = 0; i < r; i++) {
-            const double s = cur[((size_t)i * 2 + 1) * cw + width + ch];
-            mx = s > mx ? s : mx;
-            if (prev) {
-                const double sp = prev[((size_t)i * 2 + 1) * cw + ch];
-                mx = sp > mx ? sp : mx;
-            }
-        }
-        double sum = 0, acc = 0;
-        for (int i = 0; i < r; i++) {
-            double w = exp(cur[((size_t)i * 2 + 1) * cw + width + ch] - mx);
-            sum += w;
-            acc += w * cur[(size_t)i * 2 * cw + width + ch];
-            if (prev) {
-                w = exp(prev[((size_t)i * 2 + 1) * cw + ch] - mx);
-                sum += w;
-                acc += w * prev[(size_t)i * 2 * cw + ch];
-            }
-        }
-        row[ch] = (float)(acc / sum);
-    }
+    fg_ds4_pool_csa(r, width, cur, prev, row);
     finish_row(f, width, norm, pos0, row);
 }
 
@@ -424,22 +291,7 @@ static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *c
 static void hca_token(const fg_ds4_layer *L, float *st, const float *k, const float *g,
                       int slot, int D)
 {
-    float *m = st, *sum = st + D, *acc = st + 2 * (size_t)D;
-    const float *ape = L->comp.ape + (size_t)slot * D;
-    for (int ch = 0; ch < D; ch++) {
-        const float s = g[ch] + ape[ch];
-        if (slot == 0) {
-            m[ch] = s;
-            sum[ch] = 1.0f;
-            acc[ch] = k[ch];
-            continue;
-        }
-        const float mx = s > m[ch] ? s : m[ch];
-        const float c = expf(m[ch] - mx), e = expf(s - mx);
-        sum[ch] = sum[ch] * c + e;
-        acc[ch] = acc[ch] * c + e * k[ch];
-        m[ch] = mx;
-    }
+    fg_ds4_hca_fold(st, k, g, L->comp.ape + (size_t)slot * D, slot, D);
 }
 
 /* Appends token t (position p) to the layer's compressor(s); a token that
@@ -455,8 +307,7 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
         float *st = (float *)(void *)(kv->state + c->layer[il].state_comp);
         hca_token(L, st, f->ck + (size_t)t * D, f->cg + (size_t)t * D, slot, D);
         if ((p + 1) % r == 0) {
-            for (int ch = 0; ch < D; ch++)
-                f->row[ch] = st[2 * (size_t)D + ch] / st[D + ch];
+            fg_ds4_hca_row(st, D, f->row);
             finish_row(f, D, L->comp.norm, p + 1 - r, f->row);
             fg_ds4_comp_store(c, kv, il, r, p / r, f->row, f->rowtmp);
         }
@@ -547,7 +398,7 @@ static void attention(fg_ds4_forward_t *f, int il, int n)
                 fg_pool_run(f->pool, score_run, &job);
             else
                 score_run(&job, 0, 1);
-            src.n_rows = top_k(f->scores, visible, hp->idx_top_k, f->sel);
+            src.n_rows = fg_ds4_top_k(f->scores, visible, hp->idx_top_k, f->sel);
             src.rows = f->sel;
         }
         float *o = f->heads + (size_t)t * H * D;
@@ -585,7 +436,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
             float *b = f->scores; /* X <= max_rows: checked at create */
             for (int e = 0; e < X; e++)
                 b[e] = p[e] + L->exp_probs_b[e];
-            top_k(b, X, K, ch);
+            fg_ds4_top_k(b, X, K, ch);
         }
         double sum = 0;
         for (int k = 0; k < K; k++)
