@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/iq_grids.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 
@@ -20,7 +21,7 @@ static const struct {
     {FG_WTYPE_Q4_0, 32, 18}, {FG_WTYPE_Q4_1, 32, 20}, {FG_WTYPE_Q5_0, 32, 22}, {FG_WTYPE_Q5_1, 32, 24},
     {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
-    {FG_WTYPE_IQ4_XS, QK, 136},
+    {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -222,6 +223,45 @@ static void deq_iq4_xs(const uint8_t *b, float *y)
     }
 }
 
+/* The lattice IQ types: 8 values at a time are one grid entry (value j its
+ * byte j) with 8 sign bits, times a sub-block scale. */
+static void grid_values(uint64_t g, unsigned signs, float dl, float *y)
+{
+    for (int j = 0; j < 8; j++)
+        y[j] = dl * (float)((g >> (8 * j)) & 255) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+static void deq_iq2_xxs(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *q = b + 2 + 8 * ib; /* 4 grid indices, then 4 x 7 sign bits and a 4-bit scale */
+        const uint32_t aux = u32_at(q + 4);
+        const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
+        for (int l = 0; l < 4; l++)
+            grid_values(fg_iq2xxs_grid[q[l]], fg_iq_ksigns[(aux >> (7 * l)) & 127], db, y + 32 * ib + 8 * l);
+    }
+}
+
+static uint16_t u16_at(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void deq_iq2_xs(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *scales = b + 66; /* qs: 32 u16, 9 bits grid index and 7 sign bits */
+    for (int ib = 0; ib < 8; ib++) {
+        const float db[2] = {d * (0.5f + (float)(scales[ib] & 15)) * 0.25f,
+                             d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f};
+        for (int l = 0; l < 4; l++) {
+            const uint16_t q = u16_at(qs + 2 * (4 * ib + l));
+            grid_values(fg_iq2xs_grid[q & 511], fg_iq_ksigns[q >> 9], db[l / 2], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -257,6 +297,8 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_Q6_K: deq = deq_q6_k; break;
     case FG_WTYPE_IQ4_NL: deq = deq_iq4_nl; break;
     case FG_WTYPE_IQ4_XS: deq = deq_iq4_xs; break;
+    case FG_WTYPE_IQ2_XXS: deq = deq_iq2_xxs; break;
+    case FG_WTYPE_IQ2_XS: deq = deq_iq2_xs; break;
     default:
         return -1;
     }
@@ -280,6 +322,8 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_Q8_0:
     case FG_WTYPE_IQ4_NL:
     case FG_WTYPE_IQ4_XS:
+    case FG_WTYPE_IQ2_XXS:
+    case FG_WTYPE_IQ2_XS:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -479,6 +523,43 @@ static void dec_iq4_xs(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+/* The lattice IQ types: a grid entry's 8 magnitudes under their sign bits. */
+static void grid_signed(uint64_t g, unsigned signs, int8_t *v)
+{
+    for (int j = 0; j < 8; j++) {
+        const int a = (int)((g >> (8 * j)) & 255);
+        v[j] = (int8_t)((signs >> j) & 1 ? -a : a);
+    }
+}
+
+static void dec_iq2_xxs(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *q = b + 2 + 8 * ib;
+        const uint32_t aux = u32_at(q + 4);
+        for (int l = 0; l < 4; l++)
+            grid_signed(fg_iq2xxs_grid[q[l]], fg_iq_ksigns[(aux >> (7 * l)) & 127], v + 32 * ib + 8 * l);
+        s[2 * ib] = s[2 * ib + 1] = d * (0.5f + (float)(aux >> 28)) * 0.25f;
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
+static void dec_iq2_xs(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *scales = b + 66;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++) {
+            const uint16_t q = u16_at(qs + 2 * (4 * ib + l));
+            grid_signed(fg_iq2xs_grid[q & 511], fg_iq_ksigns[q >> 9], v + 32 * ib + 8 * l);
+        }
+        s[2 * ib] = d * (0.5f + (float)(scales[ib] & 15)) * 0.25f;
+        s[2 * ib + 1] = d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f;
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -495,6 +576,8 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_Q6_K: return dec_q6_k;
     case FG_WTYPE_IQ4_NL: return dec_iq4_nl;
     case FG_WTYPE_IQ4_XS: return dec_iq4_xs;
+    case FG_WTYPE_IQ2_XXS: return dec_iq2_xxs;
+    case FG_WTYPE_IQ2_XS: return dec_iq2_xs;
     }
     return NULL;
 }

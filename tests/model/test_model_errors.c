@@ -194,6 +194,9 @@ int main(void)
     expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_gate_exps.weight", .retype = 12,
                                       .fill = 0},
                       FG_ERR_GGUF_LIMIT, "blk.3.ffn_gate_exps.weight");
+    /* nor of the lattice IQ types' (IQ2_XXS here) */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_up_exps.weight", .retype = 16, .fill = 0},
+                      FG_ERR_GGUF_LIMIT, "blk.3.ffn_up_exps.weight");
     expect_open_error(g, dir, &(edit){.set_str_key = "tokenizer.ggml.model", .set_str_val = "llama"},
                       FG_ERR_TOKENIZER, "");
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/unit/data/quant_vectors.h: hand-built blocks of ggml's legacy, K-quant and
-IQ4 types and their values, computed here from the formats' definitions (ggml-common.h's block
+IQ types and their values, computed here from the formats' definitions (ggml-common.h's block
 layouts, ggml-quants.c's dequantization), independently of the engine's C code.
 
 Usage: quant_vectors.py OUT.h
@@ -10,8 +10,14 @@ known places) and one from a fixed xorshift stream; the F16 fields are set to ch
 values (a power of two, a value with a full mantissa, a negative one), so the f32 arithmetic
 of the definition is exercised.  Values are f32 as ggml computes them, each operation rounded
 to f32 in the order the definition writes it; they are written as bit patterns.
+
+The lattice IQ types index grids that are format data, not arithmetic: they are read from
+kernels/cpu/iq_grids.h (the definition's tables, extracted from ggml-common.h by
+iq_grids_extract.py); everything done with them here is written from ggml-quants.c.
 """
 
+import os
+import re
 import struct
 import sys
 
@@ -188,6 +194,62 @@ def iq4_xs(b):
     return y
 
 
+def load_grids():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "cpu", "iq_grids.h")
+    text = open(path).read()
+    grids = {}
+    for ctype, name, body in re.findall(r"static const (\w+) (\w+)\[\d+\] = \{(.*?)\};", text, re.S):
+        dt = {"uint8_t": np.uint8, "uint32_t": np.uint32, "uint64_t": np.uint64}[ctype]
+        vals = [int(v.rstrip("uUlL"), 0) for v in re.findall(r"0x[0-9a-fA-F]+[uUlL]*|\d+", body)]
+        grids[name] = np.array(vals, dtype=dt)
+    return grids
+
+
+GRIDS = load_grids()
+KSIGNS = GRIDS["fg_iq_ksigns"]
+
+
+def grid_bytes(table, idx, signed=False):
+    """The bytes of grid entry idx (value j = byte j, little-endian)."""
+    raw = np.array([table[idx]]).view(np.uint8)
+    return raw.view(np.int8) if signed else raw
+
+
+def sign_of(signs, j):
+    return f32(-1.0) if signs & (1 << j) else f32(1.0)
+
+
+def iq2_xxs(b):
+    d = f16(b, 0)
+    qs = np.frombuffer(b[2:66], dtype="<u2")
+    y = []
+    for ib32 in range(8):
+        aux = np.frombuffer(qs[4 * ib32:4 * ib32 + 4].tobytes(), dtype="<u4")  # ggml's aux32[2]
+        aux8 = aux[:1].view(np.uint8)
+        db = d * (f32(0.5) + f32(int(aux[1]) >> 28)) * f32(0.25)
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq2xxs_grid"], aux8[l])
+            signs = int(KSIGNS[(int(aux[1]) >> (7 * l)) & 127])
+            y += [db * f32(grid[j]) * sign_of(signs, j) for j in range(8)]
+    return y
+
+
+def iq2_xs(b):
+    d = f16(b, 0)
+    qs = np.frombuffer(b[2:66], dtype="<u2")
+    scales = b[66:74]
+    y = []
+    for ib32 in range(8):
+        db = [d * (f32(0.5) + f32(scales[ib32] & 0xF)) * f32(0.25),
+              d * (f32(0.5) + f32(scales[ib32] >> 4)) * f32(0.25)]
+        for l in range(4):
+            q = int(qs[4 * ib32 + l])
+            grid = grid_bytes(GRIDS["fg_iq2xs_grid"], q & 511)
+            signs = int(KSIGNS[q >> 9])
+            y += [db[l // 2] * f32(grid[j]) * sign_of(signs, j) for j in range(8)]
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -201,6 +263,8 @@ TYPES = [
     ("q6_K", 14, 256, 210, q6_k, [208]),
     ("iq4_nl", 20, 32, 18, iq4_nl, [0]),
     ("iq4_xs", 23, 256, 136, iq4_xs, [0]),
+    ("iq2_xxs", 16, 256, 66, iq2_xxs, [0]),
+    ("iq2_xs", 17, 256, 74, iq2_xs, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]

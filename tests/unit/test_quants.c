@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/iq_grids.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/quants.h"
@@ -31,7 +32,7 @@
 
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q2_K,
                             FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K, FG_WTYPE_IQ4_NL,
-                            FG_WTYPE_IQ4_XS};
+                            FG_WTYPE_IQ4_XS, FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
@@ -49,6 +50,7 @@ static int f16_offsets(int t, int off[2])
 {
     switch (t) {
     case FG_WTYPE_Q4_0: case FG_WTYPE_Q5_0: case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: off[0] = 0; return 1;
+    case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: off[0] = 0; return 1;
     case FG_WTYPE_Q4_1: case FG_WTYPE_Q5_1: case FG_WTYPE_Q4_K: case FG_WTYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
     case FG_WTYPE_Q2_K: off[0] = 80; off[1] = 82; return 2;
     case FG_WTYPE_Q3_K: off[0] = 108; return 1;
@@ -98,8 +100,55 @@ static void test_vectors(void)
     }
 }
 
+/* The lattice tables' structure as the definition states it: the sign table
+ * is the 7 bits with an even-parity eighth; every grid's entries are distinct
+ * and made of its few levels (a corrupted entry breaks one or the other). */
+static int grid_ok(const void *tab, int n, int width, const int *levels, int n_levels)
+{
+    int bad = 0;
+    for (int e = 0; e < n; e++) {
+        uint64_t g = width == 8 ? ((const uint64_t *)tab)[e] : ((const uint32_t *)tab)[e];
+        for (int j = 0; j < width; j++) {
+            const int b = width == 8 && n == 2048 ? (int8_t)(g >> (8 * j)) : (int)((g >> (8 * j)) & 255);
+            int hit = 0;
+            for (int k = 0; k < n_levels; k++)
+                hit |= b == levels[k];
+            bad += !hit;
+        }
+        for (int f = 0; f < e; f++)
+            bad += width == 8 ? ((const uint64_t *)tab)[f] == ((const uint64_t *)tab)[e]
+                              : ((const uint32_t *)tab)[f] == ((const uint32_t *)tab)[e];
+    }
+    return bad == 0;
+}
+
+static void test_grids(void)
+{
+    for (int k = 0; k < 128; k++)
+        CHECK_MSG(fg_iq_ksigns[k] == (k | (__builtin_popcount((unsigned)k) & 1) << 7), "ksigns %d", k);
+    static const int l2[] = {8, 25, 43}, l3xxs[] = {4, 12, 20, 28, 36, 44, 52, 62},
+                     l3s[] = {1, 3, 5, 7, 9, 11, 13, 15}, l1[] = {-1, 0, 1};
+    CHECK(grid_ok(fg_iq2xxs_grid, 256, 8, l2, 3));
+    CHECK(grid_ok(fg_iq2xs_grid, 512, 8, l2, 3));
+    CHECK(grid_ok(fg_iq2s_grid, 1024, 8, l2, 3));
+    CHECK(grid_ok(fg_iq3xxs_grid, 256, 4, l3xxs, 8));
+    CHECK(grid_ok(fg_iq3s_grid, 512, 4, l3s, 8));
+    CHECK(grid_ok(fg_iq1s_grid, 2048, 8, l1, 3));
+}
+
+/* The range of a type's decoded values v (quants.h). */
+static void v_range(int t, int *lo, int *hi)
+{
+    switch (t) {
+    case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: *lo = -127; *hi = 113; return;
+    case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: *lo = -43; *hi = 43; return;
+    }
+    *lo = -32;
+    *hi = 31;
+}
+
 /* s * v + m of the decoded form equals the dequantized value (== : the two
- * may differ only in the sign of a zero), v within [-32, 31]. */
+ * may differ only in the sign of a zero), v within the type's range. */
 static void test_decode(void)
 {
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -110,15 +159,15 @@ static void test_decode(void)
         uint8_t *w = make_weights(t, (int64_t)elems * NB, 1);
         float y[256], s[16], m[16];
         int8_t v[256];
-        int bad = 0, range = 0;
+        int bad = 0, range = 0, lo, hi;
+        v_range(t, &lo, &hi);
         for (int b = 0; b < NB; b++) {
             CHECK(fg_wtype_dequantize_row(t, w + b * bytes, y, elems) == 0);
             CHECK(fg_quant_decode(t, w + b * bytes, 1, v, s, m) == 0);
             for (int i = 0; i < elems; i++) {
                 const float r = s[i / 16] * (float)v[i] + m[i / 16];
                 bad += !(r == y[i]);
-                const int iq4 = t == FG_WTYPE_IQ4_NL || t == FG_WTYPE_IQ4_XS;
-                range += iq4 ? v[i] < -127 || v[i] > 113 : v[i] < -32 || v[i] > 31;
+                range += v[i] < lo || v[i] > hi;
                 if (!fg_quant_has_min(t))
                     bad += m[i / 16] != 0.0f;
             }
@@ -128,7 +177,7 @@ static void test_decode(void)
         free(w);
     }
     CHECK(fg_quant_decode(FG_WTYPE_Q8_0, NULL, 0, NULL, NULL, NULL) == -1);
-    CHECK(!fg_quant_decodes(FG_WTYPE_MXFP4) && !fg_quant_decodes(FG_WTYPE_F32) && !fg_quant_decodes(16));
+    CHECK(!fg_quant_decodes(FG_WTYPE_MXFP4) && !fg_quant_decodes(FG_WTYPE_F32) && !fg_quant_decodes(15));
 }
 
 static void test_validate(void)
@@ -408,7 +457,7 @@ static void test_errors(void)
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_K, w, 256 + 32, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_0, w, 48, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q6_K, w, 256, 1, x, 1, y, NULL) == -1); /* no scratch */
-    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 16 /* iq2_xxs */, w, 256, 1, x, 1, y, scratch) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 15 /* q8_K */, w, 256, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q6_K, w, 256, 1, x, 1, y, scratch) == 0 && y[0] == 0.0f);
     free(scratch);
 }
@@ -417,6 +466,7 @@ int main(void)
 {
     rng_seed(0x51ed27c1a3b5f9e7ull);
     fg_test_matmul_setup("test_quants");
+    test_grids();
     test_vectors();
     test_decode();
     test_validate();
