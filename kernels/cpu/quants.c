@@ -22,6 +22,7 @@ static const struct {
     {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
     {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
+    {FG_WTYPE_IQ2_S, QK, 82},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -262,6 +263,20 @@ static void deq_iq2_xs(const uint8_t *b, float *y)
     }
 }
 
+static void deq_iq2_s(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *signs = b + 34, *qh = b + 66, *scales = b + 74;
+    for (int ib = 0; ib < 8; ib++) {
+        const float db[2] = {d * (0.5f + (float)(scales[ib] & 15)) * 0.25f,
+                             d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f};
+        for (int l = 0; l < 4; l++) {
+            const int idx = qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300); /* 10 bits: 8 in qs, 2 in qh */
+            grid_values(fg_iq2s_grid[idx], signs[4 * ib + l], db[l / 2], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -299,6 +314,7 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_IQ4_XS: deq = deq_iq4_xs; break;
     case FG_WTYPE_IQ2_XXS: deq = deq_iq2_xxs; break;
     case FG_WTYPE_IQ2_XS: deq = deq_iq2_xs; break;
+    case FG_WTYPE_IQ2_S: deq = deq_iq2_s; break;
     default:
         return -1;
     }
@@ -324,6 +340,7 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_IQ4_XS:
     case FG_WTYPE_IQ2_XXS:
     case FG_WTYPE_IQ2_XS:
+    case FG_WTYPE_IQ2_S:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -560,6 +577,20 @@ static void dec_iq2_xs(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+static void dec_iq2_s(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *signs = b + 34, *qh = b + 66, *scales = b + 74;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++)
+            grid_signed(fg_iq2s_grid[qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300)], signs[4 * ib + l],
+                        v + 32 * ib + 8 * l);
+        s[2 * ib] = d * (0.5f + (float)(scales[ib] & 15)) * 0.25f;
+        s[2 * ib + 1] = d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f;
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -578,6 +609,7 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_IQ4_XS: return dec_iq4_xs;
     case FG_WTYPE_IQ2_XXS: return dec_iq2_xxs;
     case FG_WTYPE_IQ2_XS: return dec_iq2_xs;
+    case FG_WTYPE_IQ2_S: return dec_iq2_s;
     }
     return NULL;
 }

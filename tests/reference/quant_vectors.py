@@ -250,6 +250,21 @@ def iq2_xs(b):
     return y
 
 
+def iq2_s(b):
+    d = f16(b, 0)
+    qs, qh, scales = b[2:66], b[66:74], b[74:82]
+    signs = qs[32:]                          # ggml: signs = qs + QK_K/8
+    y = []
+    for ib32 in range(8):
+        db = [d * (f32(0.5) + f32(scales[ib32] & 0xF)) * f32(0.25),
+              d * (f32(0.5) + f32(scales[ib32] >> 4)) * f32(0.25)]
+        for l in range(4):
+            idx = qs[4 * ib32 + l] | ((qh[ib32] << (8 - 2 * l)) & 0x300)
+            grid = grid_bytes(GRIDS["fg_iq2s_grid"], idx)
+            y += [db[l // 2] * f32(grid[j]) * sign_of(signs[4 * ib32 + l], j) for j in range(8)]
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -265,6 +280,7 @@ TYPES = [
     ("iq4_xs", 23, 256, 136, iq4_xs, [0]),
     ("iq2_xxs", 16, 256, 66, iq2_xxs, [0]),
     ("iq2_xs", 17, 256, 74, iq2_xs, [0]),
+    ("iq2_s", 22, 256, 82, iq2_s, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]
