@@ -22,7 +22,7 @@ static const struct {
     {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
     {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
-    {FG_WTYPE_IQ2_S, QK, 82},
+    {FG_WTYPE_IQ2_S, QK, 82}, {FG_WTYPE_IQ3_XXS, QK, 98},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -277,6 +277,27 @@ static void deq_iq2_s(const uint8_t *b, float *y)
     }
 }
 
+/* Two 4-value entries of an IQ3 grid as one 8-value entry. */
+static uint64_t grid_pair(const uint32_t *grid, int i0, int i1)
+{
+    return (uint64_t)grid[i0] | (uint64_t)grid[i1] << 32;
+}
+
+static void deq_iq3_xxs(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *scales_signs = b + 66; /* 8 u32: 4 x 7 sign bits and a 4-bit scale */
+    for (int ib = 0; ib < 8; ib++) {
+        const uint32_t aux = u32_at(scales_signs + 4 * ib);
+        const float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+        for (int l = 0; l < 4; l++) {
+            const uint8_t *q = qs + 8 * ib + 2 * l;
+            grid_values(grid_pair(fg_iq3xxs_grid, q[0], q[1]), fg_iq_ksigns[(aux >> (7 * l)) & 127], db,
+                        y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -315,6 +336,7 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_IQ2_XXS: deq = deq_iq2_xxs; break;
     case FG_WTYPE_IQ2_XS: deq = deq_iq2_xs; break;
     case FG_WTYPE_IQ2_S: deq = deq_iq2_s; break;
+    case FG_WTYPE_IQ3_XXS: deq = deq_iq3_xxs; break;
     default:
         return -1;
     }
@@ -341,6 +363,7 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_IQ2_XXS:
     case FG_WTYPE_IQ2_XS:
     case FG_WTYPE_IQ2_S:
+    case FG_WTYPE_IQ3_XXS:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -591,6 +614,22 @@ static void dec_iq2_s(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+static void dec_iq3_xxs(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2, *scales_signs = b + 66;
+    for (int ib = 0; ib < 8; ib++) {
+        const uint32_t aux = u32_at(scales_signs + 4 * ib);
+        for (int l = 0; l < 4; l++) {
+            const uint8_t *q = qs + 8 * ib + 2 * l;
+            grid_signed(grid_pair(fg_iq3xxs_grid, q[0], q[1]), fg_iq_ksigns[(aux >> (7 * l)) & 127],
+                        v + 32 * ib + 8 * l);
+        }
+        s[2 * ib] = s[2 * ib + 1] = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -610,6 +649,7 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_IQ2_XXS: return dec_iq2_xxs;
     case FG_WTYPE_IQ2_XS: return dec_iq2_xs;
     case FG_WTYPE_IQ2_S: return dec_iq2_s;
+    case FG_WTYPE_IQ3_XXS: return dec_iq3_xxs;
     }
     return NULL;
 }

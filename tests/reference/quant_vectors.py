@@ -265,6 +265,27 @@ def iq2_s(b):
     return y
 
 
+def iq3_xxs(b):
+    d = f16(b, 0)
+    qs = b[2:66]
+    scales_and_signs = b[66:98]
+    y = []
+    for ib32 in range(8):
+        aux32 = struct.unpack_from("<I", scales_and_signs, 4 * ib32)[0]
+        db = d * (f32(0.5) + f32(aux32 >> 28)) * f32(0.5)
+        q = qs[8 * ib32:8 * ib32 + 8]
+        for l in range(4):
+            signs = int(KSIGNS[(aux32 >> (7 * l)) & 127])
+            grid1 = grid_bytes(GRIDS["fg_iq3xxs_grid"], q[2 * l])
+            grid2 = grid_bytes(GRIDS["fg_iq3xxs_grid"], q[2 * l + 1])
+            out = [None] * 8
+            for j in range(4):
+                out[j] = db * f32(grid1[j]) * sign_of(signs, j)
+                out[j + 4] = db * f32(grid2[j]) * sign_of(signs, j + 4)
+            y += out
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -281,6 +302,7 @@ TYPES = [
     ("iq2_xxs", 16, 256, 66, iq2_xxs, [0]),
     ("iq2_xs", 17, 256, 74, iq2_xs, [0]),
     ("iq2_s", 22, 256, 82, iq2_s, [0]),
+    ("iq3_xxs", 18, 256, 98, iq3_xxs, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]
