@@ -22,7 +22,7 @@ static const struct {
     {FG_WTYPE_Q8_0, 32, 34}, {FG_WTYPE_Q2_K, QK, 84}, {FG_WTYPE_Q3_K, QK, 110}, {FG_WTYPE_Q4_K, QK, 144},
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
     {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
-    {FG_WTYPE_IQ2_S, QK, 82}, {FG_WTYPE_IQ3_XXS, QK, 98},
+    {FG_WTYPE_IQ2_S, QK, 82}, {FG_WTYPE_IQ3_XXS, QK, 98}, {FG_WTYPE_IQ3_S, QK, 110},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -298,6 +298,31 @@ static void deq_iq3_xxs(const uint8_t *b, float *y)
     }
 }
 
+/* Entry l (< 4) of sub-block ib's two-entry pairs of an IQ3_S block: 9-bit
+ * indices, 8 bits in qs and the ninth in bit 2l (2l + 1) of qh[ib]. */
+static uint64_t iq3_s_entry(const uint8_t *b, int ib, int l)
+{
+    const uint8_t *q = b + 2 + 8 * ib + 2 * l, qh = b[66 + ib];
+    return grid_pair(fg_iq3s_grid, q[0] | ((qh << (8 - 2 * l)) & 256), q[1] | ((qh << (7 - 2 * l)) & 256));
+}
+
+/* The odd scale 1 + 2 * (4-bit code) of sub-block ib of an IQ3_S block. */
+static int iq3_s_scale(const uint8_t *b, int ib)
+{
+    return 1 + 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 15);
+}
+
+static void deq_iq3_s(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *signs = b + 74;
+    for (int ib = 0; ib < 8; ib++) {
+        const float db = d * (float)iq3_s_scale(b, ib);
+        for (int l = 0; l < 4; l++)
+            grid_values(iq3_s_entry(b, ib, l), signs[4 * ib + l], db, y + 32 * ib + 8 * l);
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -337,6 +362,7 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_IQ2_XS: deq = deq_iq2_xs; break;
     case FG_WTYPE_IQ2_S: deq = deq_iq2_s; break;
     case FG_WTYPE_IQ3_XXS: deq = deq_iq3_xxs; break;
+    case FG_WTYPE_IQ3_S: deq = deq_iq3_s; break;
     default:
         return -1;
     }
@@ -364,6 +390,7 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_IQ2_XS:
     case FG_WTYPE_IQ2_S:
     case FG_WTYPE_IQ3_XXS:
+    case FG_WTYPE_IQ3_S:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -630,6 +657,18 @@ static void dec_iq3_xxs(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+static void dec_iq3_s(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *signs = b + 74;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++)
+            grid_signed(iq3_s_entry(b, ib, l), signs[4 * ib + l], v + 32 * ib + 8 * l);
+        s[2 * ib] = s[2 * ib + 1] = d * (float)iq3_s_scale(b, ib);
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -650,6 +689,7 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_IQ2_XS: return dec_iq2_xs;
     case FG_WTYPE_IQ2_S: return dec_iq2_s;
     case FG_WTYPE_IQ3_XXS: return dec_iq3_xxs;
+    case FG_WTYPE_IQ3_S: return dec_iq3_s;
     }
     return NULL;
 }

@@ -286,6 +286,27 @@ def iq3_xxs(b):
     return y
 
 
+def iq3_s(b):
+    d = f16(b, 0)
+    qs, qh, signs, scales = b[2:66], b[66:74], b[74:106], b[106:110]
+    y = []
+    for ib32 in range(0, 8, 2):              # ggml's loop: two sub-blocks per scale byte
+        db1 = d * f32(1 + 2 * (scales[ib32 // 2] & 0xF))
+        db2 = d * f32(1 + 2 * (scales[ib32 // 2] >> 4))
+        for half, db in ((0, db1), (1, db2)):
+            k = ib32 + half
+            q, h, sg = qs[8 * k:8 * k + 8], qh[k], signs[4 * k:4 * k + 4]
+            for l in range(4):
+                grid1 = grid_bytes(GRIDS["fg_iq3s_grid"], q[2 * l] | ((h << (8 - 2 * l)) & 256))
+                grid2 = grid_bytes(GRIDS["fg_iq3s_grid"], q[2 * l + 1] | ((h << (7 - 2 * l)) & 256))
+                out = [None] * 8
+                for j in range(4):
+                    out[j] = db * f32(grid1[j]) * sign_of(sg[l], j)
+                    out[j + 4] = db * f32(grid2[j]) * sign_of(sg[l], j + 4)
+                y += out
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -303,6 +324,7 @@ TYPES = [
     ("iq2_xs", 17, 256, 74, iq2_xs, [0]),
     ("iq2_s", 22, 256, 82, iq2_s, [0]),
     ("iq3_xxs", 18, 256, 98, iq3_xxs, [0]),
+    ("iq3_s", 21, 256, 110, iq3_s, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]
