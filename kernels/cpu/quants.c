@@ -23,6 +23,7 @@ static const struct {
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
     {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
     {FG_WTYPE_IQ2_S, QK, 82}, {FG_WTYPE_IQ3_XXS, QK, 98}, {FG_WTYPE_IQ3_S, QK, 110},
+    {FG_WTYPE_IQ1_S, QK, 50},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -323,6 +324,28 @@ static void deq_iq3_s(const uint8_t *b, float *y)
     }
 }
 
+/* IQ1: 8 values are one entry of the ternary grid (int8 in {-1, 0, 1}) plus a
+ * shift of +-FG_IQ1S_DELTA, times an odd sub-block scale. */
+static void grid1_values(uint64_t g, float delta, float dl, float *y)
+{
+    for (int j = 0; j < 8; j++)
+        y[j] = dl * ((float)(int8_t)(uint8_t)(g >> (8 * j)) + delta);
+}
+
+static void deq_iq1_s(const uint8_t *b, float *y)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2;
+    for (int ib = 0; ib < 8; ib++) {
+        /* qh: 4 x 3 high index bits, a 3-bit scale, the shift's sign */
+        const uint16_t qh = u16_at(b + 34 + 2 * ib);
+        const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+        const float delta = qh & 0x8000 ? -FG_IQ1S_DELTA : FG_IQ1S_DELTA;
+        for (int l = 0; l < 4; l++)
+            grid1_values(fg_iq1s_grid[qs[4 * ib + l] | ((qh >> (3 * l)) & 7) << 8], delta, dl, y + 32 * ib + 8 * l);
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -363,6 +386,7 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_IQ2_S: deq = deq_iq2_s; break;
     case FG_WTYPE_IQ3_XXS: deq = deq_iq3_xxs; break;
     case FG_WTYPE_IQ3_S: deq = deq_iq3_s; break;
+    case FG_WTYPE_IQ1_S: deq = deq_iq1_s; break;
     default:
         return -1;
     }
@@ -391,6 +415,7 @@ static const int *f16_fields(int wtype)
     case FG_WTYPE_IQ2_S:
     case FG_WTYPE_IQ3_XXS:
     case FG_WTYPE_IQ3_S:
+    case FG_WTYPE_IQ1_S:
         return at0;
     case FG_WTYPE_Q4_1:
     case FG_WTYPE_Q5_1:
@@ -669,6 +694,28 @@ static void dec_iq3_s(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+/* IQ1: value g + delta (delta = +-1/8) as the integer 8g +- 1 under the scale
+ * dl / 8: dl is an f16 times an odd integer below 16, so dl / 8 is exact and
+ * (dl / 8) * (8g +- 1) rounds the same real number dl * (g + delta) does. */
+static void grid1_signed(uint64_t g, int neg, int8_t *v)
+{
+    for (int j = 0; j < 8; j++)
+        v[j] = (int8_t)(8 * (int8_t)(uint8_t)(g >> (8 * j)) + (neg ? -1 : 1));
+}
+
+static void dec_iq1_s(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = f16_at(b);
+    const uint8_t *qs = b + 2;
+    for (int ib = 0; ib < 8; ib++) {
+        const uint16_t qh = u16_at(b + 34 + 2 * ib);
+        for (int l = 0; l < 4; l++)
+            grid1_signed(fg_iq1s_grid[qs[4 * ib + l] | ((qh >> (3 * l)) & 7) << 8], qh >> 15, v + 32 * ib + 8 * l);
+        s[2 * ib] = s[2 * ib + 1] = d * (float)(2 * ((qh >> 12) & 7) + 1) * 0.125f;
+        m[2 * ib] = m[2 * ib + 1] = 0.0f;
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -690,6 +737,7 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_IQ2_S: return dec_iq2_s;
     case FG_WTYPE_IQ3_XXS: return dec_iq3_xxs;
     case FG_WTYPE_IQ3_S: return dec_iq3_s;
+    case FG_WTYPE_IQ1_S: return dec_iq1_s;
     }
     return NULL;
 }

@@ -307,6 +307,24 @@ def iq3_s(b):
     return y
 
 
+IQ1S_DELTA = f32(0.125)
+
+
+def iq1_s(b):
+    d = f16(b, 0)
+    qs = b[2:34]
+    qh = np.frombuffer(b[34:50], dtype="<u2")
+    y = []
+    for ib in range(8):
+        h = int(qh[ib])
+        dl = d * f32(2 * ((h >> 12) & 7) + 1)
+        delta = -IQ1S_DELTA if h & 0x8000 else IQ1S_DELTA
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq1s_grid"], qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8), signed=True)
+            y += [dl * (f32(grid[j]) + delta) for j in range(8)]
+    return y
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -325,6 +343,7 @@ TYPES = [
     ("iq2_s", 22, 256, 82, iq2_s, [0]),
     ("iq3_xxs", 18, 256, 98, iq3_xxs, [0]),
     ("iq3_s", 21, 256, 110, iq3_s, [0]),
+    ("iq1_s", 19, 256, 50, iq1_s, [0]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]

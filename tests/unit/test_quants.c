@@ -33,7 +33,7 @@
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q2_K,
                             FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K, FG_WTYPE_IQ4_NL,
                             FG_WTYPE_IQ4_XS, FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS, FG_WTYPE_IQ2_S, FG_WTYPE_IQ3_XXS,
-                            FG_WTYPE_IQ3_S};
+                            FG_WTYPE_IQ3_S, FG_WTYPE_IQ1_S};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
@@ -52,7 +52,7 @@ static int f16_offsets(int t, int off[2])
     switch (t) {
     case FG_WTYPE_Q4_0: case FG_WTYPE_Q5_0: case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: off[0] = 0; return 1;
     case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: case FG_WTYPE_IQ2_S: case FG_WTYPE_IQ3_XXS:
-    case FG_WTYPE_IQ3_S: off[0] = 0; return 1;
+    case FG_WTYPE_IQ3_S: case FG_WTYPE_IQ1_S: off[0] = 0; return 1;
     case FG_WTYPE_Q4_1: case FG_WTYPE_Q5_1: case FG_WTYPE_Q4_K: case FG_WTYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
     case FG_WTYPE_Q2_K: off[0] = 80; off[1] = 82; return 2;
     case FG_WTYPE_Q3_K: off[0] = 108; return 1;
@@ -146,6 +146,7 @@ static void v_range(int t, int *lo, int *hi)
     case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: case FG_WTYPE_IQ2_S: *lo = -43; *hi = 43; return;
     case FG_WTYPE_IQ3_XXS: *lo = -62; *hi = 62; return;
     case FG_WTYPE_IQ3_S: *lo = -15; *hi = 15; return;
+    case FG_WTYPE_IQ1_S: *lo = -9; *hi = 9; return;
     }
     *lo = -32;
     *hi = 31;
