@@ -74,6 +74,7 @@ enum fg_wtype {
     FG_WTYPE_IQ3_XXS = 18,
     FG_WTYPE_IQ3_S = 21,
     FG_WTYPE_IQ1_S = 19,
+    FG_WTYPE_IQ1_M = 29,
     FG_WTYPE_IQ4_NL = 20,
     FG_WTYPE_IQ4_XS = 23,
     FG_WTYPE_BF16 = 30,

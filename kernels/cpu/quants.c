@@ -23,7 +23,7 @@ static const struct {
     {FG_WTYPE_Q5_K, QK, 176}, {FG_WTYPE_Q6_K, QK, 210}, {FG_WTYPE_MXFP4, 32, 17}, {FG_WTYPE_IQ4_NL, 32, 18},
     {FG_WTYPE_IQ4_XS, QK, 136}, {FG_WTYPE_IQ2_XXS, QK, 66}, {FG_WTYPE_IQ2_XS, QK, 74},
     {FG_WTYPE_IQ2_S, QK, 82}, {FG_WTYPE_IQ3_XXS, QK, 98}, {FG_WTYPE_IQ3_S, QK, 110},
-    {FG_WTYPE_IQ1_S, QK, 50},
+    {FG_WTYPE_IQ1_S, QK, 50}, {FG_WTYPE_IQ1_M, QK, 56},
 };
 
 int fg_wtype_block(int wtype, int *elems, int *bytes)
@@ -346,6 +346,42 @@ static void deq_iq1_s(const uint8_t *b, float *y)
     }
 }
 
+/* IQ1_M's F16 super-block scale: the top 4 bits of its four u16 scale words,
+ * lowest first. */
+static uint16_t iq1_m_scale(const uint8_t *b)
+{
+    const uint8_t *sc = b + 48;
+    return (uint16_t)(sc[1] >> 4 | (sc[3] >> 4) << 4 | (sc[5] >> 4) << 8 | (sc[7] >> 4) << 12);
+}
+
+/* The odd scale of half k (< 2) of IQ1_M sub-block ib: 3 bits of its u16 scale word. */
+static int iq1_m_sub_scale(const uint8_t *b, int ib, int k)
+{
+    return 2 * ((u16_at(b + 48 + 2 * (ib / 2)) >> (6 * (ib % 2) + 3 * k)) & 7) + 1;
+}
+
+/* Entry l (< 4) of IQ1_M sub-block ib: 8 index bits in qs, 3 more and the
+ * shift's sign in a nibble of qh (low nibble for even l). */
+static int iq1_m_entry(const uint8_t *b, int ib, int l, int *neg)
+{
+    const int h = (b[32 + 2 * ib + l / 2] >> (4 * (l % 2))) & 15;
+    *neg = h >> 3;
+    return b[4 * ib + l] | (h & 7) << 8;
+}
+
+static void deq_iq1_m(const uint8_t *b, float *y)
+{
+    const float d = fg_f16_to_f32(iq1_m_scale(b));
+    for (int ib = 0; ib < 8; ib++) {
+        const float dl[2] = {d * (float)iq1_m_sub_scale(b, ib, 0), d * (float)iq1_m_sub_scale(b, ib, 1)};
+        for (int l = 0; l < 4; l++) {
+            int neg;
+            const int idx = iq1_m_entry(b, ib, l, &neg);
+            grid1_values(fg_iq1s_grid[idx], neg ? -FG_IQ1S_DELTA : FG_IQ1S_DELTA, dl[l / 2], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 {
     if (fg_wtype_row_bytes(wtype, n) == 0 || !row || !y)
@@ -387,6 +423,7 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
     case FG_WTYPE_IQ3_XXS: deq = deq_iq3_xxs; break;
     case FG_WTYPE_IQ3_S: deq = deq_iq3_s; break;
     case FG_WTYPE_IQ1_S: deq = deq_iq1_s; break;
+    case FG_WTYPE_IQ1_M: deq = deq_iq1_m; break;
     default:
         return -1;
     }
@@ -399,10 +436,11 @@ int fg_wtype_dequantize_row(int wtype, const void *row, float *y, int64_t n)
 
 /* ---- validation ---- */
 
-/* Byte offsets of a block type's F16 fields (scales and minimums); -1 ends. */
+/* Byte offsets of a block type's F16 fields (scales and minimums); -1 ends
+ * (IQ1_M's scale is spread over its scale words: checked apart). */
 static const int *f16_fields(int wtype)
 {
-    static const int at0[] = {0, -1}, at01[] = {0, 2, -1}, at80[] = {80, 82, -1}, at108[] = {108, -1},
+    static const int none[] = {-1}, at0[] = {0, -1}, at01[] = {0, 2, -1}, at80[] = {80, 82, -1}, at108[] = {108, -1},
                      at208[] = {208, -1};
     switch (wtype) {
     case FG_WTYPE_Q4_0:
@@ -428,8 +466,20 @@ static const int *f16_fields(int wtype)
         return at108;
     case FG_WTYPE_Q6_K:
         return at208;
+    case FG_WTYPE_IQ1_M:
+        return none;
     }
     return NULL;
+}
+
+static int scales_finite(int wtype, const int *fields, const uint8_t *blk)
+{
+    if (wtype == FG_WTYPE_IQ1_M && !isfinite(fg_f16_to_f32(iq1_m_scale(blk))))
+        return 0;
+    for (const int *f = fields; *f >= 0; f++)
+        if (!isfinite(f16_at(blk + *f)))
+            return 0;
+    return 1;
 }
 
 int fg_wtype_validate_rows(int wtype, const void *w, int64_t n_in, int64_t n_rows, int64_t *bad_row,
@@ -449,13 +499,11 @@ int fg_wtype_validate_rows(int wtype, const void *w, int64_t n_in, int64_t n_row
         for (int64_t r = 0; r < n_rows && !ret; r++)
             for (int64_t b = 0; b < nb && !ret; b++) {
                 const uint8_t *blk = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)b * (size_t)bytes;
-                for (const int *f = fields; *f >= 0; f++)
-                    if (!isfinite(f16_at(blk + *f))) {
-                        r_bad = r;
-                        b_bad = b;
-                        ret = -1;
-                        break;
-                    }
+                if (!scales_finite(wtype, fields, blk)) {
+                    r_bad = r;
+                    b_bad = b;
+                    ret = -1;
+                }
             }
     }
     if (bad_row)
@@ -716,6 +764,22 @@ static void dec_iq1_s(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
+static void dec_iq1_m(const uint8_t *b, int8_t *v, float *s, float *m)
+{
+    const float d = fg_f16_to_f32(iq1_m_scale(b));
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++) {
+            int neg;
+            const int idx = iq1_m_entry(b, ib, l, &neg);
+            grid1_signed(fg_iq1s_grid[idx], neg, v + 32 * ib + 8 * l);
+        }
+        for (int k = 0; k < 2; k++) {
+            s[2 * ib + k] = d * (float)iq1_m_sub_scale(b, ib, k) * 0.125f;
+            m[2 * ib + k] = 0.0f;
+        }
+    }
+}
+
 typedef void (*decoder)(const uint8_t *, int8_t *, float *, float *);
 
 static decoder decoder_of(int wtype)
@@ -738,6 +802,7 @@ static decoder decoder_of(int wtype)
     case FG_WTYPE_IQ3_XXS: return dec_iq3_xxs;
     case FG_WTYPE_IQ3_S: return dec_iq3_s;
     case FG_WTYPE_IQ1_S: return dec_iq1_s;
+    case FG_WTYPE_IQ1_M: return dec_iq1_m;
     }
     return NULL;
 }

@@ -325,6 +325,35 @@ def iq1_s(b):
     return y
 
 
+def iq1_m(b):
+    qs, qh = b[0:32], b[32:48]
+    sc = np.frombuffer(b[48:56], dtype="<u2").astype(np.int64)
+    u16 = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)
+    d = f32(np.array([u16], dtype="<u2").view("<f2")[0])
+    y = []
+    for ib in range(8):
+        s16 = int(sc[ib // 2])
+        dl1 = d * f32(2 * ((s16 >> (6 * (ib % 2) + 0)) & 0x7) + 1)
+        dl2 = d * f32(2 * ((s16 >> (6 * (ib % 2) + 3)) & 0x7) + 1)
+        q, h = qs[4 * ib:4 * ib + 4], qh[2 * ib:2 * ib + 2]
+        idx = [q[0] | ((h[0] << 8) & 0x700), q[1] | ((h[0] << 4) & 0x700),
+               q[2] | ((h[1] << 8) & 0x700), q[3] | ((h[1] << 4) & 0x700)]
+        delta = [-IQ1S_DELTA if h[0] & 0x08 else IQ1S_DELTA, -IQ1S_DELTA if h[0] & 0x80 else IQ1S_DELTA,
+                 -IQ1S_DELTA if h[1] & 0x08 else IQ1S_DELTA, -IQ1S_DELTA if h[1] & 0x80 else IQ1S_DELTA]
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq1s_grid"], idx[l], signed=True)
+            dl = dl1 if l < 2 else dl2
+            y += [dl * (f32(grid[j]) + delta[l]) for j in range(8)]
+    return y
+
+
+def set_iq1_m_scale(b, x):
+    """IQ1_M keeps its F16 scale in the top nibbles of its four u16 scale words."""
+    h = struct.unpack("<H", f16_bytes(x))[0]
+    for k in range(4):
+        b[49 + 2 * k] = (b[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4)
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -344,16 +373,25 @@ TYPES = [
     ("iq3_xxs", 18, 256, 98, iq3_xxs, [0]),
     ("iq3_s", 21, 256, 110, iq3_s, [0]),
     ("iq1_s", 19, 256, 50, iq1_s, [0]),
+    ("iq1_m", 29, 256, 56, iq1_m, [set_iq1_m_scale]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]
+
+
+def set_f16(b, field, x):
+    """field: a byte offset, or a function that stores a scale spread over the block."""
+    if callable(field):
+        field(b, x)
+    else:
+        b[field:field + 2] = f16_bytes(x)
 
 
 def blocks_for(nbytes, fields, seed):
     out = []
     b = bytearray((i * 7 + 3) & 0xFF for i in range(nbytes))          # counting bytes
     for k, off in enumerate(fields):
-        b[off:off + 2] = f16_bytes(F16_VALUES[k % 2])
+        set_f16(b, off, F16_VALUES[k % 2])
     out.append(bytes(b))
     s = seed
     b = bytearray()
@@ -363,7 +401,7 @@ def blocks_for(nbytes, fields, seed):
         s ^= (s << 5) & 0xFFFFFFFF
         b.append(s & 0xFF)
     for k, off in enumerate(fields):
-        b[off:off + 2] = f16_bytes(F16_VALUES[2 + k % 2])
+        set_f16(b, off, F16_VALUES[2 + k % 2])
     out.append(bytes(b))
     return out
 

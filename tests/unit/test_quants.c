@@ -33,7 +33,7 @@
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q2_K,
                             FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K, FG_WTYPE_IQ4_NL,
                             FG_WTYPE_IQ4_XS, FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS, FG_WTYPE_IQ2_S, FG_WTYPE_IQ3_XXS,
-                            FG_WTYPE_IQ3_S, FG_WTYPE_IQ1_S};
+                            FG_WTYPE_IQ3_S, FG_WTYPE_IQ1_S, FG_WTYPE_IQ1_M};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
@@ -46,7 +46,8 @@ static const char *tname(int t)
     return "?";
 }
 
-/* Byte offsets of each type's F16 fields, as ggml-common.h places them. */
+/* Byte offsets of each type's F16 fields, as ggml-common.h places them; -1:
+ * IQ1_M's scale, the top nibbles of its four u16 scale words at byte 48. */
 static int f16_offsets(int t, int off[2])
 {
     switch (t) {
@@ -57,8 +58,19 @@ static int f16_offsets(int t, int off[2])
     case FG_WTYPE_Q2_K: off[0] = 80; off[1] = 82; return 2;
     case FG_WTYPE_Q3_K: off[0] = 108; return 1;
     case FG_WTYPE_Q6_K: off[0] = 208; return 1;
+    case FG_WTYPE_IQ1_M: off[0] = -1; return 1;
     }
     return 0;
+}
+
+static void put_f16(uint8_t *blk, int off, uint16_t h)
+{
+    if (off >= 0) {
+        memcpy(blk + off, &h, 2);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 15) | ((h >> (4 * k)) & 15) << 4);
 }
 
 /* n_rows rows of n_in random blocks: random bytes, F16 fields random finite values of about 2^-6. */
@@ -73,8 +85,7 @@ static uint8_t *make_weights(int t, int64_t n_in, int64_t n_rows)
         w[i] = (uint8_t)rng_u32();
     for (int64_t b = 0; b < nb; b++)
         for (int k = 0; k < nf; k++) {
-            const uint16_t h = fg_f32_to_f16(rng_f() * 0.03f);
-            memcpy(w + b * bytes + off[k], &h, 2);
+            put_f16(w + b * bytes, off[k], fg_f32_to_f16(rng_f() * 0.03f));
         }
     return w;
 }
@@ -146,7 +157,7 @@ static void v_range(int t, int *lo, int *hi)
     case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: case FG_WTYPE_IQ2_S: *lo = -43; *hi = 43; return;
     case FG_WTYPE_IQ3_XXS: *lo = -62; *hi = 62; return;
     case FG_WTYPE_IQ3_S: *lo = -15; *hi = 15; return;
-    case FG_WTYPE_IQ1_S: *lo = -9; *hi = 9; return;
+    case FG_WTYPE_IQ1_S: case FG_WTYPE_IQ1_M: *lo = -9; *hi = 9; return;
     }
     *lo = -32;
     *hi = 31;
@@ -200,13 +211,13 @@ static void test_validate(void)
             const uint16_t bad[2] = {0x7c00 /* inf */, 0xfe00 /* NaN */};
             for (int q = 0; q < 2; q++) {
                 uint8_t *blk = w + (2 * 3 + 1) * bytes; /* row 2, block 1 */
-                uint16_t keep;
-                memcpy(&keep, blk + off[k], 2);
-                memcpy(blk + off[k], &bad[q], 2);
+                uint8_t keep[256];
+                memcpy(keep, blk, (size_t)bytes);
+                put_f16(blk, off[k], bad[q]);
                 CHECK_MSG(fg_wtype_validate_rows(t, w, n_in, rows, &r, &b) == -1 && r == 2 && b == 1,
                           "%s field %d value %04x: %lld %lld", tname(t), k, bad[q], (long long)r, (long long)b);
                 CHECK(fg_wtype_validate_rows(t, w, n_in, 2, NULL, NULL) == 0); /* rows 0, 1 only */
-                memcpy(blk + off[k], &keep, 2);
+                memcpy(blk, keep, (size_t)bytes);
             }
         }
         /* a row that is not a whole number of blocks */
