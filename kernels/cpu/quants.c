@@ -663,13 +663,17 @@ static void dec_iq4_xs(const uint8_t *b, int8_t *v, float *s, float *m)
     }
 }
 
-/* The lattice IQ types: a grid entry's 8 magnitudes under their sign bits. */
+/* The lattice IQ types: a grid entry's 8 magnitudes under their sign bits,
+ * as bytes of one word: sign bit j spread to 0xff in byte j (m), then each
+ * byte negated where m is set as ~a + 1, which carries into no other byte
+ * because no IQ2 or IQ3 grid magnitude is 0 (test_grids). */
 static void grid_signed(uint64_t g, unsigned signs, int8_t *v)
 {
-    for (int j = 0; j < 8; j++) {
-        const int a = (int)((g >> (8 * j)) & 255);
-        v[j] = (int8_t)((signs >> j) & 1 ? -a : a);
-    }
+    const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full, ones = 0x0101010101010101ull;
+    const uint64_t bit = ((uint64_t)(signs & 255) * ones) & 0x8040201008040201ull; /* byte j: bit j alone */
+    const uint64_t m = ((((bit & lo7) + lo7) | bit) >> 7 & ones) * 255;            /* byte j: 0xff where set */
+    const uint64_t r = (g ^ m) + (m & ones);
+    memcpy(v, &r, 8); /* little-endian: byte j is value j */
 }
 
 static void dec_iq2_xxs(const uint8_t *b, int8_t *v, float *s, float *m)
@@ -747,8 +751,12 @@ static void dec_iq3_s(const uint8_t *b, int8_t *v, float *s, float *m)
  * (dl / 8) * (8g +- 1) rounds the same real number dl * (g + delta) does. */
 static void grid1_signed(uint64_t g, int neg, int8_t *v)
 {
-    for (int j = 0; j < 8; j++)
-        v[j] = (int8_t)(8 * (int8_t)(uint8_t)(g >> (8 * j)) + (neg ? -1 : 1));
+    /* bytes g in {0xff, 0, 1}; (x << 3) & f8 is 8x per byte (the bits shifted
+     * into the next byte are masked off); 8g + 1 = 8g | 1, and 8g - 1 = ~(8(-g))
+     * with -g flipping bits 1-7 of the nonzero bytes (those with bit 0 set) */
+    const uint64_t ones = 0x0101010101010101ull, f8 = 0xf8f8f8f8f8f8f8f8ull;
+    const uint64_t r = neg ? ~(((g ^ (g & ones) * 0xfe) << 3) & f8) : ((g << 3) & f8) | ones;
+    memcpy(v, &r, 8);
 }
 
 static void dec_iq1_s(const uint8_t *b, int8_t *v, float *s, float *m)

@@ -1,10 +1,11 @@
-/* test_quants.c: the legacy and K-quant weight types of kernels/cpu/quants.h.
+/* test_quants.c: the legacy, K-quant and IQ weight types of kernels/cpu/quants.h.
  *
- * Format: the reference dequantization of hand-built blocks equals the values
+ * Format: the lattice types' tables have the definition's structure; the
+ * reference dequantization of hand-built blocks equals the values
  * tests/reference/quant_vectors.py computed from the definitions
  * (tests/unit/data/quant_vectors.h), bit for bit; the products' decoded form
- * gives the dequantization's values on random blocks (IQ4_NL and IQ4_XS
- * included); validation of scales and
+ * gives the dequantization's values on random blocks, within each type's
+ * range of v; validation of scales (IQ1_M's spread one included) and
  * row lengths.
  *
  * Products (matmul.h): the scalar reference against a float64 dot of the
