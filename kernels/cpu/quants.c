@@ -755,7 +755,8 @@ static void grid1_signed(uint64_t g, int neg, int8_t *v)
      * into the next byte are masked off); 8g + 1 = 8g | 1, and 8g - 1 = ~(8(-g))
      * with -g flipping bits 1-7 of the nonzero bytes (those with bit 0 set) */
     const uint64_t ones = 0x0101010101010101ull, f8 = 0xf8f8f8f8f8f8f8f8ull;
-    const uint64_t r = neg ? ~(((g ^ (g & ones) * 0xfe) << 3) & f8) : ((g << 3) & f8) | ones;
+    const uint64_t up = ((g << 3) & f8) | ones, down = ~(((g ^ (g & ones) * 0xfe) << 3) & f8);
+    const uint64_t r = up ^ ((up ^ down) & (0 - (uint64_t)(neg != 0))); /* no branch: IQ1_M's signs are per 8 */
     memcpy(v, &r, 8);
 }
 
