@@ -105,3 +105,10 @@ fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_i
 # forward checks where there is one.
 fg_add_test(gpucheck_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_gpucheck.sh
             LABELS "model;gpu" FIXTURES_REQUIRED models)
+
+# The lattice IQ types' dequantization (quant_vectors.py, to which test_quants holds the
+# engine bit for bit) against ggml's own dequantize_row_iq* in libggml-base.so from the pinned
+# npm package @node-llama-cpp/linux-x64 (llama.cpp's build), bit for bit; grids included.
+fg_add_test(iq_types_ggml COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_iq_ggml.sh
+            LABELS "unit;reference" TIMEOUT 600)
+set_tests_properties(iq_types_ggml PROPERTIES SKIP_RETURN_CODE 77)

@@ -114,6 +114,9 @@ static const struct {
     {FG_WTYPE_MXFP4, "mxfp4"}, {FG_WTYPE_Q4_0, "q4_0"},   {FG_WTYPE_Q4_1, "q4_1"},   {FG_WTYPE_Q5_0, "q5_0"},
     {FG_WTYPE_Q5_1, "q5_1"},   {FG_WTYPE_Q2_K, "q2_K"},   {FG_WTYPE_Q3_K, "q3_K"},   {FG_WTYPE_Q4_K, "q4_K"},
     {FG_WTYPE_Q5_K, "q5_K"},   {FG_WTYPE_Q6_K, "q6_K"},   {FG_WTYPE_IQ4_NL, "iq4_nl"}, {FG_WTYPE_IQ4_XS, "iq4_xs"},
+    {FG_WTYPE_IQ2_XXS, "iq2_xxs"}, {FG_WTYPE_IQ2_XS, "iq2_xs"}, {FG_WTYPE_IQ2_S, "iq2_s"},
+    {FG_WTYPE_IQ3_XXS, "iq3_xxs"}, {FG_WTYPE_IQ3_S, "iq3_s"},   {FG_WTYPE_IQ1_S, "iq1_s"},
+    {FG_WTYPE_IQ1_M, "iq1_m"},
 };
 
 /* Median seconds of one product of n_tok tokens on isa (one thread), or -1. */

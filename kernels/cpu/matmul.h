@@ -70,6 +70,13 @@ enum fg_wtype {
     FG_WTYPE_Q4_K = 12,
     FG_WTYPE_Q5_K = 13,
     FG_WTYPE_Q6_K = 14,
+    FG_WTYPE_IQ2_XXS = 16, /* the lattice IQ types: layouts in quants.h */
+    FG_WTYPE_IQ2_XS = 17,
+    FG_WTYPE_IQ2_S = 22,
+    FG_WTYPE_IQ3_XXS = 18,
+    FG_WTYPE_IQ3_S = 21,
+    FG_WTYPE_IQ1_S = 19,
+    FG_WTYPE_IQ1_M = 29,
     FG_WTYPE_IQ4_NL = 20,
     FG_WTYPE_IQ4_XS = 23,
     FG_WTYPE_BF16 = 30,
