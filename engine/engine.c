@@ -125,9 +125,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_kv_geometry geo;
     if ((err = arch->cache(m, fmt, &geo, diag)))
         goto fail;
-    /* A cache with per-sequence state (deepseek4) serves without the prefix
-     * cache and forks, which do not carry that state yet: fg_engine_seq_state
-     * and the refusals in kv_tier.c and session_persist.c. */
+    /* A cache with per-sequence state (deepseek4) shares pages in units of
+     * geo.share_tokens with state snapshots (kv_share.c) and forks with a
+     * copy of the state; its session files hold its pages and state
+     * (session_file.h, version 3): fg_engine_seq_state. */
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -136,13 +137,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
         goto fail;
     }
     if (o->ep_ranks > 1) {
-        /* Each rank has its own forward pass and share of the threads. */
-        const fg_model *ds2 = fg_deepseek2_of(m);
-        if (!ds2) {
-            err = fg_diag_set(diag, FG_ERR_UNSUPPORTED, "expert parallelism runs deepseek2 models only, not %s",
-                              arch->name);
-            goto fail;
-        }
+        /* Each rank has its own forward pass (the architecture's) and share of the threads. */
         fg_ep_ranks_options eo = {.n_ranks = o->ep_ranks, .n_local = per_node, .first_rank = o->ep_node * per_node,
                                   .group = o->ep_transport == 0 ? o->ep_group : NULL,
                                   .max_tokens = e->step_capacity, .n_threads = nth,
@@ -157,7 +152,7 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
                 goto fail;
             eo.nccl_id = nccl_id;
         }
-        if ((err = fg_ep_ranks_create(ds2, &geo, &eo, &e->ep, diag)))
+        if ((err = fg_ep_ranks_create(m, &geo, &eo, &e->ep, diag)))
             goto fail;
         e->ep_nodes = fg_ep_ranks_multinode(e->ep);
         e->seq_rank = calloc((size_t)o->max_batch_tokens, sizeof *e->seq_rank);

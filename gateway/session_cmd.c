@@ -326,7 +326,7 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
                     "instructions are longer than the server allows");
     fg_diag d = {{0}};
     fg_err e;
-    gw_session *s = gw_session_new(gw, k->tenant, src, NULL, &e, &d);
+    gw_session *s = gw_session_new(gw, k->tenant, src, &e, &d);
     if (!s) {
         fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
         if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
@@ -406,30 +406,95 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
     send_session_event(s, 1);
 }
 
+/* A session.resume waiting for its session file (gw_persist.c, off this thread). */
+struct gw_resume_wait {
+    gw_sink *k;                     /* NULL once the client left */
+    fg_gateway_t *gw;
+    uint64_t last_seq;              /* the client's last_sequence_number */
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+};
+
+void gw_cmd_sink_gone(gw_sink *k)
+{
+    if (k->resume_wait)
+        k->resume_wait->k = NULL; /* the restore finishes; its session goes back to disk */
+    k->resume_wait = NULL;
+}
+
+static void resume_refused(gw_sink *k, const struct gw_resume_wait *w, fg_proto_code code, const char *param,
+                           const char *msg)
+{
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, param, w->has_event_id ? w->event_id : NULL, "%s", msg);
+    gw_sink_error(k, &err, 0);
+}
+
+/* The restore's end: the session joins the client that asked for it. */
+static void on_restored(void *user, gw_session *s, fg_proto_code code, const char *msg)
+{
+    struct gw_resume_wait *w = user;
+    gw_sink *k = w->k;
+    fg_gateway_t *gw = w->gw;
+    if (!k) { /* the client left meanwhile */
+        if (s)
+            gw_session_destroy(s, true);
+        free(w);
+        return;
+    }
+    k->resume_wait = NULL;
+    gw_sink_rx_update(k);
+    if (!s) {
+        resume_refused(k, w, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", msg);
+    } else if (gw_tenant_at(gw, k->tenant)->sessions > gw->cfg->sessions.max_per_tenant) {
+        gw_session_destroy(s, true); /* others were opened while it was read */
+        resume_refused(k, w, FG_PROTO_TOO_MANY_SESSIONS, NULL, "the tenant's session limit is reached");
+    } else {
+        if (w->last_seq >= s->next_seq)
+            s->next_seq = w->last_seq + 1;
+        gw_session_attach(s, k, s->next_seq - 1);
+        quota_ctx *q = gw->quota ? calloc(1, sizeof *q) : NULL;
+        if (!q) {
+            send_session_event(s, 2);
+        } else {
+            q->gw = gw;
+            snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
+            q->has_event_id = w->has_event_id;
+            memcpy(q->event_id, w->event_id, sizeof q->event_id);
+            q->resume = true;
+            s->quota_pending = true; /* session.resumed waits for the lease */
+            gw_sink_rx_update(k);
+            fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
+        }
+    }
+    free(w);
+}
+
 /* session.resume of a session this process does not hold: restored from its
- * file (after a restart). Nothing is replayed (the resume buffer is not
- * saved); numbering continues above both the saved number and the client's. */
+ * file (after a restart), off the service thread; the client is not read
+ * meanwhile. Nothing is replayed (the resume buffer is not saved); numbering
+ * continues above both the saved number and the client's. */
 static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
     if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
         return fail(k, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    struct gw_resume_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    *w = (struct gw_resume_wait){.k = k, .gw = gw, .last_seq = ev->u.resume.last_sequence_number,
+                                 .has_event_id = ev->has_event_id};
+    if (ev->has_event_id)
+        snprintf(w->event_id, sizeof w->event_id, "%s", ev->event_id.ptr);
     fg_proto_code code;
     char msg[400];
-    gw_session *s = gw_session_restore(gw, k->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len,
-                                       &code, msg, sizeof msg);
-    if (!s)
+    if (!gw_session_restore(gw, k->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len, on_restored, w,
+                            &code, msg, sizeof msg)) {
+        free(w);
         return fail(k, ev, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", "%s", msg);
-    if (ev->u.resume.last_sequence_number >= s->next_seq)
-        s->next_seq = ev->u.resume.last_sequence_number + 1;
-    gw_session_attach(s, k, s->next_seq - 1);
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
-    if (!q)
-        return send_session_event(s, 2);
-    q->resume = true;
-    s->quota_pending = true; /* session.resumed waits for the lease */
+    }
+    k->resume_wait = w;
     gw_sink_rx_update(k);
-    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
 static void on_session_resume(gw_sink *k, const fg_client_event *ev)
@@ -442,6 +507,8 @@ static void on_session_resume(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, FG_PROTO_SESSION_NOT_FOUND, "session_id", "%s", "no such session");
     if (!s)
         return resume_from_disk(k, ev);
+    if (s->restoring)
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "this session is being restored; retry");
     const uint64_t last = ev->u.resume.last_sequence_number, newest = s->next_seq - 1;
     if (last > newest)
         return fail(k, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
@@ -840,6 +907,8 @@ static void on_session_close(gw_sink *k, const fg_client_event *ev)
 
 void gw_cmd_dispatch(gw_sink *k, const fg_client_event *ev)
 {
+    if (k->resume_wait) /* read before the reading paused: the restore answers first */
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "a session.resume is in progress on this connection");
     if (!k->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
         return fail(k, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
     if (k->session)

@@ -390,7 +390,7 @@ bool fg_quota_tenant_by_key(fg_quota_t *q, const char *api_key, fg_tenant_record
 
 bool fg_quota_tenant_get(fg_quota_t *q, const char *tenant_id, fg_tenant_record *out)
 {
-    if (!tenant_id && fg_name_valid(tenant_id, strlen(tenant_id)))
+    if (!tenant_id || !fg_name_valid(tenant_id, strlen(tenant_id)))
         return false;
     return fg_qcache_get(q, tenant_id, out);
 }

@@ -7,9 +7,11 @@
  * One call per exchange round: the rows this rank received, grouped by its
  * expert slots, in; one d-wide result per row out, at the row's receive
  * position. Each slot's expert computes
- *   y = down(silu(gate(x)) * up(x))
- * over its rows; rows of no slot (a peer that places experts differently)
- * are not in any group and the caller fills their results.
+ *   y = down(act(gate(x), up(x)))
+ * over its rows, act being the architecture's (engine/model/arch.h,
+ * fg_arch_experts: deepseek2's silu(gate) * up, deepseek4's clamped one);
+ * rows of no slot (a peer that places experts differently) are not in any
+ * group and the caller fills their results.
  *
  * Thread safety: an implementation belongs to one rank's thread.
  */
@@ -20,7 +22,7 @@
 #include <stdint.h>
 
 #include "config/fg_error.h"
-#include "engine/model/deepseek2/model.h"
+#include "engine/model/arch.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -41,10 +43,12 @@ typedef struct fg_moe_rows {
 
 typedef struct fg_moe_compute fg_moe_compute;
 struct fg_moe_compute {
-    /* Runs each slot's expert of layer ly (one of the model's layers) over
-     * its rows. Returns FG_OK, or an error with diag set (FG_ERR_IO: the
-     * device failed; FG_ERR_INVALID_ARG: shapes beyond what it was made for). */
-    fg_err (*run)(fg_moe_compute *c, const fg_layer *ly, const fg_moe_rows *r, fg_diag *diag);
+    /* Runs each slot's expert of layer il (the il-th layer of the model's
+     * forward pass, one with routed experts) over its rows. Returns FG_OK, or
+     * an error with diag set (FG_ERR_IO: the device failed;
+     * FG_ERR_INVALID_ARG: shapes beyond what it was made for, a layer
+     * without routed experts). */
+    fg_err (*run)(fg_moe_compute *c, int il, const fg_moe_rows *r, fg_diag *diag);
 };
 
 /* The grouped rows laid out by ascending expert id, the order of the grouped
@@ -58,11 +62,13 @@ int fg_moe_rows_by_expert(const fg_moe_rows *r, int n_expert, int max_rows, int 
                           fg_diag *diag);
 
 /* The CPU implementation: the matrix kernels of kernels/cpu over the model's
- * (memory-mapped) expert weights, one expert's rows at a time.
+ * (memory-mapped) expert weights (the architecture's layer_experts), one
+ * expert's rows at a time.
  * max_rows: rows one expert can get in a round (the buffers are sized for
  * it; more is FG_ERR_INVALID_ARG at run). pool may be NULL (one thread).
- * Errors: FG_ERR_INVALID_ARG (max_rows < 1), FG_ERR_NOMEM. */
-fg_err fg_moe_compute_cpu_create(const fg_model *m, int64_t max_rows, fg_pool_t *pool, fg_isa isa,
+ * Errors: FG_ERR_INVALID_ARG (max_rows < 1, an architecture without
+ * layer_experts), FG_ERR_NOMEM. */
+fg_err fg_moe_compute_cpu_create(const fg_arch_model *m, int64_t max_rows, fg_pool_t *pool, fg_isa isa,
                                  fg_moe_compute **out, fg_diag *diag);
 void fg_moe_compute_cpu_destroy(fg_moe_compute *c);
 

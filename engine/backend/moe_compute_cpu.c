@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "engine/backend/moe_compute.h"
-#include "kernels/cpu/vecops.h"
 
 typedef struct cpu_compute {
     fg_moe_compute base;    /* first */
+    const fg_arch_model *m;
     fg_pool_t *pool;
     fg_isa isa;
     int d, F;
@@ -30,10 +30,13 @@ static void matmul(cpu_compute *c, const fg_weight *w, int64_t mat, const float 
     (void)fg_matmul(c->pool, c->isa, w->type, data, w->n_in, w->n_out, x, n, y, c->mm_scratch);
 }
 
-static fg_err cpu_run(fg_moe_compute *base, const fg_layer *ly, const fg_moe_rows *r, fg_diag *diag)
+static fg_err cpu_run(fg_moe_compute *base, int il, const fg_moe_rows *r, fg_diag *diag)
 {
     cpu_compute *c = (cpu_compute *)base;
     const int d = c->d;
+    fg_arch_experts ly;
+    if (!c->m->arch->layer_experts(c->m, il, &ly))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert compute: layer %d has no routed experts", il);
     for (int s = 0; s < r->n_slots; s++) {
         const int begin = r->seg[s], m = r->seg[s + 1] - begin, e = r->expert[s];
         if (m == 0)
@@ -43,11 +46,11 @@ static fg_err cpu_run(fg_moe_compute *base, const fg_layer *ly, const fg_moe_row
                                (long long)c->max_rows);
         for (int j = 0; j < m; j++)
             memcpy(c->xe + (size_t)j * d, r->x + (size_t)r->row[begin + j] * r->x_stride, (size_t)d * sizeof(float));
-        matmul(c, &ly->gate_exps, e, c->xe, m, c->ff_gate);
-        matmul(c, &ly->up_exps, e, c->xe, m, c->ff_up);
+        matmul(c, ly.gate, e, c->xe, m, c->ff_gate);
+        matmul(c, ly.up, e, c->xe, m, c->ff_up);
         for (int j = 0; j < m; j++)
-            fg_silu_mul_isa(c->isa, c->ff_gate + (size_t)j * c->F, c->ff_up + (size_t)j * c->F, c->F);
-        matmul(c, &ly->down_exps, e, c->ff_gate, m, c->ye);
+            ly.act(c->isa, c->ff_gate + (size_t)j * c->F, c->ff_up + (size_t)j * c->F, c->F, ly.clamp);
+        matmul(c, ly.down, e, c->ff_gate, m, c->ye);
         for (int j = 0; j < m; j++)
             memcpy(r->y + (size_t)r->row[begin + j] * d, c->ye + (size_t)j * d, (size_t)d * sizeof(float));
     }
@@ -64,21 +67,25 @@ static void *alloc64(size_t n, int *failed)
     return p;
 }
 
-fg_err fg_moe_compute_cpu_create(const fg_model *m, int64_t max_rows, fg_pool_t *pool, fg_isa isa,
+fg_err fg_moe_compute_cpu_create(const fg_arch_model *m, int64_t max_rows, fg_pool_t *pool, fg_isa isa,
                                  fg_moe_compute **out, fg_diag *diag)
 {
     *out = NULL;
     if (max_rows < 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert compute: %lld rows per expert, at least 1",
                            (long long)max_rows);
+    if (!m->arch->layer_experts)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert compute: %s models have no routed experts",
+                           m->arch->name);
     cpu_compute *c = calloc(1, sizeof *c);
     if (!c)
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert compute: out of memory");
     c->base.run = cpu_run;
+    c->m = m;
     c->pool = pool;
     c->isa = isa;
-    c->d = m->hp.n_embd;
-    c->F = m->hp.n_ff_exp;
+    c->d = m->n_embd;
+    c->F = m->n_ff_exp;
     c->max_rows = max_rows;
     const size_t rows = (size_t)max_rows, d = (size_t)c->d, F = (size_t)c->F, fl = sizeof(float);
     int failed = 0;
@@ -87,11 +94,11 @@ fg_err fg_moe_compute_cpu_create(const fg_model *m, int64_t max_rows, fg_pool_t 
     c->ff_up = alloc64(rows * F * fl, &failed);
     c->ye = alloc64(rows * d * fl, &failed);
     size_t mm = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const fg_layer *ly = &m->layers[il];
-        if (!ly->is_moe)
+    for (int il = 0; il < m->n_layer_run; il++) {
+        fg_arch_experts ly;
+        if (!m->arch->layer_experts(m, il, &ly))
             continue;
-        const fg_weight *ws[] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
+        const fg_weight *ws[] = {ly.gate, ly.up, ly.down};
         for (int i = 0; i < 3; i++) {
             size_t b = fg_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, max_rows);
             mm = b > mm ? b : mm;

@@ -15,14 +15,13 @@
 
 #include "engine/ep/ep_transport.h"
 #include "engine/ep/moe_ep.h"
-#include "engine/model/deepseek2/forward.h"
 #include "kernels/cpu/pool.h"
 
 typedef struct rank {
     struct fg_ep_ranks *owner;
     int id;
     fg_pool_t *pool;          /* NULL: one thread */
-    fg_forward_t *fwd;        /* cpu: this rank's forward pass */
+    fg_arch_forward_t *fwd;   /* cpu: this rank's forward pass (the architecture's) */
     fg_backend_t *be;         /* cuda: this rank's backend on device id (fwd NULL) */
     fg_ep_transport_t *t;
     fg_moe_ep_t *ep;
@@ -42,6 +41,7 @@ typedef struct rank {
 #define LEAVE_BIT ((int64_t)1 << 40)
 
 struct fg_ep_ranks {
+    const fg_arch *arch;
     int n, max_tokens, threads_per_rank;
     int job_ranks, first_rank; /* the whole job's ranks; global id of local rank 0 */
     fg_ep_shard_t *shard;
@@ -73,7 +73,7 @@ static void *nccl_join_main(void *arg)
     return NULL;
 }
 
-static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_model *m, const uint8_t *id, int64_t recv_capacity,
+static fg_err nccl_transports(fg_ep_ranks_t *r, const fg_arch_model *m, const uint8_t *id, int64_t recv_capacity,
                               fg_diag *diag)
 {
     /* The largest all-to-all: the receive capacity's rows of 1 + d floats. */
@@ -128,7 +128,7 @@ static void run_rank(rank *k)
 {
     if (k->owner->in_round && ((k->err = agree(k)) != FG_OK || !k->round.stepped))
         return;
-    k->err = k->fwd ? fg_forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag)
+    k->err = k->fwd ? k->owner->arch->forward_run(k->fwd, k->tok, k->seqs, k->n_seqs, &k->diag)
                     : fg_backend_run(k->be, k->tok, k->seqs, k->n_seqs, &k->diag);
 }
 
@@ -154,10 +154,15 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
+fg_err fg_ep_ranks_create(const fg_arch_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
                           fg_ep_ranks_t **out, fg_diag *diag)
 {
     *out = NULL;
+    if (!m->arch->forward_set_ep || !m->arch->layer_experts || m->n_expert < 1)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           "expert parallelism needs routed experts; this %s model has none (set topology.ranks "
+                           "to 1)",
+                           m->arch->name);
     if (o->n_ranks < 1 || o->n_ranks > FG_EP_MAX_RANKS || o->max_tokens < 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: %d ranks (1 to %d), %d tokens per step",
                            o->n_ranks, FG_EP_MAX_RANKS, o->max_tokens);
@@ -178,7 +183,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert-parallel ranks: backend %d (cuda needs the KV store)",
                            (int)o->backend);
     fg_ep_shard_t *shard;
-    fg_ep_shard_options so = {.n_expert = m->hp.n_expert, .n_ranks = o->n_ranks,
+    fg_ep_shard_options so = {.n_expert = m->n_expert, .n_ranks = o->n_ranks,
                               .experts_per_rank = o->experts_per_rank, .redundant = o->redundant,
                               .placement = o->placement, .hot_list = o->hot_experts};
     fg_err err = fg_ep_shard_create(&so, &shard, diag);
@@ -189,6 +194,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
         fg_ep_shard_destroy(shard);
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert-parallel ranks: out of memory");
     }
+    r->arch = m->arch;
     r->n = n_local;
     r->job_ranks = o->n_ranks;
     r->first_rank = o->first_rank;
@@ -239,7 +245,7 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             return err;
         }
         if (o->backend == FG_BACKEND_CUDA) {
-            fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = &m->base, .geo = geo, .kv = o->kv,
+            fg_backend_options bo = {.kind = FG_BACKEND_CUDA, .model = m, .geo = geo, .kv = o->kv,
                                      .max_tokens = r->max_tokens, .pool = k->pool, .isa = o->isa,
                                      .expert_tokens = o->expert_tokens, .ep = k->ep,
                                      .kv_versions = r->kv_versions, .device = i};
@@ -251,12 +257,13 @@ fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg
             }
             continue;
         }
-        if ((err = fg_forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag))) {
+        if ((err = m->arch->forward_create(m, geo, r->max_tokens, k->pool, o->isa, &k->fwd, diag))) {
             fg_ep_ranks_destroy(r);
             return err;
         }
-        fg_forward_set_ep(k->fwd, k->ep);
-        fg_forward_count_experts(k->fwd, o->expert_tokens);
+        m->arch->forward_set_ep(k->fwd, k->ep);
+        if (m->arch->forward_count_experts)
+            m->arch->forward_count_experts(k->fwd, o->expert_tokens);
     }
     for (int i = 1; i < r->n; i++) {
         if (pthread_create(&r->ranks[i].thread, NULL, rank_main, &r->ranks[i]) != 0) {
@@ -281,7 +288,8 @@ void fg_ep_ranks_destroy(fg_ep_ranks_t *r)
         rank *k = &r->ranks[i];
         if (k->started)
             pthread_join(k->thread, NULL);
-        fg_forward_destroy(k->fwd);
+        if (k->fwd)
+            r->arch->forward_destroy(k->fwd);
         fg_backend_close(k->be); /* before its exchange: it detaches its compute from it */
         fg_moe_ep_destroy(k->ep);
         fg_ep_transport_destroy(k->t);

@@ -5,7 +5,9 @@
  * Each rank is a thread with its own forward pass (scratch), worker pool and
  * end of an in-process transport (or of NCCL, one GPU per rank); the model
  * weights (memory-mapped) and the KV store are shared. The forward pass is
- * the CPU's (engine/model/deepseek2/forward.c), or with the cuda backend one CUDA backend
+ * the architecture's CPU one (engine/model/arch.h: forward_create, with its
+ * routed experts handed to the exchange by forward_set_ep; deepseek2 and
+ * deepseek4), or with the cuda backend (deepseek2) one CUDA backend
  * per rank, local rank i on CUDA device i, computing its attention and its
  * experts on that GPU (the exchange still runs on host buffers); then each
  * rank's device holds a copy of the KV pool, and pages move between the
@@ -42,7 +44,6 @@
 #include "engine/ep/moe_ep.h"
 #include "engine/kv/kv_store.h"
 #include "engine/model/arch.h"
-#include "engine/model/deepseek2/model.h"
 
 typedef struct fg_ep_ranks fg_ep_ranks_t;
 
@@ -78,7 +79,8 @@ typedef struct fg_ep_ranks_options {
 /* Every node must be made with the same n_ranks, n_local, max_tokens and
  * placement options. No collective runs here (NCCL: ncclCommInitRank blocks
  * until every rank of the job has joined).
- * Errors: FG_ERR_CONFIG (the placement does not fit the model: see
+ * Errors: FG_ERR_UNSUPPORTED (a model without routed experts, or an
+ * architecture without forward_set_ep), FG_ERR_CONFIG (the placement does not fit the model: see
  * fg_ep_shard_create), FG_ERR_INVALID_ARG (n_ranks outside 1..FG_EP_MAX_RANKS,
  * max_tokens < 1, n_local not dividing n_ranks, first_rank not a node's
  * first, several nodes with neither a group nor an NCCL id, a group of
@@ -86,7 +88,7 @@ typedef struct fg_ep_ranks_options {
  * fg_ep_nccl_transport_create; cuda: no usable GPU for a rank, the message
  * says which, see fg_backend_open), FG_ERR_NOMEM (also: a thread could not
  * start). */
-fg_err fg_ep_ranks_create(const fg_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
+fg_err fg_ep_ranks_create(const fg_arch_model *m, const fg_kv_geometry *geo, const fg_ep_ranks_options *o,
                           fg_ep_ranks_t **out, fg_diag *diag);
 void fg_ep_ranks_destroy(fg_ep_ranks_t *r);
 
@@ -108,9 +110,9 @@ void fg_ep_ranks_exchange_stats(const fg_ep_ranks_t *r, fg_moe_ep_stats *st);
  * sequence i (its tokens contiguous in tokens, in seqs order) runs on local
  * rank seq_rank[i]; each rank's sequences keep their order. Every
  * rank runs, those without sequences too. Logits land where each seqs[i]
- * asks, caches advance as with fg_forward_run.
+ * asks, caches advance as with the architecture's forward_run.
  * Errors: FG_ERR_INVALID_ARG (a rank out of range, more than max_tokens
- * tokens), and the first error of any rank's fg_forward_run (others may have
+ * tokens), and the first error of any rank's forward_run (others may have
  * advanced their sequences). */
 fg_err fg_ep_ranks_run(fg_ep_ranks_t *r, const int32_t *tokens, const fg_fwd_seq *seqs, const int *seq_rank,
                        int n_seqs, fg_diag *diag);
@@ -132,7 +134,7 @@ typedef struct fg_ep_round {
  * often as the others. n_seqs may be 0 (an idle node polling its peers).
  * Errors: FG_ERR_INVALID_ARG (as fg_ep_ranks_run; this node then takes part
  * with no tokens, so the peers still complete), FG_ERR_IO (the transport failed: the job is
- * unusable), and the first error of a local rank's fg_forward_run. */
+ * unusable), and the first error of a local rank's forward_run. */
 fg_err fg_ep_ranks_round(fg_ep_ranks_t *r, const int32_t *tokens, const fg_fwd_seq *seqs, const int *seq_rank,
                          int n_seqs, bool leave, fg_ep_round *out, fg_diag *diag);
 

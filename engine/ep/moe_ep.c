@@ -26,7 +26,7 @@
 #define HDR_FIXED 3        /* a rank's header: max tokens, capacity, placement hash, then its [R][S] row counts */
 
 struct fg_moe_ep {
-    const fg_model *m;
+    const fg_arch_model *m;
     const fg_ep_shard_t *shard;
     fg_ep_transport_t *t;
     fg_pool_t *pool;
@@ -83,38 +83,40 @@ static int64_t effective_cap(int n_ranks, int max_tokens, int k, int64_t cap)
     return cap > 0 && cap < worst ? cap : worst;
 }
 
-size_t fg_moe_ep_exchange_bytes(const fg_model *m, int n_ranks, int max_tokens, int64_t recv_capacity_rows)
+size_t fg_moe_ep_exchange_bytes(const fg_arch_model *m, int n_ranks, int max_tokens, int64_t recv_capacity_rows)
 {
     /* A round receives at most cap rows and sends at most T * K (all of its own); the results go back the same
      * rows d floats wide; the header exchange moves R headers. */
-    const int64_t cap = effective_cap(n_ranks, max_tokens, m->hp.n_expert_used, recv_capacity_rows);
-    const int64_t tk = (int64_t)max_tokens * m->hp.n_expert_used, rows = cap > tk ? cap : tk;
-    const size_t hdr = (size_t)n_ranks * (HDR_FIXED + (size_t)n_ranks * (size_t)m->hp.n_expert) * sizeof(int64_t);
-    const size_t data = (size_t)rows * (1 + (size_t)m->hp.n_embd) * sizeof(float);
+    const int64_t cap = effective_cap(n_ranks, max_tokens, m->n_expert_used, recv_capacity_rows);
+    const int64_t tk = (int64_t)max_tokens * m->n_expert_used, rows = cap > tk ? cap : tk;
+    const size_t hdr = (size_t)n_ranks * (HDR_FIXED + (size_t)n_ranks * (size_t)m->n_expert) * sizeof(int64_t);
+    const size_t data = (size_t)rows * (1 + (size_t)m->n_embd) * sizeof(float);
     return data > hdr ? data : hdr;
 }
 
-fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_transport_t *t, int max_tokens,
+fg_err fg_moe_ep_create(const fg_arch_model *m, const fg_ep_shard_t *shard, fg_ep_transport_t *t, int max_tokens,
                         int64_t recv_capacity_rows, fg_pool_t *pool, fg_isa isa, fg_moe_ep_t **out, fg_diag *diag)
 {
     *out = NULL;
-    const fg_hparams *hp = &m->hp;
+    if (!m->arch->layer_experts || m->n_expert < 1 || m->n_expert_used < 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert parallelism: this %s model has no routed experts",
+                           m->arch->name);
     if (max_tokens < 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert parallelism: max tokens must be >= 1");
     if (fg_ep_shard_ranks(shard) != fg_ep_size(t))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert placement is for %d ranks but the transport has %d",
                            fg_ep_shard_ranks(shard), fg_ep_size(t));
-    if (fg_ep_shard_experts(shard) != hp->n_expert)
+    if (fg_ep_shard_experts(shard) != m->n_expert)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "expert placement is for %d experts but the model has %d",
-                           fg_ep_shard_experts(shard), hp->n_expert);
-    if (hp->n_expert_used > FG_MOE_EP_MAX_K)
+                           fg_ep_shard_experts(shard), m->n_expert);
+    if (m->n_expert_used > FG_MOE_EP_MAX_K)
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "expert parallelism: %d experts per token, at most %d",
-                           hp->n_expert_used, FG_MOE_EP_MAX_K);
-    if (recv_capacity_rows < 0 || (recv_capacity_rows > 0 && recv_capacity_rows < hp->n_expert_used))
+                           m->n_expert_used, FG_MOE_EP_MAX_K);
+    if (recv_capacity_rows < 0 || (recv_capacity_rows > 0 && recv_capacity_rows < m->n_expert_used))
         return fg_diag_set(diag, FG_ERR_CONFIG,
                            "topology.recv_capacity_rows (%lld) is too small: a rank must be able to receive one "
                            "token's %d expert rows in a round; use 0 (the worst case) or at least %d",
-                           (long long)recv_capacity_rows, hp->n_expert_used, hp->n_expert_used);
+                           (long long)recv_capacity_rows, m->n_expert_used, m->n_expert_used);
     fg_moe_ep_t *ep = calloc(1, sizeof *ep);
     if (!ep)
         return fg_diag_set(diag, FG_ERR_NOMEM, "expert parallelism: out of memory");
@@ -126,9 +128,9 @@ fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_tra
     ep->rank = fg_ep_rank(t);
     ep->R = fg_ep_size(t);
     ep->T = max_tokens;
-    ep->K = hp->n_expert_used;
-    ep->d = hp->n_embd;
-    ep->F = hp->n_ff_exp;
+    ep->K = m->n_expert_used;
+    ep->d = m->n_embd;
+    ep->F = m->n_ff_exp;
     ep->S = fg_ep_shard_slots(shard);
     ep->rec = 1 + (size_t)ep->d;
     ep->cap = effective_cap(ep->R, ep->T, ep->K, recv_capacity_rows);
@@ -162,7 +164,9 @@ fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_tra
     ep->grp_count = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
     ep->grp_rows = alloc64(cap * sizeof(int), &failed);
     ep->grp_seg = alloc64(((size_t)ep->S + 1) * sizeof(int), &failed);
-    /* A token picks an expert at most once, so one expert gets at most R * T rows, and at most cap in a round. */
+    /* A token picks an expert at most once, so one expert gets at most R * T rows, and at most cap in a round.
+     * (A deepseek4 tid2eid row that names an expert twice could pass that; the compute then refuses the round
+     * with an error rather than overrun.) */
     const size_t RT = R * (size_t)ep->T < cap ? R * (size_t)ep->T : cap;
     if (!failed) {
         fg_diag cd;
@@ -410,7 +414,7 @@ static int64_t recv_round(fg_moe_ep_t *ep, int64_t j)
 
 /* Runs every held expert over the rows received for it; results land in
  * out_rows at the rows' receive positions. */
-static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *diag)
+static fg_err compute(fg_moe_ep_t *ep, int il, int rows, fg_diag *diag)
 {
     const int slots = fg_ep_shard_rank_slots(ep->shard, ep->rank), d = ep->d;
     const int *held = fg_ep_shard_rank_experts(ep->shard, ep->rank);
@@ -419,7 +423,7 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
     for (int j = 0; j < rows; j++) {
         int32_t id;
         memcpy(&id, ep->recv_rows + (size_t)j * ep->rec, sizeof id);
-        const int s = id >= 0 && id < ep->m->hp.n_expert ? fg_ep_shard_slot(ep->shard, ep->rank, id) : -1;
+        const int s = id >= 0 && id < ep->m->n_expert ? fg_ep_shard_slot(ep->shard, ep->rank, id) : -1;
         if (s < 0) {
             /* A peer's placement differs from ours: answer zeros, report once. */
             memset(ep->out_rows + (size_t)j * d, 0, (size_t)d * sizeof(float));
@@ -435,7 +439,7 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
     for (int j = 0; j < rows; j++) {
         int32_t id;
         memcpy(&id, ep->recv_rows + (size_t)j * ep->rec, sizeof id);
-        const int s = id >= 0 && id < ep->m->hp.n_expert ? fg_ep_shard_slot(ep->shard, ep->rank, id) : -1;
+        const int s = id >= 0 && id < ep->m->n_expert ? fg_ep_shard_slot(ep->shard, ep->rank, id) : -1;
         if (s >= 0)
             ep->grp_rows[ep->grp_count[s]++] = j;
     }
@@ -452,7 +456,7 @@ static fg_err compute(fg_moe_ep_t *ep, const fg_layer *ly, int rows, fg_diag *di
     const fg_moe_rows r = {.n_rows = rows, .x = ep->recv_rows + 1, .x_stride = ep->rec, .n_slots = slots,
                            .expert = held, .seg = ep->grp_seg, .row = ep->grp_rows, .y = ep->out_rows};
     fg_diag later; /* the first error (a row for an expert not held) keeps the caller's message */
-    const fg_err ce = ep->compute->run(ep->compute, ly, &r, err == FG_OK ? diag : &later);
+    const fg_err ce = ep->compute->run(ep->compute, il, &r, err == FG_OK ? diag : &later);
     return err != FG_OK ? err : ce;
 }
 
@@ -488,7 +492,7 @@ static void keep(fg_err *first, fg_err e)
 /* Where a step writes its message: the caller's diag until an error is kept, then scratch. */
 static fg_diag *msg(fg_err first, fg_diag *diag, fg_diag *scratch) { return first == FG_OK ? diag : scratch; }
 
-fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *ids, const float *w,
+fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, int il, int n, const int *ids, const float *w,
                          const float *xn, float *x, fg_diag *diag)
 {
     /* Every step below runs whatever failed before it, so that the peers, which
@@ -547,7 +551,7 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
             memset(ep->round_recv, 0, (size_t)R * sizeof *ep->round_recv);
             rows = 0;
         }
-        keep(&err, compute(ep, ly, (int)rows, msg(err, diag, &later)));
+        keep(&err, compute(ep, il, (int)rows, msg(err, diag, &later)));
         /* Results go back the way the rows came: the counts swap roles. */
         for (int p = 0; p < R; p++) {
             ep->recv_bytes[p] = (size_t)ep->round_recv[p] * ep->d * sizeof(float);
@@ -567,10 +571,11 @@ fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *
 fg_err fg_moe_ep_idle(fg_moe_ep_t *ep, fg_diag *diag)
 {
     fg_err err = FG_OK;
-    for (int il = 0; il < ep->m->hp.n_layer; il++) {
-        if (!ep->m->layers[il].is_moe)
+    for (int il = 0; il < ep->m->n_layer_run; il++) {
+        fg_arch_experts ly;
+        if (!ep->m->arch->layer_experts(ep->m, il, &ly))
             continue;
-        fg_err e = fg_moe_ep_experts(ep, &ep->m->layers[il], 0, NULL, NULL, NULL, NULL, diag);
+        fg_err e = fg_moe_ep_experts(ep, il, 0, NULL, NULL, NULL, NULL, diag);
         if (e != FG_OK && err == FG_OK)
             err = e;
     }

@@ -1,6 +1,10 @@
 /* moe_ep.h: the routed experts of one MoE layer under expert parallelism —
  * dispatch each token to the ranks that hold its chosen experts, compute
- * there, combine back on the token's home rank.
+ * there, combine back on the token's home rank. Any architecture with routed
+ * experts (engine/model/arch.h: layer_experts names each layer's experts
+ * and their activation): deepseek2, and deepseek4 with its hash-routed
+ * layers (the router, hashed or not, runs on the home rank; only its ids and
+ * weights travel).
  *
  * Per MoE layer, on every rank at once (the router has already run on the
  * token's home rank, giving k expert ids and weights per token):
@@ -34,7 +38,7 @@
 #include "engine/backend/moe_compute.h"
 #include "engine/ep/ep_shard.h"
 #include "engine/ep/ep_transport.h"
-#include "engine/model/deepseek2/model.h"
+#include "engine/model/arch.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -47,25 +51,29 @@ typedef struct fg_moe_ep fg_moe_ep_t;
  * n_ranks * max_tokens * k; larger values are cut to it). pool may be NULL
  * (single thread).
  * Errors: FG_ERR_INVALID_ARG (max_tokens < 1, shard and transport disagree,
- * the shard's expert count is not the model's), FG_ERR_CONFIG
+ * the shard's expert count is not the model's, a model without routed
+ * experts), FG_ERR_CONFIG
  * (recv_capacity_rows negative or below the rank count, naming
  * topology.recv_capacity_rows), FG_ERR_UNSUPPORTED (more than 64 experts
  * per token), FG_ERR_NOMEM. */
-fg_err fg_moe_ep_create(const fg_model *m, const fg_ep_shard_t *shard, fg_ep_transport_t *t, int max_tokens,
+fg_err fg_moe_ep_create(const fg_arch_model *m, const fg_ep_shard_t *shard, fg_ep_transport_t *t, int max_tokens,
                         int64_t recv_capacity_rows, fg_pool_t *pool, fg_isa isa, fg_moe_ep_t **out, fg_diag *diag);
 void fg_moe_ep_destroy(fg_moe_ep_t *ep);
 
 /* Adds the routed experts' weighted outputs of this rank's n tokens into x.
+ * il: the layer (the il-th of the forward pass, one with routed experts);
  * ids and w: [n][k] from the router; xn: [n][d] the normalised inputs;
  * x: [n][d]. n may be 0 (the rank still serves its peers).
  * Collective: every rank calls it for the same layer.
  * Errors: FG_ERR_INVALID_ARG (n > max_tokens: sends nothing; a row for an
- * expert this rank does not hold), FG_ERR_IO (transport). */
-fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, const fg_layer *ly, int n, const int *ids, const float *w,
+ * expert this rank does not hold; a layer without routed experts),
+ * FG_ERR_IO (transport). */
+fg_err fg_moe_ep_experts(fg_moe_ep_t *ep, int il, int n, const int *ids, const float *w,
                          const float *xn, float *x, fg_diag *diag);
 
-/* Takes part in every MoE layer's exchange with no tokens of its own: what a
- * rank with an empty or rejected batch does so that its peers complete.
+/* Takes part in every MoE layer's exchange (those of n_layer_run, in order)
+ * with no tokens of its own: what a rank with an empty or rejected batch
+ * does so that its peers complete.
  * Errors: as fg_moe_ep_experts. */
 fg_err fg_moe_ep_idle(fg_moe_ep_t *ep, fg_diag *diag);
 
@@ -96,6 +104,6 @@ void fg_moe_ep_get_stats(const fg_moe_ep_t *ep, fg_moe_ep_stats *st);
 
 /* Bytes the largest single all-to-all of such a group moves to or from one
  * rank (a transport's staging size): the capacity's rows of d + 1 floats. */
-size_t fg_moe_ep_exchange_bytes(const fg_model *m, int n_ranks, int max_tokens, int64_t recv_capacity_rows);
+size_t fg_moe_ep_exchange_bytes(const fg_arch_model *m, int n_ranks, int max_tokens, int64_t recv_capacity_rows);
 
 #endif

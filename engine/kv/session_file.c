@@ -68,12 +68,12 @@ static bool read_name(const uint8_t *field, char out[FG_SFILE_OWNER_BYTES + 1])
 /* The architecture field of a version 3 header: 1..15 bytes, NULs after them. */
 static bool read_arch(const uint8_t *field, char out[FG_SFILE_ARCH_BYTES])
 {
-    size_t n = strnlen((const char *)field, FG_SFILE_ARCH_BYTES - 1);
+    memcpy(out, field, FG_SFILE_ARCH_BYTES - 1);
+    out[FG_SFILE_ARCH_BYTES - 1] = 0;
+    const size_t n = strlen(out);
     for (size_t i = n; i < FG_SFILE_ARCH_BYTES; i++)
         if (field[i])
             return false;
-    memcpy(out, field, n);
-    out[n] = 0;
     return n > 0;
 }
 

@@ -2,7 +2,7 @@
  * engine (open/close, the KV store, the prefix cache, the tiers, the
  * scheduler, the backends) works with a model without knowing its layers.
  *
- * An architecture provides three things:
+ * An architecture provides four things:
  *   - hyperparameters and tensor binding from a GGUF (load/free): pointers
  *     into the file's mapping, every key and tensor checked, errors naming
  *     the key or tensor at fault; what the engine needs to know of the
@@ -11,12 +11,15 @@
  *     row_bytes for each layer and each of its FG_KV_PAGE_TOKENS tokens),
  *     bytes per token, and what a sequence holds besides pages;
  *   - the forward pass over one batch of tokens from many sequences, on the
- *     CPU (forward_*): the reference that the CPU backend runs.
+ *     CPU (forward_*): the reference that the CPU backend runs;
+ *   - for expert parallelism (engine/ep/), the routed experts of each layer
+ *     (layer_experts) and a forward pass that hands them to an exchange
+ *     (forward_set_ep), so the ranks compute any architecture's experts.
  *
  * Architectures: deepseek2 (engine/model/deepseek2/), deepseek4
- * (engine/model/deepseek4/, direct mode only so far). The CUDA backend and
- * expert parallelism reach into deepseek2's own model (fg_deepseek2_of) and
- * answer FG_ERR_UNSUPPORTED for other architectures.
+ * (engine/model/deepseek4/). The CUDA backend reaches into deepseek2's own
+ * model (fg_deepseek2_of) and answers FG_ERR_UNSUPPORTED for other
+ * architectures.
  *
  * Thread safety: an fg_arch is immutable; a loaded model is immutable and
  * read from any thread; a forward pass belongs to one caller at a time.
@@ -30,6 +33,7 @@
 #include "config/fg_error.h"
 #include "engine/kv/kv_store.h"
 #include "engine/model/gguf.h"
+#include "engine/model/weight.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
@@ -46,6 +50,9 @@ typedef struct fg_arch_model {
     int n_layer;
     int n_embd;                    /* embedding_length */
     int n_expert;                  /* routed experts per MoE layer; 0: none */
+    int n_expert_used;             /* K: routed experts per token */
+    int n_ff_exp;                  /* F: a routed expert's hidden width */
+    int n_layer_run;               /* layers one forward pass runs, in order: n_layer, plus deepseek4's MTP block */
     uint64_t weight_bytes_total;   /* all tensors */
     uint64_t weight_bytes_active;  /* read per token */
     char identity[17];             /* 64-bit hash (hex) of the metadata and tensor directory, for cache files */
@@ -64,6 +71,19 @@ typedef struct fg_fwd_seq {
                            how a batch was cut, so a token's result does not depend on its chunk or its
                            neighbours. */
 } fg_fwd_seq;
+
+/* The routed experts of one layer, as an expert-parallel rank computes them
+ * for the rows sent to it: y = down_e(act(gate_e(x), up_e(x))) for expert e.
+ * The weights are the model's (memory-mapped, never packed copies). */
+typedef struct fg_arch_experts {
+    const fg_weight *gate, *up; /* n_expert matrices E -> F */
+    const fg_weight *down;      /* n_expert matrices F -> E */
+    float clamp;                /* handed to act (deepseek4's SwiGLU clamp; 0: none) */
+    /* gate[i] = act(gate[i], up[i]) for i < n, in place (up may be
+     * clobbered): the same function the architecture's own forward pass
+     * runs, so a rank's results are those of one rank alone. */
+    void (*act)(fg_isa isa, float *gate, float *up, int n, float clamp);
+} fg_arch_experts;
 
 struct fg_arch {
     const char *name; /* general.architecture */
@@ -87,8 +107,15 @@ struct fg_arch {
      * FG_ERR_INVALID_ARG, FG_ERR_TOKEN_ID; with expert parallelism also the
      * exchange's. */
     fg_err (*forward_run)(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
-    /* Routed experts through ep (NULL: here); NULL when the architecture has no experts. */
+    /* Routed experts through ep (NULL: here); NULL when the architecture has no experts.
+     * With ep set a run is collective: every rank of ep's group runs once per
+     * step (n_seqs 0 on a rank without tokens, a rejected batch still taking
+     * part), exchanging once per layer with experts, in layer order. */
     void (*forward_set_ep)(fg_arch_forward_t *f, fg_moe_ep_t *ep);
+    /* The routed experts of the il-th layer a forward pass runs (0 ..
+     * n_layer_run - 1): fills out and returns true; false for a layer without
+     * routed experts. NULL when the architecture has no experts. */
+    bool (*layer_experts)(const fg_arch_model *m, int il, fg_arch_experts *out);
     /* Adds routed picks per expert id to sink[n_expert] (NULL: stop); NULL without experts. */
     void (*forward_count_experts)(fg_arch_forward_t *f, _Atomic uint64_t *sink);
 };

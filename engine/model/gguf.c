@@ -83,20 +83,20 @@ static const ggml_type_info ggml_types[] = {
     [13] = {"q5_K", 256, 176, true},
     [14] = {"q6_K", 256, 210, true},
     [15] = {"q8_K", 256, 292, false},
-    [16] = {"iq2_xxs", 256, 66, false},
-    [17] = {"iq2_xs", 256, 74, false},
-    [18] = {"iq3_xxs", 256, 98, false},
-    [19] = {"iq1_s", 256, 50, false},
+    [16] = {"iq2_xxs", 256, 66, true},
+    [17] = {"iq2_xs", 256, 74, true},
+    [18] = {"iq3_xxs", 256, 98, true},
+    [19] = {"iq1_s", 256, 50, true},
     [20] = {"iq4_nl", 32, 18, true},
-    [21] = {"iq3_s", 256, 110, false},
-    [22] = {"iq2_s", 256, 82, false},
+    [21] = {"iq3_s", 256, 110, true},
+    [22] = {"iq2_s", 256, 82, true},
     [23] = {"iq4_xs", 256, 136, true},
     [24] = {"i8", 1, 1, false},
     [25] = {"i16", 1, 2, false},
     [26] = {"i32", 1, 4, false},
     [27] = {"i64", 1, 8, false},
     [28] = {"f64", 1, 8, false},
-    [29] = {"iq1_m", 256, 56, false},
+    [29] = {"iq1_m", 256, 56, true},
     [30] = {"bf16", 1, 2, true},
     [34] = {"tq1_0", 256, 54, false},
     [35] = {"tq2_0", 256, 66, false},
@@ -326,6 +326,8 @@ typedef struct kv_entry {
     uint64_t count;          /* STRING: byte length; ARRAY: element count */
     const uint8_t *val;      /* scalar bytes, string bytes, or first array element */
     const uint8_t **str_elems; /* STRING arrays: each element's length prefix */
+    const uint8_t *raw;      /* the encoded value as on disk (after its type id) */
+    uint64_t raw_len;
 } kv_entry;
 
 typedef struct name_block {
@@ -658,8 +660,10 @@ static fg_err parse_kv(fg_gguf_t *g, cursor *c, uint64_t i)
     if (!vtype_known(kv->type))
         return cur_fail(c, FG_ERR_GGUF_VALUE_TYPE, "unknown value type %" PRIu32 " at offset %" PRIu64, kv->type,
                         c->pos - 4);
+    kv->raw = c->base + c->pos;
     if ((e = parse_value(c, kv->type, 0, kv)))
         return e;
+    kv->raw_len = (uint64_t)(c->base + c->pos - kv->raw);
 
     if (strcmp(kv->name, "general.alignment") == 0) {
         if (kv->type != FG_GGUF_UINT32)
@@ -940,6 +944,14 @@ const char *fg_gguf_key_name(const fg_gguf_t *g, uint64_t i)
 fg_gguf_vtype fg_gguf_key_type(const fg_gguf_t *g, uint64_t i)
 {
     return i < g->n_kv ? (fg_gguf_vtype)g->kv[i].type : FG_GGUF_INVALID;
+}
+
+const void *fg_gguf_key_raw(const fg_gguf_t *g, uint64_t i, uint64_t *len)
+{
+    if (i >= g->n_kv)
+        return NULL;
+    *len = g->kv[i].raw_len;
+    return g->kv[i].raw;
 }
 
 /* The entry for key, or NULL with *e set (NOT_FOUND / INVALID_ARG). */

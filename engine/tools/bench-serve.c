@@ -5,7 +5,9 @@
  * all respond at once with --decode greedy tokens (aggregate decode tokens/s,
  * and the time between consecutive tokens of each session, observed as the
  * events are polled). Prints one table row per level plus the machine's
- * measured read bandwidth and the single-sequence limit it implies. Each
+ * cache sizes, its read bandwidth from DRAM and over a set the size of the
+ * active weights, and the single-sequence limit of the level that holds the
+ * weights (DRAM only when they outgrow the LLC). Each
  * level runs --reps times; figures are medians. "cpu ms/tok" is the process's
  * CPU time (all threads, waiting workers' polling included) over the decode
  * phase per generated token: on a shared machine it moves far less than the
@@ -33,6 +35,7 @@
 
 #include "engine/engine.h"
 #include "engine/tools/bench_common.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
 /* The wakeup callback: the step thread says events are ready. */
@@ -189,20 +192,30 @@ int main(int argc, char **argv)
     fg_engine_get_info(e, &info);
     fg_bench_print_machine();
     printf("model %s: %.1f MB weights, %.1f MB active per token; kv %s %zu B/token + %zu B per session; %d threads "
-           "%s; batch %d\n",
+           "%s%s; batch %d\n",
            eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
            fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.kv_seq_bytes, info.n_threads,
-           fg_isa_name(info.isa), eo.max_batch_tokens);
-    double limit = 0;
+           fg_isa_name(info.isa), fg_matmul_amx(info.isa) ? "+amx" : "", eo.max_batch_tokens);
+    fg_bench_limit lims[2] = {{"DRAM bandwidth", 0}, {"cache bandwidth", 0}};
     if (!idle_only) {
         fg_pool_t *pool = fg_pool_create(info.n_threads);
-        double bw = measure_bandwidth(pool, 3);
+        const fg_bench_caches cc = bench_caches();
+        const double bw = measure_bandwidth(pool, 3);
+        const double bw_ws = measure_bandwidth_ws(pool, (size_t)info.weight_bytes_active, 3);
         fg_pool_destroy(pool);
-        limit = bw / (double)info.weight_bytes_active;
-        printf("read bandwidth %.2f GB/s: single-sequence decode limit %.1f tokens/s (the share column: one "
-               "session's decode against it; batched steps read each weight once for every session, so the "
-               "limit does not bound their aggregate)\n",
-               bw / 1e9, limit);
+        /* the single-sequence bound reads the active weights at the speed of the level that holds them */
+        const char *lv = bench_level(&cc, (size_t)info.weight_bytes_total, info.n_threads);
+        const double lim = strcmp(lv, "DRAM") == 0 ? bw : bw_ws;
+        printf("caches L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB; read bandwidth %.2f GB/s (DRAM), %.2f GB/s over "
+               "%.1f MB (%s): single-sequence decode limit %.1f tokens/s (weights in %s)\n",
+               cc.l1d >> 10, cc.l2 >> 10, cc.l3 >> 20, bw / 1e9, bw_ws / 1e9, info.weight_bytes_active / 1e6,
+               bench_level(&cc, (size_t)info.weight_bytes_active, info.n_threads), lim / (double)info.weight_bytes_active,
+               lv);
+        /* one session's decode against both bounds (bench_share); batched steps read each weight once for
+         * every session, so neither bounds their aggregate and no share is given for them */
+        const double act = (double)info.weight_bytes_active;
+        lims[0].rate = strcmp(lv, "DRAM") == 0 ? bw / act : 0;
+        lims[1].rate = bw_ws / act;
     }
     printf("kv pool %zu pages of %zu B (%.0f MiB); per idle session below: resident KV = the engine's kv_pages_used x "
            "page bytes / sessions, RSS = the process's growth from before the sessions were created / sessions\n",
@@ -298,9 +311,10 @@ int main(int argc, char **argv)
             continue;
         }
         const double d50 = percentile(dec, (size_t)reps, 0.5);
-        char share[16] = "-";
-        if (n == 1 && limit > 0) /* above the limit: the weights came from the caches, not memory */
-            snprintf(share, sizeof share, "%s%.0f%%", d50 <= limit ? "" : ">", d50 <= limit ? 100.0 * d50 / limit : 100.0);
+        char share[16] = "-", why[256];
+        const double f = n == 1 && !idle_only ? bench_share(d50, lims, 2, why, sizeof why, NULL) : -1;
+        if (f >= 0)
+            snprintf(share, sizeof share, "%.0f%%", 100.0 * f);
         printf("%8d %14.1f %6s %14.1f %12.2f %12.2f %10llu %12.3f %14.0f %12.0f %6.1f\n", n, d50, share,
                percentile(pre, (size_t)reps, 0.5), percentile(p50, (size_t)reps, 0.5), percentile(p99, (size_t)reps, 0.5),
                (unsigned long long)(steps / (uint64_t)reps), percentile(cpu, (size_t)reps, 0.5),

@@ -42,7 +42,9 @@
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
  * panels, MXFP4 and native BF16 a token's outputs are bit-identical whatever
- * batch it is computed in.
+ * batch it is computed in. The AMX tile kernels (fg_matmul_amx) compute the
+ * same integer block dots and apply the scales in the AVX-512 kernels' order:
+ * their results are the AVX-512 bits, so this holds with them too.
  *
  * Thread safety: pure; the work is split over the pool's threads by output rows.
  */
@@ -68,6 +70,13 @@ enum fg_wtype {
     FG_WTYPE_Q4_K = 12,
     FG_WTYPE_Q5_K = 13,
     FG_WTYPE_Q6_K = 14,
+    FG_WTYPE_IQ2_XXS = 16, /* the lattice IQ types: layouts in quants.h */
+    FG_WTYPE_IQ2_XS = 17,
+    FG_WTYPE_IQ2_S = 22,
+    FG_WTYPE_IQ3_XXS = 18,
+    FG_WTYPE_IQ3_S = 21,
+    FG_WTYPE_IQ1_S = 19,
+    FG_WTYPE_IQ1_M = 29,
     FG_WTYPE_IQ4_NL = 20,
     FG_WTYPE_IQ4_XS = 23,
     FG_WTYPE_BF16 = 30,
@@ -97,6 +106,14 @@ const char *fg_isa_name(fg_isa isa);
  * environment did not set FG_NO_AVX512_BF16 (read once, at the first call of
  * any function here), which keeps the F32-widening path. */
 int fg_matmul_bf16_native(fg_isa isa);
+
+/* True when the batched Q8_0 products on isa (FG_ISA_AUTO: the best) run on
+ * AMX tiles (matmul_amx.c): isa is AVX-512, the CPU has amx_tile and amx_int8,
+ * the kernel granted this process the tile state (Linux arch_prctl
+ * ARCH_REQ_XCOMP_PERM, asked once at detection; refused: the AVX-512 kernels),
+ * and the environment sets FG_AMX=1 (read once, like FG_NO_AVX512_BF16; off
+ * by default until the kernels are measured on AMX hardware). The results are the AVX-512 kernels' bits either way. */
+int fg_matmul_amx(fg_isa isa);
 
 /* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0 and
  * MXFP4 need room for the quantized activations, BF16 for the activations

@@ -104,6 +104,14 @@ static __device__ __forceinline__ uint8_t fg_d_f32_to_e2m1(float f)
     return (uint8_t)(sign | code);
 }
 
+/* MXFP4: the scale of a block for ggml's doubled E2M1 values, 2^(e - 128)
+ * (half the E8M0 scale), NaN for e = 0xFF; bit for bit the CPU's
+ * fg_mxfp4_half_scale (kernels/cpu/matmul_isa.h). */
+static __device__ __forceinline__ float fg_d_mxfp4_half_scale(uint8_t e)
+{
+    return __uint_as_float(e == 0xff ? 0x7fc00000u : e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e);
+}
+
 /* x rounded half away from zero into [-127, 127]; NaN gives 0 (numeric.c q8_round). */
 static __device__ __forceinline__ int8_t fg_d_round_i8(float v)
 {

@@ -53,14 +53,19 @@ static size_t wtype_align(int wtype)
     case FG_WTYPE_BF16:
     case FG_WTYPE_Q8_0: /* 34-byte blocks: the f16 scale needs 2 */
         return 2;
+    case FG_WTYPE_MXFP4: /* 17-byte blocks read bytewise */
+        return 1;
     default:
         return 0;
     }
 }
 
+/* The types whose products read Q8_0 activations (q8_scratch). */
+static int reads_q8(int wtype) { return wtype == FG_WTYPE_Q8_0 || wtype == FG_WTYPE_MXFP4; }
+
 static int width_ok(int wtype, int n)
 {
-    return n >= 1 && n <= MAX_WIDTH && (wtype != FG_WTYPE_Q8_0 || n % FG_Q8_0_BLOCK == 0);
+    return n >= 1 && n <= MAX_WIDTH && !(reads_q8(wtype) && n % FG_Q8_0_BLOCK != 0);
 }
 
 fg_cuda_status fg_cuda_rmsnorm_check(const fg_cuda_rmsnorm_params *p, int sm)
@@ -87,7 +92,7 @@ fg_cuda_status fg_cuda_rope_check(const fg_cuda_rope_params *p, int sm)
 
 size_t fg_cuda_matmul_scratch_bytes(int wtype, int n_in, int n_tok, int n_mat)
 {
-    if (wtype != FG_WTYPE_Q8_0 || n_in < 1 || n_in % FG_Q8_0_BLOCK || n_tok < 1 || n_mat < 1)
+    if (!reads_q8(wtype) || n_in < 1 || n_in % FG_Q8_0_BLOCK || n_tok < 1 || n_mat < 1)
         return 0;
     return (size_t)n_mat * (size_t)n_tok * (size_t)(n_in / FG_Q8_0_BLOCK) * sizeof(fg_block_q8_0);
 }
@@ -107,7 +112,7 @@ fg_cuda_status fg_cuda_matmul_check(const fg_cuda_matmul_params *p, int sm)
         return FG_CUDA_BAD_SHAPE;
     if (!fg_cuda_aligned(p->w, align) || !f32_ok(p->x) || !f32_ok(p->y))
         return FG_CUDA_BAD_POINTER;
-    if (p->wtype == FG_WTYPE_Q8_0 && !fg_cuda_aligned(p->q8_scratch, 4))
+    if (reads_q8(p->wtype) && !fg_cuda_aligned(p->q8_scratch, 4))
         return FG_CUDA_BAD_POINTER;
     return fg_cuda_arch_supported(sm) ? FG_CUDA_OK : FG_CUDA_BAD_ARCH;
 }
@@ -189,7 +194,7 @@ fg_cuda_status fg_cuda_moe_experts_check(const fg_cuda_moe_experts_params *p, in
         return FG_CUDA_BAD_SHAPE;
     if (!fg_cuda_aligned(p->w, align) || !fg_cuda_aligned(p->seg, sizeof(int)) ||
         (p->slot_row && !fg_cuda_aligned(p->slot_row, sizeof(int))) || !f32_ok(p->x) || !f32_ok(p->y) ||
-        (p->wtype == FG_WTYPE_Q8_0 && !fg_cuda_aligned(p->q8_scratch, 4)))
+        (reads_q8(p->wtype) && !fg_cuda_aligned(p->q8_scratch, 4)))
         return FG_CUDA_BAD_POINTER;
     return fg_cuda_arch_supported(sm) ? FG_CUDA_OK : FG_CUDA_BAD_ARCH;
 }
@@ -225,7 +230,7 @@ fg_cuda_status fg_cuda_add_check(const fg_cuda_add_params *p, int sm)
 fg_cuda_status fg_cuda_get_rows_check(const fg_cuda_get_rows_params *p, int sm)
 {
     const size_t align = wtype_align(p->wtype);
-    if (!align)
+    if (!align || p->wtype == FG_WTYPE_MXFP4) /* rows are looked up in f32, f16, bf16, q8_0 only */
         return FG_CUDA_BAD_TYPE;
     if (!width_ok(p->wtype, p->n) || p->n_rows < 1 || p->n_tok < 1 || p->n_tok > MAX_ROWS)
         return FG_CUDA_BAD_SHAPE;

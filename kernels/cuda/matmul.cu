@@ -18,7 +18,7 @@ __global__ void matmul_kernel(fg_cuda_matmul_params p, size_t row_bytes)
     const uint8_t *w = (const uint8_t *)p.w + (size_t)m * p.w_mat_bytes + (size_t)o * row_bytes;
     const float *x0 = p.x + m * p.x_mat_stride + (int64_t)t0 * p.x_stride;
     const fg_block_q8_0 *q0 = NULL;
-    if (p.wtype == FG_WTYPE_Q8_0)
+    if (fg_d_reads_q8(p.wtype))
         q0 = (const fg_block_q8_0 *)p.q8_scratch + ((size_t)m * p.n_tok + t0) * (p.n_in / FG_Q8_0_BLOCK);
     float acc[FG_MM_TILE];
     fg_d_warp_dot(p.wtype, w, p.n_in, x0, p.x_stride, q0, n_t, acc);
@@ -33,7 +33,7 @@ extern "C" fg_cuda_status fg_cuda_matmul(const fg_cuda_matmul_params *p, const f
     if (st != FG_CUDA_OK)
         return st;
     cudaStream_t stream = fg_cuda_stream(l);
-    if (p->wtype == FG_WTYPE_Q8_0) {
+    if (fg_d_reads_q8(p->wtype)) {
         st = fg_quantize_rows_q8_0(p->x, p->x_stride, p->x_mat_stride, p->n_tok, p->n_mat, p->n_in, p->q8_scratch,
                                    stream);
         if (st != FG_CUDA_OK)

@@ -23,7 +23,7 @@ __global__ void moe_experts_kernel(fg_cuda_moe_experts_params p, size_t row_byte
         /* Slots of a tile read scattered input rows: gather their dots one row at a time
          * unless the rows are the sorted positions themselves (contiguous). */
         if (!p.slot_row) {
-            const fg_block_q8_0 *q0 = p.wtype == FG_WTYPE_Q8_0 ? (const fg_block_q8_0 *)p.q8_scratch + (size_t)s0 * nb : NULL;
+            const fg_block_q8_0 *q0 = fg_d_reads_q8(p.wtype) ? (const fg_block_q8_0 *)p.q8_scratch + (size_t)s0 * nb : NULL;
             fg_d_warp_dot(p.wtype, w, p.n_in, p.x + (int64_t)s0 * p.x_stride, p.x_stride, q0, n_t, acc);
             if (threadIdx.x % 32 == 0)
                 for (int t = 0; t < n_t; t++)
@@ -31,7 +31,7 @@ __global__ void moe_experts_kernel(fg_cuda_moe_experts_params p, size_t row_byte
         } else {
             for (int t = 0; t < n_t; t++) {
                 const int r = p.slot_row[s0 + t];
-                const fg_block_q8_0 *q0 = p.wtype == FG_WTYPE_Q8_0 ? (const fg_block_q8_0 *)p.q8_scratch + (size_t)r * nb : NULL;
+                const fg_block_q8_0 *q0 = fg_d_reads_q8(p.wtype) ? (const fg_block_q8_0 *)p.q8_scratch + (size_t)r * nb : NULL;
                 float one[FG_MM_TILE];
                 fg_d_warp_dot(p.wtype, w, p.n_in, p.x + (int64_t)r * p.x_stride, p.x_stride, q0, 1, one);
                 acc[t] = one[0];
@@ -49,7 +49,7 @@ extern "C" fg_cuda_status fg_cuda_moe_experts(const fg_cuda_moe_experts_params *
     if (st != FG_CUDA_OK)
         return st;
     cudaStream_t stream = fg_cuda_stream(l);
-    if (p->wtype == FG_WTYPE_Q8_0) {
+    if (fg_d_reads_q8(p->wtype)) {
         st = fg_quantize_rows_q8_0(p->x, p->x_stride, 0, p->n_rows, 1, p->n_in, p->q8_scratch, stream);
         if (st != FG_CUDA_OK)
             return st;

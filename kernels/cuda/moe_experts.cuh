@@ -25,7 +25,7 @@ typedef struct fg_cuda_moe_experts_params {
     int wtype;             /* FG_WTYPE_* as fg_cuda_matmul */
     const void *w;         /* expert e: [n_out][row bytes] at w + e * w_mat_bytes (device) */
     size_t w_mat_bytes;
-    int n_in, n_out;       /* n_in multiple of 32 for Q8_0 */
+    int n_in, n_out;       /* n_in multiple of 32 for Q8_0 and MXFP4 */
     int n_expert;          /* 1 .. 65535 */
     const int *seg;        /* [n_expert + 1] sorted-slot ranges (device) */
     int n_slots;           /* sorted slots in all, >= 1 */
@@ -35,7 +35,7 @@ typedef struct fg_cuda_moe_experts_params {
     int n_rows;            /* input rows, >= 1 */
     float *y;              /* [n_slots][y_stride] output per sorted slot (device) */
     int64_t y_stride;      /* floats, >= n_out */
-    void *q8_scratch;      /* Q8_0: fg_cuda_matmul_scratch_bytes(Q8_0, n_in, n_rows, 1) */
+    void *q8_scratch;      /* Q8_0, MXFP4: fg_cuda_matmul_scratch_bytes(wtype, n_in, n_rows, 1) */
 } fg_cuda_moe_experts_params;
 
 fg_cuda_status fg_cuda_moe_experts_check(const fg_cuda_moe_experts_params *p, int sm);

@@ -24,7 +24,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q8_0,
                             FG_WTYPE_Q2_K, FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K,
-                            FG_WTYPE_IQ4_NL, FG_WTYPE_IQ4_XS, FG_WTYPE_MXFP4};
+                            FG_WTYPE_IQ4_NL, FG_WTYPE_IQ4_XS, FG_WTYPE_MXFP4, FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS,
+                            FG_WTYPE_IQ2_S, FG_WTYPE_IQ3_XXS, FG_WTYPE_IQ3_S,
+                            FG_WTYPE_IQ1_S, FG_WTYPE_IQ1_M};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

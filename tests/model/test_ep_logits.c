@@ -91,7 +91,7 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
                                  .redundant = c.redundant, .placement = c.placement, .recv_capacity_rows = c.cap,
                                  .nccl_id = use_nccl ? nccl_id : NULL,
                                  .backend = use_cuda ? FG_BACKEND_CUDA : FG_BACKEND_CPU, .kv = kv};
-        fg_err e = fg_ep_ranks_create(m, geo, &o, &r.ep, &d);
+        fg_err e = fg_ep_ranks_create(&m->base, geo, &o, &r.ep, &d);
         CHECK_MSG(e == FG_OK, "%s", d.msg);
         if (e != FG_OK)
             return;
@@ -171,7 +171,7 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
  * names the cause, nothing overruns (ASan) and nobody hangs. */
 typedef struct mismatch_rank {
     fg_moe_ep_t *ep;
-    const fg_layer *ly;
+    int il; /* a MoE layer */
     int n;
     int ids[64 * 4];
     float w[64 * 4];
@@ -183,7 +183,7 @@ typedef struct mismatch_rank {
 static void *mismatch_main(void *arg)
 {
     mismatch_rank *r = arg;
-    r->err = fg_moe_ep_experts(r->ep, r->ly, r->n, r->ids, r->w, r->xn, r->x, &r->diag);
+    r->err = fg_moe_ep_experts(r->ep, r->il, r->n, r->ids, r->w, r->xn, r->x, &r->diag);
     return NULL;
 }
 
@@ -207,8 +207,8 @@ static void check_mismatched_ranks(const fg_model *m)
     const size_t dsz = (size_t)m->hp.n_embd;
     for (int i = 0; i < 2; i++) {
         CHECK(fg_ep_inproc_transport_create(g, i, &t[i], &d) == FG_OK);
-        CHECK(fg_moe_ep_create(m, shard, t[i], max_tokens[i], 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
-        r[i].ly = ly;
+        CHECK(fg_moe_ep_create(&m->base, shard, t[i], max_tokens[i], 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
+        r[i].il = (int)(ly - m->layers);
         r[i].xn = calloc(64 * dsz, sizeof(float));
         r[i].x = calloc(64 * dsz, sizeof(float));
     }
@@ -261,8 +261,8 @@ static void check_mismatched_placement(const fg_model *m)
     const size_t dsz = (size_t)m->hp.n_embd;
     for (int i = 0; i < 2; i++) {
         CHECK(fg_ep_inproc_transport_create(g, i, &t[i], &d) == FG_OK);
-        CHECK(fg_moe_ep_create(m, shard[i], t[i], 64, 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
-        r[i].ly = ly;
+        CHECK(fg_moe_ep_create(&m->base, shard[i], t[i], 64, 0, NULL, FG_ISA_AUTO, &r[i].ep, &d) == FG_OK);
+        r[i].il = (int)(ly - m->layers);
         r[i].n = 8;
         r[i].xn = calloc(64 * dsz, sizeof(float));
         r[i].x = calloc(64 * dsz, sizeof(float));
@@ -372,15 +372,15 @@ static void check_model(const char *file)
     /* A placement that does not fit the model is refused with the key named. */
     fg_ep_ranks_t *bad;
     fg_ep_ranks_options o = {.n_ranks = m->hp.n_expert + 1, .max_tokens = 8, .n_threads = 1};
-    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks (17)"),
+    CHECK_MSG(fg_ep_ranks_create(&m->base, &geo, &o, &bad, &d) == FG_ERR_CONFIG && strstr(d.msg, "topology.ranks (17)"),
               "%s", d.msg);
     o = (fg_ep_ranks_options){.n_ranks = 3, .max_tokens = 8, .n_threads = 1, .redundant = 1};
-    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
+    CHECK_MSG(fg_ep_ranks_create(&m->base, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
                   strstr(d.msg, "topology.redundant_experts (1) must even the ranks out"),
               "%s", d.msg);
     /* A capacity that cannot take one row from every rank in a round. */
     o = (fg_ep_ranks_options){.n_ranks = 4, .max_tokens = 8, .n_threads = 1, .recv_capacity_rows = 3};
-    CHECK_MSG(fg_ep_ranks_create(m, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
+    CHECK_MSG(fg_ep_ranks_create(&m->base, &geo, &o, &bad, &d) == FG_ERR_CONFIG &&
                   strstr(d.msg, "topology.recv_capacity_rows (3) is too small") && strstr(d.msg, "at least 4"),
               "%s", d.msg);
     if (strcmp(file, "tiny.gguf") == 0 && !use_nccl) {

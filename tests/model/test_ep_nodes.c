@@ -203,7 +203,7 @@ static void rounds_logits(const fg_model *m, const fg_kv_geometry *geo, fg_kv_st
         for (int k = 0; k < 2; k++) {
             fg_ep_ranks_options o = {.n_ranks = n_ranks, .n_local = per_node, .first_rank = k * per_node,
                                      .group = g, .max_tokens = MAXTOK, .n_threads = per_node, .isa = FG_ISA_AUTO};
-            fg_err e = fg_ep_ranks_create(m, geo, &o, &nr[k].ep, &d);
+            fg_err e = fg_ep_ranks_create(&m->base, geo, &o, &nr[k].ep, &d);
             CHECK_MSG(e == FG_OK, "node %d: %s", k, d.msg);
             if (e != FG_OK)
                 return;

@@ -194,8 +194,20 @@ int main(void)
     expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_gate_exps.weight", .retype = 12,
                                       .fill = 0},
                       FG_ERR_GGUF_LIMIT, "blk.3.ffn_gate_exps.weight");
+    /* nor of the lattice IQ types' (IQ2_XXS here) */
+    expect_open_error(g, dir, &(edit){.retype_tensor = "blk.3.ffn_up_exps.weight", .retype = 16, .fill = 0},
+                      FG_ERR_GGUF_LIMIT, "blk.3.ffn_up_exps.weight");
     expect_open_error(g, dir, &(edit){.set_str_key = "tokenizer.ggml.model", .set_str_val = "llama"},
                       FG_ERR_TOKENIZER, "");
+    /* IQ1_M keeps its F16 scale in four nibbles of its scale words: all ones
+     * is a NaN, refused by name (tiny-256.gguf: rows of 256, IQ1_M's block) */
+    {
+        fg_gguf_t *g256;
+        CHECK(fg_gguf_open_file(model_path("tiny-256.gguf"), &g256, &d) == FG_OK);
+        expect_open_error(g256, dir, &(edit){.retype_tensor = "blk.1.ffn_up_exps.weight", .retype = 29, .fill = 0xff},
+                          FG_ERR_MODEL_TYPE, "blk.1.ffn_up_exps.weight (iq1_m): block 0 of row 0 of matrix 0");
+        fg_gguf_close(g256);
+    }
 
     /* the unedited copy loads and matches the original's logits */
     {

@@ -56,9 +56,12 @@ static void check_model(const char *file)
     CHECK_MSG(fg_gguf_open_file(model_path(file), &g, &d) == FG_OK, "%s", d.msg);
     CHECK_MSG(fg_model_load(g, &m, &d) == FG_OK, "%s", d.msg);
     const fg_layer *ly = NULL;
+    int ly_il = -1;
     for (int il = 0; il < m->hp.n_layer && !ly; il++)
-        if (m->layers[il].is_moe)
+        if (m->layers[il].is_moe) {
             ly = &m->layers[il];
+            ly_il = il;
+        }
     CHECK(ly != NULL && m->hp.n_expert >= 4);
     const int dd = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert;
     const size_t stride = (size_t)dd + STRIDE_PAD;
@@ -89,10 +92,10 @@ static void check_model(const char *file)
     }
 
     fg_moe_compute *c;
-    CHECK_MSG(fg_moe_compute_cpu_create(m, 5, NULL, FG_ISA_AUTO, &c, &d) == FG_OK, "%s", d.msg);
+    CHECK_MSG(fg_moe_compute_cpu_create(&m->base, 5, NULL, FG_ISA_AUTO, &c, &d) == FG_OK, "%s", d.msg);
     const fg_moe_rows r = {.n_rows = ROWS, .x = x, .x_stride = stride, .n_slots = 3, .expert = expert, .seg = seg,
                            .row = row, .y = y};
-    CHECK_MSG(c->run(c, ly, &r, &d) == FG_OK, "%s", d.msg);
+    CHECK_MSG(c->run(c, ly_il, &r, &d) == FG_OK, "%s", d.msg);
     CHECK_MSG(memcmp(y, want, sizeof(float) * ROWS * (size_t)dd) == 0, "%s: not bit-identical to the direct products",
               file);
     /* Each row alone: the same values within the kernels' batch-size rounding. */
@@ -145,9 +148,9 @@ static void check_model(const char *file)
     const int seg6[2] = {0, 6}, row6[6] = {0, 1, 2, 3, 4, 5};
     const fg_moe_rows over = {.n_rows = 6, .x = x, .x_stride = stride, .n_slots = 1, .expert = expert,
                               .seg = seg6, .row = row6, .y = y};
-    CHECK(c->run(c, ly, &over, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "room for 5"));
+    CHECK(c->run(c, ly_il, &over, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "room for 5"));
     fg_moe_compute *bad;
-    CHECK(fg_moe_compute_cpu_create(m, 0, NULL, FG_ISA_AUTO, &bad, &d) == FG_ERR_INVALID_ARG && bad == NULL);
+    CHECK(fg_moe_compute_cpu_create(&m->base, 0, NULL, FG_ISA_AUTO, &bad, &d) == FG_ERR_INVALID_ARG && bad == NULL);
     printf("%s: expert compute bit-identical to the direct products, %g from single rows\n", file, (double)worst);
 
     fg_moe_compute_cpu_destroy(c);

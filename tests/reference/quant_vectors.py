@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/unit/data/quant_vectors.h: hand-built blocks of ggml's legacy, K-quant and
-IQ4 types and their values, computed here from the formats' definitions (ggml-common.h's block
+IQ types and their values, computed here from the formats' definitions (ggml-common.h's block
 layouts, ggml-quants.c's dequantization), independently of the engine's C code.
 
 Usage: quant_vectors.py OUT.h
@@ -10,8 +10,14 @@ known places) and one from a fixed xorshift stream; the F16 fields are set to ch
 values (a power of two, a value with a full mantissa, a negative one), so the f32 arithmetic
 of the definition is exercised.  Values are f32 as ggml computes them, each operation rounded
 to f32 in the order the definition writes it; they are written as bit patterns.
+
+The lattice IQ types index grids that are format data, not arithmetic: they are read from
+kernels/cpu/iq_grids.h (the definition's tables, extracted from ggml-common.h by
+iq_grids_extract.py); everything done with them here is written from ggml-quants.c.
 """
 
+import os
+import re
 import struct
 import sys
 
@@ -188,6 +194,166 @@ def iq4_xs(b):
     return y
 
 
+def load_grids():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "cpu", "iq_grids.h")
+    text = open(path).read()
+    grids = {}
+    for ctype, name, body in re.findall(r"static const (\w+) (\w+)\[\d+\] = \{(.*?)\};", text, re.S):
+        dt = {"uint8_t": np.uint8, "uint32_t": np.uint32, "uint64_t": np.uint64}[ctype]
+        vals = [int(v.rstrip("uUlL"), 0) for v in re.findall(r"0x[0-9a-fA-F]+[uUlL]*|\d+", body)]
+        grids[name] = np.array(vals, dtype=dt)
+    return grids
+
+
+GRIDS = load_grids()
+KSIGNS = GRIDS["fg_iq_ksigns"]
+
+
+def grid_bytes(table, idx, signed=False):
+    """The bytes of grid entry idx (value j = byte j, little-endian)."""
+    raw = np.array([table[idx]]).view(np.uint8)
+    return raw.view(np.int8) if signed else raw
+
+
+def sign_of(signs, j):
+    return f32(-1.0) if signs & (1 << j) else f32(1.0)
+
+
+def iq2_xxs(b):
+    d = f16(b, 0)
+    qs = np.frombuffer(b[2:66], dtype="<u2")
+    y = []
+    for ib32 in range(8):
+        aux = np.frombuffer(qs[4 * ib32:4 * ib32 + 4].tobytes(), dtype="<u4")  # ggml's aux32[2]
+        aux8 = aux[:1].view(np.uint8)
+        db = d * (f32(0.5) + f32(int(aux[1]) >> 28)) * f32(0.25)
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq2xxs_grid"], aux8[l])
+            signs = int(KSIGNS[(int(aux[1]) >> (7 * l)) & 127])
+            y += [db * f32(grid[j]) * sign_of(signs, j) for j in range(8)]
+    return y
+
+
+def iq2_xs(b):
+    d = f16(b, 0)
+    qs = np.frombuffer(b[2:66], dtype="<u2")
+    scales = b[66:74]
+    y = []
+    for ib32 in range(8):
+        db = [d * (f32(0.5) + f32(scales[ib32] & 0xF)) * f32(0.25),
+              d * (f32(0.5) + f32(scales[ib32] >> 4)) * f32(0.25)]
+        for l in range(4):
+            q = int(qs[4 * ib32 + l])
+            grid = grid_bytes(GRIDS["fg_iq2xs_grid"], q & 511)
+            signs = int(KSIGNS[q >> 9])
+            y += [db[l // 2] * f32(grid[j]) * sign_of(signs, j) for j in range(8)]
+    return y
+
+
+def iq2_s(b):
+    d = f16(b, 0)
+    qs, qh, scales = b[2:66], b[66:74], b[74:82]
+    signs = qs[32:]                          # ggml: signs = qs + QK_K/8
+    y = []
+    for ib32 in range(8):
+        db = [d * (f32(0.5) + f32(scales[ib32] & 0xF)) * f32(0.25),
+              d * (f32(0.5) + f32(scales[ib32] >> 4)) * f32(0.25)]
+        for l in range(4):
+            idx = qs[4 * ib32 + l] | ((qh[ib32] << (8 - 2 * l)) & 0x300)
+            grid = grid_bytes(GRIDS["fg_iq2s_grid"], idx)
+            y += [db[l // 2] * f32(grid[j]) * sign_of(signs[4 * ib32 + l], j) for j in range(8)]
+    return y
+
+
+def iq3_xxs(b):
+    d = f16(b, 0)
+    qs = b[2:66]
+    scales_and_signs = b[66:98]
+    y = []
+    for ib32 in range(8):
+        aux32 = struct.unpack_from("<I", scales_and_signs, 4 * ib32)[0]
+        db = d * (f32(0.5) + f32(aux32 >> 28)) * f32(0.5)
+        q = qs[8 * ib32:8 * ib32 + 8]
+        for l in range(4):
+            signs = int(KSIGNS[(aux32 >> (7 * l)) & 127])
+            grid1 = grid_bytes(GRIDS["fg_iq3xxs_grid"], q[2 * l])
+            grid2 = grid_bytes(GRIDS["fg_iq3xxs_grid"], q[2 * l + 1])
+            out = [None] * 8
+            for j in range(4):
+                out[j] = db * f32(grid1[j]) * sign_of(signs, j)
+                out[j + 4] = db * f32(grid2[j]) * sign_of(signs, j + 4)
+            y += out
+    return y
+
+
+def iq3_s(b):
+    d = f16(b, 0)
+    qs, qh, signs, scales = b[2:66], b[66:74], b[74:106], b[106:110]
+    y = []
+    for ib32 in range(0, 8, 2):              # ggml's loop: two sub-blocks per scale byte
+        db1 = d * f32(1 + 2 * (scales[ib32 // 2] & 0xF))
+        db2 = d * f32(1 + 2 * (scales[ib32 // 2] >> 4))
+        for half, db in ((0, db1), (1, db2)):
+            k = ib32 + half
+            q, h, sg = qs[8 * k:8 * k + 8], qh[k], signs[4 * k:4 * k + 4]
+            for l in range(4):
+                grid1 = grid_bytes(GRIDS["fg_iq3s_grid"], q[2 * l] | ((h << (8 - 2 * l)) & 256))
+                grid2 = grid_bytes(GRIDS["fg_iq3s_grid"], q[2 * l + 1] | ((h << (7 - 2 * l)) & 256))
+                out = [None] * 8
+                for j in range(4):
+                    out[j] = db * f32(grid1[j]) * sign_of(sg[l], j)
+                    out[j + 4] = db * f32(grid2[j]) * sign_of(sg[l], j + 4)
+                y += out
+    return y
+
+
+IQ1S_DELTA = f32(0.125)
+
+
+def iq1_s(b):
+    d = f16(b, 0)
+    qs = b[2:34]
+    qh = np.frombuffer(b[34:50], dtype="<u2")
+    y = []
+    for ib in range(8):
+        h = int(qh[ib])
+        dl = d * f32(2 * ((h >> 12) & 7) + 1)
+        delta = -IQ1S_DELTA if h & 0x8000 else IQ1S_DELTA
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq1s_grid"], qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8), signed=True)
+            y += [dl * (f32(grid[j]) + delta) for j in range(8)]
+    return y
+
+
+def iq1_m(b):
+    qs, qh = b[0:32], b[32:48]
+    sc = np.frombuffer(b[48:56], dtype="<u2").astype(np.int64)
+    u16 = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)
+    d = f32(np.array([u16], dtype="<u2").view("<f2")[0])
+    y = []
+    for ib in range(8):
+        s16 = int(sc[ib // 2])
+        dl1 = d * f32(2 * ((s16 >> (6 * (ib % 2) + 0)) & 0x7) + 1)
+        dl2 = d * f32(2 * ((s16 >> (6 * (ib % 2) + 3)) & 0x7) + 1)
+        q, h = qs[4 * ib:4 * ib + 4], qh[2 * ib:2 * ib + 2]
+        idx = [q[0] | ((h[0] << 8) & 0x700), q[1] | ((h[0] << 4) & 0x700),
+               q[2] | ((h[1] << 8) & 0x700), q[3] | ((h[1] << 4) & 0x700)]
+        delta = [-IQ1S_DELTA if h[0] & 0x08 else IQ1S_DELTA, -IQ1S_DELTA if h[0] & 0x80 else IQ1S_DELTA,
+                 -IQ1S_DELTA if h[1] & 0x08 else IQ1S_DELTA, -IQ1S_DELTA if h[1] & 0x80 else IQ1S_DELTA]
+        for l in range(4):
+            grid = grid_bytes(GRIDS["fg_iq1s_grid"], idx[l], signed=True)
+            dl = dl1 if l < 2 else dl2
+            y += [dl * (f32(grid[j]) + delta[l]) for j in range(8)]
+    return y
+
+
+def set_iq1_m_scale(b, x):
+    """IQ1_M keeps its F16 scale in the top nibbles of its four u16 scale words."""
+    h = struct.unpack("<H", f16_bytes(x))[0]
+    for k in range(4):
+        b[49 + 2 * k] = (b[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4)
+
+
 # name, ggml id, values, bytes, dequantizer, offsets of the F16 fields
 TYPES = [
     ("q4_0", 2, 32, 18, q4_0, [0]),
@@ -201,16 +367,31 @@ TYPES = [
     ("q6_K", 14, 256, 210, q6_k, [208]),
     ("iq4_nl", 20, 32, 18, iq4_nl, [0]),
     ("iq4_xs", 23, 256, 136, iq4_xs, [0]),
+    ("iq2_xxs", 16, 256, 66, iq2_xxs, [0]),
+    ("iq2_xs", 17, 256, 74, iq2_xs, [0]),
+    ("iq2_s", 22, 256, 82, iq2_s, [0]),
+    ("iq3_xxs", 18, 256, 98, iq3_xxs, [0]),
+    ("iq3_s", 21, 256, 110, iq3_s, [0]),
+    ("iq1_s", 19, 256, 50, iq1_s, [0]),
+    ("iq1_m", 29, 256, 56, iq1_m, [set_iq1_m_scale]),
 ]
 
 F16_VALUES = [0.25, -1.3330078125, 0.0001233816146850586, 3.0]
+
+
+def set_f16(b, field, x):
+    """field: a byte offset, or a function that stores a scale spread over the block."""
+    if callable(field):
+        field(b, x)
+    else:
+        b[field:field + 2] = f16_bytes(x)
 
 
 def blocks_for(nbytes, fields, seed):
     out = []
     b = bytearray((i * 7 + 3) & 0xFF for i in range(nbytes))          # counting bytes
     for k, off in enumerate(fields):
-        b[off:off + 2] = f16_bytes(F16_VALUES[k % 2])
+        set_f16(b, off, F16_VALUES[k % 2])
     out.append(bytes(b))
     s = seed
     b = bytearray()
@@ -220,7 +401,7 @@ def blocks_for(nbytes, fields, seed):
         s ^= (s << 5) & 0xFFFFFFFF
         b.append(s & 0xFF)
     for k, off in enumerate(fields):
-        b[off:off + 2] = f16_bytes(F16_VALUES[2 + k % 2])
+        set_f16(b, off, F16_VALUES[2 + k % 2])
     out.append(bytes(b))
     return out
 

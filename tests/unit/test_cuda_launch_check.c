@@ -11,6 +11,10 @@
 
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/ds4_attn.cuh"
+#include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_hc.cuh"
+#include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -106,6 +110,14 @@ static void test_matmul(void)
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_POINTER);
     p = ok, p.wtype = 2; /* ggml Q4_0: not ours */
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_TYPE);
+    /* MXFP4 (V4's experts): 17-byte blocks at any byte, Q8_0 activations in the scratch, whole blocks */
+    p = ok, p.wtype = FG_WTYPE_MXFP4, p.w = ODD;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_matmul_scratch_bytes(FG_WTYPE_MXFP4, 64, 9, 1) == 9 * 2 * 34);
+    p.q8_scratch = NULL;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.wtype = FG_WTYPE_MXFP4, p.n_in = 48;
+    CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_SHAPE);
     p = ok, p.x_stride = 32;
     CHECK(fg_cuda_matmul_check(&p, SM) == FG_CUDA_BAD_SHAPE);
     p = ok, p.n_tok = 0;
@@ -230,6 +242,12 @@ static void test_moe(void)
     CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_TYPE);
     e = e_ok, e.q8_scratch = NULL;
     CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_POINTER);
+    e = e_ok, e.wtype = FG_WTYPE_MXFP4, e.w_mat_bytes = 32 * 34; /* 2 blocks of 17 bytes a row */
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_OK);
+    e.w_mat_bytes = 32 * 34 - 1;
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_SHAPE);
+    e = e_ok, e.wtype = FG_WTYPE_MXFP4, e.w_mat_bytes = 32 * 34, e.q8_scratch = NULL;
+    CHECK(fg_cuda_moe_experts_check(&e, SM) == FG_CUDA_BAD_POINTER);
 
     const fg_cuda_moe_combine_params c_ok = {.x = A(0), .y = A(64), .weights = A(128), .slot_pos = A(256),
                                              .n_tok = 4, .n_used = 6, .d = 64};
@@ -260,6 +278,8 @@ static void test_vecops_and_sample(void)
     CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_OK);
     g.wtype = 99;
     CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_BAD_TYPE);
+    g.wtype = FG_WTYPE_MXFP4; /* products only: no embedding lookup in MXFP4 */
+    CHECK(fg_cuda_get_rows_check(&g, SM) == FG_CUDA_BAD_TYPE);
 
     const fg_cuda_sample_params ok = {.logits = A(0), .stride = 1000, .n_rows = 4, .n_vocab = 1000, .rows = A(64),
                                       .max_top_k = 40, .out = A(256)};
@@ -275,6 +295,149 @@ static void test_vecops_and_sample(void)
     CHECK(fg_cuda_sample_check(&p, SM) == FG_CUDA_BAD_POINTER);
 }
 
+/* DeepSeek V4: compressor pooling. */
+static void test_ds4_compress(void)
+{
+    const fg_cuda_ds4_pool_csa_params ok = {.row = A(0), .cur = A(64), .prev = A(128), .has_prev = A(192),
+                                            .n_blocks = 5, .r = 4, .width = 512};
+    fg_cuda_ds4_pool_csa_params p = ok;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, 80) == FG_CUDA_BAD_ARCH);
+    p.prev = NULL, p.has_prev = NULL; /* every block the first of its sequence */
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_OK);
+    p = ok, p.r = 0;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.r = FG_CUDA_DS4_MAX_RATIO + 1;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.width = FG_CUDA_DS4_MAX_WIDTH + 1;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.n_blocks = 0;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.cur = NULL;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.prev = ODD;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.row = ODD;
+    CHECK(fg_cuda_ds4_pool_csa_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_hca_params hk = {.state = A(0), .rows = A(64), .k = A(128), .g = A(192), .ape = A(256),
+                                       .tok0 = A(320), .n_tok = A(336), .pos0 = A(352), .row0 = A(368),
+                                       .n_seq = 3, .ratio = 128, .D = 512};
+    fg_cuda_ds4_hca_params h = hk;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_hca_check(&h, 120) == FG_CUDA_BAD_ARCH);
+    h.n_seq = 0;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.n_seq = (1 << 16) + 1;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.ratio = 129;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.D = 0;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_SHAPE);
+    h = hk, h.ape = NULL;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+    h = hk, h.pos0 = ODD;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+    h = hk, h.state = ODD;
+    CHECK(fg_cuda_ds4_hca_check(&h, SM) == FG_CUDA_BAD_POINTER);
+}
+
+/* DeepSeek V4: indexer scores and top-k. */
+static void test_ds4_index(void)
+{
+    const fg_cuda_ds4_index_score_params ok = {.scores = A(0), .q = A(64), .w = A(128), .keys = A(192),
+                                               .key0 = A(256), .n_rows = A(320), .stride = 300, .max_rows = 300,
+                                               .n_tok = 3, .Hi = 64, .Di = 128};
+    fg_cuda_ds4_index_score_params p = ok;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_index_score_check(&p, 86) == FG_CUDA_BAD_ARCH);
+    p.Hi = 65; /* the query no longer fits the kernel's shared array */
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.Di = FG_CUDA_DS4_IDX_MAX_DIM + 1, p.Hi = 1;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.stride = 299;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.max_rows = (1 << 20) + 1, p.stride = p.max_rows;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.n_tok = 0;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.keys = NULL;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.n_rows = ODD;
+    CHECK(fg_cuda_ds4_index_score_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_topk_params tk = {.sel = A(0), .n_sel = A(64), .scores = A(128), .n_rows = A(192),
+                                        .stride = 3000, .n_tok = 4, .k = 512};
+    fg_cuda_ds4_topk_params t = tk;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_topk_check(&t, 0) == FG_CUDA_BAD_ARCH);
+    t.k = FG_CUDA_DS4_TOPK_MAX + 1;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.k = 0;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.stride = 0;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_SHAPE);
+    t = tk, t.sel = ODD;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_POINTER);
+    t = tk, t.n_sel = NULL;
+    CHECK(fg_cuda_ds4_topk_check(&t, SM) == FG_CUDA_BAD_POINTER);
+}
+
+/* DeepSeek V4: attention with a sink. */
+static void test_ds4_attn(void)
+{
+    const fg_cuda_ds4_attn_params ok = {.out = A(0), .q = A(64), .keys = A(128), .kidx = A(192), .n_keys = A(256),
+                                        .sinks = A(320), .kstride = 640, .n_tok = 4, .H = 64, .D = 512,
+                                        .scale = 0.044f};
+    fg_cuda_ds4_attn_params p = ok;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_attn_check(&p, 89) == FG_CUDA_BAD_ARCH);
+    p.D = FG_CUDA_DS4_ATTN_MAX_DIM + 1; /* more than the per-thread accumulators hold */
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.H = 0;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.kstride = 0;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.scale = 0.0f;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.sinks = NULL;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.kidx = ODD;
+    CHECK(fg_cuda_ds4_attn_check(&p, SM) == FG_CUDA_BAD_POINTER);
+}
+
+/* DeepSeek V4: hyper-connection mixing. */
+static void test_ds4_hc(void)
+{
+    const fg_cuda_ds4_hc_pre_params ok = {.w = A(0), .y = A(128), .mix = A(256), .x = A(512), .scale = A(1024),
+                                          .base = A(1088), .n_tok = 5, .E = 4096, .iters = 20, .eps = 1e-6f};
+    fg_cuda_ds4_hc_pre_params p = ok;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_OK);
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, 75) == FG_CUDA_BAD_ARCH);
+    p.iters = 0;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.iters = FG_CUDA_DS4_HC_MAX_ITERS + 1;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.E = 0;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.eps = -1.0f;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_SHAPE);
+    p = ok, p.base = NULL;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_POINTER);
+    p = ok, p.y = ODD;
+    CHECK(fg_cuda_ds4_hc_pre_check(&p, SM) == FG_CUDA_BAD_POINTER);
+
+    const fg_cuda_ds4_hc_post_params pk = {.out = A(0), .w = A(128), .o = A(256), .x = A(512), .n_tok = 5, .E = 4096};
+    fg_cuda_ds4_hc_post_params q = pk;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_OK);
+    q.out = A(512); /* in place on the streams it reads */
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_POINTER);
+    q = pk, q.n_tok = 0;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_SHAPE);
+    q = pk, q.w = ODD;
+    CHECK(fg_cuda_ds4_hc_post_check(&q, SM) == FG_CUDA_BAD_POINTER);
+}
+
 int main(void)
 {
     test_arch_and_names();
@@ -285,6 +448,10 @@ int main(void)
     test_mla_attn();
     test_moe();
     test_vecops_and_sample();
+    test_ds4_compress();
+    test_ds4_index();
+    test_ds4_attn();
+    test_ds4_hc();
     if (fg_test_failures)
         fprintf(stderr, "%d check(s) failed\n", fg_test_failures);
     return fg_test_failures ? 1 : 0;

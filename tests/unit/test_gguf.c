@@ -743,10 +743,11 @@ static void test_type_table_current(void)
     }
     CHECK(!fg_ggml_type_size(43, NULL, NULL));
     for (uint32_t type = 0; type <= 43; type++) {
-        /* f32, f16, q8_0, bf16, mxfp4; q4_0, q4_1, q5_0, q5_1; q2_K .. q6_K; iq4_nl, iq4_xs */
+        /* f32, f16, q8_0, bf16, mxfp4; q4_0, q4_1, q5_0, q5_1; q2_K .. q6_K; iq4_nl, iq4_xs; the lattice IQ types */
         const bool computable = type == FG_GGML_F32 || type == FG_GGML_F16 || type == FG_GGML_BF16 ||
                                 type == FG_GGML_Q8_0 || type == 39 || type == 2 || type == 3 || type == 6 ||
-                                type == 7 || (type >= 10 && type <= 14) || type == 20 || type == 23;
+                                type == 7 || (type >= 10 && type <= 14) || type == 20 || type == 23 || type == 16 || type == 17 || type == 22 ||
+                                type == 18 || type == 21 || type == 19 || type == 29;
         CHECK_MSG(fg_ggml_type_computable(type) == computable, "type %" PRIu32, type);
         fg_diag d = {{0}};
         const fg_err err = fg_ggml_check_computable("blk.0.ffn_up_exps.weight", type, &d);

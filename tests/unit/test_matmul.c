@@ -778,7 +778,7 @@ static void test_errors(void)
     CHECK(fg_wtype_row_bytes(FG_WTYPE_BF16, 64) == 128);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_Q8_0, 64) == 68);
     CHECK(fg_wtype_row_bytes(FG_WTYPE_Q8_0, 40) == 0);
-    CHECK(fg_wtype_row_bytes(16, 256) == 0); /* iq2_xxs: no product here (7, q5_1, now has one) */
+    CHECK(fg_wtype_row_bytes(15, 256) == 0); /* q8_K: an activation type, no product here */
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_F32, 64, 4) == 0);
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, 64, 4) >= 4 * 2 * sizeof(fg_block_q8_0));
     CHECK(fg_matmul_scratch_bytes(FG_WTYPE_Q8_0, 48, 4) == 0);

@@ -1,10 +1,11 @@
-/* test_quants.c: the legacy and K-quant weight types of kernels/cpu/quants.h.
+/* test_quants.c: the legacy, K-quant and IQ weight types of kernels/cpu/quants.h.
  *
- * Format: the reference dequantization of hand-built blocks equals the values
+ * Format: the lattice types' tables have the definition's structure; the
+ * reference dequantization of hand-built blocks equals the values
  * tests/reference/quant_vectors.py computed from the definitions
  * (tests/unit/data/quant_vectors.h), bit for bit; the products' decoded form
- * gives the dequantization's values on random blocks (IQ4_NL and IQ4_XS
- * included); validation of scales and
+ * gives the dequantization's values on random blocks, within each type's
+ * range of v; validation of scales (IQ1_M's spread one included) and
  * row lengths.
  *
  * Products (matmul.h): the scalar reference against a float64 dot of the
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/iq_grids.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/quants.h"
@@ -31,7 +33,8 @@
 
 static const int types[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q2_K,
                             FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K, FG_WTYPE_IQ4_NL,
-                            FG_WTYPE_IQ4_XS};
+                            FG_WTYPE_IQ4_XS, FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS, FG_WTYPE_IQ2_S, FG_WTYPE_IQ3_XXS,
+                            FG_WTYPE_IQ3_S, FG_WTYPE_IQ1_S, FG_WTYPE_IQ1_M};
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
 static double worst_bound[3]; /* [0]: scalar vs float64, [1 + k]: fast_isas[k] vs scalar */
@@ -44,17 +47,31 @@ static const char *tname(int t)
     return "?";
 }
 
-/* Byte offsets of each type's F16 fields, as ggml-common.h places them. */
+/* Byte offsets of each type's F16 fields, as ggml-common.h places them; -1:
+ * IQ1_M's scale, the top nibbles of its four u16 scale words at byte 48. */
 static int f16_offsets(int t, int off[2])
 {
     switch (t) {
     case FG_WTYPE_Q4_0: case FG_WTYPE_Q5_0: case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: off[0] = 0; return 1;
+    case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: case FG_WTYPE_IQ2_S: case FG_WTYPE_IQ3_XXS:
+    case FG_WTYPE_IQ3_S: case FG_WTYPE_IQ1_S: off[0] = 0; return 1;
     case FG_WTYPE_Q4_1: case FG_WTYPE_Q5_1: case FG_WTYPE_Q4_K: case FG_WTYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
     case FG_WTYPE_Q2_K: off[0] = 80; off[1] = 82; return 2;
     case FG_WTYPE_Q3_K: off[0] = 108; return 1;
     case FG_WTYPE_Q6_K: off[0] = 208; return 1;
+    case FG_WTYPE_IQ1_M: off[0] = -1; return 1;
     }
     return 0;
+}
+
+static void put_f16(uint8_t *blk, int off, uint16_t h)
+{
+    if (off >= 0) {
+        memcpy(blk + off, &h, 2);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 15) | ((h >> (4 * k)) & 15) << 4);
 }
 
 /* n_rows rows of n_in random blocks: random bytes, F16 fields random finite values of about 2^-6. */
@@ -69,8 +86,7 @@ static uint8_t *make_weights(int t, int64_t n_in, int64_t n_rows)
         w[i] = (uint8_t)rng_u32();
     for (int64_t b = 0; b < nb; b++)
         for (int k = 0; k < nf; k++) {
-            const uint16_t h = fg_f32_to_f16(rng_f() * 0.03f);
-            memcpy(w + b * bytes + off[k], &h, 2);
+            put_f16(w + b * bytes, off[k], fg_f32_to_f16(rng_f() * 0.03f));
         }
     return w;
 }
@@ -98,8 +114,58 @@ static void test_vectors(void)
     }
 }
 
+/* The lattice tables' structure as the definition states it: the sign table
+ * is the 7 bits with an even-parity eighth; every grid's entries are distinct
+ * and made of its few levels (a corrupted entry breaks one or the other). */
+static int grid_ok(const void *tab, int n, int width, const int *levels, int n_levels)
+{
+    int bad = 0;
+    for (int e = 0; e < n; e++) {
+        uint64_t g = width == 8 ? ((const uint64_t *)tab)[e] : ((const uint32_t *)tab)[e];
+        for (int j = 0; j < width; j++) {
+            const int b = width == 8 && n == 2048 ? (int8_t)(g >> (8 * j)) : (int)((g >> (8 * j)) & 255);
+            int hit = 0;
+            for (int k = 0; k < n_levels; k++)
+                hit |= b == levels[k];
+            bad += !hit;
+        }
+        for (int f = 0; f < e; f++)
+            bad += width == 8 ? ((const uint64_t *)tab)[f] == ((const uint64_t *)tab)[e]
+                              : ((const uint32_t *)tab)[f] == ((const uint32_t *)tab)[e];
+    }
+    return bad == 0;
+}
+
+static void test_grids(void)
+{
+    for (int k = 0; k < 128; k++)
+        CHECK_MSG(fg_iq_ksigns[k] == (k | (__builtin_popcount((unsigned)k) & 1) << 7), "ksigns %d", k);
+    static const int l2[] = {8, 25, 43}, l3xxs[] = {4, 12, 20, 28, 36, 44, 52, 62},
+                     l3s[] = {1, 3, 5, 7, 9, 11, 13, 15}, l1[] = {-1, 0, 1};
+    CHECK(grid_ok(fg_iq2xxs_grid, 256, 8, l2, 3));
+    CHECK(grid_ok(fg_iq2xs_grid, 512, 8, l2, 3));
+    CHECK(grid_ok(fg_iq2s_grid, 1024, 8, l2, 3));
+    CHECK(grid_ok(fg_iq3xxs_grid, 256, 4, l3xxs, 8));
+    CHECK(grid_ok(fg_iq3s_grid, 512, 4, l3s, 8));
+    CHECK(grid_ok(fg_iq1s_grid, 2048, 8, l1, 3));
+}
+
+/* The range of a type's decoded values v (quants.h). */
+static void v_range(int t, int *lo, int *hi)
+{
+    switch (t) {
+    case FG_WTYPE_IQ4_NL: case FG_WTYPE_IQ4_XS: *lo = -127; *hi = 113; return;
+    case FG_WTYPE_IQ2_XXS: case FG_WTYPE_IQ2_XS: case FG_WTYPE_IQ2_S: *lo = -43; *hi = 43; return;
+    case FG_WTYPE_IQ3_XXS: *lo = -62; *hi = 62; return;
+    case FG_WTYPE_IQ3_S: *lo = -15; *hi = 15; return;
+    case FG_WTYPE_IQ1_S: case FG_WTYPE_IQ1_M: *lo = -9; *hi = 9; return;
+    }
+    *lo = -32;
+    *hi = 31;
+}
+
 /* s * v + m of the decoded form equals the dequantized value (== : the two
- * may differ only in the sign of a zero), v within [-32, 31]. */
+ * may differ only in the sign of a zero), v within the type's range. */
 static void test_decode(void)
 {
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -110,15 +176,15 @@ static void test_decode(void)
         uint8_t *w = make_weights(t, (int64_t)elems * NB, 1);
         float y[256], s[16], m[16];
         int8_t v[256];
-        int bad = 0, range = 0;
+        int bad = 0, range = 0, lo, hi;
+        v_range(t, &lo, &hi);
         for (int b = 0; b < NB; b++) {
             CHECK(fg_wtype_dequantize_row(t, w + b * bytes, y, elems) == 0);
             CHECK(fg_quant_decode(t, w + b * bytes, 1, v, s, m) == 0);
             for (int i = 0; i < elems; i++) {
                 const float r = s[i / 16] * (float)v[i] + m[i / 16];
                 bad += !(r == y[i]);
-                const int iq4 = t == FG_WTYPE_IQ4_NL || t == FG_WTYPE_IQ4_XS;
-                range += iq4 ? v[i] < -127 || v[i] > 113 : v[i] < -32 || v[i] > 31;
+                range += v[i] < lo || v[i] > hi;
                 if (!fg_quant_has_min(t))
                     bad += m[i / 16] != 0.0f;
             }
@@ -128,7 +194,7 @@ static void test_decode(void)
         free(w);
     }
     CHECK(fg_quant_decode(FG_WTYPE_Q8_0, NULL, 0, NULL, NULL, NULL) == -1);
-    CHECK(!fg_quant_decodes(FG_WTYPE_MXFP4) && !fg_quant_decodes(FG_WTYPE_F32) && !fg_quant_decodes(16));
+    CHECK(!fg_quant_decodes(FG_WTYPE_MXFP4) && !fg_quant_decodes(FG_WTYPE_F32) && !fg_quant_decodes(15));
 }
 
 static void test_validate(void)
@@ -146,13 +212,13 @@ static void test_validate(void)
             const uint16_t bad[2] = {0x7c00 /* inf */, 0xfe00 /* NaN */};
             for (int q = 0; q < 2; q++) {
                 uint8_t *blk = w + (2 * 3 + 1) * bytes; /* row 2, block 1 */
-                uint16_t keep;
-                memcpy(&keep, blk + off[k], 2);
-                memcpy(blk + off[k], &bad[q], 2);
+                uint8_t keep[256];
+                memcpy(keep, blk, (size_t)bytes);
+                put_f16(blk, off[k], bad[q]);
                 CHECK_MSG(fg_wtype_validate_rows(t, w, n_in, rows, &r, &b) == -1 && r == 2 && b == 1,
                           "%s field %d value %04x: %lld %lld", tname(t), k, bad[q], (long long)r, (long long)b);
                 CHECK(fg_wtype_validate_rows(t, w, n_in, 2, NULL, NULL) == 0); /* rows 0, 1 only */
-                memcpy(blk + off[k], &keep, 2);
+                memcpy(blk, keep, (size_t)bytes);
             }
         }
         /* a row that is not a whole number of blocks */
@@ -408,7 +474,7 @@ static void test_errors(void)
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_K, w, 256 + 32, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q4_0, w, 48, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q6_K, w, 256, 1, x, 1, y, NULL) == -1); /* no scratch */
-    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 16 /* iq2_xxs */, w, 256, 1, x, 1, y, scratch) == -1);
+    CHECK(fg_matmul(NULL, FG_ISA_AUTO, 15 /* q8_K */, w, 256, 1, x, 1, y, scratch) == -1);
     CHECK(fg_matmul(NULL, FG_ISA_AUTO, FG_WTYPE_Q6_K, w, 256, 1, x, 1, y, scratch) == 0 && y[0] == 0.0f);
     free(scratch);
 }
@@ -417,6 +483,7 @@ int main(void)
 {
     rng_seed(0x51ed27c1a3b5f9e7ull);
     fg_test_matmul_setup("test_quants");
+    test_grids();
     test_vectors();
     test_decode();
     test_validate();

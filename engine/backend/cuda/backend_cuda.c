@@ -257,8 +257,9 @@ static fg_err open_ep(cuda_backend *c, const fg_backend_options *o, fg_diag *dia
     return FG_OK;
 }
 
-/* The CUDA kernels compute with F32, F16, BF16 and Q8_0 weights only; a
- * model with other block types (MXFP4, the K-quants, ...) runs on the CPU. */
+/* The CUDA kernels compute with F32, F16, BF16 and Q8_0 weights, and MXFP4
+ * routed experts (as V4's converter writes them; kernels/cuda/matmul.cuh); a
+ * model with other block types (the K-quants, ...) runs on the CPU. */
 static fg_err check_types(const fg_model *m, fg_diag *diag)
 {
     for (int il = -1; il < m->hp.n_layer; il++) {
@@ -274,15 +275,16 @@ static fg_err check_types(const fg_model *m, fg_diag *diag)
             const fg_weight *w = ws[i];
             if (!w || !w->data)
                 continue;
+            const bool routed = L && (w == &L->gate_exps || w == &L->up_exps || w == &L->down_exps);
             if (w->type != FG_WTYPE_F32 && w->type != FG_WTYPE_F16 && w->type != FG_WTYPE_BF16 &&
-                w->type != FG_WTYPE_Q8_0)
+                w->type != FG_WTYPE_Q8_0 && !(routed && w->type == FG_WTYPE_MXFP4))
             {
                 char where[32] = "the embedding or head";
                 if (L)
                     snprintf(where, sizeof where, "layer %d", il);
                 return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
                                    "backend cuda: %s has a %s weight; the CUDA kernels compute with f32, f16, bf16, "
-                                   "q8_0: set model.backend to cpu",
+                                   "q8_0 (and mxfp4 routed experts): set model.backend to cpu",
                                    where, fg_ggml_type_name((uint32_t)w->type));
             }
         }

@@ -184,7 +184,7 @@ static fg_err moe_layer_ep(cuda_backend *c, const fg_dlayer *ly, int n, fg_diag 
                 c->picks[c->h_ids[i]]++;
     c->ep_next = il + 1; /* this layer's exchange runs now, whatever it returns */
     fg_diag xd;
-    const fg_err xe = fg_moe_ep_experts(c->ep, &c->m->layers[il], n, c->h_ids, c->h_w, c->h_xn, c->h_x, &xd);
+    const fg_err xe = fg_moe_ep_experts(c->ep, il, n, c->h_ids, c->h_w, c->h_xn, c->h_x, &xd);
     if (xe != FG_OK && c->ep_err == FG_OK) {
         c->ep_err = xe;
         c->ep_diag = xd;
@@ -398,7 +398,7 @@ fg_err fg_cuda_forward_run(cuda_backend *c, const int32_t *tokens, fg_fwd_seq *s
         if (!c->m->layers[il].is_moe)
             continue;
         fg_diag xd;
-        const fg_err xe = fg_moe_ep_experts(c->ep, &c->m->layers[il], 0, NULL, NULL, NULL, NULL, &xd);
+        const fg_err xe = fg_moe_ep_experts(c->ep, il, 0, NULL, NULL, NULL, NULL, &xd);
         if (xe != FG_OK && e == FG_OK)
             e = fg_diag_set(diag, xe, "%s", xd.msg);
     }

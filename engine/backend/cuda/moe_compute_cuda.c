@@ -42,12 +42,11 @@ typedef struct cuda_compute {
 } cuda_compute;
 
 /* Steps 1 to 4 of the header; on error the results are not written. */
-static fg_err run_round(cuda_compute *k, const fg_layer *ly, const fg_moe_rows *r, int *n_sorted, fg_diag *diag)
+static fg_err run_round(cuda_compute *k, int il, const fg_moe_rows *r, int *n_sorted, fg_diag *diag)
 {
     cuda_backend *c = k->c;
     const int d = k->d, E = k->E, Fe = k->Fe;
     *n_sorted = 0;
-    const ptrdiff_t il = ly - c->m->layers;
     if (il < 0 || il >= c->m->hp.n_layer || !c->layers[il].is_moe)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cuda experts: not a MoE layer of this backend's model");
     const fg_dlayer *dl = &c->layers[il];
@@ -104,11 +103,11 @@ static fg_err run_round(cuda_compute *k, const fg_layer *ly, const fg_moe_rows *
     return FG_OK;
 }
 
-static fg_err cuda_run(fg_moe_compute *base, const fg_layer *ly, const fg_moe_rows *r, fg_diag *diag)
+static fg_err cuda_run(fg_moe_compute *base, int il, const fg_moe_rows *r, fg_diag *diag)
 {
     cuda_compute *k = (cuda_compute *)base;
     int done = 0;
-    const fg_err e = run_round(k, ly, r, &done, diag);
+    const fg_err e = run_round(k, il, r, &done, diag);
     if (e != FG_OK) {
         /* The peers get zeros for their rows rather than whatever the buffer held; the error is this rank's. */
         cudaGetLastError();

@@ -13,12 +13,18 @@
 
 #include "engine/model/deepseek2/model.h"
 #include "engine/model/deepseek2/moe_route.h"
+#include "engine/model/deepseek4/model.h"
 #include "engine/model/rope.h"
+#include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_attn.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/vecops.h"
+#include "kernels/cuda/ds4_attn.cuh"
+#include "kernels/cuda/ds4_compress.cuh"
+#include "kernels/cuda/ds4_hc.cuh"
+#include "kernels/cuda/ds4_index.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mla_attn.cuh"
@@ -234,6 +240,8 @@ static uint8_t *make_weights(ctx *c, int wtype, int n_in, int n_out, int n_mat, 
         }
         if (wtype == FG_WTYPE_Q8_0)
             fg_quantize_row_q8_0(f, (fg_block_q8_0 *)dst, n_in);
+        if (wtype == FG_WTYPE_MXFP4)
+            (void)fg_quantize_row_mxfp4(f, (fg_block_mxfp4 *)dst, n_in); /* n_in % 32 == 0 here */
     }
     free(f);
     return w;
@@ -241,7 +249,11 @@ static uint8_t *make_weights(ctx *c, int wtype, int n_in, int n_out, int n_mat, 
 
 static const char *wtype_name(int t)
 {
-    return t == FG_WTYPE_F32 ? "f32" : t == FG_WTYPE_F16 ? "f16" : t == FG_WTYPE_BF16 ? "bf16" : "q8_0";
+    return t == FG_WTYPE_F32    ? "f32"
+           : t == FG_WTYPE_F16  ? "f16"
+           : t == FG_WTYPE_BF16 ? "bf16"
+           : t == FG_WTYPE_Q8_0 ? "q8_0"
+                                : "mxfp4";
 }
 
 static void check_matmul(ctx *c, int wtype, int n_in, int n_out, int n_tok, int n_mat)
@@ -546,19 +558,284 @@ static void check_sample(ctx *c)
     free(lg);
 }
 
+/* ---- DeepSeek V4 (deepseek4) ops, against kernels/cpu/ds4_ops.h ---- */
+
+/* CSA pooling: the kernel computes the reference's double softmax with the
+ * device's exp (both within an ulp of double); only the final f32 rounding can
+ * then differ, by one ulp (2^-23 relative): nmse <= 2^-46 ~ 1.4e-14. */
+static void check_ds4_pool_csa(ctx *c, int width)
+{
+    const int nb = 5, r = FG_DS4_CSA;
+    const size_t blk = (size_t)r * 2 * 2 * width;
+    float *cur = malloc(sizeof(float) * nb * blk), *prev = malloc(sizeof(float) * nb * blk);
+    float *ref = malloc(sizeof(float) * nb * width), *got = malloc(sizeof(float) * nb * width);
+    int32_t has_prev[5] = {0, 1, 1, 1, 1}; /* block 0 of a sequence, then later ones */
+    fill(c, cur, nb * blk, 4.0f);
+    fill(c, prev, nb * blk, 4.0f);
+    for (int b = 0; b < nb; b++)
+        fg_ds4_pool_csa(r, width, cur + b * blk, has_prev[b] ? prev + b * blk : NULL, ref + (size_t)b * width);
+    dbuf bc, bp, bh, bo;
+    fg_cuda_ds4_pool_csa_params p = {.row = dnew(&bo, sizeof(float) * nb * width),
+                                     .cur = dput(&bc, cur, sizeof(float) * nb * blk),
+                                     .prev = dput(&bp, prev, sizeof(float) * nb * blk),
+                                     .has_prev = dput(&bh, has_prev, sizeof has_prev), .n_blocks = nb, .r = r,
+                                     .width = width};
+    char v[40];
+    snprintf(v, sizeof v, "csa r4 5x%d", width);
+    if (launched(c, "ds4_pool", v, fg_cuda_ds4_pool_csa(&p, &c->launch)) &&
+        dget(&bo, got, sizeof(float) * nb * width))
+        compare(c, "ds4_pool", v, ref, got, (size_t)nb * width, 1e-13, guards_ok(&bo));
+    dfree(&bc), dfree(&bp), dfree(&bh), dfree(&bo);
+    free(cur), free(prev), free(ref), free(got);
+}
+
+/* HCA online softmax in f32, the same operations in the same order; the
+ * device's expf (2 ulp) and contracted multiply-adds differ from glibc's by a
+ * few ulp per token; over a 128-token block that compounds to at most ~128 x
+ * 4 x 2^-24 ~ 3e-5 relative, nmse <= 1e-9 (random data: far below). Three
+ * sequences: 300 tokens from position 0 (two closed blocks and an open one),
+ * 50 from 100 on a state carried in (closes one at 127), one token at 383. */
+static void check_ds4_hca(ctx *c)
+{
+    const int D = 512, R = FG_DS4_HCA, ns = 3, ntok = 351;
+    const int32_t tok0[3] = {0, 300, 350}, n_tok[3] = {300, 50, 1}, pos0[3] = {0, 100, 383}, row0[3] = {0, 2, 3};
+    const int n_rows = 4;
+    float *k = malloc(sizeof(float) * ntok * D), *g = malloc(sizeof(float) * ntok * D);
+    float *ape = malloc(sizeof(float) * R * D), *pre = malloc(sizeof(float) * 100 * D);
+    float *st = calloc((size_t)ns * 3 * D, sizeof(float)), *st_ref = malloc(sizeof(float) * ns * 3 * D);
+    float *ref = calloc((size_t)n_rows * D, sizeof(float)), *got = malloc(sizeof(float) * n_rows * D);
+    float *st_got = malloc(sizeof(float) * ns * 3 * D);
+    fill(c, k, (size_t)ntok * D, 2.0f);
+    fill(c, g, (size_t)ntok * D, 4.0f);
+    fill(c, ape, (size_t)R * D, 1.0f);
+    fill(c, pre, (size_t)100 * D, 2.0f);
+    /* sequence 1 arrives with positions 0..99 folded; sequence 2 with 256..382 */
+    for (int i = 0; i < 100; i++)
+        fg_ds4_hca_fold(st + 3 * D, pre + (size_t)i * D, pre + (size_t)(99 - i) * D, ape + (size_t)i * D, i, D);
+    for (int i = 0; i < R - 1; i++)
+        fg_ds4_hca_fold(st + 6 * D, pre + (size_t)(i % 100) * D, k + (size_t)i * D, ape + (size_t)i * D, i, D);
+    memcpy(st_ref, st, sizeof(float) * ns * 3 * D);
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < n_tok[s]; i++) {
+            const int pos = pos0[s] + i, slot = pos % R, t = tok0[s] + i;
+            fg_ds4_hca_fold(st_ref + (size_t)s * 3 * D, k + (size_t)t * D, g + (size_t)t * D, ape + (size_t)slot * D,
+                            slot, D);
+            if (slot == R - 1)
+                fg_ds4_hca_row(st_ref + (size_t)s * 3 * D, D, ref + (size_t)(row0[s] + pos / R - pos0[s] / R) * D);
+        }
+    dbuf bs, br, bk, bg, ba, b0, bn, bp, bw;
+    fg_cuda_ds4_hca_params p = {.state = dput(&bs, st, sizeof(float) * ns * 3 * D),
+                                .rows = dnew(&br, sizeof(float) * n_rows * D),
+                                .k = dput(&bk, k, sizeof(float) * ntok * D), .g = dput(&bg, g, sizeof(float) * ntok * D),
+                                .ape = dput(&ba, ape, sizeof(float) * R * D), .tok0 = dput(&b0, tok0, sizeof tok0),
+                                .n_tok = dput(&bn, n_tok, sizeof n_tok), .pos0 = dput(&bp, pos0, sizeof pos0),
+                                .row0 = dput(&bw, row0, sizeof row0), .n_seq = ns, .ratio = R, .D = D};
+    if (launched(c, "ds4_pool", "hca r128 3 seqs", fg_cuda_ds4_hca(&p, &c->launch)) &&
+        dget(&br, got, sizeof(float) * n_rows * D) && dget(&bs, st_got, sizeof(float) * ns * 3 * D)) {
+        compare(c, "ds4_pool", "hca r128 rows", ref, got, (size_t)n_rows * D, 1e-9, guards_ok(&br));
+        compare(c, "ds4_pool", "hca r128 state", st_ref, st_got, (size_t)ns * 3 * D, 1e-9, guards_ok(&bs));
+    }
+    dfree(&bs), dfree(&br), dfree(&bk), dfree(&bg), dfree(&ba), dfree(&b0), dfree(&bn), dfree(&bp), dfree(&bw);
+    free(k), free(g), free(ape), free(pre), free(st), free(st_ref), free(ref), free(got), free(st_got);
+}
+
+/* Indexer scores: f32 dots of Di terms summed in another order (a warp tree
+ * against the CPU's running sum): each dot within Di x 2^-24 of sum |q k|,
+ * about sqrt(Di) times the dot on random data, so ~1e-5 relative at Di = 128
+ * (a head whose dot sits that close to 0 may flip its relu, moving the score
+ * by the same amount): nmse <= 1e-8. Three tokens of two sequences, rows
+ * past a block edge (32) and a token with none. */
+static void check_ds4_index_score(ctx *c)
+{
+    const int Hi = 64, Di = 128, nt = 3, max_rows = 300, n_keys = 600;
+    const int32_t key0[3] = {0, 0, 300}, n_rows[3] = {257, 0, 300};
+    float *q = malloc(sizeof(float) * nt * Hi * Di), *w = malloc(sizeof(float) * nt * Hi);
+    float *keys = malloc(sizeof(float) * n_keys * Di);
+    float *ref = calloc((size_t)nt * max_rows, sizeof(float)), *got = malloc(sizeof(float) * nt * max_rows);
+    fill(c, q, (size_t)nt * Hi * Di, 1.0f);
+    fill(c, w, (size_t)nt * Hi, 0.1f);
+    fill(c, keys, (size_t)n_keys * Di, 1.0f);
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < n_rows[t]; r++)
+            ref[(size_t)t * max_rows + r] = fg_ds4_index_score(q + (size_t)t * Hi * Di, w + (size_t)t * Hi,
+                                                              keys + (size_t)(key0[t] + r) * Di, Hi, Di);
+    dbuf bs, bq, bw, bk, b0, bn;
+    fg_cuda_ds4_index_score_params p = {.scores = dput(&bs, ref, sizeof(float) * nt * max_rows), /* rows past n: kept */
+                                        .q = dput(&bq, q, sizeof(float) * nt * Hi * Di),
+                                        .w = dput(&bw, w, sizeof(float) * nt * Hi),
+                                        .keys = dput(&bk, keys, sizeof(float) * n_keys * Di),
+                                        .key0 = dput(&b0, key0, sizeof key0), .n_rows = dput(&bn, n_rows, sizeof n_rows),
+                                        .stride = max_rows, .max_rows = max_rows, .n_tok = nt, .Hi = Hi, .Di = Di};
+    if (p.scores)
+        cudaMemset(p.scores, 0, sizeof(float) * nt * max_rows);
+    if (launched(c, "ds4_index", "scores 64x128, 3 tokens", fg_cuda_ds4_index_score(&p, &c->launch)) &&
+        dget(&bs, got, sizeof(float) * nt * max_rows))
+        compare(c, "ds4_index", "scores 64x128, 3 tokens", ref, got, (size_t)nt * max_rows, 1e-8, guards_ok(&bs));
+    dfree(&bs), dfree(&bq), dfree(&bw), dfree(&bk), dfree(&b0), dfree(&bn);
+    free(q), free(w), free(keys), free(ref), free(got);
+}
+
+/* Top-k on the same scores for both (no rounding in between): the selected
+ * rows must be exactly the CPU's, in its order. Scores on a grid of 1/8 so
+ * that ties are frequent; n below, at and far above k. */
+static void check_ds4_topk(ctx *c, int k)
+{
+    const int nt = 4, stride = 3000;
+    const int32_t n_rows[4] = {3000, 1, 700, 0};
+    float *s = malloc(sizeof(float) * nt * stride);
+    int32_t *ref = calloc((size_t)nt * k, sizeof(int32_t)), *got = calloc((size_t)nt * k, sizeof(int32_t));
+    int32_t ref_n[4], got_n[4];
+    int *tmp = malloc(sizeof(int) * (size_t)k);
+    for (size_t i = 0; i < (size_t)nt * stride; i++)
+        s[i] = roundf(frand(c) * 64.0f) / 8.0f;
+    for (int t = 0; t < nt; t++) {
+        ref_n[t] = fg_ds4_top_k(s + (size_t)t * stride, n_rows[t], k, tmp);
+        for (int i = 0; i < ref_n[t]; i++)
+            ref[(size_t)t * k + i] = tmp[i];
+    }
+    dbuf bo, bn, bs, br;
+    fg_cuda_ds4_topk_params p = {.sel = dput(&bo, got, sizeof(int32_t) * nt * k), .n_sel = dnew(&bn, sizeof got_n),
+                                 .scores = dput(&bs, s, sizeof(float) * nt * stride),
+                                 .n_rows = dput(&br, n_rows, sizeof n_rows), .stride = stride, .n_tok = nt, .k = k};
+    char v[40];
+    snprintf(v, sizeof v, "top-%d of 3000/1/700/0", k);
+    if (launched(c, "ds4_index", v, fg_cuda_ds4_topk(&p, &c->launch)) && dget(&bo, got, sizeof(int32_t) * nt * k) &&
+        dget(&bn, got_n, sizeof got_n)) {
+        int bad = -1;
+        for (int t = 0; t < nt && bad < 0; t++) {
+            if (got_n[t] != ref_n[t])
+                bad = t;
+            for (int i = 0; i < ref_n[t] && bad < 0; i++)
+                if (got[(size_t)t * k + i] != ref[(size_t)t * k + i])
+                    bad = t;
+        }
+        const int guards = guards_ok(&bo) && guards_ok(&bn);
+        report(c, "ds4_index", v, bad < 0 && guards,
+               bad >= 0 ? "token %.0f: rows differ (count %.0f)"
+               : guards ? "rows equal (%.0f tokens, k = %.0f)"
+                        : "guard bytes overwritten (%.0f tokens, k = %.0f)",
+               bad >= 0 ? bad : nt, bad >= 0 ? got_n[bad] : k);
+    }
+    dfree(&bo), dfree(&bn), dfree(&bs), dfree(&br);
+    free(s), free(ref), free(got), free(tmp);
+}
+
+/* Attention with a sink against the CPU's tiles of FG_DS4_ATTN_TILE keys
+ * (fg_ds4_attn_tile, fg_ds4_attn_finish), on RMS-normalised-like data
+ * (logits O(1)). A logit is an f32 dot of D terms in another order: off by
+ * D x 2^-24 x sum |q k| x scale ~ 1e-6 at D = 512; a softmax weight moves by
+ * that relative, and the output (a weighted mean of the keys) by about the
+ * same, spread over 32-key tiles against the CPU's 64 with their own expf:
+ * nmse ~ 1e-11, tolerance 1e-8 (as MLA attention). Tokens: a CSA layer's
+ * 128 window rows + 512 selected rows (in the indexer's ascending order), an
+ * HCA layer's window + 40 rows, 5 window rows, and none (the sink alone). */
+static void check_ds4_attn(ctx *c)
+{
+    const int H = 16, D = 512, nt = 4, n_keys_pool = 2048, kstride = 640;
+    const int32_t n_keys[4] = {640, 168, 5, 0};
+    const float scale = 1.0f / sqrtf((float)D);
+    float *q = malloc(sizeof(float) * nt * H * D), *keys = malloc(sizeof(float) * n_keys_pool * D);
+    float *sinks = malloc(sizeof(float) * H), *ref = malloc(sizeof(float) * nt * H * D);
+    float *got = malloc(sizeof(float) * nt * H * D), *gath = malloc(sizeof(float) * FG_DS4_ATTN_TILE * D);
+    float *acc = malloc(sizeof(float) * D), lg[FG_DS4_ATTN_TILE];
+    int32_t *kidx = calloc((size_t)nt * kstride, sizeof(int32_t));
+    fill(c, q, (size_t)nt * H * D, 1.7f);
+    fill(c, keys, (size_t)n_keys_pool * D, 1.7f);
+    fill(c, sinks, (size_t)H, 2.0f);
+    for (int t = 0; t < nt; t++) /* the window (a ring: rows wrap), then compressed rows ascending */
+        for (int j = 0; j < n_keys[t]; j++)
+            kidx[(size_t)t * kstride + j] = j < 128 ? (int32_t)((t * 300 + 97 + j) % 128) : (int32_t)(128 + 3 * (j - 128) + t);
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < H; h++) {
+            float m = -INFINITY, l = 0;
+            memset(acc, 0, sizeof(float) * D);
+            for (int j0 = 0; j0 < n_keys[t]; j0 += FG_DS4_ATTN_TILE) {
+                const int nj = n_keys[t] - j0 < FG_DS4_ATTN_TILE ? n_keys[t] - j0 : FG_DS4_ATTN_TILE;
+                for (int j = 0; j < nj; j++)
+                    memcpy(gath + (size_t)j * D, keys + (size_t)kidx[(size_t)t * kstride + j0 + j] * D,
+                           sizeof(float) * D);
+                fg_ds4_attn_tile(q + ((size_t)t * H + h) * D, gath, nj, D, scale, &m, &l, acc, lg);
+            }
+            fg_ds4_attn_finish(m, l, acc, sinks[h], D, ref + ((size_t)t * H + h) * D);
+        }
+    dbuf bo, bq, bk, bi, bn, bs;
+    fg_cuda_ds4_attn_params p = {.out = dnew(&bo, sizeof(float) * nt * H * D), .q = dput(&bq, q, sizeof(float) * nt * H * D),
+                                 .keys = dput(&bk, keys, sizeof(float) * n_keys_pool * D),
+                                 .kidx = dput(&bi, kidx, sizeof(int32_t) * nt * kstride),
+                                 .n_keys = dput(&bn, n_keys, sizeof n_keys), .sinks = dput(&bs, sinks, sizeof(float) * H),
+                                 .kstride = kstride, .n_tok = nt, .H = H, .D = D, .scale = scale};
+    if (launched(c, "ds4_attn", "16x512 640/168/5/0 keys", fg_cuda_ds4_attn(&p, &c->launch)) &&
+        dget(&bo, got, sizeof(float) * nt * H * D))
+        compare(c, "ds4_attn", "16x512 640/168/5/0 keys", ref, got, (size_t)nt * H * D, 1e-8, guards_ok(&bo));
+    dfree(&bo), dfree(&bq), dfree(&bk), dfree(&bi), dfree(&bn), dfree(&bs);
+    free(q), free(keys), free(sinks), free(ref), free(got), free(gath), free(acc), free(kidx);
+}
+
+/* mHC: the weights are the same double operations in the same order, so the
+ * f32 weights are equal or one ulp apart (a device exp within an ulp of
+ * double moving a rounding): nmse <= 2^-46, tolerance 1e-12. The streams'
+ * sums are 4-5 f32 products (contracted to FMAs on the device, not on the
+ * CPU): a few ulp of sum |w x|, nmse ~ 1e-13 on random signs, tolerance
+ * 1e-10 (as RMSNorm). V4's 20 Sinkhorn iterations; 1 (rows only) too. */
+static void check_ds4_hc(ctx *c, int iters)
+{
+    const int nt = 5, E = 4096, M = FG_DS4_OPS_HC_MIX;
+    const float eps = 1e-6f;
+    float mix[5 * 24], scale[3], base[24], w_ref[5 * 24], w_got[5 * 24];
+    float *x = malloc(sizeof(float) * nt * 4 * E), *o = malloc(sizeof(float) * nt * E);
+    float *y_ref = malloc(sizeof(float) * nt * E), *y_got = malloc(sizeof(float) * nt * E);
+    float *out_ref = malloc(sizeof(float) * nt * 4 * E), *out_got = malloc(sizeof(float) * nt * 4 * E);
+    fill(c, mix, (size_t)nt * M, 3.0f);
+    fill(c, base, (size_t)M, 1.0f);
+    for (int i = 0; i < 3; i++)
+        scale[i] = 1.0f + 0.5f * frand(c);
+    fill(c, x, (size_t)nt * 4 * E, 2.0f);
+    fill(c, o, (size_t)nt * E, 2.0f);
+    for (int t = 0; t < nt; t++) {
+        fg_ds4_hc_weights(mix + t * M, scale, base, eps, iters, w_ref + t * M);
+        fg_ds4_hc_pre(w_ref + t * M, x + (size_t)t * 4 * E, E, y_ref + (size_t)t * E);
+        fg_ds4_hc_post(w_ref + t * M, o + (size_t)t * E, x + (size_t)t * 4 * E, E, out_ref + (size_t)t * 4 * E);
+    }
+    dbuf bw, by, bm, bx, bs, bb, bo, bout;
+    fg_cuda_ds4_hc_pre_params p = {.w = dnew(&bw, sizeof w_got), .y = dnew(&by, sizeof(float) * nt * E),
+                                   .mix = dput(&bm, mix, sizeof mix), .x = dput(&bx, x, sizeof(float) * nt * 4 * E),
+                                   .scale = dput(&bs, scale, sizeof scale), .base = dput(&bb, base, sizeof base),
+                                   .n_tok = nt, .E = E, .iters = iters, .eps = eps};
+    char v[40];
+    snprintf(v, sizeof v, "pre 5x4x%d, %d iters", E, iters);
+    if (launched(c, "ds4_hc", v, fg_cuda_ds4_hc_pre(&p, &c->launch)) && dget(&bw, w_got, sizeof w_got) &&
+        dget(&by, y_got, sizeof(float) * nt * E)) {
+        compare(c, "ds4_hc", "weights (Sinkhorn)", w_ref, w_got, (size_t)nt * M, 1e-12, guards_ok(&bw));
+        compare(c, "ds4_hc", v, y_ref, y_got, (size_t)nt * E, 1e-10, guards_ok(&by));
+        /* post from the CPU's weights, so that its check is the sums alone */
+        cudaMemcpy(p.w, w_ref, sizeof w_ref, cudaMemcpyHostToDevice);
+        fg_cuda_ds4_hc_post_params q = {.out = dnew(&bout, sizeof(float) * nt * 4 * E), .w = p.w,
+                                        .o = dput(&bo, o, sizeof(float) * nt * E), .x = p.x, .n_tok = nt, .E = E};
+        snprintf(v, sizeof v, "post 5x4x%d", E);
+        if (launched(c, "ds4_hc", v, fg_cuda_ds4_hc_post(&q, &c->launch)) &&
+            dget(&bout, out_got, sizeof(float) * nt * 4 * E))
+            compare(c, "ds4_hc", v, out_ref, out_got, (size_t)nt * 4 * E, 1e-10, guards_ok(&bout));
+        dfree(&bo), dfree(&bout);
+    }
+    dfree(&bw), dfree(&by), dfree(&bm), dfree(&bx), dfree(&bs), dfree(&bb);
+    free(x), free(o), free(y_ref), free(y_got), free(out_ref), free(out_got);
+}
+
 int fg_cuda_selfcheck_ops(FILE *out, int sm)
 {
     ctx c = {.out = out, .launch = {.sm = sm, .stream = NULL}, .rng = 0x9e3779b97f4a7c15ull, .pool = fg_pool_create(0)};
     check_rmsnorm(&c);
     check_rope(&c, 0.0f);
     check_rope(&c, 40.0f);
-    const int types[] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0};
-    for (int i = 0; i < 4; i++) {
+    /* MXFP4: the products of V4's routed experts (and of any MXFP4 matrix); no embedding lookup */
+    const int types[] = {FG_WTYPE_F32, FG_WTYPE_F16, FG_WTYPE_BF16, FG_WTYPE_Q8_0, FG_WTYPE_MXFP4};
+    for (int i = 0; i < 5; i++) {
         check_matmul(&c, types[i], 7168, 96, 1, 1);     /* decode: one token */
         check_matmul(&c, types[i], 1024, 200, 13, 1);   /* a partial token tile */
         check_matmul(&c, types[i], 128, 512, 9, 16);    /* per-head absorb: 16 matrices over column blocks */
         check_moe_experts(&c, types[i]);
-        check_get_rows(&c, types[i]);
+        if (types[i] != FG_WTYPE_MXFP4)
+            check_get_rows(&c, types[i]);
     }
     for (int f = 0; f < FG_KV__COUNT; f++) {
         check_kv_write(&c, f);
@@ -569,6 +846,15 @@ int fg_cuda_selfcheck_ops(FILE *out, int sm)
     check_moe_route(&c, FG_CUDA_GATING_SOFTMAX, 1, 1, 0);
     check_moe_route(&c, FG_CUDA_GATING_SIGMOID, 1, 1, 1);
     check_sample(&c);
+    check_ds4_pool_csa(&c, 512); /* the attention compressor (D) */
+    check_ds4_pool_csa(&c, 128); /* the indexer's (Di) */
+    check_ds4_hca(&c);
+    check_ds4_index_score(&c);
+    check_ds4_topk(&c, 512); /* V4's top_k */
+    check_ds4_topk(&c, 16);
+    check_ds4_attn(&c);
+    check_ds4_hc(&c, 20);
+    check_ds4_hc(&c, 1);
     fg_pool_destroy(c.pool);
     return c.failed;
 }

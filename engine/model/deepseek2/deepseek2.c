@@ -5,6 +5,7 @@
 
 #include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
+#include "kernels/cpu/vecops.h"
 
 fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_format format, fg_diag *diag)
 {
@@ -81,6 +82,23 @@ static void ds2_forward_count_experts(fg_arch_forward_t *f, _Atomic uint64_t *si
     fg_forward_count_experts(fwd(f), sink);
 }
 
+/* deepseek2's SwiGLU, as forward.c runs it (no clamp). */
+static void ds2_act(fg_isa isa, float *gate, float *up, int n, float clamp)
+{
+    (void)clamp;
+    fg_silu_mul_isa(isa, gate, up, n);
+}
+
+static bool ds2_layer_experts(const fg_arch_model *am, int il, fg_arch_experts *out)
+{
+    const fg_model *m = fg_deepseek2_of(am);
+    if (il < 0 || il >= m->hp.n_layer || !m->layers[il].is_moe)
+        return false;
+    const fg_layer *ly = &m->layers[il];
+    *out = (fg_arch_experts){.gate = &ly->gate_exps, .up = &ly->up_exps, .down = &ly->down_exps, .act = ds2_act};
+    return true;
+}
+
 const fg_arch fg_arch_deepseek2 = {
     .name = "deepseek2",
     .load = ds2_load,
@@ -92,4 +110,5 @@ const fg_arch fg_arch_deepseek2 = {
     .forward_run = ds2_forward_run,
     .forward_set_ep = ds2_forward_set_ep,
     .forward_count_experts = ds2_forward_count_experts,
+    .layer_experts = ds2_layer_experts,
 };

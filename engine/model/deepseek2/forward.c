@@ -904,8 +904,8 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
         for (int i = 0; i < n * K; i++)
             f->picks[f->sel_ids[i]]++;
     if (f->ep) {
-        /* the model's own layer: the expert-parallel ranks read the unpacked weights */
-        fg_err err = fg_moe_ep_experts(f->ep, &f->m->layers[ly - f->layers], n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
+        /* by layer index: the expert-parallel ranks read the model's unpacked weights */
+        fg_err err = fg_moe_ep_experts(f->ep, (int)(ly - f->layers), n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
         if (err != FG_OK && f->ep_err == FG_OK)
             f->ep_err = err;
         add_shared_expert(f, ly, n); /* the shared expert runs where the token is */

@@ -207,6 +207,9 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
     m->base.n_layer = hp->n_layer;
     m->base.n_embd = hp->n_embd;
     m->base.n_expert = hp->n_expert;
+    m->base.n_expert_used = hp->n_expert_used;
+    m->base.n_ff_exp = hp->n_ff_exp;
+    m->base.n_layer_run = hp->n_layer;
     m->base.weight_bytes_total = total;
     m->base.weight_bytes_active = active;
     *out = m;

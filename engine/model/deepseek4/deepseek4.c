@@ -63,6 +63,21 @@ static void ds4_forward_count_experts(fg_arch_forward_t *f, _Atomic uint64_t *si
     fg_ds4_forward_count_experts(fwd(f), sink);
 }
 
+static void ds4_forward_set_ep(fg_arch_forward_t *f, fg_moe_ep_t *ep) { fg_ds4_forward_set_ep(fwd(f), ep); }
+
+/* Every block has routed experts, the MTP block (n_layer) too; hash layers
+ * differ only in their router, which runs on the token's home rank. */
+static bool ds4_layer_experts(const fg_arch_model *am, int il, fg_arch_experts *out)
+{
+    const fg_ds4_model *m = fg_deepseek4_of(am);
+    if (il < 0 || il >= m->hp.n_layer_all || m->hp.n_expert < 1)
+        return false;
+    const fg_ds4_layer *L = &m->layers[il];
+    *out = (fg_arch_experts){.gate = &L->gate_exps, .up = &L->up_exps, .down = &L->down_exps,
+                             .clamp = m->hp.clamp_exp[il], .act = fg_ds4_swiglu};
+    return true;
+}
+
 const fg_arch fg_arch_deepseek4 = {
     .name = "deepseek4",
     .load = ds4_load,
@@ -72,6 +87,7 @@ const fg_arch fg_arch_deepseek4 = {
     .forward_create = ds4_forward_create,
     .forward_destroy = ds4_forward_destroy,
     .forward_run = ds4_forward_run,
-    .forward_set_ep = NULL, /* expert parallelism: deepseek2 only (engine.c refuses) */
+    .forward_set_ep = ds4_forward_set_ep,
     .forward_count_experts = ds4_forward_count_experts,
+    .layer_experts = ds4_layer_experts,
 };

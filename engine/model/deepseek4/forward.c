@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/ep/moe_ep.h"
 #include "engine/model/deepseek4/cache.h"
 #include "engine/model/rope.h"
+#include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vecops.h"
 
@@ -28,6 +30,8 @@
  * calling thread (a pool barrier costs about as much); low enough that the
  * test fixture takes both paths. */
 #define PAR_MIN_WORK 4096
+_Static_assert(KEY_TILE == FG_DS4_ATTN_TILE, "the forward tiles attention as ds4_ops.h (the CUDA reference)");
+_Static_assert(FG_DS4_OPS_HC == FG_DS4_HC && FG_DS4_OPS_HC_MIX == FG_DS4_HC_MIX, "ds4_ops.h mixing layout");
 
 struct fg_ds4_forward {
     const fg_ds4_model *m;
@@ -38,6 +42,9 @@ struct fg_ds4_forward {
     int max_rows;                 /* compressed rows a CSA layer can hold (context / 4) */
     fg_rope rope_plain, rope_comp;
     float *mtp_out;
+    fg_moe_ep_t *ep;              /* expert parallelism: routed experts go through it; NULL: here */
+    fg_err ep_err;                /* this run's first exchange error */
+    fg_diag ep_diag;
     _Atomic uint64_t *count_sink;
     uint64_t *counts;             /* [X] picks this run */
     /* scratch, sized at create */
@@ -103,52 +110,10 @@ static void hc_pre(fg_ds4_forward_t *f, const fg_ds4_hc *hc, const float *x, int
     for (int t = 0; t < n; t++)
         fg_rmsnorm(f->flat + (size_t)t * E4, x + (size_t)t * E4, NULL, E4, hp->rms_eps);
     mm(f, &hc->fn, 0, f->flat, n, f->mix);
-    const double eps = hp->hc_eps;
     for (int t = 0; t < n; t++) {
-        const float *m = f->mix + (size_t)t * FG_DS4_HC_MIX;
         float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX;
-        double c[4][4]; /* c[d][s] */
-        for (int h = 0; h < 4; h++) {
-            w[h] = (float)(sigm((double)m[h] * hc->scale[0] + hc->base[h]) + eps);
-            w[4 + h] = (float)(2.0 * sigm((double)m[4 + h] * hc->scale[1] + hc->base[4 + h]));
-        }
-        for (int d = 0; d < 4; d++)
-            for (int s = 0; s < 4; s++)
-                c[d][s] = (double)m[8 + d + 4 * s] * hc->scale[2] + hc->base[8 + d + 4 * s];
-        /* Sinkhorn: softmax over d, + eps, rows; then iters-1 times columns, rows. */
-        for (int s = 0; s < 4; s++) {
-            double mx = c[0][s], sum = 0;
-            for (int d = 1; d < 4; d++)
-                mx = c[d][s] > mx ? c[d][s] : mx;
-            for (int d = 0; d < 4; d++)
-                sum += (c[d][s] = exp(c[d][s] - mx));
-            for (int d = 0; d < 4; d++)
-                c[d][s] = c[d][s] / sum + eps;
-        }
-        for (int it = 0; it < hp->hc_iters; it++) {
-            if (it > 0)
-                for (int s = 0; s < 4; s++) {
-                    double sum = 0;
-                    for (int d = 0; d < 4; d++)
-                        sum += c[d][s];
-                    for (int d = 0; d < 4; d++)
-                        c[d][s] /= sum + eps;
-                }
-            for (int d = 0; d < 4; d++) {
-                double sum = 0;
-                for (int s = 0; s < 4; s++)
-                    sum += c[d][s];
-                for (int s = 0; s < 4; s++)
-                    c[d][s] /= sum + eps;
-            }
-        }
-        for (int d = 0; d < 4; d++)
-            for (int s = 0; s < 4; s++)
-                w[8 + 4 * d + s] = (float)c[d][s];
-        const float *xt = x + (size_t)t * E4;
-        float *yt = y + (size_t)t * E;
-        for (int i = 0; i < E; i++)
-            yt[i] = w[0] * xt[i] + w[1] * xt[E + i] + w[2] * xt[2 * E + i] + w[3] * xt[3 * E + i];
+        fg_ds4_hc_weights(f->mix + (size_t)t * FG_DS4_HC_MIX, hc->scale, hc->base, hp->hc_eps, hp->hc_iters, w);
+        fg_ds4_hc_pre(w, x + (size_t)t * E4, E, y + (size_t)t * E);
     }
 }
 
@@ -156,16 +121,9 @@ static void hc_pre(fg_ds4_forward_t *f, const fg_ds4_hc *hc, const float *x, int
 static void hc_post(const fg_ds4_forward_t *f, const float *o, const float *x, int n, float *out)
 {
     const int E = f->m->hp.n_embd, E4 = FG_DS4_HC * E;
-    for (int t = 0; t < n; t++) {
-        const float *w = f->hcw + (size_t)t * FG_DS4_HC_MIX, *xt = x + (size_t)t * E4, *ot = o + (size_t)t * E;
-        float *yt = out + (size_t)t * E4;
-        for (int d = 0; d < 4; d++) {
-            const float *c = w + 8 + 4 * d;
-            for (int i = 0; i < E; i++)
-                yt[d * E + i] = w[4 + d] * ot[i] + c[0] * xt[i] + c[1] * xt[E + i] + c[2] * xt[2 * E + i] +
-                                c[3] * xt[3 * E + i];
-        }
-    }
+    for (int t = 0; t < n; t++)
+        fg_ds4_hc_post(f->hcw + (size_t)t * FG_DS4_HC_MIX, o + (size_t)t * E, x + (size_t)t * E4, E,
+                       out + (size_t)t * E4);
 }
 
 /* The output head: hc pre weights only, output_norm, the vocabulary matrix. */
@@ -203,45 +161,15 @@ static void rope_heads(const fg_rope *r, float *x, int n_heads, int w, int pos, 
         fg_rope_apply_coefs(r, cs, x + (size_t)h * w + (w - r->n_dims));
 }
 
-/* The SwiGLU with deepseek4's clamps: gate to at most c, up to [-c, c]. */
-static void swiglu(float *gate, float *up, int n, float c)
+void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
 {
+    (void)isa; /* the scalar SiLU on every ISA, as this pass has always run it */
     if (c > 1e-6f)
         for (int i = 0; i < n; i++) {
             gate[i] = gate[i] < c ? gate[i] : c;
             up[i] = up[i] < -c ? -c : up[i] > c ? c : up[i];
         }
     fg_silu_mul(gate, up, n);
-}
-
-/* The k highest of s[0..n) into out (ascending index), ties to the lower index. */
-static int top_k(const float *s, int n, int k, int *out)
-{
-    if (k >= n) {
-        for (int i = 0; i < n; i++)
-            out[i] = i;
-        return n;
-    }
-    /* out[0..k) kept sorted by (score desc, index asc); insertion (k is small). */
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (m == k && !(s[i] > s[out[k - 1]]))
-            continue;
-        int at = m < k ? m++ : k - 1;
-        while (at > 0 && s[i] > s[out[at - 1]]) {
-            out[at] = out[at - 1];
-            at--;
-        }
-        out[at] = i;
-    }
-    /* ascending index order (the order keys join the softmax) */
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            int tmp = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = tmp;
-        }
-    return k;
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -263,29 +191,8 @@ static void tile_run(void *ctx, int ith, int nth)
     long h0, h1;
     fg_pool_split(f->m->hp.n_head, 1, ith, nth, &h0, &h1);
     for (long h = h0; h < h1; h++) {
-        const float *qh = j->q + (size_t)h * D;
-        float *lg = f->tile + (size_t)h * KEY_TILE;
-        float mx = f->mh[h];
-        for (int k = 0; k < j->n; k++) {
-            const float *kk = j->keys + (size_t)k * D;
-            float s = 0;
-            for (int i = 0; i < D; i++)
-                s += qh[i] * kk[i];
-            lg[k] = s * scale;
-            mx = lg[k] > mx ? lg[k] : mx;
-        }
-        float *acc = f->acc + (size_t)h * D;
-        const float corr = expf(f->mh[h] - mx);
-        float l = f->lh[h] * corr;
-        for (int i = 0; i < D; i++)
-            acc[i] *= corr;
-        for (int k = 0; k < j->n; k++) {
-            const float p = expf(lg[k] - mx);
-            l += p;
-            fg_axpy(acc, p, j->keys + (size_t)k * D, D);
-        }
-        f->mh[h] = mx;
-        f->lh[h] = l;
+        fg_ds4_attn_tile(j->q + (size_t)h * D, j->keys, j->n, D, scale, &f->mh[h], &f->lh[h],
+                         f->acc + (size_t)h * D, f->tile + (size_t)h * KEY_TILE);
     }
 }
 
@@ -308,15 +215,7 @@ static void score_run(void *ctx, int ith, int nth)
     fg_pool_split(j->n, 16, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         fg_ds4_key_load(f->cache, j->kv, j->il, (int)r, k);
-        double s = 0;
-        for (int h = 0; h < Hi; h++) {
-            float d = 0;
-            for (int i = 0; i < Di; i++)
-                d += j->iq[(size_t)h * Di + i] * k[i];
-            if (d > 0)
-                s += (double)d * j->iw[h];
-        }
-        f->scores[r] = (float)s;
+        f->scores[r] = fg_ds4_index_score(j->iq, j->iw, k, Hi, Di);
     }
 }
 
@@ -361,13 +260,8 @@ static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float
             tile_run(&job, 0, 1);
     }
     const float *sinks = f->m->layers[il].sinks;
-    for (int h = 0; h < H; h++) {
-        const float mx = f->mh[h] > sinks[h] ? f->mh[h] : sinks[h];
-        const float corr = expf(f->mh[h] - mx);
-        const float inv = 1.0f / (f->lh[h] * corr + expf(sinks[h] - mx));
-        for (int i = 0; i < D; i++)
-            out[(size_t)h * D + i] = f->acc[(size_t)h * D + i] * corr * inv;
-    }
+    for (int h = 0; h < H; h++)
+        fg_ds4_attn_finish(f->mh[h], f->lh[h], f->acc + (size_t)h * D, sinks[h], D, out + (size_t)h * D);
 }
 
 /* ---------------------------------------------------------------- compressors */
@@ -386,30 +280,7 @@ static void finish_row(const fg_ds4_forward_t *f, int width, const float *norm, 
 static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *cur, const float *prev,
                      const float *norm, int pos0, float *row)
 {
-    const int cw = 2 * width;
-    for (int ch = 0; ch < width; ch++) {
-        double mx = -INFINITY;
-        for (int i = 0; i < r; i++) {
-            const double s = cur[((size_t)i * 2 + 1) * cw + width + ch];
-            mx = s > mx ? s : mx;
-            if (prev) {
-                const double sp = prev[((size_t)i * 2 + 1) * cw + ch];
-                mx = sp > mx ? sp : mx;
-            }
-        }
-        double sum = 0, acc = 0;
-        for (int i = 0; i < r; i++) {
-            double w = exp(cur[((size_t)i * 2 + 1) * cw + width + ch] - mx);
-            sum += w;
-            acc += w * cur[(size_t)i * 2 * cw + width + ch];
-            if (prev) {
-                w = exp(prev[((size_t)i * 2 + 1) * cw + ch] - mx);
-                sum += w;
-                acc += w * prev[(size_t)i * 2 * cw + ch];
-            }
-        }
-        row[ch] = (float)(acc / sum);
-    }
+    fg_ds4_pool_csa(r, width, cur, prev, row);
     finish_row(f, width, norm, pos0, row);
 }
 
@@ -420,22 +291,7 @@ static void pool_csa(const fg_ds4_forward_t *f, int r, int width, const float *c
 static void hca_token(const fg_ds4_layer *L, float *st, const float *k, const float *g,
                       int slot, int D)
 {
-    float *m = st, *sum = st + D, *acc = st + 2 * (size_t)D;
-    const float *ape = L->comp.ape + (size_t)slot * D;
-    for (int ch = 0; ch < D; ch++) {
-        const float s = g[ch] + ape[ch];
-        if (slot == 0) {
-            m[ch] = s;
-            sum[ch] = 1.0f;
-            acc[ch] = k[ch];
-            continue;
-        }
-        const float mx = s > m[ch] ? s : m[ch];
-        const float c = expf(m[ch] - mx), e = expf(s - mx);
-        sum[ch] = sum[ch] * c + e;
-        acc[ch] = acc[ch] * c + e * k[ch];
-        m[ch] = mx;
-    }
+    fg_ds4_hca_fold(st, k, g, L->comp.ape + (size_t)slot * D, slot, D);
 }
 
 /* Appends token t (position p) to the layer's compressor(s); a token that
@@ -451,8 +307,7 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
         float *st = (float *)(void *)(kv->state + c->layer[il].state_comp);
         hca_token(L, st, f->ck + (size_t)t * D, f->cg + (size_t)t * D, slot, D);
         if ((p + 1) % r == 0) {
-            for (int ch = 0; ch < D; ch++)
-                f->row[ch] = st[2 * (size_t)D + ch] / st[D + ch];
+            fg_ds4_hca_row(st, D, f->row);
             finish_row(f, D, L->comp.norm, p + 1 - r, f->row);
             fg_ds4_comp_store(c, kv, il, r, p / r, f->row, f->rowtmp);
         }
@@ -543,7 +398,7 @@ static void attention(fg_ds4_forward_t *f, int il, int n)
                 fg_pool_run(f->pool, score_run, &job);
             else
                 score_run(&job, 0, 1);
-            src.n_rows = top_k(f->scores, visible, hp->idx_top_k, f->sel);
+            src.n_rows = fg_ds4_top_k(f->scores, visible, hp->idx_top_k, f->sel);
             src.rows = f->sel;
         }
         float *o = f->heads + (size_t)t * H * D;
@@ -581,7 +436,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
             float *b = f->scores; /* X <= max_rows: checked at create */
             for (int e = 0; e < X; e++)
                 b[e] = p[e] + L->exp_probs_b[e];
-            top_k(b, X, K, ch);
+            fg_ds4_top_k(b, X, K, ch);
         }
         double sum = 0;
         for (int k = 0; k < K; k++)
@@ -597,7 +452,15 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         }
     }
     memset(f->f, 0, (size_t)n * E * sizeof(float));
-    for (int e = 0; e < X; e++) {
+    if (f->ep) {
+        /* Each token's routed experts run on the ranks that hold them and come back summed into f in
+         * ascending id order, as the loop below adds them; a failed exchange is kept and the pass goes on, so
+         * the peers complete every layer. */
+        const fg_err err = fg_moe_ep_experts(f->ep, il, n, f->chosen, f->wts, f->y, f->f, &f->ep_diag);
+        if (err != FG_OK && f->ep_err == FG_OK)
+            f->ep_err = err;
+    }
+    for (int e = 0; e < X && !f->ep; e++) {
         int cnt = 0;
         for (int t = 0; t < n; t++)
             for (int k = 0; k < K; k++)
@@ -612,7 +475,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         mm(f, &L->gate_exps, e, f->ein, cnt, f->eg);
         mm(f, &L->up_exps, e, f->ein, cnt, f->eu);
         for (int i = 0; i < cnt; i++)
-            swiglu(f->eg + (size_t)i * F, f->eu + (size_t)i * F, F, hp->clamp_exp[il]);
+            fg_ds4_swiglu(f->isa, f->eg + (size_t)i * F, f->eu + (size_t)i * F, F, hp->clamp_exp[il]);
         mm(f, &L->down_exps, e, f->eg, cnt, f->ed);
         for (int i = 0; i < cnt; i++)
             fg_axpy(f->f + (size_t)f->tok_of[i] * E, f->w_of[i], f->ed + (size_t)i * E, E);
@@ -622,7 +485,7 @@ static void moe(fg_ds4_forward_t *f, int il, const int32_t *tokens, int n)
         mm(f, &L->gate_shexp, 0, f->y, n, f->eg);
         mm(f, &L->up_shexp, 0, f->y, n, f->eu);
         for (int t = 0; t < n; t++)
-            swiglu(f->eg + (size_t)t * Fs, f->eu + (size_t)t * Fs, Fs, hp->clamp_shexp[il]);
+            fg_ds4_swiglu(f->isa, f->eg + (size_t)t * Fs, f->eu + (size_t)t * Fs, Fs, hp->clamp_shexp[il]);
         mm(f, &L->down_shexp, 0, f->eg, n, f->ed);
         for (int t = 0; t < n; t++)
             fg_axpy(f->f + (size_t)t * E, 1.0f, f->ed + (size_t)t * E, E);
@@ -735,17 +598,15 @@ static void run_batch(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *se
         if (f->mtp_out)
             heads_of(f, f->xm, seqs, n_seqs, m->mtp_norm, &m->mtp_output, f->mtp_out);
     }
-    for (int i = 0; i < n_seqs; i++) {
-        fg_kv_seq *kv = seqs[i].kv;
-        kv->n_tokens += seqs[i].n_tokens;
-        ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = kv->n_tokens;
-    }
 }
 
-fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+/* Checks a batch; *n_out gets its tokens. */
+static fg_err check_batch(const fg_ds4_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs,
+                          int *n_out, fg_diag *diag)
 {
     const int V = f->m->hp.n_vocab;
     int total = 0;
+    *n_out = 0;
     for (int i = 0; i < n_seqs; i++) {
         const fg_fwd_seq *s = &seqs[i];
         if (s->n_tokens < 1 || s->n_tokens > f->max_tokens)
@@ -775,9 +636,40 @@ fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq
     }
     if (total > f->max_tokens)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%d tokens in one run (at most %d)", total, f->max_tokens);
+    *n_out = total;
+    return FG_OK;
+}
+
+fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    int total;
+    const fg_err bad = check_batch(f, tokens, seqs, n_seqs, &total, diag);
+    if (bad != FG_OK) {
+        if (f->ep) { /* a refused batch still takes part in the exchanges, so that the peers complete */
+            fg_diag idle;
+            (void)fg_moe_ep_idle(f->ep, &idle);
+        }
+        return bad;
+    }
     memset(f->counts, 0, (size_t)f->m->hp.n_expert * sizeof *f->counts);
+    f->ep_err = FG_OK;
     if (total)
         run_batch(f, tokens, seqs, n_seqs, total);
+    else if (f->ep) /* no tokens here: the peers still exchange with us at every layer */
+        f->ep_err = fg_moe_ep_idle(f->ep, &f->ep_diag);
+    if (f->ep_err != FG_OK) {
+        /* The rings and compressor blocks took this run's tokens but the sequences do not advance: their state
+         * no longer matches their length, so a later run refuses them (FG_ERR_STATE) rather than go on from it. */
+        for (int i = 0; i < n_seqs && total; i++)
+            if (seqs[i].kv->n_tokens)
+                ((fg_ds4_state_head *)(void *)seqs[i].kv->state)->n_tokens = -1;
+        return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        fg_kv_seq *kv = seqs[i].kv;
+        kv->n_tokens += seqs[i].n_tokens;
+        ((fg_ds4_state_head *)(void *)kv->state)->n_tokens = kv->n_tokens;
+    }
     if (f->count_sink)
         for (int e = 0; e < f->m->hp.n_expert; e++)
             if (f->counts[e])
@@ -927,3 +819,5 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
 void fg_ds4_forward_set_mtp_out(fg_ds4_forward_t *f, float *mtp) { f->mtp_out = mtp; }
 
 void fg_ds4_forward_count_experts(fg_ds4_forward_t *f, _Atomic uint64_t *sink) { f->count_sink = sink; }
+
+void fg_ds4_forward_set_ep(fg_ds4_forward_t *f, fg_moe_ep_t *ep) { f->ep = ep; }

@@ -47,10 +47,27 @@ void fg_ds4_forward_set_mtp_out(fg_ds4_forward_t *f, float *mtp);
 
 void fg_ds4_forward_count_experts(fg_ds4_forward_t *f, _Atomic uint64_t *sink);
 
+/* Expert parallelism: from now on the routed experts of every layer (the
+ * trunk's, then the MTP block's) run through ep: the router (hashed or not)
+ * runs here, the chosen ids, weights and normalised inputs go to the ranks
+ * holding the experts, the weighted results come back summed in ascending id
+ * order, as here; the shared expert stays here. NULL switches back. With ep
+ * set a run is collective (engine/model/arch.h, forward_set_ep); an exchange
+ * error leaves the sequences where they were and their state refused by
+ * later runs (FG_ERR_STATE). ep must outlive its use. */
+void fg_ds4_forward_set_ep(fg_ds4_forward_t *f, fg_moe_ep_t *ep);
+
+/* The SwiGLU of deepseek4's experts, in place: gate clamped to at most c,
+ * up to [-c, c] (c <= 1e-6: no clamp), then silu(gate) * up with the scalar
+ * SiLU whatever isa is (what the routed and the shared experts run, on one
+ * rank or many). */
+void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c);
+
 /* Errors (nothing written): FG_ERR_INVALID_ARG (too many tokens, missing
  * pages, bad n_logits), FG_ERR_TOKEN_ID, FG_ERR_STATE (a sequence whose
  * state does not match its length: truncated or rewound, which the
- * deepseek4 cache cannot undo). */
+ * deepseek4 cache cannot undo); with expert parallelism also the exchange's
+ * (see fg_ds4_forward_set_ep). */
 fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 
 #endif

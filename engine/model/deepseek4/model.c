@@ -393,6 +393,9 @@ fg_err fg_ds4_load(const fg_gguf_t *g, fg_ds4_model **out, fg_diag *diag)
     m->base.n_layer = hp->n_layer;
     m->base.n_embd = hp->n_embd;
     m->base.n_expert = hp->n_expert;
+    m->base.n_expert_used = hp->n_expert_used;
+    m->base.n_ff_exp = hp->n_ff_exp;
+    m->base.n_layer_run = hp->n_layer_all; /* the MTP block runs after the trunk */
     m->base.weight_bytes_total = total;
     m->base.weight_bytes_active = active;
     *out = m;

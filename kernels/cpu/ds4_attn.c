@@ -1,0 +1,40 @@
+/* ds4_attn.c: V4 attention with a sink, one head, online softmax by tiles
+ * (ds4_ops.h), moved out of the deepseek4 forward unchanged. */
+#include <math.h>
+
+#include "kernels/cpu/ds4_ops.h"
+#include "kernels/cpu/vecops.h"
+
+void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float scale, float *m, float *l,
+                      float *acc, float *lg)
+{
+    float mx = *m;
+    for (int k = 0; k < n; k++) {
+        const float *kk = keys + (size_t)k * D;
+        float s = 0;
+        for (int i = 0; i < D; i++)
+            s += q[i] * kk[i];
+        lg[k] = s * scale;
+        mx = lg[k] > mx ? lg[k] : mx;
+    }
+    const float corr = expf(*m - mx);
+    float sum = *l * corr;
+    for (int i = 0; i < D; i++)
+        acc[i] *= corr;
+    for (int k = 0; k < n; k++) {
+        const float p = expf(lg[k] - mx);
+        sum += p;
+        fg_axpy(acc, p, keys + (size_t)k * D, D);
+    }
+    *m = mx;
+    *l = sum;
+}
+
+void fg_ds4_attn_finish(float m, float l, const float *acc, float sink, int D, float *out)
+{
+    const float mx = m > sink ? m : sink;
+    const float corr = expf(m - mx);
+    const float inv = 1.0f / (l * corr + expf(sink - mx));
+    for (int i = 0; i < D; i++)
+        out[i] = acc[i] * corr * inv;
+}

@@ -1,0 +1,77 @@
+/* ds4_ops.h: the per-row math DeepSeek V4 (deepseek4) adds to the forward
+ * pass, as plain scalar C: compressor pooling (CSA, HCA), the indexer's
+ * scores and top-k, attention with a sink, hyper-connection mixing (mHC).
+ * engine/model/deepseek4/forward.c calls exactly these, so they are both the
+ * CPU path and the reference the CUDA kernels (kernels/cuda/ds4_*.cu) are
+ * checked against by the GPU self-check. Cache access stays in the forward:
+ * these take rows already decoded to f32.
+ *
+ * Thread safety: pure functions on caller-owned memory.
+ */
+#ifndef FG_DS4_OPS_H
+#define FG_DS4_OPS_H
+
+#include <stddef.h>
+
+#define FG_DS4_OPS_HC 4      /* hyper-connection streams */
+#define FG_DS4_OPS_HC_MIX 24 /* pre[4], post[4], comb[4][4] (comb[d][s] at 8 + 4d + s) */
+
+/* ---- compressor pooling ---- */
+
+/* CSA's pooled row of a closed block (before its RMSNorm and RoPE): per
+ * channel ch < width a softmax over the block's r entries (their last width
+ * channels) and the previous block's (their first width), weighting k:
+ * cur, prev: [r][2][2 width] (k | score); prev NULL for block 0 (its half
+ * counts as -inf). Sums in double. row: [width]. */
+void fg_ds4_pool_csa(int r, int width, const float *cur, const float *prev, float *row);
+
+/* HCA's online softmax: folds one token (k, g: [D]; ape: the position
+ * embedding of its slot, [D]) into st = [3][D] (running max, sum of
+ * exp(score - max), weighted k) at slot (position mod 128); slot 0 starts
+ * the block. In f32 with expf, in position order. */
+void fg_ds4_hca_fold(float *st, const float *k, const float *g, const float *ape, int slot, int D);
+
+/* The pooled row of a closed HCA block: row[ch] = acc[ch] / sum[ch]. */
+void fg_ds4_hca_row(const float *st, int D, float *row);
+
+/* ---- indexer ---- */
+
+/* One compressed row's index score for one query:
+ * sum_h w[h] * relu(q[h] . k), dots in f32 (in channel order), the sum over
+ * heads in double. q: [Hi][Di], w: [Hi], k: [Di]. */
+float fg_ds4_index_score(const float *q, const float *w, const float *k, int Hi, int Di);
+
+/* The k highest of s[0..n) into out in ascending index order, ties to the
+ * lower index (NaN is never higher than anything); all n when k >= n.
+ * Returns the count written. */
+int fg_ds4_top_k(const float *s, int n, int k, int *out);
+
+/* ---- attention with a sink ---- */
+
+#define FG_DS4_ATTN_TILE 64 /* keys per step of the online softmax (the forward's tile) */
+
+/* One head, one tile of n <= FG_DS4_ATTN_TILE keys (K = V, [n][D]) into the
+ * running (max m, sum l, acc [D]) of softmax(q k * scale); lg: [n] scratch.
+ * Start with m = -inf, l = 0, acc = 0. */
+void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float scale, float *m, float *l,
+                      float *acc, float *lg);
+
+/* out[D] = acc / (l + exp(sink)) at the common maximum: the sink is one more
+ * logit in the denominator with no value. */
+void fg_ds4_attn_finish(float m, float l, const float *acc, float sink, int D, float *out);
+
+/* ---- hyper-connections (mHC) ---- */
+
+/* The 24 mixing numbers of one token from its projection mix[24]:
+ * pre = sigmoid(mix * scale[0] + base) + eps, post = 2 sigmoid(mix * scale[1]
+ * + base), comb = Sinkhorn(mix * scale[2] + base) over iters iterations
+ * (softmax over d + eps, rows; then columns, rows), all in double. */
+void fg_ds4_hc_weights(const float *mix, const float *scale, const float *base, double eps, int iters, float *w);
+
+/* y[E] = sum_h pre[h] x[h][E] (w: the weights above, x: [4][E]). */
+void fg_ds4_hc_pre(const float *w, const float *x, int E, float *y);
+
+/* out[d][E] = post[d] * o + sum_s comb[d][s] x[s] (x, out: [4][E], o: [E]). */
+void fg_ds4_hc_post(const float *w, const float *o, const float *x, int E, float *out);
+
+#endif
