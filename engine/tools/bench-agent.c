@@ -260,6 +260,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --history %d does not fit the context (%d)\n", history, info.n_ctx);
         return 2;
     }
+    fg_bench_print_machine();
     printf("model %s: kv %s %zu B/token, %d threads, prefill chunks of %d in steps of %d tokens (%d with no decode); "
            "%d sessions x %d turns: %d new tokens (turn 1: %d) + %d output per turn, history to %d tokens; %s\n",
            eo.model_path, fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.n_threads,
@@ -288,6 +289,7 @@ int main(int argc, char **argv)
         return 1;
     double wall = fg_clock_mono_s() - t0;
     print_turns(&b, 0, b.turns);
+    printf("load average after the turns %.2f\n", fg_bench_load1());
     int64_t tokens = 0;
     for (int i = 0; i < b.n; i++)
         tokens += b.a[i].n_hist;

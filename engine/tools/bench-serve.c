@@ -13,6 +13,17 @@
  * phase per generated token: on a shared machine it moves far less than the
  * wall-clock rates when neighbours take the cores, so it is the figure to
  * compare two builds by.
+ *
+ * Memory: after the prompts (the sessions idle, nothing generating) each
+ * level reads the engine's resident KV (kv_pages_used pages, what /v1/status
+ * and /metrics show; for a cache with per-sequence state the state's held
+ * pages included) and the growth of the process's RSS since before the
+ * sessions were created, both per session. With --idle the level stops there
+ * (no decode): N sessions that were sent a prompt and sit idle, e.g.
+ * --idle --sessions 10000 --prompt 4 for what ten thousand idle sessions hold.
+ * The machine (CPU model, cores, load average) is printed first and the
+ * 1-minute load beside every row: on a shared machine the rates are the
+ * process's share of it.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -117,6 +128,7 @@ int main(int argc, char **argv)
     eo.serve = true;
     eo.kv_budget_bytes = (size_t)2 << 30;
     int n_prompt = 128, n_decode = 128, reps = 1;
+    bool idle_only = false;
     char levels_arg[256] = "1,8,64,256,1024";
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},    {"sessions", required_argument, 0, 's'},
@@ -125,10 +137,11 @@ int main(int argc, char **argv)
         {"reps", required_argument, 0, 'r'},     {"kv-format", required_argument, 0, 'k'},
         {"ep-ranks", required_argument, 0, 'E'}, {"ep-redundant", required_argument, 0, 'R'},
         {"ep-capacity", required_argument, 0, 'C'}, {"ep-hot", required_argument, 0, 'H'},
-        {"backend", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
+        {"backend", required_argument, 0, 'B'},  {"kv-budget", required_argument, 0, 'K'},
+        {"idle", no_argument, 0, 'I'},           {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:C:H:B:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:s:p:n:t:b:r:k:E:R:C:H:B:K:Ih", longs, NULL)) != -1) {
         switch (c) {
         case 'm': eo.model_path = optarg; break;
         case 's': snprintf(levels_arg, sizeof levels_arg, "%s", optarg); break;
@@ -149,15 +162,20 @@ int main(int argc, char **argv)
             }
             eo.backend = strcmp(optarg, "cuda") == 0 ? FG_ENGINE_BACKEND_CUDA : FG_ENGINE_BACKEND_CPU;
             break;
+        case 'K': eo.kv_budget_bytes = (size_t)atoll(optarg) << 20; break; /* MiB */
+        case 'I': idle_only = true; break;
         case 'h':
             printf("usage: flashgate-bench-serve [--model PATH] [--sessions 1,8,64,256,1024] [--prompt 128] "
-                   "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F] [--ep-ranks N] "
-                   "[--ep-redundant N] [--ep-capacity ROWS] [--ep-hot 5,0,9] [--backend cpu|cuda]\n");
+                   "[--decode 128] [--threads N] [--batch 256] [--reps 1] [--kv-format F] [--kv-budget MiB] [--idle] "
+                   "[--ep-ranks N] [--ep-redundant N] [--ep-capacity ROWS] [--ep-hot 5,0,9] [--backend cpu|cuda]\n"
+                   "  --kv-budget: the KV page pool (default 2048 MiB; a deepseek4 session's state counts in it)\n"
+                   "  --idle: per level, only send the prompts and measure what the idle sessions hold "
+                   "(resident KV, RSS); no decode\n");
             return 0;
         default: return 2;
         }
     }
-    if (n_prompt < 1 || n_decode < 1 || reps < 1 || reps > 15 || eo.kv_format < -1) {
+    if (n_prompt < 1 || n_decode < 1 || reps < 1 || reps > 15 || eo.kv_format < -1 || eo.kv_budget_bytes == 0) {
         fprintf(stderr, "error: bad arguments (see --help)\n");
         return 2;
     }
@@ -172,12 +190,14 @@ int main(int argc, char **argv)
     }
     fg_engine_info info;
     fg_engine_get_info(e, &info);
+    fg_bench_print_machine();
     printf("model %s: %.1f MB weights, %.1f MB active per token; kv %s %zu B/token + %zu B per session; %d threads "
            "%s%s; batch %d\n",
            eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
            fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.kv_seq_bytes, info.n_threads,
            fg_isa_name(info.isa), fg_matmul_amx(info.isa) ? "+amx" : "", eo.max_batch_tokens);
-    {
+    fg_bench_limit lims[2] = {{"DRAM bandwidth", 0}, {"cache bandwidth", 0}};
+    if (!idle_only) {
         fg_pool_t *pool = fg_pool_create(info.n_threads);
         const fg_bench_caches cc = bench_caches();
         const double bw = measure_bandwidth(pool, 3);
@@ -191,9 +211,22 @@ int main(int argc, char **argv)
                cc.l1d >> 10, cc.l2 >> 10, cc.l3 >> 20, bw / 1e9, bw_ws / 1e9, info.weight_bytes_active / 1e6,
                bench_level(&cc, (size_t)info.weight_bytes_active, info.n_threads), lim / (double)info.weight_bytes_active,
                lv);
+        /* one session's decode against both bounds (bench_share); batched steps read each weight once for
+         * every session, so neither bounds their aggregate and no share is given for them */
+        const double act = (double)info.weight_bytes_active;
+        lims[0].rate = strcmp(lv, "DRAM") == 0 ? bw / act : 0;
+        lims[1].rate = bw_ws / act;
     }
-    printf("%8s %14s %14s %12s %12s %10s %12s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
-           "itl p99 ms", "steps", "cpu ms/tok");
+    printf("kv pool %zu pages of %zu B (%.0f MiB); per idle session below: resident KV = the engine's kv_pages_used x "
+           "page bytes / sessions, RSS = the process's growth from before the sessions were created / sessions\n",
+           info.kv_pages_total, info.kv_page_bytes, (double)info.kv_pages_total * (double)info.kv_page_bytes / 1048576.0);
+    if (idle_only)
+        printf("%8s %14s %16s %14s %14s %14s %12s %6s\n", "sessions", "prefill tok/s", "resident KV MB",
+               "KV B/session", "KV B/token", "RSS MB", "RSS B/sess", "load1");
+    else
+        printf("%8s %14s %6s %14s %12s %12s %10s %12s %14s %12s %6s\n", "sessions", "decode tok/s", "share",
+               "prefill tok/s", "itl p50 ms", "itl p99 ms", "steps", "cpu ms/tok", "KV B/session", "RSS B/sess",
+               "load1");
 
     char *save, *tok = strtok_r(levels_arg, ",", &save);
     while (tok) {
@@ -201,15 +234,16 @@ int main(int argc, char **argv)
         tok = strtok_r(NULL, ",", &save);
         if (n < 1)
             continue;
-        double dec[16], pre[16], p50[16], p99[16], cpu[16];
+        double dec[16], pre[16], p50[16], p99[16], cpu[16], kvs[16], rsss[16], kvtot[16], rsstot[16];
         uint64_t steps = 0;
         for (int r = 0; r < reps; r++) {
             client *cl = calloc((size_t)n, sizeof *cl);
             size_t cap = (size_t)n * (size_t)n_decode, n_gaps = 0;
             double *gaps = malloc(cap * sizeof *gaps);
             int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
-            fg_engine_stats st0, st1;
+            fg_engine_stats st0, st1, sti;
             fg_engine_get_stats(e, &st0);
+            const uint64_t rss0 = fg_bench_rss_bytes();
             double t0 = fg_clock_mono_s();
             for (int i = 0; i < n; i++) {
                 fg_session_params sp = {.tenant = (uint32_t)(i % 4), .weight = 1, .user = &cl[i]};
@@ -225,6 +259,22 @@ int main(int argc, char **argv)
             }
             run_until_done(e, &w, cl, n, gaps, &n_gaps, 0);
             double t1 = fg_clock_mono_s(), c1 = cpu_s();
+            /* the sessions idle: what they hold */
+            fg_engine_get_stats(e, &sti);
+            const uint64_t rss1 = fg_bench_rss_bytes();
+            kvtot[r] = (double)sti.kv_pages_used * (double)info.kv_page_bytes;
+            kvs[r] = kvtot[r] / n;
+            rsstot[r] = (double)rss1;
+            rsss[r] = rss1 > rss0 ? (double)(rss1 - rss0) / n : 0.0;
+            pre[r] = (double)n * n_prompt / (t1 - t0);
+            if (idle_only) {
+                for (int i = 0; i < n; i++)
+                    fg_session_free(cl[i].s);
+                free(gaps);
+                free(prompt);
+                free(cl);
+                continue;
+            }
             for (int i = 0; i < n; i++) {
                 fg_response_params rp = {.sampling = fg_sampling_default(), .generate = true, .max_tokens = n_decode};
                 cl[i].done = 0;
@@ -243,7 +293,6 @@ int main(int argc, char **argv)
             }
             fg_engine_get_stats(e, &st1);
             steps += st1.steps - st0.steps;
-            pre[r] = (double)n * n_prompt / (t1 - t0);
             dec[r] = (double)generated / (t2 - t1);
             cpu[r] = generated ? 1e3 * (c2 - c1) / (double)generated : 0.0;
             p50[r] = 1e3 * percentile(gaps, n_gaps, 0.50);
@@ -252,9 +301,24 @@ int main(int argc, char **argv)
             free(prompt);
             free(cl);
         }
-        printf("%8d %14.1f %14.1f %12.2f %12.2f %10llu %12.3f\n", n, percentile(dec, (size_t)reps, 0.5),
+        const double load = fg_bench_load1();
+        if (idle_only) {
+            const double kv = percentile(kvtot, (size_t)reps, 0.5);
+            printf("%8d %14.1f %16.1f %14.0f %14.1f %14.1f %12.0f %6.1f\n", n, percentile(pre, (size_t)reps, 0.5),
+                   kv / 1e6, percentile(kvs, (size_t)reps, 0.5), kv / ((double)n * n_prompt),
+                   percentile(rsstot, (size_t)reps, 0.5) / 1e6, percentile(rsss, (size_t)reps, 0.5), load);
+            fflush(stdout);
+            continue;
+        }
+        const double d50 = percentile(dec, (size_t)reps, 0.5);
+        char share[16] = "-", why[256];
+        const double f = n == 1 && !idle_only ? bench_share(d50, lims, 2, why, sizeof why, NULL) : -1;
+        if (f >= 0)
+            snprintf(share, sizeof share, "%.0f%%", 100.0 * f);
+        printf("%8d %14.1f %6s %14.1f %12.2f %12.2f %10llu %12.3f %14.0f %12.0f %6.1f\n", n, d50, share,
                percentile(pre, (size_t)reps, 0.5), percentile(p50, (size_t)reps, 0.5), percentile(p99, (size_t)reps, 0.5),
-               (unsigned long long)(steps / (uint64_t)reps), percentile(cpu, (size_t)reps, 0.5));
+               (unsigned long long)(steps / (uint64_t)reps), percentile(cpu, (size_t)reps, 0.5),
+               percentile(kvs, (size_t)reps, 0.5), percentile(rsss, (size_t)reps, 0.5), load);
         fflush(stdout);
     }
     struct rusage ru;

@@ -1,14 +1,15 @@
 /* bench_common.h: what the benchmark tools share: a clock, medians and
  * percentiles, the machine's cache sizes and its read bandwidth over a given
- * working set measured with the engine's own worker pool, and the rule that
- * names which limit a rate is compared with (bench_share). Header-only because
+ * working set measured with the engine's own worker pool, the rule that
+ * names which limit a rate is compared with (bench_share), the machine's name
+ * and load, and the process's resident memory. Header-only because
  * each file in engine/tools/ is its own program. */
 #ifndef FG_BENCH_COMMON_H
 #define FG_BENCH_COMMON_H
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -297,6 +298,60 @@ static inline double bench_share(double rate, const fg_bench_limit *lims, int n,
     else
         snprintf(out, cap, "no limit measured");
     return share;
+}
+
+/* The 1-minute load average (/proc/loadavg); -1 when unreadable. Printed
+ * beside figures: on a shared machine it says how much of it was ours. */
+static inline double fg_bench_load1(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+/* The process's resident memory now (VmRSS), bytes; 0 when unreadable. */
+static inline uint64_t fg_bench_rss_bytes(void)
+{
+    unsigned long long kb = 0;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* One line naming the machine: CPU model, online cores, load averages. */
+static inline void fg_bench_print_machine(void)
+{
+    char line[512], model[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(model, sizeof model, "%s", colon + 2);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    char load[128] = "unknown";
+    f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fgets(load, sizeof load, f))
+            load[strcspn(load, "\n")] = 0;
+        fclose(f);
+    }
+    printf("machine: \"%s\", %ld cores online; load average %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), load);
 }
 
 /* The p-quantile (0..1) of v (sorted in place); 0 when n is 0. */

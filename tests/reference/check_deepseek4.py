@@ -24,6 +24,7 @@ position, with a misread-MXFP4 reference as the negative control (mxfp4_checks).
 Environment (ctest sets it): FG_BIN (flashgate-generate, ds4_probe), FG_TEST_DATA."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -280,6 +281,25 @@ def bad_input_checks(tmp):
     r = subprocess.run([os.path.join(BIN, "flashgate-bench-serve"), "--model", good, "--sessions", "1", "--prompt", "4",
                         "--decode", "1", "--threads", "1"], capture_output=True, text=True)
     check(r.returncode == 0, "serving runs deepseek4: exit %d, %s" % (r.returncode, r.stderr.strip()[:160]))
+    # --idle: three idle sessions hold their state's pages and one page of tokens each, as the engine counts them
+    r = subprocess.run([os.path.join(BIN, "flashgate-bench-serve"), "--model", good, "--sessions", "3", "--prompt", "4",
+                        "--idle", "--threads", "1"], capture_output=True, text=True)
+    m_kv = re.search(r"\+ (\d+) B per session", r.stdout)
+    m_pg = re.search(r"kv pool \d+ pages of (\d+) B", r.stdout)
+    m_row = re.search(r"^\s+3\s+\S+\s+\S+\s+(\d+)\s", r.stdout, re.M)
+    ok = r.returncode == 0 and m_kv and m_pg and m_row
+    if ok:
+        page = int(m_pg.group(1))
+        want = (-(-int(m_kv.group(1)) // page) + 1) * page
+        ok = int(m_row.group(1)) == want
+    check(ok, "bench-serve --idle counts an idle deepseek4 session's state and page: exit %d, %s %s"
+          % (r.returncode, r.stdout.strip()[-300:], r.stderr.strip()[:160]))
+    # bench-v4-history --prompt: a turn's input prefilled over a synthetic history
+    r = subprocess.run([os.path.join(BIN, "flashgate-bench-v4-history"), "--model", good, "--history", "0,128",
+                        "--prompt", "8", "--chunk", "4", "--decode", "1", "--reps", "1", "--threads", "1"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.count("turn input of 8 tokens") == 2,
+          "bench-v4-history --prompt: exit %d, %s %s" % (r.returncode, r.stdout.strip()[-200:], r.stderr.strip()[:160]))
     # a norm stored as BF16: the type error names the tensor
     real = fx.write_gguf
 
