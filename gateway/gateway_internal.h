@@ -331,6 +331,27 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate);
  * when the engine cannot say). */
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);
 
+/* gw_cluster.c: the session directory's side of the gateway (policies/session_dir.h) */
+/* Whether the directory is on (cluster.advertise_url set and Redis up as a module). */
+bool gw_cluster_on(const fg_gateway_t *gw);
+/* session.resume of a session not held here: the directory is asked, then
+ * the session is restored here (gw_resume_restore), or the client is told
+ * where it is (session_elsewhere), or that another instance won the adoption
+ * (session_taken). The sink is not read meanwhile. */
+void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id);
+/* The restore after a claim failed: the lease goes back (gone: the session does not exist, its epoch too). */
+void gw_cluster_restore_failed(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, bool gone);
+/* A session made here (not restored): registered as held. */
+void gw_cluster_session_new(gw_session *s);
+/* A session leaves this instance; keep_file: its file stays (its epoch too). */
+void gw_cluster_session_gone(gw_session *s, bool keep_file);
+/* The transport of k leaves: a resume waiting on the directory is dropped. */
+void gw_cluster_sink_gone(gw_sink *k);
+/* Every sweep: sessions whose lease another instance took are closed here, their files left alone. */
+void gw_cluster_sweep(fg_gateway_t *gw);
+/* The engine's persist_fence (fg_engine_options): may this instance write the session's file? */
+bool gw_cluster_fence(void *user, const char *tenant_name, const char *name);
+
 /* conn.c */
 void gw_conn_on_open(gw_conn *c);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);

@@ -118,12 +118,15 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
     gw->sessions = s;
     gw->n_sessions++;
     gw_tenant_at(gw, tenant)->sessions++;
+    if (!restore_id) /* a restored one holds its lease already (gw_cluster.c asked for it) */
+        gw_cluster_session_new(s);
     return s;
 }
 
 void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
+    gw_cluster_session_gone(s, keep_file);
     if (s->sink)
         gw_session_detach(s);
     if (s->es && keep_file) /* none after a failed rebuild */

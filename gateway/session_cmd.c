@@ -199,18 +199,23 @@ typedef struct quota_ctx {
     bool resume;             /* session.open for a session restored from disk: answer session.resumed */
 } quota_ctx;
 
-static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
+static quota_ctx *quota_ctx_new_id(gw_session *s, const char *event_id)
 {
     quota_ctx *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->gw = s->gw;
     snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
-    if (ev->has_event_id) {
+    if (event_id) {
         q->has_event_id = true;
-        snprintf(q->event_id, sizeof q->event_id, "%s", ev->event_id.ptr);
+        snprintf(q->event_id, sizeof q->event_id, "%s", event_id);
     }
     return q;
+}
+
+static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
+{
+    return quota_ctx_new_id(s, ev->has_event_id ? ev->event_id.ptr : NULL);
 }
 
 /* Protocol code and param for a quota refusal. */
@@ -304,7 +309,7 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
     const fg_proto_session_params *p = &ev->u.session;
-    if (k->session)
+    if (k->session || k->dir_wait)
         return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
@@ -406,24 +411,28 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
     send_session_event(s, 1);
 }
 
-/* session.resume of a session this process does not hold: restored from its
- * file (after a restart). Nothing is replayed (the resume buffer is not
- * saved); numbering continues above both the saved number and the client's. */
-static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
+void gw_resume_restore(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
 {
     fg_gateway_t *gw = k->gw;
-    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
-        return fail(k, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    fg_proto_error err;
+    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, false);
+        fg_proto_error_set(&err, FG_PROTO_TOO_MANY_SESSIONS, NULL, event_id, "%s",
+                           "the tenant's session limit is reached");
+        return gw_sink_error(k, &err, 0);
+    }
     fg_proto_code code;
     char msg[400];
-    gw_session *s = gw_session_restore(gw, k->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len,
-                                       &code, msg, sizeof msg);
-    if (!s)
-        return fail(k, ev, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", "%s", msg);
-    if (ev->u.resume.last_sequence_number >= s->next_seq)
-        s->next_seq = ev->u.resume.last_sequence_number + 1;
+    gw_session *s = gw_session_restore(gw, k->tenant, id, id_len, &code, msg, sizeof msg);
+    if (!s) {
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, code == FG_PROTO_SESSION_NOT_FOUND);
+        fg_proto_error_set(&err, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", event_id, "%s", msg);
+        return gw_sink_error(k, &err, 0);
+    }
+    if (last_seq >= s->next_seq)
+        s->next_seq = last_seq + 1;
     gw_session_attach(s, k, s->next_seq - 1);
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
+    quota_ctx *q = gw->quota ? quota_ctx_new_id(s, event_id) : NULL;
     if (!q)
         return send_session_event(s, 2);
     q->resume = true;
@@ -432,10 +441,23 @@ static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
     fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
+/* session.resume of a session this process does not hold: restored from its
+ * file (after a restart, or from another instance's: gw_cluster.c asks the
+ * session directory first). Nothing is replayed (the resume buffer is not
+ * saved); numbering continues above both the saved number and the client's. */
+static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
+{
+    const fg_proto_str *id = &ev->u.resume.session_id;
+    const char *event_id = ev->has_event_id ? ev->event_id.ptr : NULL;
+    if (gw_cluster_on(k->gw))
+        return gw_cluster_resume(k, id->ptr, id->len, ev->u.resume.last_sequence_number, event_id);
+    gw_resume_restore(k, id->ptr, id->len, ev->u.resume.last_sequence_number, event_id);
+}
+
 static void on_session_resume(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
-    if (k->session)
+    if (k->session || k->dir_wait)
         return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
     gw_session *s = gw_session_find(gw, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len);
     if (s && s->tenant != k->tenant) /* the same answer for another tenant's session */
@@ -800,13 +822,13 @@ static void on_response_cancel(gw_sink *k, const fg_client_event *ev)
     gw_session_cancel(s); /* response.done (cancelled) follows from the engine */
 }
 
-void gw_session_close(gw_session *s, const char *reason)
+static void close_as(gw_session *s, const char *reason, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
     gw_sink *k = s->sink;
     if (!k) { /* detached: nobody to tell */
         fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-        gw_session_destroy(s, false);
+        gw_session_destroy(s, keep_file);
         return;
     }
     /* The session goes now: its unwritten events, then session.closed (its last
@@ -827,9 +849,19 @@ void gw_session_close(gw_session *s, const char *reason)
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
         k->ops->push(k, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
     fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-    gw_session_destroy(s, false);
+    gw_session_destroy(s, keep_file);
     gw_sink_request_write(k);
     gw_sink_output_changed(k);
+}
+
+void gw_session_close(gw_session *s, const char *reason)
+{
+    close_as(s, reason, false);
+}
+
+void gw_session_close_kept(gw_session *s, const char *reason)
+{
+    close_as(s, reason, true);
 }
 
 static void on_session_close(gw_sink *k, const fg_client_event *ev)

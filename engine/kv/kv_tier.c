@@ -106,11 +106,20 @@ static void account(fg_engine_t *e, const fg_save_job *j, const fg_diag *d, bool
 
 /* ---- a session's save ---- */
 
+/* The owner's fence (fg_engine_options.persist_fence): may j's file be touched? */
+static bool fenced_ok(const fg_engine_t *e, const fg_save_job *j)
+{
+    return !e->opt.persist_fence || e->opt.persist_fence(e->opt.persist_fence_user, j->tenant, j->name);
+}
+
 static fg_err save_write(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 {
     char dir[4096], path[4096];
     if (!session_paths(e, j, dir, path))
         return fg_diag_set(d, FG_ERR_IO, "session path too long under %s", e->tier.persist_dir);
+    if (!fenced_ok(e, j))
+        return fg_diag_set(d, FG_ERR_STATE, "session %s/%s: not written, this instance no longer holds it (fenced)",
+                           j->tenant, j->name);
     int64_t old = file_size(path);
     const fg_kv_geometry *geo = &e->tier.expect.geo;
     fg_sfile_view fv = {0};
@@ -216,7 +225,7 @@ static void remove_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     char dir[4096], path[4096];
     if (!session_paths(e, j, dir, path)) {
         j->err = fg_diag_set(d, FG_ERR_IO, "session path too long under %s", e->tier.persist_dir);
-    } else {
+    } else if (fenced_ok(e, j)) {
         int64_t old = file_size(path);
         if (unlink(path) == 0) {
             pthread_mutex_lock(&e->mu);

@@ -1,0 +1,229 @@
+/* gw_cluster.c: sessions across instances. With cluster.advertise_url set,
+ * every session this instance makes or adopts is registered in the session
+ * directory in Redis (policies/session_dir.h) and its lease renewed there by
+ * the quota thread. A session.resume of a session not held here asks the
+ * directory first:
+ *   - another instance holds it, alive: error session_elsewhere, its
+ *     error.location naming that instance's advertised url;
+ *   - nobody holds it (its holder died, or stopped and gave it back): take
+ *     it with the next epoch, read its file from the shared persistence.dir
+ *     and go on (gw_resume_restore): a migration, the KV from the file, no
+ *     prefill;
+ *   - another instance took it between the look and the take: session_taken.
+ * The engine asks gw_cluster_fence before each write of a session's file,
+ * and the sweep closes sessions whose lease another instance took (their
+ * files are left alone: they are that instance's now).
+ * Service thread only, except gw_cluster_fence (the engine's writer thread).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/log.h"
+#include "policies/session_dir.h"
+
+#define LOST_BATCH 64
+
+/* A session.resume waiting on the directory; its sink set to NULL when the transport leaves. */
+typedef struct gw_dir_wait {
+    fg_gateway_t *gw;
+    gw_sink *sink;
+    int tenant;
+    char tenant_id[FG_NAME_MAX + 1];
+    char session_id[FG_NAME_MAX + 1];
+    uint64_t last_seq;
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+    double started;                 /* seconds (monotonic), for the log */
+} gw_dir_wait;
+
+bool gw_cluster_on(const fg_gateway_t *gw)
+{
+    return gw->quota && fg_quota_dir_enabled(gw->quota);
+}
+
+bool gw_cluster_fence(void *user, const char *tenant_name, const char *name)
+{
+    fg_gateway_t *gw = user;
+    /* gw->quota is set before the service loop starts, so before any session exists */
+    if (!gw->quota || fg_quota_dir_may_write(gw->quota, tenant_name, name))
+        return true;
+    fg_log_at(FG_LOG_WARN, "session_fenced", tenant_name, name, "\"reason\":\"lease_not_held\"");
+    return false;
+}
+
+void gw_cluster_session_new(gw_session *s)
+{
+    if (gw_cluster_on(s->gw))
+        fg_quota_dir_claim(s->gw->quota, gw_session_tenant(s), s->id, FG_DIR_NEW, 0, NULL, NULL);
+}
+
+void gw_cluster_session_gone(gw_session *s, bool keep_file)
+{
+    if (gw_cluster_on(s->gw))
+        fg_quota_dir_release(s->gw->quota, gw_session_tenant(s), s->id, !keep_file);
+}
+
+void gw_cluster_restore_failed(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, bool gone)
+{
+    char name[FG_NAME_MAX + 1];
+    if (!gw_cluster_on(gw) || id_len > FG_NAME_MAX)
+        return;
+    memcpy(name, id, id_len);
+    name[id_len] = 0;
+    fg_quota_dir_release(gw->quota, gw_tenant_at(gw, tenant)->rec.id, name, gone);
+}
+
+void gw_cluster_sink_gone(gw_sink *k)
+{
+    if (k->dir_wait) {
+        k->dir_wait->sink = NULL; /* its answer finds nobody: any lease it took goes back */
+        k->dir_wait = NULL;
+    }
+}
+
+/* The wait is over: the sink is read again (if it is still there). */
+static gw_sink *wait_end(gw_dir_wait *w)
+{
+    gw_sink *k = w->sink;
+    if (k) {
+        k->dir_wait = NULL;
+        gw_sink_rx_update(k);
+    }
+    return k;
+}
+
+static void answer(gw_dir_wait *w, gw_sink *k, fg_proto_code code, const fg_dir_result *r, uint32_t retry, const char *fmt,
+                   const char *detail)
+{
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, code == FG_PROTO_QUOTA_UNAVAILABLE ? NULL : "session_id",
+                       w->has_event_id ? w->event_id : NULL, fmt, detail);
+    if (r && r->owner[0]) {
+        snprintf(err.location_instance, sizeof err.location_instance, "%s", r->owner);
+        snprintf(err.location_url, sizeof err.location_url, "%s", r->owner_url);
+    }
+    gw_sink_error(k, &err, retry);
+}
+
+static void adopt(gw_dir_wait *w, gw_sink *k, const fg_dir_result *r)
+{
+    fg_log_at(FG_LOG_INFO, r->epoch > 1 ? "session_migrating" : "session_claimed", w->tenant_id, w->session_id,
+              "\"epoch\":%llu,\"directory_ms\":%.3f", (unsigned long long)r->epoch,
+              (fg_clock_mono_s() - w->started) * 1e3);
+    gw_resume_restore(k, w->session_id, strlen(w->session_id), w->last_seq, w->has_event_id ? w->event_id : NULL);
+}
+
+static void on_take(void *user, const fg_dir_result *r);
+
+static void on_look(void *user, const fg_dir_result *r)
+{
+    gw_dir_wait *w = user;
+    fg_gateway_t *gw = w->gw;
+    gw_sink *k = w->sink;
+    if (!k) { /* the client left: a lease the look renewed here goes back (nothing of it is resident) */
+        if (r->state == FG_DIR_HELD)
+            fg_quota_dir_release(gw->quota, w->tenant_id, w->session_id, false);
+        free(w);
+        return;
+    }
+    switch (r->state) {
+    case FG_DIR_FREE:
+        /* Nobody holds it: take it, if nobody else does first. The sink stays unread. */
+        fg_quota_dir_claim(gw->quota, w->tenant_id, w->session_id, FG_DIR_TAKE, r->epoch, on_take, w);
+        return;
+    case FG_DIR_HELD:
+        wait_end(w);
+        adopt(w, k, r);
+        break;
+    case FG_DIR_ELSEWHERE:
+        wait_end(w);
+        fg_log_at(FG_LOG_INFO, "session_redirected", w->tenant_id, w->session_id, "\"owner\":\"%s\",\"epoch\":%llu",
+                  r->owner, (unsigned long long)r->epoch);
+        answer(w, k, FG_PROTO_SESSION_ELSEWHERE, r, 0, "the session is held by instance %s: resume there",
+               r->owner);
+        break;
+    default:
+        wait_end(w);
+        answer(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
+               "the session directory cannot be read now (Redis unreachable); retry");
+        break;
+    }
+    free(w);
+}
+
+static void on_take(void *user, const fg_dir_result *r)
+{
+    gw_dir_wait *w = user;
+    gw_sink *k = wait_end(w);
+    if (!k) {
+        if (r->state == FG_DIR_HELD) /* taken for a client that left: given back at once */
+            fg_quota_dir_release(w->gw->quota, w->tenant_id, w->session_id, false);
+        free(w);
+        return;
+    }
+    if (r->state == FG_DIR_HELD) {
+        adopt(w, k, r);
+    } else if (r->state == FG_DIR_UNAVAILABLE) {
+        answer(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
+               "the session directory cannot be read now (Redis unreachable); retry");
+    } else {
+        fg_log_at(FG_LOG_INFO, "session_adopt_lost", w->tenant_id, w->session_id, "\"owner\":\"%s\"", r->owner);
+        answer(w, k, FG_PROTO_SESSION_TAKEN, r, 0, "another instance (%s) adopted the session first: resume there",
+               r->owner[0] ? r->owner : "unknown");
+    }
+    free(w);
+}
+
+void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
+{
+    fg_gateway_t *gw = k->gw;
+    gw_dir_wait *w = calloc(1, sizeof *w);
+    if (!w || id_len > FG_NAME_MAX || !fg_name_valid(id, id_len)) {
+        fg_proto_error err;
+        bool bad = w != NULL;
+        free(w);
+        fg_proto_error_set(&err, bad ? FG_PROTO_SESSION_NOT_FOUND : FG_PROTO_INTERNAL_ERROR,
+                           bad ? "session_id" : NULL, event_id, "%s", bad ? "no such session" : "out of memory");
+        return gw_sink_error(k, &err, 0);
+    }
+    w->gw = gw;
+    w->sink = k;
+    w->tenant = k->tenant;
+    snprintf(w->tenant_id, sizeof w->tenant_id, "%s", gw_tenant_at(gw, k->tenant)->rec.id);
+    memcpy(w->session_id, id, id_len);
+    w->session_id[id_len] = 0;
+    w->last_seq = last_seq;
+    if (event_id) {
+        w->has_event_id = true;
+        snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
+    }
+    w->started = fg_clock_mono_s();
+    k->dir_wait = w;
+    gw_sink_rx_update(k);
+    fg_quota_dir_claim(gw->quota, w->tenant_id, w->session_id, FG_DIR_LOOK, 0, on_look, w);
+}
+
+void gw_cluster_sweep(fg_gateway_t *gw)
+{
+    if (!gw_cluster_on(gw))
+        return;
+    fg_dir_lost lost[LOST_BATCH];
+    size_t n;
+    while ((n = fg_quota_dir_take_lost(gw->quota, lost, LOST_BATCH)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            gw_session *s = gw_session_find(gw, lost[i].session, strlen(lost[i].session));
+            fg_log_at(FG_LOG_WARN, "session_lease_lost", lost[i].tenant, lost[i].session, "\"resident\":%s",
+                      s ? "true" : "false");
+            if (!s || strcmp(gw_session_tenant(s), lost[i].tenant) != 0)
+                continue;
+            if (s->sink) {
+                fg_proto_error err;
+                fg_proto_error_set(&err, FG_PROTO_SESSION_MOVED, NULL, NULL, "%s",
+                                   "this instance lost the session's lease to another instance; resume again");
+                gw_sink_error(s->sink, &err, 0);
+            }
+            gw_session_close_kept(s, "moved"); /* a response still running is cancelled with it */
+        }
+}
