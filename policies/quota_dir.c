@@ -171,9 +171,11 @@ size_t fg_quota_dir_take_lost(fg_quota_t *q, fg_dir_lost *out, size_t max)
         return 0;
     pthread_mutex_lock(&q->dir.mu);
     size_t n = q->dir.n_lost < max ? q->dir.n_lost : max;
-    memcpy(out, q->dir.lost, n * sizeof *out);
-    memmove(q->dir.lost, q->dir.lost + n, (q->dir.n_lost - n) * sizeof *out);
-    q->dir.n_lost -= n;
+    if (n) {
+        memcpy(out, q->dir.lost, n * sizeof *out);
+        memmove(q->dir.lost, q->dir.lost + n, (q->dir.n_lost - n) * sizeof *out);
+        q->dir.n_lost -= n;
+    }
     pthread_mutex_unlock(&q->dir.mu);
     return n;
 }
