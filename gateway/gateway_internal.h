@@ -347,6 +347,12 @@ void gw_cluster_session_new(gw_session *s);
 void gw_cluster_session_gone(gw_session *s, bool keep_file);
 /* The transport of k leaves: a resume waiting on the directory is dropped. */
 void gw_cluster_sink_gone(gw_sink *k);
+/* Whether this instance may serve the session now: its lease is held and recent (the same
+ * test as the file writes' fence). A response.create is refused otherwise. */
+bool gw_cluster_holds(gw_session *s);
+/* The session is no longer this instance's: the client gets session_moved (event_id: the
+ * refused event's, or NULL), the session is closed here and its file left to its holder. */
+void gw_cluster_moved(gw_session *s, const char *event_id);
 /* Every sweep: sessions whose lease another instance took are closed here, their files left alone. */
 void gw_cluster_sweep(fg_gateway_t *gw);
 /* The engine's persist_fence (fg_engine_options): may this instance write the session's file? */

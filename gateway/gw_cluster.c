@@ -205,6 +205,24 @@ void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_
     fg_quota_dir_claim(gw->quota, w->tenant_id, w->session_id, FG_DIR_LOOK, 0, on_look, w);
 }
 
+bool gw_cluster_holds(gw_session *s)
+{
+    return !gw_cluster_on(s->gw) || fg_quota_dir_may_write(s->gw->quota, gw_session_tenant(s), s->id);
+}
+
+void gw_cluster_moved(gw_session *s, const char *event_id)
+{
+    fg_log_at(FG_LOG_WARN, "session_moved", gw_session_tenant(s), s->id, NULL);
+    if (s->sink) {
+        fg_proto_error err;
+        fg_proto_error_set(&err, FG_PROTO_SESSION_MOVED, NULL, event_id, "%s",
+                           "this instance no longer holds the session's lease (another instance may hold it); "
+                           "resume again");
+        gw_sink_error(s->sink, &err, 0);
+    }
+    gw_session_close_kept(s, "moved"); /* a response still running is cancelled with it */
+}
+
 void gw_cluster_sweep(fg_gateway_t *gw)
 {
     if (!gw_cluster_on(gw))
@@ -218,12 +236,6 @@ void gw_cluster_sweep(fg_gateway_t *gw)
                       s ? "true" : "false");
             if (!s || strcmp(gw_session_tenant(s), lost[i].tenant) != 0)
                 continue;
-            if (s->sink) {
-                fg_proto_error err;
-                fg_proto_error_set(&err, FG_PROTO_SESSION_MOVED, NULL, NULL, "%s",
-                                   "this instance lost the session's lease to another instance; resume again");
-                gw_sink_error(s->sink, &err, 0);
-            }
-            gw_session_close_kept(s, "moved"); /* a response still running is cancelled with it */
+            gw_cluster_moved(s, NULL);
         }
 }

@@ -734,6 +734,8 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    if (!gw_cluster_holds(s)) /* its lease lapsed (this instance was paused or cut off): another may serve it */
+        return gw_cluster_moved(s, ev->has_event_id ? ev->event_id.ptr : NULL);
     s->resp_created_at = fg_clock_mono_s();
     if (ev->u.response.has_metadata && !(s->resp_metadata = strdup(ev->u.response.metadata.ptr)))
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");

@@ -252,10 +252,10 @@ async def test_fenced_after_migration():
             b_file = open(path, "rb").read()
         finally:
             a.signal(signal.SIGCONT)
-        # A wakes up with the session still in memory and its client attached: a turn there
-        # would save the file, but A's lease is gone: the write is refused, A closes its copy
+        # A wakes up with the session still in memory and its client attached: it must not
+        # serve it (B does now): response.create is refused, A closes its copy
         await ca.add_user(TURNS[1])
-        await ca.send({"type": "response.create"})
+        await ca.send({"type": "response.create", "event_id": "c9"})
         seen = []
         try:
             while not any(e["type"] == "session.closed" for e in seen):
@@ -264,12 +264,13 @@ async def test_fenced_after_migration():
             pass
         closed = [e for e in seen if e["type"] == "session.closed"]
         check(closed and closed[0]["reason"] == "moved", f"A closed its copy: {[e['type'] for e in seen]}")
-        check(any(e["type"] == "error" and e["error"]["code"] == "session_moved" for e in seen),
-              f"A's client was told: {seen}")
+        moved = [e for e in seen if e["type"] == "error" and e["error"]["code"] == "session_moved"]
+        check(moved and moved[0]["error"]["event_id"] in ("c9", None), f"A's client was told: {seen}")
+        check(not any(e["type"] == "response.created" for e in seen), f"A served no response: {seen}")
         await asyncio.sleep(1.0)
         eq(open(path, "rb").read(), b_file, "A wrote nothing over B's file")
         events = {e.get("event") for e in a.log_events()}
-        check("session_lease_lost" in events, f"A logged the lost lease: {sorted(events)}")
+        check("session_moved" in events, f"A logged the lost lease: {sorted(events)}")
         # A restarted: the directory sends its clients to B, and the file stays B's
         a.kill()
         a2 = Instance("gw-a", cl.pdir, cl.redis).start()
