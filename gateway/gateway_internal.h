@@ -20,6 +20,7 @@
 #include "gateway/session_cmd.h"
 #include "gateway/tenants.h"
 #include "policies/quota.h"
+#include "policies/session_dir.h"
 
 typedef struct gw_conn gw_conn;
 typedef struct gw_session gw_session;
@@ -122,6 +123,10 @@ struct gw_session {
     char resp_id[32];
     char item_id[32];
     uint64_t item_counter, resp_counter;
+    uint64_t resp_floor;            /* restored: its file keeps only a reservation above the counter, so while
+                                       resp_counter is still the restored one, any response number in
+                                       [resp_floor, resp_counter] may be the newest (openai_responses.c) */
+    uint64_t resp_restored;         /* resp_counter as restored (0: not restored) */
     struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
@@ -334,6 +339,33 @@ int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);
 /* gw_cluster.c: the session directory's side of the gateway (policies/session_dir.h) */
 /* Whether the directory is on (cluster.advertise_url set and Redis up as a module). */
 bool gw_cluster_on(const fg_gateway_t *gw);
+/* A transport's request for a session not held here, waiting on the directory
+ * (its sink's dir_wait; the sink is not read meanwhile). */
+typedef struct gw_dir_wait gw_dir_wait;
+typedef struct gw_cluster_ops {
+    /* This instance holds the session's lease now: restore it (a failed restore
+     * calls gw_cluster_restore_failed) and go on. */
+    void (*adopt)(gw_sink *k, gw_dir_wait *w);
+    /* Not to be had here: code session_elsewhere or session_taken (r names the
+     * holder), quota_unavailable (retry seconds), session_not_found, internal_error. */
+    void (*refuse)(gw_sink *k, gw_dir_wait *w, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                   const char *msg);
+} gw_cluster_ops;
+struct gw_dir_wait {
+    const gw_cluster_ops *ops;
+    fg_gateway_t *gw;
+    gw_sink *sink;                  /* NULL once the transport left */
+    int tenant;
+    char tenant_id[FG_NAME_MAX + 1];
+    char session_id[FG_NAME_MAX + 1];
+    uint64_t arg;                   /* the caller's: session.resume's last_sequence_number, a response number */
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+    double started;                 /* seconds (monotonic), for the log */
+};
+/* Asks the directory for session id of k's tenant; ops answer (at once for a malformed id). */
+void gw_cluster_claim(gw_sink *k, const char *id, size_t id_len, const gw_cluster_ops *ops, uint64_t arg,
+                      const char *event_id);
 /* session.resume of a session not held here: the directory is asked, then
  * the session is restored here (gw_resume_restore), or the client is told
  * where it is (session_elsewhere), or that another instance won the adoption

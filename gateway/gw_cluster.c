@@ -25,19 +25,6 @@
 
 #define LOST_BATCH 64
 
-/* A session.resume waiting on the directory; its sink set to NULL when the transport leaves. */
-typedef struct gw_dir_wait {
-    fg_gateway_t *gw;
-    gw_sink *sink;
-    int tenant;
-    char tenant_id[FG_NAME_MAX + 1];
-    char session_id[FG_NAME_MAX + 1];
-    uint64_t last_seq;
-    bool has_event_id;
-    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
-    double started;                 /* seconds (monotonic), for the log */
-} gw_dir_wait;
-
 bool gw_cluster_on(const fg_gateway_t *gw)
 {
     return gw->quota && fg_quota_dir_enabled(gw->quota);
@@ -94,12 +81,13 @@ static gw_sink *wait_end(gw_dir_wait *w)
     return k;
 }
 
-static void answer(gw_dir_wait *w, gw_sink *k, fg_proto_code code, const fg_dir_result *r, uint32_t retry, const char *fmt,
-                   const char *detail)
+/* session.resume's refusal: an error event, error.location naming the holder. */
+static void ws_refuse(gw_sink *k, gw_dir_wait *w, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                      const char *msg)
 {
     fg_proto_error err;
     fg_proto_error_set(&err, code, code == FG_PROTO_QUOTA_UNAVAILABLE ? NULL : "session_id",
-                       w->has_event_id ? w->event_id : NULL, fmt, detail);
+                       w->has_event_id ? w->event_id : NULL, "%s", msg);
     if (r && r->owner[0]) {
         snprintf(err.location_instance, sizeof err.location_instance, "%s", r->owner);
         snprintf(err.location_url, sizeof err.location_url, "%s", r->owner_url);
@@ -107,12 +95,27 @@ static void answer(gw_dir_wait *w, gw_sink *k, fg_proto_code code, const fg_dir_
     gw_sink_error(k, &err, retry);
 }
 
+static void ws_adopt(gw_sink *k, gw_dir_wait *w)
+{
+    gw_resume_restore(k, w->session_id, strlen(w->session_id), w->arg, w->has_event_id ? w->event_id : NULL);
+}
+
+static const gw_cluster_ops ws_resume_ops = {ws_adopt, ws_refuse};
+
+static void refuse(gw_dir_wait *w, gw_sink *k, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                   const char *fmt, const char *detail)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, detail);
+    w->ops->refuse(k, w, code, r, retry, msg);
+}
+
 static void adopt(gw_dir_wait *w, gw_sink *k, const fg_dir_result *r)
 {
     fg_log_at(FG_LOG_INFO, r->epoch > 1 ? "session_migrating" : "session_claimed", w->tenant_id, w->session_id,
               "\"epoch\":%llu,\"directory_ms\":%.3f", (unsigned long long)r->epoch,
               (fg_clock_mono_s() - w->started) * 1e3);
-    gw_resume_restore(k, w->session_id, strlen(w->session_id), w->last_seq, w->has_event_id ? w->event_id : NULL);
+    w->ops->adopt(k, w);
 }
 
 static void on_take(void *user, const fg_dir_result *r);
@@ -141,12 +144,12 @@ static void on_look(void *user, const fg_dir_result *r)
         wait_end(w);
         fg_log_at(FG_LOG_INFO, "session_redirected", w->tenant_id, w->session_id, "\"owner\":\"%s\",\"epoch\":%llu",
                   r->owner, (unsigned long long)r->epoch);
-        answer(w, k, FG_PROTO_SESSION_ELSEWHERE, r, 0, "the session is held by instance %s: resume there",
+        refuse(w, k, FG_PROTO_SESSION_ELSEWHERE, r, 0, "the session is held by instance %s: resume there",
                r->owner);
         break;
     default:
         wait_end(w);
-        answer(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
+        refuse(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
                "the session directory cannot be read now (Redis unreachable); retry");
         break;
     }
@@ -166,27 +169,38 @@ static void on_take(void *user, const fg_dir_result *r)
     if (r->state == FG_DIR_HELD) {
         adopt(w, k, r);
     } else if (r->state == FG_DIR_UNAVAILABLE) {
-        answer(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
+        refuse(w, k, FG_PROTO_QUOTA_UNAVAILABLE, NULL, 1, "%s",
                "the session directory cannot be read now (Redis unreachable); retry");
     } else {
         fg_log_at(FG_LOG_INFO, "session_adopt_lost", w->tenant_id, w->session_id, "\"owner\":\"%s\"", r->owner);
-        answer(w, k, FG_PROTO_SESSION_TAKEN, r, 0, "another instance (%s) adopted the session first: resume there",
+        refuse(w, k, FG_PROTO_SESSION_TAKEN, r, 0, "another instance (%s) adopted the session first: resume there",
                r->owner[0] ? r->owner : "unknown");
     }
     free(w);
 }
 
-void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
+void gw_cluster_claim(gw_sink *k, const char *id, size_t id_len, const gw_cluster_ops *ops, uint64_t arg,
+                      const char *event_id)
 {
     fg_gateway_t *gw = k->gw;
     gw_dir_wait *w = calloc(1, sizeof *w);
+    if (w) {
+        w->ops = ops;
+        w->arg = arg;
+        if (event_id) {
+            w->has_event_id = true;
+            snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
+        }
+    }
     if (!w || id_len > FG_NAME_MAX || !fg_name_valid(id, id_len)) {
-        fg_proto_error err;
-        bool bad = w != NULL;
+        if (w)
+            ops->refuse(k, w, FG_PROTO_SESSION_NOT_FOUND, NULL, 0, "no such session");
+        else {
+            gw_dir_wait oom = {.ops = ops};
+            ops->refuse(k, &oom, FG_PROTO_INTERNAL_ERROR, NULL, 0, "out of memory");
+        }
         free(w);
-        fg_proto_error_set(&err, bad ? FG_PROTO_SESSION_NOT_FOUND : FG_PROTO_INTERNAL_ERROR,
-                           bad ? "session_id" : NULL, event_id, "%s", bad ? "no such session" : "out of memory");
-        return gw_sink_error(k, &err, 0);
+        return;
     }
     w->gw = gw;
     w->sink = k;
@@ -194,15 +208,15 @@ void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_
     snprintf(w->tenant_id, sizeof w->tenant_id, "%s", gw_tenant_at(gw, k->tenant)->rec.id);
     memcpy(w->session_id, id, id_len);
     w->session_id[id_len] = 0;
-    w->last_seq = last_seq;
-    if (event_id) {
-        w->has_event_id = true;
-        snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
-    }
     w->started = fg_clock_mono_s();
     k->dir_wait = w;
     gw_sink_rx_update(k);
     fg_quota_dir_claim(gw->quota, w->tenant_id, w->session_id, FG_DIR_LOOK, 0, on_look, w);
+}
+
+void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
+{
+    gw_cluster_claim(k, id, id_len, &ws_resume_ops, last_seq, event_id);
 }
 
 bool gw_cluster_holds(gw_session *s)

@@ -255,46 +255,117 @@ static void resp_free(gw_oa_call *c)
 
 static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free};
 
-/* The session that answered previous_response_id, if it is this tenant's and
- * that response is its newest; else the request is answered (NULL). */
-static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant, const gw_resp_req *r)
+/* The session id and response number named by a response id "resp_<32 hex>_<n>"; false when malformed. */
+static bool parse_response_id(const char *id, char sid[48], unsigned long long *n)
 {
-    const char *id = r->previous_response_id;
-    char sid[48], msg[300];
-    unsigned long long n = 0;
     int end = 0;
-    gw_session *s = NULL;
     if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' ||
-        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0) {
-        s = NULL;
-    } else {
-        snprintf(sid, sizeof sid, "sess_%.32s", id + 5);
-        s = gw_session_find(gw, sid, strlen(sid));
-    }
-    if (!s || s->tenant != tenant) { /* another tenant's is not found either */
-        snprintf(msg, sizeof msg, "Previous response with id '%.100s' not found.", id);
-        gw_openai_error(req, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
-        return NULL;
-    }
+        sscanf(id + 38, "%llu%n", n, &end) != 1 || id[38 + end] != 0)
+        return false;
+    snprintf(sid, 48, "sess_%.32s", id + 5);
+    return true;
+}
+
+static void not_found(gw_http_req *req, const char *id)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "Previous response with id '%.100s' not found.", id);
+    gw_openai_error(req, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
+}
+
+/* Whether s (found or restored) can continue previous_response_id's response n; else the request is answered. */
+static bool previous_usable(gw_http_req *req, gw_session *s, const gw_resp_req *r, unsigned long long n)
+{
     if (s->sink || s->responding || s->quota_pending) {
         gw_openai_error(req, 409, "invalid_request_error", "response_in_progress", "previous_response_id",
                         "the conversation of this response is in use by another request");
-        return NULL;
+        return false;
     }
-    if (n != s->resp_counter) {
+    /* Restored from a file (a migration, a restart), the session knows its newest response
+     * number only to within the file's id reservation: the saved conversation is continued. */
+    bool restored_range = s->resp_restored && s->resp_counter == s->resp_restored && n >= s->resp_floor &&
+                          n <= s->resp_counter;
+    if (n != s->resp_counter && !restored_range) {
         gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "previous_response_id",
                         "only the newest response of a conversation can be continued");
-        return NULL;
+        return false;
     }
     const size_t have = s->instructions_len;
     if (r->instructions && (r->instructions_len != have || memcmp(r->instructions, s->instructions, have) != 0)) {
         gw_openai_error(req, 400, "invalid_request_error", "unsupported_value", "instructions",
                         "with previous_response_id, instructions must be left out or be the same as before "
                         "(changing them would recompute the conversation)");
+        return false;
+    }
+    return true;
+}
+
+/* The session that answered previous_response_id, if it is this tenant's and
+ * that response is its newest; else the request is answered (NULL). */
+static gw_session *find_previous(fg_gateway_t *gw, gw_http_req *req, int tenant, const gw_resp_req *r)
+{
+    char sid[48];
+    unsigned long long n = 0;
+    gw_session *s = parse_response_id(r->previous_response_id, sid, &n) ? gw_session_find(gw, sid, strlen(sid)) : NULL;
+    if (!s || s->tenant != tenant) { /* another tenant's is not found either */
+        not_found(req, r->previous_response_id);
         return NULL;
     }
-    return s;
+    return previous_usable(req, s, r, n) ? s : NULL;
 }
+
+/* ---- previous_response_id of a session another instance held (gw_cluster.c) ---- */
+
+static void prev_adopt(gw_sink *k, gw_dir_wait *w)
+{
+    gw_oa_call *c = lws_container_of(k, gw_oa_call, sink);
+    respx *x = c->user;
+    fg_proto_code code;
+    char msg[400];
+    gw_session *s = gw_session_restore(k->gw, k->tenant, w->session_id, strlen(w->session_id), &code, msg, sizeof msg);
+    if (!s) {
+        gw_cluster_restore_failed(k->gw, k->tenant, w->session_id, strlen(w->session_id),
+                                  code == FG_PROTO_SESSION_NOT_FOUND);
+        if (code == FG_PROTO_SESSION_NOT_FOUND)
+            not_found(c->req, x->r.previous_response_id);
+        else
+            gw_openai_error(c->req, code == FG_PROTO_SESSION_LOST ? 410 : 500, "server_error",
+                            fg_proto_error_code_name(code), "previous_response_id", msg);
+        return gw_oa_call_free(c);
+    }
+    if (!previous_usable(c->req, s, &x->r, w->arg)) {
+        gw_session_destroy(s, true); /* back to its file, untouched */
+        return gw_oa_call_free(c);
+    }
+    gw_oa_call_continue(c, s);
+}
+
+/* 409 (session_elsewhere, session_taken) with error.location, as docs/protocol.md "HTTP APIs" has it. */
+static void prev_refuse(gw_sink *k, gw_dir_wait *w, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                        const char *msg)
+{
+    (void)w;
+    (void)retry;
+    gw_oa_call *c = lws_container_of(k, gw_oa_call, sink);
+    respx *x = c->user;
+    if (code == FG_PROTO_SESSION_NOT_FOUND) {
+        not_found(c->req, x->r.previous_response_id);
+    } else if (r && r->owner[0]) {
+        char m[400], inst[160], url[600], body[1400];
+        snprintf(body, sizeof body,
+                 "{\"error\":{\"message\":%s,\"type\":\"invalid_request_error\",\"param\":\"previous_response_id\","
+                 "\"code\":\"%s\",\"location\":{\"instance_id\":%s,\"url\":%s}}}",
+                 fg_log_str(m, sizeof m, msg), fg_proto_error_code_name(code), fg_log_str(inst, sizeof inst, r->owner),
+                 fg_log_str(url, sizeof url, r->owner_url));
+        gw_http_reply(c->req, 409, body);
+    } else {
+        gw_openai_error(c->req, code == FG_PROTO_QUOTA_UNAVAILABLE ? 503 : 500, "server_error",
+                        fg_proto_error_code_name(code), NULL, msg);
+    }
+    gw_oa_call_free(c);
+}
+
+static const gw_cluster_ops prev_ops = {prev_adopt, prev_refuse};
 
 void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
 {
@@ -314,8 +385,12 @@ void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
         gw_openai_error(req, err.status, err.type, err.code, err.param[0] ? err.param : NULL, err.message);
         return gw_oa_call_free(c);
     }
-    gw_session *prev = x->r.previous_response_id ? find_previous(gw, req, tenant, &x->r) : NULL;
-    if (x->r.previous_response_id && !prev)
+    char sid[48];
+    unsigned long long n = 0;
+    bool held_elsewhere = x->r.previous_response_id && gw_cluster_on(gw) &&
+                          parse_response_id(x->r.previous_response_id, sid, &n) && !gw_session_find(gw, sid, strlen(sid));
+    gw_session *prev = x->r.previous_response_id && !held_elsewhere ? find_previous(gw, req, tenant, &x->r) : NULL;
+    if (x->r.previous_response_id && !prev && !held_elsewhere)
         return gw_oa_call_free(c);
     snprintf(c->sink.model, sizeof c->sink.model, "%.64s", x->r.model);
     c->stream = x->r.stream;
@@ -324,8 +399,12 @@ void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)
     c->n_items = x->r.n_items;
     c->sampling = x->r.sampling;
     c->tools = &x->r.tools;
-    if (prev)
+    if (held_elsewhere) { /* not here: the session directory says where, or this instance adopts it */
+        gw_oa_call_hold(c);
+        gw_cluster_claim(&c->sink, sid, strlen(sid), &prev_ops, n, NULL);
+    } else if (prev) {
         gw_oa_call_continue(c, prev);
-    else
+    } else {
         gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
+    }
 }

@@ -17,10 +17,15 @@ real redis-server and one persistence.dir, the session directory on (cluster.*, 
   not write the session's file (B's stays byte for byte; A logs session_fenced or
   session_lease_lost) and closes its copy (session_moved, session.closed "moved"); A restarted
   is redirected to B, and B's file is untouched;
+- HTTP Responses: previous_response_id of a response another live instance holds: 409 with
+  code session_elsewhere and error.location naming it; once that instance is dead and its lease
+  expired, the call is served by migrating the session (usage.input_tokens_details.cached_tokens
+  covers the history);
 - SIGTERM hands over at once: a stopped instance gives its leases back, so another adopts
   its sessions without waiting for the lease to expire.
 """
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -32,6 +37,7 @@ import websockets.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Conn, Server, check, eq, run_tests, wait_for  # noqa: E402
+from test_openai_http import post  # noqa: E402
 from test_quotas import Redis  # noqa: E402
 
 TTL_MS = 1500
@@ -294,6 +300,33 @@ async def test_sigterm_hands_over():
         eq(lease(cl.redis, sid), f"2 gw-b ws://127.0.0.1:{b.port}", "with the next epoch")
         _, done = await turn(c2, TURNS[1])
         check(done["usage"]["input_token_details"]["cached_tokens"] > 0, "from the file")
+
+
+async def test_responses_previous_id_redirect_and_migration():
+    async with Cluster(2) as cl:
+        a, b = cl.gws
+        req = {"model": "tiny", "input": "hello " * 30, "max_output_tokens": 4, "temperature": 0}
+        st, body = await asyncio.to_thread(post, a.port, "/v1/responses", req)
+        eq(st, 200, f"a response at A: {body[:200]!r}")
+        first = json.loads(body)
+        sid = "sess_" + first["id"][5:37]
+        await wait_for(lambda: os.path.exists(session_file(cl.pdir, sid)), "the stored response's session file")
+        follow = {"model": "tiny", "input": "and again " * 5, "max_output_tokens": 4, "temperature": 0,
+                  "previous_response_id": first["id"]}
+        st, body = await asyncio.to_thread(post, b.port, "/v1/responses", follow)
+        eq(st, 409, f"B does not hold it: {body[:300]!r}")
+        e = json.loads(body)["error"]
+        eq(e["code"], "session_elsewhere", f"the code: {e}")
+        eq(e["param"], "previous_response_id", "the param")
+        eq(e["location"], {"instance_id": "gw-a", "url": f"ws://127.0.0.1:{a.port}"}, "error.location names A")
+        a.kill()
+        await wait_lease_gone(cl.redis, sid)
+        st, body = await asyncio.to_thread(post, b.port, "/v1/responses", follow)
+        eq(st, 200, f"B adopts the dead A's conversation: {body[:300]!r}")
+        second = json.loads(body)
+        cached = second["usage"]["input_tokens_details"]["cached_tokens"]
+        check(cached >= first["usage"]["input_tokens"], f"the history came from the file: {second['usage']}")
+        eq(lease(cl.redis, sid), f"2 gw-b ws://127.0.0.1:{b.port}", "B holds it with the next epoch")
 
 
 if __name__ == "__main__":
