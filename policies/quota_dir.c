@@ -81,7 +81,8 @@ static void member_of(char *out, size_t cap, const char *tenant, const char *ses
 
 /* ---- the owner's calls ---- */
 
-void fg_quota_dir_claim(fg_quota_t *q, const char *tenant_id, const char *session_id, fg_dir_mode mode,
+/* A claim request for the quota thread (the table untouched); false on out of memory (cb answered). */
+static bool queue_claim(fg_quota_t *q, const char *tenant_id, const char *session_id, fg_dir_mode mode,
                         uint64_t expect_epoch, fg_dir_cb cb, void *user)
 {
     fg_qreq *r = calloc(1, sizeof *r);
@@ -90,7 +91,7 @@ void fg_quota_dir_claim(fg_quota_t *q, const char *tenant_id, const char *sessio
             fg_dir_result res = {.state = FG_DIR_UNAVAILABLE};
             cb(user, &res);
         }
-        return;
+        return false;
     }
     r->kind = FG_QREQ_DIR_CLAIM;
     r->dir_cb = cb;
@@ -105,7 +106,15 @@ void fg_quota_dir_claim(fg_quota_t *q, const char *tenant_id, const char *sessio
         snprintf(r->tenant, sizeof r->tenant, "%s", tenant_id);
         snprintf(r->member, sizeof r->member, "%s", session_id);
     }
-    if (r->reject == FG_QUOTA_OK && mode == FG_DIR_NEW) {
+    fg_qreq_enqueue(q, r);
+    return true;
+}
+
+void fg_quota_dir_claim(fg_quota_t *q, const char *tenant_id, const char *session_id, fg_dir_mode mode,
+                        uint64_t expect_epoch, fg_dir_cb cb, void *user)
+{
+    if (mode == FG_DIR_NEW && q->dir.on && tenant_id && session_id && fg_name_valid(tenant_id, strlen(tenant_id)) &&
+        fg_name_valid(session_id, strlen(session_id))) {
         /* Held from now: the id is fresh and random, and the first save may come before the answer. */
         char m[FG_QUOTA_MEMBER_MAX + 1];
         member_of(m, sizeof m, tenant_id, session_id);
@@ -120,7 +129,7 @@ void fg_quota_dir_claim(fg_quota_t *q, const char *tenant_id, const char *sessio
         }
         pthread_mutex_unlock(&q->dir.mu);
     }
-    fg_qreq_enqueue(q, r);
+    queue_claim(q, tenant_id, session_id, mode, expect_epoch, cb, user);
 }
 
 void fg_quota_dir_release(fg_quota_t *q, const char *tenant_id, const char *session_id, bool forget)
@@ -339,18 +348,33 @@ void fg_qdir_renew_due(struct fg_quota *q, int64_t now_us, bool force)
     d->next_renew_us = now_us + (int64_t)d->ttl_ms * 1000 / 3;
     /* A snapshot of the held leases, grouped by tenant (one script call per tenant and chunk). */
     pthread_mutex_lock(&d->mu);
-    size_t n = 0;
+    size_t n = 0, n_retry = 0;
     renew_item *items = d->held.n ? calloc(d->held.n, sizeof *items) : NULL;
+    renew_item *retry = d->held.n ? calloc(d->held.n, sizeof *retry) : NULL;
     for (size_t i = 0; items && i < d->held.n; i++) {
         const fg_qlease *l = &d->held.v[i];
         const char *sp = strchr(l->member, ' ');
-        if (l->lost || !l->epoch || !sp) /* epoch 0: the new session's claim answers for it */
+        if (l->lost || !sp)
             continue;
+        if (!l->epoch) {
+            /* A new session whose claim got no answer (Redis was down): asked again (after
+             * the window from its creation its writes are refused until the answer comes). */
+            if (now_us - (l->valid_until_us - write_window_us(d)) > (int64_t)d->ttl_ms * 1000 / 3 && retry &&
+                n_retry < d->held.n) {
+                renew_item *it = &retry[n_retry++];
+                snprintf(it->tenant, sizeof it->tenant, "%.*s", (int)(sp - l->member), l->member);
+                snprintf(it->session, sizeof it->session, "%s", sp + 1);
+            }
+            continue;
+        }
         snprintf(items[n].tenant, sizeof items[n].tenant, "%.*s", (int)(sp - l->member), l->member);
         snprintf(items[n].session, sizeof items[n].session, "%s", sp + 1);
         items[n++].epoch = l->epoch;
     }
     pthread_mutex_unlock(&d->mu);
+    for (size_t i = 0; i < n_retry; i++)
+        queue_claim(q, retry[i].tenant, retry[i].session, FG_DIR_NEW, 0, NULL, NULL);
+    free(retry);
     if (!n) {
         free(items);
         return;

@@ -5,6 +5,7 @@
  * another instance took is found lost by the old holder's renewal, which
  * then refuses writes (fencing); a destroyed instance's leases expire and can
  * be adopted with a higher epoch; a release gives a lease back at once. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -147,6 +148,26 @@ int test_quota_dir(void)
         fg_sleep_ms(10);
     CHECK(fg_redis_int(rc, "EXISTS {tenant:t-dir}:loc:s1") == 0);
     CHECK(fg_redis_int(rc, "HEXISTS {tenant:t-dir}:loc_epochs s1") == 0);
+    /* A session made while Redis is down: held locally within the write window, then
+     * registered once Redis is back (the renewal asks again). */
+    fg_redis_kill(&fx, SIGSTOP);
+    fg_quota_dir_claim(b.q, "t-dir", "s3", FG_DIR_NEW, 0, NULL, NULL);
+    CHECK(fg_quota_dir_may_write(b.q, "t-dir", "s3"));
+    fg_sleep_ms(TTL_MS); /* past the write window (3/4 ttl) from its creation: not known to be ours */
+    CHECK(!fg_quota_dir_may_write(b.q, "t-dir", "s3"));
+    fg_redis_kill(&fx, SIGCONT);
+    bool back = false;
+    for (int i = 0; i < 300 && !back; i++) {
+        fg_sleep_ms(20);
+        back = fg_quota_dir_may_write(b.q, "t-dir", "s3");
+    }
+    CHECK_MSG(back, "s3 registered after Redis came back");
+    redisFree(rc);
+    rc = fg_redis_client(&fx);
+    redisReply *v = redisCommand(rc, "GET {tenant:t-dir}:loc:s3");
+    CHECK(v && v->type == REDIS_REPLY_STRING && !strcmp(v->str, "1 gw-b ws://gw-b.example:8080"));
+    if (v)
+        freeReplyObject(v);
     fg_quota_dir_get_stats(b.q, &st);
     fprintf(stderr, "quota_dir: b made %llu claims, %llu renewals, %llu releases\n", (unsigned long long)st.claims,
             (unsigned long long)st.renewals, (unsigned long long)st.releases);
