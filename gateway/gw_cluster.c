@@ -15,6 +15,7 @@
  * files are left alone: they are that instance's now).
  * Service thread only, except gw_cluster_fence (the engine's writer thread).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,9 @@ void gw_cluster_restore_failed(fg_gateway_t *gw, int tenant, const char *id, siz
         return;
     memcpy(name, id, id_len);
     name[id_len] = 0;
+    /* Restored meanwhile by another client's resume (its restore is why this one failed): that one holds the lease. */
+    if (gw_session_find(gw, name, id_len))
+        return;
     fg_quota_dir_release(gw->quota, gw_tenant_at(gw, tenant)->rec.id, name, gone);
 }
 
@@ -102,11 +106,14 @@ static void ws_adopt(gw_sink *k, gw_dir_wait *w)
 
 static const gw_cluster_ops ws_resume_ops = {ws_adopt, ws_refuse};
 
-static void refuse(gw_dir_wait *w, gw_sink *k, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
-                   const char *fmt, const char *detail)
+__attribute__((format(printf, 6, 7))) static void refuse(gw_dir_wait *w, gw_sink *k, fg_proto_code code,
+                                                        const fg_dir_result *r, uint32_t retry, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     char msg[256];
-    snprintf(msg, sizeof msg, fmt, detail);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     w->ops->refuse(k, w, code, r, retry, msg);
 }
 
