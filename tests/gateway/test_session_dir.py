@@ -21,6 +21,9 @@ real redis-server and one persistence.dir, the session directory on (cluster.*, 
   code session_elsewhere and error.location naming it; once that instance is dead and its lease
   expired, the call is served by migrating the session (usage.input_tokens_details.cached_tokens
   covers the history);
+- through the shipped HAProxy (deploy/haproxy/flashgate.cfg; instance ids = its server names):
+  the holder SIGKILLed, the client's reconnect with its cookie and session id lands on a live
+  instance, which adopts the session there and continues it from the file (cached_tokens);
 - SIGTERM hands over at once: a stopped instance gives its leases back, so another adopts
   its sessions without waiting for the lease to expire.
 """
@@ -39,6 +42,8 @@ import websockets.exceptions
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Conn, Server, Timeout, check, eq, run_tests, user_item, wait_for  # noqa: E402
 from test_openai_http import post  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy"))
+from test_haproxy import NAMES, HAProxy, open_via  # noqa: E402
 from test_quotas import Redis  # noqa: E402
 
 TTL_MS = 1500
@@ -334,6 +339,56 @@ async def test_responses_previous_id_redirect_and_migration():
         cached = second["usage"]["input_tokens_details"]["cached_tokens"]
         check(cached >= first["usage"]["input_tokens"], f"the history came from the file: {second['usage']}")
         eq(lease(cl.redis, sid), f"2 gw-b ws://127.0.0.1:{b.port}", "B holds it with the next epoch")
+
+
+async def test_through_haproxy_killed_holder():
+    pdir = tempfile.mkdtemp(prefix="fg-dir-lb-")
+    redis = Redis().start()
+    gws, lb = [], None
+    try:
+        gws = [Instance(name, pdir, redis).start() for name in NAMES]
+        lb = HAProxy(gws).start()
+        await wait_for(lambda: len(lb.states()) == 3 and all(v == "UP" for v in lb.states().values()),
+                       lambda: f"HAProxy sees every instance UP (now {lb.states()})", timeout=60)
+        c, victim, cookie = await open_via(lb)
+        await c.create_session(SETTINGS)
+        sid = c.session_id
+        before = mtime(session_file(pdir, sid))
+        _, done1 = await turn(c, TURNS[0])
+        await wait_for(lambda: mtime(session_file(pdir, sid)) not in (None, before), "the turn's file")
+        last = c.last_seq
+        eq(lease(redis, sid).split(" ")[1], victim, "the directory names the instance HAProxy chose")
+        dead = gws[NAMES.index(victim)]
+        dead.kill()
+        await wait_for(lambda: lb.states().get(victim) == "DOWN", lambda: f"{victim} DOWN (now {lb.states()})",
+                       timeout=60)
+        await wait_lease_gone(redis, sid)
+        r, got, new_cookie = await open_via(lb, session_id=sid, cookie=cookie)
+        check(got in NAMES and got != victim, f"the reconnect went to a live instance, not {got}")
+        _, resumed = await r.resume(sid, last)
+        eq(resumed["sequence_number"], last + 1, "numbering continues")
+        _, done = await turn(r, TURNS[1])
+        check(done["usage"]["input_token_details"]["cached_tokens"] >= done1["usage"]["input_tokens"],
+              f"the history came from the file: {done['usage']}")
+        eq(lease(redis, sid).split(" ")[:2], ["2", got], "the adopter holds epoch 2")
+        await r.close()
+        # the next reconnect with the new cookie reaches the adopter and resumes from memory
+        r2, got2, _ = await open_via(lb, session_id=sid, cookie=new_cookie)
+        eq(got2, got, "the cookie pins the client to the adopter")
+        await r2.resume(sid, r.last_seq)
+        await r2.close()
+    finally:
+        for c2 in (lb.conns if lb else []):
+            c2.abort()
+        if lb:
+            lb.close()
+        for gw in gws:
+            if gw.proc and gw.proc.poll() is None:
+                await gw.stop()
+            else:
+                gw.cleanup()
+        redis.close()
+        shutil.rmtree(pdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
