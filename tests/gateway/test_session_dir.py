@@ -40,7 +40,7 @@ import time
 import websockets.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Conn, Server, Timeout, check, eq, run_tests, user_item, wait_for  # noqa: E402
+from harness import Conn, Server, Timeout, check, eq, http_get, run_tests, user_item, wait_for  # noqa: E402
 from test_openai_http import post  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy"))
 from test_haproxy import NAMES, HAProxy, open_via  # noqa: E402
@@ -72,6 +72,16 @@ def session_file(pdir, sid, tenant="acme"):
 
 def lease(redis, sid, tenant="acme"):
     return redis.cli("GET", f"{{tenant:{tenant}}}:loc:{sid}").strip()
+
+
+def metric(srv, name):
+    """One unlabelled sample of srv's /metrics."""
+    st, _, body = http_get(srv.port, "/metrics")
+    eq(st, 200, "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 def uncached(done):
@@ -289,6 +299,11 @@ async def test_fenced_after_migration():
         eq(open(path, "rb").read(), b_file, "A wrote nothing over B's file")
         events = {e.get("event") for e in a.log_events()}
         check("session_moved" in events, f"A logged the lost lease: {sorted(events)}")
+        # whichever came first, the renewal (lost) or the response.create (refused by the fence's test)
+        check(metric(a, "flashgate_session_dir_lost_total") + metric(a, "flashgate_session_dir_fenced_total") >= 1,
+              "A counted the lost lease or the refusal")
+        eq(metric(a, "flashgate_session_dir_leases"), 0.0, "A holds nothing")
+        eq(metric(b, "flashgate_session_dir_leases"), 1.0, "B holds the session")
         # A restarted: the directory sends its clients to B, and the file stays B's
         a.kill()
         a2 = Instance("gw-a", cl.pdir, cl.redis).start()
