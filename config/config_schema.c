@@ -213,6 +213,11 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_STR(fg_config, "auth.dashboard_key", auth.dashboard_key, "", FG_CFG_SECRET,
           "Key the dashboard page and its data require; empty asks for none (keep server.host on "
           "loopback then). Same rules as auth.admin_key."),
+    {.path = "auth.api_key_in_subprotocol", .type = FG_CFG_BOOL,
+     .offset = offsetof(fg_config, auth.api_key_in_subprotocol), .def_bool = false,
+     .doc = "Accept a tenant's API key in the WebSocket subprotocol list (openai-insecure-api-key.KEY, as "
+            "OpenAI's browser clients send a credential); false accepts only client secrets there "
+            "(POST /v1/realtime/client_secrets), so API keys never reach browsers."},
 
     K_ENUM(fg_config, "log.level", log.level, log_level_names, FG_CONFIG_LOG_INFO,
            "Least severe log messages written: debug, info, warn or error."),
@@ -255,6 +260,10 @@ const fg_cfg_key fg_cfg_keys[] = {
            "(tokenized with the model's vocabulary, DeepSeek's chat and tool markers as their special "
            "ids) instead of sampled ones; every forward pass still runs. Empty (the default): off, "
            "and nothing can turn it on. The server logs a warning at start when it is set."),
+    K_STR(fg_config, "debug.restore_gate_file", debug.restore_gate_file, "", 0,
+          "TESTS ONLY: a session restore from disk (session.resume after a restart) waits, on its worker "
+          "thread, until this file exists, so a test can hold one in progress. Empty (the default): off. "
+          "The server logs a warning at start when it is set."),
 };
 const size_t fg_cfg_n_keys = sizeof fg_cfg_keys / sizeof fg_cfg_keys[0];
 

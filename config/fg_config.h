@@ -136,6 +136,7 @@ typedef struct fg_config_limits {
 typedef struct fg_config_auth {
     const char *admin_key;          /* secret; "" disables the admin API */
     const char *dashboard_key;      /* secret; "" asks no key */
+    bool api_key_in_subprotocol;    /* a tenant's API key accepted as openai-insecure-api-key.KEY */
 } fg_config_auth;
 
 typedef struct fg_config_log {
@@ -167,6 +168,8 @@ typedef struct fg_config_debug {
      * text tokenized with the vocabulary, chat and tool markers as their
      * special ids) instead of the sampled ones; empty: off. */
     fg_config_strlist scripted_output;
+    /* A session restore waits until this file exists (tests hold one in progress); "": off. */
+    const char *restore_gate_file;
 } fg_config_debug;
 
 typedef struct fg_config_topology {

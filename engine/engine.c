@@ -125,9 +125,10 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     fg_kv_geometry geo;
     if ((err = arch->cache(m, fmt, &geo, diag)))
         goto fail;
-    /* A cache with per-sequence state (deepseek4) serves without the prefix
-     * cache and forks, which do not carry that state yet: fg_engine_seq_state
-     * and the refusals in kv_tier.c and session_persist.c. */
+    /* A cache with per-sequence state (deepseek4) shares pages in units of
+     * geo.share_tokens with state snapshots (kv_share.c) and forks with a
+     * copy of the state; its session files hold its pages and state
+     * (session_file.h, version 3): fg_engine_seq_state. */
     if ((err = fg_kv_store_create(&geo, o->kv_budget_bytes, &e->kv, diag)))
         goto fail;
     int nth = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -177,7 +177,8 @@ typedef struct fg_engine_stats {
     size_t kv_pages_total;
     /* KV tiers and prefix sharing (filled by the persistence layer) */
     size_t kv_pages_shared;        /* resident pages with more than one holder */
-    size_t kv_pages_cached;        /* resident pages held only by the prefix cache */
+    size_t kv_pages_cached;        /* resident pages held only by the prefix cache, and the pages its
+                                    * state snapshots hold (deepseek4) */
     uint64_t prefix_lookups;       /* full pages looked up in the prefix cache */
     uint64_t prefix_hits;          /* of which found: shared instead of computed */
     uint64_t prefix_waits;         /* prefill steps a session sat out because another session of its

@@ -120,10 +120,10 @@ fg_err fg_engine_page_to_host(fg_engine_t *e, uint8_t *page, fg_diag *diag);
 
 /* Whether the model's cache has per-sequence state besides its pages
  * (deepseek4's window rings and open compressor blocks). Such a sequence
- * cannot be cut back, shared or forked yet: serving runs it without the
- * prefix cache, refuses forks (FG_ERR_UNSUPPORTED), and recomputes from the
- * start where a deepseek2 session would drop its last rows. Its session
- * files hold its pages and state (session_file.h, version 3). */
+ * cannot be cut back: it recomputes from the start where a deepseek2
+ * session would drop its last rows. The prefix cache shares its pages in
+ * whole units with state snapshots and forks copy its state (kv_share.c).
+ * Its session files hold its pages and state (session_file.h, version 3). */
 static inline bool fg_engine_seq_state(const fg_engine_t *e) { return fg_kv_store_geometry(e->kv)->seq_bytes != 0; }
 fg_err fg_engine_page_to_device(fg_engine_t *e, const uint8_t *page, fg_diag *diag);
 

@@ -8,6 +8,7 @@
 
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
+#include "gateway/openai_sink.h"
 
 /* Seconds a connection closed for its output limit has to take the close
  * frame before it is dropped without one (it may not read at all). */
@@ -18,17 +19,22 @@ void gw_conn_request_write(gw_conn *c)
     lws_callback_on_writable(c->wsi);
 }
 
-void gw_conn_push_own(gw_conn *c)
+void gw_conn_push_text(gw_conn *c, const char *text, size_t len)
 {
-    fg_gateway_t *gw = c->sink.gw;
     if (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY)
         return; /* closed for not reading: nothing more is queued for it */
-    if (!gw_ring_push(&c->own, 0, fg_proto_buf_text(&gw->scratch), gw->scratch.len)) {
+    if (!gw_ring_push(&c->own, 0, text, len)) {
         fg_log(FG_LOG_ERROR, "event_dropped", "\"reason\":\"out_of_memory\"");
         return;
     }
     gw_conn_request_write(c);
     gw_conn_output_changed(c);
+}
+
+void gw_conn_push_own(gw_conn *c)
+{
+    fg_gateway_t *gw = c->sink.gw;
+    gw_conn_push_text(c, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
 }
 
 /* Bytes of events queued for the client and not yet handed to lws: the
@@ -43,7 +49,8 @@ void gw_conn_rx_update(gw_conn *c)
 {
     const gw_session *s = c->sink.session;
     /* a client whose events pile up is not read either: its requests would queue more */
-    bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending)) || c->sink.dir_wait ||
+    bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending)) || c->sink.resume_wait ||
+                 c->sink.dir_wait ||
                  (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY);
     if (c->rx_paused != pause) {
         c->rx_paused = pause;
@@ -145,7 +152,7 @@ static void fail(gw_conn *c, const fg_client_event *ev, fg_proto_code code, cons
     gw_sink_error(&c->sink, &err, 0);
 }
 
-void gw_conn_on_open(gw_conn *c)
+void gw_conn_on_open(gw_conn *c, const char *session_event)
 {
     fg_gateway_t *gw = c->sink.gw;
     c->bucket = (double)gw->cfg->limits.message_burst;
@@ -158,7 +165,13 @@ void gw_conn_on_open(gw_conn *c)
     gw->metrics.connections_opened++;
     if (c->sink.ga) { /* OpenAI's flow: the session exists at once, session.created is the first event */
         fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
+        fg_proto_error err;
+        /* a client secret's settings, checked when it was minted: a session.update's fields */
+        if (session_event && fg_proto_parse(session_event, strlen(session_event), &gw->limits, &ev, &err) != FG_OK)
+            ev = (fg_client_event){.type = FG_CLIENT_SESSION_CREATE}; /* cannot happen: then without them */
+        ev.type = FG_CLIENT_SESSION_CREATE;
         gw_cmd_dispatch(&c->sink, &ev);
+        fg_client_event_free(&ev);
     }
 }
 
@@ -166,9 +179,12 @@ void gw_conn_on_close(gw_conn *c)
 {
     fg_gateway_t *gw = c->sink.gw;
     lws_sul_cancel(&c->limit_timer);
+    gw_cmd_sink_gone(&c->sink);
     gw_cluster_sink_gone(&c->sink); /* a resume waiting on the directory goes on without it */
     if (c->sink.session)
         gw_session_detach(c->sink.session); /* the session outlives the socket */
+    if (c->rws)
+        gw_rws_on_close(c);
     free(c->rx);
     gw_ring_free(&c->own);
     if (c->all_prev)
@@ -254,6 +270,15 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
     }
     if (gw->draining)
         return fail(c, NULL, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    if (c->rws) {
+        gw_rws_on_message(c, c->rx, c->rx_len);
+        if (c->rx_cap > 16384) {
+            free(c->rx);
+            c->rx = NULL;
+            c->rx_cap = 0;
+        }
+        return;
+    }
     fg_client_event ev;
     fg_proto_error err;
     fg_err e = fg_proto_parse(c->rx, c->rx_len, &gw->limits, &ev, &err);
@@ -288,6 +313,8 @@ int gw_conn_on_writable(gw_conn *c)
             return -1;
         gw_conn_request_write(c);
         gw_conn_output_changed(c);
+        if (c->rws_call)
+            gw_oa_call_wake(c->rws_call); /* a response that waited for the client to read goes on */
         return 0;
     }
     gw_session *s = c->sink.session;

@@ -61,6 +61,15 @@ typedef struct gw_items {
     size_t n, cap;
 } gw_items;
 
+/* A stored Response object of an HTTP Responses conversation (store: true),
+ * for GET /v1/responses/{id} (openai_responses.c). */
+#define GW_SAVED_MAX 64             /* kept per session: the newest; older ones are not found */
+typedef struct gw_saved {
+    uint64_t n;                     /* the session's response number (resp_counter) */
+    char *json;                     /* the Response object, as the call's reply showed it */
+    size_t len;
+} gw_saved;
+
 /* A session's sampling settings: the one copy that session.create/update
  * change, a fork copies, the session file keeps and each response starts from. */
 typedef struct gw_settings {
@@ -106,6 +115,9 @@ struct gw_session {
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
     bool cache_built;               /* the engine session already holds head + conv (a fork, a restore) */
     bool conv_known;                /* conv is the whole conversation (false after some restores) */
+    bool restoring;                 /* restored, its id reservation being written on gw_disk's worker
+                                       (gw_persist.c): not resumable yet, and not freed meanwhile */
+    bool doomed, doomed_keep_file;  /* destroyed while restoring: done when the write is */
 
     /* events */
     uint64_t next_seq;              /* the next sequence number (the first event is 1) */
@@ -141,6 +153,9 @@ struct gw_session {
     char *out_text;                 /* the whole reply, for response.done's output item */
     size_t out_len, out_cap;
 
+    gw_saved *saved;                /* stored Response objects, oldest first, up to GW_SAVED_MAX */
+    uint32_t n_saved;
+
     double last_activity;           /* seconds (monotonic) */
     /* latency marks of the response in progress, seconds (monotonic), for metrics.h */
     double resp_created_at;         /* response.create received */
@@ -170,6 +185,11 @@ struct gw_conn {
                                        limit_timer runs */
     bool past_hard;                 /* past the hard limit: limit_timer closes it at once */
     lws_sorted_usec_list_t limit_timer;
+    /* the Responses WebSocket mode (openai_ws.c): response.create events, no session of its own */
+    bool rws;
+    struct gw_oa_call *rws_call;    /* the response in progress, or NULL */
+    char rws_unstored[48];          /* the session of its newest store: false response, kept while the
+                                       connection lives (continued by previous_response_id on it), or "" */
     gw_conn *all_next, *all_prev;
 };
 
@@ -202,6 +222,8 @@ struct fg_gateway {
     uint64_t n_generated;           /* responses started that generate: the next script's index */
     gw_conn *conns;
     size_t n_conns;
+    struct gw_secrets *secrets;     /* client_secrets.h: browser client secrets; NULL on out of memory */
+    struct gw_disk *disk;           /* gw_disk.h: session restores and saves off this thread */
     size_t http_body_bytes;         /* http.c: buffers of the HTTP bodies being received */
 
     gw_metrics metrics;             /* metrics.h */
@@ -225,14 +247,19 @@ static inline const char *gw_session_tenant(gw_session *s)
 }
 
 /* gw_session.c */
-/* A new session of tenant. restore_id: the engine session saved under that
- * id is restored from its file (fg_session_restore) and the session keeps the
- * id; else a fresh id, and an engine session that is a fork of fork_src's
- * (sharing its cached pages) when fork_src is given, else empty. On failure
- * NULL, *err the engine's error (FG_ERR_NOT_FOUND, FG_ERR_SESSION_*, ...) and
+/* A new session of tenant with a fresh id and an engine session that is a
+ * fork of fork_src's (sharing its cached pages) when fork_src is given, else
+ * empty. On failure NULL, *err the engine's error (FG_ERR_SESSION_*, ...) and
  * diag its message. */
-gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, const char *restore_id, fg_err *err,
-                           fg_diag *diag);
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, fg_err *err, fg_diag *diag);
+/* The two halves of a session whose engine session is made elsewhere (a
+ * restore on gw_disk's worker): prepare allocates it (id: kept, NULL: a
+ * fresh one) and fills *sp for the engine (its user is the session); it is in
+ * no table yet, and is freed with free() if the engine session never comes.
+ * adopt gives it its engine session and enters it in the table. NULL on out
+ * of memory. */
+gw_session *gw_session_prepare(fg_gateway_t *gw, int tenant, const char *id, fg_session_params *sp);
+void gw_session_adopt(gw_session *s, fg_session_t *es);
 /* Frees a session; keep_file: its session file stays for a later restore
  * (shutdown, a refused resume), else it is deleted (close, expiry). */
 void gw_session_destroy(gw_session *s, bool keep_file);
@@ -323,11 +350,16 @@ void gw_session_store_meta(gw_session *s);
  * response) to its protocol code; FG_ERR_SESSION_* and FG_ERR_DISK_FULL get
  * their own codes, what has none is internal_error. */
 fg_proto_code gw_engine_code(fg_err e);
-/* Opens the session saved under id for tenant and returns it attached to
- * nothing. On failure NULL, with *code (session_not_found, session_lost,
- * internal_error) and msg (what the client is told). */
-gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
-                               char *msg, size_t msg_cap);
+/* Opens the session saved under id for tenant off the service thread
+ * (gw_disk.h: the file is read, then rewritten with the new id reservation,
+ * on the worker) and hands it to done on the service thread, attached to
+ * nothing; or NULL with code (session_not_found, session_lost,
+ * internal_error) and msg (what the client is told). Returns false when it
+ * cannot start (an invalid id, no engine, out of memory): *code and msg say
+ * why, and done is not called. */
+typedef void (*gw_restore_done)(void *user, gw_session *s, fg_proto_code code, const char *msg);
+bool gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, gw_restore_done done,
+                        void *user, fg_proto_code *code, char *msg, size_t msg_cap);
 /* Whether the head with the session's instructions, its conversation and
  * (generate) the reply marker and one token fit the context: a rebuild for
  * new instructions is refused before anything is replaced when not. */
@@ -391,7 +423,9 @@ void gw_cluster_sweep(fg_gateway_t *gw);
 bool gw_cluster_fence(void *user, const char *tenant_name, const char *name);
 
 /* conn.c */
-void gw_conn_on_open(gw_conn *c);
+/* session_event: a client secret's session settings (a session.update's
+ * JSON) for the GA session created at connect, or NULL. */
+void gw_conn_on_open(gw_conn *c, const char *session_event);
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len);
 int gw_conn_on_writable(gw_conn *c);
 void gw_conn_on_close(gw_conn *c);
@@ -406,6 +440,20 @@ void gw_conn_rx_update(gw_conn *c);
  * hard one, deferred to a timer so the caller's state stays valid). */
 void gw_conn_output_changed(gw_conn *c);
 void gw_conn_request_write(gw_conn *c);
+/* Queues text[len] as one message on the connection's own queue and asks for a write. */
+void gw_conn_push_text(gw_conn *c, const char *text, size_t len);
+/* openai_ws.c: the Responses WebSocket mode on a connection (c->rws) */
+#define GW_RESPONSES_WS_PATH "/v1/responses"
+/* One whole text message from the client. */
+void gw_rws_on_message(gw_conn *c, const char *text, size_t len);
+/* The mode's error event {"type":"error","status","error":{type, code, message, param}} (param NULL: null). */
+void gw_rws_error(gw_conn *c, unsigned status, const char *type, const char *code, const char *param,
+                  const char *msg);
+/* A call on c ended with session s kept: conn_local (store: false) keeps it
+ * for this connection only, replacing the one kept before (which ends). */
+void gw_conn_keep_unstored(gw_conn *c, gw_session *s, bool conn_local);
+/* The connection closed: its call in progress and its kept session end. */
+void gw_rws_on_close(gw_conn *c);
 /* The WebSocket connection's sink operations. */
 extern const gw_sink_ops gw_conn_sink_ops;
 

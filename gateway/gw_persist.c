@@ -9,11 +9,15 @@
  * (ID_RESERVE more), so the file written at the end of a response covers the
  * ids that response and the events after it use; a restored session starts
  * at the reservation and writes a new one before it hands out any id.
- * Service thread only. */
+ * A restore's file reads and writes run on gw_disk's worker; everything here
+ * runs on the service thread. */
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "gateway/gateway_internal.h"
+#include "gateway/gw_disk.h"
 #include "gateway/log.h"
 #include "gateway/session_meta.h"
 
@@ -110,36 +114,71 @@ static void apply_meta(gw_session *s, fg_session_meta *m)
     s->rebuild = m->rebuild;
 }
 
-gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, fg_proto_code *code,
-                               char *msg, size_t msg_cap)
+/* A restore under way: the session prepared for the engine, and whom to tell. */
+typedef struct restore {
+    gw_session *s;
+    gw_restore_done done;
+    void *user;
+    int len;                        /* the restored cache's tokens (for the log) */
+} restore;
+
+static void restore_fail(restore *r, gw_session *s, fg_proto_code code, const char *msg)
 {
-    char name[sizeof(((gw_session *)0)->id)];
-    const char *tenant_id = gw_tenant_at(gw, tenant)->rec.id;
-    *code = FG_PROTO_SESSION_NOT_FOUND;
-    snprintf(msg, msg_cap, "no such session");
-    if (!gw->engine || !gw->meta_buf || !valid_id(id, id_len))
-        return NULL;
-    memcpy(name, id, id_len);
-    name[id_len] = 0;
-    fg_diag d = {{0}};
-    fg_err e;
-    gw_session *s = gw_session_new(gw, tenant, NULL, name, &e, &d);
-    if (!s) {
+    r->done(r->user, s, code, msg);
+    free(r);
+}
+
+/* The id reservation is on disk (or could not be written: logged): the session is the caller's. */
+static void on_saved(void *user, fg_session_t *es_unused, fg_err e, const fg_diag *d)
+{
+    (void)es_unused;
+    (void)d;
+    restore *r = user;
+    gw_session *s = r->s;
+    const char *tenant_id = gw_session_tenant(s);
+    s->restoring = false;
+    if (s->doomed) { /* closed meanwhile (evicted, or the server stops) */
+        gw_session_destroy(s, s->doomed_keep_file);
+        return restore_fail(r, NULL, FG_PROTO_SESSION_NOT_FOUND, "the session was closed while it was restored");
+    }
+    if (e != FG_OK) /* the session goes on; only a second crash before its next save could repeat ids */
+        fg_log_at(FG_LOG_WARN, "session_save_failed", tenant_id, s->id, "\"error\":\"%s\",\"when\":\"restore\"",
+                  fg_err_name(e));
+    fg_log_at(FG_LOG_INFO, "session_restored", tenant_id, s->id, "\"tokens\":%d,\"history_known\":%s,\"on_disk\":%s",
+              r->len, s->conv_known ? "true" : "false", fg_session_on_disk(s->es) ? "true" : "false");
+    restore_fail(r, s, FG_PROTO_OK, NULL);
+}
+
+/* The engine's answer, on the service thread: our record from the file, then
+ * the new id reservation written (on the worker again) before the caller may
+ * hand out an id. */
+static void on_restored(void *user, fg_session_t *es, fg_err e, const fg_diag *dd)
+{
+    restore *r = user;
+    gw_session *s = r->s;
+    fg_gateway_t *gw = s->gw;
+    const char *tenant_id = gw_tenant_at(gw, s->tenant)->rec.id;
+    char msg[720], name[sizeof s->id];
+    if (!es) {
+        memcpy(name, s->id, sizeof name);
+        free(s); /* never entered in the table */
         if (e == FG_ERR_NOT_FOUND || e == FG_ERR_UNSUPPORTED)
-            return NULL;
-        *code = gw_engine_code(e);
-        if (*code == FG_PROTO_SESSION_LOST) {
-            snprintf(msg, msg_cap, "session %s cannot be restored (%s): %s", name, fg_err_name(e), d.msg);
+            return restore_fail(r, NULL, FG_PROTO_SESSION_NOT_FOUND, "no such session");
+        fg_proto_code code = gw_engine_code(e);
+        if (code == FG_PROTO_SESSION_LOST) {
+            snprintf(msg, sizeof msg, "session %s cannot be restored (%s): %s", name, fg_err_name(e), dd->msg);
             fg_log_at(FG_LOG_ERROR, "session_lost", tenant_id, name, "\"error\":\"%s\"", fg_err_name(e));
         } else {
-            *code = FG_PROTO_INTERNAL_ERROR;
-            snprintf(msg, msg_cap, "session %s cannot be read now (%s); retry later", name, fg_err_name(e));
+            code = FG_PROTO_INTERNAL_ERROR;
+            snprintf(msg, sizeof msg, "session %s cannot be read now (%s); retry later", name, fg_err_name(e));
             fg_log_at(FG_LOG_ERROR, "session_restore_failed", tenant_id, name, "\"error\":\"%s\"", fg_err_name(e));
         }
-        return NULL;
+        return restore_fail(r, NULL, code, msg);
     }
+    gw_session_adopt(s, es);
+    s->cache_built = true;
     /* The engine's file is sound; now our record in it. */
-    fg_session_t *es = s->es;
+    fg_diag d = {{0}};
     size_t n = fg_session_get_meta(es, gw->meta_buf, FG_SESSION_META_MAX_BYTES);
     fg_session_meta m;
     e = n > FG_SESSION_META_MAX_BYTES ? FG_ERR_INVALID_ARG : fg_session_meta_decode(gw->meta_buf, n, &m, &d);
@@ -149,12 +188,11 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     }
     if (e != FG_OK) {
         /* Kept on disk (an older or newer gateway may read it); this one cannot. */
-        gw_session_destroy(s, true);
-        *code = e == FG_ERR_NOMEM ? FG_PROTO_INTERNAL_ERROR : FG_PROTO_SESSION_LOST;
-        snprintf(msg, msg_cap, "session %s cannot be restored: its gateway record is unusable (%s)", name,
+        snprintf(msg, sizeof msg, "session %s cannot be restored: its gateway record is unusable (%s)", s->id,
                  n ? d.msg : "missing");
-        fg_log_at(FG_LOG_ERROR, "session_lost", tenant_id, name, "\"error\":\"meta\"");
-        return NULL;
+        fg_log_at(FG_LOG_ERROR, "session_lost", tenant_id, s->id, "\"error\":\"meta\"");
+        gw_session_destroy(s, true);
+        return restore_fail(r, NULL, e == FG_ERR_NOMEM ? FG_PROTO_INTERNAL_ERROR : FG_PROTO_SESSION_LOST, msg);
     }
     apply_meta(s, &m);
     /* The history's tokens are known when the cache is exactly the head and them (or all
@@ -171,18 +209,41 @@ gw_session *gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, siz
     }
     fg_tokens_free(&head);
     fg_session_meta_free(&m);
+    r->len = len;
+    s->restoring = true;
     /* The file must hold a reservation above the ids this run hands out
-     * before the first of them, or a second crash would hand them out again.
-     * A restore reads the whole file on this thread already; the write is of
-     * the same size. */
+     * before the first of them, or a second crash would hand them out again:
+     * written on the worker too (the same size as the file just read). */
     gw_session_store_meta(s);
-    e = fg_session_save(es, &d);
-    if (e != FG_OK) /* the session goes on; only a second crash before its next save could repeat ids */
-        fg_log_at(FG_LOG_WARN, "session_save_failed", tenant_id, s->id, "\"error\":\"%s\",\"when\":\"restore\"",
-                  fg_err_name(e));
-    fg_log_at(FG_LOG_INFO, "session_restored", tenant_id, s->id, "\"tokens\":%d,\"history_known\":%s,\"on_disk\":%s",
-              len, s->conv_known ? "true" : "false", fg_session_on_disk(es) ? "true" : "false");
-    return s;
+    if (!gw->disk || gw_disk_save(gw->disk, es, on_saved, r) != FG_OK) {
+        fg_diag none = {{0}};
+        on_saved(r, NULL, FG_ERR_NOMEM, &none);
+    }
+}
+
+bool gw_session_restore(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, gw_restore_done done,
+                        void *user, fg_proto_code *code, char *msg, size_t msg_cap)
+{
+    char name[sizeof(((gw_session *)0)->id)];
+    *code = FG_PROTO_SESSION_NOT_FOUND;
+    snprintf(msg, msg_cap, "no such session");
+    if (!gw->engine || !gw->meta_buf || !gw->disk || !valid_id(id, id_len))
+        return false;
+    memcpy(name, id, id_len);
+    name[id_len] = 0;
+    fg_session_params sp;
+    restore *r = calloc(1, sizeof *r);
+    gw_session *s = r ? gw_session_prepare(gw, tenant, name, &sp) : NULL;
+    if (!s || gw_disk_restore(gw->disk, gw->engine, &sp, on_restored, r) != FG_OK) {
+        free(s);
+        free(r);
+        *code = FG_PROTO_INTERNAL_ERROR;
+        snprintf(msg, msg_cap, "out of memory");
+        return false;
+    }
+    *r = (restore){.s = s, .done = done, .user = user};
+    fg_log_at(FG_LOG_DEBUG, "session_restore_started", gw_tenant_at(gw, tenant)->rec.id, name, NULL);
+    return true;
 }
 
 bool gw_session_rebuild_fits(gw_session *s, bool generate)

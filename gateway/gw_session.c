@@ -59,20 +59,16 @@ static void make_id(char *out)
     out[37] = 0;
 }
 
-gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, const char *restore_id, fg_err *err,
-                           fg_diag *diag)
+gw_session *gw_session_prepare(fg_gateway_t *gw, int tenant, const char *id, fg_session_params *sp)
 {
-    const fg_config *cfg = gw->cfg;
     gw_session *s = calloc(1, sizeof *s);
-    if (!s) {
-        *err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+    if (!s)
         return NULL;
-    }
     s->gw = gw;
     s->tenant = tenant;
     s->conv_known = true;
-    if (restore_id)
-        snprintf(s->id, sizeof s->id, "%s", restore_id);
+    if (id)
+        snprintf(s->id, sizeof s->id, "%s", id);
     else
         do
             make_id(s->id);
@@ -80,32 +76,18 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
     const gw_tenant *t = gw_tenant_at(gw, tenant);
     int64_t w = t->rec.limits.weight;
     /* named by its id and tenant: the engine's session file is <tenant>/<id>.fgs */
-    fg_session_params sp = {.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                            .user = s, .name = s->id, .tenant_name = t->rec.id};
-    fg_err e = FG_ERR_UNSUPPORTED;
-    if (restore_id) {
-        e = fg_session_restore(gw->engine, &sp, &s->es, diag);
-        s->cache_built = true;
-    } else if (fork_src && !fork_src->rebuild && fork_src->conv_known) {
-        /* A fork shares the source's cached pages; its queued input is appended after.
-         * Without engine forks (or with an instructions change pending) it is prefilled again. */
-        e = fg_session_fork(fork_src->es, &sp, &s->es, diag);
-        s->cache_built = e == FG_OK;
-        if (e == FG_ERR_UNSUPPORTED)
-            e = fg_session_create(gw->engine, &sp, &s->es);
-    } else {
-        e = fg_session_create(gw->engine, &sp, &s->es);
-    }
-    if (e != FG_OK) {
-        free(s);
-        *err = e;
-        if (e == FG_ERR_NOMEM || e == FG_ERR_INVALID_ARG || e == FG_ERR_STATE)
-            fg_diag_set(diag, e, "engine session: %s", fg_err_describe(e));
-        return NULL;
-    }
+    *sp = (fg_session_params){.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                              .user = s, .name = s->id, .tenant_name = t->rec.id};
+    return s;
+}
+
+void gw_session_adopt(gw_session *s, fg_session_t *es)
+{
+    fg_gateway_t *gw = s->gw;
+    s->es = es;
     s->set.temperature = 1.0;
     s->set.top_p = 1.0;
-    s->set.max_output_tokens = (uint32_t)cfg->sessions.default_max_output_tokens;
+    s->set.max_output_tokens = (uint32_t)gw->cfg->sessions.default_max_output_tokens;
     s->next_seq = 1;
     s->resp_item = SIZE_MAX;
     s->last_activity = fg_clock_mono_s();
@@ -117,15 +99,51 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, c
         gw->sessions->all_prev = s;
     gw->sessions = s;
     gw->n_sessions++;
-    gw_tenant_at(gw, tenant)->sessions++;
-    if (!restore_id) /* a restored one holds its lease already (gw_cluster.c asked for it) */
-        gw_cluster_session_new(s);
+    gw_tenant_at(gw, s->tenant)->sessions++;
+}
+
+gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, fg_err *err, fg_diag *diag)
+{
+    fg_session_params sp;
+    gw_session *s = gw_session_prepare(gw, tenant, NULL, &sp);
+    if (!s) {
+        *err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    fg_err e = FG_ERR_UNSUPPORTED;
+    fg_session_t *es = NULL;
+    if (fork_src && !fork_src->rebuild && fork_src->conv_known) {
+        /* A fork shares the source's cached pages; its queued input is appended after.
+         * Without engine forks (or with an instructions change pending) it is prefilled again. */
+        e = fg_session_fork(fork_src->es, &sp, &es, diag);
+        s->cache_built = e == FG_OK;
+        if (e == FG_ERR_UNSUPPORTED)
+            e = fg_session_create(gw->engine, &sp, &es);
+    } else {
+        e = fg_session_create(gw->engine, &sp, &es);
+    }
+    if (e != FG_OK) {
+        free(s);
+        *err = e;
+        if (e == FG_ERR_NOMEM || e == FG_ERR_INVALID_ARG || e == FG_ERR_STATE)
+            fg_diag_set(diag, e, "engine session: %s", fg_err_describe(e));
+        return NULL;
+    }
+    gw_session_adopt(s, es);
+    gw_cluster_session_new(s); /* a restored one holds its lease already (gw_cluster.c asked for it) */
     return s;
 }
 
 void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
+    if (s->restoring) { /* the worker holds its engine session: freed when it hands it back */
+        s->doomed = true;
+        s->doomed_keep_file = keep_file;
+        if (s->sink)
+            gw_session_detach(s);
+        return;
+    }
     gw_cluster_session_gone(s, keep_file);
     if (s->sink)
         gw_session_detach(s);
@@ -157,6 +175,9 @@ void gw_session_destroy(gw_session *s, bool keep_file)
     free(s->tools);
     gw_tools_free(s);
     free(s->resp_metadata);
+    for (uint32_t i = 0; i < s->n_saved; i++)
+        free(s->saved[i].json);
+    free(s->saved);
     gw_ring_free(&s->ring);
     fg_tokens_free(&s->conv);
     fg_tokens_free(&s->deferred);

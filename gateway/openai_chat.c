@@ -86,6 +86,53 @@ static char *tool_calls(const json_t *calls, bool with_index)
     return out;
 }
 
+/* A chunk whose delta is {"tool_calls": ...}: its head, then the caller's
+ * tool_calls array, then its tail. */
+static void tool_chunk_begin(gw_oa_call *c)
+{
+    chat *ch = c->user;
+    gw_oa_writef(c, "data: {\"id\":\"%s\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":", ch->id,
+                 (long long)c->created);
+    size_t ml;
+    const char *m = gw_oa_json_text(c, ch->r.model, strlen(ch->r.model), &ml);
+    gw_oa_write(c, m, ml);
+    gw_oa_lit(c, ",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":");
+}
+
+static void tool_chunk_end(gw_oa_call *c)
+{
+    chat *ch = c->user;
+    gw_oa_lit(c, "},\"logprobs\":null,\"finish_reason\":null}]");
+    if (ch->r.include_usage)
+        gw_oa_lit(c, ",\"usage\":null");
+    gw_oa_lit(c, "}\n\n");
+}
+
+/* A call as it streams: its first chunk names it, the next ones carry
+ * pieces of its arguments (delta.tool_calls[].function.arguments). */
+static void chat_call(gw_oa_call *c, const gw_oa_call_ev *ev)
+{
+    if (ev->step == GW_OA_CALL_DONE)
+        return; /* the finish chunk says "tool_calls" */
+    size_t len;
+    tool_chunk_begin(c);
+    gw_oa_writef(c, "[{\"index\":%u", (unsigned)ev->index);
+    if (ev->step == GW_OA_CALL_BEGIN) {
+        const char *j = gw_oa_json_text(c, ev->call_id, strlen(ev->call_id), &len);
+        gw_oa_lit(c, ",\"id\":");
+        gw_oa_write(c, j, len);
+        j = gw_oa_json_text(c, ev->name, strlen(ev->name), &len);
+        gw_oa_lit(c, ",\"type\":\"function\",\"function\":{\"name\":");
+        gw_oa_write(c, j, len);
+        gw_oa_lit(c, ",\"arguments\":\"\"}}]");
+    } else {
+        gw_oa_lit(c, ",\"function\":{\"arguments\":");
+        gw_oa_write(c, ev->json, ev->len); /* a JSON string already */
+        gw_oa_lit(c, "}}]");
+    }
+    tool_chunk_end(c);
+}
+
 static void chat_done(gw_oa_call *c, const gw_oa_result *r)
 {
     chat *ch = c->user;
@@ -97,19 +144,11 @@ static void chat_done(gw_oa_call *c, const gw_oa_result *r)
              (long long)r->input_tokens, (long long)r->output_tokens, (long long)(r->input_tokens + r->output_tokens),
              (long long)r->cached_tokens);
     if (c->streaming) {
-        char *tc = r->calls ? tool_calls(r->calls, true) : NULL;
-        if (tc) { /* each call whole, in one delta */
-            gw_oa_writef(c, "data: {\"id\":\"%s\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
-                         ch->id, (long long)c->created);
-            size_t ml;
-            const char *m = gw_oa_json_text(c, ch->r.model, strlen(ch->r.model), &ml);
-            gw_oa_write(c, m, ml);
-            gw_oa_lit(c, ",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":");
+        char *tc = r->calls && !c->calls_streamed ? tool_calls(r->calls, true) : NULL;
+        if (tc) { /* calls that did not stream (none should): each whole, in one delta */
+            tool_chunk_begin(c);
             gw_oa_write(c, tc, strlen(tc));
-            gw_oa_lit(c, "},\"logprobs\":null,\"finish_reason\":null}]");
-            if (ch->r.include_usage)
-                gw_oa_lit(c, ",\"usage\":null");
-            gw_oa_lit(c, "}\n\n");
+            tool_chunk_end(c);
             free(tc);
         }
         send_chunk(c, "", NULL, 0, finish, NULL);
@@ -171,7 +210,7 @@ static void chat_free(gw_oa_call *c)
     free(ch);
 }
 
-static const gw_oa_surface chat_surface = {chat_started, chat_text, chat_done, chat_failed, chat_free};
+static const gw_oa_surface chat_surface = {chat_started, chat_text, chat_done, chat_failed, chat_free, chat_call};
 
 void gw_openai_chat(fg_gateway_t *gw, gw_http_req *req)
 {

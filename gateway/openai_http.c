@@ -1,6 +1,7 @@
 /* openai_http.c: the HTTP routes that OpenAI's SDKs call, in OpenAI's shapes:
  * GET /v1/models and GET /v1/models/{id} (the one model the engine serves),
  * POST /v1/chat/completions (openai_chat.c), POST /v1/responses (openai_responses.c),
+ * GET/DELETE /v1/responses/{id}, POST /v1/realtime/client_secrets (client_secrets.h),
  * and their errors as {"error":{"message","type","param","code"}}, the body
  * the SDKs turn into APIError subclasses. Authenticated with a tenant's API
  * key, like the realtime handshake. Service thread only.
@@ -8,12 +9,15 @@
 #include "gateway/openai_http.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "gateway/client_secrets.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 #include "gateway/openai_chat.h"
+#include "gateway/openai_req.h"
 #include "gateway/openai_responses.h"
 
 void gw_openai_error(gw_http_req *req, unsigned status, const char *type, const char *code, const char *param,
@@ -44,6 +48,46 @@ void gw_openai_model_id_init(fg_gateway_t *gw)
     else
         snprintf(gw->model_id, sizeof gw->model_id, "%.*s", (int)n, base);
     gw->started_unix = (int64_t)time(NULL);
+}
+
+/* POST /v1/realtime/client_secrets: a browser credential of the caller's
+ * tenant (client_secrets.h), in OpenAI's reply shape {value, expires_at,
+ * session}. Minted with an API key only: a secret cannot mint another. */
+static void client_secret(fg_gateway_t *gw, gw_http_req *req)
+{
+    const int tenant = gw_openai_admit(gw, req, "POST", 1);
+    if (tenant < 0)
+        return;
+    size_t len;
+    const char *body = gw_http_body(req, &len);
+    gw_secret_req r;
+    gw_oa_error err;
+    if (gw_secret_parse(body, len, &gw->limits, gw->model_id, &r, &err) != FG_OK) {
+        gw_secret_req_free(&r);
+        return gw_openai_error(req, err.status, err.type, err.code, err.param[0] ? err.param : NULL, err.message);
+    }
+    char value[GW_SECRET_LEN + 1];
+    fg_err e = gw_secrets_mint(gw->secrets, tenant, gw_http_bearer(req), fg_clock_mono_s(), r.ttl_s, r.session_event,
+                               value);
+    if (e == FG_ERR_BUSY) {
+        gw_openai_error(req, 429, "rate_limit_error", "too_many_client_secrets", NULL,
+                        "this tenant holds as many live client secrets as the server keeps for one tenant; "
+                        "wait for some to expire");
+    } else if (e != FG_OK) {
+        gw_openai_error(req, 500, "server_error", "internal_error", NULL, "no client secret could be made");
+    } else {
+        const size_t cap = strlen(r.session_json) + 128;
+        char *out = malloc(cap);
+        if (!out) {
+            gw_openai_error(req, 500, "server_error", "internal_error", NULL, "out of memory");
+        } else {
+            snprintf(out, cap, "{\"value\":\"%s\",\"expires_at\":%lld,\"session\":%s}", value,
+                     (long long)time(NULL) + r.ttl_s, r.session_json);
+            gw_http_reply(req, 200, out);
+            free(out);
+        }
+    }
+    gw_secret_req_free(&r);
 }
 
 static int put_model(const fg_gateway_t *gw, char *out, size_t cap)
@@ -83,6 +127,14 @@ int gw_openai_route(fg_gateway_t *gw, gw_http_req *req)
     }
     if (!strcmp(path, "/v1/responses")) {
         gw_openai_responses(gw, req);
+        return 1;
+    }
+    if (!strcmp(path, "/v1/realtime/client_secrets")) {
+        client_secret(gw, req);
+        return 1;
+    }
+    if (!strncmp(path, "/v1/responses/", 14)) {
+        gw_openai_response_stored(gw, req, path + 14);
         return 1;
     }
     if (strcmp(path, "/v1/models") != 0 && strncmp(path, "/v1/models/", 11) != 0)

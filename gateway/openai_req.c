@@ -587,11 +587,131 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
     return parse_input(json_object_get(o, "input"), out, lim, err);
 }
 
+fg_err gw_resp_ws_parse(const char *text, size_t len, const fg_proto_limits *lim, const char *model_id,
+                        gw_resp_req *out, gw_oa_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    json_error_t je;
+    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return refuse(err, 400, "invalid_json", NULL, "the message is not valid JSON: %s (at byte %d)", je.text,
+                      je.position);
+    json_t *t = json_object_get(o, "type");
+    fg_err e = !json_is_object(o) ? wrong_type(err, "body", "a JSON object")
+               : !t               ? refuse(err, 400, "missing_required_parameter", "type", "type is required")
+               : !json_is_string(t) ? wrong_type(err, "type", "a string")
+               : strcmp(json_string_value(t), "response.create")
+                   ? refuse(err, 400, "invalid_value", "type",
+                            "the Responses WebSocket mode takes \"response.create\" events only, not '%.64s'",
+                            json_string_value(t))
+                   : FG_OK;
+    json_decref(o); /* parsed again as the body it holds: one request per message, not per token */
+    if (e != FG_OK)
+        return e;
+    e = gw_resp_parse(text, len, lim, model_id, out, err);
+    out->stream = true;
+    return e;
+}
+
 void gw_resp_req_free(gw_resp_req *r)
 {
     free(r->tools.json);
     free(r->items);
     if (r->root_)
         json_decref(r->root_);
+    memset(r, 0, sizeof *r);
+}
+
+fg_err gw_secret_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id,
+                       gw_secret_req *out, gw_oa_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->ttl_s = GW_SECRET_TTL_DEFAULT_S;
+    json_error_t je;
+    json_t *o = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
+    fg_err e = FG_OK;
+    if (!o) {
+        if (len) /* else: out of memory */
+            return refuse(err, 400, "invalid_json", NULL, "the body is not valid JSON: %s (at byte %d)", je.text,
+                          je.position);
+        return refuse(err, 500, "internal_error", NULL, "out of memory");
+    }
+    json_t *ea = json_object_get(o, "expires_after"), *sess = json_object_get(o, "session"), *v;
+    if (!json_is_object(o)) {
+        e = wrong_type(err, "body", "a JSON object");
+        goto out;
+    }
+    if (ea && !json_is_null(ea)) {
+        if (!json_is_object(ea)) {
+            e = wrong_type(err, "expires_after", "an object");
+            goto out;
+        }
+        if ((v = json_object_get(ea, "anchor")) && !json_is_null(v) &&
+            (!json_is_string(v) || strcmp(json_string_value(v), "created_at"))) {
+            e = refuse(err, 400, "invalid_value", "expires_after.anchor", "expires_after.anchor must be \"created_at\"");
+            goto out;
+        }
+        json_int_t x;
+        if ((v = json_object_get(ea, "seconds")) && !json_is_null(v)) {
+            if ((e = integer_in(v, "expires_after.seconds", GW_SECRET_TTL_MIN_S, GW_SECRET_TTL_MAX_S, &x, err)))
+                goto out;
+            out->ttl_s = (uint32_t)x;
+        }
+    }
+    if (!sess || json_is_null(sess)) {
+        sess = json_object();
+    } else if (!json_is_object(sess)) {
+        e = wrong_type(err, "session", "an object");
+        goto out;
+    } else {
+        json_incref(sess);
+        json_t *t = json_object_get(sess, "type");
+        if (t && !json_is_null(t) && (!json_is_string(t) || strcmp(json_string_value(t), "realtime"))) {
+            e = refuse(err, 400, "unsupported_value", "session.type",
+                       "only realtime sessions are served (session.type \"realtime\"); transcription is not");
+            json_decref(sess);
+            goto out;
+        }
+        json_t *m = json_object_get(sess, "model");
+        if (m && !json_is_null(m) && (!json_is_string(m) || strcmp(json_string_value(m), model_id))) {
+            e = json_is_string(m) ? refuse(err, 404, "model_not_found", "session.model",
+                                           "The model '%.64s' does not exist; this server serves '%s'",
+                                           json_string_value(m), model_id)
+                                  : wrong_type(err, "session.model", "a string");
+            json_decref(sess);
+            goto out;
+        }
+        /* checked now by the realtime parser, as the session.update it becomes at connect */
+        json_t *ev = json_pack("{s:s, s:O}", "type", "session.update", "session", sess);
+        out->session_event = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+        json_decref(ev);
+        fg_client_event parsed;
+        fg_proto_error pe;
+        fg_err pr = out->session_event ? fg_proto_parse(out->session_event, strlen(out->session_event), lim, &parsed, &pe)
+                                       : FG_ERR_NOMEM;
+        fg_client_event_free(&parsed);
+        if (pr != FG_OK) {
+            json_decref(sess);
+            e = pr == FG_ERR_NOMEM ? refuse(err, 500, "internal_error", NULL, "out of memory")
+                                   : refuse(err, 400, fg_proto_error_code_name(pe.code), pe.param[0] ? pe.param : "session",
+                                            "%s", pe.message);
+            goto out;
+        }
+    }
+    if (!sess || json_object_set_new(sess, "type", json_string("realtime")) ||
+        json_object_set_new(sess, "model", json_string(model_id)) || !(out->session_json = json_dumps(sess, JSON_COMPACT)))
+        e = refuse(err, 500, "internal_error", NULL, "out of memory");
+    json_decref(sess);
+out:
+    json_decref(o);
+    return e;
+}
+
+void gw_secret_req_free(gw_secret_req *r)
+{
+    free(r->session_event);
+    free(r->session_json);
     memset(r, 0, sizeof *r);
 }

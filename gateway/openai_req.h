@@ -76,4 +76,29 @@ fg_err gw_resp_parse(const char *body, size_t len, const fg_proto_limits *lim, c
                      gw_oa_error *err);
 void gw_resp_req_free(gw_resp_req *r);
 
+/* A response.create message of the Responses WebSocket mode: the same
+ * fields as POST /v1/responses beside "type": "response.create" (400
+ * invalid_value, param "type", for another type); `stream` is implied. */
+fg_err gw_resp_ws_parse(const char *text, size_t len, const fg_proto_limits *lim, const char *model_id,
+                        gw_resp_req *out, gw_oa_error *err);
+
+/* A client secret request (POST /v1/realtime/client_secrets): an empty body
+ * or {"expires_after":{"anchor":"created_at","seconds":10..7200},"session":{...}}. */
+#define GW_SECRET_TTL_DEFAULT_S 600
+#define GW_SECRET_TTL_MIN_S 10
+#define GW_SECRET_TTL_MAX_S 7200
+typedef struct gw_secret_req {
+    uint32_t ttl_s;            /* seconds until it expires */
+    char *session_event;       /* the session as a session.update event's JSON, checked by the realtime
+                                  parser (owned); NULL: no session settings */
+    char *session_json;        /* the session as the reply shows it: type and model filled in (owned) */
+} gw_secret_req;
+
+/* As gw_chat_parse (404 model_not_found for another session.model; the
+ * session's fields refused as a session.update would refuse them, with
+ * param "session.<field>"). */
+fg_err gw_secret_parse(const char *body, size_t len, const fg_proto_limits *lim, const char *model_id,
+                       gw_secret_req *out, gw_oa_error *err);
+void gw_secret_req_free(gw_secret_req *r);
+
 #endif

@@ -23,29 +23,54 @@
 
 enum { CALL_IDLE, CALL_CREATING, CALL_RESPONDING, CALL_DONE };
 
+/* Appends n bytes to a growing NUL-terminated buffer; false (nothing appended) on out of memory. */
+static bool bytes_put(char **buf, size_t *len, size_t *cap, const char *bytes, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = *cap ? *cap * 2 : 4096;
+        while (want < *len + n + 1)
+            want *= 2;
+        char *b = realloc(*buf, want);
+        if (!b)
+            return false;
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, bytes, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
 void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n)
 {
-    if (!c->req)
+    if (c->capturing_ && !bytes_put(&c->cap_, &c->cap_len_, &c->cap_cap_, bytes, n))
+        c->cap_failed_ = true;
+    if (!c->req && !c->ws)
         return;
-    if (c->streaming) {
+    if (c->streaming && c->req)
         gw_http_stream_write(c->req, bytes, n);
-        return;
-    }
-    if (c->body_len_ + n + 1 > c->body_cap_) { /* a whole reply being built */
-        size_t cap = c->body_cap_ ? c->body_cap_ * 2 : 4096;
-        while (cap < c->body_len_ + n + 1)
-            cap *= 2;
-        char *b = realloc(c->body_, cap);
-        if (!b) {
-            c->body_failed_ = true;
-            return;
-        }
-        c->body_ = b;
-        c->body_cap_ = cap;
-    }
-    memcpy(c->body_ + c->body_len_, bytes, n);
-    c->body_len_ += n;
-    c->body_[c->body_len_] = 0;
+    else if (!bytes_put(&c->body_, &c->body_len_, &c->body_cap_, bytes, n)) /* a whole reply being built */
+        c->body_failed_ = true;
+}
+
+void gw_oa_capture_begin(gw_oa_call *c)
+{
+    c->capturing_ = true;
+    c->cap_failed_ = false;
+    c->cap_len_ = 0;
+}
+
+char *gw_oa_capture_end(gw_oa_call *c, size_t *len)
+{
+    c->capturing_ = false;
+    if (c->cap_failed_ || !c->cap_)
+        return NULL;
+    char *out = c->cap_;
+    *len = c->cap_len_;
+    c->cap_ = NULL;
+    c->cap_len_ = c->cap_cap_ = 0;
+    return out;
 }
 
 void gw_oa_reply(gw_oa_call *c)
@@ -81,10 +106,38 @@ const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *l
 
 void gw_oa_stream_begin(gw_oa_call *c)
 {
-    if (c->req && !c->streaming) {
+    if (c->req && !c->streaming)
         gw_http_stream_begin(c->req, 200, "text/event-stream");
+    if (c->req || c->ws)
         c->streaming = true;
-    }
+}
+
+void gw_oa_event_end(gw_oa_call *c)
+{
+    if (!c->ws)
+        return; /* HTTP: the bytes are on the stream already */
+    if (c->body_failed_ || !c->body_len_)
+        fg_log(FG_LOG_ERROR, "event_dropped", "\"reason\":\"out_of_memory\"");
+    else
+        gw_conn_push_text(c->ws, c->body_, c->body_len_);
+    c->body_len_ = 0;
+    c->body_failed_ = false;
+}
+
+void gw_oa_stream_end(gw_oa_call *c)
+{
+    if (c->req)
+        gw_http_stream_end(c->req); /* a WebSocket stays open for the next response.create */
+}
+
+void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param, const char *msg)
+{
+    if (c->req)
+        return gw_openai_error(c->req, status, type, code, param, msg);
+    if (!c->ws)
+        return;
+    c->body_len_ = 0; /* nothing of an event is left half written */
+    gw_rws_error(c->ws, status, type, code, param, msg); /* the mode's error event: the HTTP answer's status and error */
 }
 
 /* ---- the call's end ---- */
@@ -93,10 +146,15 @@ void gw_oa_call_free(gw_oa_call *c)
 {
     gw_cluster_sink_gone(&c->sink); /* a wait on the session directory finds nobody */
     gw_session *s = c->sink.session;
-    if (s && c->keep && c->state_ == CALL_DONE && !s->responding)
+    if (s && c->keep && c->state_ == CALL_DONE && !s->responding) {
         gw_session_detach(s); /* stored: the next call continues it, or the idle sweep ends it */
-    else if (s)
+        if (c->ws)
+            gw_conn_keep_unstored(c->ws, s, c->conn_local);
+    } else if (s) {
         gw_session_destroy(s, false); /* a response still running is cancelled with it, its reservation settled */
+    }
+    if (c->ws)
+        c->ws->rws_call = NULL;
     lws_sul_cancel(&c->step_);
     gw_ring_free(&c->own_);
     fg_proto_buf_free(&c->esc);
@@ -104,6 +162,7 @@ void gw_oa_call_free(gw_oa_call *c)
         c->surface->free(c);
     free(c->text);
     free(c->body_);
+    free(c->cap_);
     free(c);
 }
 
@@ -111,8 +170,15 @@ static void on_gone(void *user)
 {
     gw_oa_call *c = user;
     c->req = NULL;
+    c->ws = NULL;
     c->keep = false; /* the client never saw the reply: nothing to continue */
     gw_oa_call_free(c);
+}
+
+void gw_oa_call_gone(gw_oa_call *c)
+{
+    c->ws->rws_call = NULL;
+    on_gone(c);
 }
 
 static void call_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
@@ -120,10 +186,10 @@ static void call_fail(gw_oa_call *c, unsigned status, const char *type, const ch
 {
     c->keep = false;
     c->state_ = CALL_DONE;
-    if (c->req) {
+    if (c->req)
         gw_http_set_on_gone(c->req, NULL, NULL);
+    if (c->req || c->ws)
         c->surface->failed(c, status, type, code, param, msg);
-    }
     gw_oa_call_free(c);
 }
 
@@ -181,8 +247,9 @@ static void finish(gw_oa_call *c, json_t *resp)
     }
     r.calls = calls && json_array_size(calls) ? calls : NULL;
     c->state_ = CALL_DONE;
-    if (c->req) {
+    if (c->req)
         gw_http_set_on_gone(c->req, NULL, NULL);
+    if (c->req || c->ws) {
         if (c->streaming && c->streamed_ < c->text_len)
             c->surface->text(c, c->text + c->streamed_, c->text_len - c->streamed_);
         c->streamed_ = c->text_len;
@@ -225,7 +292,7 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
         return true;
     }
     if (IS("response.created")) {
-        if (c->req)
+        if (c->req || c->ws)
             c->surface->started(c);
         return true;
     }
@@ -246,17 +313,59 @@ static bool on_event(gw_oa_call *c, const char *json, size_t len)
 
 /* What the step needs of an event: 0 nothing (a delta: its text is taken
  * already), 1 its type (session.created, response.created), 2 all of it
- * (response.done, error: parsed once per response). */
+ * (response.done, error: parsed once per response), 3 a tool call's
+ * progress (for a surface that streams calls). */
 static int wanted(const char *json, size_t len)
 {
     static const char head[] = "{\"type\":\"";
     const size_t h = sizeof head - 1;
     if (len <= h + 16 || memcmp(json, head, h) != 0)
         return 0;
-    json += h;
-    if (!strncmp(json, "session.created\"", 16) || !strncmp(json, "response.created\"", 17))
+    const char *t = json + h;
+    if (!strncmp(t, "session.created\"", 16) || !strncmp(t, "response.created\"", 17))
         return 1;
-    return !strncmp(json, "response.done\"", 14) || !strncmp(json, "error\"", 6) ? 2 : 0;
+    if (!strncmp(t, "response.function_call_arguments.", 33))
+        return 3;
+    if (!strncmp(t, "response.output_item.added\"", 27))
+        return memmem(json, len, "\"type\":\"function_call\"", sizeof "\"type\":\"function_call\"" - 1) ? 3 : 0;
+    return !strncmp(t, "response.done\"", 14) || !strncmp(t, "error\"", 6) ? 2 : 0;
+}
+
+/* A tool call's event of the session, to the surface: a delta's arguments
+ * are copied out of the event as the JSON string it holds (the writer puts
+ * "delta" last: the string runs to the closing brace); the start and the end
+ * (once per call) are parsed. */
+static void call_event(gw_oa_call *c, const char *json, size_t len)
+{
+    static const char key[] = ",\"delta\":\"";
+    static const char delta[] = "{\"type\":\"response.function_call_arguments.delta\"";
+    if (!strncmp(json, delta, sizeof delta - 1)) {
+        const char *d = memmem(json, len, key, sizeof key - 1);
+        if (!d || !c->calls_streamed || json[len - 1] != '}')
+            return;
+        d += sizeof key - 2; /* the opening quote */
+        gw_oa_call_ev ev = {.step = GW_OA_CALL_DELTA, .index = c->calls_streamed - 1, .json = d,
+                            .len = (size_t)(json + len - 1 - d)};
+        return c->surface->call(c, &ev);
+    }
+    json_t *o = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type && !strcmp(type, "response.output_item.added")) {
+        json_t *it = json_object_get(o, "item");
+        const char *id = json_string_value(json_object_get(it, "id")), *cid = json_string_value(json_object_get(it, "call_id"));
+        const char *name = json_string_value(json_object_get(it, "name"));
+        if (id && cid && name) {
+            gw_oa_call_ev ev = {.step = GW_OA_CALL_BEGIN, .index = c->calls_streamed++, .item_id = id,
+                                .call_id = cid, .name = name};
+            c->surface->call(c, &ev);
+        }
+    } else if (type && !strcmp(type, "response.function_call_arguments.done") && c->calls_streamed) {
+        json_t *a = json_object_get(o, "arguments");
+        gw_oa_call_ev ev = {.step = GW_OA_CALL_DONE, .index = c->calls_streamed - 1,
+                            .json = json_string_value(a) ? json_string_value(a) : "", .len = json_string_length(a)};
+        c->surface->call(c, &ev);
+    }
+    json_decref(o);
 }
 
 static void schedule(gw_oa_call *c);
@@ -285,8 +394,8 @@ static void step(lws_sorted_usec_list_t *sul)
         return;
     /* A client behind on its stream: its events wait in the session, which
      * then pauses the engine (gw_session.c, "behind"); on_drain comes back. */
-    if (c->streaming && c->req &&
-        gw_http_stream_pending(c->req) > (size_t)c->sink.gw->cfg->sessions.output_buffer_bytes)
+    const size_t limit = (size_t)c->sink.gw->cfg->sessions.output_buffer_bytes;
+    if (c->streaming && ((c->req && gw_http_stream_pending(c->req) > limit) || (c->ws && c->ws->own.bytes > limit)))
         return;
     if (c->streaming && c->streamed_ < c->text_len) {
         c->surface->text(c, c->text + c->streamed_, c->text_len - c->streamed_);
@@ -307,6 +416,12 @@ static void step(lws_sorted_usec_list_t *sul)
         const size_t hlen = len < sizeof head - 1 ? len : sizeof head - 1;
         memcpy(head, e->buf + LWS_PRE, hlen);
         head[hlen] = 0;
+        if (want == 3) { /* written to the client before the event may leave the ring */
+            if (c->streaming && (c->req || c->ws) && c->surface->call)
+                call_event(c, e->buf + LWS_PRE, len);
+            gw_session_sent(s, e);
+            continue;
+        }
         char *copy = want == 2 ? strndup(e->buf + LWS_PRE, len) : NULL;
         gw_session_sent(s, e);
         if (want == 2 && !copy)
@@ -405,10 +520,33 @@ static void set_tools(gw_oa_call *c, fg_proto_session_params *p)
     }
 }
 
-void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
+gw_oa_call *gw_oa_call_new_ws(fg_gateway_t *gw, gw_conn *ws, int tenant, const gw_oa_surface *surface, void *user)
 {
+    gw_oa_call *c = gw_oa_call_new(gw, NULL, tenant, surface, user);
+    if (c) {
+        c->ws = ws;
+        ws->rws_call = c;
+    }
+    return c;
+}
+
+void gw_oa_call_wake(gw_oa_call *c)
+{
+    schedule(c);
+}
+
+/* The client's end of the call learns of its leaving and of its reading. */
+static void watch_client(gw_oa_call *c)
+{
+    if (!c->req)
+        return; /* a WebSocket connection tells the call itself (gw_oa_call_gone, gw_oa_call_wake) */
     gw_http_set_on_gone(c->req, on_gone, c);
     gw_http_set_on_drain(c->req, on_drain);
+}
+
+void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
+{
+    watch_client(c);
     c->state_ = CALL_CREATING;
     fg_client_event ev = {.type = FG_CLIENT_SESSION_CREATE};
     if (instructions && len) {
@@ -427,8 +565,7 @@ void gw_oa_call_hold(gw_oa_call *c)
 
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s)
 {
-    gw_http_set_on_gone(c->req, on_gone, c);
-    gw_http_set_on_drain(c->req, on_drain);
+    watch_client(c);
     gw_session_attach(s, &c->sink, s->next_seq - 1); /* nothing to replay */
     s->last_activity = fg_clock_mono_s();
     if (c->tools && (c->tools->json || c->tools->has_choice)) { /* this request's tools, as a session.update */

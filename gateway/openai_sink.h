@@ -24,7 +24,20 @@ typedef struct gw_oa_result {
     struct json_t *calls;          /* response.done's function_call items (completed), an array; NULL: none */
 } gw_oa_result;
 
-/* What a surface writes. Each is called at most once, except text. */
+/* A tool call of the reply as it streams (the session's function_call
+ * events): its start, a piece of its arguments, its end. */
+typedef enum { GW_OA_CALL_BEGIN, GW_OA_CALL_DELTA, GW_OA_CALL_DONE } gw_oa_call_step;
+typedef struct gw_oa_call_ev {
+    gw_oa_call_step step;
+    uint32_t index;                /* the call's number in the reply, from 0 */
+    const char *item_id, *call_id, *name; /* BEGIN: the function_call item's (NUL-terminated) */
+    const char *json;              /* DELTA: the new arguments text as a JSON string, quotes included
+                                      (as the session wrote it: copied out as it is, no allocation);
+                                      DONE: the whole arguments, plain text */
+    size_t len;
+} gw_oa_call_ev;
+
+/* What a surface writes. Each is called at most once, except text and call. */
 typedef struct gw_oa_surface {
     void (*started)(gw_oa_call *c);                          /* the response runs */
     void (*text)(gw_oa_call *c, const char *t, size_t n);    /* new reply text (streaming only) */
@@ -33,11 +46,15 @@ typedef struct gw_oa_surface {
     void (*failed)(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param,
                    const char *msg);
     void (*free)(gw_oa_call *c);                             /* the surface's own state (c->user) */
+    /* a tool call's progress (streaming only, in order); NULL: calls come whole, with done */
+    void (*call)(gw_oa_call *c, const gw_oa_call_ev *ev);
 } gw_oa_surface;
 
 struct gw_oa_call {
     gw_sink sink;                  /* the session layer's view of this call */
-    gw_http_req *req;              /* NULL once the client left */
+    gw_http_req *req;              /* NULL once the client left, or on a WebSocket */
+    gw_conn *ws;                   /* the Responses WebSocket connection it answers on (openai_ws.c), or NULL */
+    bool conn_local;               /* ws, store: false: the session is kept for this connection only */
     const gw_oa_surface *surface;
     void *user;                    /* the surface's state */
     bool stream;                   /* the client asked for SSE */
@@ -47,6 +64,7 @@ struct gw_oa_call {
     size_t n_items;
     fg_proto_sampling sampling;    /* this response's */
     const struct gw_oa_tools *tools; /* the request's tools and tool_choice (the surface owns them), or NULL */
+    uint32_t calls_streamed;       /* tool calls whose start went to surface->call */
     int64_t created;               /* seconds since the epoch */
     char *text;                    /* the reply so far */
     size_t text_len;
@@ -59,6 +77,9 @@ struct gw_oa_call {
     char *body_;                   /* a whole reply being built (not streaming) */
     size_t body_len_, body_cap_;
     bool body_failed_;
+    char *cap_;                    /* gw_oa_capture_begin's copy */
+    size_t cap_len_, cap_cap_;
+    bool capturing_, cap_failed_;
 };
 
 /* A call for req of tenant; NULL on out of memory. The surface answers it. */
@@ -72,6 +93,11 @@ void gw_oa_call_continue(gw_oa_call *c, gw_session *s);
 void gw_oa_call_hold(gw_oa_call *c);
 /* Frees a call that was never started (a refusal already answered by the surface). */
 void gw_oa_call_free(gw_oa_call *c);
+/* A call answering on a Responses WebSocket connection (conn->rws_call is it until it ends). */
+gw_oa_call *gw_oa_call_new_ws(fg_gateway_t *gw, gw_conn *ws, int tenant, const gw_oa_surface *surface, void *user);
+/* Its connection wrote some of its events (the call goes on if it waited), or closed (the call ends). */
+void gw_oa_call_wake(gw_oa_call *c);
+void gw_oa_call_gone(gw_oa_call *c);
 
 /* For surfaces: bytes of the reply (streamed once gw_oa_stream_begin ran,
  * else gathered for gw_oa_reply, which sends them as one 200 JSON body); the escaped JSON string of text[n] (in c->esc, valid
@@ -81,7 +107,20 @@ void gw_oa_reply(gw_oa_call *c);
 #define gw_oa_lit(c, s) gw_oa_write((c), "" s, sizeof(s) - 1) /* a string literal */
 void gw_oa_writef(gw_oa_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *gw_oa_json_text(gw_oa_call *c, const char *text, size_t n, size_t *len);
-/* Begins the SSE reply (200, text/event-stream). */
+/* Copies what the surface writes from begin to end (written as well, to the
+ * client, if it is still there): a stored Response object, built once. end
+ * returns the bytes (malloc'd, NUL-terminated; the caller frees them), or
+ * NULL on out of memory. */
+void gw_oa_capture_begin(gw_oa_call *c);
+char *gw_oa_capture_end(gw_oa_call *c, size_t *len);
+/* Begins the SSE reply (200, text/event-stream; on a WebSocket: nothing to send). */
 void gw_oa_stream_begin(gw_oa_call *c);
+/* Ends one streamed event: on a WebSocket, what was written since the last end goes as one message. */
+void gw_oa_event_end(gw_oa_call *c);
+/* Ends the streamed reply (HTTP: the connection closes; a WebSocket stays). */
+void gw_oa_stream_end(gw_oa_call *c);
+/* A refusal: HTTP, the status and OpenAI's error body; a WebSocket, the
+ * Responses WebSocket mode's error event {"type":"error","status",...,"error":{...}}. */
+void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *code, const char *param, const char *msg);
 
 #endif

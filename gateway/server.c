@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/client_secrets.h"
 #include "gateway/dashboard.h"
+#include "gateway/gw_disk.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/http_internal.h"
 #include "gateway/log.h"
@@ -28,6 +30,8 @@ typedef struct gw_pss {
     bool ga;                /* the OpenAI GA flow: a session at once (see subprotocol_mode) */
     bool beta;              /* OpenAI-Beta: realtime=v1: the beta event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the handshake's ?model=, or "" */
+    char secret[GW_SECRET_LEN + 1]; /* the client secret it authenticated with, or "": its session settings */
+    bool rws;               /* upgraded on /v1/responses: the Responses WebSocket mode (openai_ws.c) */
     gw_http_req *http;      /* the connection's HTTP request (owned: freed at CLOSED_HTTP) */
 } gw_pss;
 
@@ -114,21 +118,47 @@ static bool subprotocol_mode_ga(struct lws *wsi, char *model, size_t cap)
 
 /* ---- the handshake ---- */
 
-/* Checks path, drain state and API key (the Authorization header, or the
- * browser clients' subprotocol entry); fills *tenant. Returns the HTTP status
- * to refuse with, or 0. */
-static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant)
+/* The tenant of a credential: a client secret (client_secrets.h: live, and
+ * its minting key still valid; *secret gets its value) or, where allowed, an
+ * API key. -1: unknown, expired or revoked. */
+static int tenant_of(fg_gateway_t *gw, const char *key, bool api_key_ok, char *secret)
+{
+    if (!strncmp(key, GW_SECRET_PREFIX, strlen(GW_SECRET_PREFIX))) {
+        const gw_secret_use *u = gw_secrets_find(gw->secrets, key, fg_clock_mono_s());
+        const int t = u ? gw_tenant_by_key(gw, u->api_key) : -1;
+        if (t >= 0 && t == u->tenant) {
+            snprintf(secret, GW_SECRET_LEN + 1, "%s", key);
+            return t;
+        }
+        return -1;
+    }
+    return api_key_ok ? gw_tenant_by_key(gw, key) : -1;
+}
+
+/* Checks path, drain state and credential (the Authorization header: an API
+ * key or a client secret; else the browser clients' subprotocol entry: a
+ * client secret, or an API key with auth.api_key_in_subprotocol); fills
+ * *tenant, secret and *rws (the Responses WebSocket mode on /v1/responses,
+ * which takes an API key in the Authorization header only, as OpenAI's).
+ * Returns the HTTP status to refuse with, or 0. */
+static unsigned check_upgrade(struct lws *wsi, fg_gateway_t *gw, int *tenant, char *secret, bool *rws)
 {
     char uri[256] = "", auth[512] = "", key[300] = "";
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, FG_PROTO_PATH) != 0)
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
+        return 404;
+    *rws = !strcmp(uri, GW_RESPONSES_WS_PATH);
+    if (!*rws && strcmp(uri, FG_PROTO_PATH) != 0)
         return 404;
     if (gw->draining || !gw->engine)
         return 503;
+    bool in_list = false;
     if (lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 && !strncmp(auth, "Bearer ", 7))
         snprintf(key, sizeof key, "%.299s", auth + 7);
-    else if (!each_offer(wsi, insecure_key, key))
+    else if (!(in_list = each_offer(wsi, insecure_key, key)))
         return 401;
-    int t = gw_tenant_by_key(gw, key);
+    if (*rws && (in_list || !strncmp(key, GW_SECRET_PREFIX, strlen(GW_SECRET_PREFIX))))
+        return 401;
+    int t = tenant_of(gw, key, !in_list || gw->cfg->auth.api_key_in_subprotocol, secret);
     if (t < 0)
         return 401;
     if (gw->n_conns >= (size_t)gw->cfg->server.max_connections)
@@ -151,7 +181,7 @@ static void refuse_upgrade(struct lws *wsi, unsigned status)
                        : status == 400 ? "unsupported_subprotocol"
                                        : "unavailable";
     const char *msg = status == 401   ? "missing or unknown API key (Authorization: Bearer KEY)"
-                      : status == 404 ? "the WebSocket endpoint is " FG_PROTO_PATH
+                      : status == 404 ? "the WebSocket endpoints are " FG_PROTO_PATH " and " GW_RESPONSES_WS_PATH
                       : status == 400 ? "none of the offered subprotocols is supported"
                                       : "the server is draining or at its connection limit";
     char body[384];
@@ -177,7 +207,7 @@ static void refuse_upgrade(struct lws *wsi, unsigned status)
 static void drain_step(fg_gateway_t *gw)
 {
     for (gw_conn *c = gw->conns; c; c = c->all_next) {
-        if (c->closing || (c->sink.session && c->sink.session->responding))
+        if (c->closing || (c->sink.session && c->sink.session->responding) || c->rws_call)
             continue; /* its response.done comes first */
         fg_proto_error err;
         fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, NULL, "%s", "the server is shutting down");
@@ -223,6 +253,7 @@ static void sweep_cb(lws_sorted_usec_list_t *sul)
     fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, sweep);
     gw_sessions_sweep(gw);
     gw_cluster_sweep(gw);
+    gw_secrets_sweep(gw->secrets, fg_clock_mono_s());
     if (!gw->draining) /* once a second: the dashboard's history (status.h) */
         gw_status_sample(gw);
     if (gw->draining)
@@ -237,6 +268,8 @@ static void on_wakeup(fg_gateway_t *gw)
         begin_drain(gw);
     if (gw->quota)
         fg_quota_poll(gw->quota); /* quota answers continue session.create and response.create */
+    if (gw->disk)
+        gw_disk_poll(gw->disk); /* restored sessions continue their session.resume */
     if (!gw->engine)
         return;
     void *ready[256];
@@ -265,7 +298,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         gw = gateway_of(wsi);
         int tenant = -1;
-        unsigned status = check_upgrade(wsi, gw, &tenant);
+        char secret[GW_SECRET_LEN + 1] = "";
+        bool rws = false;
+        unsigned status = check_upgrade(wsi, gw, &tenant, secret, &rws);
         if (status) {
             gw->metrics.connections_refused++;
             refuse_upgrade(wsi, status);
@@ -274,7 +309,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (!pss)
             return -1;
         pss->tenant = tenant;
-        pss->ga = subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
+        memcpy(pss->secret, secret, sizeof secret);
+        pss->rws = rws;
+        pss->ga = !rws && subprotocol_mode_ga(wsi, pss->model, sizeof pss->model);
         pss->beta = beta_client(wsi);
         return 0;
     }
@@ -287,13 +324,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pss->conn.sink.tenant = pss->tenant;
         pss->conn.sink.ga = pss->ga;
         pss->conn.sink.beta = pss->beta;
+        pss->conn.rws = pss->rws;
         snprintf(pss->conn.sink.model, sizeof pss->conn.sink.model, "%s", pss->model);
         /* lws 4.1.6 drops a connection for some framing violations (a control
          * frame longer than 125 bytes) without a reason, and so without a close
          * frame: with this one preset it sends 1002. Every close of ours sets
          * its own code; a peer's close is answered with its own payload. */
         lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, NULL, 0);
-        gw_conn_on_open(&pss->conn);
+        {
+            /* a client secret minted with session settings: the session at connect starts with them */
+            const gw_secret_use *u = pss->secret[0] ? gw_secrets_find(gw->secrets, pss->secret, fg_clock_mono_s()) : NULL;
+            gw_conn_on_open(&pss->conn, u ? u->session_event : NULL);
+        }
         return 0;
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         /* A close payload is empty or starts with a 2-byte code; lws echoes a
@@ -416,7 +458,8 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     gw->table_size = SESSION_BUCKETS;
     gw->table = calloc(gw->table_size, sizeof *gw->table);
     gw->meta_buf = malloc(FG_SESSION_META_MAX_BYTES);
-    if (!gw->table || !gw->meta_buf) {
+    gw->secrets = gw_secrets_new();
+    if (!gw->table || !gw->meta_buf || !gw->secrets) {
         fg_gateway_destroy(gw);
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
     }
@@ -467,6 +510,15 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
                                ? ", or server.tls_cert_file / tls_key_file cannot be loaded"
                                : "");
     }
+    /* session restores (and their saves) run on a worker: the service thread never waits for a file */
+    const char *gate = cfg->debug.restore_gate_file;
+    if (!(gw->disk = gw_disk_new(gw->ctx, gate))) {
+        fg_gateway_destroy(gw);
+        return fg_diag_set(diag, FG_ERR_NOMEM, "cannot start the session-file worker");
+    }
+    if (gate && gate[0])
+        fg_log_at(FG_LOG_WARN, "restore_gate_file", NULL, NULL,
+                  "\"note\":\"debug.restore_gate_file is set: session restores wait for a file; for tests only\"");
     gw->vhost = lws_get_vhost_by_name(gw->ctx, "default");
     gw->port = gw->vhost ? lws_get_vhost_listen_port(gw->vhost) : (int)cfg->server.port;
     lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, SWEEP_US);
@@ -570,6 +622,10 @@ fg_err fg_gateway_save_sessions(fg_gateway_t *gw, fg_diag *diag)
 
 void fg_gateway_close_sessions(fg_gateway_t *gw)
 {
+    /* first the worker: no restore or save runs on a session freed here or on the
+     * engine closed after; the restores it finishes join the table, then go too */
+    gw_disk_free(gw->disk);
+    gw->disk = NULL;
     while (gw->sessions)
         gw_session_destroy(gw->sessions, true); /* their files stay for the next start */
 }
@@ -582,6 +638,7 @@ void fg_gateway_destroy(fg_gateway_t *gw)
         fg_gateway_close_sessions(gw);
     if (gw->ctx)
         lws_context_destroy(gw->ctx); /* closes every connection (their CLOSED callbacks run) */
+    gw_disk_free(gw->disk); /* restores still under way end here, their clients gone */
     fg_proto_buf_free(&gw->scratch);
     for (size_t i = 0; i < gw->n_scripts; i++)
         fg_tokens_free(&gw->scripts[i]);
@@ -590,6 +647,7 @@ void fg_gateway_destroy(fg_gateway_t *gw)
     gw_dashboard_free(gw->dashboard);
     free(gw->table);
     free(gw->meta_buf);
+    gw_secrets_free(gw->secrets);
     gw_tenants_free(gw);
     free(gw);
 }

@@ -331,7 +331,7 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
                     "instructions are longer than the server allows");
     fg_diag d = {{0}};
     fg_err e;
-    gw_session *s = gw_session_new(gw, k->tenant, src, NULL, &e, &d);
+    gw_session *s = gw_session_new(gw, k->tenant, src, &e, &d);
     if (!s) {
         fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
         if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
@@ -411,6 +411,75 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
     send_session_event(s, 1);
 }
 
+/* A session.resume waiting for its session file (gw_persist.c, off this thread). */
+struct gw_resume_wait {
+    gw_sink *k;                     /* NULL once the client left */
+    fg_gateway_t *gw;
+    int tenant;
+    char session_id[48];            /* for the session directory (gw_cluster.c) when the restore fails */
+    uint64_t last_seq;              /* the client's last_sequence_number */
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+};
+
+void gw_cmd_sink_gone(gw_sink *k)
+{
+    if (k->resume_wait)
+        k->resume_wait->k = NULL; /* the restore finishes; its session goes back to disk */
+    k->resume_wait = NULL;
+}
+
+static void resume_refused(gw_sink *k, const struct gw_resume_wait *w, fg_proto_code code, const char *param,
+                           const char *msg)
+{
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, param, w->has_event_id ? w->event_id : NULL, "%s", msg);
+    gw_sink_error(k, &err, 0);
+}
+
+/* The restore's end: the session joins the client that asked for it. */
+static void on_restored(void *user, gw_session *s, fg_proto_code code, const char *msg)
+{
+    struct gw_resume_wait *w = user;
+    gw_sink *k = w->k;
+    fg_gateway_t *gw = w->gw;
+    if (!s) /* the lease taken for it goes back (its epoch too when there is no such session) */
+        gw_cluster_restore_failed(gw, w->tenant, w->session_id, strlen(w->session_id),
+                                  code == FG_PROTO_SESSION_NOT_FOUND);
+    if (!k) { /* the client left meanwhile */
+        if (s)
+            gw_session_destroy(s, true);
+        free(w);
+        return;
+    }
+    k->resume_wait = NULL;
+    gw_sink_rx_update(k);
+    if (!s) {
+        resume_refused(k, w, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", msg);
+    } else if (gw_tenant_at(gw, k->tenant)->sessions > gw->cfg->sessions.max_per_tenant) {
+        gw_session_destroy(s, true); /* others were opened while it was read */
+        resume_refused(k, w, FG_PROTO_TOO_MANY_SESSIONS, NULL, "the tenant's session limit is reached");
+    } else {
+        if (w->last_seq >= s->next_seq)
+            s->next_seq = w->last_seq + 1;
+        gw_session_attach(s, k, s->next_seq - 1);
+        quota_ctx *q = gw->quota ? calloc(1, sizeof *q) : NULL;
+        if (!q) {
+            send_session_event(s, 2);
+        } else {
+            q->gw = gw;
+            snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
+            q->has_event_id = w->has_event_id;
+            memcpy(q->event_id, w->event_id, sizeof q->event_id);
+            q->resume = true;
+            s->quota_pending = true; /* session.resumed waits for the lease */
+            gw_sink_rx_update(k);
+            fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
+        }
+    }
+    free(w);
+}
+
 void gw_resume_restore(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
 {
     fg_gateway_t *gw = k->gw;
@@ -421,24 +490,27 @@ void gw_resume_restore(gw_sink *k, const char *id, size_t id_len, uint64_t last_
                            "the tenant's session limit is reached");
         return gw_sink_error(k, &err, 0);
     }
+    struct gw_resume_wait *w = calloc(1, sizeof *w);
+    if (!w) {
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, false);
+        fg_proto_error_set(&err, FG_PROTO_INTERNAL_ERROR, NULL, event_id, "%s", "out of memory");
+        return gw_sink_error(k, &err, 0);
+    }
+    *w = (struct gw_resume_wait){.k = k, .gw = gw, .tenant = k->tenant, .last_seq = last_seq,
+                                 .has_event_id = event_id != NULL};
+    snprintf(w->session_id, sizeof w->session_id, "%.*s", (int)(id_len < sizeof w->session_id ? id_len : 0), id);
+    if (event_id)
+        snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
     fg_proto_code code;
     char msg[400];
-    gw_session *s = gw_session_restore(gw, k->tenant, id, id_len, &code, msg, sizeof msg);
-    if (!s) {
+    if (!gw_session_restore(gw, k->tenant, id, id_len, on_restored, w, &code, msg, sizeof msg)) {
+        free(w);
         gw_cluster_restore_failed(gw, k->tenant, id, id_len, code == FG_PROTO_SESSION_NOT_FOUND);
         fg_proto_error_set(&err, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", event_id, "%s", msg);
         return gw_sink_error(k, &err, 0);
     }
-    if (last_seq >= s->next_seq)
-        s->next_seq = last_seq + 1;
-    gw_session_attach(s, k, s->next_seq - 1);
-    quota_ctx *q = gw->quota ? quota_ctx_new_id(s, event_id) : NULL;
-    if (!q)
-        return send_session_event(s, 2);
-    q->resume = true;
-    s->quota_pending = true; /* session.resumed waits for the lease */
+    k->resume_wait = w;
     gw_sink_rx_update(k);
-    fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
 /* session.resume of a session this process does not hold: restored from its
@@ -464,6 +536,8 @@ static void on_session_resume(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, FG_PROTO_SESSION_NOT_FOUND, "session_id", "%s", "no such session");
     if (!s)
         return resume_from_disk(k, ev);
+    if (s->restoring)
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "this session is being restored; retry");
     const uint64_t last = ev->u.resume.last_sequence_number, newest = s->next_seq - 1;
     if (last > newest)
         return fail(k, ev, FG_PROTO_INVALID_VALUE, "last_sequence_number", "%s",
@@ -874,6 +948,8 @@ static void on_session_close(gw_sink *k, const fg_client_event *ev)
 
 void gw_cmd_dispatch(gw_sink *k, const fg_client_event *ev)
 {
+    if (k->resume_wait) /* read before the reading paused: the restore answers first */
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "a session.resume is in progress on this connection");
     if (!k->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
         return fail(k, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
     if (k->session)

@@ -42,11 +42,14 @@ struct gw_sink {
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the model the client asked for ("" = the server's) */
     gw_session *session;            /* attached session, or NULL */
     struct gw_dir_wait *dir_wait;   /* a session.resume waiting on the session directory (gw_cluster.c), or NULL */
+    struct gw_resume_wait *resume_wait; /* a session.resume whose file is being read, or NULL */
     uint64_t evt_counter;           /* event ids of the events outside a session */
 };
 
 /* Runs one client event on the sink's session (session.create/resume make one). */
 void gw_cmd_dispatch(gw_sink *k, const fg_client_event *ev);
+/* The transport's end goes away (a closed connection): what waits for it forgets it. */
+void gw_cmd_sink_gone(gw_sink *k);
 /* Sends an error: in the session's numbering when one is attached, else on the sink's own queue. */
 void gw_sink_error(gw_sink *k, const fg_proto_error *err, uint32_t retry_after);
 /* The restore half of a session.resume of a session this process does not

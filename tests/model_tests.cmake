@@ -42,6 +42,12 @@ foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 endforeach()
 
+# kernels/cpu/quantize.c's bytes are checked by test_quantize against
+# tests/unit/data/quantize_vectors.h; this checks that header is what the numpy
+# reference of ggml's quantizers (tests/reference/quantize_ref.py) writes.
+fg_add_test(quantize_vectors_current COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/quantize_vectors.py
+            --check LABELS "reference;unit")
+
 # Other weight types against the same reference, which reads their values
 # exactly (tests/reference/quant_vectors.py's dequantization for the legacy and
 # K types). The engine quantizes the activations of every block-type product to
@@ -52,7 +58,7 @@ endforeach()
 # 0.35, and tiny-q8_0 0.25 for comparison); a misread weight moves it to the
 # logits' spread (a swapped Q4_K nibble order: 9.8). tiny-256 (F32, width 256
 # so that rows fit the K-quants' 256-value blocks) is the mixed file's source.
-foreach(variant tiny-mxfp4:0.25 tiny-mixed:0.7)
+foreach(variant tiny-mxfp4:0.25 tiny-mixed:0.7 tiny-q4_k_m:0.7)
   string(REPLACE ":" ";" parts ${variant})
   list(GET parts 0 name)
   list(GET parts 1 median)
@@ -78,6 +84,18 @@ fg_add_test(golden_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_gold
 # weight type; the bounds (in the script) are the measured values plus a margin.
 fg_add_test(perplexity_english COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_perplexity_english.sh
             LABELS model TIMEOUT 600)
+
+# flashgate-quantize: every type's bytes against the numpy reference of ggml's quantizers on a
+# model's tensors, file round trips, the Q4_K_M and Q5_K_M mixes (llama-quantize's choices, loading,
+# generating, logits against the F32 model of tiny-256 and the trained English model), bad input.
+fg_add_test(quantize_cli COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/model/check_quantize.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
+
+# The same bytes against ggml itself: libggml-base.so from the pinned npm package
+# @node-llama-cpp/linux-x64 (llama.cpp's own build), its ggml_quantize_chunk on the same rows.
+fg_add_test(quantize_ggml COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_quantize_ggml.sh
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
+set_tests_properties(quantize_ggml PROPERTIES SKIP_RETURN_CODE 77)
 
 # Bad files and requests through the command line: clear errors, no crash.
 fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh

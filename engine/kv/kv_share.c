@@ -1,7 +1,19 @@
 /* kv_share.c: prefix sharing and forks in the serving engine: a session's
  * chained page keys, prefix-cache hits for its input, listing of its full
  * pages, and forks that share a source's pages copy-on-write. Step thread,
- * under engine->mu (see engine_internal.h). */
+ * under engine->mu (see engine_internal.h).
+ *
+ * A cache with per-sequence state (deepseek4) shares in units of
+ * share_tokens (kv_store.h: 128 tokens, two pages): only pages of whole
+ * units are listed (a 128-ratio row lands in a unit's first page when its
+ * last token arrives), and a hit takes pages up to the deepest unit boundary
+ * whose entry also has a state snapshot, and copies that into the session's
+ * state. Snapshots are taken where a prefill chunk is cut for them: at the
+ * last unit boundary of a session's input (the next session with that whole
+ * prompt, or a client that sends the conversation again, resumes there) and
+ * at the deepest boundary where a hit found the pages but no snapshot (the
+ * point where sessions with one system prompt part: the third and later
+ * sessions resume there). docs/engine.md has the memory accounting. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +52,9 @@ bool fg_share_page_keys(fg_engine_t *e, fg_session_t *s, int upto)
     return true;
 }
 
+/* The unit of sharing in tokens (kv_store.h). */
+static int unit_tokens(const fg_engine_t *e) { return fg_kv_share_tokens(fg_kv_store_geometry(e->kv)); }
+
 void fg_share_truncated(fg_session_t *s, int n_tokens)
 {
     int full = n_tokens / FG_KV_PAGE_TOKENS;
@@ -77,10 +92,82 @@ bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key)
     return next_page_shareable(e, s) && next_page_key(e, s, &prev, key);
 }
 
+/* State geometries: the pages of whole units from s's position (a unit
+ * boundary) to the deepest boundary with a snapshot, and the snapshot as
+ * its state. Page files are not consulted: they carry no snapshots. */
+static void attach_unit_hits(fg_engine_t *e, fg_session_t *s)
+{
+    fg_response *r = &s->serve.resp;
+    const int keep = r->active && r->p.generate ? 1 : 0;
+    const int per = unit_tokens(e) / FG_KV_PAGE_TOKENS, k0 = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    const int avail = ((int)s->todo.n - keep) / FG_KV_PAGE_TOKENS;
+    if (!e->share.pc || s->tier.on_disk || k0 % per || s->seq.n_tokens % FG_KV_PAGE_TOKENS ||
+        (int)s->hist.n != s->seq.n_tokens || avail < per || s->share.miss_at == s->seq.n_tokens)
+        return;
+    if ((k0 && !fg_share_page_keys(e, s, k0 - 1)) || !phash_room(e, s, k0 + avail + 1))
+        return;
+    const uint64_t salt = e->tier.tenants[s->tenant_ix].salt;
+    const double now = fg_clock_mono_s();
+    const uint8_t *snap = NULL;
+    int best = -1, matched = k0; /* last page of the deepest unit with a snapshot; pages of whole units found */
+    uint64_t prev = k0 ? s->share.phash[k0 - 1] : 0;
+    for (int k = k0; k - k0 < avail; k++) {
+        const int32_t *tk = s->todo.v + (size_t)(k - k0) * FG_KV_PAGE_TOKENS;
+        const uint64_t key = fg_page_key(prev, salt, tk);
+        e->stats.prefix_lookups++;
+        if (!fg_prefix_cache_find(e->share.pc, key, prev, s->tenant_ix, tk, now))
+            break;
+        s->share.phash[k] = key; /* past phash_n until taken */
+        prev = key;
+        if ((k + 1) % per == 0) {
+            matched = k + 1;
+            const uint8_t *sn = fg_prefix_cache_snapshot(e->share.pc, key);
+            if (sn) {
+                best = k;
+                snap = sn;
+            }
+        }
+    }
+    if (matched > best + 1 && matched > k0)
+        s->share.snap_want = matched * FG_KV_PAGE_TOKENS; /* its prefill leaves a snapshot there */
+    s->share.miss_at = s->seq.n_tokens;
+    if (best < 0)
+        return;
+    const int add = (best + 1 - k0) * FG_KV_PAGE_TOKENS;
+    if (fg_tokens_reserve(&s->hist, s->hist.n + add + 1) != 0 || fg_kv_seq_grow_table(&s->seq, best + 1) != FG_OK ||
+        fg_kv_seq_set_state(e->kv, &s->seq, snap) != FG_OK)
+        return; /* out of memory, or no pages for the state: computed instead */
+    for (int k = k0; k <= best; k++) {
+        const int32_t *tk = s->todo.v + (size_t)(k - k0) * FG_KV_PAGE_TOKENS;
+        uint8_t *page = fg_prefix_cache_find(e->share.pc, s->share.phash[k], k ? s->share.phash[k - 1] : 0,
+                                             s->tenant_ix, tk, now);
+        fg_kv_page_retain(e->kv, page);
+        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
+    }
+    e->stats.prefix_hits += (uint64_t)(best + 1 - k0);
+    s->seq.n_tokens += add;
+    memcpy(s->hist.v + s->hist.n, s->todo.v, (size_t)add * sizeof *s->todo.v);
+    s->hist.n += add;
+    memmove(s->todo.v, s->todo.v + add, (size_t)(s->todo.n - add) * sizeof *s->todo.v);
+    s->todo.n -= add;
+    s->todo_sampled = false;
+    s->share.phash_n = best + 1;
+    s->share.reg_n = best + 1;
+    s->share.miss_at = -1;
+    if (r->active)
+        r->cached_tokens += add;
+    s->serve.length_snapshot = s->seq.n_tokens;
+    s->tier.gen++;
+}
+
 bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
     const int keep = r->active && r->p.generate ? 1 : 0;
+    if (fg_engine_seq_state(e)) {
+        attach_unit_hits(e, s);
+        return false;
+    }
     while (next_page_shareable(e, s) && s->share.miss_at != s->seq.n_tokens) {
         int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
         uint64_t prev, key;
@@ -118,20 +205,62 @@ bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
     return false;
 }
 
+int fg_share_chunk(fg_engine_t *e, fg_session_t *s, int left, int want)
+{
+    if (!e->share.pc || !fg_engine_seq_state(e) || s->tier.on_disk)
+        return want;
+    /* The input's last boundary that a session with the same input could take (it keeps a token to evaluate). */
+    const int keep = s->serve.resp.active && s->serve.resp.p.generate ? 1 : 0;
+    const int unit = unit_tokens(e), n = s->seq.n_tokens, last = (n + left - keep) / unit * unit;
+    s->share.snap_at = 0;
+    if (s->share.snap_want > n && s->share.snap_want <= n + want)
+        s->share.snap_at = s->share.snap_want;
+    else if (last > n && last <= n + want)
+        s->share.snap_at = last;
+    else
+        return want;
+    return s->share.snap_at - n;
+}
+
 void fg_share_register(fg_engine_t *e, fg_session_t *s)
 {
     if (!e->share.pc || s->tier.on_disk)
         return;
-    int full = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
+    /* Pages of whole units only: deepseek4 still writes into a unit's first page until the unit is full. */
+    const int unit = unit_tokens(e);
+    int full = s->seq.n_tokens / unit * (unit / FG_KV_PAGE_TOKENS);
     if (full > (int)s->hist.n / FG_KV_PAGE_TOKENS)
         full = s->hist.n / FG_KV_PAGE_TOKENS;
-    if (s->share.reg_n >= full || !fg_share_page_keys(e, s, full - 1))
+    if (full <= 0 || (s->share.reg_n >= full && !s->share.snap_at) || !fg_share_page_keys(e, s, full - 1))
         return;
     double now = fg_clock_mono_s();
     for (int k = s->share.reg_n; k < full; k++)
         fg_prefix_cache_insert(e->share.pc, e->kv, s->share.phash[k], k ? s->share.phash[k - 1] : 0, s->tenant_ix,
                                s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
-    s->share.reg_n = full;
+    if (s->share.reg_n < full)
+        s->share.reg_n = full;
+    /* The state where a chunk was cut for it, beside the listed page that
+     * ends there (this session's, or an equal one another session listed). */
+    if (s->seq.state && s->share.snap_at && s->seq.n_tokens == s->share.snap_at &&
+        full * FG_KV_PAGE_TOKENS == s->seq.n_tokens &&
+        fg_prefix_cache_find(e->share.pc, s->share.phash[full - 1], full > 1 ? s->share.phash[full - 2] : 0,
+                             s->tenant_ix, s->hist.v + (size_t)(full - 1) * FG_KV_PAGE_TOKENS, now))
+        fg_prefix_cache_set_snapshot(e->share.pc, e->kv, s->share.phash[full - 1], s->seq.state);
+    if (s->share.snap_at && s->seq.n_tokens >= s->share.snap_at)
+        s->share.snap_at = 0;
+    if (s->share.snap_want && s->seq.n_tokens >= s->share.snap_want)
+        s->share.snap_want = 0;
+}
+
+void fg_share_drop_snapshots(fg_engine_t *e, size_t need)
+{
+    static fg_evict_candidate cand[4096]; /* step thread only */
+    if (!e->share.pc || fg_kv_store_pages_free(e->kv) >= need || !fg_prefix_cache_snapshot_count(e->share.pc))
+        return;
+    const int n = fg_prefix_cache_snapshots(e->share.pc, e->kv, cand, 4096, fg_clock_mono_s());
+    fg_kv_evict_order(cand, n);
+    for (int i = 0; i < n && fg_kv_store_pages_free(e->kv) < need; i++)
+        fg_prefix_cache_drop_snapshot(e->share.pc, e->kv, cand[i].id);
 }
 
 /* ---- forks ---- */
@@ -148,6 +277,10 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
         strcpy(dst->tier.load_name, src->tier.load_name);
     } else {
         fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        if (err == FG_ERR_KV_FULL) { /* no pages for the copy of the state: cold ones go first */
+            fg_tier_drop_cold(e, fg_kv_store_state_pages(e->kv));
+            err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
+        }
         if (err != FG_OK)
             return err;
     }

@@ -22,6 +22,9 @@ typedef struct fg_session_share {
     int phash_n, phash_cap;         /* [step] valid keys, room */
     int reg_n;                      /* [step] full pages offered to the prefix cache */
     int miss_at;                    /* [step] token count of the last prefix miss (-1 none) */
+    int snap_want;                  /* [step] state geometries: a unit boundary where the cache has the
+                                       pages but no snapshot, which this session's prefill takes (0 none) */
+    int snap_at;                    /* [step] the boundary this step's chunk was cut at for a snapshot (0 none) */
     /* a fork (the forking thread waits on e->done_cv) */
     fg_session_t *fork_src;         /* [mu] */
     bool fork_done;                 /* [mu] */
@@ -45,8 +48,16 @@ bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s);
  * starting at a page boundary that the prefix cache could share; false
  * otherwise [mu]. */
 bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key);
-/* Offers s's newly full pages to the prefix cache [mu]. */
+/* The tokens of s's next prefill chunk: want (of left input tokens), cut
+ * where the cache should get a state snapshot (state geometries: the last
+ * unit boundary of the input, or snap_want) [mu]. */
+int fg_share_chunk(fg_engine_t *e, fg_session_t *s, int left, int want);
+/* Offers s's newly final pages to the prefix cache, and its state at a
+ * snapshot boundary [mu]. */
 void fg_share_register(fg_engine_t *e, fg_session_t *s);
+/* Frees state snapshots of pages that sessions still hold, least recently
+ * used first, until need pages are free (after the cold pages went) [mu]. */
+void fg_share_drop_snapshots(fg_engine_t *e, size_t need);
 /* After s's cache was cut to n tokens: forgets keys of pages past it. */
 void fg_share_truncated(fg_session_t *s, int n_tokens);
 /* Makes a fork of src in dst (both adopted, src idle) [mu]. */

@@ -144,6 +144,24 @@ void fg_kv_page_release(fg_kv_store_t *s, uint8_t *page)
     }
 }
 
+static int owner_of(int owner) { return owner >= 0 && owner < FG_KV_MAX_OWNERS ? owner : 0; }
+
+/* Takes the pages standing for one state off the pool (the caller checked
+ * that they are free), charged to owner. */
+static void hold_state_pages(fg_kv_store_t *s, int owner)
+{
+    for (size_t i = 0; i < s->state_pages; i++)
+        s->held_stack[s->n_held++] = s->free_stack[--s->n_free];
+    s->owner_pages[owner] += s->state_pages;
+}
+
+static void unhold_state_pages(fg_kv_store_t *s, int owner)
+{
+    for (size_t i = 0; i < s->state_pages; i++)
+        s->free_stack[s->n_free++] = s->held_stack[--s->n_held];
+    s->owner_pages[owner] -= s->state_pages;
+}
+
 fg_err fg_kv_seq_init(fg_kv_seq *q, int max_tokens)
 {
     memset(q, 0, sizeof *q);
@@ -162,11 +180,8 @@ void fg_kv_seq_free(fg_kv_store_t *s, fg_kv_seq *q)
 
 void fg_kv_seq_drop_state(fg_kv_store_t *s, fg_kv_seq *q)
 {
-    if (q->state) {
-        for (size_t i = 0; i < s->state_pages; i++)
-            s->free_stack[s->n_free++] = s->held_stack[--s->n_held];
-        s->owner_pages[q->state_owner] -= s->state_pages;
-    }
+    if (q->state)
+        unhold_state_pages(s, q->state_owner);
     free(q->state);
     q->state = NULL;
 }
@@ -178,10 +193,36 @@ static fg_err state_alloc(fg_kv_store_t *s, fg_kv_seq *q)
         return FG_ERR_KV_FULL;
     if (!(q->state = calloc(1, s->geo.seq_bytes)))
         return FG_ERR_NOMEM;
-    q->state_owner = q->owner >= 0 && q->owner < FG_KV_MAX_OWNERS ? q->owner : 0;
-    for (size_t i = 0; i < s->state_pages; i++)
-        s->held_stack[s->n_held++] = s->free_stack[--s->n_free];
-    s->owner_pages[q->state_owner] += s->state_pages;
+    q->state_owner = owner_of(q->owner);
+    hold_state_pages(s, q->state_owner);
+    return FG_OK;
+}
+
+uint8_t *fg_kv_state_copy(fg_kv_store_t *s, const uint8_t *state, int owner)
+{
+    owner = owner_of(owner);
+    uint8_t *copy = s->geo.seq_bytes && s->n_free >= s->state_pages ? malloc(s->geo.seq_bytes) : NULL;
+    if (!copy)
+        return NULL;
+    memcpy(copy, state, s->geo.seq_bytes);
+    hold_state_pages(s, owner);
+    return copy;
+}
+
+void fg_kv_state_free(fg_kv_store_t *s, uint8_t *copy, int owner)
+{
+    if (!copy)
+        return;
+    unhold_state_pages(s, owner_of(owner));
+    free(copy);
+}
+
+fg_err fg_kv_seq_set_state(fg_kv_store_t *s, fg_kv_seq *q, const uint8_t *state)
+{
+    fg_err e;
+    if (!q->state && (e = state_alloc(s, q)) != FG_OK)
+        return e;
+    memcpy(q->state, state, s->geo.seq_bytes);
     return FG_OK;
 }
 
@@ -233,15 +274,18 @@ void fg_kv_seq_truncate(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens)
 
 fg_err fg_kv_seq_make_writable(fg_kv_store_t *s, fg_kv_seq *q, int t)
 {
-    int idx = t / FG_KV_PAGE_TOKENS;
-    if (t < 0 || idx >= q->n_pages || s->refs[page_index(s, q->pages[idx])] <= 1)
+    if (t < 0)
         return FG_OK;
-    uint8_t *copy = fg_kv_page_alloc_for(s, s->owner[page_index(s, q->pages[idx])]);
-    if (!copy)
-        return FG_ERR_KV_FULL;
-    memcpy(copy, q->pages[idx], s->geo.page_bytes);
-    fg_kv_page_release(s, q->pages[idx]);
-    q->pages[idx] = copy;
+    for (int idx = fg_kv_first_written_page(&s->geo, t); idx <= t / FG_KV_PAGE_TOKENS && idx < q->n_pages; idx++) {
+        if (s->refs[page_index(s, q->pages[idx])] <= 1)
+            continue;
+        uint8_t *copy = fg_kv_page_alloc_for(s, s->owner[page_index(s, q->pages[idx])]);
+        if (!copy)
+            return FG_ERR_KV_FULL;
+        memcpy(copy, q->pages[idx], s->geo.page_bytes);
+        fg_kv_page_release(s, q->pages[idx]);
+        q->pages[idx] = copy;
+    }
     return FG_OK;
 }
 
@@ -249,11 +293,16 @@ fg_err fg_kv_seq_share(fg_kv_store_t *s, fg_kv_seq *dst, const fg_kv_seq *src, i
 {
     if (n_tokens > dst->max_tokens)
         return FG_ERR_CONTEXT_FULL;
-    if (s->geo.seq_bytes)
-        return FG_ERR_UNSUPPORTED; /* the state (window rings, open blocks) is not in the pages */
+    if (s->geo.seq_bytes && (n_tokens != src->n_tokens || (n_tokens && !src->state)))
+        return FG_ERR_UNSUPPORTED; /* the state (window rings, open blocks) matches src's whole length only */
     int need = (n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     if (fg_kv_seq_grow_table(dst, need) != FG_OK)
         return FG_ERR_NOMEM;
+    fg_err e;
+    if (s->geo.seq_bytes && n_tokens && !dst->state && (e = state_alloc(s, dst)) != FG_OK)
+        return e;
+    if (s->geo.seq_bytes && n_tokens)
+        memcpy(dst->state, src->state, s->geo.seq_bytes);
     fg_kv_seq_truncate(s, dst, 0);
     for (int i = 0; i < need; i++) {
         fg_kv_page_retain(s, src->pages[i]);

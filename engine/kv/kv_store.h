@@ -39,7 +39,18 @@ typedef struct fg_kv_geometry {
     size_t page_bytes;       /* FG_KV_PAGE_TOKENS * n_layer * row_bytes */
     size_t bytes_per_token;  /* n_layer * row_bytes */
     size_t seq_bytes;        /* what a sequence holds besides its pages, in fg_kv_seq.state (deepseek2: nothing) */
+    int share_tokens;        /* the unit of sharing, a multiple of FG_KV_PAGE_TOKENS (0: one page): a row
+                                written for a token may land in any page of that token's unit (deepseek4: 128,
+                                a 128-ratio row spans two pages and is written when its block closes), so
+                                pages are final, shareable and copied on write per unit, and a state snapshot
+                                at a unit boundary is exact (every compressor block closed there) */
 } fg_kv_geometry;
+
+/* geo->share_tokens, or FG_KV_PAGE_TOKENS where it is 0. */
+static inline int fg_kv_share_tokens(const fg_kv_geometry *geo)
+{
+    return geo->share_tokens > 0 ? geo->share_tokens : FG_KV_PAGE_TOKENS;
+}
 
 
 typedef struct fg_kv_store fg_kv_store_t;
@@ -59,6 +70,13 @@ size_t fg_kv_store_pages_free(const fg_kv_store_t *s);
 size_t fg_kv_store_state_pages(const fg_kv_store_t *s);
 /* Pages held for states now (in use, not free, never resident). */
 size_t fg_kv_store_pages_held(const fg_kv_store_t *s);
+/* A copy of a sequence's state (seq_bytes) that belongs to no sequence (the
+ * prefix cache's snapshots), holding fg_kv_store_state_pages pages off the
+ * pool charged to owner like a sequence's state. NULL when the pool has too
+ * few free pages or memory is short. */
+uint8_t *fg_kv_state_copy(fg_kv_store_t *s, const uint8_t *state, int owner);
+/* Frees such a copy and returns its pages to the pool (owner as at the copy). */
+void fg_kv_state_free(fg_kv_store_t *s, uint8_t *copy, int owner);
 
 /* The index in [0, fg_kv_store_pages_total) of a page of this store: a backend
  * keeping the resident copy of each page elsewhere (GPU memory) keys it by this. */
@@ -114,14 +132,31 @@ fg_err fg_kv_seq_reserve(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
  * state is not rewound: an architecture with state refuses to continue a
  * sequence cut anywhere but at 0 (deepseek4: FG_ERR_STATE). */
 void fg_kv_seq_truncate(fg_kv_store_t *s, fg_kv_seq *q, int n_tokens);
-/* Copy-on-write: makes the page holding row t private to q (copies it when
- * another holder shares it). No-op when t is past the pages. Errors:
- * FG_ERR_KV_FULL (no page for the copy; q unchanged). */
+/* Copy-on-write: makes the pages that writing row t can touch private to q
+ * (copies those another holder shares): the page holding row t and, where
+ * share_tokens spans pages, the earlier pages of t's unit (deepseek4 writes
+ * a 128-ratio row into the page before t's when t closes its block). Pages
+ * past q's are skipped. Errors: FG_ERR_KV_FULL (no page for a copy; the
+ * pages copied so far stay copied, which changes no content). */
 fg_err fg_kv_seq_make_writable(fg_kv_store_t *s, fg_kv_seq *q, int t);
-/* Makes the empty dst hold src's first n_tokens rows by sharing its pages.
- * Errors: FG_ERR_NOMEM (page table), FG_ERR_CONTEXT_FULL (n_tokens past dst's max),
- * FG_ERR_UNSUPPORTED (the geometry has per-sequence state, which pages cannot share). */
+/* The first page that writing row t can touch (kv_seq_make_writable). */
+static inline int fg_kv_first_written_page(const fg_kv_geometry *geo, int t)
+{
+    const int unit = fg_kv_share_tokens(geo);
+    return t / unit * (unit / FG_KV_PAGE_TOKENS);
+}
+/* Makes the empty dst hold src's first n_tokens rows by sharing its pages;
+ * with per-sequence state, also a copy of src's state (charged to dst's
+ * owner), which matches only src's whole length. Errors: FG_ERR_NOMEM (page
+ * table, state), FG_ERR_CONTEXT_FULL (n_tokens past dst's max),
+ * FG_ERR_UNSUPPORTED (state, and n_tokens is not src's length: a state
+ * cannot be cut back), FG_ERR_KV_FULL (no pages for dst's state). */
 fg_err fg_kv_seq_share(fg_kv_store_t *s, fg_kv_seq *dst, const fg_kv_seq *src, int n_tokens);
+/* Copies state (seq_bytes, a snapshot taken with fg_kv_state_copy) into q's
+ * state, allocating that first (as fg_kv_seq_reserve does); the caller sets
+ * q->n_tokens to the length the snapshot matches. Errors: FG_ERR_KV_FULL (too
+ * few pages for the state), FG_ERR_NOMEM. */
+fg_err fg_kv_seq_set_state(fg_kv_store_t *s, fg_kv_seq *q, const uint8_t *state);
 /* Puts page (retained by the caller for q) at index idx == q->n_pages, or
  * replaces the page there (released). Used to attach prefix-cache hits. */
 void fg_kv_seq_set_page(fg_kv_store_t *s, fg_kv_seq *q, int idx, uint8_t *page);

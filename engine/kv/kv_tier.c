@@ -404,9 +404,7 @@ fg_err fg_tier_open(fg_engine_t *e, fg_diag *diag)
                                        .geo = *geo, .max_tokens = e->n_ctx, .n_vocab = e->model->n_vocab};
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->tier.writer_cv, NULL);
-    /* No prefix cache for a cache with state yet: see fg_engine_seq_state. */
-    if (e->opt.prefix_cache && !fg_engine_seq_state(e) &&
-        fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->share.pc) != FG_OK)
+    if (e->opt.prefix_cache && fg_prefix_cache_create(fg_kv_store_pages_total(e->kv), &e->share.pc) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the prefix cache");
     if (fg_tier_tenant(e, "default") < 0)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for the tenant table");
@@ -625,6 +623,7 @@ void fg_tier_drop_cold(fg_engine_t *e, size_t need)
             fg_ptier_spill(e, cand[i].id); /* its rows are copied out first */
         fg_prefix_cache_drop(e->share.pc, e->kv, cand[i].id);
     }
+    fg_share_drop_snapshots(e, need);
 }
 
 void fg_tier_relieve(fg_engine_t *e, size_t need_pages, const fg_session_t *except)

@@ -14,12 +14,13 @@ typedef struct entry {
     int32_t next;            /* bucket chain or free list; -1 ends */
     double last_used;
     uint8_t *page;
+    uint8_t *snap;           /* the state at the page's end, or NULL (prefix_cache.h) */
     int32_t tokens[FG_KV_PAGE_TOKENS];
 } entry;
 
 struct fg_prefix_cache {
     entry *e;
-    size_t cap, count;
+    size_t cap, count, snaps;
     int32_t *bucket;         /* [mask + 1] */
     size_t mask;
     int32_t free_head;
@@ -71,8 +72,10 @@ void fg_prefix_cache_destroy(fg_prefix_cache_t *c, fg_kv_store_t *kv)
     if (!c)
         return;
     for (size_t i = 0; i < c->cap; i++)
-        if (c->e[i].tenant >= 0)
+        if (c->e[i].tenant >= 0) {
+            fg_kv_state_free(kv, c->e[i].snap, c->e[i].tenant);
             fg_kv_page_release(kv, c->e[i].page);
+        }
     free(c->e);
     free(c->bucket);
     free(c);
@@ -111,6 +114,7 @@ bool fg_prefix_cache_insert(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t ke
     x->tenant = tenant;
     x->last_used = now;
     x->page = page;
+    x->snap = NULL;
     memcpy(x->tokens, tokens, sizeof x->tokens);
     x->next = c->bucket[key & c->mask];
     c->bucket[key & c->mask] = i;
@@ -126,7 +130,9 @@ int fg_prefix_cache_cold(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg
     for (size_t i = 0; i < c->cap && n < max; i++)
         if (c->e[i].tenant >= 0 && fg_kv_page_refs(kv, c->e[i].page) == 1)
             out[n++] = (fg_evict_candidate){.kind = FG_EVICT_COLD_PAGE, .idle_seconds = now - c->e[i].last_used,
-                                            .weight = 1, .pages = 1, .id = (uint32_t)i};
+                                            .weight = 1,
+                                            .pages = 1 + (c->e[i].snap ? fg_kv_store_state_pages(kv) : 0),
+                                            .id = (uint32_t)i};
     return n;
 }
 
@@ -154,6 +160,7 @@ void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id)
             *p = x->next;
             break;
         }
+    fg_prefix_cache_drop_snapshot(c, kv, id);
     fg_kv_page_release(kv, x->page);
     x->tenant = -1;
     x->page = NULL;
@@ -161,6 +168,51 @@ void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id)
     c->free_head = (int32_t)id;
     c->count--;
 }
+
+static entry *by_key(const fg_prefix_cache_t *c, uint64_t key)
+{
+    for (int32_t i = c->bucket[key & c->mask]; i >= 0; i = c->e[i].next)
+        if (c->e[i].key == key)
+            return &c->e[i];
+    return NULL;
+}
+
+bool fg_prefix_cache_set_snapshot(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t key, const uint8_t *state)
+{
+    entry *x = by_key(c, key);
+    if (!x || x->snap || !(x->snap = fg_kv_state_copy(kv, state, x->tenant)))
+        return false;
+    c->snaps++;
+    return true;
+}
+
+const uint8_t *fg_prefix_cache_snapshot(const fg_prefix_cache_t *c, uint64_t key)
+{
+    const entry *x = by_key(c, key);
+    return x ? x->snap : NULL;
+}
+
+int fg_prefix_cache_snapshots(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg_evict_candidate *out, int max,
+                              double now)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->cap && n < max && c->snaps; i++)
+        if (c->e[i].tenant >= 0 && c->e[i].snap && fg_kv_page_refs(kv, c->e[i].page) > 1)
+            out[n++] = (fg_evict_candidate){.kind = FG_EVICT_COLD_PAGE, .idle_seconds = now - c->e[i].last_used,
+                                            .weight = 1, .pages = fg_kv_store_state_pages(kv), .id = (uint32_t)i};
+    return n;
+}
+
+void fg_prefix_cache_drop_snapshot(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id)
+{
+    if (id >= c->cap || c->e[id].tenant < 0 || !c->e[id].snap)
+        return;
+    fg_kv_state_free(kv, c->e[id].snap, c->e[id].tenant);
+    c->e[id].snap = NULL;
+    c->snaps--;
+}
+
+size_t fg_prefix_cache_snapshot_count(const fg_prefix_cache_t *c) { return c->snaps; }
 
 size_t fg_prefix_cache_count(const fg_prefix_cache_t *c) { return c->count; }
 

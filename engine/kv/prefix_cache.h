@@ -11,6 +11,16 @@
  * outlives its sessions; a page held only by the cache is "cold" and is the
  * first thing dropped under memory pressure.
  *
+ * A geometry with per-sequence state (deepseek4) also keeps snapshots: a
+ * copy of a sequence's state taken when it stood at the end of a listed page
+ * that ends a unit of sharing (kv_store.h, share_tokens), attached to that
+ * page's entry. A hit there needs both the pages and the snapshot. A
+ * snapshot's memory is the store's: it holds fg_kv_store_state_pages pages
+ * off the pool under the entry's tenant (fg_kv_state_copy), so the KV budget
+ * bounds pages and snapshots together. It goes with its entry when that is
+ * dropped, and on its own (fg_prefix_cache_snapshots) under pressure while
+ * sessions still hold its page.
+ *
  * Thread safety: like the KV store, one thread (the step thread, under the
  * engine lock).
  */
@@ -59,6 +69,22 @@ bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, uint64_t *ke
                            const int32_t **tokens, uint8_t **page);
 /* Unlists the entry id and releases its page. */
 void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id);
+/* Attaches a copy of state (seq_bytes) to the entry listed under key, charged
+ * to its tenant. False when key is not listed or has a snapshot already, or
+ * the pool has no pages for it. */
+bool fg_prefix_cache_set_snapshot(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t key, const uint8_t *state);
+/* The snapshot of the entry under key (a hit found it), or NULL. */
+const uint8_t *fg_prefix_cache_snapshot(const fg_prefix_cache_t *c, uint64_t key);
+/* Snapshots on pages that sessions still hold (a cold entry's goes with it,
+ * fg_prefix_cache_cold counts it in its pages), as eviction candidates of
+ * fg_kv_store_state_pages pages each, at most max; ids are for
+ * fg_prefix_cache_drop_snapshot. Returns the count. */
+int fg_prefix_cache_snapshots(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg_evict_candidate *out, int max,
+                              double now);
+/* Frees the snapshot of entry id (the page stays listed). */
+void fg_prefix_cache_drop_snapshot(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id);
+/* Snapshots held. */
+size_t fg_prefix_cache_snapshot_count(const fg_prefix_cache_t *c);
 /* Listed pages, and of those the cold ones. */
 size_t fg_prefix_cache_count(const fg_prefix_cache_t *c);
 size_t fg_prefix_cache_cold_count(const fg_prefix_cache_t *c, const fg_kv_store_t *kv);

@@ -17,11 +17,6 @@ fg_err fg_session_fork(fg_session_t *src, const fg_session_params *p, fg_session
     *out = NULL;
     if (!e->opt.serve)
         return fg_diag_set(diag, FG_ERR_STATE, "fg_session_fork needs a serving engine");
-    if (fg_engine_seq_state(e))
-        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
-                           "fork: %s sessions cannot be forked yet (their window ring and compressor state are not "
-                           "in shared pages)",
-                           e->model->arch->name);
     fg_session_params sp = p ? *p : (fg_session_params){.weight = 1};
     if (strcmp(tenant_or_default(sp.tenant_name), src->tenant_name) != 0)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "a fork stays in its source's tenant %s", src->tenant_name);

@@ -326,6 +326,8 @@ typedef struct kv_entry {
     uint64_t count;          /* STRING: byte length; ARRAY: element count */
     const uint8_t *val;      /* scalar bytes, string bytes, or first array element */
     const uint8_t **str_elems; /* STRING arrays: each element's length prefix */
+    const uint8_t *raw;      /* the encoded value as on disk (after its type id) */
+    uint64_t raw_len;
 } kv_entry;
 
 typedef struct name_block {
@@ -658,8 +660,10 @@ static fg_err parse_kv(fg_gguf_t *g, cursor *c, uint64_t i)
     if (!vtype_known(kv->type))
         return cur_fail(c, FG_ERR_GGUF_VALUE_TYPE, "unknown value type %" PRIu32 " at offset %" PRIu64, kv->type,
                         c->pos - 4);
+    kv->raw = c->base + c->pos;
     if ((e = parse_value(c, kv->type, 0, kv)))
         return e;
+    kv->raw_len = (uint64_t)(c->base + c->pos - kv->raw);
 
     if (strcmp(kv->name, "general.alignment") == 0) {
         if (kv->type != FG_GGUF_UINT32)
@@ -940,6 +944,14 @@ const char *fg_gguf_key_name(const fg_gguf_t *g, uint64_t i)
 fg_gguf_vtype fg_gguf_key_type(const fg_gguf_t *g, uint64_t i)
 {
     return i < g->n_kv ? (fg_gguf_vtype)g->kv[i].type : FG_GGUF_INVALID;
+}
+
+const void *fg_gguf_key_raw(const fg_gguf_t *g, uint64_t i, uint64_t *len)
+{
+    if (i >= g->n_kv)
+        return NULL;
+    *len = g->kv[i].raw_len;
+    return g->kv[i].raw;
 }
 
 /* The entry for key, or NULL with *e set (NOT_FOUND / INVALID_ARG). */

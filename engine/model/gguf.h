@@ -109,6 +109,11 @@ int64_t fg_gguf_find_key(const fg_gguf_t *g, const char *key);
 /* NULL / FG_GGUF_INVALID when i is out of range. */
 const char *fg_gguf_key_name(const fg_gguf_t *g, uint64_t i);
 fg_gguf_vtype fg_gguf_key_type(const fg_gguf_t *g, uint64_t i);
+/* Key i's value exactly as encoded in the file, after its type id (a scalar's
+ * bytes; a string's length and bytes; an array's element type, count and
+ * elements), validated at open; *len its size. NULL when i is out of range.
+ * For copying keys unchanged (fg_gguf_writer_add_raw). */
+const void *fg_gguf_key_raw(const fg_gguf_t *g, uint64_t i, uint64_t *len);
 
 /* Typed getters by key name. Return FG_ERR_NOT_FOUND when absent and
  * FG_ERR_GGUF_KEY_TYPE when the stored type cannot represent the request

@@ -176,6 +176,17 @@ fg_err fg_gguf_writer_add_str(fg_gguf_writer_t *w, const char *key, const char *
     return kv_end(w, mark, buf_str(&w->kv, v, strlen(v)));
 }
 
+fg_err fg_gguf_writer_add_raw(fg_gguf_writer_t *w, const char *key, uint32_t type, const void *value, uint64_t len)
+{
+    if (len && !value)
+        return FG_ERR_INVALID_ARG;
+    size_t mark;
+    fg_err e = kv_begin(w, key, (fg_gguf_vtype)type, &mark);
+    if (e)
+        return e;
+    return kv_end(w, mark, buf_put(&w->kv, value, (size_t)len));
+}
+
 /* Array header: element type and count, after the key's own header. */
 static fg_err arr_begin(fg_gguf_writer_t *w, const char *key, fg_gguf_vtype elem, uint64_t n, const void *v,
                         size_t *mark)

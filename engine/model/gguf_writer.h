@@ -39,6 +39,9 @@ fg_err fg_gguf_writer_add_str(fg_gguf_writer_t *w, const char *key, const char *
 fg_err fg_gguf_writer_add_arr_str(fg_gguf_writer_t *w, const char *key, const char *const *v,
                                   const uint64_t *lens, uint64_t n);
 fg_err fg_gguf_writer_add_arr_i32(fg_gguf_writer_t *w, const char *key, const int32_t *v, uint64_t n);
+/* A key whose value is already encoded (fg_gguf_key_raw: another file's key,
+ * copied unchanged); type is its GGUF value type id. */
+fg_err fg_gguf_writer_add_raw(fg_gguf_writer_t *w, const char *key, uint32_t type, const void *value, uint64_t len);
 fg_err fg_gguf_writer_add_arr_f32(fg_gguf_writer_t *w, const char *key, const float *v, uint64_t n);
 
 /* Declares a tensor; ne in ggml order (ne[0] contiguous), n_dims entries are

@@ -40,6 +40,7 @@
 #include "engine/model/modelgen_plan.h"
 #include "engine/tokenizer/bpe_train.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quantize.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "modelgen writes tensor data in host order; GGUF is little-endian"
@@ -547,27 +548,12 @@ static fg_err weights_chunk(write_ctx *c, const fg_modelgen_tensor *t, float *x,
     return FG_OK;
 }
 
+/* One conversion for every writer: kernels/cpu/quantize.h (F16, BF16 and Q8_0
+ * as before, bit for bit). Our values are finite and chunks whole blocks, so
+ * its "cannot" answer does not come. */
 static void encode_chunk(uint32_t type, const float *x, int64_t n, void *dst)
 {
-    switch (type) {
-    case FG_GGML_F32: memcpy(dst, x, (size_t)n * sizeof *x); break;
-    case FG_GGML_F16: {
-        uint16_t *o = dst;
-        for (int64_t i = 0; i < n; i++)
-            o[i] = fg_f32_to_f16(x[i]);
-        break;
-    }
-    case FG_GGML_BF16: {
-        uint16_t *o = dst;
-        for (int64_t i = 0; i < n; i++)
-            o[i] = fg_f32_to_bf16(x[i]);
-        break;
-    }
-    case FG_GGML_Q8_0: fg_quantize_row_q8_0(x, dst, n); break;
-    /* finite values only (ours are), so the "not finite" answer cannot come */
-    case FG_GGML_MXFP4: (void)fg_quantize_row_mxfp4(x, dst, n); break;
-    default: break;
-    }
+    (void)fg_wtype_quantize_row((int)type, x, dst, n);
 }
 
 /* Rows of ne[0] distinct ids in [0, id_range): a partial Fisher-Yates shuffle

@@ -206,6 +206,27 @@ static int held_input(const fg_engine_t *e, const fg_session_t *s)
     return !s->serve.resp.p.generate && fg_engine_seq_state(e) ? 1 : 0;
 }
 
+/* The pages the response writes first must be its own (copy-on-write): the
+ * page of its first row and, where a row is written into an earlier page of
+ * its unit (kv_store.h: deepseek4's 128-ratio rows), those too. A copy is
+ * made from the host page, so that must be current. */
+static fg_err own_written_pages(fg_engine_t *e, fg_session_t *s)
+{
+    const int t = s->seq.n_tokens;
+    fg_err err = FG_OK;
+    for (int idx = fg_kv_first_written_page(fg_kv_store_geometry(e->kv), t);
+         err == FG_OK && idx <= t / FG_KV_PAGE_TOKENS && idx < s->seq.n_pages; idx++) {
+        uint8_t *before = s->seq.pages[idx];
+        if (fg_kv_page_refs(e->kv, before) > 1)
+            err = fg_engine_page_to_host(e, before, NULL);
+        if (err == FG_OK)
+            err = fg_kv_seq_make_writable(e->kv, &s->seq, idx * FG_KV_PAGE_TOKENS);
+        if (err == FG_OK && s->seq.pages[idx] != before)
+            err = fg_engine_page_to_device(e, s->seq.pages[idx], NULL);
+    }
+    return err;
+}
+
 /* Reserves the pages of a waiting response. Returns true when admitted. */
 static bool admit(fg_engine_t *e, fg_session_t *s)
 {
@@ -250,20 +271,13 @@ static bool admit(fg_engine_t *e, fg_session_t *s)
     fg_err err = FG_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
         err = fg_kv_seq_reserve(e->kv, &s->seq, need);
-        /* The page the response writes first must be its own (copy-on-write);
-         * the copy is made from the host page, so that must be current. */
-        const int first = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
-        uint8_t *before = err == FG_OK && first < s->seq.n_pages ? s->seq.pages[first] : NULL;
-        if (before && fg_kv_page_refs(e->kv, before) > 1)
-            err = fg_engine_page_to_host(e, before, NULL);
         if (err == FG_OK)
-            err = fg_kv_seq_make_writable(e->kv, &s->seq, s->seq.n_tokens);
-        if (err == FG_OK && before && s->seq.pages[first] != before)
-            err = fg_engine_page_to_device(e, s->seq.pages[first], NULL);
+            err = own_written_pages(e, s);
         if (err == FG_OK)
             break;
         size_t want = (size_t)(need + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS -
-                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1;
+                      (size_t)s->seq.n_tokens / FG_KV_PAGE_TOKENS + 1 +
+                      (s->seq.state ? 0 : fg_kv_store_state_pages(e->kv)); /* cold snapshots may hold them */
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* keep nothing half-reserved */
         if (attempt == 0)
             fg_tier_relieve(e, want, s); /* cold pages go at once, spills later */
@@ -505,7 +519,7 @@ static int plan_step(fg_engine_t *e)
     const int chunk = alone ? e->step_capacity : e->opt.prefill_chunk;
     for (int i = 0; i < n_pre; i++) {
         const int left = (int)pre_s[i]->todo.n - held_input(e, pre_s[i]);
-        pre[i].want = left < chunk ? left : chunk;
+        pre[i].want = fg_share_chunk(e, pre_s[i], left, left < chunk ? left : chunk);
     }
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
     fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
@@ -1027,7 +1041,9 @@ void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st)
     *st = e->stats;
     st->kv_pages_used = fg_kv_store_pages_total(e->kv) - fg_kv_store_pages_free(e->kv);
     st->kv_pages_shared = fg_kv_pages_shared(e->kv);
-    st->kv_pages_cached = e->share.pc ? fg_prefix_cache_cold_count(e->share.pc, e->kv) : 0;
+    st->kv_pages_cached = e->share.pc ? fg_prefix_cache_cold_count(e->share.pc, e->kv) +
+                                            fg_prefix_cache_snapshot_count(e->share.pc) * fg_kv_store_state_pages(e->kv)
+                                      : 0;
     st->disk_bytes = e->tier.disk_bytes;
     st->sessions_on_disk = 0;
     for (fg_session_t *s = e->serve.open_head; s; s = s->serve.open_next)

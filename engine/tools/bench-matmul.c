@@ -3,8 +3,15 @@
  * (activations rounded to BF16 once per call), on a few shapes.
  *
  * With --types: one token's product (decode) on one thread for every weight
- * type, in GB/s of weights read, beside the read bandwidth one thread of this
- * machine reaches (the limit of a memory-bound product on one thread).
+ * type, in GB/s of weights read, against the limit that applies: one
+ * thread's read bandwidth over a set the size of the matrix (in whichever
+ * cache level holds it), or the kernel's own peak on an L2-resident matrix
+ * (bench_share: never a share above 100 %).
+ *
+ * With --amx: Q8_0 and packed Q8_0 batches, AMX tiles (where the CPU and the
+ * kernel allow them) against the AVX-512 kernels, in a child process with
+ * FG_NO_AMX=1 like the BF16 widening path below, with a check that both
+ * give the same bits.
  *
  * The CPU's features are detected once per process, so the widening path is
  * measured in a child process started with FG_NO_AVX512_BF16=1 (matmul.h),
@@ -35,6 +42,7 @@
 
 typedef struct shape {
     int64_t n_in, n_out, n_tok;
+    int wtype; /* FG_WTYPE_BF16, or (--amx) FG_WTYPE_Q8_0 / FG_WTYPE_Q8_0_P16 */
 } shape;
 
 
@@ -44,36 +52,51 @@ static double time_product(const shape *sh, int reps, float *y_out)
 {
     uint64_t seed = 7;
     const int64_t n_in = sh->n_in, n_out = sh->n_out, n_tok = sh->n_tok;
-    uint16_t *w = malloc((size_t)(n_in * n_out) * sizeof *w);
+    const int wt = sh->wtype;
+    const size_t wb = fg_wtype_row_bytes(wt, n_in) * (size_t)n_out;
+    uint8_t *w = aligned_alloc(64, (wb + 63) / 64 * 64), *wq = NULL;
     float *x = malloc((size_t)(n_in * n_tok) * sizeof *x);
     float *y = malloc((size_t)(n_out * n_tok) * sizeof *y);
-    const size_t sb = fg_matmul_scratch_bytes(FG_WTYPE_BF16, n_in, n_tok);
+    const size_t sb = fg_matmul_scratch_bytes(wt, n_in, n_tok);
     void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
     double *t = malloc((size_t)reps * sizeof *t);
     double result = -1.0;
-    if (!w || !x || !y || !scratch || !t)
+    if (!wb || !w || !x || !y || !scratch || !t)
         goto out;
-    for (int64_t i = 0; i < n_in * n_out; i++)
-        w[i] = fg_f32_to_bf16(next_value(&seed));
+    if (wt == FG_WTYPE_BF16) {
+        for (int64_t i = 0; i < n_in * n_out; i++)
+            ((uint16_t *)w)[i] = fg_f32_to_bf16(next_value(&seed));
+    } else { /* Q8_0 (packed from it for Q8_0_P16): bytes in [0x20, 0x3b], normal F16 scales */
+        wq = malloc(wb);
+        if (!wq)
+            goto out;
+        for (size_t i = 0; i < wb; i++)
+            wq[i] = (uint8_t)(0x20 + (next_value(&seed) + 0.5f) * 27.99f);
+        if (wt == FG_WTYPE_Q8_0)
+            memcpy(w, wq, wb);
+        else if (fg_matmul_pack_q8_p16(wq, n_in, n_out, w) != 0)
+            goto out;
+    }
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = next_value(&seed);
-    if (fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch) != 0)
+    if (fg_matmul(NULL, FG_ISA_AVX512, wt, w, n_in, n_out, x, n_tok, y, scratch) != 0)
         goto out;
     memcpy(y_out, y, (size_t)(n_out * n_tok) * sizeof *y);
     /* iterations per timing: about 20 ms, from one timed product */
     double t0 = thread_cpu_s();
-    (void)fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch);
+    (void)fg_matmul(NULL, FG_ISA_AVX512, wt, w, n_in, n_out, x, n_tok, y, scratch);
     const double one = thread_cpu_s() - t0;
     const int iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-7 ? one : 1e-7)) + 1;
     for (int r = 0; r < reps; r++) {
         t0 = thread_cpu_s();
         for (int i = 0; i < iters; i++)
-            (void)fg_matmul(NULL, FG_ISA_AVX512, FG_WTYPE_BF16, w, n_in, n_out, x, n_tok, y, scratch);
+            (void)fg_matmul(NULL, FG_ISA_AVX512, wt, w, n_in, n_out, x, n_tok, y, scratch);
         t[r] = (thread_cpu_s() - t0) / iters;
     }
     result = median(t, reps);
 out:
     free(w);
+    free(wq);
     free(x);
     free(y);
     free(scratch);
@@ -132,26 +155,51 @@ out:
     return result;
 }
 
+/* Each type's rate against two limits (bench_share): one thread's read
+ * bandwidth over a set the size of its matrix (the product repeats over the
+ * same weights, so they stay in whichever level holds them, which is named),
+ * and the kernel's own peak, the same product on a matrix cut to half the L2
+ * (its compute bound). */
 static int bench_types_run(int64_t n_in, int64_t n_out, int reps)
 {
     const fg_isa isa = fg_isa_best();
+    const fg_bench_caches c = bench_caches();
     fg_pool_t *one = fg_pool_create(1);
-    const double bw = one ? measure_bandwidth(one, 3) : 0.0;
-    fg_pool_destroy(one);
+    if (!one)
+        return 1;
     printf("one token's product, %lld x %lld (n_out x n_in), %s, 1 thread (CPU time, median of %d)\n",
            (long long)n_out, (long long)n_in, fg_isa_name(isa), reps);
-    printf("machine limit: %.1f GB/s read by one thread (measure_bandwidth, 1 GiB)\n", bw * 1e-9);
-    printf("  %-7s %9s %10s %9s %8s\n", "type", "MB", "us", "GB/s", "of limit");
+    printf("caches: L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB; limits: read bandwidth over the matrix's size "
+           "(1 thread), the kernel on an L2-resident matrix\n",
+           c.l1d >> 10, c.l2 >> 10, c.l3 >> 20);
+    printf("  %-7s %9s %10s %9s %6s %10s %10s  %s\n", "type", "MB", "us", "GB/s", "level", "bw GB/s", "peak GB/s",
+           "share");
     for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++) {
-        const double mb = (double)(fg_wtype_row_bytes(bench_types[i].wtype, n_in) * (size_t)n_out);
-        const double s = time_type(bench_types[i].wtype, isa, n_in, n_out, 1, reps);
-        if (s <= 0) {
+        const int wt = bench_types[i].wtype;
+        const size_t row = fg_wtype_row_bytes(wt, n_in);
+        const double mb = (double)(row * (size_t)n_out);
+        const double s = time_type(wt, isa, n_in, n_out, 1, reps);
+        if (s <= 0 || !row) {
             printf("  %-7s failed\n", bench_types[i].name);
             continue;
         }
-        printf("  %-7s %9.2f %10.1f %9.2f %7.0f%%\n", bench_types[i].name, mb * 1e-6, s * 1e6, mb / s * 1e-9,
-               bw > 0 ? 100.0 * mb / s / bw : 0.0);
+        int64_t small = (int64_t)((c.l2 ? c.l2 : (size_t)1 << 20) / 2 / row) / 16 * 16;
+        small = small < 16 ? 16 : small > n_out ? n_out : small;
+        const double ps = time_type(wt, isa, n_in, small, 1, reps);
+        const double bw = measure_bandwidth_ws(one, (size_t)mb, 3);
+        const double rate = mb / s, peak = ps > 0 ? (double)(row * (size_t)small) / ps : 0.0;
+        const fg_bench_limit lims[] = {{"bandwidth", bw}, {"compute", peak}};
+        char share[256];
+        const fg_bench_limit *which;
+        const double f = bench_share(rate, lims, 2, share, sizeof share, &which);
+        printf("  %-7s %9.2f %10.1f %9.2f %6s %10.2f %10.2f  ", bench_types[i].name, mb * 1e-6, s * 1e6, rate * 1e-9,
+               bench_level(&c, (size_t)mb, 1), bw * 1e-9, peak * 1e-9);
+        if (which)
+            printf("%3.0f%% of %s\n", 100.0 * f, which->name);
+        else
+            printf("%s\n", share);
     }
+    fg_pool_destroy(one);
     return 0;
 }
 
@@ -163,9 +211,11 @@ static size_t out_floats(const shape *sh, int n)
     return f;
 }
 
-/* The widening path in a child process: times[n] and outputs through a pipe.
- * Returns 0, or -1 if the child failed. */
-static int run_widened(const shape *sh, int n, int reps, double *times, float *outs)
+/* The products in a child process with the environment variable env set to
+ * 1 (FG_NO_AVX512_BF16: the widening path; FG_NO_AMX: the AVX-512 Q8_0
+ * kernels), times[n] and outputs through a pipe. Returns 0, or -1 if the
+ * child failed. */
+static int run_child(const char *env, const shape *sh, int n, int reps, double *times, float *outs)
 {
     int fd[2];
     if (pipe(fd) != 0)
@@ -175,7 +225,7 @@ static int run_widened(const shape *sh, int n, int reps, double *times, float *o
         return -1;
     if (pid == 0) {
         close(fd[0]);
-        setenv("FG_NO_AVX512_BF16", "1", 1);
+        setenv(env, "1", 1);
         float *o = outs;
         for (int i = 0; i < n; i++) {
             times[i] = time_product(&sh[i], reps, o);
@@ -207,15 +257,69 @@ static int run_widened(const shape *sh, int n, int reps, double *times, float *o
     return ok ? 0 : -1;
 }
 
+/* --amx: Q8_0 and packed Q8_0 batches on AMX tiles (this process) against
+ * the AVX-512 kernels (a child with FG_NO_AMX=1), same weights and inputs;
+ * the outputs must be the same bits (matmul.h). */
+static int bench_amx_run(int64_t n_in, int64_t n_out, const int64_t *toks, int n_toks, int reps)
+{
+    shape sh[2 * MAX_SHAPES];
+    int n = 0;
+    for (int i = 0; i < n_toks; i++) {
+        sh[n++] = (shape){n_in, n_out, toks[i], FG_WTYPE_Q8_0};
+        sh[n++] = (shape){n_in, n_out, toks[i], FG_WTYPE_Q8_0_P16};
+    }
+    double off[2 * MAX_SHAPES], on[2 * MAX_SHAPES];
+    const size_t n_outs = out_floats(sh, n);
+    float *out_off = malloc(n_outs * sizeof(float)), *out_on = malloc(n_outs * sizeof(float));
+    if (!out_off || !out_on || n_out % 16) {
+        fprintf(stderr, "error: %s\n", n_out % 16 ? "--amx wants --n-out a multiple of 16 (packed panels)" : "out of memory");
+        return 1;
+    }
+    /* the child first, before this process detects the CPU (as for BF16 above) */
+    if (run_child("FG_NO_AMX", sh, n, reps, off, out_off) != 0) {
+        fprintf(stderr, "error: the AVX-512 run failed%s\n",
+                fg_isa_supported(FG_ISA_AVX512) ? "" : " (this CPU has no AVX-512 F/BW/VL/DQ/VNNI)");
+        return 1;
+    }
+    const int amx = fg_matmul_amx(FG_ISA_AVX512);
+    float *o = out_on;
+    for (int i = 0; i < n; i++) {
+        on[i] = time_product(&sh[i], reps, o);
+        o += sh[i].n_out * sh[i].n_tok;
+    }
+    printf("Q8_0 weights %lld x %lld (n_out x n_in, %.2f MB), 1 thread (CPU time, median of %d); AMX tiles %s\n",
+           (long long)n_out, (long long)n_in, (double)(fg_wtype_row_bytes(FG_WTYPE_Q8_0, n_in) * (size_t)n_out) * 1e-6,
+           reps, amx ? "on in the right-hand column" : "NOT available here: both columns are AVX-512");
+    printf("  %-9s %6s  %28s  %28s  %7s  %s\n", "type", "tokens", "AVX-512 (FG_NO_AMX=1)", amx ? "AMX" : "AVX-512",
+           "speedup", "same bits");
+    const float *po = out_off, *pn = out_on;
+    for (int i = 0; i < n; i++) {
+        const double flop = 2.0 * (double)(n_in * n_out * sh[i].n_tok);
+        const double mb = (double)(fg_wtype_row_bytes(FG_WTYPE_Q8_0, n_in) * (size_t)n_out);
+        const size_t ny = (size_t)(sh[i].n_out * sh[i].n_tok);
+        const int same = memcmp(po, pn, ny * sizeof *po) == 0;
+        printf("  %-9s %6lld  %9.1f us %6.1f GF/s %5.1f GB/s  %9.1f us %6.1f GF/s %5.1f GB/s  %6.2fx  %s\n",
+               sh[i].wtype == FG_WTYPE_Q8_0 ? "q8_0" : "q8_0_p16", (long long)sh[i].n_tok, off[i] * 1e6,
+               flop / off[i] * 1e-9, mb / off[i] * 1e-9, on[i] * 1e6, flop / on[i] * 1e-9, mb / on[i] * 1e-9,
+               off[i] / on[i], same ? "yes" : "NO");
+        po += ny;
+        pn += ny;
+    }
+    free(out_off);
+    free(out_on);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t n_in = 1024, n_out = 1024;
     int reps = 7;
     int64_t toks[MAX_SHAPES] = {1, 8, 64};
-    int n_toks = 3, types = 0;
+    int n_toks = 3, types = 0, amx = 0;
     static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
                                           {"tokens", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
-                                          {"types", no_argument, 0, 'T'},       {"help", no_argument, 0, 'h'},
+                                          {"types", no_argument, 0, 'T'},       {"amx", no_argument, 0, 'A'},
+                                          {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "i:o:t:r:h", longs, NULL)) != -1) {
@@ -224,6 +328,7 @@ int main(int argc, char **argv)
         case 'o': n_out = atoll(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'T': types = 1; break;
+        case 'A': amx = 1; break;
         case 't': {
             n_toks = 0;
             for (char *s = optarg; *s && n_toks < MAX_SHAPES;) {
@@ -238,7 +343,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n"
-                    "       flashgate-bench-matmul --types [--n-in 1024] [--n-out 1024] [--reps 7]\n");
+                    "       flashgate-bench-matmul --types [--n-in 1024] [--n-out 1024] [--reps 7]\n"
+                    "       flashgate-bench-matmul --amx [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -251,9 +357,11 @@ int main(int argc, char **argv)
     }
     if (types)
         return bench_types_run(n_in, n_out, reps);
+    if (amx)
+        return bench_amx_run(n_in, n_out, toks, n_toks, reps);
     shape sh[MAX_SHAPES];
     for (int i = 0; i < n_toks; i++)
-        sh[i] = (shape){n_in, n_out, toks[i]};
+        sh[i] = (shape){n_in, n_out, toks[i], FG_WTYPE_BF16};
     double wide[MAX_SHAPES], native[MAX_SHAPES];
     const size_t n_outs = out_floats(sh, n_toks);
     float *out_w = malloc(n_outs * sizeof(float)), *out_n = malloc(n_outs * sizeof(float));
@@ -263,7 +371,7 @@ int main(int argc, char **argv)
     }
     /* the child first, while this process has not detected the CPU (no
      * kernels/cpu call before this line: the child would inherit the result) */
-    if (run_widened(sh, n_toks, reps, wide, out_w) != 0) {
+    if (run_child("FG_NO_AVX512_BF16", sh, n_toks, reps, wide, out_w) != 0) {
         fprintf(stderr, "error: the F32-widening run failed%s\n",
                 fg_isa_supported(FG_ISA_AVX512) ? "" : " (this CPU has no AVX-512 F/BW/VL/DQ/VNNI)");
         return 1;

@@ -5,7 +5,9 @@
  * all respond at once with --decode greedy tokens (aggregate decode tokens/s,
  * and the time between consecutive tokens of each session, observed as the
  * events are polled). Prints one table row per level plus the machine's
- * measured read bandwidth and the single-sequence limit it implies. Each
+ * cache sizes, its read bandwidth from DRAM and over a set the size of the
+ * active weights, and the single-sequence limit of the level that holds the
+ * weights (DRAM only when they outgrow the LLC). Each
  * level runs --reps times; figures are medians. "cpu ms/tok" is the process's
  * CPU time (all threads, waiting workers' polling included) over the decode
  * phase per generated token: on a shared machine it moves far less than the
@@ -22,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/tools/bench_common.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
 
 /* The wakeup callback: the step thread says events are ready. */
@@ -170,16 +173,24 @@ int main(int argc, char **argv)
     fg_engine_info info;
     fg_engine_get_info(e, &info);
     printf("model %s: %.1f MB weights, %.1f MB active per token; kv %s %zu B/token + %zu B per session; %d threads "
-           "%s; batch %d\n",
+           "%s%s; batch %d\n",
            eo.model_path, info.weight_bytes_total / 1e6, info.weight_bytes_active / 1e6,
            fg_kv_format_name(info.kv_format), info.kv_bytes_per_token, info.kv_seq_bytes, info.n_threads,
-           fg_isa_name(info.isa), eo.max_batch_tokens);
+           fg_isa_name(info.isa), fg_matmul_amx(info.isa) ? "+amx" : "", eo.max_batch_tokens);
     {
         fg_pool_t *pool = fg_pool_create(info.n_threads);
-        double bw = measure_bandwidth(pool, 3);
+        const fg_bench_caches cc = bench_caches();
+        const double bw = measure_bandwidth(pool, 3);
+        const double bw_ws = measure_bandwidth_ws(pool, (size_t)info.weight_bytes_active, 3);
         fg_pool_destroy(pool);
-        printf("read bandwidth %.2f GB/s: single-sequence decode limit %.1f tokens/s\n", bw / 1e9,
-               bw / (double)info.weight_bytes_active);
+        /* the single-sequence bound reads the active weights at the speed of the level that holds them */
+        const char *lv = bench_level(&cc, (size_t)info.weight_bytes_total, info.n_threads);
+        const double lim = strcmp(lv, "DRAM") == 0 ? bw : bw_ws;
+        printf("caches L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB; read bandwidth %.2f GB/s (DRAM), %.2f GB/s over "
+               "%.1f MB (%s): single-sequence decode limit %.1f tokens/s (weights in %s)\n",
+               cc.l1d >> 10, cc.l2 >> 10, cc.l3 >> 20, bw / 1e9, bw_ws / 1e9, info.weight_bytes_active / 1e6,
+               bench_level(&cc, (size_t)info.weight_bytes_active, info.n_threads), lim / (double)info.weight_bytes_active,
+               lv);
     }
     printf("%8s %14s %14s %12s %12s %10s %12s\n", "sessions", "decode tok/s", "prefill tok/s", "itl p50 ms",
            "itl p99 ms", "steps", "cpu ms/tok");

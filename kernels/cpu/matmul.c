@@ -41,6 +41,7 @@ enum {
     CPU_AVX2 = 1 << 0,    /* AVX2 + FMA + F16C with OS-enabled YMM state */
     CPU_AVX512 = 1 << 1,  /* AVX-512 F/BW/VL/DQ/VNNI with OS-enabled ZMM state */
     CPU_AVX512_BF16 = 1 << 2, /* ... and AVX512-BF16 (vdpbf16ps), unless FG_NO_AVX512_BF16 is set */
+    CPU_AMX = 1 << 3,     /* ... and AMX int8 tiles the kernel lets us use, unless FG_NO_AMX is set */
     CPU_DETECTED = 1 << 30,
 };
 
@@ -87,6 +88,11 @@ static int detect_cpu(void)
     if ((flags & CPU_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1) &&
         !(no_bf16 && no_bf16[0] && strcmp(no_bf16, "0") != 0))
         flags |= CPU_AVX512_BF16;
+    /* AMX (matmul_amx.c): FG_NO_AMX keeps the AVX-512 kernels, to compare the two */
+    const char *no_amx = getenv("FG_NO_AMX");
+    if ((flags & CPU_AVX512) && !(no_amx && no_amx[0] && strcmp(no_amx, "0") != 0) &&
+        __get_cpuid_count(7, 0, &a, &b, &c, &d) && fg_matmul_amx_permit(d, xcr0))
+        flags |= CPU_AMX;
     return flags;
 }
 #else
@@ -135,6 +141,13 @@ int fg_matmul_bf16_native(fg_isa isa)
     if (isa == FG_ISA_AUTO)
         isa = fg_isa_best();
     return isa == FG_ISA_AVX512 && (cpu_get() & CPU_AVX512_BF16) != 0;
+}
+
+int fg_matmul_amx(fg_isa isa)
+{
+    if (isa == FG_ISA_AUTO)
+        isa = fg_isa_best();
+    return isa == FG_ISA_AVX512 && (cpu_get() & CPU_AMX) != 0;
 }
 
 const char *fg_isa_name(fg_isa isa)
@@ -517,7 +530,10 @@ static void run_rows(const mm_job *j, const fg_matmul_args *a, int64_t ob, int64
         fg_matmul_rows_avx2(a, ob, oe);
         break;
     case FG_ISA_AVX512:
-        fg_matmul_rows_avx512(a, ob, oe);
+        if (a->amx)
+            fg_matmul_rows_amx(a, ob, oe);
+        else
+            fg_matmul_rows_avx512(a, ob, oe);
         break;
     default:
         rows_scalar(a, ob, oe);
@@ -646,6 +662,7 @@ static void run_ops(fg_pool_t *pool, fg_isa isa, const fg_matmul_op *ops, int n_
             j.quant.q8_panels |= a->q8_panels;
             j.quant.q8_pad |= a->q8_pad;
         }
+        a->amx = fg_matmul_amx(isa) && fg_matmul_amx_wants(a->wtype, n_tok);
         if (a->wtype == FG_WTYPE_BF16 && fg_matmul_bf16_native(isa)) {
             any_bf16 = 1;
             a->bf16_native = 1;

@@ -42,7 +42,9 @@
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
  * panels, MXFP4 and native BF16 a token's outputs are bit-identical whatever
- * batch it is computed in.
+ * batch it is computed in. The AMX tile kernels (fg_matmul_amx) compute the
+ * same integer block dots and apply the scales in the AVX-512 kernels' order:
+ * their results are the AVX-512 bits, so this holds with them too.
  *
  * Thread safety: pure; the work is split over the pool's threads by output rows.
  */
@@ -97,6 +99,14 @@ const char *fg_isa_name(fg_isa isa);
  * environment did not set FG_NO_AVX512_BF16 (read once, at the first call of
  * any function here), which keeps the F32-widening path. */
 int fg_matmul_bf16_native(fg_isa isa);
+
+/* True when the batched Q8_0 products on isa (FG_ISA_AUTO: the best) run on
+ * AMX tiles (matmul_amx.c): isa is AVX-512, the CPU has amx_tile and amx_int8,
+ * the kernel granted this process the tile state (Linux arch_prctl
+ * ARCH_REQ_XCOMP_PERM, asked once at detection; refused: the AVX-512 kernels),
+ * and the environment did not set FG_NO_AMX (read once, like
+ * FG_NO_AVX512_BF16). The results are the AVX-512 kernels' bits either way. */
+int fg_matmul_amx(fg_isa isa);
 
 /* Bytes of scratch fg_matmul needs for this call, whatever the ISA (Q8_0 and
  * MXFP4 need room for the quantized activations, BF16 for the activations

@@ -1,5 +1,6 @@
 /* matmul_isa.h: internal to matmul*.c. The interface between the dispatcher
- * (matmul.c) and the ISA-specific kernels (matmul_avx2.c, matmul_avx512.c).
+ * (matmul.c) and the ISA-specific kernels (matmul_avx2.c, matmul_avx512.c,
+ * matmul_amx.c).
  * Nothing outside kernels/cpu/matmul*.c includes this.
  */
 #ifndef FG_MATMUL_ISA_H
@@ -57,6 +58,7 @@ typedef struct fg_matmul_args {
     int bf16_native;
     uint16_t *xb;
     int64_t xb_stride; /* elements; a multiple of 32 (64 bytes) */
+    int amx;           /* the rows run on AMX tiles (fg_matmul_amx and fg_matmul_amx_wants) */
 } fg_matmul_args;
 
 /* MXFP4: the scale of a block for ggml's doubled E2M1 values, 2^(e - 128)
@@ -91,6 +93,16 @@ void fg_matmul_round_bf16_avx512(const fg_matmul_args *a, int64_t t_begin, int64
 /* y[:, o_begin:o_end] for all tokens. */
 void fg_matmul_rows_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
 void fg_matmul_rows_avx512(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
+
+/* AMX tiles (matmul_amx.c). fg_matmul_amx_permit: 1 when CPUID leaf 7's EDX
+ * and XCR0 show amx_tile and amx_int8 enabled and the kernel granted this
+ * process the tile state (Linux arch_prctl), else 0; called once, at
+ * detection. fg_matmul_amx_wants: 1 when a product of wtype over n_tok tokens
+ * runs on the tiles where they are allowed. fg_matmul_rows_amx: as
+ * fg_matmul_rows_avx512 for such a product (it reads xq's qs, d and pc). */
+int fg_matmul_amx_permit(uint32_t cpuid7_edx, uint64_t xcr0);
+int fg_matmul_amx_wants(int wtype, int64_t n_tok);
+void fg_matmul_rows_amx(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);
 
 /* The types of quants.h (matmul_quant_avx2.c, matmul_quant_avx512.c). */
 void fg_matmul_rows_quant_avx2(const fg_matmul_args *a, int64_t o_begin, int64_t o_end);

@@ -1,5 +1,7 @@
 /* fuzz_openai_req.c: libFuzzer target for gateway/openai_req.h, the
- * parsers of POST /v1/chat/completions and POST /v1/responses bodies.
+ * parsers of POST /v1/chat/completions, POST /v1/responses (and its
+ * WebSocket mode's response.create messages) and POST
+ * /v1/realtime/client_secrets bodies.
  *
  * Every input is parsed by both, with the default limits and with tiny ones,
  * and any broken promise aborts: a success hands out at least one item: a
@@ -7,7 +9,9 @@
  * output) with NUL-free strings within the text limit, or a message with 1..16 NUL-terminated, NUL-free text parts within the text
  * limit, sampling values in their ranges and at most four stop strings of
  * 1..64 bytes; a failure names an HTTP status (400, 404 or 500), a type, a
- * code and a message. The seed corpus is tests/fuzz/corpus/fuzz_openai_req/.
+ * code and a message. A client secret request that parses has a lifetime of
+ * 10..7200 s, a reply session that is JSON, and session settings the
+ * realtime parser takes as a session.update. The seed corpus is tests/fuzz/corpus/fuzz_openai_req/.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -92,6 +96,29 @@ static void run(const char *body, size_t len, const fg_proto_limits *lim)
         check_error(&err);
     }
     gw_resp_req_free(&r);
+    if (gw_resp_ws_parse(body, len, lim, "tiny", &r, &err) == FG_OK) {
+        PROMISE(r.model && !strcmp(r.model, "tiny") && r.stream);
+        check_items(r.items, r.n_items, lim);
+        check_sampling(&r.sampling, lim);
+    } else {
+        check_error(&err);
+    }
+    gw_resp_req_free(&r);
+    gw_secret_req sr;
+    if (gw_secret_parse(body, len, lim, "tiny", &sr, &err) == FG_OK) {
+        PROMISE(sr.ttl_s >= GW_SECRET_TTL_MIN_S && sr.ttl_s <= GW_SECRET_TTL_MAX_S);
+        PROMISE(sr.session_json && sr.session_json[0] == '{');
+        if (sr.session_event) {
+            fg_client_event ev;
+            fg_proto_error pe;
+            PROMISE(fg_proto_parse(sr.session_event, strlen(sr.session_event), lim, &ev, &pe) == FG_OK);
+            PROMISE(ev.type == FG_CLIENT_SESSION_UPDATE);
+            fg_client_event_free(&ev);
+        }
+    } else {
+        check_error(&err);
+    }
+    gw_secret_req_free(&sr);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -11,10 +11,19 @@ test installs them the same way when missing); exits 77 (skip) only when node or
   responses.create streamed with the Responses event sequence, continued with
   previous_response_id (cached tokens on the second call), a non-streamed store: false one;
   an unknown model, a bad role, tools, another tenant's previous_response_id and a
-  store: false response's id as the SDK's error classes;
+  store: false response's id as the SDK's error classes; responses.retrieve and .delete
+  (another tenant's and a deleted one not found);
 - raw HTTP: malformed JSON, wrong types, an oversized body, a bad role, an unknown model,
   no key, GET: the status and an OpenAI-shaped body each; the server stays up, and the
   tenant's quota refuses a completion past its daily tokens (429 insufficient_quota);
+- GET and DELETE /v1/responses/{id} over raw HTTP: unknown, malformed, another tenant's and
+  store: false ids (404), other methods (405), no key (401), sub-paths, an oversized body;
+  deleting the newest response ends its session (healthz's count);
+- the Responses WebSocket mode on /v1/responses with the SDK's ResponsesWS (responses_ws.cjs):
+  the event sequence, a store: false response continued on its connection with its turn cached,
+  error events for refusals; over raw sockets: malformed, wrong-typed and oversized messages,
+  binary frames, a second response.create while one runs, another tenant's id, credentials the
+  mode does not take (401 before the upgrade), and the sessions a closed connection leaves (none);
 - a streamed reply to a client that does not read pauses and then arrives whole; clients that
   leave mid-stream or before their session exists leave no session behind.
 """
@@ -27,7 +36,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DATA_DIR, KEYS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
+from harness import DATA_DIR, KEYS, RawWS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_openai_sdk import SKIP, Tls, node, npm_ready  # noqa: E402
 from test_quotas import admin_server, make_tenant  # noqa: E402
 
@@ -62,7 +71,7 @@ def test_sdk_chat_and_responses():
     async def go():
         async with TLS.server() as srv:
             res = node("http_api.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], KEYS["beta"], tls=TLS)
-            eq(res["errors"], [404, 400, 400, 404, 404], "the SDK's error statuses")
+            eq(res["errors"], [404, 400, 400, 404, 404, 404, 404, 404, 404, 404], "the SDK's error statuses")
             log(f"    {res}")
     asyncio.run(go())
 
@@ -145,6 +154,189 @@ def test_bad_input():
                            400, "unsupported_value", "previous_response_id")
             status, _, _ = http_get(p, "/healthz")
             eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
+def call(port, method, path, key=KEYS["acme"], raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        headers = {"Authorization": "Bearer " + key} if key else {}
+        c.request(method, path, raw, headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def sessions(port):
+    return json.loads(http_get(port, "/healthz")[2])["sessions"]
+
+
+def test_stored_responses():
+    """GET and DELETE /v1/responses/{id}: the stored object, OpenAI's errors, and a delete that
+    gives the conversation's session back."""
+    async def go():
+        async with Server() as srv:
+            p = srv.port
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "hello", "max_output_tokens": 2})
+            eq(s, 200, f"a stored response: {b[:300]!r}")
+            created = json.loads(b)
+            rid = created["id"]
+            s, b = call(p, "GET", "/v1/responses/" + rid)
+            eq((s, json.loads(b)), (200, created), "GET returns the Response object as created")
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "x", "max_output_tokens": 2, "store": False})
+            gone = json.loads(b)["id"]
+            n = sessions(p)
+            for bad in ("resp_nope", gone, rid[:-1] + "9", rid + "0", rid.replace("_", "-"), "resp_" + "a" * 3000,
+                        rid[:-2] + "_-1"):
+                check_oa_error(*call(p, "GET", "/v1/responses/" + bad), 404, "response_not_found", "response_id")
+                check_oa_error(*call(p, "DELETE", "/v1/responses/" + bad), 404, "response_not_found", "response_id")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key=KEYS["beta"]), 404, "response_not_found",
+                           "response_id")
+            check_oa_error(*call(p, "DELETE", "/v1/responses/" + rid, key=KEYS["beta"]), 404, "response_not_found",
+                           "response_id")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key=None), 401, "invalid_api_key")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid, key="wrong-key-0123456789"), 401, "invalid_api_key")
+            check_oa_error(*call(p, "POST", "/v1/responses/" + rid, raw=b"{}"), 405, "method_not_allowed")
+            check_oa_error(*call(p, "PUT", "/v1/responses/" + rid, raw=b"{}"), 405, "method_not_allowed")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid + "/input_items"), 404, "unsupported_endpoint")
+            s, _ = call(p, "DELETE", "/v1/responses/" + rid, raw=b"x" * ((1 << 20) + 1))
+            eq(s, 413, "an oversized body")
+            eq(sessions(p), n, "nothing was deleted by the refusals")
+            # a second turn: the first response stays retrievable, deleting it leaves the session
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "on", "previous_response_id": rid,
+                                             "max_output_tokens": 2})
+            rid2 = json.loads(b)["id"]
+            s, b = call(p, "DELETE", "/v1/responses/" + rid)
+            eq((s, json.loads(b)), (200, {"id": rid, "object": "response.deleted", "deleted": True}), "DELETE")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid), 404, "response_not_found", "response_id")
+            eq(sessions(p), n, "an older response's delete keeps the conversation")
+            eq(call(p, "GET", "/v1/responses/" + rid2)[0], 200, "the newest is still there")
+            # deleting the newest ends the conversation: its session goes
+            eq(call(p, "DELETE", "/v1/responses/" + rid2)[0], 200, "DELETE the newest")
+            eq(sessions(p), n - 1, "the deleted conversation's session is gone")
+            check_oa_error(*post(p, "/v1/responses", {"model": "tiny", "input": "x", "previous_response_id": rid2}),
+                           404, "previous_response_not_found", "previous_response_id")
+            eq(http_get(p, "/healthz")[0], 200, "the server is fine")
+    asyncio.run(go())
+
+
+def test_responses_websocket_sdk():
+    async def go():
+        async with TLS.server() as srv:
+            res = node("responses_ws.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], tls=TLS)
+            eq(res["errors"], [404, 404, 400], "the error events' statuses")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
+def rws_recv(r, timeout=60):
+    """The next text message of a Responses WebSocket connection, as JSON (pings answered)."""
+    data = b""
+    while True:
+        fin, op, payload = r.recv_frame(timeout)
+        if op == 0x9:
+            r.send_frame(0xA, payload)
+            continue
+        check(op in (0x0, 0x1), f"a text message, not opcode {op}")
+        data += payload
+        if fin:
+            return json.loads(data)
+
+
+def rws_error(r, status, code, param=None, etype="invalid_request_error"):
+    ev = rws_recv(r)
+    eq(ev["type"], "error", f"an error event: {ev}")
+    eq((ev.get("status"), ev["error"]["code"], ev["error"]["param"], ev["error"]["type"]), (status, code, param, etype),
+       f"the error event {ev}")
+    check(isinstance(ev["error"]["message"], str) and ev["error"]["message"], f"a message: {ev}")
+
+
+def rws_turn(r, body):
+    r.send_json(dict(body, type="response.create"))
+    evs = [rws_recv(r)]
+    while evs[-1]["type"] not in ("response.completed", "response.incomplete", "error"):
+        evs.append(rws_recv(r))
+    return evs
+
+
+def test_responses_websocket():
+    """The Responses WebSocket mode over raw sockets: bad input as error events on a connection that
+    goes on, the credentials it refuses before the upgrade, and no session left behind."""
+    async def go():
+        async with Server(limits={"max_frame_bytes": 4096}, sessions={"max_instructions_bytes": 2048},
+                          auth={"api_key_in_subprotocol": True}) as srv:
+            p = srv.port
+            base = sessions(p)
+            for kw, why in (({"key": None}, "no key"), ({"key": "wrong-key-0123456789"}, "a wrong key"),
+                            ({"key": None, "subprotocols": ("realtime", "openai-insecure-api-key." + KEYS["acme"])},
+                             "a key in the subprotocol list")):
+                r = RawWS(p, path="/v1/responses", **dict({"subprotocols": ()}, **kw))
+                eq(r.status, 401, why)
+                r.close()
+            s, b = post(p, "/v1/realtime/client_secrets", {})
+            r = RawWS(p, key=json.loads(b)["value"], path="/v1/responses", subprotocols=())
+            eq(r.status, 401, "a client secret (realtime only)")
+            r.close()
+            r = RawWS(p, path="/v1/responses", subprotocols=())
+            eq(r.status, 101, "the upgrade")
+            r.send_text('{"type": "response.create", "model": ')
+            rws_error(r, 400, "invalid_json")
+            r.send_json([1])
+            rws_error(r, 400, "invalid_type", "body")
+            r.send_json({"model": "tiny", "input": "x"})
+            rws_error(r, 400, "missing_required_parameter", "type")
+            r.send_json({"type": 5})
+            rws_error(r, 400, "invalid_type", "type")
+            r.send_json({"type": "response.cancel"})
+            rws_error(r, 400, "invalid_value", "type")
+            r.send_json({"type": "response.create", "model": "tiny"})
+            rws_error(r, 400, "missing_required_parameter", "input")
+            r.send_json({"type": "response.create", "model": "tiny", "input": "x", "temperature": "hot"})
+            rws_error(r, 400, "invalid_type", "temperature")
+            r.send_json({"type": "response.create", "model": "tiny", "input": "x", "background": True})
+            rws_error(r, 400, "unsupported_parameter", "background")
+            r.send_json({"type": "response.create", "model": "gpt-4o", "input": "x"})
+            rws_error(r, 404, "model_not_found", "model")
+            # the connection's own limits answer as on the realtime socket
+            r.send_json({"type": "response.create", "model": "tiny", "input": "a" * 5000})
+            ev = rws_recv(r)
+            eq((ev["type"], ev["error"]["code"]), ("error", "frame_too_large"), f"an oversized message: {ev}")
+            r.send_frame(0x2, b"\x00\x01")
+            ev = rws_recv(r)
+            eq((ev["type"], ev["error"]["code"]), ("error", "binary_not_supported"), f"a binary message: {ev}")
+            # another tenant's response: not found
+            s, b = post(p, "/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 2}, key=KEYS["beta"])
+            rws_turn(r, {"model": "tiny", "input": "x", "previous_response_id": json.loads(b)["id"]})
+            # (the last event was its error)
+            # one response at a time
+            r.send_json({"type": "response.create", "model": "tiny", "input": "story", "max_output_tokens": 200})
+            r.send_json({"type": "response.create", "model": "tiny", "input": "again"})
+            evs = [rws_recv(r)]
+            while evs[-1]["type"] != "response.completed" and evs[-1]["type"] != "response.incomplete":
+                evs.append(rws_recv(r))
+            errs = [e for e in evs if e["type"] == "error"]
+            eq([(e["status"], e["error"]["code"]) for e in errs], [(409, "response_in_progress")],
+               "a second response.create while one runs")
+            # a store: false response is kept for this connection: continued here, gone with it
+            evs = rws_turn(r, {"model": "tiny", "input": "hello", "max_output_tokens": 2, "store": False})
+            rid = evs[-1]["response"]["id"]
+            eq(evs[-1]["response"]["store"], False, "store: false")
+            check_oa_error(*call(p, "GET", "/v1/responses/" + rid), 404, "response_not_found", "response_id")
+            evs = rws_turn(r, {"model": "tiny", "input": "on", "previous_response_id": rid, "max_output_tokens": 2,
+                               "store": False})
+            eq(evs[-1]["type"] in ("response.completed", "response.incomplete"), True, f"continued: {evs[-1]}")
+            eq(sessions(p), base + 3, "the kept sessions: the stored story, beta's, and this connection's")
+            r.close()
+            await wait_for(lambda: sessions(p) == base + 2, "the connection's store: false session ends with it")
+            # a client that leaves mid-response: its response and session go
+            r = RawWS(p, path="/v1/responses", subprotocols=())
+            r.send_json({"type": "response.create", "model": "tiny", "input": "story", "max_output_tokens": 2000,
+                         "store": False})
+            eq(rws_recv(r)["type"], "response.created", "it started")
+            r.abort()
+            await wait_for(lambda: sessions(p) == base + 2, "the left client's session is gone")
+            eq(http_get(p, "/healthz")[0], 200, "the server is fine")
     asyncio.run(go())
 
 
@@ -244,7 +436,8 @@ def test_tools_over_http():
     """Function tools with the stock openai client on chat.completions and responses, the scripted
     output (test_openai_sdk.TOOL_SCRIPT) on a model with DeepSeek's markers."""
     from test_openai_sdk import TOOL_SCRIPT
-    script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[2]]
+    script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0],
+              TOOL_SCRIPT[2]]
 
     async def go():
         async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},

@@ -12,6 +12,11 @@ npm is missing or npm cannot install the packages.
   wss:// with only baseURL and apiKey, one text turn with the GA event sequence checked, an
   audio modality refused (tests/gateway/openai_sdk/realtime_ws.cjs);
 - RealtimeSession with a text agent: the history holds the whole reply (agents_session.cjs);
+- client secrets (POST /v1/realtime/client_secrets): OpenAIRealtimeWebSocket, the SDK's browser
+  client, connecting with only a minted secret (browser_secret.cjs); over raw sockets: the
+  secret's session settings and tenant, as a bearer token, unknown, cut and expired secrets and
+  an API key in the subprotocol list refused with 401 before the upgrade, bad bodies, the
+  per-tenant bound;
 - bad input on the new paths over a raw socket and plain HTTP: an unknown subprotocol (400
   with a JSON body naming the supported ones), audio modalities, malformed session.update
   and item commands; the server stays up.
@@ -24,10 +29,11 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import http.client
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import KEYS, DATA_DIR, RawWS, Server, check, eq, http_get, log, run_tests  # noqa: E402
+from harness import KEYS, DATA_DIR, RawWS, Server, check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK_DIR = os.path.join(HERE, "openai_sdk")
@@ -106,6 +112,114 @@ def test_agents_realtime_session():
     asyncio.run(go())
 
 
+def mint(port, body, key=KEYS["acme"], raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.request("POST", "/v1/realtime/client_secrets", raw if raw is not None else json.dumps(body).encode(),
+                  {"Authorization": "Bearer " + key} if key else {})
+        r = c.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        c.close()
+
+
+def browser_ws(port, credential, **kw):
+    """A connection as OpenAI's browser client opens it: the credential in the subprotocol list."""
+    return RawWS(port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + credential), **kw)
+
+
+def test_browser_client_secret_sdk():
+    async def go():
+        async with TLS.server() as srv:
+            res = node("browser_secret.cjs", f"https://127.0.0.1:{srv.port}/v1", KEYS["acme"], tls=TLS)
+            check(res["reply_bytes"] > 0, f"a reply: {res}")
+            log(f"    {res}")
+    asyncio.run(go())
+
+
+def test_client_secrets():
+    """POST /v1/realtime/client_secrets: short-lived, tenant-bound credentials for browsers, taken in the
+    subprotocol list (and as a bearer token); unknown and expired ones are 401 before the upgrade."""
+    async def go():
+        async with Server() as srv:
+            p = srv.port
+            s, b = mint(p, {"expires_after": {"anchor": "created_at", "seconds": 10},
+                            "session": {"type": "realtime", "instructions": "Be terse.", "output_modalities": ["text"]}})
+            eq(s, 200, f"minted: {b}")
+            short = b["value"]
+            check(short.startswith("ek_") and len(short) == 35, f"an ek_ value: {b}")
+            eq((b["session"]["type"], b["session"]["model"], b["session"]["instructions"]), ("realtime", "tiny",
+                                                                                              "Be terse."), "the session")
+            minted_at = time.monotonic()
+            check(abs(b["expires_at"] - (time.time() + 10)) < 5, f"expires_at: {b}")
+            s, b = mint(p, {}, raw=b"")
+            eq(s, 200, f"an empty body takes the defaults: {b}")
+            check(abs(b["expires_at"] - (time.time() + 600)) < 5, f"600 s by default: {b}")
+            other = b["value"]
+            # a browser connection with the secret: the session starts with its settings, as acme's
+            r = browser_ws(p, short)
+            eq((r.status, r.headers.get("sec-websocket-protocol")), (101, "realtime"), "the secret opens the socket")
+            ev = r.recv_event()
+            eq((ev["type"], ev["session"]["instructions"]), ("session.created", "Be terse."), "the secret's session")
+            sid = ev["session"]["id"]
+            r.close()
+            await wait_for(lambda: [e.get("tenant") for e in srv.log_events("session_created")
+                                    if e.get("session") == sid] == ["acme"], "the session is the minting tenant's")
+            r = RawWS(p, key=other, subprotocols=("realtime",))
+            eq((r.status, r.recv_event()["type"]), (101, "session.created"), "a secret as a bearer token")
+            r.close()
+            r = browser_ws(p, other, path="/v1/realtime")
+            eq(r.status, 101, "a second connection with the same secret")
+            r.close()
+            for cred, why in (("ek_" + "0" * 32, "an unknown secret"), (short[:-1], "a cut secret"),
+                              (KEYS["acme"], "an API key in the list (auth.api_key_in_subprotocol off)"),
+                              ("ek_", "a bare prefix")):
+                r = browser_ws(p, cred)
+                eq(r.status, 401, why)
+                r.close()
+            r = RawWS(p, key="ek_" + "f" * 32, subprotocols=("realtime",))
+            eq(r.status, 401, "an unknown secret as a bearer token")
+            r.close()
+            # bad input: OpenAI-shaped errors
+            def bad(body, status, code, param, raw=None, key=KEYS["acme"], etype="invalid_request_error"):
+                s, b = mint(p, body, raw=raw, key=key)
+                eq(s, status, f"status for {body!r}: {b}")
+                eq((b["error"]["code"], b["error"]["param"], b["error"]["type"]), (code, param, etype),
+                   f"error for {body!r}")
+            bad(None, 400, "invalid_json", None, raw=b'{"session": ')
+            bad([1], 400, "invalid_type", "body")
+            bad({"expires_after": 600}, 400, "invalid_type", "expires_after")
+            bad({"expires_after": {"seconds": 5}}, 400, "invalid_value", "expires_after.seconds")
+            bad({"expires_after": {"seconds": 7201}}, 400, "invalid_value", "expires_after.seconds")
+            bad({"expires_after": {"seconds": "600"}}, 400, "invalid_type", "expires_after.seconds")
+            bad({"expires_after": {"anchor": "now"}}, 400, "invalid_value", "expires_after.anchor")
+            bad({"session": "realtime"}, 400, "invalid_type", "session")
+            bad({"session": {"type": "transcription"}}, 400, "unsupported_value", "session.type")
+            bad({"session": {"model": "gpt-4o"}}, 404, "model_not_found", "session.model")
+            bad({"session": {"output_modalities": ["audio"]}}, 400, "invalid_value", "session.output_modalities[0]")
+            bad({"session": {"instructions": 7}}, 400, "invalid_type", "session.instructions")
+            bad({}, 401, "invalid_api_key", None, key="wrong-key-0123456789")
+            bad({}, 401, "invalid_api_key", None, key=short)
+            s, _ = mint(p, None, raw=b'{"session":{"instructions":"' + b"a" * (1 << 20) + b'"}}')
+            eq(s, 413, "an oversized body")
+            c = http.client.HTTPConnection("127.0.0.1", p, timeout=30)
+            c.request("GET", "/v1/realtime/client_secrets", headers={"Authorization": "Bearer " + KEYS["acme"]})
+            eq(c.getresponse().status, 405, "GET")
+            c.close()
+            # a tenant's live secrets are bounded (429), another tenant is not affected
+            statuses = [mint(p, {})[0] for _ in range(260)]
+            check(statuses.count(200) == 256 - 2 and statuses[-1] == 429, f"256 live secrets per tenant: {statuses[-8:]}")
+            bad({}, 429, "too_many_client_secrets", None, etype="rate_limit_error")
+            eq(mint(p, {}, key=KEYS["beta"])[0], 200, "another tenant mints")
+            # expired: refused before the upgrade (waits for the 10 s to pass; no timing is asserted)
+            await asyncio.sleep(max(0.0, minted_at + 10.5 - time.monotonic()))
+            r = browser_ws(p, short)
+            eq(r.status, 401, "an expired secret")
+            r.close()
+            eq(http_get(p, "/healthz")[0], 200, "the server is fine")
+    asyncio.run(go())
+
+
 def test_models_over_https_and_plain():
     async def go():
         async with TLS.server() as srv:
@@ -141,7 +255,7 @@ def read_body(r):
 
 def test_bad_input_on_the_new_paths():
     async def go():
-        async with Server() as srv:
+        async with Server(auth={"api_key_in_subprotocol": True}) as srv:
             # an offer with no subprotocol we speak: 400 and what we speak, not a closed socket
             r = RawWS(srv.port, subprotocols=("flashgate.v2", "chat"))
             eq(r.status, 400, "unknown subprotocols")
@@ -151,7 +265,8 @@ def test_bad_input_on_the_new_paths():
                "the error")
             r.close()
             # the GA flow by the realtime subprotocol, the key in the list as browsers send it
-            r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+            # (auth.api_key_in_subprotocol: on for this server)
+            r = browser_ws(srv.port, KEYS["acme"])
             eq((r.status, r.headers.get("sec-websocket-protocol")), (101, "realtime"), "realtime subprotocol")
             ev = r.recv_event()
             eq((ev["type"], ev["sequence_number"], ev["session"]["type"]), ("session.created", 1, "realtime"),
@@ -294,7 +409,7 @@ def test_tools_in_the_prompt():
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
     def first_turn(port, session):
-        r = RawWS(port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+        r = RawWS(port, subprotocols=("realtime",))
         eq(r.recv_event()["type"], "session.created", "a session at connect")
         if session:
             r.send_json({"type": "session.update", "session": session})
@@ -352,7 +467,7 @@ def test_scripted_output():
             check(any("scripted_output" in line and "warn" in line for line in srv.lines), "a warning at start")
             sessions = []
             for _ in range(2):  # the count is the server's: the second session takes the second text
-                r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+                r = RawWS(srv.port, subprotocols=("realtime",))
                 eq(r.recv_event()["type"], "session.created", "a session at connect")
                 sessions.append(r)
             for r in sessions[:1]:
@@ -408,7 +523,7 @@ def test_tool_calls_realtime():
     async def go():
         async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
                           debug={"scripted_output": TOOL_SCRIPT}) as srv:
-            r = RawWS(srv.port, key=None, subprotocols=("realtime", "openai-insecure-api-key." + KEYS["acme"]))
+            r = RawWS(srv.port, subprotocols=("realtime",))
             eq(r.recv_event()["type"], "session.created", "a session at connect")
             r.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
             eq(r.recv_event()["type"], "session.updated", "tools declared")

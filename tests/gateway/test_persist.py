@@ -17,7 +17,10 @@ socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persis
   session stays usable;
 - fork: session.create with fork_from shares the source's pages (the tenant's resident
   KV bytes in the admin view do not grow) and continues as the source does;
-- session.close deletes the session's file.
+- session.close deletes the session's file;
+- a restore runs off the service thread: while one is held in progress (debug.restore_gate_file,
+  tests only) another session is created and streams a whole response, and a client that left
+  during its restore leaves its file for a later resume; then the held one completes.
 """
 import asyncio
 import http.client
@@ -287,6 +290,46 @@ async def test_fork_shares_pages_and_continues_identically():
             eq(out_b, out_a, "the fork continues as the source does")
             eq(done_b["usage"]["input_token_details"]["cached_tokens"],
                done_a["usage"]["input_token_details"]["cached_tokens"], "the fork's history came from the cache")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_restore_does_not_stall_other_sessions():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    gate = os.path.join(pdir, "gate")
+    try:
+        async with persist_server(pdir) as srv:
+            c, sid, _ = await saved_session(srv, pdir, TURNS[:1])
+            last = c.last_seq
+            c2, sid2, _ = await saved_session(srv, pdir, TURNS[:1])
+        async with persist_server(pdir, log_level="debug", debug={"restore_gate_file": gate}) as srv2:
+            check(srv2.log_events("restore_gate_file"), "the tests-only warning at start")
+            r = await Conn.open(srv2)
+            await r.send({"type": "session.resume", "session_id": sid, "last_sequence_number": last})
+            gone = await Conn.open(srv2)
+            await gone.send({"type": "session.resume", "session_id": sid2, "last_sequence_number": 0})
+            await wait_for(lambda: len(srv2.log_events("session_restore_started")) == 2, "both restores started")
+            gone.abort()  # leaves while its restore is held
+            # meanwhile the service thread serves another session from its start to its last delta
+            a = await Conn.open(srv2)
+            await a.create_session({"temperature": 0, "max_output_tokens": 24})
+            await a.add_user("Tell me a story.")
+            events, text, done = await a.respond()
+            deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+            check(deltas and finished(done), f"a whole response streamed during the restore: {done}")
+            eq(srv2.log_events("session_restored"), [], "the held restores have not completed yet")
+            open(gate, "w").close()
+            r.next_seq = None  # numbering continues above the saved number (the drain's error took one)
+            got = await r.recv_until("session.resumed")
+            check(got[-1]["sequence_number"] > last, f"resumed once its file was read, numbering continued: {got}")
+            out, done = await turn(r, TURNS[1])
+            check(out is not None, "the restored session answers")
+            # the left client's session went back to disk: resumable again
+            await wait_for(lambda: len(srv2.log_events("session_restored")) == 2, "the left client's restore ended")
+            check(os.path.exists(session_file(pdir, sid2)), "its file stays")
+            g = await Conn.open(srv2)
+            _, resumed = await g.resume(sid2, 0, allow_gap=True)
+            eq(resumed["session"]["id"], sid2, "resumed by a new connection")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 

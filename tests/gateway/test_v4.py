@@ -5,6 +5,8 @@ takes. Real flashgate processes, real sockets, a real redis-server (the quotas' 
 - a V4 session across three turns: each turn continues the cached history (cached tokens =
   the previous turn's total - 1, the last sampled token being evaluated with the next input),
   and the replies equal a second session's uninterrupted run of the same turns;
+- a fork (session.create with fork_from) after turn 2: its turn 3 is the uninterrupted reply,
+  on the source's cached history;
 - a dropped connection (RST mid-reply) and session.resume: the missed events replayed, the
   reply the same as uninterrupted, the conversation going on cached;
 - a SIGKILLed gateway, restarted on the same persistence.dir: the V4 session's file (format
@@ -90,6 +92,15 @@ async def test_three_turns_drop_and_resume():
                 cached = done["usage"]["input_token_details"]["cached_tokens"]
                 eq(cached, max(prev_total - 1, 0), f"turn {i + 1}: the history is cached")
                 prev_total = done["usage"]["total_tokens"]
+            # a fork after turn 2 shares the cached V4 history (pages and state, no prefill
+            # again) and its turn 3 is the uninterrupted reply
+            fk = await Conn.open(srv)
+            await fk.create_session({"fork_from": c.session_id})
+            fout, fdone = await turn(fk, TURNS[2], max_output_tokens=40)
+            eq(fout, want[2][0], "a fork's turn 3 == the uninterrupted reply")
+            eq(fdone["usage"]["input_token_details"]["cached_tokens"], prev_total - 1,
+               "the fork's history came from its source's cache")
+            await fk.close()
             # turn 3, dropped mid-reply (RST, no close frame)
             await c.add_user(TURNS[2])
             await c.send({"type": "response.create", "response": {"max_output_tokens": 40}})

@@ -28,6 +28,10 @@ gen tiny-256.gguf --embd 256
   'blk.*.ffn_gate.weight=q6_K' 'blk.*.ffn_up.weight=q5_K' 'blk.*.ffn_down.weight=iq4_nl' \
   'blk.*.ffn_gate_exps.weight=q4_K' 'blk.*.ffn_up_exps.weight=q5_K' 'blk.*.ffn_down_exps.weight=q5_0' \
   'blk.*.ffn_gate_shexp.weight=q6_K' 'blk.*.ffn_up_shexp.weight=q2_K' 'blk.*.ffn_down_shexp.weight=q4_1'
+# tiny-256 as llama-quantize's Q4_K_M mix (flashgate-quantize, ggml's quantizers): K types where
+# rows are 256, the legacy fallbacks where they are 32 .. 128, Q6_K output and ffn_down layers
+"$FG_BIN/flashgate-quantize" --quiet "$FG_TEST_DATA/tiny-256.gguf" "$FG_TEST_DATA/tiny-q4_k_m.gguf" q4_k_m \
+  2> /dev/null > /dev/null
 # deepseek4: F32 (the reference comparisons), no hash layers, and the types
 # llama.cpp's converter writes (Q8_0 dense, BF16 embeddings/head/router, MXFP4 experts)
 gen4() { local out=$1; shift; "$FG_BIN/flashgate-modelgen" --preset v4-tiny --seed 1 --out "$FG_TEST_DATA/$out" "$@" >/dev/null; }

@@ -1,7 +1,9 @@
 /* The prefix cache: chained page keys depend on the previous key, the tenant
  * and every token; a hit needs the same previous key, tenant and tokens (a
  * forged key collision finds nothing); the cache holds its own reference,
- * so pages outlive their sessions as "cold" pages until dropped. */
+ * so pages outlive their sessions as "cold" pages until dropped. With a
+ * state geometry: snapshots charged to the pool, shares that copy the
+ * state, copy-on-write over a 128-token unit. */
 #include <string.h>
 
 #include "engine/kv/prefix_cache.h"
@@ -79,6 +81,49 @@ int main(void)
     fg_kv_seq_free(kv, &q1);
     fg_kv_seq_free(kv, &q2);
     CHECK(fg_kv_store_pages_free(kv) == 4);
+    fg_kv_store_destroy(kv);
+
+    /* A geometry with state (deepseek4's shape: 2 pages per state, 128-token
+     * units): snapshots hold pages off the pool under the entry's tenant, a
+     * cold entry counts them, and a share copies the state. */
+    g.seq_bytes = g.page_bytes + 1;
+    g.share_tokens = 2 * FG_KV_PAGE_TOKENS;
+    CHECK(fg_kv_store_create(&g, 12 * g.page_bytes, &kv, &d) == FG_OK && fg_kv_store_state_pages(kv) == 2);
+    CHECK(fg_prefix_cache_create(4, &c) == FG_OK);
+    fg_kv_seq_init(&q1, 512);
+    fg_kv_seq_init(&q2, 512);
+    CHECK(fg_kv_seq_reserve(kv, &q1, 200) == FG_OK && q1.state && fg_kv_owner_pages(kv, 0) == 4 + 2);
+    q1.n_tokens = 200;
+    memset(q1.state, 0x3c, g.seq_bytes);
+    k2 = fg_page_key(k1, s1, a);
+    CHECK(fg_prefix_cache_insert(c, kv, k1, 0, 5, a, q1.pages[0], 1.0) &&
+          fg_prefix_cache_insert(c, kv, k2, k1, 5, a, q1.pages[1], 1.0));
+    CHECK(!fg_prefix_cache_snapshot(c, k2));
+    CHECK(fg_prefix_cache_set_snapshot(c, kv, k2, q1.state) && !fg_prefix_cache_set_snapshot(c, kv, k2, q1.state));
+    CHECK(!fg_prefix_cache_set_snapshot(c, kv, 12345, q1.state)); /* not listed */
+    const uint8_t *sn = fg_prefix_cache_snapshot(c, k2);
+    CHECK(sn && sn != q1.state && !memcmp(sn, q1.state, g.seq_bytes));
+    CHECK(fg_kv_owner_pages(kv, 5) == 2 && fg_kv_store_pages_held(kv) == 4 && fg_prefix_cache_snapshot_count(c) == 1);
+    fg_evict_candidate ev[4];
+    CHECK(fg_prefix_cache_cold(c, kv, ev, 4, 2.0) == 0); /* q1 holds the pages */
+    CHECK(fg_prefix_cache_snapshots(c, kv, ev, 4, 2.0) == 1 && ev[0].pages == 2);
+    /* a share copies the state, at src's whole length only */
+    CHECK(fg_kv_seq_share(kv, &q2, &q1, 199) == FG_ERR_UNSUPPORTED);
+    CHECK(fg_kv_seq_share(kv, &q2, &q1, 200) == FG_OK && q2.state && q2.state != q1.state &&
+          !memcmp(q2.state, q1.state, g.seq_bytes) && q2.pages[3] == q1.pages[3]);
+    /* copy-on-write at 200 (200 mod 128 = 72) copies pages 2 and 3: a row of
+     * the unit lands in its first page */
+    CHECK(fg_kv_first_written_page(&g, 200) == 2 && fg_kv_first_written_page(&g, 190) == 2 &&
+          fg_kv_first_written_page(&g, 128) == 2 && fg_kv_first_written_page(&g, 127) == 0);
+    CHECK(fg_kv_seq_make_writable(kv, &q2, 200) == FG_OK);
+    CHECK(q2.pages[2] != q1.pages[2] && q2.pages[3] != q1.pages[3] && q2.pages[1] == q1.pages[1]);
+    fg_kv_seq_free(kv, &q2);
+    fg_kv_seq_free(kv, &q1);
+    CHECK(fg_prefix_cache_cold(c, kv, ev, 4, 2.0) == 2 && ev[0].pages + ev[1].pages == 1 + 3);
+    CHECK(fg_prefix_cache_snapshots(c, kv, ev, 4, 2.0) == 0); /* a cold entry's goes with it */
+    CHECK(fg_kv_store_pages_free(kv) == 12 - 2 - 2);           /* the two cold pages and the snapshot */
+    fg_prefix_cache_destroy(c, kv);
+    CHECK(fg_kv_store_pages_free(kv) == 12 && fg_kv_store_pages_held(kv) == 0 && fg_kv_owner_pages(kv, 5) == 0);
     fg_kv_store_destroy(kv);
     return fg_test_failures ? 1 : 0;
 }

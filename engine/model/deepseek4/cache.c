@@ -100,6 +100,13 @@ void fg_ds4_cache_geometry(const fg_ds4_cache *c, const fg_ds4_hparams *hp, fg_k
     geo->page_bytes = c->page_bytes;
     geo->bytes_per_token = (c->page_bytes + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     geo->seq_bytes = c->seq_bytes;
+    /* Sharing by whole blocks of the widest ratio: a 128-ratio row is written
+     * into the page before the closing token's, and at such a boundary every
+     * compressor block is closed, so a snapshot of the state there is exact. */
+    geo->share_tokens = FG_KV_PAGE_TOKENS;
+    for (int il = 0; il < hp->n_layer_all; il++)
+        while (hp->ratio[il] > 0 && geo->share_tokens % hp->ratio[il])
+            geo->share_tokens += FG_KV_PAGE_TOKENS;
 }
 
 /* f16 or (bf16 false) BF16 */

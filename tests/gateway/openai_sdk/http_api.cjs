@@ -2,8 +2,9 @@
 // chat.completions.create streamed and not, a second chat whose messages
 // extend the first (cached_tokens from the prefix cache), responses.create
 // streamed, then continued with previous_response_id (cached tokens on the
-// second call), and the SDK's errors for an unknown model, a bad role and
-// another tenant's previous_response_id. Prints one JSON line with what it
+// second call), responses.retrieve and .delete of stored responses, and the
+// SDK's errors for an unknown model, a bad role, another tenant's
+// previous_response_id and stored responses, and a deleted one. Prints one JSON line with what it
 // saw; exits 1 on the first mismatch. Args: npm_dir base_url api_key other_tenant_key
 const { createRequire } = require('module');
 const path = require('path');
@@ -100,6 +101,16 @@ const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
   const e4 = await err(other.responses.create({ model: 'tiny', previous_response_id: r2.id, input: 'x' }));
   check(e4 instanceof OpenAI.NotFoundError && e4.code === 'previous_response_not_found',
         "another tenant's previous_response_id is not found", String(e4));
+  // stored responses: retrieve both (the first is older than the newest), not another tenant's
+  const g1 = await client.responses.retrieve(r1.id);
+  check(g1.id === r1.id && g1.status === r1.status && g1.output_text === deltas &&
+        g1.usage.input_tokens === r1.usage.input_tokens, 'retrieve gives the stored first response', { g1, r1 });
+  const g2 = await client.responses.retrieve(r2.id);
+  check(g2.id === r2.id && g2.previous_response_id === r1.id, 'retrieve gives the second', g2);
+  const e6 = await err(other.responses.retrieve(r2.id));
+  check(e6 instanceof OpenAI.NotFoundError, "another tenant's response cannot be retrieved", String(e6));
+  const e7 = await err(other.responses.delete(r2.id));
+  check(e7 instanceof OpenAI.NotFoundError, "another tenant's response cannot be deleted", String(e7));
   // not streamed, store: false, continuing the second
   const r3 = await client.responses.create({ model: 'tiny', previous_response_id: r2.id, input: 'Fine.',
                                              max_output_tokens: 4, store: false });
@@ -121,6 +132,21 @@ const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
   check(e3 instanceof OpenAI.BadRequestError && e3.param === 'tools', 'tools on a model without DeepSeek\'s markers are refused, not dropped', String(e3));
   const e5 = await err(client.responses.create({ model: 'tiny', previous_response_id: r3.id, input: 'x' }));
   check(e5 instanceof OpenAI.NotFoundError, 'a store: false response cannot be continued', String(e5));
-  out.errors = [e1.status, e2.status, e3.status, e4.status, e5.status];
+  // a stored response, retrieved as it was returned, then deleted: gone for retrieve and continue
+  const r4 = await client.responses.create({ model: 'tiny', input: 'Once more.', max_output_tokens: 3 });
+  const g4 = await client.responses.retrieve(r4.id);
+  check(JSON.stringify(g4) === JSON.stringify(r4), 'retrieve returns the created response', { r4, g4 });
+  const d4 = await client.responses.delete(r4.id);
+  check(d4 === undefined || (d4.id === r4.id && d4.deleted === true && d4.object === 'response.deleted'),
+        'delete answers response.deleted', d4);
+  const e8 = await err(client.responses.retrieve(r4.id));
+  check(e8 instanceof OpenAI.NotFoundError, 'a deleted response is not found', String(e8));
+  const e9 = await err(client.responses.create({ model: 'tiny', previous_response_id: r4.id, input: 'x' }));
+  check(e9 instanceof OpenAI.NotFoundError, 'a deleted response cannot be continued', String(e9));
+  const e10 = await err(client.responses.delete(r4.id));
+  check(e10 instanceof OpenAI.NotFoundError, 'a deleted response cannot be deleted again', String(e10));
+  out.stored = { deleted: d4 === undefined ? 'void' : d4.object };
+  out.errors = [e1.status, e2.status, e3.status, e4.status, e5.status, e6.status, e7.status, e8.status, e9.status,
+                e10.status];
   console.log(JSON.stringify(out));
 })().catch((e) => fail('exception: ' + (e && e.stack || e)));

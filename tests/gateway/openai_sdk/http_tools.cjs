@@ -1,11 +1,14 @@
 // The official openai npm client, unmodified, with function tools against
 // flashgate running the scripted output (test_openai_http.py
 // test_tools_over_http: the server's responses in order are a call, a text,
-// a call, a call, a text, a malformed call): chat.completions not streamed
-// (tool_calls, finish_reason "tool_calls") and continued with a role "tool"
-// message, streamed (tool_calls deltas), responses.create (a function_call
-// output item) continued with function_call_output via previous_response_id,
-// and a malformed call as the SDK's error. Prints one JSON line; exits 1 on
+// a call, a call, a text, a call, a malformed call): chat.completions not
+// streamed (tool_calls, finish_reason "tool_calls") and continued with a role
+// "tool" message, streamed (the call named in its first tool_calls delta, its
+// arguments in the following ones), responses.create (a function_call output
+// item) continued with function_call_output via previous_response_id,
+// responses.create streamed (the call's item after the message's, its
+// arguments as function_call_arguments.delta pieces), and a malformed call as
+// the SDK's error. Prints one JSON line; exits 1 on
 // the first mismatch. Args: npm_dir base_url api_key
 const { createRequire } = require('module');
 const path = require('path');
@@ -49,12 +52,14 @@ const ARGS = '{"city": "Paris"}';
   const stream = await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, messages: [user],
                                                         tools: chatTools, tool_choice: 'auto', stream: true });
   const calls = [];
+  const pieces = [];
   let finish = null, text = '';
   for await (const chunk of stream) {
     const choice = chunk.choices[0];
     if (!choice) continue;
     if (choice.delta.content) text += choice.delta.content;
     for (const d of choice.delta.tool_calls || []) {
+      pieces.push(d);
       if (!calls[d.index]) calls[d.index] = { id: d.id, name: '', arguments: '' };
       if (d.function && d.function.name) calls[d.index].name += d.function.name;
       if (d.function && d.function.arguments) calls[d.index].arguments += d.function.arguments;
@@ -64,6 +69,10 @@ const ARGS = '{"city": "Paris"}';
   check(finish === 'tool_calls' && calls.length === 1 && calls[0].name === 'get_weather' &&
         calls[0].arguments === ARGS && calls[0].id, 'streamed tool_calls', { calls, finish });
   check(text === 'Let me check.', 'streamed text', text);
+  // streamed, not whole: the first delta names the call with empty arguments, the rest carry only arguments
+  check(pieces.length >= 2 && pieces[0].id && pieces[0].function.name === 'get_weather' &&
+        pieces[0].function.arguments === '' && pieces.slice(1).every((d) => !d.id && !d.function.name && d.index === 0),
+        'the call streams: named first, then its arguments', pieces);
 
   // responses: a function_call output item, then function_call_output on the same conversation
   const r1 = await client.responses.create({
@@ -79,6 +88,36 @@ const ARGS = '{"city": "Paris"}';
   });
   check(r2.output_text === 'It is sunny in Paris.', 'the reply after the tool output', r2.output);
   check(r2.usage.input_tokens_details.cached_tokens > 0, 'the conversation kept its cache', r2.usage);
+
+  // responses, streamed: the message's item, then the call's, its arguments in pieces
+  const s3 = await client.responses.create({
+    model: 'tiny-chat', input: 'Weather in Paris?', max_output_tokens: 200, stream: true,
+    tools: [{ type: 'function', name: 'get_weather', parameters: chatTools[0].function.parameters, strict: false }],
+  });
+  const evs = [];
+  for await (const ev of s3) evs.push(ev);
+  const types = evs.map((e) => e.type);
+  const at = (pred) => evs.findIndex(pred);
+  const iAdded = at((e) => e.type === 'response.output_item.added' && e.item.type === 'function_call');
+  const added = evs[iAdded];
+  check(added && added.output_index === 1 && added.item.name === 'get_weather' && added.item.arguments === '' &&
+        added.item.status === 'in_progress', 'the call item added', types);
+  const iMsgDone = at((e) => e.type === 'response.output_item.done' && e.item.type === 'message');
+  check(iMsgDone >= 0 && iMsgDone < iAdded && evs[iMsgDone].item.content[0].text === 'Let me check.',
+        'the message is done before the call starts', types);
+  const deltas = evs.filter((e) => e.type === 'response.function_call_arguments.delta');
+  check(deltas.length >= 1 && deltas.map((d) => d.delta).join('') === ARGS &&
+        deltas.every((d) => d.item_id === added.item.id && d.output_index === 1), 'the arguments as deltas', deltas);
+  const iArgsDone = at((e) => e.type === 'response.function_call_arguments.done');
+  const iCallDone = at((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call');
+  check(iAdded < at((e) => e.type === 'response.function_call_arguments.delta') && iArgsDone > iAdded &&
+        evs[iArgsDone].arguments === ARGS && iCallDone > iArgsDone && evs[iCallDone].item.arguments === ARGS &&
+        evs[iCallDone].item.status === 'completed', 'the call ends with its whole arguments', types);
+  const last = evs[evs.length - 1];
+  check(last.type === 'response.completed' && last.response.output[1].arguments === ARGS &&
+        last.response.output[1].call_id === added.item.call_id, 'the response holds the call', last);
+  check(evs.every((e, i) => e.sequence_number === i), 'in sequence', types);
+  out.streamed_args = { chat: pieces.length - 1, responses: deltas.length };
 
   // a malformed call: the SDK's error with the reason
   try {

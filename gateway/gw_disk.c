@@ -1,0 +1,186 @@
+/* gw_disk.c: the worker of gw_disk.h. Two intrusive FIFO lists under one
+ * mutex: jobs to run and jobs done; the worker sleeps on a condition
+ * variable while nothing is queued. */
+#include "gateway/gw_disk.h"
+
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct job {
+    bool restore;                   /* else a save */
+    fg_engine_t *engine;            /* restore */
+    fg_session_params p;            /* restore: name and tenant_name point into the copies below */
+    char name[65], tenant_name[65];
+    fg_session_t *es;               /* save: its session; restore: the result */
+    fg_err err;
+    fg_diag diag;
+    gw_disk_done done;
+    void *user;
+    struct job *next;
+} job;
+
+struct gw_disk {
+    struct lws_context *ctx;
+    char *gate;                     /* tests only: restores wait for this file */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *todo, *todo_tail;          /* [mu] */
+    job *done, *done_tail;          /* [mu] */
+    bool stop;                      /* [mu] */
+};
+
+static void push(job **head, job **tail, job *j)
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
+static job *pop(job **head, job **tail)
+{
+    job *j = *head;
+    if (j && !(*head = j->next))
+        *tail = NULL;
+    return j;
+}
+
+/* Tests only: holds a restore until the gate file exists (true) or the worker stops (false). */
+static bool wait_gate(gw_disk *d)
+{
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        const bool stop = d->stop;
+        pthread_mutex_unlock(&d->mu);
+        if (stop || access(d->gate, F_OK) == 0)
+            return !stop;
+        const struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *worker(void *arg)
+{
+    gw_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->todo && !d->stop)
+            pthread_cond_wait(&d->cv, &d->mu);
+        job *j = d->stop ? NULL : pop(&d->todo, &d->todo_tail);
+        if (!j)
+            break;
+        pthread_mutex_unlock(&d->mu);
+        memset(&j->diag, 0, sizeof j->diag);
+        if (j->restore) {
+            if (d->gate && !wait_gate(d))
+                j->err = FG_ERR_STATE; /* stopped while held: not read */
+            else
+                j->err = fg_session_restore(j->engine, &j->p, &j->es, &j->diag);
+        } else {
+            j->err = fg_session_save(j->es, &j->diag);
+        }
+        pthread_mutex_lock(&d->mu);
+        push(&d->done, &d->done_tail, j);
+        lws_cancel_service(d->ctx); /* the one lws call other threads may make */
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+gw_disk *gw_disk_new(struct lws_context *ctx, const char *gate_file)
+{
+    gw_disk *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->ctx = ctx;
+    if (gate_file && gate_file[0] && !(d->gate = strdup(gate_file))) {
+        free(d);
+        return NULL;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (pthread_create(&d->thread, NULL, worker, d) != 0) {
+        pthread_cond_destroy(&d->cv);
+        pthread_mutex_destroy(&d->mu);
+        free(d->gate);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static fg_err queue(gw_disk *d, job *j)
+{
+    pthread_mutex_lock(&d->mu);
+    push(&d->todo, &d->todo_tail, j);
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return FG_OK;
+}
+
+fg_err gw_disk_restore(gw_disk *d, fg_engine_t *e, const fg_session_params *p, gw_disk_done done, void *user)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return FG_ERR_NOMEM;
+    *j = (job){.restore = true, .engine = e, .p = *p, .done = done, .user = user};
+    snprintf(j->name, sizeof j->name, "%s", p->name ? p->name : "");
+    snprintf(j->tenant_name, sizeof j->tenant_name, "%s", p->tenant_name ? p->tenant_name : "");
+    j->p.name = j->name;
+    j->p.tenant_name = p->tenant_name ? j->tenant_name : NULL;
+    return queue(d, j);
+}
+
+fg_err gw_disk_save(gw_disk *d, fg_session_t *s, gw_disk_done done, void *user)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return FG_ERR_NOMEM;
+    *j = (job){.es = s, .done = done, .user = user};
+    return queue(d, j);
+}
+
+void gw_disk_poll(gw_disk *d)
+{
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        job *j = pop(&d->done, &d->done_tail);
+        pthread_mutex_unlock(&d->mu);
+        if (!j)
+            return;
+        j->done(j->user, j->restore ? j->es : NULL, j->err, &j->diag); /* may queue more */
+        free(j);
+    }
+}
+
+void gw_disk_free(gw_disk *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    gw_disk_poll(d);
+    job *j;
+    while ((j = pop(&d->todo, &d->todo_tail))) { /* never run */
+        fg_diag none = {{0}};
+        snprintf(none.msg, sizeof none.msg, "the server stopped before the session file was read");
+        j->done(j->user, NULL, FG_ERR_STATE, &none);
+        free(j);
+    }
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d->gate);
+    free(d);
+}

@@ -1,0 +1,773 @@
+/* quantize.c: quantize.h's quantizers, one block of one type per function.
+ *
+ * Written from ggml's algorithms (ggml-quants.c), in its order of float
+ * operations: the result must be ggml's bytes, and a reordered sum or a
+ * fused multiply-add moves a value across a rounding boundary now and then.
+ * Integer codes go through unsigned char where ggml stores into a uint8_t
+ * (values wrap, as they do there). The searches:
+ *   make_qx   symmetric codes in [-nmax, nmax), the scale searched over
+ *             nmax + 0.1 is (is = -9..9) by the weighted least-squares fit
+ *             (Q3_K sub-blocks use make_q3 instead; Q6_K uses this one)
+ *   make_q3   the same start, then up to 5 passes moving single codes while
+ *             the fit improves
+ *   make_qkx2 affine codes in [0, nmax] with a minimum <= 0, the scale
+ *             searched over nmax + rmin + rdelta*is (is = 0..nstep), scale and
+ *             minimum refitted by weighted least squares each time, kept when
+ *             the weighted (absolute or squared) error drops
+ *   iq4       the 16 non-linear levels, scale searched over levels[0] + t
+ *             (t = -7..7), codes by nearest level (ties upward)
+ * The super-block scales are then quantized against one F16 scale and every
+ * value re-coded against the scale the block really stores.
+ */
+#include "kernels/cpu/quantize.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/quants.h"
+
+#define QK 256
+#define GROUP_MAX_EPS 1e-15f
+
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static int imax(int a, int b) { return a > b ? a : b; }
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves
+ * the integer in the low mantissa bits (ggml's nearest_int, bit for bit). */
+static int nearest_int(float f)
+{
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* C's truncating conversions, as ggml's (int8_t) and (uint8_t) casts do them;
+ * outside the target's range (only for absurd inputs: a scale that
+ * underflows makes its inverse infinite) ggml's cast is undefined, and
+ * these saturate, NaN to 0. */
+static int trunc_i8(float v)
+{
+    if (!(v > -129.0f))
+        return v != v ? 0 : -128;
+    return v < 128.0f ? (int8_t)v : 127;
+}
+
+static int trunc_u8(float v)
+{
+    if (!(v > -1.0f))
+        return 0;
+    return v < 256.0f ? (uint8_t)v : 255;
+}
+
+static void put_f16(uint8_t *p, float f)
+{
+    uint16_t h = fg_f32_to_f16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static float f16_round(float f)
+{
+    return fg_f16_to_f32(fg_f32_to_f16(f));
+}
+
+/* ---- legacy types (32 values) ---- */
+
+static void q4_0_block(const float *x, uint8_t *b)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    for (int j = 0; j < 16; j++) {
+        const int q0 = imin(15, trunc_i8(x[j] * id + 8.5f));
+        const int q1 = imin(15, trunc_i8(x[j + 16] * id + 8.5f));
+        b[2 + j] = (uint8_t)((uint8_t)q0 | (uint8_t)q1 << 4);
+    }
+}
+
+static void min_max(const float *x, float *mn, float *mx)
+{
+    float lo = 3.40282347e+38f, hi = -3.40282347e+38f;
+    for (int j = 0; j < 32; j++) {
+        if (x[j] < lo)
+            lo = x[j];
+        if (x[j] > hi)
+            hi = x[j];
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+static void q4_1_block(const float *x, uint8_t *b)
+{
+    float min, max;
+    min_max(x, &min, &max);
+    const float d = (max - min) / 15;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    put_f16(b + 2, min);
+    for (int j = 0; j < 16; j++) {
+        const int q0 = imin(15, trunc_i8((x[j] - min) * id + 0.5f));
+        const int q1 = imin(15, trunc_i8((x[j + 16] - min) * id + 0.5f));
+        b[4 + j] = (uint8_t)((uint8_t)q0 | (uint8_t)q1 << 4);
+    }
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+static void q5_0_block(const float *x, uint8_t *b)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    const float d = max / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        const uint8_t q0 = (uint8_t)imin(31, trunc_i8(x[j] * id + 16.5f));
+        const uint8_t q1 = (uint8_t)imin(31, trunc_i8(x[j + 16] * id + 16.5f));
+        b[6 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+        qh |= (uint32_t)(q0 >> 4 & 1) << j;
+        qh |= (uint32_t)(q1 >> 4 & 1) << (j + 16);
+    }
+    put_u32(b + 2, qh);
+}
+
+static void q5_1_block(const float *x, uint8_t *b)
+{
+    float min, max;
+    min_max(x, &min, &max);
+    const float d = (max - min) / 31;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    put_f16(b + 2, min);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        const uint8_t q0 = (uint8_t)trunc_u8((x[j] - min) * id + 0.5f);
+        const uint8_t q1 = (uint8_t)trunc_u8((x[j + 16] - min) * id + 0.5f);
+        b[8 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+        qh |= (uint32_t)(q0 >> 4 & 1) << j;
+        qh |= (uint32_t)(q1 >> 4 & 1) << (j + 16);
+    }
+    put_u32(b + 4, qh);
+}
+
+/* ---- the searches of the K types ---- */
+
+/* Symmetric codes L[i] + nmax in [0, 2 nmax), weights x^2 (rmse type 1); returns the scale. */
+static float make_qx(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0)
+            continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++)
+                L[i] = (int8_t)(nmax + imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i]))));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Q3_K's sub-block search (do_rmse): codes in [0, 2 nmax); returns the scale. */
+static float make_q3(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                int new_l = imax(-nmax, imin(nmax - 1, nearest_int(x[i] * sl2 / slx)));
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        L[i] = (int8_t)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Affine codes in [0, nmax]; returns the scale, *the_min the (non-negative) offset. */
+static float make_qkx2(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                       uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad)
+{
+    float min = x[0], max = x[0];
+    float sum_w = weights[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)imax(0, imin(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = imax(0, imin(nmax, nearest_int(iscale * (x[i] - min))));
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Q2_K and Q3_K pack four 2-bit codes of values l, l+32, l+64, l+96 per byte. */
+static void pack2(const uint8_t *L, uint8_t *qs)
+{
+    for (int j = 0; j < QK; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+}
+
+/* Q2_K: scales[16], qs[64], d, dmin. */
+static void q2_k_block(const float *x, uint8_t *b)
+{
+    uint8_t L[QK], Laux[16], *sc = b, *qs = b + 16;
+    float weights[16], mins[16], scales[16];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; j++) {
+        for (int l = 0; l < 16; l++)
+            weights[l] = fabsf(x[16 * j + l]);
+        scales[j] = make_qkx2(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
+    }
+    if (max_scale > 0) {
+        float iscale = 15.f / max_scale;
+        for (int j = 0; j < 16; j++)
+            sc[j] = (uint8_t)nearest_int(iscale * scales[j]);
+        put_f16(b + 80, max_scale / 15.f);
+    } else {
+        memset(sc, 0, 16);
+        put_f16(b + 80, 0.f);
+    }
+    if (max_min > 0) {
+        float iscale = 15.f / max_min;
+        for (int j = 0; j < 16; j++)
+            sc[j] = (uint8_t)(sc[j] | (uint8_t)((unsigned)nearest_int(iscale * mins[j]) << 4));
+        put_f16(b + 82, max_min / 15.f);
+    } else {
+        put_f16(b + 82, 0.f);
+    }
+    const float dall = f16_round(max_scale > 0 ? max_scale / 15.f : 0.f);
+    const float dmin = f16_round(max_min > 0 ? max_min / 15.f : 0.f);
+    for (int j = 0; j < 16; j++) {
+        const float d = dall * (sc[j] & 15);
+        if (d == 0.0f)
+            continue;
+        const float dm = dmin * (sc[j] >> 4);
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (uint8_t)imax(0, imin(3, nearest_int((x[16 * j + i] + dm) / d)));
+    }
+    pack2(L, qs);
+}
+
+/* Q3_K: hmask[32], qs[64], scales[12], d. */
+static void q3_k_block(const float *x, uint8_t *b)
+{
+    int8_t L[QK];
+    float scales[16];
+    uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j);
+        float s = fabsf(scales[j]);
+        if (s > amax) {
+            amax = s;
+            max_scale = scales[j];
+        }
+    }
+    memset(sc, 0, 12);
+    float dall = 0.f;
+    if (max_scale != 0.0f) {
+        float iscale = -32.f / max_scale;
+        for (int j = 0; j < 16; j++) {
+            int l = imax(-32, imin(31, (int8_t)nearest_int(iscale * scales[j]))) + 32;
+            if (j < 8)
+                sc[j] = (uint8_t)(l & 15);
+            else
+                sc[j - 8] = (uint8_t)(sc[j - 8] | (l & 15) << 4);
+            l >>= 4;
+            sc[j % 4 + 8] = (uint8_t)(sc[j % 4 + 8] | l << (2 * (j / 4)));
+        }
+        dall = 1 / iscale;
+    }
+    put_f16(b + 108, dall);
+    dall = f16_round(dall);
+    for (int j = 0; j < 16; j++) {
+        int s = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
+        s = (s | ((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+        const float d = dall * s;
+        if (d == 0.0f)
+            continue;
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (int8_t)(imax(-4, imin(3, nearest_int(x[16 * j + i] / d))) + 4);
+    }
+    memset(hmask, 0, 32);
+    uint8_t U[QK];
+    for (int j = 0; j < QK; j++) {
+        int l = L[j];
+        if (l > 3) {
+            hmask[j % 32] = (uint8_t)(hmask[j % 32] | 1 << (j / 32));
+            l -= 4;
+        }
+        U[j] = (uint8_t)l;
+    }
+    pack2(U, qs);
+}
+
+/* The 12 scale bytes of Q4_K and Q5_K: eight 6-bit (scale, min) pairs. */
+static void pack_scales_k4(const float *scales, const float *mins, float max_scale, float max_min, uint8_t *s)
+{
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = ls < 63 ? ls : 63;
+        lm = lm < 63 ? lm : 63;
+        if (j < 4) {
+            s[j] = ls;
+            s[j + 4] = lm;
+        } else {
+            s[j + 4] = (uint8_t)((ls & 15) | (lm & 15) << 4);
+            s[j - 4] = (uint8_t)(s[j - 4] | (ls >> 4) << 6);
+            s[j] = (uint8_t)(s[j] | (lm >> 4) << 6);
+        }
+    }
+}
+
+static void scale_min_k4(int j, const uint8_t *q, int *d, int *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
+        *m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+    }
+}
+
+/* Q4_K (nmax 15) and Q5_K (31): d, dmin, scales[12], then the codes; L gets the codes. */
+static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep, uint8_t *L)
+{
+    uint8_t Laux[32];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++)
+            sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++)
+            weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
+    }
+    pack_scales_k4(scales, mins, max_scale, max_min, b + 4);
+    put_f16(b, max_scale / 63.f);
+    put_f16(b + 2, max_min / 63.f);
+    const float dall = f16_round(max_scale / 63.f), dmin = f16_round(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        scale_min_k4(j, b + 4, &s, &m);
+        const float d = dall * s;
+        if (d == 0.0f)
+            continue;
+        const float dm = dmin * m;
+        for (int i = 0; i < 32; i++)
+            L[32 * j + i] = (uint8_t)imax(0, imin(nmax, nearest_int((x[32 * j + i] + dm) / d)));
+    }
+}
+
+static void q4_k_block(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    k4_block(x, b, 15, -1.f, 20, L);
+    uint8_t *q = b + 16;
+    for (int j = 0; j < QK; j += 64, q += 32)
+        for (int l = 0; l < 32; l++)
+            q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+}
+
+/* Q5_K: d, dmin, scales[12], qh[32], qs[128]. */
+static void q5_k_block(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    k4_block(x, b, 31, -0.5f, 15, L);
+    uint8_t *qh = b + 16, *ql = b + 48;
+    memset(qh, 0, 32);
+    uint8_t m1 = 1, m2 = 2;
+    for (int n = 0; n < QK; n += 64) {
+        for (int j = 0; j < 32; j++) {
+            int l1 = L[n + j], l2 = L[n + j + 32];
+            if (l1 > 15) {
+                l1 -= 16;
+                qh[j] |= m1;
+            }
+            if (l2 > 15) {
+                l2 -= 16;
+                qh[j] |= m2;
+            }
+            ql[j] = (uint8_t)(l1 | l2 << 4);
+        }
+        m1 = (uint8_t)(m1 << 2);
+        m2 = (uint8_t)(m2 << 2);
+        ql += 32;
+    }
+}
+
+/* Q6_K: ql[128], qh[64], scales[16] (int8), d. */
+static void q6_k_block(const float *x, uint8_t *b)
+{
+    int8_t L[QK];
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ib++) {
+        scales[ib] = make_qx(16, 32, x + 16 * ib, L + 16 * ib);
+        float a = fabsf(scales[ib]);
+        if (a > max_abs_scale) {
+            max_abs_scale = a;
+            max_scale = scales[ib];
+        }
+    }
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(b, 0, 210);
+        return;
+    }
+    int8_t *sc = (int8_t *)(b + 192);
+    float iscale = -128.f / max_scale;
+    put_f16(b + 208, 1 / iscale);
+    const float dall = f16_round(1 / iscale);
+    for (int ib = 0; ib < 16; ib++)
+        sc[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
+    for (int j = 0; j < 16; j++) {
+        const float d = dall * sc[j];
+        if (d == 0.0f)
+            continue;
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (int8_t)(imax(-32, imin(31, nearest_int(x[16 * j + i] / d))) + 32);
+    }
+    uint8_t *ql = b, *qh = b + 128;
+    for (int j = 0; j < QK; j += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            const int c0 = L[j + l], c1 = L[j + l + 32], c2 = L[j + l + 64], c3 = L[j + l + 96];
+            ql[l] = (uint8_t)((c0 & 15) | (c2 & 15) << 4);
+            ql[l + 32] = (uint8_t)((c1 & 15) | (c3 & 15) << 4);
+            qh[l] = (uint8_t)(c0 >> 4 | (c1 >> 4) << 2 | (c2 >> 4) << 4 | (c3 >> 4) << 6);
+        }
+}
+
+/* ---- IQ4_NL and IQ4_XS ---- */
+
+/* The level whose midpoints with its neighbours bracket x (ties go up):
+ * a branch-free binary search comparing 2x with sums of neighbours, exact. */
+static int iq4_index(float x)
+{
+    const float x2 = x + x;
+    int idx = 0;
+    for (int step = 8; step > 0; step >>= 1) {
+        const int j = idx + step;
+        idx = x2 >= (float)(iq4_levels[j - 1] + iq4_levels[j]) ? j : idx;
+    }
+    return idx;
+}
+
+/* One sub-block of 32 with weights x^2: its scale, codes in L (ntry = 7). */
+static float iq4_sub(const float *xb, uint8_t *L)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        float ax = fabsf(xb[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = xb[j];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, 32);
+        return 0;
+    }
+    float d = -max / iq4_levels[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+        int l = iq4_index(id * xb[j]);
+        L[j] = (uint8_t)l;
+        float q = iq4_levels[l], w = xb[j] * xb[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    float best = d * sumqx;
+    for (int itry = -7; itry <= 7; itry++) {
+        id = (itry + iq4_levels[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            float q = iq4_levels[iq4_index(id * xb[j])], w = xb[j] * xb[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+static void iq4_pack(const uint8_t *L, int n, uint8_t *qs)
+{
+    for (int i = 0; i < n / 32; i++)
+        for (int j = 0; j < 16; j++)
+            qs[16 * i + j] = (uint8_t)(L[32 * i + j] | L[32 * i + 16 + j] << 4);
+}
+
+static void iq4_nl_block(const float *x, uint8_t *b)
+{
+    uint8_t L[32];
+    float s = iq4_sub(x, L);
+    put_f16(b, s);
+    float id = s != 0.0f ? 1 / s : 0;
+    for (int j = 0; j < 32; j++)
+        L[j] = (uint8_t)iq4_index(id * x[j]);
+    iq4_pack(L, 32, b + 2);
+}
+
+/* IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]. */
+static void iq4_xs_block(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    float scales[8];
+    float max_scale = 0, amax_scale = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        scales[ib] = iq4_sub(x + 32 * ib, L + 32 * ib);
+        float a = fabsf(scales[ib]);
+        if (a > amax_scale) {
+            amax_scale = a;
+            max_scale = scales[ib];
+        }
+    }
+    uint16_t sh = 0;
+    uint8_t *sl = b + 4;
+    float d = -max_scale / 32;
+    put_f16(b, d);
+    float id = d != 0.0f ? 1 / d : 0.f;
+    for (int ib = 0; ib < 8; ib++) {
+        int l = imax(-32, imin(31, nearest_int(id * scales[ib])));
+        float dl = d * l;
+        float idl = dl != 0.0f ? 1 / dl : 0.f;
+        for (int j = 0; j < 32; j++)
+            L[32 * ib + j] = (uint8_t)iq4_index(idl * x[32 * ib + j]);
+        l += 32;
+        if (ib % 2 == 0)
+            sl[ib / 2] = (uint8_t)(l & 15);
+        else
+            sl[ib / 2] = (uint8_t)(sl[ib / 2] | (l & 15) << 4);
+        sh = (uint16_t)(sh | (l >> 4) << 2 * ib);
+    }
+    b[2] = (uint8_t)sh;
+    b[3] = (uint8_t)(sh >> 8);
+    iq4_pack(L, QK, b + 8);
+}
+
+/* ---- dispatch ---- */
+
+typedef void (*block_fn)(const float *x, uint8_t *b);
+
+static block_fn block_quantizer(int wtype)
+{
+    switch (wtype) {
+    case FG_WTYPE_Q4_0: return q4_0_block;
+    case FG_WTYPE_Q4_1: return q4_1_block;
+    case FG_WTYPE_Q5_0: return q5_0_block;
+    case FG_WTYPE_Q5_1: return q5_1_block;
+    case FG_WTYPE_Q2_K: return q2_k_block;
+    case FG_WTYPE_Q3_K: return q3_k_block;
+    case FG_WTYPE_Q4_K: return q4_k_block;
+    case FG_WTYPE_Q5_K: return q5_k_block;
+    case FG_WTYPE_Q6_K: return q6_k_block;
+    case FG_WTYPE_IQ4_NL: return iq4_nl_block;
+    case FG_WTYPE_IQ4_XS: return iq4_xs_block;
+    default: return NULL;
+    }
+}
+
+int fg_wtype_quantizes(int wtype)
+{
+    return wtype == FG_WTYPE_F32 || wtype == FG_WTYPE_F16 || wtype == FG_WTYPE_BF16 || wtype == FG_WTYPE_Q8_0 ||
+           wtype == FG_WTYPE_MXFP4 || block_quantizer(wtype) != NULL;
+}
+
+int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n)
+{
+    if (!fg_wtype_quantizes(wtype) || n < 1 || !x || !y)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return -1;
+    uint8_t *out = y;
+    switch (wtype) {
+    case FG_WTYPE_F32:
+        memcpy(y, x, (size_t)n * sizeof *x);
+        return 0;
+    case FG_WTYPE_F16:
+    case FG_WTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = wtype == FG_WTYPE_F16 ? fg_f32_to_f16(x[i]) : fg_f32_to_bf16(x[i]);
+            out[2 * i] = (uint8_t)h;
+            out[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        return 0;
+    default: break;
+    }
+    int elems, bytes;
+    if (!fg_wtype_block(wtype, &elems, &bytes) || n % elems != 0)
+        return -1;
+    if (wtype == FG_WTYPE_Q8_0) {
+        fg_quantize_row_q8_0(x, y, n);
+        return 0;
+    }
+    if (wtype == FG_WTYPE_MXFP4)
+        return fg_quantize_row_mxfp4(x, y, n);
+    block_fn fn = block_quantizer(wtype);
+    for (int64_t b = 0; b < n / elems; b++)
+        fn(x + b * elems, out + b * bytes);
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* quantize.h: the quantizers, from F32 values to the block types of quants.h
+ * and numeric.h, writing the bytes ggml's quantizers write (llama-quantize
+ * without an importance matrix): quantize_row_*_ref in ggml-quants.c for Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and MXFP4, and
+ * quantize_iq4_nl / quantize_iq4_xs without weights for IQ4_NL and IQ4_XS
+ * (the scale search with 7 tries on each side that llama-quantize runs; the
+ * IQ4_NL row function of recent ggml skips that search). F16 and BF16 round to
+ * nearest even as ggml's conversions do; F32 is copied.
+ *
+ * Byte identity rests on doing every float operation in ggml's order, in
+ * single precision, without contraction into fused multiply-adds (this file
+ * is compiled with -ffp-contract=off) and with ggml's rounding
+ * (nearest_int: the 1.5 * 2^23 trick, ties to even; truncation where ggml
+ * truncates; roundf for Q8_0).
+ *
+ * Thread safety: pure functions.
+ */
+#ifndef FG_QUANTIZE_H
+#define FG_QUANTIZE_H
+
+#include <stdint.h>
+
+/* 1 if fg_wtype_quantize_row writes wtype (matmul.h's ids, ggml's), else 0. */
+int fg_wtype_quantizes(int wtype);
+
+/* Quantizes n values (a positive multiple of the type's block; any n >= 1 for
+ * F32, F16, BF16) to wtype, writing fg_ggml_row_bytes(wtype, n) bytes to y.
+ * Returns 0, or -1 for a type it does not write, a bad n, or x holding a NaN
+ * or an infinity (ggml's rounding is undefined there; nothing is written). */
+int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n);
+
+#endif
