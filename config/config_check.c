@@ -11,6 +11,8 @@
  */
 #include "config/config_schema.h"
 
+#include "config/base/name.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -455,6 +457,18 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "server.tls_cert_file and server.tls_key_file go together: set both for TLS, or neither");
 
+    if (*c->cluster.advertise_url) {
+        if (!strcmp(c->redis.address, "off"))
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "cluster.advertise_url needs Redis for the session directory; redis.address is off");
+        if (!fg_name_valid(c->cluster.instance_id, strlen(c->cluster.instance_id)))
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "cluster.instance_id must be 1 to 64 of A-Z a-z 0-9 _ - when cluster.advertise_url is set");
+        for (const char *p = c->cluster.advertise_url; *p; p++)
+            if ((unsigned char)*p <= ' ' || (unsigned char)*p > '~' || p - c->cluster.advertise_url >= 254)
+                return fg_diag_set(d, FG_ERR_CONFIG,
+                                   "cluster.advertise_url must be up to 254 printable characters without spaces");
+    }
     if (!redis_address_ok(c->redis.address))
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "redis.address must be host:port, [ipv6]:port, an absolute unix socket path, off, or empty");

@@ -65,6 +65,8 @@ const fg_cfg_section fg_cfg_sections[] = {
     {"log", "Logging."},
     {"redis", "The Redis server that holds every tenant's quotas."},
     {"persistence", "Sessions written to disk when idle, under memory pressure, and across restarts."},
+    {"cluster", "Several instances behind one load balancer, sharing one Redis and one persistence.dir: where each "
+                "session is held, redirects and migration (docs/deploy.md, \"Sessions across instances\")."},
     {"debug", "For tests and debugging only; a production server leaves this section out."},
 };
 const size_t fg_cfg_n_sections = sizeof fg_cfg_sections / sizeof fg_cfg_sections[0];
@@ -239,6 +241,19 @@ const fg_cfg_key fg_cfg_keys[] = {
           "tenant's oldest page files (cold shared pages) are removed to make room, then a save "
           "that would still pass it fails like a full disk: the session stays in memory and its "
           "client gets persist_failed."),
+
+    K_STR(fg_config, "cluster.instance_id", cluster.instance_id, "", 0,
+          "This instance's name in the session directory: 1 to 64 of A-Z a-z 0-9 _ -, unique among the "
+          "instances; required with cluster.advertise_url."),
+    K_STR(fg_config, "cluster.advertise_url", cluster.advertise_url, "", 0,
+          "Where clients reach this instance (ws://host:port or https://host:port, no spaces), named in "
+          "the redirect a client gets when it resumes a session this instance holds at another one; "
+          "empty (the default) turns the session directory off. Needs Redis (not off) and a "
+          "persistence.dir every instance shares."),
+    K_INT(fg_config, "cluster.lease_ttl_ms", cluster.lease_ttl_ms, 10000, 300, 3600000,
+          "Milliseconds a session's lease in the directory outlives its holder's last renewal (renewed "
+          "every third of it): how soon after an instance dies its sessions can move to another. The "
+          "holder writes a session's file only within three quarters of it after a renewal."),
 
     K_LIST(fg_config, "debug.scripted_output", debug.scripted_output, 0,
            "TESTS ONLY: the k-th generating response the server starts (all sessions, in order) emits the tokens of the k-th text "

@@ -154,6 +154,14 @@ typedef struct fg_config_persistence {
     int64_t disk_budget_bytes;      /* bytes of session files; 0: unlimited */
 } fg_config_persistence;
 
+/* Several instances sharing one Redis and one persistence.dir: the session
+ * directory (docs/deploy.md, "Sessions across instances"). */
+typedef struct fg_config_cluster {
+    const char *instance_id;        /* this instance's name in the directory; "" with advertise_url "" */
+    const char *advertise_url;      /* where clients reach this instance; "": the directory is off */
+    int64_t lease_ttl_ms;           /* milliseconds a session's lease outlives its holder's last renewal */
+} fg_config_cluster;
+
 /* Test and debug settings: a server in production leaves them empty. */
 typedef struct fg_config_debug {
     /* The k-th generating response the server starts emits the tokens of item k (its
@@ -188,6 +196,7 @@ typedef struct fg_config {
     fg_config_log log;
     fg_config_redis redis;
     fg_config_persistence persistence;
+    fg_config_cluster cluster;
     fg_config_debug debug;
     const fg_config_tenant *tenants;
     size_t n_tenants;

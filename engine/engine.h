@@ -99,6 +99,12 @@ typedef struct fg_engine_options {
     double idle_spill_seconds;   /* idle named sessions and cold cached pages move to disk after this; 0: only under pressure */
     uint64_t disk_budget_bytes;  /* session files in all; 0: unlimited; a write past it fails FG_ERR_DISK_FULL */
     double session_file_max_age_seconds; /* at open, session files not written for longer are deleted; 0: kept */
+    /* Asked on the writer thread before each write or removal of a session's
+     * file (fencing between instances that share persist_dir: the gateway's
+     * session directory); false refuses it: a save fails with FG_ERR_STATE as a
+     * failed write does, a removal leaves the file. NULL: always allowed. */
+    bool (*persist_fence)(void *user, const char *tenant_name, const char *name);
+    void *persist_fence_user;
 } fg_engine_options;
 
 void fg_engine_options_default(fg_engine_options *o);

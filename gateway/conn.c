@@ -50,6 +50,7 @@ void gw_conn_rx_update(gw_conn *c)
     const gw_session *s = c->sink.session;
     /* a client whose events pile up is not read either: its requests would queue more */
     bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending)) || c->sink.resume_wait ||
+                 c->sink.dir_wait ||
                  (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY);
     if (c->rx_paused != pause) {
         c->rx_paused = pause;
@@ -179,6 +180,7 @@ void gw_conn_on_close(gw_conn *c)
     fg_gateway_t *gw = c->sink.gw;
     lws_sul_cancel(&c->limit_timer);
     gw_cmd_sink_gone(&c->sink);
+    gw_cluster_sink_gone(&c->sink); /* a resume waiting on the directory goes on without it */
     if (c->sink.session)
         gw_session_detach(c->sink.session); /* the session outlives the socket */
     if (c->rws)

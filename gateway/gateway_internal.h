@@ -20,6 +20,7 @@
 #include "gateway/session_cmd.h"
 #include "gateway/tenants.h"
 #include "policies/quota.h"
+#include "policies/session_dir.h"
 
 typedef struct gw_conn gw_conn;
 typedef struct gw_session gw_session;
@@ -134,6 +135,10 @@ struct gw_session {
     char resp_id[32];
     char item_id[32];
     uint64_t item_counter, resp_counter;
+    uint64_t resp_floor;            /* restored: its file keeps only a reservation above the counter, so while
+                                       resp_counter is still the restored one, any response number in
+                                       [resp_floor, resp_counter] may be the newest (openai_responses.c) */
+    uint64_t resp_restored;         /* resp_counter as restored (0: not restored) */
     struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
@@ -362,6 +367,60 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate);
 /* Resident KV bytes of a tenant (the engine's count; a walk of the sessions
  * when the engine cannot say). */
 int64_t gw_tenant_kv_bytes(fg_gateway_t *gw, int tenant);
+
+/* gw_cluster.c: the session directory's side of the gateway (policies/session_dir.h) */
+/* Whether the directory is on (cluster.advertise_url set and Redis up as a module). */
+bool gw_cluster_on(const fg_gateway_t *gw);
+/* A transport's request for a session not held here, waiting on the directory
+ * (its sink's dir_wait; the sink is not read meanwhile). */
+typedef struct gw_dir_wait gw_dir_wait;
+typedef struct gw_cluster_ops {
+    /* This instance holds the session's lease now: restore it (a failed restore
+     * calls gw_cluster_restore_failed) and go on. */
+    void (*adopt)(gw_sink *k, gw_dir_wait *w);
+    /* Not to be had here: code session_elsewhere or session_taken (r names the
+     * holder), quota_unavailable (retry seconds), session_not_found, internal_error. */
+    void (*refuse)(gw_sink *k, gw_dir_wait *w, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                   const char *msg);
+} gw_cluster_ops;
+struct gw_dir_wait {
+    const gw_cluster_ops *ops;
+    fg_gateway_t *gw;
+    gw_sink *sink;                  /* NULL once the transport left */
+    int tenant;
+    char tenant_id[FG_NAME_MAX + 1];
+    char session_id[FG_NAME_MAX + 1];
+    uint64_t arg;                   /* the caller's: session.resume's last_sequence_number, a response number */
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+    double started;                 /* seconds (monotonic), for the log */
+};
+/* Asks the directory for session id of k's tenant; ops answer (at once for a malformed id). */
+void gw_cluster_claim(gw_sink *k, const char *id, size_t id_len, const gw_cluster_ops *ops, uint64_t arg,
+                      const char *event_id);
+/* session.resume of a session not held here: the directory is asked, then
+ * the session is restored here (gw_resume_restore), or the client is told
+ * where it is (session_elsewhere), or that another instance won the adoption
+ * (session_taken). The sink is not read meanwhile. */
+void gw_cluster_resume(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id);
+/* The restore after a claim failed: the lease goes back (gone: the session does not exist, its epoch too). */
+void gw_cluster_restore_failed(fg_gateway_t *gw, int tenant, const char *id, size_t id_len, bool gone);
+/* A session made here (not restored): registered as held. */
+void gw_cluster_session_new(gw_session *s);
+/* A session leaves this instance; keep_file: its file stays (its epoch too). */
+void gw_cluster_session_gone(gw_session *s, bool keep_file);
+/* The transport of k leaves: a resume waiting on the directory is dropped. */
+void gw_cluster_sink_gone(gw_sink *k);
+/* Whether this instance may serve the session now: its lease is held and recent (the same
+ * test as the file writes' fence). A response.create is refused otherwise. */
+bool gw_cluster_holds(gw_session *s);
+/* The session is no longer this instance's: the client gets session_moved (event_id: the
+ * refused event's, or NULL), the session is closed here and its file left to its holder. */
+void gw_cluster_moved(gw_session *s, const char *event_id);
+/* Every sweep: sessions whose lease another instance took are closed here, their files left alone. */
+void gw_cluster_sweep(fg_gateway_t *gw);
+/* The engine's persist_fence (fg_engine_options): may this instance write the session's file? */
+bool gw_cluster_fence(void *user, const char *tenant_name, const char *name);
 
 /* conn.c */
 /* session_event: a client secret's session settings (a session.update's

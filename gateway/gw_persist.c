@@ -109,6 +109,8 @@ static void apply_meta(gw_session *s, fg_session_meta *m)
     s->evt_counter = m->evt_counter; /* the reservations: above every id handed out under this record */
     s->item_counter = m->item_counter;
     s->resp_counter = m->resp_counter;
+    s->resp_restored = m->resp_counter;
+    s->resp_floor = m->resp_counter > ID_RESERVE ? m->resp_counter - ID_RESERVE : 0;
     s->rebuild = m->rebuild;
 }
 

@@ -130,6 +130,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, f
         return NULL;
     }
     gw_session_adopt(s, es);
+    gw_cluster_session_new(s); /* a restored one holds its lease already (gw_cluster.c asked for it) */
     return s;
 }
 
@@ -143,6 +144,7 @@ void gw_session_destroy(gw_session *s, bool keep_file)
             gw_session_detach(s);
         return;
     }
+    gw_cluster_session_gone(s, keep_file);
     if (s->sink)
         gw_session_detach(s);
     if (s->es && keep_file) /* none after a failed rebuild */

@@ -395,6 +395,23 @@ static void render_quota(fg_gateway_t *gw, text *t)
               "Session opens and reservations decided locally while Redis was unreachable.", (double)qs.degraded);
     put_value(t, "flashgate_quota_journal_entries", "gauge", "Usage entries waiting for replay into Redis.",
               (double)qs.journal_entries);
+    fg_dir_stats ds;
+    fg_quota_dir_get_stats(gw->quota, &ds); /* zeros without a directory */
+    put_value(t, "flashgate_session_dir_enabled", "gauge",
+              "1 when the session directory is on (cluster.advertise_url set).", gw_cluster_on(gw) ? 1 : 0);
+    put_value(t, "flashgate_session_dir_leases", "gauge", "Session leases this instance holds in the directory.",
+              (double)ds.held);
+    put_value(t, "flashgate_session_dir_claims_total", "counter",
+              "Directory claims sent (new sessions, looks and takes of resumed ones).", (double)ds.claims);
+    put_value(t, "flashgate_session_dir_renewals_total", "counter", "Directory renewal calls (one per tenant and period).",
+              (double)ds.renewals);
+    put_value(t, "flashgate_session_dir_releases_total", "counter", "Directory leases given back.",
+              (double)ds.releases);
+    put_value(t, "flashgate_session_dir_lost_total", "counter",
+              "Leases found taken by another instance (this one was paused or cut off past the lease).",
+              (double)ds.lost);
+    put_value(t, "flashgate_session_dir_fenced_total", "counter",
+              "Session file writes refused because this instance no longer holds the lease.", (double)ds.fenced);
     char id[160];
     family(t, "flashgate_tenant_fail_closed", "gauge",
            "1 when the tenant refuses new work while Redis is unreachable, 0 when it fails open.");

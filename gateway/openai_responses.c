@@ -403,12 +403,129 @@ static gw_session *find_previous(fg_gateway_t *gw, gw_oa_call *c, int tenant, co
     return s;
 }
 
+/* ---- previous_response_id of a session another instance held (gw_cluster.c) ---- */
+
+/* The session id and number of a well-formed response id. */
+static bool parse_response_id(const char *id, char sid[48], uint64_t *n_out)
+{
+    unsigned long long n = 0;
+    int end = 0;
+    if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' || id[38] < '0' || id[38] > '9' ||
+        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0)
+        return false;
+    snprintf(sid, 48, "sess_%.32s", id + 5);
+    *n_out = n;
+    return true;
+}
+
+/* The restore of an adopted session ended; w (a copy of the directory's wait) is c's dir_wait meanwhile, so its
+ * sink is NULL if the client left. */
+static void prev_restored(void *user, gw_session *s, fg_proto_code code, const char *msg)
+{
+    gw_dir_wait *w = user;
+    if (!s)
+        gw_cluster_restore_failed(w->gw, w->tenant, w->session_id, strlen(w->session_id),
+                                  code == FG_PROTO_SESSION_NOT_FOUND);
+    if (!w->sink) {
+        if (s)
+            gw_session_destroy(s, true);
+        free(w);
+        return;
+    }
+    gw_oa_call *c = lws_container_of(w->sink, gw_oa_call, sink);
+    c->sink.dir_wait = NULL;
+    respx *x = c->user;
+    if (!s) {
+        char m[300];
+        snprintf(m, sizeof m, "Previous response with id '%.100s' not found.", x->r.previous_response_id);
+        if (code == FG_PROTO_SESSION_NOT_FOUND)
+            gw_oa_fail(c, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", m);
+        else
+            gw_oa_fail(c, code == FG_PROTO_SESSION_LOST ? 410 : 500, "server_error", fg_proto_error_code_name(code),
+                       "previous_response_id", msg);
+        free(w);
+        return gw_oa_call_free(c);
+    }
+    /* Restored from its file, the session knows its newest response number only to within the file's id
+     * reservation: the saved conversation is continued (docs/deploy.md, "Sessions across instances"). */
+    const uint64_t n = w->arg;
+    bool usable = !s->sink && !s->responding && !s->quota_pending && n >= s->resp_floor && n <= s->resp_counter &&
+                  (!x->r.instructions || (x->r.instructions_len == s->instructions_len &&
+                                          memcmp(x->r.instructions, s->instructions, s->instructions_len) == 0));
+    free(w);
+    if (!usable) {
+        gw_session_destroy(s, true); /* back to its file, untouched */
+        gw_oa_fail(c, 400, "invalid_request_error", "unsupported_value", "instructions",
+                   "with previous_response_id, instructions must be left out or be the same as before "
+                   "(changing them would recompute the conversation)");
+        return gw_oa_call_free(c);
+    }
+    gw_oa_call_continue(c, s);
+}
+
+static void prev_adopt(gw_sink *k, gw_dir_wait *w)
+{
+    gw_oa_call *c = lws_container_of(k, gw_oa_call, sink);
+    gw_dir_wait *w2 = malloc(sizeof *w2);
+    fg_proto_code code = FG_PROTO_INTERNAL_ERROR;
+    char msg[400] = "out of memory";
+    if (w2) {
+        *w2 = *w;
+        w2->sink = k;
+        k->dir_wait = w2; /* the client leaving clears w2->sink */
+        if (gw_session_restore(k->gw, k->tenant, w->session_id, strlen(w->session_id), prev_restored, w2, &code, msg,
+                               sizeof msg))
+            return;
+        k->dir_wait = NULL;
+        free(w2);
+    }
+    gw_cluster_restore_failed(k->gw, k->tenant, w->session_id, strlen(w->session_id), false);
+    gw_oa_fail(c, 500, "server_error", "internal_error", "previous_response_id", msg);
+    gw_oa_call_free(c);
+}
+
+/* 409 (session_elsewhere, session_taken) with error.location, as docs/protocol.md "HTTP APIs" has it. */
+static void prev_refuse(gw_sink *k, gw_dir_wait *w, fg_proto_code code, const fg_dir_result *r, uint32_t retry,
+                        const char *msg)
+{
+    (void)w;
+    (void)retry;
+    gw_oa_call *c = lws_container_of(k, gw_oa_call, sink);
+    respx *x = c->user;
+    if (code == FG_PROTO_SESSION_NOT_FOUND) {
+        char m[300];
+        snprintf(m, sizeof m, "Previous response with id '%.100s' not found.", x->r.previous_response_id);
+        gw_oa_fail(c, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", m);
+    } else if (r && r->owner[0] && c->req) {
+        char m[400], inst[160], url[600], body[1400];
+        snprintf(body, sizeof body,
+                 "{\"error\":{\"message\":%s,\"type\":\"invalid_request_error\",\"param\":\"previous_response_id\","
+                 "\"code\":\"%s\",\"location\":{\"instance_id\":%s,\"url\":%s}}}",
+                 fg_log_str(m, sizeof m, msg), fg_proto_error_code_name(code), fg_log_str(inst, sizeof inst, r->owner),
+                 fg_log_str(url, sizeof url, r->owner_url));
+        gw_http_reply(c->req, 409, body);
+        c->req = NULL;
+    } else {
+        gw_oa_fail(c, code == FG_PROTO_QUOTA_UNAVAILABLE ? 503 : 500, "server_error", fg_proto_error_code_name(code),
+                   NULL, msg);
+    }
+    gw_oa_call_free(c);
+}
+
+static const gw_cluster_ops prev_ops = {prev_adopt, prev_refuse};
+
 /* Runs a parsed request (x->r) as the call c, on a new session or the previous response's. */
 static void run(fg_gateway_t *gw, gw_oa_call *c, int tenant)
 {
     respx *x = c->user;
-    gw_session *prev = x->r.previous_response_id ? find_previous(gw, c, tenant, &x->r) : NULL;
-    if (x->r.previous_response_id && !prev)
+    char sid[48];
+    uint64_t n = 0;
+    /* over HTTP, a conversation held nowhere here: the session directory says where, or this instance adopts it */
+    const bool held_elsewhere = x->r.previous_response_id && c->req && !c->ws && gw_cluster_on(gw) &&
+                                parse_response_id(x->r.previous_response_id, sid, &n) &&
+                                !gw_session_find(gw, sid, strlen(sid));
+    gw_session *prev = x->r.previous_response_id && !held_elsewhere ? find_previous(gw, c, tenant, &x->r) : NULL;
+    if (x->r.previous_response_id && !prev && !held_elsewhere)
         return gw_oa_call_free(c);
     snprintf(c->sink.model, sizeof c->sink.model, "%.64s", x->r.model);
     c->stream = x->r.stream || c->ws;
@@ -418,10 +535,14 @@ static void run(fg_gateway_t *gw, gw_oa_call *c, int tenant)
     c->n_items = x->r.n_items;
     c->sampling = x->r.sampling;
     c->tools = &x->r.tools;
-    if (prev)
+    if (held_elsewhere) {
+        gw_oa_call_hold(c);
+        gw_cluster_claim(&c->sink, sid, strlen(sid), &prev_ops, n, NULL);
+    } else if (prev) {
         gw_oa_call_continue(c, prev);
-    else
+    } else {
         gw_oa_call_start(c, x->r.instructions, x->r.instructions_len);
+    }
 }
 
 void gw_openai_responses(fg_gateway_t *gw, gw_http_req *req)

@@ -144,6 +144,7 @@ void gw_oa_fail(gw_oa_call *c, unsigned status, const char *type, const char *co
 
 void gw_oa_call_free(gw_oa_call *c)
 {
+    gw_cluster_sink_gone(&c->sink); /* a wait on the session directory finds nobody */
     gw_session *s = c->sink.session;
     if (s && c->keep && c->state_ == CALL_DONE && !s->responding) {
         gw_session_detach(s); /* stored: the next call continues it, or the idle sweep ends it */
@@ -555,6 +556,11 @@ void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len)
     set_tools(c, &ev.u.session);
     gw_cmd_dispatch(&c->sink, &ev);
     schedule(c); /* session.created (or its error) is queued, or comes with the quota's answer */
+}
+
+void gw_oa_call_hold(gw_oa_call *c)
+{
+    gw_http_set_on_gone(c->req, on_gone, c);
 }
 
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s)

@@ -89,6 +89,8 @@ gw_oa_call *gw_oa_call_new(fg_gateway_t *gw, gw_http_req *req, int tenant, const
 void gw_oa_call_start(gw_oa_call *c, const char *instructions, size_t len);
 /* Starts it on a kept session of the same tenant (idle: not responding, no sink). */
 void gw_oa_call_continue(gw_oa_call *c, gw_session *s);
+/* The call waits before it starts (the session directory): the client leaving frees it. */
+void gw_oa_call_hold(gw_oa_call *c);
 /* Frees a call that was never started (a refusal already answered by the surface). */
 void gw_oa_call_free(gw_oa_call *c);
 /* A call answering on a Responses WebSocket connection (conn->rws_call is it until it ends). */

@@ -103,6 +103,9 @@ typedef enum fg_proto_code {
     FG_PROTO_PERSIST_FAILED,
     FG_PROTO_INTERNAL_ERROR,
     FG_PROTO_TOOL_CALL_INVALID, /* the model's tool call cannot be used (malformed, or refused by tool_choice) */
+    FG_PROTO_SESSION_ELSEWHERE, /* another live instance holds the session: error.location names it */
+    FG_PROTO_SESSION_TAKEN,     /* another instance adopted the session first (a migration race) */
+    FG_PROTO_SESSION_MOVED,     /* this instance lost the session to another (its lease expired) */
     FG_PROTO_CODE__COUNT
 } fg_proto_code;
 
@@ -139,6 +142,10 @@ typedef struct fg_proto_error {
     char param[96];                            /* JSON path of the bad field, e.g. "item.content[2].text" */
     bool has_event_id;
     char event_id[FG_PROTO_MAX_ID_BYTES + 1];  /* the client's event_id, echoed */
+    /* session_elsewhere, session_taken, session_moved: the holder ("" unknown), as
+     * error.location {instance_id, url} (docs/protocol.md "Sessions across instances") */
+    char location_instance[65];
+    char location_url[256];
 } fg_proto_error;
 
 /* Fills err (code, param or NULL, printf message) and returns FG_ERR_INVALID_ARG,

@@ -67,6 +67,12 @@ static const fg_proto_code_info code_table[FG_PROTO_CODE__COUNT] = {
     [FG_PROTO_TOOL_CALL_INVALID] = {"tool_call_invalid", SERVER, false, false,
                                     "the model's tool call cannot be used (malformed, undeclared, or against "
                                     "tool_choice); the call is not taken"},
+    [FG_PROTO_SESSION_ELSEWHERE] = {"session_elsewhere", INVALID, false, false,
+                                    "another live instance holds the session; error.location names it: resume there"},
+    [FG_PROTO_SESSION_TAKEN] = {"session_taken", INVALID, false, false,
+                                "another instance adopted the session first; error.location names it: resume there"},
+    [FG_PROTO_SESSION_MOVED] = {"session_moved", SERVER, false, false,
+                                "this instance no longer holds the session (its lease expired and another took it)"},
 };
 
 const fg_proto_code_info *fg_proto_code_info_get(fg_proto_code c)
@@ -124,5 +130,6 @@ fg_err fg_proto_error_set(fg_proto_error *err, fg_proto_code code, const char *p
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     err->has_event_id = event_id != NULL;
     snprintf(err->event_id, sizeof err->event_id, "%s", event_id ? event_id : "");
+    err->location_instance[0] = err->location_url[0] = '\0';
     return FG_ERR_INVALID_ARG;
 }

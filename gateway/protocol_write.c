@@ -674,6 +674,14 @@ fg_err fg_proto_write_error(fg_proto_buf *b, uint64_t seq, uint64_t evt, const f
         return e;
     e = err->has_event_id ? fg_proto_buf_put_json_string(b, err->event_id, strnlen(err->event_id, sizeof err->event_id))
                           : put_lit(b, "null");
+    if (!e && err->location_url[0] &&
+        ((e = put_lit(b, ",\"location\":{\"instance_id\":")) ||
+         (e = fg_proto_buf_put_json_string(b, err->location_instance,
+                                           strnlen(err->location_instance, sizeof err->location_instance))) ||
+         (e = put_lit(b, ",\"url\":")) ||
+         (e = fg_proto_buf_put_json_string(b, err->location_url, strnlen(err->location_url, sizeof err->location_url))) ||
+         (e = put_lit(b, "}"))))
+        return e;
     if (e || (e = put_lit(b, "}")))
         return e;
     if (retry_after_s && ((e = put_lit(b, ",\"retry_after\":")) || (e = put_u64(b, retry_after_s))))

@@ -252,6 +252,7 @@ static void sweep_cb(lws_sorted_usec_list_t *sul)
 {
     fg_gateway_t *gw = lws_container_of(sul, fg_gateway_t, sweep);
     gw_sessions_sweep(gw);
+    gw_cluster_sweep(gw);
     gw_secrets_sweep(gw->secrets, fg_clock_mono_s());
     if (!gw->draining) /* once a second: the dashboard's history (status.h) */
         gw_status_sample(gw);
@@ -442,6 +443,9 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     /* A file untouched for the idle timeout belongs to a session that would have
      * expired (and lost its file) had this server been running: not resumable. */
     o->session_file_max_age_seconds = (double)cfg->sessions.idle_timeout_s;
+    /* Instances sharing persistence.dir write a session's file only while they hold its lease. */
+    o->persist_fence = gw_cluster_fence;
+    o->persist_fence_user = gw;
 }
 
 fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag)

@@ -199,18 +199,23 @@ typedef struct quota_ctx {
     bool resume;             /* session.open for a session restored from disk: answer session.resumed */
 } quota_ctx;
 
-static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
+static quota_ctx *quota_ctx_new_id(gw_session *s, const char *event_id)
 {
     quota_ctx *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->gw = s->gw;
     snprintf(q->session_id, sizeof q->session_id, "%s", s->id);
-    if (ev->has_event_id) {
+    if (event_id) {
         q->has_event_id = true;
-        snprintf(q->event_id, sizeof q->event_id, "%s", ev->event_id.ptr);
+        snprintf(q->event_id, sizeof q->event_id, "%s", event_id);
     }
     return q;
+}
+
+static quota_ctx *quota_ctx_new(gw_session *s, const fg_client_event *ev)
+{
+    return quota_ctx_new_id(s, ev->has_event_id ? ev->event_id.ptr : NULL);
 }
 
 /* Protocol code and param for a quota refusal. */
@@ -304,7 +309,7 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
     const fg_proto_session_params *p = &ev->u.session;
-    if (k->session)
+    if (k->session || k->dir_wait)
         return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
@@ -410,6 +415,8 @@ static void on_session_update(gw_sink *k, const fg_client_event *ev)
 struct gw_resume_wait {
     gw_sink *k;                     /* NULL once the client left */
     fg_gateway_t *gw;
+    int tenant;
+    char session_id[48];            /* for the session directory (gw_cluster.c) when the restore fails */
     uint64_t last_seq;              /* the client's last_sequence_number */
     bool has_event_id;
     char event_id[FG_PROTO_MAX_ID_BYTES + 1];
@@ -436,6 +443,9 @@ static void on_restored(void *user, gw_session *s, fg_proto_code code, const cha
     struct gw_resume_wait *w = user;
     gw_sink *k = w->k;
     fg_gateway_t *gw = w->gw;
+    if (!s) /* the lease taken for it goes back (its epoch too when there is no such session) */
+        gw_cluster_restore_failed(gw, w->tenant, w->session_id, strlen(w->session_id),
+                                  code == FG_PROTO_SESSION_NOT_FOUND);
     if (!k) { /* the client left meanwhile */
         if (s)
             gw_session_destroy(s, true);
@@ -470,37 +480,56 @@ static void on_restored(void *user, gw_session *s, fg_proto_code code, const cha
     free(w);
 }
 
-/* session.resume of a session this process does not hold: restored from its
- * file (after a restart), off the service thread; the client is not read
- * meanwhile. Nothing is replayed (the resume buffer is not saved); numbering
- * continues above both the saved number and the client's. */
-static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
+void gw_resume_restore(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id)
 {
     fg_gateway_t *gw = k->gw;
-    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant)
-        return fail(k, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    fg_proto_error err;
+    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, false);
+        fg_proto_error_set(&err, FG_PROTO_TOO_MANY_SESSIONS, NULL, event_id, "%s",
+                           "the tenant's session limit is reached");
+        return gw_sink_error(k, &err, 0);
+    }
     struct gw_resume_wait *w = calloc(1, sizeof *w);
-    if (!w)
-        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
-    *w = (struct gw_resume_wait){.k = k, .gw = gw, .last_seq = ev->u.resume.last_sequence_number,
-                                 .has_event_id = ev->has_event_id};
-    if (ev->has_event_id)
-        snprintf(w->event_id, sizeof w->event_id, "%s", ev->event_id.ptr);
+    if (!w) {
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, false);
+        fg_proto_error_set(&err, FG_PROTO_INTERNAL_ERROR, NULL, event_id, "%s", "out of memory");
+        return gw_sink_error(k, &err, 0);
+    }
+    *w = (struct gw_resume_wait){.k = k, .gw = gw, .tenant = k->tenant, .last_seq = last_seq,
+                                 .has_event_id = event_id != NULL};
+    snprintf(w->session_id, sizeof w->session_id, "%.*s", (int)(id_len < sizeof w->session_id ? id_len : 0), id);
+    if (event_id)
+        snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
     fg_proto_code code;
     char msg[400];
-    if (!gw_session_restore(gw, k->tenant, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len, on_restored, w,
-                            &code, msg, sizeof msg)) {
+    if (!gw_session_restore(gw, k->tenant, id, id_len, on_restored, w, &code, msg, sizeof msg)) {
         free(w);
-        return fail(k, ev, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", "%s", msg);
+        gw_cluster_restore_failed(gw, k->tenant, id, id_len, code == FG_PROTO_SESSION_NOT_FOUND);
+        fg_proto_error_set(&err, code, code == FG_PROTO_INTERNAL_ERROR ? NULL : "session_id", event_id, "%s", msg);
+        return gw_sink_error(k, &err, 0);
     }
     k->resume_wait = w;
     gw_sink_rx_update(k);
 }
 
+/* session.resume of a session this process does not hold: restored from its
+ * file (after a restart, or from another instance's: gw_cluster.c asks the
+ * session directory first). Nothing is replayed (the resume buffer is not
+ * saved); numbering continues above both the saved number and the client's. */
+static void resume_from_disk(gw_sink *k, const fg_client_event *ev)
+{
+    const fg_proto_str *id = &ev->u.resume.session_id;
+    const char *event_id = ev->has_event_id ? ev->event_id.ptr : NULL;
+    if (gw_cluster_on(k->gw))
+        return gw_cluster_resume(k, id->ptr, id->len, ev->u.resume.last_sequence_number, event_id);
+    gw_resume_restore(k, id->ptr, id->len, ev->u.resume.last_sequence_number, event_id);
+}
+
 static void on_session_resume(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
-    if (k->session)
+    if (k->session || k->dir_wait)
         return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
     gw_session *s = gw_session_find(gw, ev->u.resume.session_id.ptr, ev->u.resume.session_id.len);
     if (s && s->tenant != k->tenant) /* the same answer for another tenant's session */
@@ -779,6 +808,8 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    if (!gw_cluster_holds(s)) /* its lease lapsed (this instance was paused or cut off): another may serve it */
+        return gw_cluster_moved(s, ev->has_event_id ? ev->event_id.ptr : NULL);
     s->resp_created_at = fg_clock_mono_s();
     if (ev->u.response.has_metadata && !(s->resp_metadata = strdup(ev->u.response.metadata.ptr)))
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
@@ -867,13 +898,13 @@ static void on_response_cancel(gw_sink *k, const fg_client_event *ev)
     gw_session_cancel(s); /* response.done (cancelled) follows from the engine */
 }
 
-void gw_session_close(gw_session *s, const char *reason)
+static void close_as(gw_session *s, const char *reason, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
     gw_sink *k = s->sink;
     if (!k) { /* detached: nobody to tell */
         fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-        gw_session_destroy(s, false);
+        gw_session_destroy(s, keep_file);
         return;
     }
     /* The session goes now: its unwritten events, then session.closed (its last
@@ -894,9 +925,19 @@ void gw_session_close(gw_session *s, const char *reason)
     if (fg_proto_write_session_closed(&gw->scratch, seq, evt, s->id, reason) == FG_OK)
         k->ops->push(k, seq, fg_proto_buf_text(&gw->scratch), gw->scratch.len);
     fg_log_at(FG_LOG_INFO, "session_closed", gw_session_tenant(s), s->id, "\"reason\":\"%s\"", reason);
-    gw_session_destroy(s, false);
+    gw_session_destroy(s, keep_file);
     gw_sink_request_write(k);
     gw_sink_output_changed(k);
+}
+
+void gw_session_close(gw_session *s, const char *reason)
+{
+    close_as(s, reason, false);
+}
+
+void gw_session_close_kept(gw_session *s, const char *reason)
+{
+    close_as(s, reason, true);
 }
 
 static void on_session_close(gw_sink *k, const fg_client_event *ev)

@@ -41,6 +41,7 @@ struct gw_sink {
     bool beta;                      /* with ga: the Realtime beta's event names */
     char model[FG_PROTO_MAX_ID_BYTES + 1]; /* the model the client asked for ("" = the server's) */
     gw_session *session;            /* attached session, or NULL */
+    struct gw_dir_wait *dir_wait;   /* a session.resume waiting on the session directory (gw_cluster.c), or NULL */
     struct gw_resume_wait *resume_wait; /* a session.resume whose file is being read, or NULL */
     uint64_t evt_counter;           /* event ids of the events outside a session */
 };
@@ -51,6 +52,13 @@ void gw_cmd_dispatch(gw_sink *k, const fg_client_event *ev);
 void gw_cmd_sink_gone(gw_sink *k);
 /* Sends an error: in the session's numbering when one is attached, else on the sink's own queue. */
 void gw_sink_error(gw_sink *k, const fg_proto_error *err, uint32_t retry_after);
+/* The restore half of a session.resume of a session this process does not
+ * hold (its file read, the quota lease asked for, session.resumed): run at
+ * once, or by gw_cluster.c once this instance holds the session's lease.
+ * event_id: the client's, or NULL. */
+void gw_resume_restore(gw_sink *k, const char *id, size_t id_len, uint64_t last_seq, const char *event_id);
+/* Like gw_session_close, but the session's file stays: another instance holds it now. */
+void gw_session_close_kept(gw_session *s, const char *reason);
 /* Closes a session for good: an attached sink gets its unwritten events, a
  * cancelled response.done if it was responding, then session.closed with
  * reason ("client_requested", "evicted"); then the session is destroyed. */

@@ -161,6 +161,7 @@ void fg_quota_destroy(fg_quota_t *q)
         free(s);
     }
     fg_qcache_free(&q->cache);
+    fg_qdir_free(q);
     fg_qjournal_close(&q->journal);
     free(q->conn.argv);
     free(q->conn.argvlen);
@@ -184,6 +185,8 @@ void fg_quota_poll(fg_quota_t *q)
         fg_qreq *next = r->next;
         if (r->usage_cb)
             r->usage_cb(r->user, r->usage_ok, &r->usage);
+        else if (r->dir_cb)
+            r->dir_cb(r->user, &r->dir);
         else if (r->cb)
             r->cb(r->user, &r->result);
         fg_qreq_free(r);
@@ -195,7 +198,7 @@ void fg_quota_poll(fg_quota_t *q)
 
 static bool is_admission(fg_qreq_kind k)
 {
-    return k == FG_QREQ_SESSION_OPEN || k == FG_QREQ_RESERVE;
+    return k == FG_QREQ_SESSION_OPEN || k == FG_QREQ_RESERVE || k == FG_QREQ_DIR_CLAIM;
 }
 
 /* Answers r at once on the calling thread's side (out of memory, queue full). */
@@ -235,6 +238,11 @@ static void enqueue(fg_quota_t *q, fg_qreq *r)
     q->n_in++;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
+}
+
+void fg_qreq_enqueue(fg_quota_t *q, fg_qreq *r)
+{
+    enqueue(q, r);
 }
 
 /* A request for tenant_id; on out of memory, cb runs now with FG_QUOTA_UNAVAILABLE. */

@@ -21,6 +21,8 @@
  *   flashgate:tenants         set of tenant ids
  *   flashgate:tenants:version counter, INCRed on every admin change
  *   flashgate:keyhash:<sha>   string: the tenant id owning the key with that hex SHA-256
+ *   {tenant:ID}:loc:<session> string "<epoch> <instance> <url>": the session's holder (session_dir.h), PX ttl
+ *   {tenant:ID}:loc_epochs    hash: session id -> the last directory epoch handed out
  */
 #ifndef FG_QUOTA_INTERNAL_H
 #define FG_QUOTA_INTERNAL_H
@@ -35,6 +37,7 @@
 #include "policies/backstop.h"
 #include "policies/quota.h"
 #include "policies/quota_scripts.h"
+#include "policies/session_dir.h"
 #include "policies/sha256.h"
 
 #define FG_QUOTA_KEY_MAX 200       /* bytes of a session id or response key (printable ASCII) */
@@ -62,6 +65,8 @@ typedef enum fg_qreq_kind {
     FG_QREQ_KEY_ADD,
     FG_QREQ_KEY_REVOKE,
     FG_QREQ_USAGE,
+    FG_QREQ_DIR_CLAIM,   /* session_dir.h */
+    FG_QREQ_DIR_RELEASE,
 } fg_qreq_kind;
 
 /* One call, from the caller's thread through the quota thread and back
@@ -80,16 +85,24 @@ typedef struct fg_qreq {
     size_t n_seed_hashes;
     fg_quota_cb cb;
     fg_quota_usage_cb usage_cb;
+    fg_dir_cb dir_cb;
     void *user;
+    /* the session directory: the session id is in member */
+    fg_dir_mode dir_mode;
+    uint64_t dir_epoch;                      /* take: the epoch the look saw; release: the one held */
+    bool dir_forget;                         /* release: drop the epoch too */
     fg_quota_verdict reject;                 /* set by the caller's side for malformed input:
                                                 the quota thread answers it as is */
     /* filled by the quota thread */
     fg_quota_result result;
     bool usage_ok;
     fg_tenant_usage usage;
+    fg_dir_result dir;
 } fg_qreq;
 
 void fg_qreq_free(fg_qreq *r);
+/* Queues r for the quota thread (quota.c; an admission is answered at once when the queue is full). */
+void fg_qreq_enqueue(struct fg_quota *q, fg_qreq *r);
 
 /* ---- commands (quota_conn.c) ---- */
 
@@ -160,6 +173,10 @@ typedef struct fg_qlease {
     int64_t reserved;   /* responses: tokens charged at reserve */
     int64_t day;        /* responses: UTC day (days since the epoch) charged */
     bool in_redis;      /* responses: lease and charge are in Redis (false: the backstop admitted it) */
+    /* directory leases (member "<tenant> <session id>", quota_dir.c) */
+    uint64_t epoch;         /* 0: a new session's claim not answered yet */
+    int64_t valid_until_us; /* CLOCK_MONOTONIC: writes of its file are allowed until then */
+    bool lost;              /* another instance took it: its file is not ours to write */
 } fg_qlease;
 
 /* The leases of one kind one tenant holds here: an array (for renewal) with
@@ -208,6 +225,27 @@ typedef struct fg_qbatch {
 /* quota_enforce.c: runs n <= FG_QUOTA_BATCH_MAX enforcement requests (one
  * round trip) and finishes them. */
 void fg_qenforce_batch(struct fg_quota *q, fg_qreq **reqs, size_t n);
+
+/* ---- the session directory (quota_dir.c) ---- */
+
+typedef struct fg_qdir {
+    bool on;                              /* set by fg_quota_dir_enable before any other dir call */
+    char instance[FG_NAME_MAX + 1];
+    char url[FG_DIR_URL_MAX + 1];
+    int ttl_ms;
+    pthread_mutex_t mu;                   /* guards the fields below (any thread) */
+    fg_qlease_vec held;                   /* leases of this instance, lost ones kept (fencing) */
+    fg_dir_lost *lost;                    /* found lost, not yet taken by the owner */
+    size_t n_lost, cap_lost;
+    fg_dir_stats stats;
+    int64_t next_renew_us;                /* quota thread only */
+} fg_qdir;
+
+/* Quota thread: runs n directory requests (one round trip) and finishes them. */
+void fg_qdir_batch(struct fg_quota *q, fg_qreq **reqs, size_t n);
+/* Quota thread: renews every held lease when due (one call per tenant). */
+void fg_qdir_renew_due(struct fg_quota *q, int64_t now_us, bool force);
+void fg_qdir_free(struct fg_quota *q);
 
 /* ---- journal (quota_journal.c; quota thread only) ---- */
 
@@ -325,6 +363,7 @@ struct fg_quota {
     char cache_version[32];       /* flashgate:tenants:version of the loaded cache */
     int64_t next_refresh_us, next_full_reload_us, next_renew_us, next_replay_us; /* CLOCK_MONOTONIC */
     bool seeds_pending;           /* a seed request arrived: run seeds */
+    fg_qdir dir;                  /* the session directory (off unless enabled) */
 };
 
 static inline bool fg_qconn_up(const struct fg_quota *q)

@@ -248,6 +248,72 @@ static const char CREATE[] =
     "redis.call('HSET', KEYS[1], unpack(ARGV))\n"
     "return 1\n";
 
+/* The session directory (session_dir.h). A lease's value is
+ * "<epoch> <instance> <url>"; instance ids and urls hold no spaces.
+ *
+ * dir_claim: look up a session's holder, or take the session.
+ *   KEYS[1] {tenant:ID}:loc:<session id>  string lease, PX lease ttl
+ *   KEYS[2] {tenant:ID}:loc_epochs        hash session id -> the last epoch handed out
+ *   ARGV[1] session id, ARGV[2] instance, ARGV[3] url, ARGV[4] lease ttl, ms
+ *   ARGV[5] mode: "new" (take it), "look" (say who holds it), "take" (take it
+ *           if free and its epoch is still ARGV[6])
+ * Reply {state, epoch, owner, url}, state as fg_dir_state: 0 free (epoch:
+ * the last handed out), 1 held by this instance (renewed, or taken now with
+ * a new epoch), 2 held by another instance, 3 take lost (another took it
+ * since the look). One script, so of several takers exactly one wins. */
+static const char DIR_CLAIM[] =
+    "local cur = redis.call('GET', KEYS[1])\n"
+    "local ep = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')\n"
+    "if cur then\n"
+    "  local e, inst, url = string.match(cur, '^(%d+) (%S+) (%S*)$')\n"
+    "  if inst == ARGV[2] then\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "    return {1, tonumber(e), inst, url}\n"
+    "  end\n"
+    "  if ARGV[5] == 'take' then return {3, tonumber(e) or 0, inst or '', url or ''} end\n"
+    "  return {2, tonumber(e) or 0, inst or '', url or ''}\n"
+    "end\n"
+    "if ARGV[5] == 'look' then return {0, ep, '', ''} end\n"
+    "if ARGV[5] == 'take' and ep ~= tonumber(ARGV[6]) then return {3, ep, '', ''} end\n"
+    "ep = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)\n"
+    "redis.call('SET', KEYS[1], ep .. ' ' .. ARGV[2] .. ' ' .. ARGV[3], 'PX', ARGV[4])\n"
+    "return {1, ep, ARGV[2], ARGV[3]}\n";
+
+/* dir_renew: renew the leases one instance holds for one tenant.
+ *   KEYS[1] {tenant:ID}:loc_epochs, KEYS[1 + i] the i-th lease
+ *   ARGV[1] instance, ARGV[2] lease ttl, ms; then per lease: session id, epoch, url
+ * Reply: per lease 1 (renewed; or it lapsed, during a Redis outage, and
+ * nobody took it since: set again) or 0 (lost: another instance holds it or
+ * took it since). */
+static const char DIR_RENEW[] =
+    "local out = {}\n"
+    "for i = 2, #KEYS do\n"
+    "  local a = 3 + (i - 2) * 3\n"
+    "  local want = ARGV[a + 1] .. ' ' .. ARGV[1] .. ' ' .. ARGV[a + 2]\n"
+    "  local cur = redis.call('GET', KEYS[i])\n"
+    "  if cur == want then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[2])\n"
+    "    out[#out + 1] = 1\n"
+    "  elseif not cur and redis.call('HGET', KEYS[1], ARGV[a]) == ARGV[a + 1] then\n"
+    "    redis.call('SET', KEYS[i], want, 'PX', ARGV[2])\n"
+    "    out[#out + 1] = 1\n"
+    "  else\n"
+    "    out[#out + 1] = 0\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* dir_release: give a lease back.
+ *   KEYS[1] the lease, KEYS[2] {tenant:ID}:loc_epochs
+ *   ARGV[1] session id, ARGV[2] epoch, ARGV[3] instance, ARGV[4] 1: forget the epoch too
+ * Reply 1 released, 0 not held by this instance with that epoch (nothing changed). */
+static const char DIR_RELEASE[] =
+    "local cur = redis.call('GET', KEYS[1])\n"
+    "if not cur or string.sub(cur, 1, #ARGV[2] + #ARGV[3] + 2) ~= ARGV[2] .. ' ' .. ARGV[3] .. ' ' then return 0 end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "if ARGV[4] == '1' and redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[1]) end\n"
+    "return 1\n";
+
 static const struct {
     const char *name, *source;
 } SCRIPTS[FG_QSCRIPT__COUNT] = {
@@ -258,6 +324,9 @@ static const struct {
     [FG_QSCRIPT_REPLAY] = {"replay", REPLAY},
     [FG_QSCRIPT_USAGE] = {"usage", USAGE},
     [FG_QSCRIPT_CREATE] = {"create", CREATE},
+    [FG_QSCRIPT_DIR_CLAIM] = {"dir_claim", DIR_CLAIM},
+    [FG_QSCRIPT_DIR_RENEW] = {"dir_renew", DIR_RENEW},
+    [FG_QSCRIPT_DIR_RELEASE] = {"dir_release", DIR_RELEASE},
 };
 
 const char *fg_qscript_source(fg_qscript_id id)

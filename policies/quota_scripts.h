@@ -20,6 +20,9 @@ typedef enum fg_qscript_id {
     FG_QSCRIPT_REPLAY,   /* apply journaled fail-open usage, idempotently */
     FG_QSCRIPT_USAGE,    /* read a tenant's live usage */
     FG_QSCRIPT_CREATE,   /* write a tenant's record only if it has none */
+    FG_QSCRIPT_DIR_CLAIM,   /* session directory: look up or take a session's lease */
+    FG_QSCRIPT_DIR_RENEW,   /* session directory: renew many leases of one tenant */
+    FG_QSCRIPT_DIR_RELEASE, /* session directory: give a lease back */
     FG_QSCRIPT__COUNT
 } fg_qscript_id;
 

@@ -54,7 +54,7 @@ void fg_quota_stat_reply_error(struct fg_quota *q, const char *what, const redis
 
 void fg_quota_finish(struct fg_quota *q, fg_qreq *r)
 {
-    if (!r->cb && !r->usage_cb) {
+    if (!r->cb && !r->usage_cb && !r->dir_cb) {
         fg_qreq_free(r);
         return;
     }
@@ -162,10 +162,15 @@ static bool is_enforcement(const fg_qreq *r)
            r->kind == FG_QREQ_SETTLE;
 }
 
+static bool is_dir(const fg_qreq *r)
+{
+    return r->kind == FG_QREQ_DIR_CLAIM || r->kind == FG_QREQ_DIR_RELEASE;
+}
+
 static void handle_requests(struct fg_quota *q, fg_qreq *list)
 {
-    fg_qreq *batch[FG_QUOTA_BATCH_MAX];
-    size_t n = 0;
+    fg_qreq *batch[FG_QUOTA_BATCH_MAX], *dir[FG_QUOTA_BATCH_MAX];
+    size_t n = 0, n_dir = 0;
     while (list) {
         fg_qreq *r = list;
         list = r->next;
@@ -174,6 +179,12 @@ static void handle_requests(struct fg_quota *q, fg_qreq *list)
             memset(&r->result, 0, sizeof r->result);
             r->result.verdict = r->reject;
             fg_quota_finish(q, r);
+        } else if (is_dir(r)) {
+            dir[n_dir++] = r;
+            if (n_dir == FG_QUOTA_BATCH_MAX) {
+                fg_qdir_batch(q, dir, n_dir);
+                n_dir = 0;
+            }
         } else if (is_enforcement(r)) {
             batch[n++] = r;
             if (n == FG_QUOTA_BATCH_MAX) {
@@ -186,6 +197,8 @@ static void handle_requests(struct fg_quota *q, fg_qreq *list)
     }
     if (n)
         fg_qenforce_batch(q, batch, n);
+    if (n_dir)
+        fg_qdir_batch(q, dir, n_dir);
 }
 
 static void on_connected(struct fg_quota *q, int64_t now_us)
@@ -194,6 +207,7 @@ static void on_connected(struct fg_quota *q, int64_t now_us)
     fg_qcache_refresh(q, true);
     fg_qjournal_replay(q);
     renew_all(q); /* leases that expired during the outage come back */
+    fg_qdir_renew_due(q, now_us, true);
     q->next_refresh_us = now_us + FG_QUOTA_REFRESH_MS * 1000LL;
     q->next_renew_us = now_us + q->lease_ttl_ms * 1000LL / 3;
 }
@@ -220,6 +234,7 @@ static void run_timers(struct fg_quota *q)
         renew_all(q);
         q->next_renew_us = now + q->lease_ttl_ms * 1000LL / 3;
     }
+    fg_qdir_renew_due(q, now, false);
 }
 
 /* When the loop must wake up without requests, CLOCK_MONOTONIC us. */
@@ -230,6 +245,8 @@ static int64_t next_wake(struct fg_quota *q)
     int64_t w = q->next_refresh_us < q->next_renew_us ? q->next_refresh_us : q->next_renew_us;
     if (q->journal.n && q->next_replay_us < w)
         w = q->next_replay_us; /* usage journaled while connected (backstop-admitted responses) */
+    if (q->dir.on && q->dir.next_renew_us < w)
+        w = q->dir.next_renew_us;
     if (q->seeds_pending)
         w = 0;
     return w;

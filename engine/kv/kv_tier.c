@@ -72,6 +72,12 @@ void fg_tier_disk_add(fg_engine_t *e, int tenant_ix, int64_t delta)
 
 static void disk_add(fg_engine_t *e, int tenant_ix, int64_t delta) { fg_tier_disk_add(e, tenant_ix, delta); }
 
+/* The owner's fence (fg_engine_options.persist_fence): may this session's file be touched? */
+static bool fence_ok(const fg_engine_t *e, const char *tenant, const char *name)
+{
+    return !e->opt.persist_fence || e->opt.persist_fence(e->opt.persist_fence_user, tenant, name);
+}
+
 /* ---- the writer thread (takes mu only around bookkeeping) ---- */
 
 static int64_t file_size(const char *path)
@@ -106,11 +112,15 @@ static void account(fg_engine_t *e, const fg_save_job *j, const fg_diag *d, bool
 
 /* ---- a session's save ---- */
 
+
 static fg_err save_write(fg_engine_t *e, fg_save_job *j, fg_diag *d)
 {
     char dir[4096], path[4096];
     if (!session_paths(e, j, dir, path))
         return fg_diag_set(d, FG_ERR_IO, "session path too long under %s", e->tier.persist_dir);
+    if (!fence_ok(e, j->tenant, j->name))
+        return fg_diag_set(d, FG_ERR_STATE, "session %s/%s: not written, this instance no longer holds it (fenced)",
+                           j->tenant, j->name);
     int64_t old = file_size(path);
     const fg_kv_geometry *geo = &e->tier.expect.geo;
     fg_sfile_view fv = {0};
@@ -216,7 +226,7 @@ static void remove_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     char dir[4096], path[4096];
     if (!session_paths(e, j, dir, path)) {
         j->err = fg_diag_set(d, FG_ERR_IO, "session path too long under %s", e->tier.persist_dir);
-    } else {
+    } else if (fence_ok(e, j->tenant, j->name)) {
         int64_t old = file_size(path);
         if (unlink(path) == 0) {
             pthread_mutex_lock(&e->mu);
@@ -518,7 +528,7 @@ void fg_tier_remove(fg_engine_t *e, const char *tenant, const char *name, int te
         return;
     if (!e->tier.persist) {
         char path[4096];
-        if (fg_tier_path(e, tenant, name, ".fgs", path, sizeof path)) {
+        if (fence_ok(e, tenant, name) && fg_tier_path(e, tenant, name, ".fgs", path, sizeof path)) {
             int64_t old = file_size(path);
             if (unlink(path) == 0)
                 disk_add(e, tenant_ix, -old);

@@ -17,6 +17,7 @@
 #include "gateway/log.h"
 #include "gateway/redis_local.h"
 #include "policies/quota.h"
+#include "policies/session_dir.h"
 
 extern char **environ;
 
@@ -108,6 +109,16 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
                                         .max_output_tokens = t->max_output_tokens, .weight = t->weight,
                                         .fail_closed = t->fail_mode == FG_CONFIG_FAIL_CLOSED};
         fg_quota_tenant_seed(*quota, &rec, t->api_keys.items, t->api_keys.count);
+    }
+    if (cfg->cluster.advertise_url[0]) {
+        fg_dir_options dopt = {.instance_id = cfg->cluster.instance_id, .advertise_url = cfg->cluster.advertise_url,
+                               .lease_ttl_ms = (int)cfg->cluster.lease_ttl_ms};
+        if (fg_quota_dir_enable(*quota, &dopt, &d) != FG_OK) {
+            fprintf(stderr, "error: %s\n", d.msg);
+            return -1;
+        }
+        fg_log(FG_LOG_INFO, "session_directory", "\"instance_id\":\"%s\",\"lease_ttl_ms\":%lld",
+               cfg->cluster.instance_id, (long long)cfg->cluster.lease_ttl_ms);
     }
     fg_gateway_set_quota(gw, *quota);
     fg_gateway_set_redis_local(gw, *redis);

@@ -402,6 +402,8 @@ ERROR_TYPES = {
     "insufficient_quota": "rate_limit_error", "quota_unavailable": "server_error",
     "shutting_down": "server_error", "internal_error": "server_error",
     "session_lost": "server_error", "persist_failed": "server_error",
+    "session_elsewhere": "invalid_request_error", "session_taken": "invalid_request_error",
+    "session_moved": "server_error",
 }
 RETRY_AFTER_CODES = {"rate_limited", "kv_unavailable", "rate_limit_exceeded", "insufficient_quota", "quota_unavailable"}
 

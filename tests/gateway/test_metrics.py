@@ -81,6 +81,13 @@ FAMILIES = {
     "flashgate_redis_round_trip_seconds": "histogram",
     "flashgate_quota_degraded_decisions": "counter",
     "flashgate_quota_journal_entries": "gauge",
+    "flashgate_session_dir_enabled": "gauge",
+    "flashgate_session_dir_leases": "gauge",
+    "flashgate_session_dir_claims": "counter",
+    "flashgate_session_dir_renewals": "counter",
+    "flashgate_session_dir_releases": "counter",
+    "flashgate_session_dir_lost": "counter",
+    "flashgate_session_dir_fenced": "counter",
     "flashgate_tenant_fail_closed": "gauge",
 }
 

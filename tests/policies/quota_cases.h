@@ -11,5 +11,6 @@ int test_quota_journal(void);
 int test_quota_traffic(void);
 int test_quota_admin(void);
 int test_quota_leaseset(void);
+int test_quota_dir(void);
 
 #endif

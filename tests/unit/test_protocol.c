@@ -1100,6 +1100,21 @@ static void test_writers(void)
     record_paths(j);
     json_decref(j);
 
+    /* a redirect: error.location names the session's holder */
+    fg_proto_error_set(&err, FG_PROTO_SESSION_ELSEWHERE, "session_id", "r1", "held by %s", "gw-a");
+    snprintf(err.location_instance, sizeof err.location_instance, "gw-a");
+    snprintf(err.location_url, sizeof err.location_url, "ws://10.0.0.5:8080");
+    CHECK(fg_proto_write_error(&b, 0, 3, &err, 0) == FG_OK);
+    j = load(&b);
+    CHECK(strcmp(jstr(j, "error.code"), "session_elsewhere") == 0 &&
+          strcmp(jstr(j, "error.location.instance_id"), "gw-a") == 0 &&
+          strcmp(jstr(j, "error.location.url"), "ws://10.0.0.5:8080") == 0);
+    record_paths(j);
+    json_decref(j);
+    /* and fg_proto_error_set clears it for the next error */
+    fg_proto_error_set(&err, FG_PROTO_INTERNAL_ERROR, NULL, NULL, "x");
+    CHECK(err.location_url[0] == 0 && err.location_instance[0] == 0);
+
     /* an out-of-range code is written as internal_error, never garbage */
     err.code = (fg_proto_code)999;
     CHECK(fg_proto_write_error(&b, 0, 2, &err, 0) == FG_OK);
