@@ -33,7 +33,7 @@
 #include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
-#include "tests/model/model_test.h"
+#include "tests/model/ep_test.h"
 
 #define N 12
 #define MAXGEN 10
@@ -70,11 +70,7 @@ static fg_engine_options node_options(int ranks, int per_node, int node, fg_ep_i
 
 static void start(run *r)
 {
-    fg_diag d;
-    CHECK(fg_session_create(r->e, NULL, &r->s) == FG_OK);
-    CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
-    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = r->max_tokens, .generate = true};
-    CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+    ep_test_start(r->e, r->prompt, r->n_prompt, r->max_tokens, &r->s);
     r->n_got = 0;
     r->started = true;
     r->done = r->cancelled = false;

@@ -16,7 +16,7 @@
 #include "engine/model/gguf.h"
 #include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/vecops.h"
-#include "tests/model/model_test.h"
+#include "tests/model/ep_test.h"
 
 #define N 12
 #define MAXGEN 10
@@ -69,13 +69,9 @@ static uint64_t picks_per_token(void)
 
 static void serve_all(fg_engine_t *e, run *runs, const char *what)
 {
-    fg_diag d;
     for (int i = 0; i < N; i++) {
         run *r = &runs[i];
-        CHECK(fg_session_create(e, NULL, &r->s) == FG_OK);
-        CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
-        fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = r->max_tokens, .generate = true};
-        CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+        ep_test_start(e, r->prompt, r->n_prompt, r->max_tokens, &r->s);
         r->n_got = 0;
         r->done = false;
     }

@@ -52,7 +52,7 @@
 #include "engine/kv/kv_store.h"
 #include "engine/model/arch.h"
 #include "engine/model/gguf.h"
-#include "tests/model/model_test.h"
+#include "tests/model/ep_test.h"
 
 #define NSEQ 8
 #define MAXLEN 64
@@ -286,13 +286,9 @@ static fg_err open_v4(int ranks, int redundant, int placement, const char *hot, 
 
 static void serve_all(fg_engine_t *e, srun *runs, const char *what)
 {
-    fg_diag d;
     for (int i = 0; i < N; i++) {
         srun *r = &runs[i];
-        CHECK(fg_session_create(e, NULL, &r->s) == FG_OK);
-        CHECK(fg_session_append(r->s, r->prompt, r->n_prompt, &d) == FG_OK);
-        fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = r->max_tokens, .generate = true};
-        CHECK_MSG(fg_session_respond(r->s, &p, NULL, &d) == FG_OK, "%s", d.msg);
+        ep_test_start(e, r->prompt, r->n_prompt, r->max_tokens, &r->s);
         r->n_got = 0;
         r->done = false;
     }
