@@ -391,15 +391,10 @@ int main(int argc, char **argv)
     fg_engine_options po = node_options(0, 0, 0, NULL, false);
     fg_engine_t *plain;
     CHECK(fg_engine_open(&po, &plain, &d) == FG_OK);
-    fg_engine_info info;
-    fg_engine_get_info(plain, &info);
     static run runs[N];
-    for (int i = 0; i < N; i++) {
-        runs[i].n_prompt = 2 + (i * 13) % 60;
-        test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 500 + (unsigned)i);
-        runs[i].max_tokens = 3 + i % (MAXGEN - 3);
-        runs[i].n_want = greedy_alone(plain, runs[i].prompt, runs[i].n_prompt, runs[i].max_tokens, runs[i].want);
-    }
+    for (int i = 0; i < N; i++)
+        ep_test_plan(plain, i, MAXGEN, 500, runs[i].prompt, &runs[i].n_prompt, &runs[i].max_tokens, runs[i].want,
+                     &runs[i].n_want);
     fg_engine_close(plain);
     if (nccl)
         return nccl_node(runs, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);

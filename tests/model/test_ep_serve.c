@@ -109,14 +109,10 @@ int main(void)
     fg_diag d = {{0}};
     CHECK(open_ep(0, 0, 0, 0, false, &plain, &d) == FG_OK);
     fg_engine_info info;
-    fg_engine_get_info(plain, &info);
     static run runs[N];
-    for (int i = 0; i < N; i++) {
-        runs[i].n_prompt = 2 + (i * 13) % 60;
-        test_tokens(runs[i].prompt, runs[i].n_prompt, info.n_vocab, 300 + (unsigned)i);
-        runs[i].max_tokens = 3 + i % (MAXGEN - 3);
-        runs[i].n_want = greedy_alone(plain, runs[i].prompt, runs[i].n_prompt, runs[i].max_tokens, runs[i].want);
-    }
+    for (int i = 0; i < N; i++)
+        ep_test_plan(plain, i, MAXGEN, 300, runs[i].prompt, &runs[i].n_prompt, &runs[i].max_tokens, runs[i].want,
+                     &runs[i].n_want);
     fg_engine_close(plain);
 
     /* Direct mode over 2 ranks (sessions alternate ranks). */
