@@ -38,6 +38,20 @@ static inline fg_engine_t *open_engine_with(const fg_engine_options *o)
     return e;
 }
 
+/* Options of the deepseek4 tests' engines: v4-tiny, f32 cache, batches of
+ * 128, prefill chunks of 16, 2 threads, a 64 MiB KV budget; serving or direct. */
+static inline void v4_test_options(fg_engine_options *o, bool serve)
+{
+    fg_engine_options_default(o);
+    o->model_path = model_path("v4-tiny.gguf");
+    o->kv_format = FG_KV_F32;
+    o->max_batch_tokens = 128;
+    o->prefill_chunk = 16;
+    o->n_threads = 2;
+    o->kv_budget_bytes = (size_t)64 << 20;
+    o->serve = serve;
+}
+
 /* Opens a direct-mode engine on a test model; exits on failure. */
 static inline fg_engine_t *open_engine(const char *file, int kv_format, int max_batch, int n_threads)
 {
