@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -134,6 +135,25 @@ static inline int greedy_alone(fg_engine_t *direct, const int32_t *prompt, int n
     fg_session_free(s);
     free(lg);
     return n;
+}
+
+/* Damages a file: xor_mask on the byte at off (from the end when off < 0), then
+ * cuts it to truncate_to bytes when that is >= 0. */
+static inline void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    if (xor_mask) {
+        fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, -1, SEEK_CUR);
+        fputc(c ^ xor_mask, f);
+    }
+    fclose(f);
+    if (truncate_to >= 0)
+        CHECK(truncate(path, truncate_to) == 0);
 }
 
 #endif
