@@ -736,6 +736,20 @@ static void drop_load(fg_session_t *s)
     s->tier.load_err = FG_OK;
 }
 
+/* The end of a load: s holds its n tokens again, resident, and is shared afresh. */
+static fg_err loaded(fg_engine_t *e, fg_session_t *s, int n, double t0)
+{
+    s->seq.n_tokens = n;
+    drop_load(s);
+    s->tier.on_disk = false;
+    strcpy(s->tier.load_name, s->name);
+    s->share.reg_n = 0;
+    fg_share_register(e, s);
+    e->stats.restores++;
+    e->stats.restore_seconds += s->tier.load_seconds + (fg_clock_mono_s() - t0);
+    return FG_OK;
+}
+
 /* fg_tier_load for a cache with per-sequence state: the file's pages and
  * state go back as they were stored, all of them (a state cannot be cut
  * back: a session that must start over holds no tokens and loads nothing). */
@@ -774,15 +788,7 @@ static fg_err load_whole(fg_engine_t *e, fg_session_t *s, double t0, fg_diag *di
     }
     if (n)
         memcpy(s->seq.state, v.state, geo->seq_bytes); /* its token count is n (fg_sfile_parse) */
-    s->seq.n_tokens = n;
-    drop_load(s);
-    s->tier.on_disk = false;
-    strcpy(s->tier.load_name, s->name);
-    s->share.reg_n = 0;
-    fg_share_register(e, s);
-    e->stats.restores++;
-    e->stats.restore_seconds += s->tier.load_seconds + (fg_clock_mono_s() - t0);
-    return FG_OK;
+    return loaded(e, s, n, t0);
 }
 
 fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
@@ -861,15 +867,7 @@ fg_err fg_tier_load(fg_engine_t *e, fg_session_t *s, fg_diag *diag)
         }
         s->seq.pages[s->seq.n_pages++] = page;
     }
-    s->seq.n_tokens = n;
-    drop_load(s);
-    s->tier.on_disk = false;
-    strcpy(s->tier.load_name, s->name);
-    s->share.reg_n = 0;
-    fg_share_register(e, s);
-    e->stats.restores++;
-    e->stats.restore_seconds += s->tier.load_seconds + (fg_clock_mono_s() - t0);
-    return FG_OK;
+    return loaded(e, s, n, t0);
 }
 
 void fg_tier_lose(fg_engine_t *e, fg_session_t *s)

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -36,6 +37,20 @@ static inline fg_engine_t *open_engine_with(const fg_engine_options *o)
         exit(1);
     }
     return e;
+}
+
+/* Options of the deepseek4 tests' engines: v4-tiny, f32 cache, batches of
+ * 128, prefill chunks of 16, 2 threads, a 64 MiB KV budget; serving or direct. */
+static inline void v4_test_options(fg_engine_options *o, bool serve)
+{
+    fg_engine_options_default(o);
+    o->model_path = model_path("v4-tiny.gguf");
+    o->kv_format = FG_KV_F32;
+    o->max_batch_tokens = 128;
+    o->prefill_chunk = 16;
+    o->n_threads = 2;
+    o->kv_budget_bytes = (size_t)64 << 20;
+    o->serve = serve;
 }
 
 /* Opens a direct-mode engine on a test model; exits on failure. */
@@ -120,6 +135,25 @@ static inline int greedy_alone(fg_engine_t *direct, const int32_t *prompt, int n
     fg_session_free(s);
     free(lg);
     return n;
+}
+
+/* Damages a file: xor_mask on the byte at off (from the end when off < 0), then
+ * cuts it to truncate_to bytes when that is >= 0. */
+static inline void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    if (xor_mask) {
+        fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, -1, SEEK_CUR);
+        fputc(c ^ xor_mask, f);
+    }
+    fclose(f);
+    if (truncate_to >= 0)
+        CHECK(truncate(path, truncate_to) == 0);
 }
 
 #endif

@@ -130,14 +130,11 @@ typedef struct eng_opts {
 static fg_engine_t *open_e(eng_opts x)
 {
     fg_engine_options o;
-    fg_engine_options_default(&o);
-    o.model_path = model_path(x.model ? x.model : "v4-tiny.gguf");
-    o.kv_format = x.kv_format ? x.kv_format : FG_KV_F32;
-    o.max_batch_tokens = 128;
-    o.prefill_chunk = 16;
-    o.n_threads = 2;
-    o.kv_budget_bytes = (size_t)64 << 20;
-    o.serve = true;
+    v4_test_options(&o, true);
+    if (x.model)
+        o.model_path = model_path(x.model);
+    if (x.kv_format)
+        o.kv_format = x.kv_format;
     o.persist_dir = x.dir;
     o.idle_spill_seconds = x.idle_spill;
     return open_engine_with(&o);
@@ -294,14 +291,7 @@ static void check_pressure(int n_vocab)
     turn want[N][2], got[N][2];
     for (int big = 1; big >= 0; big--) {
         fg_engine_options o;
-        fg_engine_options_default(&o);
-        o.model_path = model_path("v4-tiny.gguf");
-        o.kv_format = FG_KV_F32;
-        o.max_batch_tokens = 128;
-        o.prefill_chunk = 16;
-        o.n_threads = 2;
-        o.serve = true;
-        o.kv_budget_bytes = (size_t)64 << 20;
+        v4_test_options(&o, true);
         o.persist_dir = big ? NULL : dir;
         if (!big) {
             fg_engine_t *probe = open_engine_with(&o);
@@ -360,23 +350,6 @@ static void check_pressure(int n_vocab)
 }
 
 /* ---------------------------------------------------------------- 3. damage */
-
-static void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
-{
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    if (xor_mask) {
-        fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
-        int c = fgetc(f);
-        fseek(f, -1, SEEK_CUR);
-        fputc(c ^ xor_mask, f);
-    }
-    fclose(f);
-    if (truncate_to >= 0)
-        CHECK(truncate(path, truncate_to) == 0);
-}
 
 static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
 {

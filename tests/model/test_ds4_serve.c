@@ -172,14 +172,8 @@ typedef struct run {
 static fg_engine_t *open_v4(bool serve, size_t budget, const char *persist_dir)
 {
     fg_engine_options o;
-    fg_engine_options_default(&o);
-    o.model_path = model_path("v4-tiny.gguf");
-    o.kv_format = FG_KV_F32;
-    o.max_batch_tokens = 128;
-    o.prefill_chunk = 16;
-    o.n_threads = 2;
+    v4_test_options(&o, serve);
     o.kv_budget_bytes = budget;
-    o.serve = serve;
     o.persist_dir = persist_dir;
     return open_engine_with(&o);
 }

@@ -223,14 +223,8 @@ typedef struct run {
 static fg_engine_t *open_v4_budget(bool serve, bool prefix, size_t budget)
 {
     fg_engine_options o;
-    fg_engine_options_default(&o);
-    o.model_path = model_path("v4-tiny.gguf");
-    o.kv_format = FG_KV_F32;
-    o.max_batch_tokens = 128;
-    o.prefill_chunk = 16;
-    o.n_threads = 2;
+    v4_test_options(&o, serve);
     o.kv_budget_bytes = budget;
-    o.serve = serve;
     o.prefix_cache = prefix;
     return open_engine_with(&o);
 }
@@ -445,14 +439,7 @@ static void check_fork_spilled(fg_engine_t *direct, int V)
     char dir[] = "/tmp/fg_ds4_shareXXXXXX", cmd[64];
     CHECK(mkdtemp(dir) != NULL);
     fg_engine_options o;
-    fg_engine_options_default(&o);
-    o.model_path = model_path("v4-tiny.gguf");
-    o.kv_format = FG_KV_F32;
-    o.max_batch_tokens = 128;
-    o.prefill_chunk = 16;
-    o.n_threads = 2;
-    o.kv_budget_bytes = (size_t)64 << 20;
-    o.serve = true;
+    v4_test_options(&o, true);
     o.persist_dir = dir;
     o.idle_spill_seconds = 0.05;
     fg_engine_t *e = open_engine_with(&o);

@@ -289,23 +289,6 @@ static void test_restore_and_spill(int n_vocab)
 
 /* ---- 2. damaged files and a full disk ---- */
 
-static void corrupt(const char *path, long off, uint8_t xor_mask, long truncate_to)
-{
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    if (xor_mask) {
-        fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
-        int c = fgetc(f);
-        fseek(f, -1, SEEK_CUR);
-        fputc(c ^ xor_mask, f);
-    }
-    fclose(f);
-    if (truncate_to >= 0)
-        CHECK(truncate(path, truncate_to) == 0);
-}
-
 static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
 {
     fg_engine_t *e = open_e(x);
