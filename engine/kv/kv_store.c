@@ -92,12 +92,14 @@ static size_t page_index(const fg_kv_store_t *s, const uint8_t *page)
     return (size_t)(page - s->base) / s->geo.page_bytes;
 }
 
+/* An owner index in range (others are charged to owner 0). */
+static int owner_of(int owner) { return owner >= 0 && owner < FG_KV_MAX_OWNERS ? owner : 0; }
+
 uint8_t *fg_kv_page_alloc_for(fg_kv_store_t *s, int owner)
 {
     if (s->n_free == 0)
         return NULL;
-    if (owner < 0 || owner >= FG_KV_MAX_OWNERS)
-        owner = 0;
+    owner = owner_of(owner);
     uint32_t i = s->free_stack[--s->n_free];
     s->refs[i] = 1;
     s->owner[i] = (uint16_t)owner;
@@ -143,8 +145,6 @@ void fg_kv_page_release(fg_kv_store_t *s, uint8_t *page)
         s->free_stack[s->n_free++] = (uint32_t)i;
     }
 }
-
-static int owner_of(int owner) { return owner >= 0 && owner < FG_KV_MAX_OWNERS ? owner : 0; }
 
 /* Takes the pages standing for one state off the pool (the caller checked
  * that they are free), charged to owner. */
