@@ -352,22 +352,28 @@ static void resp_free(gw_oa_call *c)
 
 static const gw_oa_surface resp_surface = {resp_started, resp_text, resp_done, resp_failed, resp_free, resp_call};
 
-/* The session named by a response id "resp_<32 hex>_<n>" if it is tenant's,
- * and n; NULL when there is none or it is another tenant's (not found either). */
-static gw_session *session_of_response(fg_gateway_t *gw, int tenant, const char *id, uint64_t *n_out)
+/* The session id and number of a well-formed response id "resp_<32 hex>_<n>". */
+static bool parse_response_id(const char *id, char sid[48], uint64_t *n_out)
 {
-    char sid[48];
     unsigned long long n = 0;
     int end = 0;
     if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' || id[38] < '0' || id[38] > '9' ||
         sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0)
-        return NULL;
-    snprintf(sid, sizeof sid, "sess_%.32s", id + 5);
-    gw_session *s = gw_session_find(gw, sid, strlen(sid));
-    if (!s || s->tenant != tenant)
-        return NULL;
+        return false;
+    snprintf(sid, 48, "sess_%.32s", id + 5);
     *n_out = n;
-    return s;
+    return true;
+}
+
+/* The session named by a response id if it is tenant's, and n; NULL when
+ * there is none or it is another tenant's (not found either). */
+static gw_session *session_of_response(fg_gateway_t *gw, int tenant, const char *id, uint64_t *n_out)
+{
+    char sid[48];
+    if (!parse_response_id(id, sid, n_out))
+        return NULL;
+    gw_session *s = gw_session_find(gw, sid, strlen(sid));
+    return s && s->tenant == tenant ? s : NULL;
 }
 
 /* The session that answered previous_response_id, if it is this tenant's and
@@ -404,19 +410,6 @@ static gw_session *find_previous(fg_gateway_t *gw, gw_oa_call *c, int tenant, co
 }
 
 /* ---- previous_response_id of a session another instance held (gw_cluster.c) ---- */
-
-/* The session id and number of a well-formed response id. */
-static bool parse_response_id(const char *id, char sid[48], uint64_t *n_out)
-{
-    unsigned long long n = 0;
-    int end = 0;
-    if (strlen(id) < 5 + 32 + 2 || strncmp(id, "resp_", 5) != 0 || id[37] != '_' || id[38] < '0' || id[38] > '9' ||
-        sscanf(id + 38, "%llu%n", &n, &end) != 1 || id[38 + end] != 0)
-        return false;
-    snprintf(sid, 48, "sess_%.32s", id + 5);
-    *n_out = n;
-    return true;
-}
 
 /* The restore of an adopted session ended; w (a copy of the directory's wait) is c's dir_wait meanwhile, so its
  * sink is NULL if the client left. */
