@@ -687,7 +687,7 @@ fg_err gw_secret_parse(const char *body, size_t len, const fg_proto_limits *lim,
         json_t *ev = json_pack("{s:s, s:O}", "type", "session.update", "session", sess);
         out->session_event = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
         json_decref(ev);
-        fg_client_event parsed;
+        fg_client_event parsed = {0};
         fg_proto_error pe;
         fg_err pr = out->session_event ? fg_proto_parse(out->session_event, strlen(out->session_event), lim, &parsed, &pe)
                                        : FG_ERR_NOMEM;
