@@ -7,6 +7,10 @@
 set -euo pipefail
 dir=${1:?usage: npm_deps.sh DIR PKG@VERSION...}
 shift
+# One installer at a time per DIR: ctest -j runs tests that share a DIR together.
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
 have_all() {
   local spec name
   for spec in "$@"; do
@@ -18,7 +22,6 @@ have_all "$@" && exit 0
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "SKIP: node/npm not installed (deploy/install-deps.sh test installs them)"; exit 77
 fi
-mkdir -p "$dir"
 if ! timeout 300 npm install --prefix "$dir" --no-audit --no-fund --no-save "$@" >"$dir/install.log" 2>&1; then
   tail -5 "$dir/install.log"
   echo "SKIP: npm could not install $* (see $dir/install.log)"; exit 77

@@ -9,8 +9,5 @@
 set -euo pipefail
 : "${FG_BIN:?run through ctest}" "${FG_TEST_DATA:?run through ctest}"
 here=$(cd "$(dirname "$0")" && pwd)
-[[ $(uname -sm) == "Linux x86_64" ]] || { echo "SKIP: the pinned ggml build is for Linux x86-64"; exit 77; }
-npm_dir="$FG_TEST_DATA/npm-ggml"
-pkg=@node-llama-cpp/linux-x64@3.22.1
-"$here/../npm_deps.sh" "$npm_dir" "$pkg" || exit $?
-exec /usr/bin/python3 "$here/check_quantize_ggml.py" "$npm_dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+source "$here/../ggml_npm.sh"
+exec /usr/bin/python3 "$here/check_quantize_ggml.py" "$ggml_bins"
