@@ -13,8 +13,10 @@
  * CHUNK "checks" instead runs the cache's rules and prints what failed:
  * a sequence cut in the middle refuses to continue (FG_ERR_STATE) and one cut
  * to 0 starts again with the same logits; two sequences in one batch give
- * each its logits alone (within 1e-4: f32 products sum in other tiles); sharing a deepseek4 sequence's pages is refused
- * (FG_ERR_UNSUPPORTED). */
+ * each its logits alone (within 1e-4: f32 products sum in other tiles); a
+ * share of a deepseek4 sequence's whole length takes its pages and state,
+ * one of part of it is refused (FG_ERR_UNSUPPORTED: the window rings and open
+ * blocks match the whole length only). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +98,12 @@ static int checks(fg_ds4_forward_t *f, fg_kv_store_t *kv, const int32_t *tok, in
     EXPECT(run(f, &q2, tok, 1, a, &d) == FG_OK, "continue the pair's second");
     fg_kv_seq share;
     fg_kv_seq_init(&share, n);
-    EXPECT(fg_kv_seq_share(kv, &share, &q, q.n_tokens) == FG_ERR_UNSUPPORTED && share.n_pages == 0,
-           "sharing a deepseek4 sequence's pages is not refused");
+    EXPECT(fg_kv_seq_share(kv, &share, &q, q.n_tokens - 1) == FG_ERR_UNSUPPORTED && share.n_pages == 0,
+           "sharing part of a deepseek4 sequence is not refused");
+    EXPECT(fg_kv_seq_share(kv, &share, &q, q.n_tokens) == FG_OK && share.n_tokens == q.n_tokens &&
+               share.n_pages == q.n_pages && share.pages[0] == q.pages[0] && share.state &&
+               !memcmp(share.state, q.state, fg_kv_store_geometry(kv)->seq_bytes),
+           "sharing a deepseek4 sequence's whole length does not take its pages and state");
     fg_kv_seq_free(kv, &share);
     fg_kv_seq_free(kv, &q);
     fg_kv_seq_free(kv, &q2);
@@ -147,8 +153,9 @@ int main(int argc, char **argv)
     fg_kv_store_t *kv;
     if (am->arch->cache(am, (fg_kv_format)format, &geo, &d) != FG_OK)
         return fail("cache", &d);
-    /* three sequences at a time: their pages and the pages their states stand for (kv_store.h) */
-    const size_t pages = 3 * ((size_t)(n + FG_KV_PAGE_TOKENS) / FG_KV_PAGE_TOKENS + 1 +
+    /* four sequences at a time (three and a share): their pages and the pages their states stand for
+     * (kv_store.h) */
+    const size_t pages = 4 * ((size_t)(n + FG_KV_PAGE_TOKENS) / FG_KV_PAGE_TOKENS + 1 +
                               (geo.seq_bytes + geo.page_bytes - 1) / geo.page_bytes);
     if (fg_kv_store_create(&geo, pages * geo.page_bytes, &kv, &d) != FG_OK)
         return fail("store", &d);

@@ -217,7 +217,7 @@ def model_checks(tmp, name, model, generated=False):
         r = subprocess.run([os.path.join(BIN, "ds4_probe"), model, ",".join(map(str, seq)), os.devnull, os.devnull,
                             "checks", fmt], capture_output=True, text=True)
         check(r.returncode == 0, "%s: kv %s: a cut sequence refuses to continue, one cut to 0 starts again, two "
-              "sequences in a batch equal each alone, sharing refused %s" % (name, fmt, r.stderr.strip()))
+              "sequences in a batch equal each alone, sharing whole only %s" % (name, fmt, r.stderr.strip()))
 
     # compact formats: against the reference with the same rounding of its cached rows
     # (bounds: ulp flips of the engine's f32 rows vs the reference's f64 ones, amplified by
