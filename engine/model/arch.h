@@ -14,7 +14,9 @@
  *     CPU (forward_*): the reference that the CPU backend runs;
  *   - for expert parallelism (engine/ep/), the routed experts of each layer
  *     (layer_experts) and a forward pass that hands them to an exchange
- *     (forward_set_ep), so the ranks compute any architecture's experts.
+ *     (forward_set_ep), so the ranks compute any architecture's experts;
+ *   - for speculative decoding, drafts from the model's MTP block
+ *     (forward_draft), where it has one.
  *
  * Architectures: deepseek2 (engine/model/deepseek2/), deepseek4
  * (engine/model/deepseek4/). The CUDA backend reaches into deepseek2's own
@@ -118,6 +120,18 @@ struct fg_arch {
     bool (*layer_experts)(const fg_arch_model *m, int il, fg_arch_experts *out);
     /* Adds routed picks per expert id to sink[n_expert] (NULL: stop); NULL without experts. */
     void (*forward_count_experts)(fg_arch_forward_t *f, _Atomic uint64_t *sink);
+    /* Drafts with the model's MTP block (speculative decoding): for each
+     * sequence (seqs[i].n_tokens == 1, n_logits == 1), tokens[i] is the token
+     * that follows its cache (sampled, not yet run); logits get the MTP
+     * block's prediction of the token after it, from the trunk's hidden state
+     * of the last cached position and embed(tokens[i]). A second call before
+     * the next forward_run chains: it drafts one further, from the MTP
+     * block's own hidden state of the call before. The sequences' caches and
+     * n_tokens are as they were (what the next forward_run computes is what
+     * it would have computed without drafts). NULL when the model has no MTP
+     * block. Errors: those of forward_run. */
+    fg_err (*forward_draft)(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs,
+                            fg_diag *diag);
 };
 
 /* The architecture a GGUF names in general.architecture, or NULL. */
