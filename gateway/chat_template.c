@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/bytes.h"
+
 /* The markers, spelled in UTF-8 (U+FF5C fullwidth bar, U+2581 lower block). */
 #define BAR "\xef\xbd\x9c"
 #define SP "\xe2\x96\x81"
@@ -129,20 +131,13 @@ static void put(render_out *o, const char *s, size_t n, bool tmpl)
         o->err = FG_ERR_INVALID_ARG;
         return;
     }
-    if (p->len + n + 1 > p->cap) {
-        size_t c = p->cap ? p->cap : 256;
-        while (c < p->len + n + 1)
-            c *= 2;
-        char *t = realloc(p->text, c);
-        if (!t) {
-            o->err = FG_ERR_NOMEM;
-            return;
-        }
-        p->text = t;
-        p->cap = c;
+    const size_t at = p->len;
+    if (!fg_bytes_append(&p->text, &p->len, &p->cap, s, n)) {
+        o->err = FG_ERR_NOMEM;
+        return;
     }
     if (tmpl) {
-        if (p->n_spans && p->spans[p->n_spans - 1].end == p->len) {
+        if (p->n_spans && p->spans[p->n_spans - 1].end == at) {
             p->spans[p->n_spans - 1].end += n;
         } else {
             if (p->n_spans == p->cap_spans) {
@@ -155,12 +150,9 @@ static void put(render_out *o, const char *s, size_t n, bool tmpl)
                 p->spans = sp;
                 p->cap_spans = c;
             }
-            p->spans[p->n_spans++] = (fg_tok_span){p->len, p->len + n};
+            p->spans[p->n_spans++] = (fg_tok_span){at, at + n};
         }
     }
-    memcpy(p->text + p->len, s, n);
-    p->len += n;
-    p->text[p->len] = '\0';
 }
 
 /* Template text (special tokens may match in it). */

@@ -23,6 +23,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "config/base/bytes.h"
 #include "config/base/hash64.h"
 #include "config/base/random.h"
 #include "gateway/chat_template.h"
@@ -280,24 +281,6 @@ void gw_session_info(const gw_session *s, fg_proto_session_info *info)
     info->tool_choice_name = s->tool_choice_name;
 }
 
-static bool append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b)
-            return false;
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, src, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return true;
-}
-
 void gw_session_flush_delta(gw_session *s)
 {
     if (s->pending_len == 0)
@@ -315,8 +298,8 @@ void gw_session_add_text(gw_session *s, const char *bytes, size_t n)
         size_t k = n > 512 ? 512 : n;
         size_t m = fg_proto_utf8_carry_feed(&s->carry, bytes, k, tmp);
         m = fg_proto_utf8_replace(tmp, m, shown);
-        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, shown, m);
-        append_bytes(&s->out_text, &s->out_len, &s->out_cap, shown, m);
+        fg_bytes_append(&s->pending, &s->pending_len, &s->pending_cap, shown, m);
+        fg_bytes_append(&s->out_text, &s->out_len, &s->out_cap, shown, m);
         bytes += k;
         n -= k;
     }
@@ -353,8 +336,8 @@ static void finish_response(gw_session *s, const fg_event *ev)
     char tail[3];
     size_t m = fg_proto_utf8_carry_flush(&s->carry, tail);
     if (m) {
-        append_bytes(&s->pending, &s->pending_len, &s->pending_cap, tail, m);
-        append_bytes(&s->out_text, &s->out_len, &s->out_cap, tail, m);
+        fg_bytes_append(&s->pending, &s->pending_len, &s->pending_cap, tail, m);
+        fg_bytes_append(&s->out_text, &s->out_len, &s->out_cap, tail, m);
     }
     gw_session_flush_delta(s);
 

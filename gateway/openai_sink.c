@@ -17,40 +17,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/base/bytes.h"
 #include "gateway/log.h"
 #include "gateway/openai_http.h"
 #include "gateway/openai_req.h"
 
 enum { CALL_IDLE, CALL_CREATING, CALL_RESPONDING, CALL_DONE };
 
-/* Appends n bytes to a growing NUL-terminated buffer; false (nothing appended) on out of memory. */
-static bool bytes_put(char **buf, size_t *len, size_t *cap, const char *bytes, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t want = *cap ? *cap * 2 : 4096;
-        while (want < *len + n + 1)
-            want *= 2;
-        char *b = realloc(*buf, want);
-        if (!b)
-            return false;
-        *buf = b;
-        *cap = want;
-    }
-    memcpy(*buf + *len, bytes, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return true;
-}
-
 void gw_oa_write(gw_oa_call *c, const char *bytes, size_t n)
 {
-    if (c->capturing_ && !bytes_put(&c->cap_, &c->cap_len_, &c->cap_cap_, bytes, n))
+    if (c->capturing_ && !fg_bytes_append(&c->cap_, &c->cap_len_, &c->cap_cap_, bytes, n))
         c->cap_failed_ = true;
     if (!c->req && !c->ws)
         return;
     if (c->streaming && c->req)
         gw_http_stream_write(c->req, bytes, n);
-    else if (!bytes_put(&c->body_, &c->body_len_, &c->body_cap_, bytes, n)) /* a whole reply being built */
+    else if (!fg_bytes_append(&c->body_, &c->body_len_, &c->body_cap_, bytes, n)) /* a whole reply being built */
         c->body_failed_ = true;
 }
 
@@ -450,21 +432,8 @@ static void take_text(gw_oa_call *c)
     gw_session *s = c->sink.session;
     if (!s || c->state_ != CALL_RESPONDING || s->out_len <= c->taken_)
         return;
-    const size_t n = s->out_len - c->taken_;
-    if (c->text_len + n + 1 > c->text_cap_) {
-        size_t cap = c->text_cap_ ? c->text_cap_ * 2 : 1024;
-        while (cap < c->text_len + n + 1)
-            cap *= 2;
-        char *b = realloc(c->text, cap);
-        if (!b)
-            return;
-        c->text = b;
-        c->text_cap_ = cap;
-    }
-    memcpy(c->text + c->text_len, s->out_text + c->taken_, n);
-    c->text_len += n;
-    c->text[c->text_len] = 0;
-    c->taken_ = s->out_len;
+    if (fg_bytes_append(&c->text, &c->text_len, &c->text_cap_, s->out_text + c->taken_, s->out_len - c->taken_))
+        c->taken_ = s->out_len;
 }
 
 static void sink_push(gw_sink *k, uint64_t seq, const char *json, size_t len)

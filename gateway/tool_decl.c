@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/bytes.h"
+
 /* ---------------------------------------------------------------- json.dumps */
 
 typedef struct sbuf {
@@ -21,23 +23,8 @@ typedef struct sbuf {
 
 static void sput(sbuf *b, const char *s, size_t n)
 {
-    if (b->err)
-        return;
-    if (*b->len + n + 1 > *b->cap) {
-        size_t c = *b->cap ? *b->cap : 256;
-        while (c < *b->len + n + 1)
-            c *= 2;
-        char *t = realloc(*b->buf, c);
-        if (!t) {
-            b->err = FG_ERR_NOMEM;
-            return;
-        }
-        *b->buf = t;
-        *b->cap = c;
-    }
-    memcpy(*b->buf + *b->len, s, n);
-    *b->len += n;
-    (*b->buf)[*b->len] = '\0';
+    if (!b->err && !fg_bytes_append(b->buf, b->len, b->cap, s, n))
+        b->err = FG_ERR_NOMEM;
 }
 
 static void sputs(sbuf *b, const char *s) { sput(b, s, strlen(s)); }

@@ -41,6 +41,7 @@
 
 #include <fcntl.h>
 
+#include "config/base/bytes.h"
 #include "gateway/tools/cli_common.h"
 
 #define SCRIPT_DEFAULT_TIMEOUT_S 30.0
@@ -257,25 +258,6 @@ static bool script_connect(script *s)
     return true;
 }
 
-/* Appends n bytes to a growing buffer; false on NOMEM. */
-static bool script_buf_put(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *nb = realloc(*buf, c);
-        if (!nb)
-            return false;
-        *buf = nb;
-        *cap = c;
-    }
-    memcpy(*buf + *len, p, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return true;
-}
-
 /* Expands ${...} in line; returns a malloc'd string (length *out_len), or
  * NULL after reporting the problem. */
 static char *script_expand(script *s, const char *line, size_t n, size_t *out_len)
@@ -283,15 +265,15 @@ static char *script_expand(script *s, const char *line, size_t n, size_t *out_le
     char *buf = NULL;
     size_t len = 0, cap = 0;
     size_t i = 0;
-    bool ok = script_buf_put(&buf, &len, &cap, "", 0);
+    bool ok = fg_bytes_append(&buf, &len, &cap, "", 0);
     while (ok && i < n) {
         if (line[i] == '$' && i + 2 < n && line[i + 1] == '$' && line[i + 2] == '{') {
-            ok = script_buf_put(&buf, &len, &cap, "${", 2);
+            ok = fg_bytes_append(&buf, &len, &cap, "${", 2);
             i += 3;
             continue;
         }
         if (line[i] != '$' || i + 1 >= n || line[i + 1] != '{') {
-            ok = script_buf_put(&buf, &len, &cap, line + i, 1);
+            ok = fg_bytes_append(&buf, &len, &cap, line + i, 1);
             i++;
             continue;
         }
@@ -337,7 +319,7 @@ static char *script_expand(script *s, const char *line, size_t n, size_t *out_le
             free(buf);
             return NULL;
         }
-        ok = script_buf_put(&buf, &len, &cap, val, strlen(val));
+        ok = fg_bytes_append(&buf, &len, &cap, val, strlen(val));
         i += nl + 3;
     }
     if (!ok) {

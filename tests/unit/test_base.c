@@ -1,11 +1,14 @@
 /* test_base.c: the base layer (config/base/): names, FNV-1a, the intrusive
- * list, the token vector, the clocks and random bytes. */
+ * list, the token vector, the clocks and random bytes, the byte buffer, whole
+ * files. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "config/base/bytes.h"
 #include "config/base/clock.h"
 #include "config/base/file.h"
 #include "config/base/hash64.h"
@@ -132,6 +135,22 @@ static void test_file_read(void)
     CHECK(fg_file_read(path, sizeof data, &buf, &len) == ENOENT && buf == NULL);
 }
 
+static void test_bytes(void)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    CHECK(fg_bytes_append(&buf, &len, &cap, "", 0) && buf && len == 0 && buf[0] == 0);
+    char chunk[300];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 10; i++)
+        CHECK(fg_bytes_append(&buf, &len, &cap, chunk, sizeof chunk));
+    CHECK(len == 3000 && cap > len && buf[len] == 0 && strspn(buf, "x") == 3000);
+    char *was = buf;
+    CHECK(!fg_bytes_append(&buf, &len, &cap, chunk, SIZE_MAX - 8)); /* refused, nothing changed */
+    CHECK(buf == was && len == 3000 && buf[len] == 0);
+    free(buf);
+}
+
 int main(void)
 {
     test_name();
@@ -140,5 +159,6 @@ int main(void)
     test_tokens();
     test_clock_random();
     test_file_read();
+    test_bytes();
     return TEST_DONE("test_base");
 }
