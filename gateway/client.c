@@ -21,6 +21,7 @@
 
 #include <libwebsockets.h>
 
+#include "config/base/bytes.h"
 #include "gateway/protocol.h"
 
 #define CLIENT_DEFAULT_MAX_MESSAGE ((size_t)64 << 20)
@@ -229,20 +230,7 @@ static int rx_append(fg_client_conn_t *c, const void *in, size_t len)
 {
     if (c->rx_len + len > c->rx_max)
         return -1;
-    if (c->rx_len + len + 1 > c->rx_cap) {
-        size_t cap = c->rx_cap ? c->rx_cap : 4096;
-        while (cap < c->rx_len + len + 1)
-            cap *= 2;
-        char *p = realloc(c->rx, cap);
-        if (!p)
-            return -1;
-        c->rx = p;
-        c->rx_cap = cap;
-    }
-    memcpy(c->rx + c->rx_len, in, len);
-    c->rx_len += len;
-    c->rx[c->rx_len] = '\0';
-    return 0;
+    return fg_bytes_append(&c->rx, &c->rx_len, &c->rx_cap, in, len) ? 0 : -1;
 }
 
 static int client_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/base/bytes.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/log.h"
 #include "gateway/openai_sink.h"
@@ -224,6 +225,16 @@ static bool rate_ok(gw_conn *c)
     return false;
 }
 
+/* A whole message's buffer, once handled: a big one is not kept per idle connection. */
+static void trim_rx(gw_conn *c)
+{
+    if (c->rx_cap > 16384) {
+        free(c->rx);
+        c->rx = NULL;
+        c->rx_cap = 0;
+    }
+}
+
 void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
 {
     fg_gateway_t *gw = c->sink.gw;
@@ -237,23 +248,8 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
     if (!c->rx_too_big && !c->rx_binary) {
         if (c->rx_len + len > gw->limits.max_message_bytes) {
             c->rx_too_big = true; /* the rest of this message is read and dropped */
-        } else {
-            if (c->rx_len + len + 1 > c->rx_cap) {
-                size_t cap = c->rx_cap ? c->rx_cap : 1024;
-                while (cap < c->rx_len + len + 1)
-                    cap *= 2;
-                char *p = realloc(c->rx, cap);
-                if (!p) {
-                    c->rx_too_big = true;
-                } else {
-                    c->rx = p;
-                    c->rx_cap = cap;
-                }
-            }
-            if (!c->rx_too_big) {
-                memcpy(c->rx + c->rx_len, in, len);
-                c->rx_len += len;
-            }
+        } else if (!fg_bytes_append(&c->rx, &c->rx_len, &c->rx_cap, in, len)) {
+            c->rx_too_big = true;
         }
     }
     if (!lws_is_final_fragment(c->wsi) || lws_remaining_packet_payload(c->wsi) > 0)
@@ -272,21 +268,13 @@ void gw_conn_on_receive(gw_conn *c, const void *in, size_t len)
         return fail(c, NULL, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     if (c->rws) {
         gw_rws_on_message(c, c->rx, c->rx_len);
-        if (c->rx_cap > 16384) {
-            free(c->rx);
-            c->rx = NULL;
-            c->rx_cap = 0;
-        }
+        trim_rx(c);
         return;
     }
     fg_client_event ev;
     fg_proto_error err;
     fg_err e = fg_proto_parse(c->rx, c->rx_len, &gw->limits, &ev, &err);
-    if (c->rx_cap > 16384) { /* do not keep a big buffer per idle connection */
-        free(c->rx);
-        c->rx = NULL;
-        c->rx_cap = 0;
-    }
+    trim_rx(c);
     if (e != FG_OK) {
         gw_sink_error(&c->sink, &err, 0);
         return;
