@@ -173,18 +173,26 @@ static void q5_1_block(const float *x, uint8_t *b)
 
 /* ---- the searches of the K types ---- */
 
-/* Symmetric codes L[i] + nmax in [0, 2 nmax), weights x^2 (rmse type 1); returns the scale. */
-static float make_qx(int n, int nmax, const float *x, int8_t *L)
+/* The value of largest magnitude (the first of equals), with its sign: the
+ * searches scale by it so that it lands on the most negative code. */
+static float signed_max(const float *x, int n)
 {
     float max = 0, amax = 0;
     for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
+        const float ax = fabsf(x[i]);
         if (ax > amax) {
             amax = ax;
             max = x[i];
         }
     }
-    if (amax < GROUP_MAX_EPS) {
+    return max;
+}
+
+/* Symmetric codes L[i] + nmax in [0, 2 nmax), weights x^2 (rmse type 1); returns the scale. */
+static float make_qx(int n, int nmax, const float *x, int8_t *L)
+{
+    const float max = signed_max(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -223,15 +231,8 @@ static float make_qx(int n, int nmax, const float *x, int8_t *L)
 /* Q3_K's sub-block search (do_rmse): codes in [0, 2 nmax); returns the scale. */
 static float make_q3(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_max(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -612,15 +613,8 @@ static int iq4_index(float x)
 /* One sub-block of 32 with weights x^2: its scale, codes in L (ntry = 7). */
 static float iq4_sub(const float *xb, uint8_t *L)
 {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++) {
-        float ax = fabsf(xb[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = xb[j];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_max(xb, 32);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, 32);
         return 0;
     }
