@@ -158,9 +158,10 @@ class Cluster:
         return out
 
 
-async def open_via(lb, session_id=None, cookie=None, query=False):
-    """A connection through HAProxy; returns (Conn, instance named by X-Flashgate-Instance, its cookie)."""
-    headers = {"Authorization": "Bearer " + KEYS["acme"]}
+async def open_via(lb, session_id=None, cookie=None, query=False, key=None):
+    """A connection through HAProxy (acme's key unless key); returns (Conn, instance named by
+    X-Flashgate-Instance, its cookie)."""
+    headers = {"Authorization": "Bearer " + (key or KEYS["acme"])}
     path = PATH
     if session_id and query:
         path += "?session_id=" + session_id
