@@ -26,12 +26,16 @@ size_t fg_dir_record_format(const char *url, const fg_dir_load *l, char *out, si
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
-/* One space-terminated (or final) field of s[*at..n) into out; false when empty or too long. */
+/* One space-terminated (or final) field of s[*at..n) into out; false when empty, too long or
+ * not printable ASCII (a NUL would cut the copy short). */
 static bool field(const char *s, size_t n, size_t *at, char *out, size_t cap)
 {
     size_t b = *at, e = b;
-    while (e < n && s[e] != ' ')
+    while (e < n && s[e] != ' ') {
+        if ((unsigned char)s[e] < '!' || (unsigned char)s[e] > '~')
+            return false;
         e++;
+    }
     if (e == b || e - b >= cap)
         return false;
     memcpy(out, s + b, e - b);
@@ -69,7 +73,8 @@ fg_err fg_dir_record_parse(const char *s, size_t n, fg_dir_instance *out, fg_dia
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "instance record: %zu bytes, over %d", n, FG_DIR_RECORD_MAX);
     for (int i = 0; i < 9; i++) {
         if (!field(s, n, &at, tok, sizeof tok))
-            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "instance record: field %s missing or too long", names[i]);
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "instance record: field %s missing, too long or not printable",
+                               names[i]);
         if (i == 1) {
             if (!fg_qdir_url_valid(tok))
                 return fg_diag_set(diag, FG_ERR_INVALID_ARG, "instance record: url not printable without spaces");

@@ -35,6 +35,7 @@ import websockets.exceptions
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gateway"))
 sys.path.insert(0, HERE)
+from cdp import Browser  # noqa: E402
 from harness import check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_admin import ADMIN_KEY  # noqa: E402
 from test_haproxy import NAMES, HAProxy, open_via  # noqa: E402
@@ -99,6 +100,18 @@ def status(srv):
 def view(srv):
     """{instance id: its entry} of srv's cluster view."""
     return {e["instance_id"]: e for e in status(srv)["cluster"]["instances"]}
+
+
+async def dashboard_rows(b, n, tries=100):
+    """The cells of the dashboard's cluster table once it has n rows (the page polls once a second)."""
+    rows = []
+    for _ in range(tries):
+        rows = await b.eval("[...document.querySelectorAll('#instances tbody tr')]"
+                            ".map((tr) => [...tr.cells].map((td) => td.textContent))")
+        if len(rows) == n:
+            return rows
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the dashboard's cluster table never had {n} rows: {rows}")
 
 
 async def session_via(lb, turns):
@@ -194,15 +207,30 @@ async def test_cluster_view_lists_every_instance():
             return e["streaming"] == 1 or seen["kv"] > 0
         await wait_for(busy, lambda: f"{h0}'s load in {other.name}'s view: {view(other)[h0]}", timeout=15)
         await c0.recv_until("response.done")
-        # a killed instance leaves the view once its record expires (3 s, no lease here is longer)
-        victim = fl.gws[2]
-        for c, h in conns:
-            if h == victim.name:
-                c.abort()
-        victim.kill()
-        await wait_for(lambda: victim.name not in view(fl.gws[0]) and victim.name not in view(fl.gws[1]),
-                       lambda: f"{victim.name} gone from the views: {status(fl.gws[0])['cluster']}", timeout=10)
-        eq(sorted(view(fl.gws[0])), sorted(NAMES[:2]), "the two live instances remain")
+        # the dashboard of gw1 shows the three in its cluster table, then two once one is killed
+        tmp = tempfile.mkdtemp(prefix="fg-cluster-dash-")
+        try:
+            async with Browser(tmp) as b:
+                await b.navigate(f"http://127.0.0.1:{fl.gws[0].port}/dashboard")
+                rows = await dashboard_rows(b, 3)
+                eq([r[0] for r in rows], ["gw1 (this)", "gw2", "gw3"], f"the dashboard's instances: {rows}")
+                for r, n in zip(rows, NAMES):
+                    eq(r[1], f"ws://127.0.0.1:{fl.gw(n).port}", "the url column")
+                    eq(r[2], str(per[n]), f"{n}'s sessions column")
+                # a killed instance leaves the view once its record expires (3 s, no lease here is longer)
+                victim = fl.gws[2]
+                for c, h in conns:
+                    if h == victim.name:
+                        c.abort()
+                victim.kill()
+                await wait_for(lambda: victim.name not in view(fl.gws[0]) and victim.name not in view(fl.gws[1]),
+                               lambda: f"{victim.name} gone from the views: {status(fl.gws[0])['cluster']}",
+                               timeout=10)
+                eq(sorted(view(fl.gws[0])), sorted(NAMES[:2]), "the two live instances remain")
+                eq([r[0] for r in await dashboard_rows(b, 2)], ["gw1 (this)", "gw2"], "the dashboard follows")
+                eq(b.errors, [], "no console errors on the dashboard")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         for c, h in conns:
             if h != victim.name:
                 await c.close()
@@ -265,7 +293,7 @@ async def test_200_sessions_one_global_limit():
         codes = {e["error"]["code"] for e in answers if e["type"] == "error"}
         log(f"    max_sessions 120 of 200: {created} created, placed {placed}, refusals {codes}")
         eq(created, 120, "exactly max_sessions admitted over three instances")
-        eq(codes, {"rate_limit_exceeded"}, "the others refused by the quota")
+        eq(codes, {"too_many_sessions"}, "the others refused by the quota")
         check(len(placed) == 3, f"admitted on every instance: {placed}")
         for c in conns:
             await c.close()
