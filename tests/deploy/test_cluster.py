@@ -9,8 +9,10 @@ adopters, fencing, SIGTERM's release of one session, the HTTP Responses API):
   leaves the others' views once its record expires;
 - 200 sessions across the instances (through HAProxy) stream turns against one tenant's
   tokens_per_minute: the tokens used while the load ran are within 5 % of what the limit allows,
-  summed over the three instances; another tenant's max_sessions admits exactly its limit of the
-  200 sessions, whichever instance each reached;
+  summed over the three instances, and never above it by more than one response (each
+  reservation covers its response's whole work); Redis's usage total is what the responses
+  report; another tenant's max_sessions admits exactly its limit of the 200 sessions, whichever
+  instance each reached;
 - an instance SIGKILLed while its sessions stream responses: every client reconnects through
   HAProxy (cookie and session id), resumes on a live instance once the dead one's leases expire,
   and its next turn continues from the last completed turn, without prefilling it again (input
@@ -257,6 +259,7 @@ async def _client(lb, key, stats):
             sent = time.monotonic()
             st, ev, done = await response_or_error(c, {"max_output_tokens": 4}, timeout=60)
             if st == "ok":
+                stats["all"] += used_tokens(done)
                 if sent < stats["end"]:
                     stats["used"] += used_tokens(done)
                     stats["ok"] += 1
@@ -299,13 +302,15 @@ async def test_200_sessions_one_global_limit():
             await c.close()
         # tokens_per_minute: 200 sessions streaming turns for T seconds from a full bucket
         T = 12.0
-        stats = {"used": 0, "ok": 0, "refused": 0, "ready": 0, "placed": {}, "go": asyncio.Event(), "end": 0.0}
+        stats = {"used": 0, "all": 0, "ok": 0, "refused": 0, "ready": 0, "placed": {}, "go": asyncio.Event(), "end": 0.0}
         clients = asyncio.gather(*[_client(fl.lb, key, stats) for _ in range(200)])
         await wait_for(lambda: stats["ready"] == 200 or clients.done(), "200 sessions opened", timeout=60)
         t0 = time.monotonic()
         stats["end"] = t0 + T
         stats["go"].set()
         await clients
+        eq(int(fl.redis.cli("GET", "{tenant:wide}:usage:total")), stats["all"],
+           "Redis counted what the responses report as used, over the three instances")
         allowed = tpm + tpm * T / 60.0
         ratio = stats["used"] / allowed
         log(f"    200 sessions placed {stats['placed']}: {stats['ok']} responses, {stats['refused']} refusals, "
@@ -313,6 +318,12 @@ async def test_200_sessions_one_global_limit():
         eq(sorted(stats["placed"]), list(NAMES), "the sessions spread over the three instances")
         check(stats["refused"] > 0, "the load never reached the limit")
         check(0.95 <= ratio <= 1.05, f"tokens used {stats['used']} vs allowed {allowed:.0f} ({100 * ratio:.1f}%)")
+        # and never above it by more than one response (admitted within the last moment's refill):
+        # each reservation covers all the work its response can do, so many admitted at once do not
+        # pass the limit when they settle
+        per_response = stats["used"] / stats["ok"]
+        check(stats["used"] <= allowed + per_response,
+              f"tokens used {stats['used']} over the {allowed:.0f} allowed by more than one response")
 
 
 async def test_sigkill_mid_response_sessions_continue_elsewhere():
