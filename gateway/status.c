@@ -146,7 +146,8 @@ void gw_status_publish(fg_gateway_t *gw)
         .sessions = l.streaming + l.idle,
         .streaming = l.streaming,
         .kv_used_bytes = (uint64_t)resident_bytes(gw, &l.es),
-        .kv_capacity_bytes = (uint64_t)((double)l.es.kv_pages_total * (double)gw->kv_bytes_per_token * FG_KV_PAGE_TOKENS),
+        .kv_capacity_bytes =
+            (uint64_t)((double)l.es.kv_pages_total * (double)gw->kv_bytes_per_token * FG_KV_PAGE_TOKENS),
         .tokens_per_s_milli = last && last->tokens_per_s > 0 ? (uint64_t)llround(last->tokens_per_s * 1000.0) : 0,
         .draining = gw->draining,
     };
@@ -366,7 +367,8 @@ char *gw_status_render(fg_gateway_t *gw)
     json_t *doc = json_pack("{s:s, s:f, s:f, s:b, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "version", FG_PROTO_SUBPROTOCOL,
                             "time", round3(fg_clock_real_s()), "uptime_s", st ? round3(fg_clock_mono_s() - st->started) : 0.0,
                             "draining", gw->draining, "sample_interval_s", 1, "now", now, "kv", kv, "redis", redis,
-                            "tenants", tenants_json(gw), "cluster", cluster_json(gw), "series", ser ? ser : json_object());
+                            "tenants", tenants_json(gw), "cluster", cluster_json(gw), "series",
+                            ser ? ser : json_object());
     if (!doc)
         return NULL;
     char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(13));

@@ -170,7 +170,8 @@ void fg_qdir_publish_due(struct fg_quota *q, int64_t now_us)
     char rec[FG_DIR_RECORD_MAX];
     if (!fg_dir_record_format(d->url, &load, rec, sizeof rec))
         return; /* cannot happen: the url is under FG_DIR_URL_MAX and the numbers under 20 digits each */
-    const int ttl_ms = d->ttl_ms > MIN_TTL_PERIODS * FG_DIR_PUBLISH_MS ? d->ttl_ms : MIN_TTL_PERIODS * FG_DIR_PUBLISH_MS;
+    const int min_ttl_ms = MIN_TTL_PERIODS * FG_DIR_PUBLISH_MS;
+    const int ttl_ms = d->ttl_ms > min_ttl_ms ? d->ttl_ms : min_ttl_ms;
     fg_qcmd cmd;
     fg_qcmd_init(&cmd);
     fg_qcmd_script(&cmd, FG_QSCRIPT_DIR_PUBLISH, 2);

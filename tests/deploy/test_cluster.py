@@ -40,31 +40,24 @@ sys.path.insert(0, HERE)
 from cdp import Browser  # noqa: E402
 from harness import check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_admin import ADMIN_KEY  # noqa: E402
-from test_haproxy import NAMES, HAProxy, open_via  # noqa: E402
-from test_quotas import Redis, make_tenant, response_or_error, used_tokens  # noqa: E402
-from test_session_dir import SETTINGS, TURNS, Instance, lease, mtime, session_file, uncached  # noqa: E402
+from test_haproxy import NAMES, haproxy_up, open_via  # noqa: E402
+from test_quotas import load_turns, make_tenant  # noqa: E402
+from test_session_dir import SETTINGS, TURNS, Cluster, lease, mtime, session_file, uncached  # noqa: E402
 
 TTL_MS = 1500
 
 
-class Fleet:
-    """One redis-server, three instances (admin API on) sharing a persistence dir, HAProxy in front."""
+class Fleet(Cluster):
+    """test_session_dir's cluster as HAProxy's three servers gw1..gw3 (admin API on), HAProxy in front."""
 
     def __init__(self, ttl_ms=TTL_MS):
-        self.ttl_ms = ttl_ms
+        super().__init__(3, names=NAMES, ttl_ms=ttl_ms, auth={"admin_key": ADMIN_KEY}, server={"drain_timeout_s": 30})
+        self.lb = None
 
     async def __aenter__(self):
-        self.pdir = tempfile.mkdtemp(prefix="fg-cluster-")
-        self.redis = Redis().start()
-        self.gws, self.lb = [], None
+        await super().__aenter__()
         try:
-            for name in NAMES:
-                self.gws.append(Instance(name, self.pdir, self.redis, ttl_ms=self.ttl_ms,
-                                         auth={"admin_key": ADMIN_KEY},
-                                         server={"drain_timeout_s": 30}).start())
-            self.lb = HAProxy(self.gws).start()
-            await wait_for(lambda: len(self.lb.states()) == 3 and all(v == "UP" for v in self.lb.states().values()),
-                           lambda: f"HAProxy sees every instance UP (now {self.lb.states()})", timeout=60)
+            self.lb = await haproxy_up(self.gws)
         except BaseException:
             await self.__aexit__(None, None, None)
             raise
@@ -77,17 +70,7 @@ class Fleet:
             for c in self.lb.conns:
                 c.abort()
             self.lb.close()
-        for gw in self.gws:
-            if gw.proc and gw.proc.poll() is None:
-                if et is None:
-                    await gw.stop(timeout=60)
-                else:
-                    gw.kill()
-            else:
-                gw.cleanup()
-        self.redis.close()
-        shutil.rmtree(self.pdir, ignore_errors=True)
-        return False
+        return await super().__aexit__(et, ev, tb)
 
     def gw(self, name):
         return self.gws[NAMES.index(name)]
@@ -239,38 +222,17 @@ async def test_cluster_view_lists_every_instance():
 
 
 async def _client(lb, key, stats):
-    """One session through HAProxy; once stats["go"] is set it streams short turns until stats["end"].
-    Each response admitted before the end counts its tokens (used_tokens), whenever it ends."""
+    """One session through HAProxy; once stats["go"] is set it streams short turns until stats["end"]."""
     c, holder, _ = await open_via(lb, key=key)
+    stats["placed"][holder] = stats["placed"].get(holder, 0) + 1
     try:
-        stats["placed"][holder] = stats["placed"].get(holder, 0) + 1
         await c.create_session()
-        stats["ready"] += 1
-        await stats["go"].wait()
-        turns, need_item = 0, True
-        while time.monotonic() < stats["end"]:
-            if need_item and turns and turns % 5 == 0:  # a fresh session before the tiny context fills
-                await c.send({"type": "session.close"})
-                await c.recv_until("session.closed")
-                await c.create_session()
-            if need_item:
-                await c.add_user("go")
-                need_item = False
-            sent = time.monotonic()
-            st, ev, done = await response_or_error(c, {"max_output_tokens": 4}, timeout=60)
-            if st == "ok":
-                stats["all"] += used_tokens(done)
-                if sent < stats["end"]:
-                    stats["used"] += used_tokens(done)
-                    stats["ok"] += 1
-                turns += 1
-                need_item = True
-            else:
-                eq(ev["error"]["code"], "rate_limit_exceeded", f"refusal {ev}")
-                stats["refused"] += 1
-                await asyncio.sleep(random.uniform(0.2, 0.6))
-    finally:
+    except BaseException:
         await c.close()
+        raise
+    stats["ready"] += 1
+    await stats["go"].wait()
+    await load_turns(c, stats["end"], stats, max_out=4, pause=lambda: random.uniform(0.2, 0.6))
 
 
 async def test_200_sessions_one_global_limit():

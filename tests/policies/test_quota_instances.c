@@ -15,15 +15,6 @@
 
 #define TTL_MS 600 /* under 3 publish periods: records live 3 s */
 
-static bool enable(qh *h, const char *name)
-{
-    char url[64];
-    snprintf(url, sizeof url, "ws://%s.example:8080", name);
-    fg_dir_options o = {.instance_id = name, .advertise_url = url, .lease_ttl_ms = TTL_MS};
-    fg_diag d = {{0}};
-    return fg_quota_dir_enable(h->q, &o, &d) == FG_OK;
-}
-
 /* Pumps h until its view holds n instances (the first n copied into v); false after 10 s. */
 static bool view_of(qh *h, size_t n, fg_dir_instance *v)
 {
@@ -80,7 +71,7 @@ int test_quota_instances(void)
         fg_redis_stop(&fx);
         return 1;
     }
-    CHECK(enable(&a, "gw-a") && enable(&b, "gw-b"));
+    CHECK(qh_dir_enable(&a, "gw-a", TTL_MS) && qh_dir_enable(&b, "gw-b", TTL_MS));
     fg_dir_load la = {.sessions = 5, .streaming = 2, .kv_used_bytes = 1 << 20, .kv_capacity_bytes = 64 << 20,
                       .tokens_per_s_milli = 41500, .leases = 99 /* ignored: the directory's count is sent */};
     fg_quota_dir_publish(a.q, &la);
