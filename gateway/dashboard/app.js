@@ -153,7 +153,8 @@
     if (!c || !c.enabled) return;
     setText("cluster-summary", fmtInt(c.instance_count) + " instances · " + fmtInt(c.sessions) + " sessions · " +
       fmtInt(c.streaming) + " streaming · " + fmtNum(c.tokens_per_s) + " tokens/s" +
-      (c.view_age_ms === null ? " · not read yet" : ""));
+      (c.view_age_ms === null ? " · not read yet" : c.view_age_ms > 2500 ? " · read " + (c.view_age_ms / 1000).toFixed(0) +
+        " s ago (Redis unreachable?)" : ""));
     const rows = c.instances.map((x) => {
       const stale = x.age_ms > 2500; // more than two publish periods (1 s) missed
       const st = x.draining ? "draining" : stale ? "silent " + (x.age_ms / 1000).toFixed(0) + " s" : "live";
