@@ -5,8 +5,10 @@ whose cases are not repeated here: the redirect, one session migrated after SIGK
 adopters, fencing, SIGTERM's release of one session, the HTTP Responses API):
 
 - the cluster view: every instance's /v1/status "cluster" lists all three (id, advertised url, its
-  record's age and expiry, its sessions and load), its own flagged "self"; a SIGKILLed instance
-  leaves the others' views once its record expires;
+  record's age and expiry, its sessions and load), its own flagged "self", and a response streaming
+  on one shows in another's view; gw1's dashboard (headless Chromium, tests/gateway/cdp.py) has
+  the three in its Cluster table; a SIGKILLed instance leaves the views (and the table) once its
+  record expires;
 - 200 sessions across the instances (through HAProxy) stream turns against one tenant's
   tokens_per_minute: the tokens used while the load ran are within 5 % of what the limit allows,
   summed over the three instances, and never above it by more than one response (each
