@@ -142,6 +142,7 @@ struct gw_session {
     struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
+    int64_t oob_input;              /* tokens appended to this response's out-of-band session (its work at most) */
     int64_t reserved;               /* tokens the quota reserved for the response in progress */
     bool quota_pending;             /* a quota answer is awaited: the client is not read meanwhile */
     char quota_key[96];             /* the response's lease in the quota module */

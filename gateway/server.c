@@ -256,6 +256,7 @@ static void sweep_cb(lws_sorted_usec_list_t *sul)
     gw_secrets_sweep(gw->secrets, fg_clock_mono_s());
     if (!gw->draining) /* once a second: the dashboard's history (status.h) */
         gw_status_sample(gw);
+    gw_status_publish(gw); /* draining too: the cluster view shows it */
     if (gw->draining)
         drain_step(gw);
     lws_sul_schedule(gw->ctx, 0, &gw->sweep, sweep_cb, gw->draining ? DRAIN_SWEEP_US : SWEEP_US);

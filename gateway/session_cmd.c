@@ -752,7 +752,10 @@ static void on_reserved(void *user, const fg_quota_result *r)
 static fg_proto_code oob_append(gw_session *s, const int32_t *t, size_t n)
 {
     fg_diag d;
-    return gw_engine_code(fg_session_append(s->oob_es, t, (int)n, &d));
+    fg_err e = fg_session_append(s->oob_es, t, (int)n, &d);
+    if (e == FG_OK)
+        s->oob_input += (int64_t)n;
+    return gw_engine_code(e);
 }
 
 /* The context of an out-of-band response: with input, the instructions (the
@@ -768,6 +771,7 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
                             .user = s, .name = NULL, .tenant_name = t->rec.id};
     fg_diag d = {{0}};
     s->resp_oob = true;
+    s->oob_input = 0;
     const bool fork = !ev->u.response.has_input && !ev->u.response.has_instructions && !s->rebuild && s->conv_known;
     fg_err e = fork ? fg_session_fork(s->es, &sp, &s->oob_es, &d) : FG_ERR_UNSUPPORTED;
     if (e == FG_OK) {
@@ -872,11 +876,18 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
     if (!q)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
-    /* Reserve the new input (plus the reply marker) and the whole output budget;
-     * response.done settles to what was used. */
+    /* Reserve all the work the response can do, so that admitting many at once cannot pass the
+     * limit: the input to prefill (the session's new items, or all an out-of-band session was
+     * given), the reply marker as this vocabulary spells it, the previous reply's last token (sampled,
+     * never fed back until now) and the whole output budget; response.done settles to what was used. */
     q->rp = rp;
     const int64_t out_budget = rp.generate ? rp.max_tokens : 0;
-    s->reserved = s->new_input + (rp.generate ? 8 : 0) + out_budget;
+    s->reserved = (s->resp_oob ? s->oob_input : s->new_input) + 1 + out_budget;
+    if (rp.generate) {
+        fg_tokens reply = {0};
+        s->reserved += fg_template_reply(gw->tok, &reply) == FG_OK ? (int64_t)reply.n : 8;
+        fg_tokens_free(&reply);
+    }
     snprintf(s->quota_key, sizeof s->quota_key, "%s:%llu", s->id, (unsigned long long)s->resp_counter + 1);
     s->quota_pending = true;
     gw_sink_rx_update(k);

@@ -17,6 +17,7 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/metrics.h"
 #include "kernels/cpu/mla_attn.h"
+#include "policies/session_dir.h"
 
 typedef struct sample {
     double t;                       /* unix seconds */
@@ -133,6 +134,26 @@ void gw_status_sample(fg_gateway_t *gw)
     st->itl_prev = m->inter_token;
 }
 
+void gw_status_publish(fg_gateway_t *gw)
+{
+    if (!gw_cluster_on(gw))
+        return;
+    live l;
+    read_live(gw, &l);
+    const gw_status *st = gw->status;
+    const sample *last = st && st->count ? &st->ring[(st->head + st->count - 1) % GW_STATUS_SAMPLES] : NULL;
+    fg_dir_load load = {
+        .sessions = l.streaming + l.idle,
+        .streaming = l.streaming,
+        .kv_used_bytes = (uint64_t)resident_bytes(gw, &l.es),
+        .kv_capacity_bytes =
+            (uint64_t)((double)l.es.kv_pages_total * (double)gw->kv_bytes_per_token * FG_KV_PAGE_TOKENS),
+        .tokens_per_s_milli = last && last->tokens_per_s > 0 ? (uint64_t)llround(last->tokens_per_s * 1000.0) : 0,
+        .draining = gw->draining,
+    };
+    fg_quota_dir_publish(gw->quota, &load);
+}
+
 /* ---- the document ---- */
 
 static double round3(double v) { return isfinite(v) ? round(v * 1000.0) / 1000.0 : 0.0; }
@@ -222,6 +243,44 @@ static json_t *tenants_json(fg_gateway_t *gw)
     return arr;
 }
 
+/* Every live instance as the last publish read the directory (session_dir.h). */
+static json_t *cluster_json(fg_gateway_t *gw)
+{
+    if (!gw_cluster_on(gw))
+        return json_pack("{s:b, s:n, s:n, s:[]}", "enabled", 0, "instance_id", "view_age_ms", "instances");
+    fg_dir_instance *v = calloc(FG_DIR_INSTANCES_MAX, sizeof *v);
+    int64_t age = -1;
+    size_t n = v ? fg_quota_dir_instances(gw->quota, v, FG_DIR_INSTANCES_MAX, &age) : 0;
+    json_t *arr = json_array();
+    uint64_t sessions = 0, streaming = 0, leases = 0, tps_milli = 0;
+    json_t *self = json_null();
+    for (size_t i = 0; arr && i < n; i++) {
+        const fg_dir_instance *d = &v[i];
+        if (d->self) {
+            json_decref(self);
+            self = json_string(d->id);
+        }
+        sessions += d->load.sessions;
+        streaming += d->load.streaming;
+        leases += d->load.leases;
+        tps_milli += d->load.tokens_per_s_milli;
+        json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:b, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:f}", "instance_id", d->id,
+                           "url", d->url, "self", d->self, "age_ms", (json_int_t)d->age_ms, "expires_in_ms",
+                           (json_int_t)d->expires_in_ms, "draining", d->load.draining, "leases",
+                           (json_int_t)d->load.leases, "sessions", (json_int_t)d->load.sessions, "streaming",
+                           (json_int_t)d->load.streaming, "kv_used_bytes", (json_int_t)d->load.kv_used_bytes,
+                           "kv_capacity_bytes", (json_int_t)d->load.kv_capacity_bytes, "tokens_per_s",
+                           round3((double)d->load.tokens_per_s_milli / 1000.0)));
+    }
+    free(v);
+    json_t *view_age = age < 0 ? json_null() : json_integer((json_int_t)age);
+    return json_pack("{s:b, s:o, s:o, s:i, s:I, s:I, s:I, s:f, s:o}", "enabled", 1, "instance_id", self,
+                     "view_age_ms", view_age, "instance_count", (int)n, "sessions",
+                     (json_int_t)sessions, "streaming", (json_int_t)streaming, "leases", (json_int_t)leases,
+                     "tokens_per_s", round3((double)tps_milli / 1000.0), "instances", arr ? arr : json_array());
+}
+
 char *gw_status_render(fg_gateway_t *gw)
 {
     gw_metrics_intern_tenants(gw);
@@ -305,10 +364,11 @@ char *gw_status_render(fg_gateway_t *gw)
             json_object_set_new(ts, gw->tenants[i].rec.id, tenant_series(st, i));
         json_object_set_new(ser, "tenant_sessions", ts);
     }
-    json_t *doc = json_pack("{s:s, s:f, s:f, s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "version", FG_PROTO_SUBPROTOCOL,
+    json_t *doc = json_pack("{s:s, s:f, s:f, s:b, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "version", FG_PROTO_SUBPROTOCOL,
                             "time", round3(fg_clock_real_s()), "uptime_s", st ? round3(fg_clock_mono_s() - st->started) : 0.0,
                             "draining", gw->draining, "sample_interval_s", 1, "now", now, "kv", kv, "redis", redis,
-                            "tenants", tenants_json(gw), "series", ser ? ser : json_object());
+                            "tenants", tenants_json(gw), "cluster", cluster_json(gw), "series",
+                            ser ? ser : json_object());
     if (!doc)
         return NULL;
     char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(13));

@@ -20,6 +20,9 @@ gw_status *gw_status_create(void);
 void gw_status_destroy(gw_status *st);
 /* Takes one sample now (call about once a second; the interval is measured). */
 void gw_status_sample(fg_gateway_t *gw);
+/* Hands this instance's load to the cluster view (policies/session_dir.h; the quota
+ * thread publishes it once a second). Nothing without the session directory. */
+void gw_status_publish(fg_gateway_t *gw);
 /* The status document as a new malloc'd JSON string; NULL on out of memory. */
 char *gw_status_render(fg_gateway_t *gw);
 

@@ -20,7 +20,7 @@
 #define DIR_MAX_TTL_MS 3600000
 #define DIR_RENEW_CHUNK 500 /* leases per renew call */
 
-static bool url_valid(const char *u)
+bool fg_qdir_url_valid(const char *u)
 {
     size_t n = 0;
     for (; u[n]; n++)
@@ -40,7 +40,7 @@ fg_err fg_quota_dir_enable(fg_quota_t *q, const fg_dir_options *o, fg_diag *diag
     if (!q || !o || !o->instance_id || !fg_name_valid(o->instance_id, strlen(o->instance_id)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "session directory: instance id must be 1 to %d of A-Z a-z 0-9 _ -", FG_NAME_MAX);
-    if (!o->advertise_url || !url_valid(o->advertise_url))
+    if (!o->advertise_url || !fg_qdir_url_valid(o->advertise_url))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "session directory: advertise url must be up to %d printable characters without spaces",
                            FG_DIR_URL_MAX - 1);
@@ -71,6 +71,7 @@ void fg_qdir_free(struct fg_quota *q)
         return;
     fg_qlease_vec_free(&q->dir.held);
     free(q->dir.lost);
+    free(q->dir.view);
     pthread_mutex_destroy(&q->dir.mu);
 }
 

@@ -23,6 +23,8 @@
  *   flashgate:keyhash:<sha>   string: the tenant id owning the key with that hex SHA-256
  *   {tenant:ID}:loc:<session> string "<epoch> <instance> <url>": the session's holder (session_dir.h), PX ttl
  *   {tenant:ID}:loc_epochs    hash: session id -> the last directory epoch handed out
+ *   {flashgate:instances}:live  zset: instance id -> its record's expiry, ms of Redis TIME (session_dir.h)
+ *   {flashgate:instances}:load  hash: instance id -> its record (fg_dir_record_parse)
  */
 #ifndef FG_QUOTA_INTERNAL_H
 #define FG_QUOTA_INTERNAL_H
@@ -239,6 +241,12 @@ typedef struct fg_qdir {
     size_t n_lost, cap_lost;
     fg_dir_stats stats;
     int64_t next_renew_us;                /* quota thread only */
+    /* the cluster view (quota_instances.c), under mu */
+    fg_dir_load load;                     /* what the next publish sends */
+    fg_dir_instance *view;                /* FG_DIR_INSTANCES_MAX entries, replaced by each answer */
+    size_t n_view;
+    int64_t view_mono_us;                 /* when the view was read; 0: never */
+    int64_t next_publish_us;              /* quota thread only */
 } fg_qdir;
 
 /* Quota thread: runs n directory requests (one round trip) and finishes them. */
@@ -246,6 +254,10 @@ void fg_qdir_batch(struct fg_quota *q, fg_qreq **reqs, size_t n);
 /* Quota thread: renews every held lease when due (one call per tenant). */
 void fg_qdir_renew_due(struct fg_quota *q, int64_t now_us, bool force);
 void fg_qdir_free(struct fg_quota *q);
+/* Printable, no spaces, under FG_DIR_URL_MAX bytes (a lease or record splits on spaces). */
+bool fg_qdir_url_valid(const char *u);
+/* Quota thread: publishes this instance's load and reads the view when due (quota_instances.c). */
+void fg_qdir_publish_due(struct fg_quota *q, int64_t now_us);
 
 /* ---- journal (quota_journal.c; quota thread only) ---- */
 

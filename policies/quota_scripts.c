@@ -314,6 +314,34 @@ static const char DIR_RELEASE[] =
     "if ARGV[4] == '1' and redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[1]) end\n"
     "return 1\n";
 
+/* dir_publish: publish one instance's record and read the live ones (session_dir.h).
+ *   KEYS[1] {flashgate:instances}:live (zset: id -> expiry, ms), KEYS[2] {flashgate:instances}:load (hash)
+ *   ARGV[1] instance id, ARGV[2] ttl, ms, ARGV[3] its record without the time, ARGV[4] most instances read
+ * Expired records are dropped first; both keys expire when no instance publishes for a ttl.
+ * Reply: {now ms, then per live instance (soonest to expire first, at most ARGV[4]): id, expiry ms,
+ * record}. */
+static const char DIR_PUBLISH[] =
+    "local function fmt(x) return string.format('%.0f', x) end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now))\n"
+    "for _, id in ipairs(dead) do redis.call('HDEL', KEYS[2], id) end\n"
+    "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(now)) end\n"
+    "local ttl = tonumber(ARGV[2])\n"
+    "redis.call('ZADD', KEYS[1], fmt(now + ttl), ARGV[1])\n"
+    "redis.call('HSET', KEYS[2], ARGV[1], fmt(now) .. ' ' .. ARGV[3])\n"
+    "for k = 1, 2 do\n"
+    "  if redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], fmt(ttl)) end\n"
+    "end\n"
+    "local out = {now}\n"
+    "local live = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')\n"
+    "for i = 1, #live, 2 do\n"
+    "  out[#out + 1] = live[i]\n"
+    "  out[#out + 1] = tonumber(live[i + 1])\n"
+    "  out[#out + 1] = redis.call('HGET', KEYS[2], live[i]) or ''\n"
+    "end\n"
+    "return out\n";
+
 static const struct {
     const char *name, *source;
 } SCRIPTS[FG_QSCRIPT__COUNT] = {
@@ -327,6 +355,7 @@ static const struct {
     [FG_QSCRIPT_DIR_CLAIM] = {"dir_claim", DIR_CLAIM},
     [FG_QSCRIPT_DIR_RENEW] = {"dir_renew", DIR_RENEW},
     [FG_QSCRIPT_DIR_RELEASE] = {"dir_release", DIR_RELEASE},
+    [FG_QSCRIPT_DIR_PUBLISH] = {"dir_publish", DIR_PUBLISH},
 };
 
 const char *fg_qscript_source(fg_qscript_id id)

@@ -1,8 +1,8 @@
 /* quota_scripts.h: the Lua scripts the quota thread runs on Redis.
  *
  * Every script that needs the time reads it with TIME (Redis's clock, so all
- * gateways agree), touches only the KEYS it is given (all in one tenant's hash slot:
- * Redis Cluster safe), and is loaded once per connection with SCRIPT LOAD and
+ * gateways agree), touches only the KEYS it is given (all in one tenant's hash slot, or
+ * all under the {flashgate:instances} tag: Redis Cluster safe), and is loaded once per connection with SCRIPT LOAD and
  * then called with EVALSHA (EVAL of the source on a NOSCRIPT reply).
  * quota_scripts.c documents each script's KEYS, ARGV and reply, with units.
  *
@@ -23,6 +23,7 @@ typedef enum fg_qscript_id {
     FG_QSCRIPT_DIR_CLAIM,   /* session directory: look up or take a session's lease */
     FG_QSCRIPT_DIR_RENEW,   /* session directory: renew many leases of one tenant */
     FG_QSCRIPT_DIR_RELEASE, /* session directory: give a lease back */
+    FG_QSCRIPT_DIR_PUBLISH, /* cluster view: publish this instance's load, read every live one's */
     FG_QSCRIPT__COUNT
 } fg_qscript_id;
 

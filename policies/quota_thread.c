@@ -235,6 +235,7 @@ static void run_timers(struct fg_quota *q)
         q->next_renew_us = now + q->lease_ttl_ms * 1000LL / 3;
     }
     fg_qdir_renew_due(q, now, false);
+    fg_qdir_publish_due(q, now);
 }
 
 /* When the loop must wake up without requests, CLOCK_MONOTONIC us. */
@@ -247,6 +248,8 @@ static int64_t next_wake(struct fg_quota *q)
         w = q->next_replay_us; /* usage journaled while connected (backstop-admitted responses) */
     if (q->dir.on && q->dir.next_renew_us < w)
         w = q->dir.next_renew_us;
+    if (q->dir.on && q->dir.next_publish_us < w)
+        w = q->dir.next_publish_us;
     if (q->seeds_pending)
         w = 0;
     return w;

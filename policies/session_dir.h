@@ -103,4 +103,58 @@ typedef struct fg_dir_stats {
 } fg_dir_stats;
 void fg_quota_dir_get_stats(fg_quota_t *q, fg_dir_stats *st);
 
+/* ---- the cluster view: every live instance and its load ----
+ *
+ * Each instance publishes its load once a second (FG_DIR_PUBLISH_MS) into
+ * "{flashgate:instances}:load" (hash: instance id -> its record) with its
+ * expiry in "{flashgate:instances}:live" (zset: instance id -> ms of Redis
+ * TIME), both under one hash tag (one Redis Cluster slot). A record lives
+ * max(lease_ttl, 3 publish periods) after its last publish, as long as the
+ * instance's session leases can outlive it; the same script call that
+ * publishes drops the expired records and reads the live ones, so the view
+ * costs one Redis call per instance per second. */
+
+#define FG_DIR_PUBLISH_MS 1000
+#define FG_DIR_INSTANCES_MAX 64  /* instances in one view (past it: the soonest to expire) */
+#define FG_DIR_RECORD_MAX 512    /* bytes of one published record */
+
+typedef struct fg_dir_load {
+    uint64_t leases;             /* session leases held in the directory (filled by policies) */
+    uint64_t sessions;           /* open sessions: resident and on disk */
+    uint64_t streaming;          /* responses decoding now */
+    uint64_t kv_used_bytes;      /* resident KV in use, bytes */
+    uint64_t kv_capacity_bytes;  /* the resident KV pool, bytes */
+    uint64_t tokens_per_s_milli; /* output tokens per second over the last second, x 1000 */
+    bool draining;               /* stopping: takes no new sessions */
+} fg_dir_load;
+
+typedef struct fg_dir_instance {
+    char id[FG_NAME_MAX + 1];
+    char url[FG_DIR_URL_MAX + 1];
+    int64_t published_ms;        /* Redis TIME of its last publish, ms since the epoch */
+    int64_t age_ms;              /* since that publish, when the view was read */
+    int64_t expires_in_ms;       /* until it leaves the view unless it publishes again */
+    bool self;                   /* this instance */
+    fg_dir_load load;
+} fg_dir_instance;
+
+/* Any thread. The load this instance publishes from the next period on (its
+ * leases field is ignored: the directory's count is sent). */
+void fg_quota_dir_publish(fg_quota_t *q, const fg_dir_load *load);
+
+/* Any thread. Copies the view the last publish read (up to max instances,
+ * sorted by id) into out; returns the count, 0 before the first answer or
+ * with the directory off. *view_age_ms (may be NULL): ms since that read,
+ * this host's monotonic clock; -1 when there is none. */
+size_t fg_quota_dir_instances(fg_quota_t *q, fg_dir_instance *out, size_t max, int64_t *view_age_ms);
+
+/* A record as stored: "<published_ms> <url> <leases> <sessions> <streaming>
+ * <kv_used> <kv_capacity> <tokens_per_s_milli> <draining 0|1>", decimal
+ * integers, single spaces. format: the part after "<published_ms> " (the
+ * publish script puts Redis's time in front); returns its length, 0 when it
+ * does not fit. parse: the whole record (read from Redis: any bytes) into
+ * out's url, published_ms and load; FG_ERR_INVALID_ARG (diag says which field) otherwise. */
+size_t fg_dir_record_format(const char *url, const fg_dir_load *l, char *out, size_t cap);
+fg_err fg_dir_record_parse(const char *s, size_t n, fg_dir_instance *out, fg_diag *diag);
+
 #endif

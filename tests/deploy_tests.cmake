@@ -3,6 +3,11 @@
 # the systemd unit, the container file and the Kubernetes manifests (tests/deploy/).
 fg_add_test(deploy_haproxy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_haproxy.py
             LABELS deploy FIXTURES_REQUIRED models TIMEOUT 600)
+# Issue 20's proof behind the same HAProxy: the cluster view in /v1/status, 200 sessions under one
+# global limit, an instance SIGKILLed mid-response and one drained by SIGTERM (their sessions resumed
+# on the others), with the session directory on.
+fg_add_test(deploy_cluster COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.py
+            LABELS deploy FIXTURES_REQUIRED models TIMEOUT 300)
 # The systemd unit: systemd-analyze verify in a scratch root holding the installed build.
 fg_add_test(deploy_systemd COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/deploy/check_systemd.sh
             ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR} LABELS deploy TIMEOUT 120)

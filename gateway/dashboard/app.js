@@ -142,8 +142,30 @@
       "</td><td>" + (x.fail_mode === "closed" ? "refuse" : "admit (backstop)") + "</td></tr>").join("");
     const body = document.querySelector("#tenants tbody");
     if (body.innerHTML !== rows) body.innerHTML = rows;
+    renderCluster(doc.cluster);
     setText("last-update", "updated " + new Date(doc.time * 1000).toLocaleTimeString() + " · up " + Math.round(doc.uptime_s) + " s" +
       (doc.draining ? " · draining" : ""));
+  }
+
+  // Every instance the session directory knows (from this instance's last read of Redis).
+  function renderCluster(c) {
+    $("cluster").hidden = !c || !c.enabled;
+    if (!c || !c.enabled) return;
+    setText("cluster-summary", fmtInt(c.instance_count) + " instances · " + fmtInt(c.sessions) + " sessions · " +
+      fmtInt(c.streaming) + " streaming · " + fmtNum(c.tokens_per_s) + " tokens/s" +
+      (c.view_age_ms === null ? " · not read yet" : c.view_age_ms > 2500 ? " · read " + (c.view_age_ms / 1000).toFixed(0) +
+        " s ago (Redis unreachable?)" : ""));
+    const rows = c.instances.map((x) => {
+      const stale = x.age_ms > 2500; // more than two publish periods (1 s) missed
+      const st = x.draining ? "draining" : stale ? "silent " + (x.age_ms / 1000).toFixed(0) + " s" : "live";
+      return "<tr" + (x.self ? ' class="self"' : "") + "><td>" + escapeHtml(x.instance_id) + (x.self ? " (this)" : "") +
+        "</td><td>" + escapeHtml(x.url) + "</td><td>" + fmtInt(x.sessions) + "</td><td>" + fmtInt(x.leases) + "</td><td>" +
+        fmtInt(x.streaming) + "</td><td>" + fmtBytes(x.kv_used_bytes) + " / " + fmtBytes(x.kv_capacity_bytes) + "</td><td>" +
+        fmtNum(x.tokens_per_s) + "</td><td>" + (x.age_ms / 1000).toFixed(1) + " s ago</td><td" +
+        (stale || x.draining ? ' class="bad"' : "") + ">" + st + "</td></tr>";
+    }).join("");
+    const body = document.querySelector("#instances tbody");
+    if (body.innerHTML !== rows) body.innerHTML = rows;
   }
 
   // ---- state ----

@@ -109,6 +109,18 @@ class HAProxy:
             return "".join(f.readlines()[-n:])
 
 
+async def haproxy_up(gateways):
+    """HAProxy in front of the three gateways, once its checks see every one UP (closed if they never do)."""
+    lb = HAProxy(gateways).start()
+    try:
+        await wait_for(lambda: len(lb.states()) == 3 and all(v == "UP" for v in lb.states().values()),
+                       lambda: f"HAProxy sees every instance UP (now {lb.states()})", timeout=60)
+    except BaseException:
+        lb.close()
+        raise
+    return lb
+
+
 class Cluster:
     """One redis-server, three flashgate instances on it (admin API on), HAProxy in front."""
 
@@ -119,9 +131,7 @@ class Cluster:
             for _ in NAMES:
                 self.gws.append(admin_server(redis={"address": self.redis.sock},
                                              server={"drain_timeout_s": 120}).start())
-            self.lb = HAProxy(self.gws).start()
-            await wait_for(lambda: all(v == "UP" for v in self.lb.states().values()) and len(self.lb.states()) == 3,
-                           lambda: f"HAProxy sees every instance UP (now {self.lb.states()})", timeout=60)
+            self.lb = await haproxy_up(self.gws)
         except BaseException:
             await self.__aexit__(None, None, None)
             raise
@@ -158,9 +168,10 @@ class Cluster:
         return out
 
 
-async def open_via(lb, session_id=None, cookie=None, query=False):
-    """A connection through HAProxy; returns (Conn, instance named by X-Flashgate-Instance, its cookie)."""
-    headers = {"Authorization": "Bearer " + KEYS["acme"]}
+async def open_via(lb, session_id=None, cookie=None, query=False, key=None):
+    """A connection through HAProxy (acme's key unless key); returns (Conn, instance named by
+    X-Flashgate-Instance, its cookie)."""
+    headers = {"Authorization": "Bearer " + (key or KEYS["acme"])}
     path = PATH
     if session_id and query:
         path += "?session_id=" + session_id

@@ -231,14 +231,16 @@ async def test_redis_round_trips_per_response():
 # ---------------------------------------------------------------- two gateways, one Redis
 
 
-async def _load(srv, key, deadline, stats, max_out=8):
-    """One client: responses back to back until deadline, a new session every 6."""
-    c = await Conn.open(srv, key=key)
+async def load_turns(c, deadline, stats, max_out=8, pause=lambda: 0.1):
+    """Responses back to back on c until deadline, a new session every 6 (the first one made
+    here unless c has one). stats: "used" and "ok" count the responses asked for before the
+    deadline, whenever they end; "all" every response's tokens; "refused" the refusals, each
+    retried after pause() seconds without a new item."""
     n = 0
     need_item = True
     try:
         while time.monotonic() < deadline:
-            if need_item and n % 6 == 0:
+            if need_item and n % 6 == 0 and (n or not c.session_id):
                 if n:
                     await c.send({"type": "session.close"})
                     await c.recv_until("session.closed")
@@ -246,19 +248,26 @@ async def _load(srv, key, deadline, stats, max_out=8):
             if need_item:
                 await c.add_user("go")
                 need_item = False
+            sent = time.monotonic()
             st, ev, done = await response_or_error(c, {"max_output_tokens": max_out})
             if st == "ok":
-                if time.monotonic() < deadline:
+                stats["all"] = stats.get("all", 0) + used_tokens(done)
+                if sent < deadline:
                     stats["used"] += used_tokens(done)
                     stats["ok"] += 1
                 n += 1
                 need_item = True
-            else:  # retried without a new item: at most ~10 messages per second per client
+            else:  # at most ~10 messages per second per client with the default pause
                 eq(ev["error"]["code"], "rate_limit_exceeded", f"refusal {ev}")
                 stats["refused"] += 1
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(pause())
     finally:
         await c.close()
+
+
+async def _load(srv, key, deadline, stats, max_out=8):
+    """One client on srv: load_turns until deadline."""
+    await load_turns(await Conn.open(srv, key=key), deadline, stats, max_out)
 
 
 async def test_two_gateways_one_limit_then_redis_killed():

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Conn, Server, Timeout, check, eq, http_get, run_tests, user_item, wait_for  # noqa: E402
 from test_openai_http import post  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy"))
-from test_haproxy import NAMES, HAProxy, open_via  # noqa: E402
+from test_haproxy import NAMES, haproxy_up, open_via  # noqa: E402
 from test_quotas import Redis  # noqa: E402
 
 TTL_MS = 1500
@@ -132,8 +132,11 @@ async def reference(turns):
 
 
 class Cluster:
-    def __init__(self, n=2, **kw):
+    """n instances (named by names) on one redis-server and one shared persistence dir; kw go to each Instance."""
+
+    def __init__(self, n=2, names=("gw-a", "gw-b", "gw-c"), **kw):
         self.n = n
+        self.names = names
         self.kw = kw
 
     async def __aenter__(self):
@@ -141,7 +144,7 @@ class Cluster:
         self.redis = Redis().start()
         self.gws = []
         try:
-            for name in ("gw-a", "gw-b", "gw-c")[:self.n]:
+            for name in self.names[:self.n]:
                 self.gws.append(Instance(name, self.pdir, self.redis, **self.kw).start())
         except BaseException:
             await self.__aexit__(None, None, None)
@@ -362,9 +365,7 @@ async def test_through_haproxy_killed_holder():
     gws, lb = [], None
     try:
         gws = [Instance(name, pdir, redis).start() for name in NAMES]
-        lb = HAProxy(gws).start()
-        await wait_for(lambda: len(lb.states()) == 3 and all(v == "UP" for v in lb.states().values()),
-                       lambda: f"HAProxy sees every instance UP (now {lb.states()})", timeout=60)
+        lb = await haproxy_up(gws)
         c, victim, cookie = await open_via(lb)
         await c.create_session(SETTINGS)
         sid = c.session_id

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "redis_fixture.h"
+#include "policies/session_dir.h"
 
 static void notify(void *user)
 {
@@ -173,4 +174,13 @@ fg_tenant_record qh_record(const char *id)
     snprintf(t.name, sizeof t.name, "tenant %s", id);
     t.limits.weight = 1;
     return t;
+}
+
+bool qh_dir_enable(qh *h, const char *name, int lease_ttl_ms)
+{
+    char url[64];
+    snprintf(url, sizeof url, "ws://%s.example:8080", name);
+    fg_dir_options o = {.instance_id = name, .advertise_url = url, .lease_ttl_ms = lease_ttl_ms};
+    fg_diag d = {{0}};
+    return fg_quota_dir_enable(h->q, &o, &d) == FG_OK;
 }

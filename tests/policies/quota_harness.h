@@ -52,6 +52,9 @@ bool qh_usage(qh *h, const char *tenant, fg_tenant_usage *u);
  * when journal_empty); false after timeout_ms. */
 bool qh_wait_connected(qh *h, bool journal_empty, double timeout_ms);
 
+/* Turns the session directory on as instance name, advertised at "ws://<name>.example:8080". */
+bool qh_dir_enable(qh *h, const char *name, int lease_ttl_ms);
+
 /* A record with only an id and the given tokens per minute. */
 fg_tenant_record qh_record(const char *id);
 

@@ -40,15 +40,6 @@ static fg_dir_result claim(qh *h, const char *sid, fg_dir_mode mode, uint64_t ep
     return w.r;
 }
 
-static bool enable(qh *h, const char *name)
-{
-    char url[64];
-    snprintf(url, sizeof url, "ws://%s.example:8080", name);
-    fg_dir_options o = {.instance_id = name, .advertise_url = url, .lease_ttl_ms = TTL_MS};
-    fg_diag d = {{0}};
-    return fg_quota_dir_enable(h->q, &o, &d) == FG_OK;
-}
-
 int test_quota_dir(void)
 {
     fg_redis_fixture fx;
@@ -60,7 +51,7 @@ int test_quota_dir(void)
         fg_redis_stop(&fx);
         return 1;
     }
-    CHECK(enable(&a, "gw-a") && enable(&b, "gw-b") && enable(&c, "gw-c"));
+    CHECK(qh_dir_enable(&a, "gw-a", TTL_MS) && qh_dir_enable(&b, "gw-b", TTL_MS) && qh_dir_enable(&c, "gw-c", TTL_MS));
     fg_dir_options bad = {.instance_id = "has space", .advertise_url = "ws://x", .lease_ttl_ms = TTL_MS};
     fg_diag d = {{0}};
     CHECK(fg_quota_dir_enable(a.q, &bad, &d) == FG_ERR_INVALID_ARG);
