@@ -1225,6 +1225,8 @@ fg_err fg_forward_draft(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the model has no MTP block (nextn_predict_layers) to draft with");
     if (n_seqs < 0 || n_seqs > f->max_tokens)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "a draft takes 0 .. %d sequences", f->max_tokens);
+    if (n_seqs == 0)
+        return FG_OK;
     /* every check first: an error changes nothing */
     size_t table = 0;
     int n_new = 0;
