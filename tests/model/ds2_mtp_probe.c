@@ -18,21 +18,9 @@
 #include "engine/model/deepseek2/forward.h"
 #include "engine/model/deepseek2/model.h"
 #include "kernels/cpu/pool.h"
+#include "tests/model/probe.h"
 
-static int fail(const char *what, const fg_diag *d)
-{
-    fprintf(stderr, "ds2_mtp_probe: %s: %s\n", what, d ? d->msg : "");
-    return 1;
-}
-
-static int write_f32(const char *path, const float *v, size_t n)
-{
-    FILE *fp = fopen(path, "wb");
-    int ok = fp && fwrite(v, sizeof *v, n, fp) == n;
-    if (fp && fclose(fp))
-        ok = 0;
-    return ok ? 0 : -1;
-}
+static int fail(const char *what, const fg_diag *d) { return probe_fail("ds2_mtp_probe", what, d); }
 
 int main(int argc, char **argv)
 {
@@ -80,7 +68,7 @@ int main(int argc, char **argv)
         if (fg_forward_run(f, tok + at, &s, 1, &d))
             return fail("run", &d);
     }
-    if (write_f32(argv[3], logits, (size_t)n * V) || write_f32(argv[4], mtp, (size_t)n * V))
+    if (probe_write_f32(argv[3], logits, (size_t)n * V) || probe_write_f32(argv[4], mtp, (size_t)n * V))
         return fail("write", NULL);
     fg_kv_seq_free(kv, &q);
     fg_forward_destroy(f);

@@ -76,11 +76,8 @@ def main():
     trunk = ref.forward(ref.DeepSeek2Model(os.path.join(DATA, "tiny.gguf")), tokens)
     d = float(np.abs(trunk - ref_logits).max())
     check(d == 0.0, "the reference's trunk of tiny-mtp is tiny's (max |d| = %.3g)" % d)
-    if FAILS:
-        print("FAIL: %d check(s)" % len(FAILS))
-        return 1
-    print("PASS")
-    return 0
+    print("PASS" if not FAILS else "FAIL: %d check(s): %s" % (len(FAILS), "; ".join(FAILS)))
+    return 1 if FAILS else 0
 
 
 if __name__ == "__main__":
