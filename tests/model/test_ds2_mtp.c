@@ -3,8 +3,9 @@
  *     same seed, so the same trunk tensors) has one: 4 trunk layers, 5 run,
  *     a cache of 5 layers, and trunk logits bit for bit tiny.gguf's;
  *   - a draft equals the MTP row a run computes at that position, bit for
- *     bit (one sequence, a one-token run; F32 and F16 caches), and within
- *     float rounding for three sequences drafted in one call;
+ *     bit (one sequence, a one-token run; F32 and F16 caches; mid-page, at a
+ *     page's last row and a new page's first), and within float rounding
+ *     for three sequences drafted in one call;
  *   - drafts change no cache byte and no length, and the next run gives what
  *     a twin sequence that never drafted gets, bit for bit;
  *   - a chained draft reads the draft before; after a verify run of three
@@ -158,7 +159,7 @@ static void check_draft(fg_pool_t *pool, fg_kv_format fmt)
     env_open(&e, "tiny-mtp.gguf", fmt, pool);
     const int V = e.V;
     fg_diag d = {{0}};
-    int32_t tok[P + 8];
+    int32_t tok[80];
     test_tokens(tok, P + 8, V, 11);
     float *lg = malloc(sizeof(float) * (P + 8) * V), *mtp = malloc(sizeof(float) * (P + 8) * V);
     float *d1 = malloc(sizeof(float) * V), *d2 = malloc(sizeof(float) * V), *again = malloc(sizeof(float) * V);
@@ -223,6 +224,24 @@ static void check_draft(fg_pool_t *pool, fg_kv_format fmt)
         run(&e, &s3[i], next + i, 1, lg, mtp);
         CHECK_MSG(max_abs_diff(dl + (size_t)i * V, mtp, (size_t)V) < 1e-4f, "batched draft %d: max %g", i,
                   max_abs_diff(dl + (size_t)i * V, mtp, (size_t)V));
+    }
+
+    /* at page ends: a first draft at the last row of a page (63 rows copied)
+     * and at the first row of a new one (64), each against the run's row; a
+     * chained one from 63 crosses into the next page */
+    for (int len = 63; len <= 64; len++) {
+        fg_kv_seq q = new_seq(&e, len + 2);
+        test_tokens(tok, len + 2, V, 200 + (unsigned)len);
+        run(&e, &q, tok, 40, lg, NULL);
+        run(&e, &q, tok + 40, len - 40, lg, NULL);
+        CHECK_MSG(draft(&e, &q, tok[len], d1, &d) == FG_OK, "%s", d.msg);
+        CHECK(draft(&e, &q, (int32_t)argmax(d1, V), d2, &d) == FG_OK);
+        for (int i = 0; i < V; i++)
+            CHECK(isfinite(d2[i]));
+        run(&e, &q, tok + len, 1, lg, mtp);
+        CHECK_MSG(memcmp(mtp, d1, sizeof(float) * V) == 0, "draft at %d != the run's MTP row (max %g)", len,
+                  max_abs_diff(mtp, d1, (size_t)V));
+        fg_kv_seq_free(e.kv, &q);
     }
 
     /* bad arguments; a forward that did not run the sequence keeps no hidden */
