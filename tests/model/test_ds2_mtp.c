@@ -116,6 +116,9 @@ static void check_load(fg_pool_t *pool)
     CHECK(b.m->mtp.head.data == b.m->output.data && b.m->mtp.embd.data == b.m->tok_embd.data);
     CHECK(b.m->mtp.head_norm != b.m->output_norm); /* the generator writes shared_head_norm */
     CHECK(b.m->base.weight_bytes_total > a.m->base.weight_bytes_total);
+    /* arch.h: forward_draft is NULL for a model without the block */
+    CHECK(a.m->base.arch->forward_draft == NULL && b.m->base.arch->forward_draft != NULL);
+    CHECK(fg_deepseek2_of(&a.m->base) == a.m && fg_deepseek2_of(&b.m->base) == b.m);
     CHECK(fg_arch_deepseek2.layer_experts(&b.m->base, 4, &(fg_arch_experts){0}));
     CHECK(!fg_arch_deepseek2.layer_experts(&a.m->base, 4, &(fg_arch_experts){0}));
 

@@ -31,7 +31,8 @@ fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_form
 const fg_model *fg_deepseek2_of(const fg_arch_model *m)
 {
     /* base is fg_model's first member */
-    return m && m->arch == &fg_arch_deepseek2 ? (const fg_model *)(const void *)m : NULL;
+    return m && (m->arch == &fg_arch_deepseek2 || m->arch == &fg_arch_deepseek2_mtp) ? (const fg_model *)(const void *)m
+                                                                                    : NULL;
 }
 
 static fg_err ds2_load(const fg_gguf_t *g, fg_arch_model **out, fg_diag *diag)
@@ -105,17 +106,14 @@ static bool ds2_layer_experts(const fg_arch_model *am, int il, fg_arch_experts *
     return true;
 }
 
-const fg_arch fg_arch_deepseek2 = {
-    .name = "deepseek2",
-    .load = ds2_load,
-    .free = ds2_free,
-    .cache_default = ds2_cache_default,
-    .cache = ds2_cache,
-    .forward_create = ds2_forward_create,
-    .forward_destroy = ds2_forward_destroy,
-    .forward_run = ds2_forward_run,
-    .forward_set_ep = ds2_forward_set_ep,
-    .forward_count_experts = ds2_forward_count_experts,
-    .layer_experts = ds2_layer_experts,
-    .forward_draft = ds2_forward_draft, /* FG_ERR_UNSUPPORTED for a model without the MTP block */
-};
+#define DS2_FUNCTIONS                                                                                            \
+    .name = "deepseek2", .load = ds2_load, .free = ds2_free, .cache_default = ds2_cache_default, .cache = ds2_cache,   \
+    .forward_create = ds2_forward_create, .forward_destroy = ds2_forward_destroy, .forward_run = ds2_forward_run,     \
+    .forward_set_ep = ds2_forward_set_ep, .forward_count_experts = ds2_forward_count_experts,                        \
+    .layer_experts = ds2_layer_experts
+
+/* Two tables, so that forward_draft is NULL for a model without the MTP
+ * block (arch.h): the loaded model's base.arch is the second one when it has
+ * the block. Both are "deepseek2"; the engine finds and loads the first. */
+const fg_arch fg_arch_deepseek2 = {DS2_FUNCTIONS};
+const fg_arch fg_arch_deepseek2_mtp = {DS2_FUNCTIONS, .forward_draft = ds2_forward_draft};

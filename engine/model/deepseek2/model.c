@@ -271,7 +271,7 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
         total += own + (t->embd.data != m->tok_embd.data ? fg_weight_bytes(&t->embd) : 0);
         active += own;
     }
-    fg_arch_model_init(&m->base, &fg_arch_deepseek2, g);
+    fg_arch_model_init(&m->base, hp->n_nextn ? &fg_arch_deepseek2_mtp : &fg_arch_deepseek2, g);
     m->base.n_vocab = hp->n_vocab;
     m->base.n_ctx_train = hp->n_ctx_train;
     m->base.n_layer = hp->n_layer;

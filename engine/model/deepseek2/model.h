@@ -118,6 +118,8 @@ void fg_model_free(fg_model *m);
  * Its model's base.weight_bytes_active counts attention, dense, shared,
  * top-k experts and the head. */
 extern const fg_arch fg_arch_deepseek2;
+/* The same architecture with forward_draft: base.arch of a model with the MTP block. */
+extern const fg_arch fg_arch_deepseek2_mtp;
 
 /* The deepseek2 model behind m, or NULL when m is another architecture's
  * (for the parts that read deepseek2's layers: the CUDA backend, expert
