@@ -181,6 +181,9 @@ static void check_draft(fg_pool_t *pool, fg_kv_format fmt)
         CHECK(draft(&e, &a, a1, again, &d) == FG_OK);
     CHECK(draft(&e, &a, a1, again, &d) == FG_ERR_INVALID_ARG); /* one more than FG_DS2_MAX_DRAFTS */
     CHECK(strstr(d.msg, "chained") != NULL);
+    a.n_tokens--; /* a cache cut between drafts, with no run: its drafts are refused */
+    CHECK(draft(&e, &a, a1, again, &d) == FG_ERR_STATE);
+    a.n_tokens++;
     CHECK(a.n_tokens == P && same_pages(&e, &a, before));
     free(before);
 

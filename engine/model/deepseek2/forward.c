@@ -1243,6 +1243,10 @@ fg_err fg_forward_draft(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs
         const int k = draft_find(f, s->kv);
         int pos;
         if (k >= 0) {
+            if (s->kv->n_tokens != f->drafts[k].base)
+                return fg_diag_set(diag, FG_ERR_STATE,
+                                   "draft sequence %d: its cache changed length since its first draft without a run",
+                                   si);
             if (f->drafts[k].depth >= FG_DS2_MAX_DRAFTS)
                 return fg_diag_set(diag, FG_ERR_INVALID_ARG, "draft sequence %d: more than %d chained drafts", si,
                                    FG_DS2_MAX_DRAFTS);

@@ -114,7 +114,8 @@ void fg_forward_set_mtp_out(fg_forward_t *f, float *mtp);
  * into the caches; needs no pages past the cache. Errors (nothing changed):
  * FG_ERR_UNSUPPORTED (no MTP block), FG_ERR_INVALID_ARG, FG_ERR_TOKEN_ID,
  * FG_ERR_STATE (a sequence whose last position's hidden is not kept: draft
- * right after the run that computed it), FG_ERR_NOMEM. Expert parallelism
+ * right after the run that computed it; or one whose length changed between
+ * its drafts), FG_ERR_NOMEM. Expert parallelism
  * set or not, a draft runs its experts here and is not collective. */
 fg_err fg_forward_draft(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 
