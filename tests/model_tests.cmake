@@ -37,6 +37,13 @@ fg_add_test(reference_deepseek4_engine COMMAND /usr/bin/python3 ${CMAKE_CURRENT_
 # misread-MXFP4 negative control.
 fg_add_test(reference_deepseek4_generated COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek4.py generated
             LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 600)
+# deepseek2's MTP block (tiny-mtp.gguf): the trunk's and the MTP block's logits of the forward
+# pass (ds2_mtp_probe, absorbed and decompressed) against the reference's forward_mtp().
+add_executable(ds2_mtp_probe ${CMAKE_CURRENT_SOURCE_DIR}/model/ds2_mtp_probe.c)
+target_link_libraries(ds2_mtp_probe PRIVATE fg_engine)
+set_target_properties(ds2_mtp_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+fg_add_test(reference_deepseek2_mtp COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek2_mtp.py
+            LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)

@@ -190,8 +190,11 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: NULL spec");
     if (!memchr(s->name, '\0', sizeof s->name) || s->name[0] == '\0')
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: name must be 1..63 bytes");
-    if (s->arch == FG_MODELGEN_DEEPSEEK4)
+    if (s->arch == FG_MODELGEN_DEEPSEEK4) {
+        if (s->n_nextn)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_nextn is deepseek2's (deepseek4: v4.n_nextn)");
         return fg_modelgen_v4_validate(s, diag);
+    }
     if (s->arch != FG_MODELGEN_DEEPSEEK2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: arch = %d must be 0 (deepseek2) or 1 (deepseek4)",
                            (int)s->arch);
@@ -221,6 +224,10 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
                            (unsigned)(FG_BPE_BYTE_TOKENS + 2 + N_CHAT_MARKERS));
     if (s->rope_dim % 2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_dim = %u must be even", s->rope_dim);
+    if (s->n_nextn > 1)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_nextn = %u must be 0 or 1", s->n_nextn);
+    if (s->n_layer + s->n_nextn > MAX_LAYERS)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_layer + n_nextn exceeds %u", MAX_LAYERS);
     if (s->n_layer_dense_lead > s->n_layer)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_layer_dense_lead = %u exceeds n_layer = %u",
                            s->n_layer_dense_lead, s->n_layer);
@@ -330,7 +337,7 @@ static void v2_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *c
     fg_modelgen_emit(fn, ctx, "token_embd.weight", 2, d, V, 1, matrix_type(s, d), 0.0, 1.0, false);
 
 #define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, il), nm)
-    for (uint32_t il = 0; il < s->n_layer; il++) {
+    for (uint32_t il = 0; il < s->n_layer + s->n_nextn; il++) {
         fg_modelgen_emit_norm(fn, ctx, BLK("attn_norm.weight"), d);
         if (s->q_lora_rank > 0) {
             emit_matrix(fn, ctx, s, BLK("attn_q_a.weight"), 2, d, s->q_lora_rank, 1, false);
@@ -363,6 +370,12 @@ static void v2_visit(const fg_modelgen_spec *s, fg_modelgen_visit_fn fn, void *c
             emit_matrix(fn, ctx, s, BLK("ffn_gate_shexp.weight"), 2, d, fsh, 1, false);
             emit_matrix(fn, ctx, s, BLK("ffn_up_shexp.weight"), 2, d, fsh, 1, false);
             emit_matrix(fn, ctx, s, BLK("ffn_down_shexp.weight"), 2, fsh, d, 1, false);
+        }
+        if (il >= s->n_layer) { /* the MTP block: eh_proj([enorm(embed(next)); hnorm(h)]), its own head norm */
+            emit_matrix(fn, ctx, s, BLK("nextn.eh_proj.weight"), 2, 2 * d, d, 1, false);
+            fg_modelgen_emit_norm(fn, ctx, BLK("nextn.enorm.weight"), d);
+            fg_modelgen_emit_norm(fn, ctx, BLK("nextn.hnorm.weight"), d);
+            fg_modelgen_emit_norm(fn, ctx, BLK("nextn.shared_head_norm.weight"), d);
         }
     }
 #undef BLK
@@ -640,7 +653,9 @@ static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const 
 #define KEY(k) (*err_key = (k), (k))
     FG_TRY(fg_gguf_writer_add_str(w, KEY("general.architecture"), ARCH));
     FG_TRY(fg_gguf_writer_add_str(w, KEY("general.name"), s->name));
-    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer));
+    FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".block_count"), s->n_layer + s->n_nextn));
+    if (s->n_nextn)
+        FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".nextn_predict_layers"), s->n_nextn));
     FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".context_length"), s->n_ctx));
     FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".embedding_length"), s->n_embd));
     FG_TRY(fg_gguf_writer_add_u32(w, KEY(ARCH ".feed_forward_length"), s->n_ff));

@@ -3,7 +3,11 @@
  * `deepseek4` (DeepSeek V4: hyper-connections, compressed sparse attention,
  * hash-routed MoE, an MTP block), with llama.cpp's key names, tensor names,
  * shapes and type conventions, so that both flashgate and llama.cpp can load
- * them. One generator: both architectures share the vocabulary, the random
+ * them. deepseek2 files may carry DeepSeek-V3's MTP block as llama.cpp's
+ * converters store it (nextn_predict_layers = 1, block blk.N with N = the
+ * trunk's layer count: a whole MoE layer plus nextn.eh_proj {2d, d},
+ * nextn.enorm, nextn.hnorm and nextn.shared_head_norm; the embedding and head
+ * are the trunk's). One generator: both architectures share the vocabulary, the random
  * numbers and the tensor writer; only the key and tensor lists differ.
  *
  * A spec holds every hyperparameter and option; presets fill one in. The same
@@ -86,7 +90,10 @@ typedef struct fg_modelgen_spec {
                                       the file is as before the option existed */
     uint32_t n_ctx;                /* context_length (tokens) */
     uint32_t n_embd;               /* d */
-    uint32_t n_layer;              /* block_count */
+    uint32_t n_layer;              /* block_count (deepseek2: the trunk's blocks, block_count - n_nextn) */
+    uint32_t n_nextn;              /* deepseek2: nextn_predict_layers, the MTP block after the trunk (0 or 1;
+                                      0 writes no key and the file is as before the option existed; deepseek4
+                                      has v4.n_nextn) */
     uint32_t n_layer_dense_lead;   /* leading_dense_block_count (<= n_layer) */
     uint32_t n_ff;                 /* feed_forward_length: dense SwiGLU width */
     /* MLA attention */

@@ -49,6 +49,7 @@ static void usage(FILE *f)
             "  --tied                     tie the output head to token_embd (no output.weight)\n"
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
             "  --layers N                 block count (leading dense blocks capped at N)\n"
+            "  --nextn 0|1                DeepSeek-V3's MTP block after the trunk's layers (nextn_predict_layers)\n"
             "  --bpe-corpus FILE          train the BPE vocabulary on FILE instead of the built-in text\n"
             "  --weights FILE             trained weights (FGW1, engine/model/modelgen.h) instead of random ones\n"
             "  --from GGUF                vocabulary and weights of an F32 model of this preset (convert --type)\n");
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
                *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
-               *hash_layers = NULL, *bpe_corpus = NULL, *weights = NULL, *from = NULL;
+               *hash_layers = NULL, *bpe_corpus = NULL, *weights = NULL, *from = NULL, *nextn = NULL;
     int no_q_lora = 0, tied = 0, chat_markers = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -131,9 +132,10 @@ int main(int argc, char **argv)
         static const char *const names[] = {"--preset",      "--out",         "--type",       "--gating",
                                             "--groups",      "--yarn",        "--seed",       "--layers",
                                             "--embd",        "--embd-type",   "--expert-type", "--hash-layers",
-                                            "--bpe-corpus",  "--weights",     "--from"};
+                                            "--bpe-corpus",  "--weights",     "--from",       "--nextn"};
         const char **slots[] = {&preset, &out,  &type,      &gating,      &groups,      &yarn,       &seed,    &layers,
-                                &embd,   &embd_type, &expert_type, &hash_layers, &bpe_corpus, &weights, &from};
+                                &embd,   &embd_type, &expert_type, &hash_layers, &bpe_corpus, &weights, &from,
+                                &nextn};
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             size_t n = strlen(names[k]);
@@ -166,7 +168,8 @@ int main(int argc, char **argv)
         int given;
     } v2_only[] = {{"--gating", gating != NULL}, {"--groups", groups != NULL}, {"--yarn", yarn != NULL},
                    {"--layers", layers != NULL}, {"--no-q-lora", no_q_lora}, {"--tied", tied},
-                   {"--bpe-corpus", bpe_corpus != NULL}, {"--weights", weights != NULL}, {"--from", from != NULL}},
+                   {"--bpe-corpus", bpe_corpus != NULL}, {"--weights", weights != NULL}, {"--from", from != NULL},
+                   {"--nextn", nextn != NULL}},
       v4_only[] = {{"--embd-type", embd_type != NULL}, {"--expert-type", expert_type != NULL},
                    {"--hash-layers", hash_layers != NULL}};
     for (size_t k = 0; v4 && k < sizeof v2_only / sizeof v2_only[0]; k++)
@@ -252,6 +255,13 @@ int main(int argc, char **argv)
             spec.n_layer_dense_lead = spec.n_layer;
     }
 
+    if (nextn) {
+        uint64_t v;
+        if (parse_u64(nextn, 1, &v))
+            return bad("--nextn wants 0 or 1, not '%s'", nextn);
+        spec.n_nextn = (uint32_t)v;
+    }
+
     if (embd) { /* a wider model: rows of 256 for the K-quant test models */
         uint64_t v;
         if (parse_u64(embd, 65536, &v) || v == 0)
@@ -298,9 +308,12 @@ int main(int argc, char **argv)
                spec.n_vocab, type_name(spec.weight_type), type_name(spec.v4.embd_type),
                type_name(spec.v4.expert_type), spec.seed);
     } else {
-        printf("preset %s: %u layers (%u dense), d=%u, %u heads, %u experts top-%u, vocab %u, weights %s, seed %" PRIu64
+        char mtp[32] = "";
+        if (spec.n_nextn)
+            snprintf(mtp, sizeof mtp, " + %u MTP", spec.n_nextn);
+        printf("preset %s: %u layers%s (%u dense), d=%u, %u heads, %u experts top-%u, vocab %u, weights %s, seed %" PRIu64
                "\n",
-               preset, spec.n_layer, spec.n_layer_dense_lead, spec.n_embd, spec.n_head, spec.n_expert,
+               preset, spec.n_layer, mtp, spec.n_layer_dense_lead, spec.n_embd, spec.n_head, spec.n_expert,
                spec.n_expert_used, spec.n_vocab, type_name(spec.weight_type), spec.seed);
     }
     printf("parameters: total %" PRIu64 " (%.1fM), active per token %" PRIu64 " (%.1fM)\n", total, total / 1e6,

@@ -11,7 +11,10 @@
  * for its cache layout in every format.
  *
  * The seed corpus is tests/fuzz/corpus/fuzz_gguf/ (tiny files from the
- * writer, and seed_deepseek4: a small make_v4_fixture.py model).
+ * writer, seed_deepseek4: a small make_v4_fixture.py model, and
+ * seed_deepseek2_mtp: a deepseek2 file with the MTP block, from
+ * `flashgate-modelgen --preset tiny --seed 3 --embd 32 --layers 1 --nextn 1
+ * --type q8_0`).
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -27,21 +27,9 @@
 #include "engine/model/deepseek4/forward.h"
 #include "engine/model/deepseek4/model.h"
 #include "kernels/cpu/pool.h"
+#include "tests/model/probe.h"
 
-static int fail(const char *what, const fg_diag *d)
-{
-    fprintf(stderr, "ds4_probe: %s: %s\n", what, d ? d->msg : "");
-    return 1;
-}
-
-static int write_f32(const char *path, const float *v, size_t n)
-{
-    FILE *fp = fopen(path, "wb");
-    int ok = fp && fwrite(v, sizeof *v, n, fp) == n;
-    if (fp && fclose(fp))
-        ok = 0;
-    return ok ? 0 : -1;
-}
+static int fail(const char *what, const fg_diag *d) { return probe_fail("ds4_probe", what, d); }
 
 static int bad;
 
@@ -186,7 +174,7 @@ int main(int argc, char **argv)
         if (fg_ds4_forward_run(f, tok + at, &fs, 1, &d) != FG_OK)
             return fail("run", &d);
     }
-    int rc = write_f32(argv[3], logits, (size_t)n * V) || write_f32(argv[4], mtp, (size_t)n * V);
+    int rc = probe_write_f32(argv[3], logits, (size_t)n * V) || probe_write_f32(argv[4], mtp, (size_t)n * V);
     fg_kv_seq_free(kv, &q);
     fg_ds4_forward_destroy(f);
     fg_pool_destroy(pool);

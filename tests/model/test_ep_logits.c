@@ -13,7 +13,8 @@
  * an exchange between ranks made with different batch sizes or expert
  * placements; a capacity
  * below one row per rank and a placement the model cannot take are refused
- * at create with the key named. */
+ * at create with the key named. tiny-mtp.gguf (the MTP block) the same way
+ * on CPU ranks. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -134,8 +135,8 @@ static void run(const fg_model *m, const fg_kv_geometry *geo, fg_kv_store_t *kv,
     if (r.ep) {
         /* Without a capacity every MoE layer of every step is one round; with one far below the prefill's
          * traffic, the prefill's exchanges need more (at least one more per MoE layer over the run). */
-        int moe = 0;
-        for (int il = 0; il < m->hp.n_layer; il++)
+        int moe = 0; /* the MTP block's layer (tiny-mtp) exchanges too */
+        for (int il = 0; il < m->base.n_layer_run; il++)
             moe += m->layers[il].is_moe;
         fg_ep_ranks_exchange_stats(r.ep, &res->ex);
         const uint64_t rounds = res->ex.rounds, one_each = (uint64_t)moe * (1 + DECODE);
@@ -425,5 +426,9 @@ int main(int argc, char **argv)
     static const char *const models[] = {"tiny.gguf", "tiny-softmax.gguf", "tiny-groups.gguf", "tiny-q8_0.gguf"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         check_model(models[i]);
+    /* the MTP block's layer runs its experts through the exchange after the trunk's (CPU ranks; the cuda
+     * backend computes the trunk's layers only) */
+    if (!use_cuda)
+        check_model("tiny-mtp.gguf");
     return TEST_DONE("test_ep_logits");
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/model/deepseek2/model.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
 #include "tests/model/model_test.h"
@@ -19,12 +20,20 @@ typedef struct edit {
     const char *set_u32_key;    /* integer key replaced ... */
     uint32_t set_u32_val;       /* ... by this */
     const char *drop_tensor;    /* tensor left out */
+    const char *drop_prefix;    /* every tensor whose name starts so left out */
+    const char *swap_tensor;    /* tensor declared with ne[0] and ne[1] swapped (same bytes) */
     const char *retype_tensor;  /* tensor (F32 in tiny.gguf) re-declared with ... */
     uint32_t retype;            /* ... this ggml type (same shape), its data ... */
     int fill;                   /* ... every byte this value (-1: the F32 data's first bytes) */
 } edit;
 
 static bool same(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+static bool dropped(const fg_gguf_tensor *t, const edit *ed)
+{
+    return same(t->name, ed->drop_tensor) ||
+           (ed->drop_prefix && strncmp(t->name, ed->drop_prefix, strlen(ed->drop_prefix)) == 0);
+}
 
 /* Writes src with the edit applied to path. Returns false if src has a key type this copier does not handle. */
 static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
@@ -107,15 +116,20 @@ static bool copy_with_edit(const fg_gguf_t *g, const edit *ed, const char *path)
     }
     for (uint64_t i = 0; i < fg_gguf_tensor_count(g) && ok; i++) {
         const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
-        if (same(t->name, ed->drop_tensor))
+        if (dropped(t, ed))
             continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (same(t->name, ed->swap_tensor)) {
+            ne[0] = t->ne[1];
+            ne[1] = t->ne[0];
+        }
         fg_gguf_writer_add_tensor(w, t->name, same(t->name, ed->retype_tensor) ? ed->retype : t->type, t->n_dims,
-                                  t->ne);
+                                  ne);
     }
     ok = ok && fg_gguf_writer_begin_data(w, &d) == FG_OK;
     for (uint64_t i = 0; i < fg_gguf_tensor_count(g) && ok; i++) {
         const fg_gguf_tensor *t = fg_gguf_tensor_at(g, i);
-        if (same(t->name, ed->drop_tensor))
+        if (dropped(t, ed))
             continue;
         if (!same(t->name, ed->retype_tensor)) {
             ok = fg_gguf_writer_write_tensor(w, t->data, t->nbytes, &d) == FG_OK;
@@ -207,6 +221,46 @@ int main(void)
         expect_open_error(g256, dir, &(edit){.retype_tensor = "blk.1.ffn_up_exps.weight", .retype = 29, .fill = 0xff},
                           FG_ERR_MODEL_TYPE, "blk.1.ffn_up_exps.weight (iq1_m): block 0 of row 0 of matrix 0");
         fg_gguf_close(g256);
+    }
+
+    /* the MTP block (tiny-mtp.gguf: blk.4 after 4 trunk layers): every
+     * tensor of a block the file has is required, its shapes checked, and
+     * nextn_predict_layers within block_count; a file without any of the
+     * block's tensors (llama.cpp's trunk-only export) loads without it */
+    {
+        fg_gguf_t *gm;
+        CHECK(fg_gguf_open_file(model_path("tiny-mtp.gguf"), &gm, &d) == FG_OK);
+        expect_open_error(gm, dir, &(edit){.drop_tensor = "blk.4.nextn.eh_proj.weight"}, FG_ERR_MODEL_TENSOR,
+                          "blk.4.nextn.eh_proj.weight");
+        expect_open_error(gm, dir, &(edit){.drop_tensor = "blk.4.nextn.hnorm.weight"}, FG_ERR_MODEL_TENSOR,
+                          "blk.4.nextn.hnorm.weight");
+        expect_open_error(gm, dir, &(edit){.drop_tensor = "blk.4.ffn_up_exps.weight"}, FG_ERR_MODEL_TENSOR,
+                          "blk.4.ffn_up_exps.weight");
+        expect_open_error(gm, dir, &(edit){.swap_tensor = "blk.4.nextn.eh_proj.weight"}, FG_ERR_MODEL_SHAPE,
+                          "blk.4.nextn.eh_proj.weight");
+        expect_open_error(gm, dir, &(edit){.set_u32_key = "deepseek2.nextn_predict_layers", .set_u32_val = 5},
+                          FG_ERR_MODEL_HPARAM, "nextn_predict_layers 5 leaves no trunk of block_count 5");
+        expect_open_error(gm, dir, &(edit){.set_u32_key = "deepseek2.nextn_predict_layers", .set_u32_val = 2},
+                          FG_ERR_MODEL_HPARAM, "nextn_predict_layers 2");
+        const struct {
+            edit ed;
+            int n_nextn;
+        } loads[] = {{{.drop_prefix = "blk.4."}, 0}, {{.drop_tensor = "blk.4.nextn.shared_head_norm.weight"}, 1}};
+        for (size_t i = 0; i < sizeof loads / sizeof loads[0]; i++) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/mtp.gguf", dir);
+            CHECK(copy_with_edit(gm, &loads[i].ed, path));
+            fg_gguf_t *ge;
+            fg_model *m = NULL;
+            CHECK(fg_gguf_open_file(path, &ge, &d) == FG_OK);
+            CHECK_MSG(fg_model_load(ge, &m, &d) == FG_OK, "%s", d.msg);
+            CHECK(m && m->hp.n_nextn == loads[i].n_nextn && m->hp.n_layer == 4);
+            CHECK(m && (!m->hp.n_nextn || m->mtp.head_norm == m->output_norm)); /* shared_head_norm absent */
+            fg_model_free(m);
+            fg_gguf_close(ge);
+            unlink(path);
+        }
+        fg_gguf_close(gm);
     }
 
     /* the unedited copy loads and matches the original's logits */

@@ -70,6 +70,15 @@ Model semantics (what is computed; ggml dimension order ne0-first, numpy shapes 
     x += ffn
   logits = output . (RMSNorm(x) * output_norm)      (output absent -> tied token_embd)
 
+  MTP block (nextn_predict_layers = 1; blk.N, N = block_count - 1; the trunk is blocks 0..N-1),
+  see forward_mtp():
+    h[p]   = RMSNorm(x_trunk[p]) * output_norm              (what the head reads)
+    m      = nextn.eh_proj . [RMSNorm(E[t_p]) * nextn.enorm ; RMSNorm(h[p-1]) * nextn.hnorm]
+             (h[-1] = 0; E = nextn.embed_tokens or token_embd; eh_proj {2d, d})
+    m      = layer N on m (its own causal attention over the MTP rows, its FFN)
+    mtp_logits[p] = head . (RMSNorm(m) * head_norm)         (a draft of t_{p+1}; head_norm =
+             nextn.shared_head_norm or output_norm, head = nextn.shared_head_head or output)
+
   RMSNorm(x) = x / sqrt(mean(x^2) + eps), eps = attention.layer_norm_rms_epsilon.
   RoPE: GGML "normal" mode, rotating adjacent pairs (x[2i], x[2i+1]) by theta_i, i < n_rot/2.
 
@@ -244,8 +253,15 @@ class DeepSeek2Model(object):
             raise ModelError("attention.temperature_scale (Llama-4 style temperature tuning) is not "
                              "implemented in the reference")
 
+        # the MTP block: the last nextn_predict_layers blocks; the trunk runs the ones before
+        hp.n_blocks = hp.n_layer
+        hp.n_nextn = int(k("nextn_predict_layers", 0) or 0)
+        if hp.n_nextn >= hp.n_blocks or hp.n_nextn > 1:
+            raise ModelError("nextn_predict_layers %d: the reference takes 0 or 1 with a trunk left "
+                             "(block_count %d)" % (hp.n_nextn, hp.n_blocks))
+        hp.n_layer = hp.n_blocks - hp.n_nextn
         hp.n_dense_lead = int(k("leading_dense_block_count", 0))
-        hp.n_ff = self._per_layer("feed_forward_length", hp.n_layer,
+        hp.n_ff = self._per_layer("feed_forward_length", hp.n_blocks,
                                   required=hp.n_dense_lead > 0, default=0)
         hp.n_expert = int(k("expert_count", 0) or 0)
         hp.n_expert_used = int(k("expert_used_count", 0) or 0)
@@ -308,7 +324,10 @@ class DeepSeek2Model(object):
         hp.tied_output = not self._expect("output.weight", (d, V), optional=True)
         hp.layer_kind = []
         hp.layer_kv_b = []
-        for il in range(hp.n_layer):
+        mtp = "blk.%d." % hp.n_layer
+        if hp.n_nextn and not (self.has(mtp + "attn_norm.weight") or self.has(mtp + "nextn.eh_proj.weight")):
+            hp.n_nextn = 0                                  # a trunk-only export (llama.cpp loads it so)
+        for il in range(hp.n_layer + hp.n_nextn):
             p = "blk.%d." % il
             self._expect(p + "attn_norm.weight", (d,))
             has_qa = self.has(p + "attn_q_a.weight")
@@ -359,6 +378,19 @@ class DeepSeek2Model(object):
                 elif self.has(p + "ffn_gate_shexp.weight"):
                     raise ModelError("%sffn_*_shexp present but expert_shared_count is 0" % p)
                 hp.layer_kind.append("moe")
+        if hp.n_nextn:
+            self._expect(mtp + "nextn.eh_proj.weight", (2 * d, d))
+            self._expect(mtp + "nextn.enorm.weight", (d,))
+            self._expect(mtp + "nextn.hnorm.weight", (d,))
+            hp.mtp_head_norm = mtp + "nextn.shared_head_norm.weight"
+            if not self._expect(hp.mtp_head_norm, (d,), optional=True):
+                hp.mtp_head_norm = "output_norm.weight"
+            hp.mtp_head = mtp + "nextn.shared_head_head.weight"
+            if not self._expect(hp.mtp_head, (d, V), optional=True):
+                hp.mtp_head = "token_embd.weight" if hp.tied_output else "output.weight"
+            hp.mtp_embd = mtp + "nextn.embed_tokens.weight"
+            if not self._expect(hp.mtp_embd, (d, V), optional=True):
+                hp.mtp_embd = "token_embd.weight"
 
     def close(self):
         self._cache.clear()
@@ -640,39 +672,77 @@ def moe_ffn(model, il, h, capture=None):
     return out
 
 
-def forward(model, tokens, attention=None, capture=None):
-    """Full causal forward over `tokens` at positions 0..n-1; returns float64 logits (n, V)."""
+def _layer(model, il, x, positions, attention, capture):
+    """Block il on the residual stream x (T, d): x + attention, then + FFN."""
     hp = model.hp
-    attention = attention or attention_mha
+    p = "blk.%d." % il
+    h = rms_norm(x, model.w(p + "attn_norm.weight"), hp.eps)
+    a = attention(model, il, h, positions, capture) if capture is not None else \
+        attention(model, il, h, positions)
+    x = x + a
+    h = rms_norm(x, model.w(p + "ffn_norm.weight"), hp.eps)
+    if hp.layer_kind[il] == "dense":
+        f = swiglu_ffn(h, model.w(p + "ffn_gate.weight"), model.w(p + "ffn_up.weight"),
+                       model.w(p + "ffn_down.weight"))
+    else:
+        f = moe_ffn(model, il, h, capture)
+    x = x + f
+    if capture is not None:
+        capture["l%d.attn_out" % il] = a
+        capture["l%d.ffn_out" % il] = f
+        capture["l%d.out" % il] = x.copy()
+    return x
+
+
+def _check_tokens(hp, tokens):
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     if tokens.size == 0:
         raise ValueError("no tokens")
     if tokens.min() < 0 or tokens.max() >= hp.n_vocab:
         raise ValueError("token id out of range [0, %d)" % hp.n_vocab)
+    return tokens
+
+
+def forward(model, tokens, attention=None, capture=None):
+    """Full causal forward over `tokens` at positions 0..n-1; returns float64 logits (n, V)."""
+    hp = model.hp
+    attention = attention or attention_mha
+    tokens = _check_tokens(hp, tokens)
     positions = np.arange(tokens.size)
     x = model.w("token_embd.weight")[tokens]                        # (T, d)
     for il in range(hp.n_layer):
-        p = "blk.%d." % il
-        h = rms_norm(x, model.w(p + "attn_norm.weight"), hp.eps)
-        a = attention(model, il, h, positions, capture) if capture is not None else \
-            attention(model, il, h, positions)
-        x = x + a
-        h = rms_norm(x, model.w(p + "ffn_norm.weight"), hp.eps)
-        if hp.layer_kind[il] == "dense":
-            f = swiglu_ffn(h, model.w(p + "ffn_gate.weight"), model.w(p + "ffn_up.weight"),
-                           model.w(p + "ffn_down.weight"))
-        else:
-            f = moe_ffn(model, il, h, capture)
-        x = x + f
-        if capture is not None:
-            capture["l%d.attn_out" % il] = a
-            capture["l%d.ffn_out" % il] = f
-            capture["l%d.out" % il] = x.copy()
+        x = _layer(model, il, x, positions, attention, capture)
     x = rms_norm(x, model.w("output_norm.weight"), hp.eps)
     if capture is not None:
         capture["result_norm"] = x
     head = model.w("token_embd.weight") if hp.tied_output else model.w("output.weight")
     return x @ head.T
+
+
+def forward_mtp(model, tokens, attention=None, hidden="normed", order="eh"):
+    """The trunk's logits and the MTP block's (n, V) each, positions 0..n-1.
+
+    Row p of the MTP logits is the block's draft of t_{p+1} from t_p and the trunk's hidden
+    at p-1 (zero at p = 0).  hidden / order exist for the negative controls only: "raw" feeds
+    the trunk's residual before output_norm, order "he" swaps the concatenation.
+    """
+    hp = model.hp
+    if not hp.n_nextn:
+        raise ModelError("%s has no MTP block (nextn_predict_layers)" % model.path)
+    attention = attention or attention_mha
+    tokens = _check_tokens(hp, tokens)
+    cap = {}
+    logits = forward(model, tokens, attention, cap)
+    h = cap["result_norm"] if hidden == "normed" else cap["l%d.out" % (hp.n_layer - 1)]
+    h_prev = np.vstack([np.zeros((1, hp.n_embd)), h[:-1]])
+    mtp = "blk.%d.nextn." % hp.n_layer
+    e = rms_norm(model.w(hp.mtp_embd)[tokens], model.w(mtp + "enorm.weight"), hp.eps)
+    hn = rms_norm(h_prev, model.w(mtp + "hnorm.weight"), hp.eps)
+    cat = np.hstack([e, hn] if order == "eh" else [hn, e])
+    x = cat @ model.w(mtp + "eh_proj.weight").T                    # eh_proj {2d, d} -> (d, 2d)
+    x = _layer(model, hp.n_layer, x, np.arange(tokens.size), attention, None)
+    x = rms_norm(x, model.w(hp.mtp_head_norm), hp.eps)
+    return logits, x @ model.w(hp.mtp_head).T
 
 
 # ======================================================================================

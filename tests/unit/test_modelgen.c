@@ -113,7 +113,11 @@ static void check_keys(const fg_gguf_t *g, const fg_modelgen_spec *s)
     expect_u32(g, "general.file_type", file_type(s->weight_type));
     expect_u32(g, "deepseek2.context_length", s->n_ctx);
     expect_u32(g, "deepseek2.embedding_length", s->n_embd);
-    expect_u32(g, "deepseek2.block_count", s->n_layer);
+    expect_u32(g, "deepseek2.block_count", s->n_layer + s->n_nextn);
+    if (s->n_nextn)
+        expect_u32(g, "deepseek2.nextn_predict_layers", s->n_nextn);
+    else
+        expect_absent(g, "deepseek2.nextn_predict_layers");
     expect_u32(g, "deepseek2.feed_forward_length", s->n_ff);
     expect_u32(g, "deepseek2.vocab_size", s->n_vocab);
     expect_u32(g, "deepseek2.attention.head_count", s->n_head);
@@ -194,7 +198,7 @@ static void check_tensors(const fg_gguf_t *g, const fg_modelgen_spec *s)
     else
         expect_tensor(g, "output.weight", W, 2, d, V, 1);
 #define T(suffix, ...) (snprintf(n, sizeof n, "blk.%u." suffix, il), expect_tensor(g, n, __VA_ARGS__))
-    for (uint32_t il = 0; il < s->n_layer; il++) {
+    for (uint32_t il = 0; il < s->n_layer + s->n_nextn; il++) {
         T("attn_norm.weight", F32, 1, d, 1, 1);
         if (s->q_lora_rank) {
             T("attn_q_a.weight", W, 2, d, s->q_lora_rank, 1);
@@ -231,6 +235,12 @@ static void check_tensors(const fg_gguf_t *g, const fg_modelgen_spec *s)
             T("ffn_gate_shexp.weight", W, 2, d, fs, 1);
             T("ffn_up_shexp.weight", W, 2, d, fs, 1);
             T("ffn_down_shexp.weight", W, 2, fs, d, 1);
+        }
+        if (il >= s->n_layer) { /* the MTP block, as llama.cpp's deepseek2 loader names it */
+            T("nextn.eh_proj.weight", W, 2, 2 * d, d, 1);
+            T("nextn.enorm.weight", F32, 1, d, 1, 1);
+            T("nextn.hnorm.weight", F32, 1, d, 1, 1);
+            T("nextn.shared_head_norm.weight", F32, 1, d, 1, 1);
         }
     }
 #undef T
@@ -331,7 +341,7 @@ static void check_engine_loads(const fg_gguf_t *g, const fg_modelgen_spec *s)
     if (m) {
         CHECK(m->hp.n_vocab == (int)s->n_vocab);
         CHECK(m->hp.q_lora == (int)s->q_lora_rank);
-        CHECK(m->hp.n_layer == (int)s->n_layer);
+        CHECK(m->hp.n_layer == (int)s->n_layer && m->hp.n_nextn == (int)s->n_nextn);
         fg_model_free(m);
     }
     fg_tokenizer_t *tok = NULL;
@@ -406,6 +416,11 @@ static void test_variants(void)
     s.n_ctx *= 4;
     s.weight_type = FG_GGML_BF16;
     check_variant("tiny --yarn 4 bf16", &s);
+
+    s = fg_test_preset("tiny");
+    s.n_nextn = 1;
+    s.weight_type = FG_GGML_Q8_0;
+    check_variant("tiny --nextn 1 q8_0", &s);
 }
 
 /* ---- the same values behind every type ---- */
@@ -552,6 +567,20 @@ static void test_counts_and_presets(void)
     s = fg_test_preset("tiny");
     s.n_vocab = 257;
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);
+    s = fg_test_preset("tiny");
+    s.n_nextn = 2; /* one MTP block at most */
+    CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "n_nextn"));
+    CHECK(fg_modelgen_preset("v4-tiny", &s) == FG_OK);
+    s.n_nextn = 1; /* deepseek4's is v4.n_nextn */
+    CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "n_nextn"));
+    /* the MTP block adds one MoE layer and its nextn tensors, the trunk's counts unchanged */
+    s = fg_test_preset("tiny");
+    uint64_t t0, a0, t1, a1;
+    fg_modelgen_param_counts(&s, &t0, &a0);
+    s.n_nextn = 1;
+    fg_modelgen_param_counts(&s, &t1, &a1);
+    const uint64_t dd = s.n_embd;
+    CHECK(t1 - t0 > 2 * dd * dd + 3 * dd && a1 - a0 > 2 * dd * dd + 3 * dd && t1 - t0 > a1 - a0);
     s = fg_test_preset("tiny");
     s.yarn_factor = 4.0f; /* without the original context */
     CHECK(fg_modelgen_validate(&s, &d) == FG_ERR_INVALID_ARG);

@@ -17,13 +17,13 @@ fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_form
         return fg_diag_set(diag, FG_ERR_KV_FORMAT, "KV format %s cannot store widths %d and %d (fp4 needs multiples of 16)",
                            fg_kv_format_name(format), hp->kv_lora, hp->n_rope);
     geo->format = format;
-    geo->n_layer = hp->n_layer;
+    geo->n_layer = hp->n_layer + hp->n_nextn; /* the MTP block's rows last */
     geo->kv_lora = hp->kv_lora;
     geo->n_rope = hp->n_rope;
     geo->latent_bytes = lat;
     /* Rows are padded to 4 bytes so the f32 scales of INT8/FP8 segments stay aligned. */
     geo->row_bytes = (lat + rope + 3) & ~(size_t)3;
-    geo->bytes_per_token = geo->row_bytes * (size_t)hp->n_layer;
+    geo->bytes_per_token = geo->row_bytes * (size_t)geo->n_layer;
     geo->page_bytes = geo->bytes_per_token * FG_KV_PAGE_TOKENS;
     return FG_OK;
 }
@@ -31,7 +31,8 @@ fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_form
 const fg_model *fg_deepseek2_of(const fg_arch_model *m)
 {
     /* base is fg_model's first member */
-    return m && m->arch == &fg_arch_deepseek2 ? (const fg_model *)(const void *)m : NULL;
+    return m && (m->arch == &fg_arch_deepseek2 || m->arch == &fg_arch_deepseek2_mtp) ? (const fg_model *)(const void *)m
+                                                                                    : NULL;
 }
 
 static fg_err ds2_load(const fg_gguf_t *g, fg_arch_model **out, fg_diag *diag)
@@ -75,6 +76,12 @@ static fg_err ds2_forward_run(fg_arch_forward_t *f, const int32_t *tokens, fg_fw
     return fg_forward_run(fwd(f), tokens, seqs, n_seqs, diag);
 }
 
+static fg_err ds2_forward_draft(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs,
+                                fg_diag *diag)
+{
+    return fg_forward_draft(fwd(f), tokens, seqs, n_seqs, diag);
+}
+
 static void ds2_forward_set_ep(fg_arch_forward_t *f, fg_moe_ep_t *ep) { fg_forward_set_ep(fwd(f), ep); }
 
 static void ds2_forward_count_experts(fg_arch_forward_t *f, _Atomic uint64_t *sink)
@@ -92,23 +99,21 @@ static void ds2_act(fg_isa isa, float *gate, float *up, int n, float clamp)
 static bool ds2_layer_experts(const fg_arch_model *am, int il, fg_arch_experts *out)
 {
     const fg_model *m = fg_deepseek2_of(am);
-    if (il < 0 || il >= m->hp.n_layer || !m->layers[il].is_moe)
+    if (il < 0 || il >= m->base.n_layer_run || !m->layers[il].is_moe)
         return false;
     const fg_layer *ly = &m->layers[il];
     *out = (fg_arch_experts){.gate = &ly->gate_exps, .up = &ly->up_exps, .down = &ly->down_exps, .act = ds2_act};
     return true;
 }
 
-const fg_arch fg_arch_deepseek2 = {
-    .name = "deepseek2",
-    .load = ds2_load,
-    .free = ds2_free,
-    .cache_default = ds2_cache_default,
-    .cache = ds2_cache,
-    .forward_create = ds2_forward_create,
-    .forward_destroy = ds2_forward_destroy,
-    .forward_run = ds2_forward_run,
-    .forward_set_ep = ds2_forward_set_ep,
-    .forward_count_experts = ds2_forward_count_experts,
-    .layer_experts = ds2_layer_experts,
-};
+#define DS2_FUNCTIONS                                                                                            \
+    .name = "deepseek2", .load = ds2_load, .free = ds2_free, .cache_default = ds2_cache_default, .cache = ds2_cache,   \
+    .forward_create = ds2_forward_create, .forward_destroy = ds2_forward_destroy, .forward_run = ds2_forward_run,     \
+    .forward_set_ep = ds2_forward_set_ep, .forward_count_experts = ds2_forward_count_experts,                        \
+    .layer_experts = ds2_layer_experts
+
+/* Two tables, so that forward_draft is NULL for a model without the MTP
+ * block (arch.h): the loaded model's base.arch is the second one when it has
+ * the block. Both are "deepseek2"; the engine finds and loads the first. */
+const fg_arch fg_arch_deepseek2 = {DS2_FUNCTIONS};
+const fg_arch fg_arch_deepseek2_mtp = {DS2_FUNCTIONS, .forward_draft = ds2_forward_draft};

@@ -17,15 +17,26 @@
  *   xn    = RMSNorm(x) * ffn_norm
  *   x    += SwiGLU dense FFN(xn), or sum_k w_k expert_k(xn) + shared(xn)
  * then logits = output(RMSNorm(x) * output_norm) for the rows asked for.
+ *
+ * The MTP block (hp.n_nextn == 1, layer n_layer), after the trunk, for every
+ * token (position p) of the batch:
+ *   h     = RMSNorm(x_trunk) * output_norm      (what the LM head reads)  [n][d]
+ *   x     = eh_proj([RMSNorm(embd(t_p)) * enorm | RMSNorm(h_{p-1}) * hnorm])   [n][2d] -> [n][d]
+ *   x     = the layer above on x, its cache rows in the MTP block's slot
+ *   mtp logits = head(RMSNorm(x) * head_norm)   (a draft of t_{p+1})
+ * h_{p-1} is the previous position's h: the token before in the batch, or the
+ * hidden rows kept from the sequence's latest run (forward.h); 0 at p = 0.
  */
 #include "engine/model/deepseek2/forward.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "config/base/hash64.h"
 #include "engine/ep/moe_ep.h"
 #include "engine/model/deepseek2/moe_route.h"
 #include "engine/model/rope.h"
@@ -36,6 +47,27 @@
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
 #define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
+#define KEEP_ROWS (FG_DS2_MAX_DRAFTS + 1) /* hidden rows kept per sequence: a verify run's, for any rollback */
+
+/* The trunk hidden rows of one sequence's latest run (the MTP block's h input
+ * for the positions after them). row_hash is a hash of the last trunk layer's
+ * cache row at each position, written in the same run: a lookup checks it
+ * against the sequence's cache, so a reused fg_kv_seq, a cut-back sequence or
+ * a rewritten position never hands out a stale row. */
+typedef struct mtp_hidden {
+    const fg_kv_seq *kv;      /* NULL: free */
+    int pos0, count;          /* positions [pos0, pos0 + count) */
+    uint64_t used;            /* the run that stored it (the least recent is replaced) */
+    uint64_t row_hash[KEEP_ROWS];
+} mtp_hidden;
+
+/* A sequence's drafts since the latest run: their MTP rows live in scratch
+ * pages (never in the cache), the last one's hidden in draft_h. */
+typedef struct mtp_draft {
+    const fg_kv_seq *kv;
+    int base;                 /* kv->n_tokens at the first draft: the first draft's position */
+    int depth;                /* drafts made: the next one is at base + depth */
+} mtp_draft;
 
 /* Three lifetimes, as in llama2.c's run.c: the weights (the model's and the
  * copies derived from them at create), the scratch (sized once at create for
@@ -106,6 +138,25 @@ struct fg_forward {
     uint64_t *picks;          /* [E] routed (token, expert) picks of this run per expert id, all MoE layers */
     fg_err ep_err;            /* first exchange error of this run (the run still completes its exchanges) */
     fg_diag ep_diag;
+
+    /* ---- the MTP block (hp.n_nextn == 1; all NULL otherwise) ---- */
+    float *mtp_out;           /* fg_forward_set_mtp_out: [rows][V]; NULL: MTP logits not written */
+    float *mtp_in;            /* [T][2d] [enorm(embed) | hnorm(h)] */
+    float *h_cur;             /* [T][d] the trunk's normed hidden of each token of this run */
+    float *h_prev;            /* [T][d] each token's h input: the previous position's hidden */
+    mtp_hidden *hid;          /* [T] the kept hidden rows, one entry per sequence */
+    float *hid_rows;          /* [T][KEEP_ROWS][d] */
+    uint64_t n_runs;          /* runs so far (hid's clock) */
+    mtp_draft *drafts;        /* [T] this forward's drafts since the latest run */
+    int n_drafts;
+    float *draft_h;           /* [T][d] the MTP hidden of each draft slot's latest draft */
+    uint8_t *draft_pages;     /* [T][2][FG_KV_PAGE_TOKENS * row_bytes] the MTP rows from the draft's page on */
+    int *draft_slot;          /* [T] each sequence's slot in a draft call */
+    fg_kv_seq *draft_kv;      /* [T] the page tables the draft's attention reads */
+    fg_fwd_seq *draft_seqs;   /* [T] */
+    uint8_t **draft_table;    /* page pointers for draft_kv, grown as sequences grow */
+    size_t draft_table_cap;
+    bool drafting;            /* a draft is running: experts here even with ep set */
 };
 
 /* One thread's buffers for the expert and head tasks, sized for max_tokens (T) tokens. */
@@ -221,7 +272,7 @@ static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *d
  * pack_weight() packs. */
 static int setup_layers(fg_forward_t *f)
 {
-    const int nl = f->m->hp.n_layer;
+    const int nl = f->m->base.n_layer_run;
     f->layers = calloc((size_t)nl, sizeof *f->layers);
     f->packed = calloc((size_t)nl * N_PACKED, sizeof *f->packed);
     if (!f->layers || !f->packed)
@@ -254,7 +305,7 @@ static int setup_mha_weights(fg_forward_t *f)
     float *row = malloc((size_t)(L > NK ? L : NK) * sizeof *row);
     if (!row)
         return -1;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < f->m->base.n_layer_run; il++) {
         const fg_layer *ly = &f->m->layers[il];
         float *wk = f->mha_wk + (size_t)il * H * NK * L, *wv = f->mha_wv + (size_t)il * L * H * NV;
         for (int h = 0; h < H; h++) {
@@ -283,6 +334,9 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     *out = NULL;
     if (max_tokens < 1)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "max batch tokens must be >= 1");
+    if (geo->n_layer != m->base.n_layer_run)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cache geometry of %d layers for a model that runs %d",
+                           geo->n_layer, m->base.n_layer_run);
     fg_forward_t *f = calloc(1, sizeof *f);
     if (!f)
         return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory");
@@ -355,7 +409,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     int nth = pool ? fg_pool_size(pool) : 1;
     f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
     f->part = xalloc((size_t)nth * (H * L + 2 * H) * fl, &failed);
-    const size_t NL = (size_t)hp->n_layer, NK = (size_t)hp->n_nope, NV = (size_t)hp->n_v;
+    const size_t NL = (size_t)m->base.n_layer_run, NK = (size_t)hp->n_nope, NV = (size_t)hp->n_v;
     f->mha_wk = xalloc(NL * H * NK * L * fl, &failed);
     f->mha_wv = xalloc(NL * L * H * NV * fl, &failed);
     const fg_mha_attn_params mp = {.n_head = hp->n_head, .kv_lora = hp->kv_lora, .n_rope = hp->n_rope,
@@ -371,10 +425,13 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     /* Matmul scratch: the largest need over every product the pass makes. */
     size_t mm = 0;
     const int64_t rows = (int64_t)T;
-    const fg_weight *ws[] = {&m->output, &m->tok_embd};
+    const fg_weight *ws[] = {&m->output, &m->tok_embd, &m->mtp.head};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        mm = max_sz(mm, fg_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, LOGIT_CHUNK));
-    for (int il = 0; il < hp->n_layer; il++) {
+        if (ws[i]->data)
+            mm = max_sz(mm, fg_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, LOGIT_CHUNK));
+    if (m->mtp.eh_proj.data)
+        mm = max_sz(mm, fg_matmul_scratch_bytes(m->mtp.eh_proj.type, m->mtp.eh_proj.n_in, rows));
+    for (int il = 0; il < m->base.n_layer_run; il++) {
         const fg_layer *ly = &m->layers[il];
         const fg_weight *lw[] = {&ly->q_a, &ly->q_b, &ly->kv_a, &ly->k_b, &ly->v_b, &ly->attn_out,
                                  &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->router, &ly->gate_exps,
@@ -385,6 +442,22 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     }
     f->mm_scratch_bytes = mm;
     f->mm_scratch = xalloc(mm, &failed);
+    if (hp->n_nextn) {
+        const size_t page_rows = FG_KV_PAGE_TOKENS * geo->row_bytes;
+        f->mtp_in = xalloc(T * 2 * d * fl, &failed);
+        f->h_cur = xalloc(T * d * fl, &failed);
+        f->h_prev = xalloc(T * d * fl, &failed);
+        f->hid = xalloc(T * sizeof *f->hid, &failed);
+        f->hid_rows = xalloc(T * KEEP_ROWS * d * fl, &failed);
+        f->drafts = xalloc(T * sizeof *f->drafts, &failed);
+        f->draft_h = xalloc(T * d * fl, &failed);
+        f->draft_pages = xalloc(T * 2 * page_rows, &failed);
+        f->draft_slot = xalloc(T * sizeof(int), &failed);
+        f->draft_kv = xalloc(T * sizeof *f->draft_kv, &failed);
+        f->draft_seqs = xalloc(T * sizeof *f->draft_seqs, &failed);
+        if (f->hid)
+            memset(f->hid, 0, T * sizeof *f->hid);
+    }
     f->exp_scratch = calloc((size_t)nth, sizeof *f->exp_scratch);
     if (!f->exp_scratch)
         failed = 1;
@@ -421,7 +494,8 @@ void fg_forward_destroy(fg_forward_t *f)
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
                     f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
                     f->shared_out, f->exp_tasks, f->xn_q8, f->iota, f->picks, f->mha_wk, f->mha_wv, f->mha_tiles,
-                    f->mha_scratch, f->mha_m, f->mha_l};
+                    f->mha_scratch, f->mha_m, f->mha_l, f->mtp_in, f->h_cur, f->h_prev, f->hid, f->hid_rows,
+                    f->drafts, f->draft_h, f->draft_pages, f->draft_slot, f->draft_kv, f->draft_seqs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
@@ -434,7 +508,8 @@ void fg_forward_destroy(fg_forward_t *f)
         free(f->exp_scratch[i].mm);
     }
     free(f->exp_scratch);
-    for (int i = 0; f->packed && i < f->m->hp.n_layer * N_PACKED; i++)
+    free(f->draft_table);
+    for (int i = 0; f->packed && i < f->m->base.n_layer_run * N_PACKED; i++)
         free(f->packed[i]);
     free(f->packed);
     free(f->layers);
@@ -604,8 +679,9 @@ static void mha_job(void *ctx, int ith, int nth)
 }
 
 /* Attention of one sequence's tokens, batch tokens [first, first + n)
- * (consecutive positions), in the decompressed form, into their rows of o. */
-static void mha_prefill(fg_forward_t *f, const fg_fwd_seq *seqs, int il, int first, int n)
+ * (consecutive positions), in the decompressed form, into their rows of o:
+ * layer il's weights over the cache rows of layer slot `slot`. */
+static void mha_prefill(fg_forward_t *f, const fg_fwd_seq *seqs, int il, int slot, int first, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, NV = hp->n_v;
@@ -620,7 +696,7 @@ static void mha_prefill(fg_forward_t *f, const fg_fwd_seq *seqs, int il, int fir
         .scale = f->rope.attn_scale,
         .format = f->geo.format,
         .pages = (const uint8_t *const *)s->kv->pages,
-        .layer_offset = (size_t)il * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
+        .layer_offset = (size_t)slot * FG_KV_PAGE_TOKENS * f->geo.row_bytes,
         .row_bytes = f->geo.row_bytes,
         .wk = f->mha_wk + (size_t)il * H * hp->n_nope * L,
         .wv = f->mha_wv + (size_t)il * L * H * NV,
@@ -662,10 +738,14 @@ static void run_heads(fg_forward_t *f, const fg_head_pass *p, int n)
     fg_pool_run(f->pool, heads_job, &a);
 }
 
-static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n,
+static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int slot, int n,
                                int n_absorbed);
 
-static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n)
+/* Attention of layer il (weights f->layers[il] = ly) for the batch's n tokens,
+ * added into x; its cache rows are those of layer slot `slot` of the
+ * sequences' pages (il itself, except for the MTP block's drafts, whose page
+ * tables hold that layer's rows alone). */
+static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int slot, int n)
 {
     const fg_hparams *hp = &f->m->hp;
     const int d = hp->n_embd, H = hp->n_head, L = hp->kv_lora, R = hp->n_rope, nope = hp->n_nope;
@@ -686,7 +766,7 @@ static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_la
         float *kv = f->kva + (size_t)t * (L + R);
         fg_rmsnorm_isa(f->isa, kv, kv, ly->kv_a_norm, L, hp->rms_eps);
         fg_rope_apply_coefs(&f->rope, f->rope_cs + (size_t)t * R, kv + L);
-        uint8_t *row = fg_kv_row(&f->geo, seqs[f->tok_seq[t]].kv, il, f->tok_pos[t]);
+        uint8_t *row = fg_kv_row(&f->geo, seqs[f->tok_seq[t]].kv, slot, f->tok_pos[t]);
         fg_kv_quantize(f->geo.format, kv, L, row);
         fg_kv_quantize(f->geo.format, kv + L, R, row + f->geo.latent_bytes);
     }
@@ -705,14 +785,14 @@ static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_la
         n_absorbed += seqs[f->tok_seq[t]].absorbed;
     }
     if (n_absorbed > 0)
-        absorbed_attention(f, seqs, ly, il, n, n_absorbed);
+        absorbed_attention(f, seqs, ly, slot, n, n_absorbed);
     /* Decompressed-form sequences, one at a time, straight into o. */
     for (int t = 0; t < n;) {
         int e = t + 1;
         while (e < n && f->tok_seq[e] == f->tok_seq[t])
             e++;
         if (!seqs[f->tok_seq[t]].absorbed)
-            mha_prefill(f, seqs, il, t, e - t);
+            mha_prefill(f, seqs, il, slot, t, e - t);
         t = e;
     }
     matmul(f, &ly->attn_out, 0, f->o, n, f->tmp_d);
@@ -721,7 +801,7 @@ static void attention_block(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_la
 
 /* Attention of the batch's absorbed sequences, into their rows of o (the
  * other tokens' rows get zeros; mha_prefill overwrites them). */
-static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int il, int n,
+static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg_layer *ly, int slot, int n,
                                int n_absorbed)
 {
     const fg_hparams *hp = &f->m->hp;
@@ -732,7 +812,7 @@ static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg
     run_heads(f, &kb, n);
 
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
-    attn_args a = {.f = f, .seqs = seqs, .layer = il, .n = n};
+    attn_args a = {.f = f, .seqs = seqs, .layer = slot, .n = n};
     a.split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     /* Up to FG_MLA_ATTN_MAX_QUERIES tokens a block, fewer when the absorbed
      * tokens (decodes first in the batch, or one short input) would not give
@@ -903,7 +983,7 @@ static void moe_block(fg_forward_t *f, const fg_layer *ly, int n)
     if (f->pick_sink) /* plain counts here; the shared sink is touched once per run */
         for (int i = 0; i < n * K; i++)
             f->picks[f->sel_ids[i]]++;
-    if (f->ep) {
+    if (f->ep && !f->drafting) {
         /* by layer index: the expert-parallel ranks read the model's unpacked weights */
         fg_err err = fg_moe_ep_experts(f->ep, (int)(ly - f->layers), n, f->sel_ids, f->sel_w, f->xn, f->x, &f->ep_diag);
         if (err != FG_OK && f->ep_err == FG_OK)
@@ -940,22 +1020,29 @@ static void ffn_block(fg_forward_t *f, const fg_layer *ly, int n)
     fg_axpy(f->x, 1.0f, f->tmp_d, n * d); /* x += tmp_d: 1 * v is exact */
 }
 
-/* Final norm and LM head for the rows that asked for logits, LOGIT_CHUNK rows per product. */
-static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
+/* Final norm and head for the rows of src [n][d] that asked for logits,
+ * LOGIT_CHUNK rows per product: the trunk's (output_norm, output) or the MTP
+ * block's (its head_norm and head); norm NULL: src is normed already. Into
+ * each sequence's buffer, or (to) into to's rows, counted over the batch in
+ * order. */
+static void logits_block(fg_forward_t *f, const fg_fwd_seq *seqs, int n_seqs, const float *src, const float *norm,
+                         const fg_weight *head, float *to)
 {
     const fg_hparams *hp = &f->m->hp;
     const int d = hp->n_embd, V = hp->n_vocab;
     float *dst[LOGIT_CHUNK];
-    int rows = 0, first = 0;
+    int rows = 0, first = 0, done = 0;
     for (int si = 0; si < n_seqs; si++) {
-        fg_fwd_seq *s = &seqs[si];
+        const fg_fwd_seq *s = &seqs[si];
         for (int j = 0; j < s->n_logits; j++) {
             int t = first + s->n_tokens - s->n_logits + j;
-            fg_rmsnorm_isa(f->isa, f->logit_rows + (size_t)rows * d, f->x + (size_t)t * d, f->m->output_norm, d,
-                           hp->rms_eps);
-            dst[rows++] = s->logits + (size_t)j * V;
+            if (norm)
+                fg_rmsnorm_isa(f->isa, f->logit_rows + (size_t)rows * d, src + (size_t)t * d, norm, d, hp->rms_eps);
+            else
+                memcpy(f->logit_rows + (size_t)rows * d, src + (size_t)t * d, (size_t)d * sizeof(float));
+            dst[rows++] = to ? to + (size_t)done++ * V : s->logits + (size_t)j * V;
             if (rows == LOGIT_CHUNK) {
-                matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
+                matmul(f, head, 0, f->logit_rows, rows, f->logit_out);
                 for (int r = 0; r < rows; r++)
                     memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
                 rows = 0;
@@ -964,7 +1051,7 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
         first += s->n_tokens;
     }
     if (rows) {
-        matmul(f, &f->m->output, 0, f->logit_rows, rows, f->logit_out);
+        matmul(f, head, 0, f->logit_rows, rows, f->logit_out);
         for (int r = 0; r < rows; r++)
             memcpy(dst[r], f->logit_out + (size_t)r * V, (size_t)V * sizeof(float));
     }
@@ -972,12 +1059,14 @@ static void logits_block(fg_forward_t *f, fg_fwd_seq *seqs, int n_seqs)
 
 void fg_forward_count_experts(fg_forward_t *f, _Atomic uint64_t *sink) { f->pick_sink = sink; }
 
+void fg_forward_set_mtp_out(fg_forward_t *f, float *mtp) { f->mtp_out = mtp; }
+
 void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
 {
     f->ep = ep;
     if (!ep)
         return;
-    for (int il = 0; il < f->m->hp.n_layer; il++) {
+    for (int il = 0; il < f->m->base.n_layer_run; il++) {
         const fg_layer *src = &f->m->layers[il];
         fg_layer *ly = &f->layers[il];
         for (int i = 0; i < N_PACKED; i++) {
@@ -1022,6 +1111,220 @@ static fg_err plan_batch(fg_forward_t *f, const int32_t *tokens, const fg_fwd_se
     return FG_OK;
 }
 
+/* ---- the MTP block ---- */
+
+/* Hash of the last trunk layer's cache row of kv's position pos. */
+static uint64_t trunk_row_hash(const fg_forward_t *f, const fg_kv_seq *kv, int pos)
+{
+    return fg_fnv1a64(fg_kv_row(&f->geo, kv, f->m->hp.n_layer - 1, pos), f->geo.row_bytes);
+}
+
+/* The kept trunk hidden of kv's cached position pos, or NULL. */
+static const float *hidden_find(const fg_forward_t *f, const fg_kv_seq *kv, int pos)
+{
+    if (pos < 0 || pos >= kv->n_tokens)
+        return NULL;
+    for (int i = 0; i < f->max_tokens; i++) {
+        const mtp_hidden *e = &f->hid[i];
+        if (e->kv != kv || pos < e->pos0 || pos >= e->pos0 + e->count)
+            continue;
+        if (e->row_hash[pos - e->pos0] != trunk_row_hash(f, kv, pos))
+            return NULL; /* the position was written since: another sequence in kv, or rewritten */
+        return f->hid_rows + ((size_t)i * KEEP_ROWS + (size_t)(pos - e->pos0)) * (size_t)f->m->hp.n_embd;
+    }
+    return NULL;
+}
+
+/* Keeps each sequence's last KEEP_ROWS hidden rows of this run (h_cur), in
+ * its entry or the least recently used one (a run has at most max_tokens
+ * sequences, so none of this run's is replaced). Before kv->n_tokens advances. */
+static void hidden_store(fg_forward_t *f, const fg_fwd_seq *seqs, int n_seqs)
+{
+    const size_t d = (size_t)f->m->hp.n_embd;
+    f->n_runs++;
+    for (int si = 0, first = 0; si < n_seqs; first += seqs[si].n_tokens, si++) {
+        const fg_kv_seq *kv = seqs[si].kv;
+        int slot = -1, lru = 0;
+        for (int i = 0; i < f->max_tokens && slot < 0; i++) {
+            if (f->hid[i].kv == kv)
+                slot = i;
+            else if (f->hid[i].used < f->hid[lru].used)
+                lru = i;
+        }
+        mtp_hidden *e = &f->hid[slot < 0 ? lru : slot];
+        const int n = seqs[si].n_tokens, cnt = n < KEEP_ROWS ? n : KEEP_ROWS;
+        e->kv = kv;
+        e->pos0 = kv->n_tokens + n - cnt;
+        e->count = cnt;
+        e->used = f->n_runs;
+        float *rows = f->hid_rows + (size_t)(e - f->hid) * KEEP_ROWS * d;
+        memcpy(rows, f->h_cur + (size_t)(first + n - cnt) * d, (size_t)cnt * d * sizeof(float));
+        for (int j = 0; j < cnt; j++)
+            e->row_hash[j] = trunk_row_hash(f, kv, e->pos0 + j);
+    }
+}
+
+/* The MTP block on the batch's n tokens (positions and sequences in tok_pos,
+ * tok_seq and rope_cs, their h input in h_prev): x becomes its output. Its
+ * cache rows go to layer slot `slot` of the sequences' pages. */
+static void mtp_layer(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n, int slot)
+{
+    const fg_model *m = f->m;
+    const fg_hparams *hp = &m->hp;
+    const int d = hp->n_embd, NL = hp->n_layer;
+    for (int t = 0; t < n; t++) {
+        float *in = f->mtp_in + (size_t)t * 2 * d, *e = f->tmp_d + (size_t)t * d;
+        fg_weight_row_f32(&m->mtp.embd, tokens[t], e);
+        fg_rmsnorm_isa(f->isa, in, e, m->mtp.enorm, d, hp->rms_eps);
+        fg_rmsnorm_isa(f->isa, in + d, f->h_prev + (size_t)t * d, m->mtp.hnorm, d, hp->rms_eps);
+    }
+    matmul(f, &m->mtp.eh_proj, 0, f->mtp_in, n, f->x);
+    attention_block(f, seqs, &f->layers[NL], NL, slot, n);
+    ffn_block(f, &f->layers[NL], n);
+}
+
+/* A run's MTP block, after the trunk: h_cur gets the trunk's normed hidden,
+ * each token's h input the previous position's (the token before it, or the
+ * sequence's kept row; 0 at position 0 or when none is kept), then the block
+ * writes its rows in the MTP slot and leaves its output in x. */
+static void mtp_run(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs, int n)
+{
+    const fg_hparams *hp = &f->m->hp;
+    const size_t d = (size_t)hp->n_embd;
+    f->n_drafts = 0; /* drafts end where the sequences move on */
+    for (int t = 0; t < n; t++)
+        fg_rmsnorm_isa(f->isa, f->h_cur + t * d, f->x + t * d, f->m->output_norm, (int)d, hp->rms_eps);
+    for (int si = 0, first = 0; si < n_seqs; first += seqs[si].n_tokens, si++)
+        for (int j = 0; j < seqs[si].n_tokens; j++) {
+            const int t = first + j;
+            const float *h = j ? f->h_cur + (size_t)(t - 1) * d : hidden_find(f, seqs[si].kv, f->tok_pos[t] - 1);
+            if (h)
+                memcpy(f->h_prev + (size_t)t * d, h, d * sizeof(float));
+            else
+                memset(f->h_prev + (size_t)t * d, 0, d * sizeof(float));
+        }
+    mtp_layer(f, tokens, seqs, n, hp->n_layer);
+}
+
+/* The draft slot of kv since the latest run, or -1. */
+static int draft_find(const fg_forward_t *f, const fg_kv_seq *kv)
+{
+    for (int k = 0; k < f->n_drafts; k++)
+        if (f->drafts[k].kv == kv)
+            return k;
+    return -1;
+}
+
+fg_err fg_forward_draft(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    const fg_model *m = f->m;
+    const fg_hparams *hp = &m->hp;
+    const int NL = hp->n_layer;
+    const size_t d = (size_t)hp->n_embd, row = f->geo.row_bytes, page_rows = FG_KV_PAGE_TOKENS * row;
+    if (!hp->n_nextn)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the model has no MTP block (nextn_predict_layers) to draft with");
+    if (n_seqs < 0 || n_seqs > f->max_tokens)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "a draft takes 0 .. %d sequences", f->max_tokens);
+    if (n_seqs == 0)
+        return FG_OK;
+    /* every check first: an error changes nothing */
+    size_t table = 0;
+    int n_new = 0;
+    for (int si = 0; si < n_seqs; si++) {
+        const fg_fwd_seq *s = &seqs[si];
+        if (s->n_tokens != 1 || s->n_logits != 1 || !s->logits)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "draft sequence %d: one token and one row of logits", si);
+        if (tokens[si] < 0 || tokens[si] >= hp->n_vocab)
+            return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d outside the vocabulary [0, %d)", tokens[si],
+                               hp->n_vocab);
+        for (int sj = 0; sj < si; sj++)
+            if (seqs[sj].kv == s->kv)
+                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "draft sequences %d and %d are one sequence", sj, si);
+        const int k = draft_find(f, s->kv);
+        int pos;
+        if (k >= 0) {
+            if (s->kv->n_tokens != f->drafts[k].base)
+                return fg_diag_set(diag, FG_ERR_STATE,
+                                   "draft sequence %d: its cache changed length since its first draft without a run",
+                                   si);
+            if (f->drafts[k].depth >= FG_DS2_MAX_DRAFTS)
+                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "draft sequence %d: more than %d chained drafts", si,
+                                   FG_DS2_MAX_DRAFTS);
+            pos = f->drafts[k].base + f->drafts[k].depth;
+        } else {
+            pos = s->kv->n_tokens;
+            if (pos > 0 && (s->kv->n_pages <= (pos - 1) / FG_KV_PAGE_TOKENS || !hidden_find(f, s->kv, pos - 1)))
+                return fg_diag_set(diag, FG_ERR_STATE,
+                                   "draft sequence %d: the hidden state of its last position is not kept (a draft "
+                                   "follows the forward_run that computed that position)",
+                                   si);
+            n_new++;
+        }
+        f->tok_pos[si] = pos;
+        f->tok_seq[si] = si;
+        f->draft_slot[si] = k;
+        table += (size_t)(pos / FG_KV_PAGE_TOKENS) + 1;
+    }
+    if (f->n_drafts + n_new > f->max_tokens)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "more than %d sequences drafted since the last run",
+                           f->max_tokens);
+    if (table > f->draft_table_cap) { /* grows with the longest sequences drafted, not per call */
+        uint8_t **t = realloc(f->draft_table, table * 2 * sizeof *t);
+        if (!t)
+            return fg_diag_set(diag, FG_ERR_NOMEM, "draft: out of memory for page tables");
+        f->draft_table = t;
+        f->draft_table_cap = table * 2;
+    }
+
+    /* Each draft reads the MTP slot of the sequence's pages up to its first
+     * draft's page, and from there a scratch copy of that page's MTP rows
+     * with the drafts' own rows after them; a page table of pointers to the
+     * slot (its rows at layer offset 0) serves both. */
+    uint8_t **tab = f->draft_table;
+    for (int si = 0; si < n_seqs; si++) {
+        const fg_kv_seq *kv = seqs[si].kv;
+        const int pos = f->tok_pos[si];
+        int k = f->draft_slot[si];
+        uint8_t *pg;
+        if (k < 0) {
+            k = f->draft_slot[si] = f->n_drafts++;
+            f->drafts[k] = (mtp_draft){.kv = kv, .base = pos, .depth = 0};
+            pg = f->draft_pages + (size_t)k * 2 * page_rows;
+            if (pos % FG_KV_PAGE_TOKENS)
+                memcpy(pg, kv->pages[pos / FG_KV_PAGE_TOKENS] + (size_t)NL * page_rows,
+                       (size_t)(pos % FG_KV_PAGE_TOKENS) * row);
+            const float *h = hidden_find(f, kv, pos - 1);
+            if (h)
+                memcpy(f->h_prev + (size_t)si * d, h, d * sizeof(float));
+            else /* position 0 */
+                memset(f->h_prev + (size_t)si * d, 0, d * sizeof(float));
+        } else {
+            pg = f->draft_pages + (size_t)k * 2 * page_rows;
+            memcpy(f->h_prev + (size_t)si * d, f->draft_h + (size_t)k * d, d * sizeof(float));
+        }
+        const int first_page = f->drafts[k].base / FG_KV_PAGE_TOKENS, n_pages = pos / FG_KV_PAGE_TOKENS + 1;
+        for (int i = 0; i < n_pages; i++)
+            tab[i] = i < first_page ? kv->pages[i] + (size_t)NL * page_rows : pg + (size_t)(i - first_page) * page_rows;
+        f->draft_kv[si] = (fg_kv_seq){.pages = tab, .n_pages = n_pages, .cap_pages = n_pages, .n_tokens = pos,
+                                      .max_tokens = kv->max_tokens, .owner = kv->owner};
+        f->draft_seqs[si] = (fg_fwd_seq){.kv = &f->draft_kv[si], .n_tokens = 1, .n_logits = 1,
+                                         .logits = seqs[si].logits, .absorbed = true};
+        tab += n_pages;
+        fg_rope_coefs(&f->rope, pos, f->rope_cs + (size_t)si * hp->n_rope);
+    }
+    f->drafting = true; /* a draft is one rank's: its experts run here */
+    mtp_layer(f, tokens, f->draft_seqs, n_seqs, 0);
+    f->drafting = false;
+    for (int si = 0; si < n_seqs; si++) { /* the MTP hidden, for a chained draft and for the logits */
+        const int k = f->draft_slot[si];
+        fg_rmsnorm_isa(f->isa, f->h_cur + si * d, f->x + si * d, m->mtp.head_norm, (int)d, hp->rms_eps);
+        memcpy(f->draft_h + (size_t)k * d, f->h_cur + si * d, d * sizeof(float));
+        f->drafts[k].depth++;
+    }
+    logits_block(f, f->draft_seqs, n_seqs, f->h_cur, NULL, &m->mtp.head, NULL);
+    return FG_OK;
+}
+
 fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
 {
     const fg_hparams *hp = &f->m->hp;
@@ -1046,15 +1349,24 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
     for (int t = 0; t < n; t++) /* every layer and head of a token rotates by the same angles */
         fg_rope_coefs(&f->rope, f->tok_pos[t], f->rope_cs + (size_t)t * hp->n_rope);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(f, seqs, &f->layers[il], il, n);
+        attention_block(f, seqs, &f->layers[il], il, il, n);
         ffn_block(f, &f->layers[il], n);
     }
+    if (hp->n_nextn)
+        mtp_run(f, tokens, seqs, n_seqs, n);
     if (f->ep_err != FG_OK) /* the cache rows were written but the sequences do not advance */
         return fg_diag_set(diag, f->ep_err, "%s", f->ep_diag.msg);
     for (int e = 0; f->pick_sink && e < hp->n_expert; e++) /* counted once the tokens count: a failed run is redone */
         if (f->picks[e])
             atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
-    logits_block(f, seqs, n_seqs);
+    if (hp->n_nextn) {
+        logits_block(f, seqs, n_seqs, f->h_cur, NULL, &f->m->output, NULL);
+        if (f->mtp_out)
+            logits_block(f, seqs, n_seqs, f->x, f->m->mtp.head_norm, &f->m->mtp.head, f->mtp_out);
+        hidden_store(f, seqs, n_seqs);
+    } else {
+        logits_block(f, seqs, n_seqs, f->x, f->m->output_norm, &f->m->output, NULL);
+    }
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;
     return FG_OK;

@@ -21,6 +21,33 @@ static fg_err get_float(const fg_gguf_t *g, const char *suffix, bool required, f
     return fg_weight_get_float(g, ARCH, suffix, required, def, out, diag);
 }
 
+/* nextn_predict_layers: hp->n_layer (the trunk) and hp->n_nextn from
+ * block_count. As llama.cpp, the trunk is block_count - nextn_predict_layers
+ * whether or not the file holds the MTP block: one whose tensors are all
+ * absent (blk.N.attn_norm and blk.N.nextn.eh_proj both) is a trunk-only
+ * export and loads without it; a block with some of its tensors is bound
+ * whole, so a missing one is an error naming it (bind_mtp). */
+static fg_err read_nextn(const fg_gguf_t *g, int n_blocks, fg_hparams *hp, fg_diag *diag)
+{
+    int nextn;
+    FG_TRY(get_int(g, "nextn_predict_layers", false, 0, 0, 4096, &nextn, diag));
+    if (nextn >= n_blocks)
+        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "nextn_predict_layers %d leaves no trunk of block_count %d",
+                           nextn, n_blocks);
+    if (nextn > 1)
+        return fg_diag_set(diag, FG_ERR_MODEL_HPARAM,
+                           "nextn_predict_layers %d: one MTP block is supported (DeepSeek-V3 has one)", nextn);
+    hp->n_layer = n_blocks - nextn;
+    hp->n_nextn = 0;
+    if (nextn) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "blk.%d.attn_norm.weight", hp->n_layer);
+        snprintf(b, sizeof b, "blk.%d.nextn.eh_proj.weight", hp->n_layer);
+        hp->n_nextn = fg_gguf_find_tensor(g, a) || fg_gguf_find_tensor(g, b) ? 1 : 0;
+    }
+    return FG_OK;
+}
+
 static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
 {
     enum { BIG = 1 << 24 };
@@ -31,10 +58,11 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
         return fg_diag_set(diag, FG_ERR_MODEL_ARCH, "architecture '%.*s' is not supported (need '" ARCH "')",
                            (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
 
-    int head_kv, key_len_mla, val_len_mla, gating;
+    int head_kv, key_len_mla, val_len_mla, gating, n_blocks;
     FG_TRY(get_int(g, "context_length", true, 0, 1, BIG, &hp->n_ctx_train, diag));
     FG_TRY(get_int(g, "embedding_length", true, 0, 1, 65536, &hp->n_embd, diag));
-    FG_TRY(get_int(g, "block_count", true, 0, 1, 4096, &hp->n_layer, diag));
+    FG_TRY(get_int(g, "block_count", true, 0, 1, 4096, &n_blocks, diag));
+    FG_TRY(read_nextn(g, n_blocks, hp, diag));
     FG_TRY(get_int(g, "feed_forward_length", true, 0, 1, BIG, &hp->n_ff, diag));
     FG_TRY(get_int(g, "attention.head_count", true, 0, 1, 4096, &hp->n_head, diag));
     FG_TRY(get_int(g, "attention.head_count_kv", false, 1, 1, 4096, &head_kv, diag));
@@ -71,9 +99,9 @@ static fg_err read_hparams(const fg_gguf_t *g, fg_hparams *hp, fg_diag *diag)
     if (hp->n_expert_used > hp->n_expert)
         return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "expert_used_count %d > expert_count %d",
                            hp->n_expert_used, hp->n_expert);
-    if (hp->n_dense_lead > hp->n_layer)
+    if (hp->n_dense_lead > n_blocks)
         return fg_diag_set(diag, FG_ERR_MODEL_HPARAM, "leading_dense_block_count %d > block_count %d",
-                           hp->n_dense_lead, hp->n_layer);
+                           hp->n_dense_lead, n_blocks);
     if (hp->n_group <= 0)
         hp->n_group = 1;
     if (hp->n_group > 1) {
@@ -157,6 +185,47 @@ static fg_err bind_layer(const fg_gguf_t *g, const fg_hparams *hp, int il, fg_la
     return FG_OK;
 }
 
+/* The MTP block's nextn.* tensors (its layer is bound by bind_layer):
+ * eh_proj {2d, d}, enorm and hnorm {d} required; shared_head_norm {d},
+ * shared_head_head and embed_tokens {d, vocab} optional, standing in for
+ * output_norm, output and token_embd (llama.cpp's choice when absent). */
+static fg_err bind_mtp(const fg_gguf_t *g, fg_model *m, fg_diag *diag)
+{
+    const fg_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, V = hp->n_vocab;
+    fg_mtp *t = &m->mtp;
+    char n[96];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%d.nextn." suffix, hp->n_layer), n)
+    FG_TRY(fg_weight_bind_matrix(g, NAME("eh_proj.weight"), 2 * d, d, 1, true, &t->eh_proj, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("enorm.weight"), d, true, &t->enorm, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("hnorm.weight"), d, true, &t->hnorm, diag));
+    FG_TRY(fg_weight_bind_vector(g, NAME("shared_head_norm.weight"), d, false, &t->head_norm, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("shared_head_head.weight"), d, V, 1, false, &t->head, diag));
+    FG_TRY(fg_weight_bind_matrix(g, NAME("embed_tokens.weight"), d, V, 1, false, &t->embd, diag));
+#undef NAME
+    if (!t->head_norm)
+        t->head_norm = m->output_norm;
+    if (!t->head.data)
+        t->head = m->output;
+    if (!t->embd.data)
+        t->embd = m->tok_embd;
+    return FG_OK;
+}
+
+/* Bytes of a layer's attention, dense, shared-expert, router and routed-expert weights. */
+static void layer_bytes(const fg_layer *L, const fg_hparams *hp, uint64_t *total, uint64_t *active)
+{
+    uint64_t attn = fg_weight_bytes(&L->q_a) + fg_weight_bytes(&L->q_b) + fg_weight_bytes(&L->kv_a) +
+                    fg_weight_bytes(&L->k_b) + fg_weight_bytes(&L->v_b) + fg_weight_bytes(&L->attn_out);
+    uint64_t dense = fg_weight_bytes(&L->ffn_gate) + fg_weight_bytes(&L->ffn_up) + fg_weight_bytes(&L->ffn_down);
+    uint64_t shared = fg_weight_bytes(&L->gate_shexp) + fg_weight_bytes(&L->up_shexp) + fg_weight_bytes(&L->down_shexp);
+    uint64_t experts = fg_weight_bytes(&L->gate_exps) + fg_weight_bytes(&L->up_exps) + fg_weight_bytes(&L->down_exps);
+    uint64_t router = fg_weight_bytes(&L->router);
+    *total += attn + dense + shared + experts + router;
+    *active += attn + dense + shared + router +
+               (L->is_moe ? experts / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used : 0);
+}
+
 fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
 {
     *out = NULL;
@@ -180,28 +249,29 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
     if (!m->output.data)
         m->output = m->tok_embd; /* tied embeddings */
 
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    const int n_run = hp->n_layer + hp->n_nextn;
+    m->layers = calloc((size_t)n_run, sizeof *m->layers);
     if (!m->layers) {
         e = fg_diag_set(diag, FG_ERR_NOMEM, "model: out of memory");
         goto fail;
     }
     uint64_t total = fg_weight_bytes(&m->tok_embd) + (m->output.data != m->tok_embd.data ? fg_weight_bytes(&m->output) : 0);
     uint64_t active = fg_weight_bytes(&m->output); /* the LM head is read every token; one embedding row is noise */
-    for (int il = 0; il < hp->n_layer; il++) {
-        fg_layer *L = &m->layers[il];
-        if ((e = bind_layer(g, hp, il, L, diag)))
+    for (int il = 0; il < n_run; il++) {
+        if ((e = bind_layer(g, hp, il, &m->layers[il], diag)))
             goto fail;
-        uint64_t attn = fg_weight_bytes(&L->q_a) + fg_weight_bytes(&L->q_b) + fg_weight_bytes(&L->kv_a) +
-                        fg_weight_bytes(&L->k_b) + fg_weight_bytes(&L->v_b) + fg_weight_bytes(&L->attn_out);
-        uint64_t dense = fg_weight_bytes(&L->ffn_gate) + fg_weight_bytes(&L->ffn_up) + fg_weight_bytes(&L->ffn_down);
-        uint64_t shared = fg_weight_bytes(&L->gate_shexp) + fg_weight_bytes(&L->up_shexp) + fg_weight_bytes(&L->down_shexp);
-        uint64_t experts = fg_weight_bytes(&L->gate_exps) + fg_weight_bytes(&L->up_exps) + fg_weight_bytes(&L->down_exps);
-        uint64_t router = fg_weight_bytes(&L->router);
-        total += attn + dense + shared + experts + router;
-        active += attn + dense + shared + router +
-                  (L->is_moe ? experts / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used : 0);
+        layer_bytes(&m->layers[il], hp, &total, &active); /* the MTP block runs every token too */
     }
-    fg_arch_model_init(&m->base, &fg_arch_deepseek2, g);
+    if (hp->n_nextn) {
+        if ((e = bind_mtp(g, m, diag)))
+            goto fail;
+        const fg_mtp *t = &m->mtp;
+        const uint64_t own = fg_weight_bytes(&t->eh_proj) +
+                             (t->head.data != m->output.data ? fg_weight_bytes(&t->head) : 0);
+        total += own + (t->embd.data != m->tok_embd.data ? fg_weight_bytes(&t->embd) : 0);
+        active += own;
+    }
+    fg_arch_model_init(&m->base, hp->n_nextn ? &fg_arch_deepseek2_mtp : &fg_arch_deepseek2, g);
     m->base.n_vocab = hp->n_vocab;
     m->base.n_ctx_train = hp->n_ctx_train;
     m->base.n_layer = hp->n_layer;
@@ -209,7 +279,7 @@ fg_err fg_model_load(const fg_gguf_t *g, fg_model **out, fg_diag *diag)
     m->base.n_expert = hp->n_expert;
     m->base.n_expert_used = hp->n_expert_used;
     m->base.n_ff_exp = hp->n_ff_exp;
-    m->base.n_layer_run = hp->n_layer;
+    m->base.n_layer_run = n_run; /* the MTP block runs after the trunk */
     m->base.weight_bytes_total = total;
     m->base.weight_bytes_active = active;
     *out = m;

@@ -6,6 +6,13 @@
  * presence, type and shape against them, and keeps pointers into the GGUF
  * mapping (no copy of the weights). Errors name the key or tensor at fault.
  *
+ * The MTP block: with nextn_predict_layers = 1 the last of block_count's
+ * blocks is the MTP block (a whole attention + FFN layer plus the nextn.*
+ * tensors; every one checked), and the trunk is the blocks before it. A file
+ * that declares the block but holds none of its tensors (llama.cpp's
+ * trunk-only export) loads without it; a partial block is an error.
+ * base.n_layer counts the trunk, base.n_layer_run the trunk and the MTP block.
+ *
  * Owns: nothing but the layer table; the fg_gguf_t must outlive the model.
  * Thread safety: immutable after load; read from any thread.
  */
@@ -28,7 +35,8 @@ typedef struct fg_hparams {
     int n_vocab;
     int n_ctx_train;      /* context_length */
     int n_embd;           /* d */
-    int n_layer;
+    int n_layer;          /* trunk layers: block_count - n_nextn */
+    int n_nextn;          /* nextn_predict_layers: MTP blocks after the trunk (0 or 1) */
     int n_ff;             /* dense FFN width */
     int n_head;           /* H */
     int q_lora;           /* 0: plain attn_q */
@@ -79,13 +87,25 @@ typedef struct fg_layer {
     fg_weight down_shexp;
 } fg_layer;
 
+/* The MTP ("nextn") block, llama.cpp's blk.N.nextn.* with N = block_count - 1:
+ * a full layer (layers[n_layer]) fed with eh_proj([enorm(embed(t)); hnorm(h)]),
+ * its output through head_norm and head (forward.h). */
+typedef struct fg_mtp {
+    fg_weight eh_proj;             /* 2d -> d: input [enorm(embed) | hnorm(h)] */
+    const float *enorm, *hnorm;    /* [d] */
+    const float *head_norm;        /* [d] shared_head_norm, or output_norm when the file has none */
+    fg_weight head;                /* d -> vocab: shared_head_head, or the model's output */
+    fg_weight embd;                /* rows: token -> d: embed_tokens, or the model's tok_embd */
+} fg_mtp;
+
 typedef struct fg_model {
     fg_arch_model base;            /* first: what the engine reads (vocabulary, weight bytes, identity) */
     fg_hparams hp;
     fg_weight tok_embd;            /* rows: token -> d (n_out = vocab) */
     const float *output_norm;      /* [d] */
     fg_weight output;              /* d -> vocab; equals tok_embd when tied */
-    fg_layer *layers;              /* [n_layer] */
+    fg_layer *layers;              /* [n_layer + n_nextn]; the MTP block's layer last */
+    fg_mtp mtp;                    /* bound when hp.n_nextn == 1 */
 } fg_model;
 
 /* Errors: FG_ERR_MODEL_ARCH, FG_ERR_MODEL_HPARAM, FG_ERR_MODEL_TENSOR,
@@ -98,6 +118,8 @@ void fg_model_free(fg_model *m);
  * Its model's base.weight_bytes_active counts attention, dense, shared,
  * top-k experts and the head. */
 extern const fg_arch fg_arch_deepseek2;
+/* The same architecture with forward_draft: base.arch of a model with the MTP block. */
+extern const fg_arch fg_arch_deepseek2_mtp;
 
 /* The deepseek2 model behind m, or NULL when m is another architecture's
  * (for the parts that read deepseek2's layers: the CUDA backend, expert
@@ -105,7 +127,8 @@ extern const fg_arch fg_arch_deepseek2;
 const fg_model *fg_deepseek2_of(const fg_arch_model *m);
 
 /* The deepseek2 cache: per token and layer one row of the latent (kv_lora)
- * and the RoPE key (n_rope) in the chosen format; nothing per sequence
+ * and the RoPE key (n_rope) in the chosen format, for the trunk's layers and
+ * then the MTP block's (n_layer + n_nextn rows a token); nothing per sequence
  * besides pages. Errors: FG_ERR_KV_FORMAT when a width does not fit the
  * format (FP4 needs multiples of 16). */
 fg_err fg_kv_geometry_init(fg_kv_geometry *geo, const fg_hparams *hp, fg_kv_format format, fg_diag *diag);

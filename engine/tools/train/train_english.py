@@ -28,6 +28,17 @@ Stages (all under --work DIR, each deterministic given --seed):
      flashgate-modelgen --weights writes the GGUF in the requested type: the same writer,
      key names and tensor layout as every generated model.
 
+An optional second phase (--mtp-steps N --init-from GGUF) trains DeepSeek-V3's MTP block on a
+frozen trunk: init-mtp.gguf (flashgate-modelgen --nextn 1, the same vocabulary from the same
+bpe.txt) gives the tensor list; the trunk and its selection biases come from --init-from (an
+F32, F16 or BF16 GGUF this script wrote, whose vocabulary must be init-mtp.gguf's); only the
+block (blk.N: an MoE layer, nextn.eh_proj, enorm, hnorm, shared_head_norm) is trained, on
+the engine's MTP math (engine/model/deepseek2/forward.h): row p is
+head(RMSNorm(layer_N(eh_proj([RMSNorm(E[t_p]) * enorm ; RMSNorm(h_{p-1}) * hnorm]))) *
+shared_head_norm), h the trunk's output after output_norm, h_{-1} = 0, and it learns t_{p+1}
+(the trunk's own target: the block drafts the token after the one the trunk has not run yet).
+The export then writes the model with the block (--out).
+
 The forward pass is exactly the engine's deepseek2 math (tests/reference/deepseek2_ref.py):
 RMSNorm x/sqrt(mean(x^2)+eps)*w; q LoRA with its norm; kv_a -> (latent, k_pe), latent
 normalised; per-head K_nope = latent . k_b, V = latent . v_b; GGML "normal" RoPE on adjacent
@@ -149,7 +160,8 @@ class HP(object):
     def __init__(self, g):
         k = lambda n: g.get("deepseek2." + n)  # noqa: E731
         self.d = int(k("embedding_length"))
-        self.n_layer = int(k("block_count"))
+        self.n_nextn = int(k("nextn_predict_layers") or 0)          # the MTP block: the last block
+        self.n_layer = int(k("block_count")) - self.n_nextn
         self.n_dense = int(k("leading_dense_block_count"))
         self.n_ff = int(k("feed_forward_length"))
         self.H = int(k("attention.head_count"))
@@ -222,30 +234,59 @@ class Model(torch.nn.Module):
         scale = 1.0 / math.sqrt(hp.nope + hp.n_rot)
         x = F.embedding(tok, self.w("token_embd.weight"))
         for il in range(hp.n_layer):
-            p = "blk.%d." % il
-            h = rms_norm(x, self.w(p + "attn_norm.weight"), hp.eps)
-            qa = rms_norm(h @ self.w(p + "attn_q_a.weight").t(), self.w(p + "attn_q_a_norm.weight"), hp.eps)
-            q = (qa @ self.w(p + "attn_q_b.weight").t()).view(B, T, hp.H, hp.nope + hp.n_rot)
-            q_nope = q[..., :hp.nope]
-            q_pe = rope(q[..., hp.nope:], cos[:, None, :], sin[:, None, :])
-            kv = h @ self.w(p + "attn_kv_a_mqa.weight").t()
-            c = rms_norm(kv[..., :hp.kv_lora], self.w(p + "attn_kv_a_norm.weight"), hp.eps)
-            k_pe = rope(kv[..., hp.kv_lora:], cos, sin)                        # (B, T, rot)
-            k_nope = torch.einsum("btr,hrn->bthn", c, self.w(p + "attn_k_b.weight"))
-            v = torch.einsum("btr,hjr->bhtj", c, self.w(p + "attn_v_b.weight"))
-            s = (torch.einsum("bthn,bshn->bhts", q_nope, k_nope)
-                 + torch.einsum("bthr,bsr->bhts", q_pe, k_pe)) * scale + mask
-            o = torch.softmax(s, dim=-1) @ v                                   # (B, H, T, v)
-            o = o.transpose(1, 2).reshape(B, T, hp.H * hp.v)
-            x = x + o @ self.w(p + "attn_output.weight").t()
-            h = rms_norm(x, self.w(p + "ffn_norm.weight"), hp.eps)
-            if il < hp.n_dense:
-                f = F.silu(h @ self.w(p + "ffn_gate.weight").t()) * (h @ self.w(p + "ffn_up.weight").t())
-                x = x + f @ self.w(p + "ffn_down.weight").t()
-            else:
-                x = x + self.moe(p, h.reshape(B * T, hp.d), loads).view(B, T, hp.d)
+            x = self.layer(il, x, cos, sin, mask, scale, loads)
         x = rms_norm(x, self.w("output_norm.weight"), hp.eps)
         return x @ self.w("output.weight").t()
+
+    def forward_mtp(self, tok, loads=None):
+        """The MTP block's logits (B, T, V) on a frozen trunk: row p drafts t_{p+1} from t_p and
+        the trunk's normed hidden at p - 1 (0 at p = 0)."""
+        hp = self.hp
+        B, T = tok.shape
+        with torch.no_grad():
+            x = F.embedding(tok, self.w("token_embd.weight"))
+            pos = torch.arange(T, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
+            cos, sin = torch.cos(pos).float(), torch.sin(pos).float()
+            mask = torch.full((T, T), float("-inf")).triu(1)
+            scale = 1.0 / math.sqrt(hp.nope + hp.n_rot)
+            for il in range(hp.n_layer):
+                x = self.layer(il, x, cos, sin, mask, scale, None)
+            h = rms_norm(x, self.w("output_norm.weight"), hp.eps)
+            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+        p = "blk.%d.nextn." % hp.n_layer
+        e = rms_norm(F.embedding(tok, self.w("token_embd.weight")), self.w(p + "enorm.weight"), hp.eps)
+        m = torch.cat([e, rms_norm(h_prev, self.w(p + "hnorm.weight"), hp.eps)], dim=-1)
+        m = m @ self.w(p + "eh_proj.weight").t()
+        m = self.layer(hp.n_layer, m, cos, sin, mask, scale, loads)
+        m = rms_norm(m, self.w(p + "shared_head_norm.weight"), hp.eps)
+        return m @ self.w("output.weight").t()
+
+    def layer(self, il, x, cos, sin, mask, scale, loads):
+        hp = self.hp
+        B, T = x.shape[0], x.shape[1]
+        p = "blk.%d." % il
+        h = rms_norm(x, self.w(p + "attn_norm.weight"), hp.eps)
+        qa = rms_norm(h @ self.w(p + "attn_q_a.weight").t(), self.w(p + "attn_q_a_norm.weight"), hp.eps)
+        q = (qa @ self.w(p + "attn_q_b.weight").t()).view(B, T, hp.H, hp.nope + hp.n_rot)
+        q_nope = q[..., :hp.nope]
+        q_pe = rope(q[..., hp.nope:], cos[:, None, :], sin[:, None, :])
+        kv = h @ self.w(p + "attn_kv_a_mqa.weight").t()
+        c = rms_norm(kv[..., :hp.kv_lora], self.w(p + "attn_kv_a_norm.weight"), hp.eps)
+        k_pe = rope(kv[..., hp.kv_lora:], cos, sin)                        # (B, T, rot)
+        k_nope = torch.einsum("btr,hrn->bthn", c, self.w(p + "attn_k_b.weight"))
+        v = torch.einsum("btr,hjr->bhtj", c, self.w(p + "attn_v_b.weight"))
+        s = (torch.einsum("bthn,bshn->bhts", q_nope, k_nope)
+             + torch.einsum("bthr,bsr->bhts", q_pe, k_pe)) * scale + mask
+        o = torch.softmax(s, dim=-1) @ v                                   # (B, H, T, v)
+        o = o.transpose(1, 2).reshape(B, T, hp.H * hp.v)
+        x = x + o @ self.w(p + "attn_output.weight").t()
+        h = rms_norm(x, self.w(p + "ffn_norm.weight"), hp.eps)
+        if il < hp.n_dense:
+            f = F.silu(h @ self.w(p + "ffn_gate.weight").t()) * (h @ self.w(p + "ffn_up.weight").t())
+            x = x + f @ self.w(p + "ffn_down.weight").t()
+        else:
+            x = x + self.moe(p, h.reshape(B * T, hp.d), loads).view(B, T, hp.d)
+        return x
 
     def moe(self, p, h, loads):
         hp = self.hp
@@ -308,6 +349,78 @@ def export(model, path):
             f.write(a.tobytes())
 
 
+def train_mtp(a, W):
+    """The second phase: the MTP block on the frozen trunk of --init-from, then the export."""
+    run([os.path.join(a.bin, "flashgate-modelgen"), "--preset", "english", "--bpe-corpus", W("bpe.txt"),
+         "--nextn", "1", "--out", W("init-mtp.gguf")])
+    g, src = GGUFFile(W("init-mtp.gguf")), GGUFFile(a.init_from)
+    if list(src.get("tokenizer.ggml.tokens") or []) != list(g.get("tokenizer.ggml.tokens")):
+        sys.exit("--init-from %s has another vocabulary than this --work/--seed makes (train it with the "
+                 "same --seed)" % a.init_from)
+    hp = HP(g)
+    shapes = {n: tuple(t.shape) for n, t in g.tensors.items()}
+    g.close()
+    model = Model(hp, shapes, a.seed)
+    mtp = "blk.%d." % hp.n_layer
+    with torch.no_grad():
+        for name, shape in shapes.items():
+            if name.startswith(mtp):
+                continue
+            if not src.has_tensor(name):
+                sys.exit("--init-from %s has no tensor %s (not a model of the english preset)" % (a.init_from, name))
+            t = torch.from_numpy(src.tensor_f64(name).astype(np.float32)).reshape(shape)
+            if name in model.bias:
+                model.bias[name].copy_(t)
+            else:
+                model.w(name).copy_(t)
+                model.w(name).requires_grad_(False)
+    src.close()
+    for split in ("train", "heldout"):
+        run([os.path.join(a.bin, "flashgate-tokenize"), "--model", W("init-mtp.gguf"), "--in",
+             W(split + ".txt"), "--out", W(split + ".ids"), "--docs"])
+    train_ids, held_ids = load_ids(W("train.ids")), load_ids(W("heldout.ids"))
+    params = [p for n, p in model.p.items() if n.startswith(mtp.replace(".", "__"))]
+    print("mtp: training %d parameters of %s on a frozen trunk of %d layers"
+          % (sum(p.numel() for p in params), mtp, hp.n_layer), flush=True)
+    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    t0 = time.time()
+    for step in range(1, a.mtp_steps + 1):
+        lr = a.lr * min(1.0, step / a.warmup) * (1.0 - 0.9 * step / a.mtp_steps)
+        for grp in opt.param_groups:
+            grp["lr"] = lr
+        off = torch.randint(0, len(train_ids) - a.seq - 1, (a.batch,), generator=gen)
+        batch = torch.stack([train_ids[o:o + a.seq + 1] for o in off.tolist()])
+        loads = {}
+        logits = model.forward_mtp(batch[:, :-1], loads)
+        loss = F.cross_entropy(logits.reshape(-1, hp.V), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        with torch.no_grad():
+            for p, load in loads.items():
+                b = model.bias[p + "exp_probs_b.bias"]
+                b += a.bias_rate * torch.sign(load.mean() - load)
+        if step % 10 == 0 or step == 1 or step == a.mtp_steps:
+            print("mtp step %d loss %.4f lr %.2e %.1f min" % (step, loss.item(), lr, (time.time() - t0) / 60),
+                  flush=True)
+    # held out: the block's loss, and how often its greedy draft is the trunk's greedy token
+    # (what greedy speculative decoding accepts)
+    model.eval()
+    with torch.no_grad():
+        n = min(len(held_ids) // a.seq, 16) * a.seq
+        w = held_ids[:n].view(-1, a.seq)
+        drafts, trunk = model.forward_mtp(w[:, :-1]), model(w[:, :-1])
+        hl = F.cross_entropy(drafts.reshape(-1, hp.V), w[:, 1:].reshape(-1)).item()
+        agree = (drafts.argmax(-1) == trunk.argmax(-1)).float().mean().item()
+    print("mtp final: held-out loss %.4f, draft = trunk greedy token %.1f %% (%d windows)"
+          % (hl, 100 * agree, w.shape[0]), flush=True)
+    export(model, W("weights-mtp.fgw"))
+    run([os.path.join(a.bin, "flashgate-modelgen"), "--preset", "english", "--bpe-corpus", W("bpe.txt"),
+         "--nextn", "1", "--weights", W("weights-mtp.fgw"), "--type", a.type, "--out", a.out])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "release", "bin"),
@@ -332,7 +445,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--corpus-only", action="store_true", help="stop after stage 1")
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--mtp-steps", type=int, default=0,
+                    help="instead of training the trunk: train the MTP block for this many steps on the frozen "
+                         "trunk of --init-from and write the model with the block (--lr, --warmup, --batch, "
+                         "--seq as for the trunk)")
+    ap.add_argument("--init-from", help="the trained GGUF (f32, f16 or bf16) whose trunk --mtp-steps keeps")
     a = ap.parse_args()
+    if a.mtp_steps and not a.init_from:
+        ap.error("--mtp-steps needs --init-from")
 
     torch.set_num_threads(a.threads)
     os.makedirs(a.work, exist_ok=True)
@@ -340,6 +460,8 @@ def main():
     build_corpus(a.work, a.seed)
     if a.corpus_only:
         return
+    if a.mtp_steps:
+        return train_mtp(a, W)
     run([os.path.join(a.bin, "flashgate-modelgen"), "--preset", "english", "--bpe-corpus", W("bpe.txt"),
          "--out", W("init.gguf")])
     for split in ("train", "heldout"):
