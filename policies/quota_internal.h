@@ -37,6 +37,7 @@
 #include "policies/backstop.h"
 #include "policies/quota.h"
 #include "policies/quota_scripts.h"
+#include "policies/redis_link.h"
 #include "policies/session_dir.h"
 #include "policies/sha256.h"
 
@@ -128,15 +129,17 @@ void fg_qcmd_script(fg_qcmd *c, fg_qscript_id id, int nkeys);
 /* ---- the connection (quota_conn.c; quota thread only) ---- */
 
 typedef struct fg_qconn {
-    redisContext *ctx;                  /* NULL while disconnected */
+    fg_rlink_t *link;                   /* single, sentinel or cluster (redis_link.h) */
     char sha[FG_QSCRIPT__COUNT][41];    /* SHA1 hex of each script, from SCRIPT LOAD */
     int64_t next_attempt_us;            /* CLOCK_MONOTONIC us of the next connect attempt */
     int backoff_ms;                     /* wait after the next failed attempt */
     int64_t clock_offset_us;            /* Redis TIME minus local CLOCK_REALTIME, us */
     bool ever_connected;
-    const char **argv;                  /* scratch for redisAppendCommandArgv */
+    const char **argv;                  /* scratch for redisFormatCommandArgv */
     size_t *argvlen;
     int argv_cap;
+    fg_rlink_cmd *rcmds;                /* scratch: one batch formatted for the link */
+    size_t rcmds_cap;
 } fg_qconn;
 
 struct fg_quota;
@@ -332,7 +335,6 @@ void fg_qconfig_parse(const redisReply *hgetall, const char *id, fg_tenant_recor
 
 struct fg_quota {
     /* set by create, read-only after */
-    char *address;                /* "host:port" or "/path" */
     int timeout_ms;               /* connect and command timeout */
     int lease_ttl_ms;
     int expected_instances;
@@ -368,7 +370,7 @@ struct fg_quota {
 
 static inline bool fg_qconn_up(const struct fg_quota *q)
 {
-    return q->conn.ctx != NULL;
+    return fg_rlink_up(q->conn.link);
 }
 
 /* quota_thread.c */
