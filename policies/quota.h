@@ -191,6 +191,8 @@ typedef struct fg_quota_stats {
     uint64_t round_trips;        /* pipelined exchanges with Redis (one may carry many calls) */
     uint64_t journal_entries;    /* usage waiting for replay */
     uint64_t degraded;           /* session opens and reserves decided locally (Redis unreachable) */
+    uint64_t redirects;          /* Redis Cluster MOVED and ASK replies followed */
+    uint64_t master_discoveries; /* masters found through Sentinel */
     double last_call_ms;         /* duration of the last round trip */
     /* round-trip times: counts per bucket (not cumulative), bucket i <=
      * FG_QUOTA_RTT_BASE_S * 2^i seconds, the last bucket the rest */

@@ -143,9 +143,17 @@ void fg_qconn_drop(struct fg_quota *q, const char *why)
     snprintf(msg, sizeof msg, "redis connection lost: %s", why && *why ? why : "unknown error");
     fg_quota_stat_error(q, msg);
     fg_qconn_close(q);
+    fg_qconn *c = &q->conn;
+    int64_t now_us = fg_clock_mono_us();
+    if (now_us - c->connected_us < (int64_t)FG_QUOTA_BACKOFF_MAX_MS * 1000) {
+        /* Lost soon after connecting (a cluster still down, a master about to be
+         * replaced): keep backing off rather than reconnecting in a loop. */
+        schedule_retry(q);
+        return;
+    }
     /* The first attempt right away (a restarted Redis is back at once), then backoff. */
-    q->conn.backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
-    q->conn.next_attempt_us = fg_clock_mono_us();
+    c->backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
+    c->next_attempt_us = now_us;
 }
 
 bool fg_qconn_connect_if_due(struct fg_quota *q, int64_t now_us)
@@ -210,7 +218,7 @@ bool fg_qconn_connect_if_due(struct fg_quota *q, int64_t now_us)
         schedule_retry(q);
         return false;
     }
-    c->backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
+    c->connected_us = fg_clock_mono_us(); /* the backoff resets once the link has lasted (fg_qconn_drop) */
     pthread_mutex_lock(&q->mu);
     if (c->ever_connected)
         q->stats.reconnects++;
@@ -336,6 +344,12 @@ static bool round_trip(struct fg_quota *q, fg_qcmd *const *cmds, const size_t *i
     if (ok)
         ok = fg_rlink_exec(c->link, c->rcmds, n, got, why, sizeof why);
     fg_quota_stat_calls(q, n, (double)(fg_clock_mono_us() - t0) / 1000.0);
+    fg_rlink_stats ls;
+    fg_rlink_get_stats(c->link, &ls);
+    pthread_mutex_lock(&q->mu);
+    q->stats.redirects = ls.moved + ls.ask;
+    q->stats.master_discoveries = ls.discoveries;
+    pthread_mutex_unlock(&q->mu);
     for (size_t k = 0; k < n; k++)
         redisFreeCommand((char *)c->rcmds[k].resp);
     if (idx && scratch) {

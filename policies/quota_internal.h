@@ -133,6 +133,7 @@ typedef struct fg_qconn {
     char sha[FG_QSCRIPT__COUNT][41];    /* SHA1 hex of each script, from SCRIPT LOAD */
     int64_t next_attempt_us;            /* CLOCK_MONOTONIC us of the next connect attempt */
     int backoff_ms;                     /* wait after the next failed attempt */
+    int64_t connected_us;               /* CLOCK_MONOTONIC us of the last successful connect */
     int64_t clock_offset_us;            /* Redis TIME minus local CLOCK_REALTIME, us */
     bool ever_connected;
     const char **argv;                  /* scratch for redisFormatCommandArgv */

@@ -18,18 +18,24 @@ static void notify(void *user)
 
 bool qh_open(qh *h, const char *address, int timeout_ms, int lease_ttl_ms, int instances, const char *journal)
 {
-    memset(h, 0, sizeof *h);
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
     fg_quota_options o = {
         .redis_address = address,
         .timeout_ms = timeout_ms,
         .lease_ttl_ms = lease_ttl_ms,
         .expected_instances = instances,
         .journal_path = journal,
-        .notify = notify,
-        .notify_user = h,
     };
+    return qh_open_opts(h, &o);
+}
+
+bool qh_open_opts(qh *h, const fg_quota_options *opts)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    fg_quota_options o = *opts;
+    o.notify = notify;
+    o.notify_user = h;
     fg_diag d = {{0}};
     if (fg_quota_create(&o, &h->q, &d) != FG_OK) {
         fprintf(stderr, "fg_quota_create: %s\n", d.msg);

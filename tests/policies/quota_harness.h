@@ -27,6 +27,8 @@ typedef struct qh_wait {
 
 /* Options: address, timeout, lease ttl, instances, journal path (NULL). */
 bool qh_open(qh *h, const char *address, int timeout_ms, int lease_ttl_ms, int instances, const char *journal);
+/* Any options (notify and notify_user are the harness's). */
+bool qh_open_opts(qh *h, const fg_quota_options *o);
 void qh_close(qh *h);
 
 /* The callbacks to pass with a qh_wait* as user. */

@@ -26,7 +26,8 @@ static const struct {
     {"leases", test_quota_leases, true},   {"global", test_quota_global, true},
     {"faults", test_quota_faults, true},   {"journal", test_quota_journal, true},
     {"traffic", test_quota_traffic, true}, {"admin", test_quota_admin, true},
-    {"dir", test_quota_dir, true},
+    {"dir", test_quota_dir, true},         {"cluster", test_quota_cluster, true},
+    {"sentinel", test_quota_sentinel, true},
 };
 
 static bool redis_server_found(void)
