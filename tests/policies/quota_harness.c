@@ -180,3 +180,26 @@ fg_tenant_record qh_record(const char *id)
     t.limits.weight = 1;
     return t;
 }
+
+typedef struct dir_wait {
+    bool done;
+    fg_dir_result r;
+} dir_wait;
+
+static void on_dir(void *user, const fg_dir_result *r)
+{
+    dir_wait *w = user;
+    w->r = *r;
+    w->done = true;
+}
+
+fg_dir_result qh_dir_claim(qh *h, const char *tenant, const char *sid, fg_dir_mode mode, uint64_t epoch)
+{
+    dir_wait w = {0};
+    fg_quota_dir_claim(h->q, tenant, sid, mode, epoch, on_dir, &w);
+    for (int i = 0; i < 2000 && !w.done; i++)
+        qh_pump(h, 5);
+    if (!w.done)
+        w.r.state = (fg_dir_state)-1;
+    return w.r;
+}

@@ -272,9 +272,15 @@ int test_quota_cluster(void)
     fg_quota_options o = {.redis_mode = FG_RLINK_CLUSTER, .redis_nodes = nodes, .n_redis_nodes = 1,
                           .timeout_ms = 500, .lease_ttl_ms = 30000, .expected_instances = 1,
                           .journal_path = journal};
-    qh g;
+    qh g, h; /* h: a second instance, for the session directory */
     CHECK(qh_open_opts(&g, &o));
-    CHECK(qh_wait_connected(&g, false, 10000));
+    o.journal_path = NULL;
+    CHECK(qh_open_opts(&h, &o));
+    fg_dir_options dg = {.instance_id = "gw-a", .advertise_url = "ws://gw-a:8080", .lease_ttl_ms = 10000};
+    fg_dir_options dh = {.instance_id = "gw-b", .advertise_url = "ws://gw-b:8080", .lease_ttl_ms = 10000};
+    fg_diag d = {{0}};
+    CHECK(fg_quota_dir_enable(g.q, &dg, &d) == FG_OK && fg_quota_dir_enable(h.q, &dh, &d) == FG_OK);
+    CHECK(qh_wait_connected(&g, false, 10000) && qh_wait_connected(&h, false, 10000));
 
     /* Limits hold with the tenant's keys on a master other than the seed. */
     fg_tenant_record ta = qh_record(a), tb = qh_record(b);
@@ -317,6 +323,14 @@ int test_quota_cluster(void)
     settle(&g, a, "r4", 200, 20);
     CHECK(wait_int(&fx[0], key, 170, 5000));
 
+    /* The directory: a session of b held by g, seen from h. */
+    CHECK(qh_dir_claim(&g, b, "d1", FG_DIR_LOOK, 0).state == FG_DIR_FREE);
+    fg_quota_dir_claim(g.q, b, "d1", FG_DIR_NEW, 0, NULL, NULL);
+    fg_dir_result dr = qh_dir_claim(&h, b, "d1", FG_DIR_LOOK, 0);
+    for (int i = 0; i < 200 && dr.state == FG_DIR_FREE; i++) /* g's claim goes over its own link */
+        dr = qh_dir_claim(&h, b, "d1", FG_DIR_LOOK, 0);
+    CHECK_MSG(dr.state == FG_DIR_ELSEWHERE && !strcmp(dr.owner, "gw-a"), "state %d owner %s", dr.state, dr.owner);
+
     /* Master 2 dies; its replica takes over; usage settled meanwhile is replayed. */
     snprintf(key, sizeof key, "{tenant:%s}:usage:total", b);
     CHECK(qh_reserve(&g, b, "b1", 100, 0, 0, 0).verdict == FG_QUOTA_OK);
@@ -355,11 +369,18 @@ int test_quota_cluster(void)
     CHECK_MSG(r.verdict == FG_QUOTA_OK && !r.degraded, "verdict %d degraded %d", r.verdict, r.degraded);
     r = qh_session_open(&g, a, "s3");
     CHECK_MSG(r.verdict == FG_QUOTA_SESSIONS && !r.degraded, "verdict %d degraded %d", r.verdict, r.degraded);
+    /* g still holds d1 on the promoted replica; h cannot take it. */
+    CHECK(qh_wait_connected(&h, false, 20000));
+    dr = qh_dir_claim(&h, b, "d1", FG_DIR_LOOK, 0);
+    CHECK_MSG(dr.state == FG_DIR_ELSEWHERE && !strcmp(dr.owner, "gw-a"), "state %d owner %s", dr.state, dr.owner);
+    CHECK(qh_dir_claim(&h, b, "d1", FG_DIR_TAKE, dr.epoch).state == FG_DIR_LOST_RACE);
+    CHECK(fg_quota_dir_may_write(g.q, b, "d1"));
     fg_quota_stats st;
     fg_quota_get_stats(g.q, &st);
     CHECK(st.connected && st.journal_entries == 0 && st.reconnects >= 1);
     fprintf(stderr, "quota_cluster: %llu redirects, %llu reconnects, last error: %s\n",
             (unsigned long long)st.redirects, (unsigned long long)st.reconnects, st.last_error);
+    qh_close(&h);
     qh_close(&g);
     stop_all(fx, N_NODES);
     return TEST_DONE("quota_cluster");
