@@ -158,8 +158,12 @@ bool fg_rlink_parse_slots(const redisReply *r, const char *asked_host, fg_rlink_
 {
     memset(m->owner, FG_RLINK_NO_OWNER, sizeof m->owner);
     m->n_addr = 0;
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, cap, "CLUSTER SLOTS: %.100s", r->str);
+        return false;
+    }
     if (!r || r->type != REDIS_REPLY_ARRAY)
-        return fail(why, cap, r && r->type == REDIS_REPLY_ERROR ? r->str : "CLUSTER SLOTS: not an array");
+        return fail(why, cap, "CLUSTER SLOTS: not an array");
     if (r->elements == 0)
         return fail(why, cap, "CLUSTER SLOTS: no slot is assigned yet");
     for (size_t i = 0; i < r->elements; i++) {
