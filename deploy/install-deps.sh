@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages flashgate builds and tests with, only when missing.
 # Usage: deploy/install-deps.sh [build|test]
 set -euo pipefail
+# redis-server also runs the quota tests' Redis Cluster nodes and sentinels (--cluster-enabled, --sentinel)
 want=(build-essential cmake pkg-config libwebsockets-dev libhiredis-dev libjansson-dev redis-server)
 if [[ "${1:-build}" == test ]]; then
   # chromium (+ its driver) for the dashboard test, python3-prometheus-client to parse /metrics
