@@ -341,14 +341,6 @@ bool fg_rlink_up(const fg_rlink_t *l)
     return l && l->up;
 }
 
-const char *fg_rlink_where(const fg_rlink_t *l)
-{
-    if (!l || !l->up || l->map.n_addr == 0)
-        return "";
-    int node = l->mode == FG_RLINK_CLUSTER && l->map.owner[0] != FG_RLINK_NO_OWNER ? l->map.owner[0] : 0;
-    return l->map.addr[node];
-}
-
 void fg_rlink_get_stats(const fg_rlink_t *l, fg_rlink_stats *st)
 {
     *st = l->stats;
@@ -399,35 +391,55 @@ static bool load_map(fg_rlink_t *l, redisContext *c, const char *addr, char *why
     return ok;
 }
 
+/* CLUSTER SLOTS from addr; true when the map is installed. */
+static bool map_from(fg_rlink_t *l, const char *addr, char *why, size_t cap)
+{
+    redisContext *c = open_ctx(l, addr, why, cap);
+    if (!c)
+        return false;
+    bool ok = load_map(l, c, addr, why, cap);
+    if (ok) {
+        /* The node asked is usually a master: keep its connection. */
+        for (size_t i = 0; i < l->map.n_addr; i++)
+            if (strcmp(l->map.addr[i], addr) == 0 && !l->ctx[i]) {
+                l->ctx[i] = c;
+                c = NULL;
+                break;
+            }
+    }
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+/* The seeds in turn, then the masters of the last map (the seeds may all be
+ * gone while masters found later live on). */
 static bool connect_cluster(fg_rlink_t *l, char *why, size_t cap)
 {
     for (size_t k = 0; k < l->n_seeds; k++) {
         size_t s = (l->next_seed + k) % l->n_seeds;
-        redisContext *c = open_ctx(l, l->seeds[s], why, cap);
-        if (!c)
-            continue;
-        bool ok = load_map(l, c, l->seeds[s], why, cap);
-        if (ok) {
-            /* The seed is usually a master: keep its connection. */
-            int node = -1;
-            for (size_t i = 0; i < l->map.n_addr; i++)
-                if (strcmp(l->map.addr[i], l->seeds[s]) == 0)
-                    node = (int)i;
-            if (node >= 0 && !l->ctx[node]) {
-                l->ctx[node] = c;
-                c = NULL;
-            }
-        }
-        if (c)
-            redisFree(c);
-        if (ok) {
+        if (map_from(l, l->seeds[s], why, cap)) {
             l->next_seed = s;
             l->map_stale = false;
             return true;
         }
     }
     l->next_seed = (l->next_seed + 1) % l->n_seeds;
-    return false;
+    size_t n_known = l->map.n_addr;
+    char(*known)[FG_RLINK_ADDR_MAX + 1] = n_known ? malloc(n_known * sizeof *known) : NULL;
+    if (!known)
+        return false;
+    memcpy(known, l->map.addr, n_known * sizeof *known);
+    bool ok = false;
+    char last[200];
+    snprintf(last, sizeof last, "%s", why);
+    for (size_t i = 0; i < n_known && !ok; i++)
+        ok = map_from(l, known[i], why, cap);
+    if (!ok)
+        snprintf(why, cap, "%s", last); /* the seeds' failure is the one to report */
+    l->map_stale = !ok;
+    free(known);
+    return ok;
 }
 
 /* The master one sentinel names, connected and checked with ROLE. */

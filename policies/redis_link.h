@@ -9,7 +9,7 @@
  *     lost connection or a READONLY reply (the old master demoted) closes the
  *     link, so the next connect asks the sentinels again.
  *   - cluster: the slot map comes from CLUSTER SLOTS of the first seed that
- *     answers; each command goes to the master of its key's slot (commands
+ *     answers (then of a master the last map named); each command goes to the master of its key's slot (commands
  *     without a key to any master), on one lazily opened connection per
  *     master, every node's pipeline in flight at once. MOVED updates the map
  *     and resends (the whole map is read again afterwards); ASK resends once
@@ -73,9 +73,6 @@ void fg_rlink_destroy(fg_rlink_t *l);
 bool fg_rlink_connect(fg_rlink_t *l, char *why, size_t cap);
 bool fg_rlink_up(const fg_rlink_t *l);
 void fg_rlink_close(fg_rlink_t *l);
-/* The address of the server that answers keyless commands (the master found,
- * a cluster's first master), "" when closed. */
-const char *fg_rlink_where(const fg_rlink_t *l);
 
 /* Sends n commands, pipelined per node, and stores each reply in replies[i]
  * (caller frees with freeReplyObject). Redirects are followed as above. On a

@@ -246,6 +246,25 @@ static bool move_slot(fg_redis_fixture *fx, int base, int slot, int from, int to
     return true;
 }
 
+/* Until the replica has taken over (ROLE says master), pumping the quota's answers. */
+static bool wait_role_master(qh *h, const fg_redis_fixture *replica)
+{
+    for (int t = 0; t < 400; t++) {
+        redisReply *role = cmd(replica, "ROLE");
+        bool master = fg_rlink_parse_role_master(role);
+        if (role)
+            freeReplyObject(role);
+        if (master)
+            return true;
+        qh_pump(h, 50);
+    }
+    char tail[1000];
+    snprintf(tail, sizeof tail, "tail -20 %s/redis.log >&2", replica->dir);
+    if (system(tail) != 0)
+        fprintf(stderr, "(no log)\n");
+    return false;
+}
+
 static uint64_t redirects(qh *h)
 {
     fg_quota_stats st;
@@ -344,22 +363,7 @@ int test_quota_cluster(void)
     r = qh_reserve(&g, a, "a6", 10, 0, 0, 0); /* the cluster is down for every tenant a moment */
     CHECK(r.verdict == FG_QUOTA_OK);
     settle(&g, a, "a6", 10, 10);
-    bool promoted = false;
-    for (int t = 0; t < 400 && !promoted; t++) {
-        redisReply *role = cmd(&fx[5], "ROLE");
-        promoted = fg_rlink_parse_role_master(role);
-        if (role)
-            freeReplyObject(role);
-        if (!promoted)
-            qh_pump(&g, 50);
-    }
-    CHECK(promoted);
-    if (!promoted) {
-        char tail[400];
-        snprintf(tail, sizeof tail, "grep -v 'Connecting to\\|sync started\\|Error condition' %s/redis.log | tail -40 >&2", fx[5].dir);
-        if (system(tail) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
+    CHECK(wait_role_master(&g, &fx[5]));
     CHECK(wait_text(&fx[0], "CLUSTER INFO", "cluster_state:ok", 15000));
     CHECK(qh_wait_connected(&g, true, 20000));
     CHECK(wait_int(&fx[5], key, 140, 10000)); /* 100 before + 40 during the outage: none lost */
@@ -375,9 +379,23 @@ int test_quota_cluster(void)
     CHECK_MSG(dr.state == FG_DIR_ELSEWHERE && !strcmp(dr.owner, "gw-a"), "state %d owner %s", dr.state, dr.owner);
     CHECK(qh_dir_claim(&h, b, "d1", FG_DIR_TAKE, dr.epoch).state == FG_DIR_LOST_RACE);
     CHECK(fg_quota_dir_may_write(g.q, b, "d1"));
+
+    /* The only seed dies too: the link reconnects through the masters it learnt. */
+    snprintf(key, sizeof key, "{tenant:%s}:usage:total", a);
+    CHECK(wait_replicated(&fx[0], &fx[3]));
+    fg_redis_kill(&fx[0], SIGKILL);
+    CHECK(qh_reserve(&g, a, "a7", 10, 0, 0, 0).verdict == FG_QUOTA_OK);
+    settle(&g, a, "a7", 10, 5);
+    CHECK(wait_role_master(&g, &fx[3]));
+    CHECK(wait_text(&fx[1], "CLUSTER INFO", "cluster_state:ok", 15000));
+    CHECK(qh_wait_connected(&g, true, 20000));
+    CHECK(wait_int(&fx[3], key, 185, 10000));
+    r = qh_session_open(&g, a, "s3");
+    CHECK_MSG(r.verdict == FG_QUOTA_SESSIONS && !r.degraded, "verdict %d degraded %d", r.verdict, r.degraded);
+
     fg_quota_stats st;
     fg_quota_get_stats(g.q, &st);
-    CHECK(st.connected && st.journal_entries == 0 && st.reconnects >= 1);
+    CHECK(st.connected && st.journal_entries == 0 && st.reconnects >= 2);
     fprintf(stderr, "quota_cluster: %llu redirects, %llu reconnects, last error: %s\n",
             (unsigned long long)st.redirects, (unsigned long long)st.reconnects, st.last_error);
     qh_close(&h);
