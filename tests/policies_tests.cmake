@@ -8,6 +8,7 @@ target_link_libraries(test_quota PRIVATE fg_policies)
 
 fg_add_test(quota_sha256 COMMAND test_quota sha256 LABELS unit TIMEOUT 30)
 fg_add_test(quota_leaseset COMMAND test_quota leaseset LABELS unit TIMEOUT 30)
+fg_add_test(quota_rlink COMMAND test_quota rlink LABELS unit TIMEOUT 30)
 # cluster: six redis-server nodes on loopback ports (3 masters, 3 replicas);
 # sentinel: a master, a replica and two sentinels (redis-server --sentinel).
 foreach(case limits leases global faults journal traffic admin dir cluster sentinel)

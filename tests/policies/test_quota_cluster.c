@@ -272,6 +272,46 @@ static uint64_t redirects(qh *h)
     return st.redirects;
 }
 
+/* The link's pure parts: slots as CLUSTER KEYSLOT of Redis 7.0 gives them,
+ * the redirect parser, and the options create refuses. */
+int test_quota_rlink(void)
+{
+    static const struct {
+        const char *key;
+        int slot;
+    } slots[] = {{"foo", 12182}, {"bar", 5061}, {"123456789", 12739}, {"{user1000}.following", 3443},
+                 {"{}foo", 9500}, {"foo{}{bar}", 8363}, {"{tenant:acme}:config", 1612}, {"a{b", 13340}};
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++)
+        CHECK_MSG(fg_rlink_key_slot(slots[i].key, strlen(slots[i].key)) == slots[i].slot, "%s", slots[i].key);
+    CHECK(fg_rlink_key_slot("{tenant:acme}:loc:s1", 20) == 1612);
+
+    fg_rlink_redirect rd;
+    CHECK(fg_rlink_parse_redirect("MOVED 3999 127.0.0.1:6381", 25, &rd) && !rd.ask && rd.slot == 3999 &&
+          !strcmp(rd.addr, "127.0.0.1:6381"));
+    CHECK(fg_rlink_parse_redirect("ASK 16383 [::1]:7002", 20, &rd) && rd.ask && rd.slot == 16383);
+    CHECK(fg_rlink_parse_redirect("MOVED 12 :7001", 14, &rd) && !strcmp(rd.addr, ":7001"));
+    static const char *const bad[] = {"MOVED 16384 h:1", "MOVED 12 h", "MOVED 12 h:0", "MOVED -1 h:1", "MOVED 12",
+                                      "ASK 12 h:1 x", "MOVED  12 h:1", "ERR MOVED 12 h:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!fg_rlink_parse_redirect(bad[i], strlen(bad[i]), &rd), "%s", bad[i]);
+
+    fg_rlink_t *l = NULL;
+    fg_diag d = {{0}};
+    const char *one[] = {"/tmp/x.sock"}, *two[] = {"h:1", "h:2"};
+    fg_rlink_options o = {.mode = FG_RLINK_CLUSTER, .addrs = one, .n_addrs = 1, .timeout_ms = 100};
+    CHECK(fg_rlink_create(&o, &l, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "cluster nodes are host:port"));
+    o = (fg_rlink_options){.mode = FG_RLINK_SENTINEL, .addrs = two, .n_addrs = 2, .timeout_ms = 100};
+    CHECK(fg_rlink_create(&o, &l, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "master name"));
+    o = (fg_rlink_options){.mode = FG_RLINK_SINGLE, .addrs = two, .n_addrs = 2, .timeout_ms = 100};
+    CHECK(fg_rlink_create(&o, &l, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "one address"));
+    o = (fg_rlink_options){.mode = FG_RLINK_CLUSTER, .addrs = two, .n_addrs = 2, .timeout_ms = 100};
+    CHECK(fg_rlink_create(&o, &l, &d) == FG_OK && l && !fg_rlink_up(l));
+    char why[200];
+    CHECK(!fg_rlink_exec(l, NULL, 0, NULL, why, sizeof why) && strstr(why, "not connected"));
+    fg_rlink_destroy(l);
+    return TEST_DONE("quota_rlink");
+}
+
 int test_quota_cluster(void)
 {
     fg_redis_fixture fx[N_NODES];
