@@ -504,6 +504,18 @@ int test_quota_sentinel(void)
     CHECK(wait_int(&fx[MASTER], key, 100, 5000));
     CHECK(wait_replicated(&fx[MASTER], &fx[REPLICA]));
 
+    /* A replica answers writes with READONLY: a link pointed at one (as a demoted
+     * master would be) treats that as "not now", not as a verdict. */
+    qh ro;
+    CHECK(qh_open(&ro, fx[REPLICA].sock, 300, 30000, 1, NULL));
+    CHECK(qh_wait_connected(&ro, false, 5000));
+    r = qh_session_open(&ro, "sen", "z");
+    CHECK_MSG(r.verdict == FG_QUOTA_OK && r.degraded, "verdict %d degraded %d", r.verdict, r.degraded);
+    fg_quota_stats st;
+    fg_quota_get_stats(ro.q, &st);
+    CHECK_MSG(strstr(st.last_error, "READONLY") != NULL, "%s", st.last_error);
+    qh_close(&ro);
+
     fg_redis_kill(&fx[MASTER], SIGKILL);
     r = qh_reserve(&g, "sen", "r2", 100, 0, 0, 0);
     CHECK(r.verdict == FG_QUOTA_OK);
@@ -524,7 +536,6 @@ int test_quota_sentinel(void)
     CHECK(wait_int(&fx[REPLICA], key, 130, 10000)); /* 100 before + 30 during the failover */
     r = qh_session_open(&g, "sen", "y");
     CHECK_MSG(r.verdict == FG_QUOTA_SESSIONS && !r.degraded, "verdict %d degraded %d", r.verdict, r.degraded);
-    fg_quota_stats st;
     fg_quota_get_stats(g.q, &st);
     CHECK_MSG(st.master_discoveries >= 2, "%llu discoveries", (unsigned long long)st.master_discoveries);
     CHECK(st.connected && st.journal_entries == 0);
