@@ -666,10 +666,12 @@ bool fg_rlink_exec(fg_rlink_t *l, const fg_rlink_cmd *cmds, size_t n, redisReply
     if (l->map_stale) {
         /* Read the whole map again from a master we just talked to; failing that, retry next time. */
         int t = route(l, -1);
-        if (l->ctx[t] && load_map(l, l->ctx[t], l->map.addr[t], msg, sizeof msg))
-            l->map_stale = false;
-        else if (!l->ctx[t] || l->ctx[t]->err)
-            return exec_fail(l, why, cap, msg);
+        if (l->ctx[t]) {
+            if (load_map(l, l->ctx[t], l->map.addr[t], msg, sizeof msg))
+                l->map_stale = false;
+            else if (l->ctx[t]->err) /* the replies above stay valid; the link does not */
+                return exec_fail(l, why, cap, msg);
+        }
     }
     return true;
 }

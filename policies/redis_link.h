@@ -78,7 +78,7 @@ void fg_rlink_close(fg_rlink_t *l);
  * (caller frees with freeReplyObject). Redirects are followed as above. On a
  * failure (connection lost, timeout, a reply saying the data is unavailable,
  * too many redirects) the link is closed, why filled, the replies not
- * received stay NULL and false is returned. */
+ * received stay NULL (those received are valid) and false is returned. */
 bool fg_rlink_exec(fg_rlink_t *l, const fg_rlink_cmd *cmds, size_t n, redisReply **replies, char *why,
                    size_t cap);
 
