@@ -9,6 +9,8 @@ if [[ "${1:-build}" == test ]]; then
   want+=(clang libclang-rt-14-dev python3-numpy python3-websockets python3-prometheus-client chromium chromium-driver)
   # the deploy tests: haproxy before three instances, systemd-analyze on the unit
   want+=(haproxy systemd)
+  # redis-cli --cluster create for gateway_redis_cluster (redis-server pulls it in; named for clarity)
+  want+=(redis-tools)
   # node + npm for the DeepSeek-V3 tokenizer check (its script installs the npm
   # packages); only when absent, since a NodeSource nodejs ships its own npm.
   command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
