@@ -22,23 +22,6 @@ from test_quotas import make_tenant, open_session, quota_error  # noqa: E402
 RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]  # what --cluster create assigns, in node order
 
 
-def key_slot(key):
-    """Redis Cluster's slot of a key: CRC16 (XMODEM) of its {hash tag}."""
-    b = key.encode()
-    i = b.find(b"{")
-    if i >= 0:
-        j = b.find(b"}", i + 1)
-        if j > i + 1:
-            b = b[i + 1:j]
-    crc = 0
-    for byte in b:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc & 16383
-
-
 def port_free(p):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -100,9 +83,11 @@ class Cluster:
 async def test_cluster_limits_hold():
     cluster = Cluster().start()
     try:
-        tid = next(f"cl{k}" for k in range(1000)
-                   if RANGES[1][0] <= key_slot(f"{{tenant:cl{k}}}:config") <= RANGES[2][1])
-        owner = next(i for i, (lo, hi) in enumerate(RANGES) if lo <= key_slot(f"{{tenant:{tid}}}:config") <= hi)
+        def slot(tenant):
+            return int(cluster.cli(cluster.ports[0], "CLUSTER", "KEYSLOT", f"{{tenant:{tenant}}}:config"))
+
+        tid = next(f"cl{k}" for k in range(1000) if slot(f"cl{k}") >= RANGES[1][0])  # not on the seed
+        owner = next(i for i, (lo, hi) in enumerate(RANGES) if lo <= slot(tid) <= hi)
         async with admin_server(redis={"mode": "cluster", "nodes": [f"127.0.0.1:{cluster.ports[0]}"]}) as srv:
             key = make_tenant(srv, tid, max_sessions=1)
             a = await open_session(srv, key)
