@@ -23,6 +23,8 @@
  *   flashgate:keyhash:<sha>   string: the tenant id owning the key with that hex SHA-256
  *   {tenant:ID}:loc:<session> string "<epoch> <instance> <url>": the session's holder (session_dir.h), PX ttl
  *   {tenant:ID}:loc_epochs    hash: session id -> the last directory epoch handed out
+ * Every script's keys are one tenant's (one Redis Cluster slot); the global
+ * flashgate:* keys are only ever touched one key per command.
  */
 #ifndef FG_QUOTA_INTERNAL_H
 #define FG_QUOTA_INTERNAL_H
