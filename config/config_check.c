@@ -327,6 +327,39 @@ static bool redis_address_ok(const char *a)
     return port >= 1 && port <= 65535;
 }
 
+/* redis.mode against redis.address, redis.nodes and redis.master_name. */
+static fg_err check_redis_mode(const fg_config_redis *r, fg_diag *d)
+{
+    if (r->mode == FG_CONFIG_REDIS_SINGLE) {
+        if (r->nodes.count)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "redis.nodes is for redis.mode sentinel or cluster; with single, set redis.address");
+        return FG_OK;
+    }
+    const char *mode = r->mode == FG_CONFIG_REDIS_SENTINEL ? "sentinel" : "cluster";
+    if (r->address[0])
+        return fg_diag_set(d, FG_ERR_CONFIG, "redis.address is for redis.mode single; with %s, list redis.nodes",
+                           mode);
+    if (r->nodes.count == 0 || r->nodes.count > 64)
+        return fg_diag_set(d, FG_ERR_CONFIG, "redis.mode %s needs 1 to 64 redis.nodes (%s), %zu given", mode,
+                           r->mode == FG_CONFIG_REDIS_SENTINEL ? "the sentinels" : "seed nodes", r->nodes.count);
+    for (size_t i = 0; i < r->nodes.count; i++) {
+        const char *a = r->nodes.items[i];
+        if (!a[0] || a[0] == '/' || !strcmp(a, "off") || strlen(a) > 270 || !redis_address_ok(a))
+            return fg_diag_set(d, FG_ERR_CONFIG, "redis.nodes[%zu] must be host:port or [ipv6]:port", i);
+    }
+    if (r->mode == FG_CONFIG_REDIS_SENTINEL) {
+        size_t n = strlen(r->master_name);
+        bool ok = n > 0 && n <= 200;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = (unsigned char)r->master_name[i] > ' ' && (unsigned char)r->master_name[i] <= '~';
+        if (!ok)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "redis.mode sentinel needs redis.master_name: 1 to 200 printable characters, no spaces");
+    }
+    return FG_OK;
+}
+
 /* The tenant one of whose api keys is key, or NULL. Plain comparison: this
  * runs on the configuration, not on what a client sent. */
 static const fg_config_tenant *tenant_with_key(const fg_config *c, const char *key)
@@ -394,6 +427,10 @@ static fg_err check_topology(const fg_config *c, fg_diag *d)
         if (per_node < t->ranks && strcmp(c->redis.address, "off") == 0)
             return fg_diag_set(d, FG_ERR_CONFIG,
                                "topology.transport nccl needs Redis to exchange the NCCL id; redis.address is off");
+        if (per_node < t->ranks && c->redis.mode != FG_CONFIG_REDIS_SINGLE)
+            return fg_diag_set(d, FG_ERR_CONFIG,
+                               "topology.transport nccl over several nodes exchanges the NCCL id through one Redis "
+                               "server: it needs redis.mode single with redis.address set");
         if (per_node < t->ranks && !*c->redis.address)
             return fg_diag_set(d, FG_ERR_CONFIG,
                                "topology.transport nccl over %" PRId64 " nodes needs Redis to exchange the NCCL id, "
@@ -472,5 +509,5 @@ fg_err fg_config_validate(const fg_config *c, fg_diag *d)
     if (!redis_address_ok(c->redis.address))
         return fg_diag_set(d, FG_ERR_CONFIG,
                            "redis.address must be host:port, [ipv6]:port, an absolute unix socket path, off, or empty");
-    return FG_OK;
+    return check_redis_mode(&c->redis, d);
 }

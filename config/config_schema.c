@@ -22,6 +22,7 @@ static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const placement_names[] = {"contiguous", "strided", NULL};
 static const char *const transport_names[] = {"inproc", "nccl", NULL};
+static const char *const redis_mode_names[] = {"single", "sentinel", "cluster", NULL};
 
 /* Enum fields are written through an int pointer: the enums must be int-sized
  * and their values must be the positions of the names above. */
@@ -30,6 +31,8 @@ _Static_assert(sizeof(fg_config_backend) == sizeof(int), "enum size");
 _Static_assert(sizeof(fg_config_log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(fg_config_placement) == sizeof(int), "enum size");
 _Static_assert(sizeof(fg_config_transport) == sizeof(int), "enum size");
+_Static_assert(sizeof(fg_config_redis_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof redis_mode_names / sizeof redis_mode_names[0] == FG_CONFIG_REDIS_CLUSTER + 2, "redis modes");
 _Static_assert(sizeof placement_names / sizeof placement_names[0] == FG_CONFIG_PLACEMENT_STRIDED + 2, "placement names");
 _Static_assert(sizeof transport_names / sizeof transport_names[0] == FG_CONFIG_TRANSPORT_NCCL + 2, "transport names");
 _Static_assert(sizeof kv_format_names / sizeof kv_format_names[0] == FG_CONFIG_KV_FP4 + 2, "kv names");
@@ -222,10 +225,20 @@ const fg_cfg_key fg_cfg_keys[] = {
     K_ENUM(fg_config, "log.level", log.level, log_level_names, FG_CONFIG_LOG_INFO,
            "Least severe log messages written: debug, info, warn or error."),
 
+    K_ENUM(fg_config, "redis.mode", redis.mode, redis_mode_names, FG_CONFIG_REDIS_SINGLE,
+           "How Redis is deployed: single (one server, redis.address), sentinel (the master a Sentinel "
+           "group names: redis.nodes lists the sentinels, redis.master_name the master; found again after a "
+           "failover) or cluster (a Redis Cluster: redis.nodes lists seed nodes, the rest are discovered)."),
     K_STR(fg_config, "redis.address", redis.address, "", 0,
-          "Redis server as host:port ([v6addr]:port for IPv6) or an absolute unix socket path; "
-          "empty starts a private redis-server on a unix socket; off runs without Redis (the config's "
-          "tenants and keys, no quotas)."),
+          "redis.mode single: the server as host:port ([v6addr]:port for IPv6) or an absolute unix socket "
+          "path; empty starts a private redis-server on a unix socket; off runs without Redis (the config's "
+          "tenants and keys, no quotas). Leave empty with sentinel or cluster."),
+    K_LIST(fg_config, "redis.nodes", redis.nodes, 0,
+           "redis.mode sentinel: the sentinels, cluster: one or more seed nodes; each host:port "
+           "([v6addr]:port), at most 64. Empty with single."),
+    K_STR(fg_config, "redis.master_name", redis.master_name, "", 0,
+          "redis.mode sentinel: the master's name in the sentinels' configuration (sentinel monitor NAME ...); "
+          "printable, no spaces."),
     K_INT(fg_config, "redis.timeout_ms", redis.timeout_ms, 200, 1, 60000,
           "Milliseconds to wait for Redis to connect or answer before treating it as unreachable."),
 

@@ -143,8 +143,18 @@ typedef struct fg_config_log {
     fg_config_log_level level;
 } fg_config_log;
 
+/* How Redis is deployed (the order of policies/redis_link.h's fg_rlink_mode). */
+typedef enum fg_config_redis_mode {
+    FG_CONFIG_REDIS_SINGLE,
+    FG_CONFIG_REDIS_SENTINEL,
+    FG_CONFIG_REDIS_CLUSTER,
+} fg_config_redis_mode;
+
 typedef struct fg_config_redis {
-    const char *address;            /* "host:port", "/unix/socket", or "": start our own */
+    fg_config_redis_mode mode;
+    const char *address;            /* single: "host:port", "/unix/socket", or "": start our own */
+    fg_config_strlist nodes;        /* sentinel: the sentinels; cluster: seed nodes ("host:port") */
+    const char *master_name;        /* sentinel: the monitored master's name */
     int64_t timeout_ms;             /* milliseconds */
 } fg_config_redis;
 

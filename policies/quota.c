@@ -62,10 +62,8 @@ fg_err fg_quota_create(const fg_quota_options *o, fg_quota_t **out, fg_diag *dia
     if (!out)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: no output pointer");
     *out = NULL;
-    if (!o || !o->redis_address || !o->redis_address[0])
-        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: redis_address is empty");
-    if (strlen(o->redis_address) > 1024)
-        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: redis_address is too long");
+    if (!o)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: no options");
     if (o->timeout_ms < 0 || o->timeout_ms > 60000)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: timeout_ms %d outside 0..60000", o->timeout_ms);
     if (o->lease_ttl_ms != 0 && (o->lease_ttl_ms < MIN_LEASE_TTL_MS || o->lease_ttl_ms > 86400000))
@@ -78,12 +76,22 @@ fg_err fg_quota_create(const fg_quota_options *o, fg_quota_t **out, fg_diag *dia
     struct fg_quota *q = calloc(1, sizeof *q);
     if (!q)
         return fg_diag_set(diag, FG_ERR_NOMEM, "quota: out of memory");
-    q->address = strdup(o->redis_address);
-    if (!q->address) {
-        free(q);
-        return fg_diag_set(diag, FG_ERR_NOMEM, "quota: out of memory");
-    }
     q->timeout_ms = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    fg_rlink_options lo = {.mode = o->redis_mode, .addrs = o->redis_nodes, .n_addrs = o->n_redis_nodes,
+                           .master_name = o->redis_master_name, .timeout_ms = q->timeout_ms};
+    if (o->redis_mode == FG_RLINK_SINGLE) {
+        if (!o->redis_address || !o->redis_address[0]) {
+            free(q);
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "quota: redis_address is empty");
+        }
+        lo.addrs = &o->redis_address;
+        lo.n_addrs = 1;
+    }
+    fg_err le = fg_rlink_create(&lo, &q->conn.link, diag);
+    if (le != FG_OK) {
+        free(q);
+        return le;
+    }
     q->lease_ttl_ms = o->lease_ttl_ms ? o->lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
     q->expected_instances = o->expected_instances ? o->expected_instances : 1;
     q->notify = o->notify;
@@ -92,7 +100,7 @@ fg_err fg_quota_create(const fg_quota_options *o, fg_quota_t **out, fg_diag *dia
     q->conn.backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
     q->batch = calloc(1, sizeof *q->batch);
     if (!q->batch) {
-        free(q->address);
+        fg_rlink_destroy(q->conn.link);
         free(q);
         return fg_diag_set(diag, FG_ERR_NOMEM, "quota: out of memory");
     }
@@ -102,7 +110,7 @@ fg_err fg_quota_create(const fg_quota_options *o, fg_quota_t **out, fg_diag *dia
     fg_err e = fg_qjournal_open(&q->journal, o->journal_path, diag);
     if (e != FG_OK) {
         free(q->batch);
-        free(q->address);
+        fg_rlink_destroy(q->conn.link);
         free(q);
         return e;
     }
@@ -123,7 +131,7 @@ fg_err fg_quota_create(const fg_quota_options *o, fg_quota_t **out, fg_diag *dia
         pthread_mutex_destroy(&q->mu);
         pthread_mutex_destroy(&q->cache_mu);
         free(q->batch);
-        free(q->address);
+        fg_rlink_destroy(q->conn.link);
         free(q);
         return fg_diag_set(diag, FG_ERR_NOMEM, "quota: cannot start the quota thread: %s", strerror(rc));
     }
@@ -163,15 +171,17 @@ void fg_quota_destroy(fg_quota_t *q)
     fg_qcache_free(&q->cache);
     fg_qdir_free(q);
     fg_qjournal_close(&q->journal);
+    fg_qconn_close(q);
+    fg_rlink_destroy(q->conn.link);
     free(q->conn.argv);
     free(q->conn.argvlen);
+    free(q->conn.rcmds);
     for (size_t i = 0; i < FG_QUOTA_BATCH_MAX; i++)
         fg_qcmd_free(&q->batch->cmd[i]);
     free(q->batch);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     pthread_mutex_destroy(&q->cache_mu);
-    free(q->address);
     free(q);
 }
 

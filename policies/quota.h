@@ -12,7 +12,8 @@
  * response.create, settle at response.done) and per lease renewal (batched),
  * never per generated token.
  *
- * Threads: one quota thread owns the hiredis connection (with connect and
+ * Threads: one quota thread owns the Redis link (redis_link.h: a single
+ * server, a Sentinel-discovered master or a Redis Cluster; connect and
  * command timeouts, reconnecting with backoff). Every call below is
  * non-blocking and thread-safe: requests are queued to the quota thread;
  * results come back through a queue that the owner drains with
@@ -34,6 +35,7 @@
 
 #include "config/base/name.h"
 #include "config/fg_error.h"
+#include "policies/redis_link.h"
 
 typedef struct fg_quota fg_quota_t;
 
@@ -101,7 +103,11 @@ typedef void (*fg_quota_cb)(void *user, const fg_quota_result *r);
 typedef void (*fg_quota_notify_fn)(void *user);
 
 typedef struct fg_quota_options {
-    const char *redis_address;   /* "host:port" or "/path/to/socket" */
+    fg_rlink_mode redis_mode;    /* single (redis_address), sentinel or cluster (redis_nodes) */
+    const char *redis_address;   /* single: "host:port" or "/path/to/socket" */
+    const char *const *redis_nodes; /* sentinel: the sentinels; cluster: seed nodes ("host:port") */
+    size_t n_redis_nodes;
+    const char *redis_master_name; /* sentinel: the master's name */
     int timeout_ms;              /* connect and command timeout */
     int lease_ttl_ms;            /* leases expire this long after the last renewal (default 30000) */
     int expected_instances;      /* divides limits into the local fail-open backstop (default 1) */
@@ -185,6 +191,8 @@ typedef struct fg_quota_stats {
     uint64_t round_trips;        /* pipelined exchanges with Redis (one may carry many calls) */
     uint64_t journal_entries;    /* usage waiting for replay */
     uint64_t degraded;           /* session opens and reserves decided locally (Redis unreachable) */
+    uint64_t redirects;          /* Redis Cluster MOVED and ASK replies followed */
+    uint64_t master_discoveries; /* masters found through Sentinel */
     double last_call_ms;         /* duration of the last round trip */
     /* round-trip times: counts per bucket (not cumulative), bucket i <=
      * FG_QUOTA_RTT_BASE_S * 2^i seconds, the last bucket the rest */

@@ -23,7 +23,9 @@
 /* Runs n commands; false on a connection failure (replies freed either way). */
 static bool run(struct fg_quota *q, fg_qcmd *cmds, size_t n, redisReply **rep)
 {
-    fg_qcmd *ptrs[16];
+    fg_qcmd *ptrs[16] = {NULL};
+    if (n == 0 || n > 16)
+        return n == 0;
     for (size_t i = 0; i < n; i++)
         ptrs[i] = &cmds[i];
     size_t got = fg_qconn_exec(q, ptrs, n, rep);
@@ -299,28 +301,36 @@ static void delete_tenant(struct fg_quota *q, fg_qreq *r)
         r->result.verdict = FG_QUOTA_UNKNOWN_TENANT;
         return;
     }
-    /* The key bindings, then the tenant's own keys, then the index and version. */
-    fg_qcmd d[4];
-    redisReply *drep[4] = {NULL};
-    size_t nd = 0;
+    /* The key bindings, then the tenant's own keys, then the index and version.
+     * One DEL per binding: they hash to different slots, and a Redis Cluster
+     * refuses a DEL across slots. */
     const redisReply *members = rep[1];
-    if (members && members->type == REDIS_REPLY_ARRAY && members->elements > 0) {
-        fg_qcmd_init(&d[nd]);
-        fg_qcmd_str(&d[nd], "DEL");
-        for (size_t i = 0; i < members->elements; i++) {
-            const redisReply *e = members->element[i];
+    size_t n_members = members && members->type == REDIS_REPLY_ARRAY ? members->elements : 0;
+    bool ok = true;
+    for (size_t at = 0; ok && at < n_members;) {
+        fg_qcmd d[16];
+        redisReply *drep[16] = {NULL};
+        size_t nd = 0;
+        for (; at < n_members && nd < 16; at++) {
+            const redisReply *e = members->element[at];
             uint8_t h[FG_SHA256_BYTES];
             if (e->type != REDIS_REPLY_STRING || !fg_sha256_from_hex(e->str, h))
                 continue;
             snprintf(key, sizeof key, "flashgate:keyhash:%s", e->str);
-            fg_qcmd_str(&d[nd], key);
+            cmd2(&d[nd++], "DEL", key);
         }
-        if (d[nd].argc > 1)
-            nd++;
-        else
-            fg_qcmd_free(&d[nd]);
+        if (nd)
+            ok = run(q, d, nd, drep);
+        free_all(d, nd, drep);
     }
     free_all(c, 2, rep);
+    if (!ok) {
+        r->result.verdict = FG_QUOTA_UNAVAILABLE;
+        return;
+    }
+    fg_qcmd d[3];
+    redisReply *drep[3] = {NULL};
+    size_t nd = 0;
     fg_qcmd_init(&d[nd]);
     fg_qcmd_str(&d[nd], "DEL");
     static const char *const own[] = {"config", "keys", "sessions", "responses", "tpm", "usage:total", "replayed"};
@@ -331,7 +341,7 @@ static void delete_tenant(struct fg_quota *q, fg_qreq *r)
     nd++;
     cmd3(&d[nd++], "SREM", "flashgate:tenants", r->tenant);
     cmd2(&d[nd++], "INCR", VERSION_KEY);
-    bool ok = run(q, d, nd, drep);
+    ok = run(q, d, nd, drep);
     free_all(d, nd, drep);
     r->result.verdict = ok ? FG_QUOTA_OK : FG_QUOTA_UNAVAILABLE;
 }

@@ -1,10 +1,13 @@
 /* quota_conn.c: the quota thread's Redis connection.
  *
- * hiredis 0.14, blocking API, on the quota thread only: the connect timeout
- * and the command timeout (SO_RCVTIMEO/SO_SNDTIMEO) are both timeout_ms, so
- * no call waits longer than that on a dead or stopped Redis. Any I/O error or
- * timeout drops the connection (a timed-out hiredis context cannot be
- * reused); reconnection waits 100 ms, doubling to 2 s, with jitter.
+ * The link (redis_link.h: a single server, a Sentinel-discovered master or a
+ * Redis Cluster) on the quota thread only: the connect timeout and the
+ * command timeout are both timeout_ms, so no call waits longer than that on
+ * a dead or stopped Redis. Any I/O error, timeout or "not now" reply (a
+ * failover in progress) drops the link (a timed-out hiredis context cannot
+ * be reused); reconnection, which finds the master or the slot map again,
+ * waits 100 ms, doubling to 2 s, with jitter. Each command carries the slot
+ * of its first key, so a cluster link routes it to that key's master.
  *
  * Commands go out in pipelines (fg_qconn_exec): every command of a batch is
  * appended, then every reply read, so a batch costs one round trip. Scripts
@@ -19,7 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
+#include <strings.h>
 
 /* ---- command builder ---- */
 
@@ -128,10 +131,7 @@ static void schedule_retry(struct fg_quota *q)
 
 void fg_qconn_close(struct fg_quota *q)
 {
-    if (q->conn.ctx) {
-        redisFree(q->conn.ctx);
-        q->conn.ctx = NULL;
-    }
+    fg_rlink_close(q->conn.link);
     pthread_mutex_lock(&q->mu);
     q->stats.connected = false;
     pthread_mutex_unlock(&q->mu);
@@ -139,71 +139,36 @@ void fg_qconn_close(struct fg_quota *q)
 
 void fg_qconn_drop(struct fg_quota *q, const char *why)
 {
-    if (!q->conn.ctx)
-        return;
     char msg[128];
     snprintf(msg, sizeof msg, "redis connection lost: %s", why && *why ? why : "unknown error");
     fg_quota_stat_error(q, msg);
     fg_qconn_close(q);
+    fg_qconn *c = &q->conn;
+    int64_t now_us = fg_clock_mono_us();
+    if (now_us - c->connected_us < (int64_t)FG_QUOTA_BACKOFF_MAX_MS * 1000) {
+        /* Lost soon after connecting (a cluster still down, a master about to be
+         * replaced): keep backing off rather than reconnecting in a loop. */
+        schedule_retry(q);
+        return;
+    }
     /* The first attempt right away (a restarted Redis is back at once), then backoff. */
-    q->conn.backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
-    q->conn.next_attempt_us = fg_clock_mono_us();
-}
-
-/* "host:port", "[v6]:port" or "/unix/path" into a context. */
-static redisContext *connect_address(const char *addr, struct timeval tv)
-{
-    if (addr[0] == '/')
-        return redisConnectUnixWithTimeout(addr, tv);
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    size_t hlen = colon ? (size_t)(colon - addr) : strlen(addr);
-    const char *h = addr;
-    if (hlen >= 2 && addr[0] == '[' && addr[hlen - 1] == ']') {
-        h = addr + 1;
-        hlen -= 2;
-    }
-    if (hlen == 0 || hlen >= sizeof host)
-        return NULL;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    int port = 6379;
-    if (colon) {
-        char *end;
-        long p = strtol(colon + 1, &end, 10);
-        if (*end != '\0' || p <= 0 || p > 65535)
-            return NULL;
-        port = (int)p;
-    }
-    return redisConnectWithTimeout(host, port, tv);
+    c->backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
+    c->next_attempt_us = now_us;
 }
 
 bool fg_qconn_connect_if_due(struct fg_quota *q, int64_t now_us)
 {
     fg_qconn *c = &q->conn;
-    if (c->ctx || now_us < c->next_attempt_us)
+    if (fg_rlink_up(c->link) || now_us < c->next_attempt_us)
         return false;
-    struct timeval tv = {.tv_sec = q->timeout_ms / 1000, .tv_usec = (q->timeout_ms % 1000) * 1000};
-    redisContext *ctx = connect_address(q->address, tv);
-    if (!ctx || ctx->err) {
+    char why[200];
+    if (!fg_rlink_connect(c->link, why, sizeof why)) {
         char msg[128];
-        snprintf(msg, sizeof msg, "redis connect %.40s: %.70s", q->address,
-                 ctx ? ctx->errstr : "bad address or out of memory");
+        snprintf(msg, sizeof msg, "redis connect: %.110s", why);
         fg_quota_stat_error(q, msg);
-        if (ctx)
-            redisFree(ctx);
         schedule_retry(q);
         return false;
     }
-    if (redisSetTimeout(ctx, tv) != REDIS_OK) {
-        fg_quota_stat_error(q, "redis: cannot set the command timeout");
-        redisFree(ctx);
-        schedule_retry(q);
-        return false;
-    }
-    if (q->address[0] != '/')
-        redisEnableKeepAlive(ctx);
-    c->ctx = ctx;
 
     /* Scripts and clock in one round trip. */
     fg_qcmd cmds[FG_QSCRIPT__COUNT + 1];
@@ -253,7 +218,7 @@ bool fg_qconn_connect_if_due(struct fg_quota *q, int64_t now_us)
         schedule_retry(q);
         return false;
     }
-    c->backoff_ms = FG_QUOTA_BACKOFF_MIN_MS;
+    c->connected_us = fg_clock_mono_us(); /* the backoff resets once the link has lasted (fg_qconn_drop) */
     pthread_mutex_lock(&q->mu);
     if (c->ever_connected)
         q->stats.reconnects++;
@@ -284,8 +249,29 @@ static bool ensure_argv(fg_qconn *c, int argc)
     return true;
 }
 
-/* Appends one command to the output buffer; eval: send a script as EVAL of its source. */
-static bool append_cmd(struct fg_quota *q, const fg_qcmd *cmd, bool eval)
+static bool arg_is(const fg_qcmd *cmd, int i, const char *s)
+{
+    size_t n = cmd->off[i + 1] - cmd->off[i];
+    return n == strlen(s) && strncasecmp(cmd->buf + cmd->off[i], s, n) == 0;
+}
+
+/* The cluster slot of the command's first key, -1 for a command without one.
+ * Every command we send names its key first (scripts: the first of KEYS);
+ * SCRIPT and TIME have none. */
+static int cmd_slot(const fg_qcmd *cmd)
+{
+    int key = 1;
+    if (cmd->script >= 0)
+        key = cmd->argc > 3 && !arg_is(cmd, 2, "0") ? 3 : -1;
+    else if (arg_is(cmd, 0, "SCRIPT") || arg_is(cmd, 0, "TIME") || arg_is(cmd, 0, "PING"))
+        key = -1;
+    if (key < 0 || key >= cmd->argc)
+        return -1;
+    return fg_rlink_key_slot(cmd->buf + cmd->off[key], cmd->off[key + 1] - cmd->off[key]);
+}
+
+/* Formats one command as RESP into *out; eval: a script as EVAL of its source. */
+static bool format_cmd(struct fg_quota *q, const fg_qcmd *cmd, bool eval, fg_rlink_cmd *out)
 {
     fg_qconn *c = &q->conn;
     if (cmd->oom || cmd->argc == 0 || !ensure_argv(c, cmd->argc))
@@ -301,7 +287,14 @@ static bool append_cmd(struct fg_quota *q, const fg_qcmd *cmd, bool eval)
         c->argv[1] = eval ? fg_qscript_source(id) : c->sha[id];
         c->argvlen[1] = strlen(c->argv[1]);
     }
-    return redisAppendCommandArgv(c->ctx, cmd->argc, c->argv, c->argvlen) == REDIS_OK;
+    char *resp = NULL;
+    int len = redisFormatCommandArgv(&resp, cmd->argc, c->argv, c->argvlen);
+    if (len < 0 || !resp)
+        return false;
+    out->resp = resp;
+    out->len = (size_t)len;
+    out->slot = cmd_slot(cmd);
+    return true;
 }
 
 static bool is_noscript(const redisReply *r)
@@ -309,48 +302,77 @@ static bool is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* Appends the commands whose index is in idx (all when idx is NULL) and reads
+/* Sends the commands whose index is in idx (all when idx is NULL) and reads
  * their replies. Returns false on a connection failure (connection dropped). */
 static bool round_trip(struct fg_quota *q, fg_qcmd *const *cmds, const size_t *idx, size_t n,
                        redisReply **replies, bool eval)
 {
-    int64_t t0 = fg_clock_mono_us();
-    size_t appended = 0;
-    for (size_t k = 0; k < n; k++) {
-        size_t i = idx ? idx[k] : k;
-        if (!append_cmd(q, cmds[i], eval)) {
-            /* Out of memory building the request: treat like a lost connection,
-             * whose recovery path (decide locally, reconnect) handles it. */
+    fg_qconn *c = &q->conn;
+    if (n > c->rcmds_cap) {
+        fg_rlink_cmd *v = realloc(c->rcmds, n * sizeof *v);
+        if (!v) {
             fg_qconn_drop(q, "out of memory building a command");
             return false;
         }
-        appended++;
+        c->rcmds = v;
+        c->rcmds_cap = n;
     }
-    for (size_t k = 0; k < n; k++) {
-        size_t i = idx ? idx[k] : k;
-        void *r = NULL;
-        if (redisGetReply(q->conn.ctx, &r) != REDIS_OK || !r) {
-            char why[100];
-            snprintf(why, sizeof why, "%.99s", q->conn.ctx->errstr[0] ? q->conn.ctx->errstr : strerror(errno));
-            fg_quota_stat_calls(q, appended, (double)(fg_clock_mono_us() - t0) / 1000.0);
-            fg_qconn_drop(q, why);
-            return false;
-        }
-        replies[i] = r;
+    size_t built = 0;
+    bool ok = true;
+    for (; built < n && ok; built++)
+        ok = format_cmd(q, cmds[idx ? idx[built] : built], eval, &c->rcmds[built]);
+    if (!ok) {
+        built--;
+        /* Out of memory building the request: treat like a lost connection,
+         * whose recovery path (decide locally, reconnect) handles it. */
+        for (size_t k = 0; k < built; k++)
+            redisFreeCommand((char *)c->rcmds[k].resp);
+        fg_qconn_drop(q, "out of memory building a command");
+        return false;
     }
-    fg_quota_stat_calls(q, appended, (double)(fg_clock_mono_us() - t0) / 1000.0);
-    return true;
+    redisReply **got = replies;
+    redisReply *scratch_one[1];
+    redisReply **scratch = NULL;
+    if (idx) {
+        scratch = n == 1 ? scratch_one : malloc(n * sizeof *scratch);
+        if (!scratch)
+            ok = false;
+        got = scratch;
+    }
+    char why[200] = "out of memory";
+    int64_t t0 = fg_clock_mono_us();
+    if (ok)
+        ok = fg_rlink_exec(c->link, c->rcmds, n, got, why, sizeof why);
+    fg_quota_stat_calls(q, n, (double)(fg_clock_mono_us() - t0) / 1000.0);
+    fg_rlink_stats ls;
+    fg_rlink_get_stats(c->link, &ls);
+    pthread_mutex_lock(&q->mu);
+    q->stats.redirects = ls.moved + ls.ask;
+    q->stats.master_discoveries = ls.discoveries;
+    pthread_mutex_unlock(&q->mu);
+    for (size_t k = 0; k < n; k++)
+        redisFreeCommand((char *)c->rcmds[k].resp);
+    if (idx && scratch) {
+        for (size_t k = 0; k < n; k++)
+            replies[idx[k]] = scratch[k];
+        if (scratch != scratch_one)
+            free(scratch);
+    }
+    if (!ok)
+        fg_qconn_drop(q, why);
+    return ok;
 }
 
 size_t fg_qconn_exec(struct fg_quota *q, fg_qcmd *const *cmds, size_t n, redisReply **replies)
 {
     for (size_t i = 0; i < n; i++)
         replies[i] = NULL;
-    if (!q->conn.ctx || n == 0)
+    if (!fg_qconn_up(q) || n == 0)
         return 0;
     bool ok = round_trip(q, cmds, NULL, n, replies, false);
 
-    /* NOSCRIPT: send those again as EVAL (which also caches the script). */
+    /* NOSCRIPT (a master that never saw SCRIPT LOAD: another cluster node, a
+     * promoted replica): send those again as EVAL (which also caches the script). */
     size_t n_retry = 0;
     for (size_t i = 0; ok && i < n; i++)
         if (is_noscript(replies[i]))

@@ -25,6 +25,8 @@
  *   {tenant:ID}:loc_epochs    hash: session id -> the last directory epoch handed out
  *   {flashgate:instances}:live  zset: instance id -> its record's expiry, ms of Redis TIME (session_dir.h)
  *   {flashgate:instances}:load  hash: instance id -> its record (fg_dir_record_parse)
+ * Every script's keys are one tenant's (one Redis Cluster slot); the global
+ * flashgate:* keys are only ever touched one key per command.
  */
 #ifndef FG_QUOTA_INTERNAL_H
 #define FG_QUOTA_INTERNAL_H
@@ -39,6 +41,7 @@
 #include "policies/backstop.h"
 #include "policies/quota.h"
 #include "policies/quota_scripts.h"
+#include "policies/redis_link.h"
 #include "policies/session_dir.h"
 #include "policies/sha256.h"
 
@@ -130,15 +133,18 @@ void fg_qcmd_script(fg_qcmd *c, fg_qscript_id id, int nkeys);
 /* ---- the connection (quota_conn.c; quota thread only) ---- */
 
 typedef struct fg_qconn {
-    redisContext *ctx;                  /* NULL while disconnected */
+    fg_rlink_t *link;                   /* single, sentinel or cluster (redis_link.h) */
     char sha[FG_QSCRIPT__COUNT][41];    /* SHA1 hex of each script, from SCRIPT LOAD */
     int64_t next_attempt_us;            /* CLOCK_MONOTONIC us of the next connect attempt */
     int backoff_ms;                     /* wait after the next failed attempt */
+    int64_t connected_us;               /* CLOCK_MONOTONIC us of the last successful connect */
     int64_t clock_offset_us;            /* Redis TIME minus local CLOCK_REALTIME, us */
     bool ever_connected;
-    const char **argv;                  /* scratch for redisAppendCommandArgv */
+    const char **argv;                  /* scratch for redisFormatCommandArgv */
     size_t *argvlen;
     int argv_cap;
+    fg_rlink_cmd *rcmds;                /* scratch: one batch formatted for the link */
+    size_t rcmds_cap;
 } fg_qconn;
 
 struct fg_quota;
@@ -344,7 +350,6 @@ void fg_qconfig_parse(const redisReply *hgetall, const char *id, fg_tenant_recor
 
 struct fg_quota {
     /* set by create, read-only after */
-    char *address;                /* "host:port" or "/path" */
     int timeout_ms;               /* connect and command timeout */
     int lease_ttl_ms;
     int expected_instances;
@@ -380,7 +385,7 @@ struct fg_quota {
 
 static inline bool fg_qconn_up(const struct fg_quota *q)
 {
-    return q->conn.ctx != NULL;
+    return fg_rlink_up(q->conn.link);
 }
 
 /* quota_thread.c */

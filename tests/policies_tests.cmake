@@ -8,7 +8,10 @@ target_link_libraries(test_quota PRIVATE fg_policies)
 
 fg_add_test(quota_sha256 COMMAND test_quota sha256 LABELS unit TIMEOUT 30)
 fg_add_test(quota_leaseset COMMAND test_quota leaseset LABELS unit TIMEOUT 30)
-foreach(case limits leases global faults journal traffic admin dir instances)
+fg_add_test(quota_rlink COMMAND test_quota rlink LABELS unit TIMEOUT 30)
+# cluster: six redis-server nodes on loopback ports (3 masters, 3 replicas);
+# sentinel: a master, a replica and two sentinels (redis-server --sentinel).
+foreach(case limits leases global faults journal traffic admin dir instances cluster sentinel)
   fg_add_test(quota_${case} COMMAND test_quota ${case} LABELS redis TIMEOUT 120)
   set_tests_properties(quota_${case} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()

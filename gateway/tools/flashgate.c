@@ -69,9 +69,10 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
     char dir[512], journal[600];
     snprintf(dir, sizeof dir, "%s/redis-%d", cfg->persistence.dir, fg_gateway_port(gw));
     const char *address = cfg->redis.address;
-    if (address && !strcmp(address, "off"))
+    bool single = cfg->redis.mode == FG_CONFIG_REDIS_SINGLE;
+    if (single && address && !strcmp(address, "off"))
         return 0; /* no quotas: tenants and keys come from the config */
-    if (!address || !*address) {
+    if (single && (!address || !*address)) {
         if (fg_redis_local_start(dir, redis, &d) != FG_OK) {
             fprintf(stderr, "error: %s\n", d.msg);
             return -1;
@@ -90,7 +91,13 @@ static int start_quota(const fg_config *cfg, fg_gateway_t *gw, fg_redis_local_t 
         }
     (void)mkdir(parent, 0700);
     snprintf(journal, sizeof journal, "%s/quota-%d.journal", cfg->persistence.dir, fg_gateway_port(gw));
-    fg_quota_options qo = {.redis_address = address, .timeout_ms = (int)cfg->redis.timeout_ms,
+    /* The config's modes are fg_rlink_mode's, in the same order (config/ knows no policies/). */
+    _Static_assert((int)FG_CONFIG_REDIS_SENTINEL == (int)FG_RLINK_SENTINEL &&
+                       (int)FG_CONFIG_REDIS_CLUSTER == (int)FG_RLINK_CLUSTER,
+                   "redis modes");
+    fg_quota_options qo = {.redis_mode = (fg_rlink_mode)cfg->redis.mode, .redis_address = address,
+                           .redis_nodes = cfg->redis.nodes.items, .n_redis_nodes = cfg->redis.nodes.count,
+                           .redis_master_name = cfg->redis.master_name, .timeout_ms = (int)cfg->redis.timeout_ms,
                            .expected_instances = 1, .journal_path = journal, .notify = fg_gateway_wakeup,
                            .notify_user = gw};
     if (fg_quota_create(&qo, quota, &d) != FG_OK) {

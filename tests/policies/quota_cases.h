@@ -13,5 +13,8 @@ int test_quota_admin(void);
 int test_quota_leaseset(void);
 int test_quota_dir(void);
 int test_quota_instances(void);
+int test_quota_cluster(void);
+int test_quota_rlink(void);
+int test_quota_sentinel(void);
 
 #endif

@@ -19,18 +19,24 @@ static void notify(void *user)
 
 bool qh_open(qh *h, const char *address, int timeout_ms, int lease_ttl_ms, int instances, const char *journal)
 {
-    memset(h, 0, sizeof *h);
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
     fg_quota_options o = {
         .redis_address = address,
         .timeout_ms = timeout_ms,
         .lease_ttl_ms = lease_ttl_ms,
         .expected_instances = instances,
         .journal_path = journal,
-        .notify = notify,
-        .notify_user = h,
     };
+    return qh_open_opts(h, &o);
+}
+
+bool qh_open_opts(qh *h, const fg_quota_options *opts)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    fg_quota_options o = *opts;
+    o.notify = notify;
+    o.notify_user = h;
     fg_diag d = {{0}};
     if (fg_quota_create(&o, &h->q, &d) != FG_OK) {
         fprintf(stderr, "fg_quota_create: %s\n", d.msg);
@@ -183,4 +189,27 @@ bool qh_dir_enable(qh *h, const char *name, int lease_ttl_ms)
     fg_dir_options o = {.instance_id = name, .advertise_url = url, .lease_ttl_ms = lease_ttl_ms};
     fg_diag d = {{0}};
     return fg_quota_dir_enable(h->q, &o, &d) == FG_OK;
+}
+
+typedef struct dir_wait {
+    bool done;
+    fg_dir_result r;
+} dir_wait;
+
+static void on_dir(void *user, const fg_dir_result *r)
+{
+    dir_wait *w = user;
+    w->r = *r;
+    w->done = true;
+}
+
+fg_dir_result qh_dir_claim(qh *h, const char *tenant, const char *sid, fg_dir_mode mode, uint64_t epoch)
+{
+    dir_wait w = {0};
+    fg_quota_dir_claim(h->q, tenant, sid, mode, epoch, on_dir, &w);
+    for (int i = 0; i < 2000 && !w.done; i++)
+        qh_pump(h, 5);
+    if (!w.done)
+        w.r.state = (fg_dir_state)-1;
+    return w.r;
 }

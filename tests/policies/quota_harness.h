@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "policies/quota.h"
+#include "policies/session_dir.h"
 
 typedef struct qh {
     fg_quota_t *q;
@@ -27,6 +28,8 @@ typedef struct qh_wait {
 
 /* Options: address, timeout, lease ttl, instances, journal path (NULL). */
 bool qh_open(qh *h, const char *address, int timeout_ms, int lease_ttl_ms, int instances, const char *journal);
+/* Any options (notify and notify_user are the harness's). */
+bool qh_open_opts(qh *h, const fg_quota_options *o);
 void qh_close(qh *h);
 
 /* The callbacks to pass with a qh_wait* as user. */
@@ -47,6 +50,8 @@ fg_quota_verdict qh_delete(qh *h, const char *tenant);
 fg_quota_verdict qh_key_add(qh *h, const char *tenant, const char *key);
 fg_quota_verdict qh_key_revoke(qh *h, const char *tenant, const char *key);
 bool qh_usage(qh *h, const char *tenant, fg_tenant_usage *u);
+/* A directory claim, awaited (10 s; state -1 cast on timeout). */
+fg_dir_result qh_dir_claim(qh *h, const char *tenant, const char *sid, fg_dir_mode mode, uint64_t epoch);
 
 /* Waits until the quota's stats say connected (and the journal is empty
  * when journal_empty); false after timeout_ms. */

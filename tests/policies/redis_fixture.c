@@ -32,9 +32,23 @@ static bool spawn(fg_redis_fixture *fx)
         return false;
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        execlp(server, server, "--port", "0", "--unixsocket", fx->sock, "--unixsocketperm", "700", "--dir",
-               fx->dir, "--save", "", "--appendonly", fx->aof ? "yes" : "no", "--appendfsync", "always",
-               "--daemonize", "no", "--logfile", log, (char *)NULL);
+        char conf[400], port[16];
+        snprintf(conf, sizeof conf, "%s/redis.conf", fx->dir);
+        snprintf(port, sizeof port, "%d", fx->port);
+        const char *argv[24 + FG_REDIS_FIXTURE_ARGS];
+        int n = 0;
+        argv[n++] = server;
+        if (fx->conf)
+            argv[n++] = conf;
+        const char *fixed[] = {"--port", port, "--bind", "127.0.0.1", "--unixsocket", fx->sock, "--unixsocketperm",
+                               "700", "--dir", fx->dir, "--save", "", "--appendonly", fx->aof ? "yes" : "no",
+                               "--appendfsync", "always", "--daemonize", "no", "--logfile", log};
+        for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+            argv[n++] = fixed[i];
+        for (int i = 0; i < fx->n_args; i++)
+            argv[n++] = fx->args[i];
+        argv[n] = NULL;
+        execvp(server, (char *const *)argv);
         _exit(127);
     }
     fx->pid = pid;
@@ -63,10 +77,8 @@ static bool spawn(fg_redis_fixture *fx)
     return false;
 }
 
-bool fg_redis_start(fg_redis_fixture *fx, bool aof)
+static bool make_dir(fg_redis_fixture *fx)
 {
-    memset(fx, 0, sizeof *fx);
-    fx->aof = aof;
     const char *tmp = getenv("TMPDIR");
     snprintf(fx->dir, sizeof fx->dir, "%s/fg-redis-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(fx->dir)) {
@@ -74,6 +86,40 @@ bool fg_redis_start(fg_redis_fixture *fx, bool aof)
         return false;
     }
     snprintf(fx->sock, sizeof fx->sock, "%s/redis.sock", fx->dir);
+    return true;
+}
+
+bool fg_redis_start(fg_redis_fixture *fx, bool aof)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->aof = aof;
+    return make_dir(fx) && spawn(fx);
+}
+
+bool fg_redis_start_port(fg_redis_fixture *fx, int port, const char *conf, const char *const *args, bool aof)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->aof = aof;
+    fx->port = port;
+    for (; args && args[fx->n_args]; fx->n_args++) {
+        if (fx->n_args == FG_REDIS_FIXTURE_ARGS) {
+            fprintf(stderr, "fg_redis_start_port: more than %d options\n", FG_REDIS_FIXTURE_ARGS);
+            return false;
+        }
+        snprintf(fx->args[fx->n_args], sizeof fx->args[0], "%s", args[fx->n_args]);
+    }
+    if (!make_dir(fx))
+        return false;
+    if (conf) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/redis.conf", fx->dir);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(conf, f) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "cannot write %s\n", path);
+            return false;
+        }
+        fx->conf = true;
+    }
     return spawn(fx);
 }
 

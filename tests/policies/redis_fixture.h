@@ -17,11 +17,17 @@
 
 #include "config/base/clock.h"
 
+#define FG_REDIS_FIXTURE_ARGS 16
+
 typedef struct fg_redis_fixture {
     char dir[256];     /* temp directory (socket, AOF, log) */
     char sock[320];    /* unix socket path */
     pid_t pid;         /* 0: not running */
     bool aof;
+    int port;          /* loopback TCP port as well, 0: the unix socket only */
+    bool conf;         /* dir/redis.conf is given first (a sentinel's writable config) */
+    char args[FG_REDIS_FIXTURE_ARGS][96]; /* extra redis-server options */
+    int n_args;
 } fg_redis_fixture;
 
 /* Exit status for "redis-server is not installed": CTest SKIP_RETURN_CODE. */
@@ -29,6 +35,11 @@ typedef struct fg_redis_fixture {
 
 /* Starts a server in a new temp dir. False (with a message) if it cannot. */
 bool fg_redis_start(fg_redis_fixture *fx, bool aof);
+/* A server listening on 127.0.0.1:port too (cluster nodes, replicas,
+ * sentinels), with extra options args (NULL-terminated, copied); conf, when
+ * not NULL, is written to dir/redis.conf and given first. False (with a
+ * message) if it cannot start, e.g. the port is taken. */
+bool fg_redis_start_port(fg_redis_fixture *fx, int port, const char *conf, const char *const *args, bool aof);
 /* Sends sig (SIGKILL, SIGTERM) and reaps the server. */
 void fg_redis_kill(fg_redis_fixture *fx, int sig);
 /* Starts the server again on the same socket and directory. */

@@ -17,27 +17,9 @@
 
 #define TTL_MS 600
 
-typedef struct dir_wait {
-    bool done;
-    fg_dir_result r;
-} dir_wait;
-
-static void on_dir(void *user, const fg_dir_result *r)
-{
-    dir_wait *w = user;
-    w->r = *r;
-    w->done = true;
-}
-
 static fg_dir_result claim(qh *h, const char *sid, fg_dir_mode mode, uint64_t epoch)
 {
-    dir_wait w = {0};
-    fg_quota_dir_claim(h->q, "t-dir", sid, mode, epoch, on_dir, &w);
-    for (int i = 0; i < 2000 && !w.done; i++)
-        qh_pump(h, 5);
-    if (!w.done)
-        w.r.state = (fg_dir_state)-1;
-    return w.r;
+    return qh_dir_claim(h, "t-dir", sid, mode, epoch);
 }
 
 int test_quota_dir(void)

@@ -27,6 +27,8 @@ static const struct {
     {"faults", test_quota_faults, true},   {"journal", test_quota_journal, true},
     {"traffic", test_quota_traffic, true}, {"admin", test_quota_admin, true},
     {"dir", test_quota_dir, true},         {"instances", test_quota_instances, true},
+    {"cluster", test_quota_cluster, true}, {"sentinel", test_quota_sentinel, true},
+    {"rlink", test_quota_rlink, false},
 };
 
 static bool redis_server_found(void)

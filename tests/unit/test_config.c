@@ -554,6 +554,15 @@ static void test_validate(void)
         {"{\"redis\": {\"address\": \"host:\"}}", "redis.address must be", NULL},
         {"{\"redis\": {\"address\": \"[]:6379\"}}", "redis.address must be", NULL},
         {"{\"redis\": {\"address\": \"redis/sock\"}}", "redis.address must be", NULL},
+        {"{\"redis\": {\"nodes\": [\"10.0.0.1:6379\"]}}", "redis.nodes is for redis.mode sentinel or cluster", NULL},
+        {"{\"redis\": {\"mode\": \"cluster\"}}", "redis.mode cluster needs 1 to 64 redis.nodes", NULL},
+        {"{\"redis\": {\"mode\": \"cluster\", \"address\": \"h:1\", \"nodes\": [\"h:1\"]}}",
+         "redis.address is for redis.mode single", NULL},
+        {"{\"redis\": {\"mode\": \"cluster\", \"nodes\": [\"h:1\", \"/run/redis.sock\"]}}",
+         "redis.nodes[1] must be host:port", NULL},
+        {"{\"redis\": {\"mode\": \"sentinel\", \"nodes\": [\"h:26379\"]}}", "needs redis.master_name", NULL},
+        {"{\"redis\": {\"mode\": \"sentinel\", \"nodes\": [\"h:26379\"], \"master_name\": \"my master\"}}",
+         "needs redis.master_name", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_config c;
@@ -572,6 +581,8 @@ static void test_validate(void)
         "{\"redis\": {\"address\": \"10.0.0.7:6380\"}}",
         "{\"redis\": {\"address\": \"[::1]:6379\"}}",
         "{\"redis\": {\"address\": \"/run/redis/redis.sock\"}}",
+        "{\"redis\": {\"mode\": \"cluster\", \"nodes\": [\"10.0.0.1:7000\", \"[::1]:7001\"]}}",
+        "{\"redis\": {\"mode\": \"sentinel\", \"nodes\": [\"10.0.0.1:26379\"], \"master_name\": \"fg\"}}",
         "{\"model\": {\"prefill_chunk\": 256, \"max_context\": 513}}",
         "{\"auth\": {\"admin_key\": \"" KEY_A "\", \"dashboard_key\": \"" KEY_B "\"}}",
         "{\"sessions\": {\"max_instructions_bytes\": 0}}",
