@@ -8,15 +8,21 @@
 void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float scale, float *m, float *l,
                       float *acc, float *lg)
 {
-    float mx = *m;
     for (int k = 0; k < n; k++) {
         const float *kk = keys + (size_t)k * D;
         float s = 0;
         for (int i = 0; i < D; i++)
             s += q[i] * kk[i];
         lg[k] = s * scale;
-        mx = lg[k] > mx ? lg[k] : mx;
     }
+    fg_ds4_attn_update(lg, keys, n, D, m, l, acc);
+}
+
+void fg_ds4_attn_update(const float *lg, const float *keys, int n, int D, float *m, float *l, float *acc)
+{
+    float mx = *m;
+    for (int k = 0; k < n; k++)
+        mx = lg[k] > mx ? lg[k] : mx;
     const float corr = expf(*m - mx);
     float sum = *l * corr;
     for (int i = 0; i < D; i++)

@@ -1,0 +1,67 @@
+/* ds4_dots_avx512.c: fg_ds4_dots with 16 columns of bt per vector, two rows
+ * of a by four vectors at a time (eight independent sums). Every lane is one
+ * dot in its channel order, a multiply then an add (no fused multiply-add:
+ * ISO C mode contracts nothing), so the bits are the plain loop's.
+ * Compiled with AVX-512 flags; ds4_dots.c calls in only after checking. */
+#include <immintrin.h>
+
+#include "kernels/cpu/ds4_dots_isa.h"
+
+#define COLS 64 /* columns of bt per block: four vectors */
+
+static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xFFFF : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
+
+void fg_ds4_dots_avx512(const float *a, int na, int lda, const float *bt, int ldb, int nb, int D, float *out,
+                        int ldo)
+{
+    for (int y0 = 0; y0 < nb; y0 += COLS) {
+        const int ny = nb - y0;
+        const __mmask16 m0 = lanes(ny), m1 = lanes(ny - 16), m2 = lanes(ny - 32), m3 = lanes(ny - 48);
+        int x = 0;
+        for (; x + 2 <= na; x += 2) {
+            const float *a0 = a + (size_t)x * lda, *a1 = a0 + lda;
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+            __m512 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+            const float *b = bt + y0;
+            for (int i = 0; i < D; i++, b += ldb) {
+                const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+                const __m512 b2 = _mm512_maskz_loadu_ps(m2, b + 32), b3 = _mm512_maskz_loadu_ps(m3, b + 48);
+                const __m512 p = _mm512_set1_ps(a0[i]), q = _mm512_set1_ps(a1[i]);
+                c00 = _mm512_add_ps(c00, _mm512_mul_ps(p, b0));
+                c01 = _mm512_add_ps(c01, _mm512_mul_ps(p, b1));
+                c02 = _mm512_add_ps(c02, _mm512_mul_ps(p, b2));
+                c03 = _mm512_add_ps(c03, _mm512_mul_ps(p, b3));
+                c10 = _mm512_add_ps(c10, _mm512_mul_ps(q, b0));
+                c11 = _mm512_add_ps(c11, _mm512_mul_ps(q, b1));
+                c12 = _mm512_add_ps(c12, _mm512_mul_ps(q, b2));
+                c13 = _mm512_add_ps(c13, _mm512_mul_ps(q, b3));
+            }
+            float *o0 = out + (size_t)x * ldo + y0, *o1 = o0 + ldo;
+            _mm512_mask_storeu_ps(o0, m0, c00);
+            _mm512_mask_storeu_ps(o0 + 16, m1, c01);
+            _mm512_mask_storeu_ps(o0 + 32, m2, c02);
+            _mm512_mask_storeu_ps(o0 + 48, m3, c03);
+            _mm512_mask_storeu_ps(o1, m0, c10);
+            _mm512_mask_storeu_ps(o1 + 16, m1, c11);
+            _mm512_mask_storeu_ps(o1 + 32, m2, c12);
+            _mm512_mask_storeu_ps(o1 + 48, m3, c13);
+        }
+        if (x < na) {
+            const float *a0 = a + (size_t)x * lda;
+            __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+            const float *b = bt + y0;
+            for (int i = 0; i < D; i++, b += ldb) {
+                const __m512 p = _mm512_set1_ps(a0[i]);
+                c0 = _mm512_add_ps(c0, _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m0, b)));
+                c1 = _mm512_add_ps(c1, _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m1, b + 16)));
+                c2 = _mm512_add_ps(c2, _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m2, b + 32)));
+                c3 = _mm512_add_ps(c3, _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m3, b + 48)));
+            }
+            float *o0 = out + (size_t)x * ldo + y0;
+            _mm512_mask_storeu_ps(o0, m0, c0);
+            _mm512_mask_storeu_ps(o0 + 16, m1, c1);
+            _mm512_mask_storeu_ps(o0 + 32, m2, c2);
+            _mm512_mask_storeu_ps(o0 + 48, m3, c3);
+        }
+    }
+}
