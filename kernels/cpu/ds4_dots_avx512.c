@@ -65,3 +65,19 @@ void fg_ds4_dots_avx512(const float *a, int na, int lda, const float *bt, int ld
         }
     }
 }
+
+void fg_ds4_head_sum_avx512(const float *dots, const float *w, int n, int Hi, float *out)
+{
+    /* eight rows per vector of doubles; a head whose dot is not > 0 (NaN included) leaves the lane's sum
+     * alone, as the scalar loop skips it */
+    for (int j = 0; j < n; j += 8) {
+        const __mmask8 m = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
+        __m512d s = _mm512_setzero_pd();
+        for (int h = 0; h < Hi; h++) {
+            const __m512d d = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, dots + (size_t)h * n + j));
+            const __mmask8 pos = _mm512_cmp_pd_mask(d, _mm512_setzero_pd(), _CMP_GT_OQ);
+            s = _mm512_mask_add_pd(s, pos, s, _mm512_mul_pd(d, _mm512_set1_pd((double)w[h])));
+        }
+        _mm256_mask_storeu_ps(out + j, m, _mm512_cvtpd_ps(s));
+    }
+}

@@ -2,7 +2,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/ds4_dots_isa.h"
 #include "kernels/cpu/ds4_ops.h"
+#include "kernels/cpu/matmul.h"
 
 /* From this k on, top-k keeps its rows in a heap (an insertion costs log k,
  * not k: at top-512 over thousands of rows the shifts were most of it). */
@@ -25,6 +27,10 @@ void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ld
                          float *dots, float *out)
 {
     fg_ds4_dots(q, Hi, Di, kt, ldk, n, Di, dots, n);
+    if (fg_isa_best() == FG_ISA_AVX512) {
+        fg_ds4_head_sum_avx512(dots, w, n, Hi, out);
+        return;
+    }
     for (int j = 0; j < n; j++) {
         double s = 0; /* as fg_ds4_index_score: the heads in order, in double */
         for (int h = 0; h < Hi; h++) {

@@ -27,6 +27,7 @@
 #define KEY_TILE 64 /* keys decoded per step of the online softmax */
 #define IDX_TILE 64 /* index keys decoded (and transposed) per step of the indexer's scoring */
 #define SCORE_CAP ((size_t)1 << 21) /* indexer scores held at once (8 MiB): a chunk's tokens go in groups */
+#define HCA_CAP 2048 /* HCA rows decoded once per sequence and layer (2 MiB each way at D 256); later ones per token */
 #define LOGIT_CHUNK 64 /* rows of logits per LM-head product */
 /* Multiply-adds below which a token's attention or index scoring stays on the
  * calling thread (a pool barrier costs about as much); low enough that the
@@ -95,8 +96,12 @@ struct fg_ds4_forward {
      * parallel), or workspace 0 with its heads shared out (one token) */
     attn_ws *ws;                  /* [n_ws]: one per pool thread */
     int n_ws;
-    float *win;                   /* [W - 1 + T][D] a sequence's window rows decoded, position win_base first */
-    int win_base;
+    /* keys that all of a sequence's tokens in the batch read, decoded once
+     * per layer, row by row (for the values) and transposed (for the dots) */
+    float *win, *win_t;           /* [W - 1 + T][D], [D][W - 1 + T]: window rows, position win_base first */
+    int win_base, win_ld;
+    float *hca, *hca_t;           /* [hca_cap][D], [D][hca_cap]: HCA rows 0 .. n_hca-1 */
+    int hca_cap, n_hca;
     float *row;                   /* [2D] */
     uint8_t *rowtmp;              /* a row's page parts (cache.h) */
     float *scores;                /* [max_rows] the router's scratch */
@@ -194,9 +199,11 @@ void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
 /* One pool job: heads [h0, h1) over one tile of keys (online softmax). */
 typedef struct tile_job {
     const fg_ds4_forward_t *f;
-    const attn_ws *ws;   /* keys [n][D], keys_t, the running softmax */
+    const attn_ws *ws;   /* the running softmax */
     const float *q;      /* [H][D] */
-    int n;
+    const float *keys;   /* [n][D] */
+    const float *keys_t; /* [D][ld] */
+    int n, ld;
 } tile_job;
 
 static void tile_run(void *ctx, int ith, int nth)
@@ -211,13 +218,13 @@ static void tile_run(void *ctx, int ith, int nth)
         return;
     const attn_ws *w = j->ws;
     /* fg_ds4_attn_tile's logits, its heads' dots at once (the same bits) */
-    fg_ds4_dots(j->q + (size_t)h0 * D, (int)(h1 - h0), D, w->keys_t, KEY_TILE, j->n, D,
+    fg_ds4_dots(j->q + (size_t)h0 * D, (int)(h1 - h0), D, j->keys_t, j->ld, j->n, D,
                 w->tile + (size_t)h0 * KEY_TILE, KEY_TILE);
     for (long h = h0; h < h1; h++) {
         float *lg = w->tile + (size_t)h * KEY_TILE;
         for (int k = 0; k < j->n; k++)
             lg[k] *= scale;
-        fg_ds4_attn_update(lg, w->keys, j->n, D, &w->mh[h], &w->lh[h], w->acc + (size_t)h * D);
+        fg_ds4_attn_update(lg, j->keys, j->n, D, &w->mh[h], &w->lh[h], w->acc + (size_t)h * D);
     }
 }
 
@@ -327,22 +334,36 @@ static void attend(const fg_ds4_forward_t *f, attn_ws *w, int il, const fg_kv_se
         w->lh[h] = 0;
     }
     memset(w->acc, 0, (size_t)H * D * sizeof(float));
-    const int total = src->n_window + src->n_rows;
+    const int total = src->n_window + src->n_rows, nw = src->n_window, w0 = src->first - f->win_base;
     for (int k0 = 0; k0 < total; k0 += KEY_TILE) {
         const int nk = total - k0 < KEY_TILE ? total - k0 : KEY_TILE;
-        for (int k = 0; k < nk; k++) {
-            const int i = k0 + k;
-            float *dst = w->keys + (size_t)k * D;
-            if (i < src->n_window)
-                memcpy(dst, f->win + (size_t)(src->first + i - f->win_base) * D, (size_t)D * sizeof(float));
-            else {
-                const int j = i - src->n_window;
-                fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, w->rowtmp);
-            }
-            for (int d = 0; d < D; d++)
-                w->keys_t[(size_t)d * KEY_TILE + k] = dst[d];
-        }
         tile_job job = {.f = f, .ws = w, .q = q, .n = nk};
+        if (k0 + nk <= nw) { /* all window rows: read where they lie */
+            job.keys = f->win + (size_t)(w0 + k0) * D;
+            job.keys_t = f->win_t + w0 + k0;
+            job.ld = f->win_ld;
+        } else if (k0 >= nw && !src->rows && k0 - nw + nk <= f->n_hca) { /* all decoded HCA rows */
+            job.keys = f->hca + (size_t)(k0 - nw) * D;
+            job.keys_t = f->hca_t + (k0 - nw);
+            job.ld = f->hca_cap;
+        } else {
+            for (int k = 0; k < nk; k++) {
+                const int i = k0 + k;
+                float *dst = w->keys + (size_t)k * D;
+                const int j = i - nw;
+                if (i < nw)
+                    memcpy(dst, f->win + (size_t)(w0 + i) * D, (size_t)D * sizeof(float));
+                else if (!src->rows && j < f->n_hca)
+                    memcpy(dst, f->hca + (size_t)j * D, (size_t)D * sizeof(float));
+                else
+                    fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, w->rowtmp);
+                for (int d = 0; d < D; d++)
+                    w->keys_t[(size_t)d * KEY_TILE + k] = dst[d];
+            }
+            job.keys = w->keys;
+            job.keys_t = w->keys_t;
+            job.ld = KEY_TILE;
+        }
         if (par_heads && nk * H * D >= PAR_MIN_WORK)
             fg_pool_run(f->pool, tile_run, &job);
         else
@@ -427,9 +448,18 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
 
 /* ---------------------------------------------------------------- layers */
 
-/* The window rows that tokens [t0, t1) (one sequence) read, decoded once
- * into f->win: the ring's rows before the first token, then each token's own
- * row as the ring stores it (written there, in order, as before). */
+/* xt[d ld + k] = x[k D + d] for k < n. */
+static void transpose(const float *x, int n, int D, float *xt, int ld)
+{
+    for (int k = 0; k < n; k++)
+        for (int d = 0; d < D; d++)
+            xt[(size_t)d * ld + k] = x[(size_t)k * D + d];
+}
+
+/* The keys that tokens [t0, t1) (one sequence) share, decoded once: into
+ * f->win the ring's rows before the first token, then each token's own row
+ * as the ring stores it (written there, in order, as before); into f->hca
+ * an HCA layer's rows. */
 static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
 {
     const fg_ds4_cache *c = f->cache;
@@ -444,6 +474,16 @@ static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
         uint8_t *slot = ring + (size_t)(p % W) * c->row_bytes;
         fg_ds4_row_put(c, f->kv + (size_t)t * D, slot);
         fg_ds4_row_get(c, slot, f->win + (size_t)(p - f->win_base) * D);
+    }
+    transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
+    /* an HCA layer's rows that the last token sees (the others see the same or fewer) */
+    f->n_hca = 0;
+    if (f->m->layers[il].ratio == FG_DS4_HCA) {
+        const int n = (f->tok_pos[t1 - 1] + 1) / FG_DS4_HCA;
+        f->n_hca = n < f->hca_cap ? n : f->hca_cap;
+        for (int j = 0; j < f->n_hca; j++)
+            fg_ds4_comp_load(c, f->tok_kv[t0], il, FG_DS4_HCA, j, f->hca + (size_t)j * D, f->rowtmp);
+        transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
     }
 }
 
@@ -917,7 +957,12 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
         w->tile = alloc_f(H * KEY_TILE, &ok);
         w->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
     }
-    f->win = alloc_f(((size_t)hp->window - 1 + T) * D, &ok);
+    f->win_ld = hp->window - 1 + (int)T;
+    f->win = alloc_f((size_t)f->win_ld * D, &ok);
+    f->win_t = alloc_f((size_t)f->win_ld * D, &ok);
+    f->hca_cap = hp->n_ctx_train / FG_DS4_HCA + 1 < HCA_CAP ? hp->n_ctx_train / FG_DS4_HCA + 1 : HCA_CAP;
+    f->hca = alloc_f((size_t)f->hca_cap * D, &ok);
+    f->hca_t = alloc_f((size_t)f->hca_cap * D, &ok);
     f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
     /* a 128-ratio row is gathered as its page parts, which may pad past row_bytes */
     f->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
@@ -963,7 +1008,7 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
         return;
     void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
-                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->win, f->row,
+                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->win, f->win_t, f->hca, f->hca_t, f->row,
                     f->rowtmp, f->scores, f->iscores, f->key_buf, f->tok_sel, f->tok_nsel, f->counts, f->mm_scratch,
                     f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
