@@ -1,14 +1,7 @@
 /* ds4_index.c: the V4 indexer's scores and top-k (ds4_ops.h). */
-#include <stdbool.h>
-#include <stdlib.h>
-
 #include "kernels/cpu/ds4_dots_isa.h"
 #include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/matmul.h"
-
-/* From this k on, top-k keeps its rows in a heap (an insertion costs log k,
- * not k: at top-512 over thousands of rows the shifts were most of it). */
-#define TOPK_HEAP_MIN 32
 
 float fg_ds4_index_score(const float *q, const float *w, const float *k, int Hi, int Di)
 {
@@ -42,55 +35,6 @@ void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ld
     }
 }
 
-/* Row a ranks below row b: a lower score, or the same and a higher index. */
-static bool below(const float *s, int a, int b) { return s[a] < s[b] || (s[a] == s[b] && a > b); }
-
-static void sift(const float *s, int *h, int k, int at)
-{
-    for (;;) {
-        int low = at;
-        const int c1 = 2 * at + 1, c2 = c1 + 1;
-        if (c1 < k && below(s, h[c1], h[low]))
-            low = c1;
-        if (c2 < k && below(s, h[c2], h[low]))
-            low = c2;
-        if (low == at)
-            return;
-        const int tmp = h[at];
-        h[at] = h[low];
-        h[low] = tmp;
-        at = low;
-    }
-}
-
-static int by_index(const void *a, const void *b)
-{
-    const int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
-/* The insertion below in a min-heap of the k kept rows (the lowest ranked at
- * the root): a row enters when it scores above the root, as there. The same
- * set without NaN (scores then are totally ordered); false at a NaN, whose
- * comparisons the insertion defines. */
-static bool top_k_heap(const float *s, int n, int k, int *out)
-{
-    for (int i = 0; i < n; i++)
-        if (s[i] != s[i])
-            return false;
-    for (int i = 0; i < k; i++)
-        out[i] = i;
-    for (int i = k / 2 - 1; i >= 0; i--)
-        sift(s, out, k, i);
-    for (int i = k; i < n; i++)
-        if (s[i] > s[out[0]]) {
-            out[0] = i;
-            sift(s, out, k, 0);
-        }
-    qsort(out, (size_t)k, sizeof *out, by_index);
-    return true;
-}
-
 int fg_ds4_top_k(const float *s, int n, int k, int *out)
 {
     if (k >= n) {
@@ -98,8 +42,6 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out)
             out[i] = i;
         return n;
     }
-    if (k >= TOPK_HEAP_MIN && top_k_heap(s, n, k, out))
-        return k;
     /* out[0..k) kept sorted by (score desc, index asc); insertion (k is small). */
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -120,4 +62,56 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out)
             out[j - 1] = tmp;
         }
     return k;
+}
+
+/* The k-th highest of a[0..n) (1 <= k <= n, no NaN), a reordered:
+ * quickselect, Hoare's partition, descending. */
+static float kth_highest(float *a, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    const int want = k - 1;
+    while (lo < hi) {
+        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot)
+                i++;
+            while (a[j] < pivot)
+                j--;
+            if (i <= j) {
+                const float t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want]; /* between the halves: equal to the pivot */
+    }
+    return a[lo];
+}
+
+int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
+{
+    if (k >= n || k < 1)
+        return fg_ds4_top_k(s, n, k, out);
+    for (int i = 0; i < n; i++) {
+        if (s[i] != s[i])
+            return fg_ds4_top_k(s, n, k, out);
+        tmp[i] = s[i];
+    }
+    /* the rows above the k-th score, then those equal to it from the lowest index until k */
+    const float v = kth_highest(tmp, n, k);
+    int above = 0;
+    for (int i = 0; i < n; i++)
+        above += s[i] > v;
+    int m = 0, ties = k - above;
+    for (int i = 0; i < n; i++)
+        if (s[i] > v || (s[i] == v && ties-- > 0))
+            out[m++] = i;
+    return m;
 }

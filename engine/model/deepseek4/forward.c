@@ -111,6 +111,7 @@ struct fg_ds4_forward {
     size_t key_buf_n;
     int *tok_sel;                 /* [T][max(top_k, 1)] each token's top-k rows */
     int *tok_nsel;                /* [T] their count */
+    float *topk_tmp;              /* [pool threads][max_rows] top-k's scratch */
     void *mm_scratch;
 };
 
@@ -279,8 +280,8 @@ static void topk_run(void *ctx, int ith, int nth)
     fg_pool_split(j->nt, 1, ith, nth, &t0, &t1);
     for (long i = t0; i < t1; i++) {
         const int t = j->t0 + (int)i;
-        f->tok_nsel[t] = fg_ds4_top_k(f->iscores + (size_t)i * j->ld, csa_visible(f->tok_pos[t]), top_k,
-                                      f->tok_sel + (size_t)t * ksel);
+        f->tok_nsel[t] = fg_ds4_top_k_tmp(f->iscores + (size_t)i * j->ld, csa_visible(f->tok_pos[t]), top_k,
+                                          f->tok_sel + (size_t)t * ksel, f->topk_tmp + (size_t)ith * f->max_rows);
     }
 }
 
@@ -977,6 +978,7 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     const size_t ksel = (size_t)(hp->idx_top_k > 1 ? hp->idx_top_k : 1);
     f->tok_sel = alloc_f(T * ksel, &ok);
     f->tok_nsel = alloc_f(T, &ok);
+    f->topk_tmp = alloc_f((size_t)fg_pool_size(pool) * (size_t)f->max_rows, &ok);
     f->counts = calloc(X, sizeof *f->counts);
     /* matmul scratch: the largest input width over every type that needs it */
     const int64_t widths[] = {(int64_t)E, (int64_t)E4, 2 * (int64_t)E, (int64_t)Q, (int64_t)(H * D / G),
@@ -1009,7 +1011,7 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
     void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
                     f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->win, f->win_t, f->hca, f->hca_t, f->row,
-                    f->rowtmp, f->scores, f->iscores, f->key_buf, f->tok_sel, f->tok_nsel, f->counts, f->mm_scratch,
+                    f->rowtmp, f->scores, f->iscores, f->key_buf, f->tok_sel, f->tok_nsel, f->topk_tmp, f->counts, f->mm_scratch,
                     f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
