@@ -197,6 +197,10 @@ void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y)
     case FG_KV_FP8: {
         float scale;
         memcpy(&scale, in, 4);
+        if (fg_isa_best() == FG_ISA_AVX512) {
+            fg_kv_fp8_dequant_avx512(in + 4, scale, n, y);
+            break;
+        }
         pthread_once(&e4m3_once, e4m3_build);
         for (int i = 0; i < n; i++)
             y[i] = scale * e4m3_values[in[4 + i]];
