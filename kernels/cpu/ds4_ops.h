@@ -74,6 +74,11 @@ int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp);
 void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float scale, float *m, float *l,
                       float *acc, float *lg);
 
+/* acc[i] += p[k] * rows[k D + i] for k < n in order, each channel's sum in
+ * that sequence (the bits of n axpy calls), rows: [n][D]; AVX-512 keeps
+ * acc in registers over the rows. */
+void fg_ds4_acc_rows(float *acc, const float *p, const float *rows, int n, int D);
+
 /* fg_ds4_attn_tile's update from the tile's logits already computed
  * (lg[k] = (q . key k) * scale, as fg_ds4_attn_tile writes them). */
 void fg_ds4_attn_update(const float *lg, const float *keys, int n, int D, float *m, float *l, float *acc);

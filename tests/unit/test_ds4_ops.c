@@ -4,6 +4,7 @@
  * computed together: fg_ds4_dots (AVX-512 where the CPU has it) against the
  * plain loop for every tail shape, fg_ds4_index_scores against
  * fg_ds4_index_score, dots + fg_ds4_attn_update against fg_ds4_attn_tile,
+ * fg_ds4_acc_rows against one fg_axpy per row,
  * fg_ds4_top_k_tmp against fg_ds4_top_k with ties, signed zeros and NaN. */
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ds4_ops.h"
+#include "kernels/cpu/vecops.h"
 #include "tests/unit/fg_test.h"
 
 static void fill(float *x, size_t n, float scale)
@@ -23,7 +25,8 @@ static void fill(float *x, size_t n, float scale)
  * output's padding (ldo > nb) untouched */
 static void test_dots(void)
 {
-    const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9}, nbs[] = {1, 15, 16, 17, 48, 63, 64, 65, 130}, Ds[] = {1, 7, 32, 128, 256};
+    const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9}, nbs[] = {1, 15, 16, 17, 48, 63, 64, 65, 130};
+    const int Ds[] = {1, 7, 32, 128, 256};
     int bad = 0, guard = 0;
     for (size_t ia = 0; ia < sizeof nas / sizeof *nas; ia++)
         for (size_t ib = 0; ib < sizeof nbs / sizeof *nbs; ib++)
@@ -108,6 +111,32 @@ static void test_attn(void)
     CHECK_MSG(bad == 0, "dots + fg_ds4_attn_update: %d values differ from fg_ds4_attn_tile's", bad);
 }
 
+/* the value accumulation = one axpy per row in order, for widths across the
+ * vector tails */
+static void test_acc_rows(void)
+{
+    const int Ds[] = {1, 17, 64, 96, 100, 256};
+    enum { N = 64 };
+    float *rows = malloc(sizeof(float) * N * 256), p[N], a[256], b[256];
+    fill(rows, (size_t)N * 256, 1.0f);
+    fill(p, N, 1.0f);
+    int bad = 0;
+    for (size_t id = 0; id < sizeof Ds / sizeof *Ds; id++) {
+        const int D = Ds[id];
+        for (int n = 1; n <= N; n += 21) {
+            fill(a, (size_t)D, 3.0f);
+            memcpy(b, a, sizeof(float) * (size_t)D);
+            fg_ds4_acc_rows(a, p, rows, n, D);
+            for (int k = 0; k < n; k++)
+                fg_axpy(b, p[k], rows + (size_t)k * D, D);
+            for (int i = 0; i < D; i++)
+                bad += fg_test_bits(a[i]) != fg_test_bits(b[i]);
+        }
+    }
+    CHECK_MSG(bad == 0, "fg_ds4_acc_rows: %d values differ from the axpy sequence", bad);
+    free(rows);
+}
+
 /* the selection top-k = the insertion top-k: the same rows in the same
  * order, on distinct scores, heavy ties (signed zeros among them) and NaN */
 static void test_top_k(void)
@@ -147,6 +176,7 @@ int main(void)
     test_dots();
     test_index_scores();
     test_attn();
+    test_acc_rows();
     test_top_k();
     return TEST_DONE("test_ds4_ops");
 }

@@ -5,10 +5,12 @@
  * Q q-LoRA, Hi x Di indexer, G x R output groups, X experts (K used), F
  * expert width, V vocabulary. Matrices go through kernels/cpu/matmul over all
  * T tokens of all sequences at once (each matrix streamed once per run); the
- * cache writes and attention go token by token in batch order, each token on
- * its own sequence's cache at its own position (tok_kv, tok_pos), so a
- * sequence's tokens still meet its ring as it stands when they arrive; heads
- * shared out over the pool.
+ * cache writes go token by token in batch order, each token on its own
+ * sequence's cache at its own position (tok_kv, tok_pos). A token's attention
+ * reads its ring as it stood when the token arrived (a sequence's window rows
+ * are decoded once per layer, before the ring moves on) and only rows closed
+ * at or before it, so the indexer scores a sequence's tokens together and its
+ * tokens attend in parallel, each with the arithmetic it has alone.
  */
 #include "engine/model/deepseek4/forward.h"
 
@@ -1010,9 +1012,10 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
         return;
     void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
-                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->win, f->win_t, f->hca, f->hca_t, f->row,
-                    f->rowtmp, f->scores, f->iscores, f->key_buf, f->tok_sel, f->tok_nsel, f->topk_tmp, f->counts, f->mm_scratch,
-                    f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out};
+                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->row,
+                    f->rowtmp, f->scores, f->key_buf, f->counts, f->mm_scratch,
+                    f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out,
+                    f->win, f->win_t, f->hca, f->hca_t, f->iscores, f->tok_sel, f->tok_nsel, f->topk_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     for (int i = 0; i < f->n_ws; i++) {
