@@ -1,6 +1,7 @@
-/* ds4_index.c: the V4 indexer's per-row score and top-k (ds4_ops.h), moved
- * out of the deepseek4 forward unchanged. */
+/* ds4_index.c: the V4 indexer's scores and top-k (ds4_ops.h). */
+#include "kernels/cpu/ds4_dots_isa.h"
 #include "kernels/cpu/ds4_ops.h"
+#include "kernels/cpu/matmul.h"
 
 float fg_ds4_index_score(const float *q, const float *w, const float *k, int Hi, int Di)
 {
@@ -13,6 +14,25 @@ float fg_ds4_index_score(const float *q, const float *w, const float *k, int Hi,
             s += (double)d * w[h];
     }
     return (float)s;
+}
+
+void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ldk, int n, int Hi, int Di,
+                         float *dots, float *out)
+{
+    fg_ds4_dots(q, Hi, Di, kt, ldk, n, Di, dots, n);
+    if (fg_isa_best() == FG_ISA_AVX512) {
+        fg_ds4_head_sum_avx512(dots, w, n, Hi, out);
+        return;
+    }
+    for (int j = 0; j < n; j++) {
+        double s = 0; /* as fg_ds4_index_score: the heads in order, in double */
+        for (int h = 0; h < Hi; h++) {
+            const float d = dots[(size_t)h * n + j];
+            if (d > 0)
+                s += (double)d * w[h];
+        }
+        out[j] = (float)s;
+    }
 }
 
 int fg_ds4_top_k(const float *s, int n, int k, int *out)
@@ -42,4 +62,56 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out)
             out[j - 1] = tmp;
         }
     return k;
+}
+
+/* The k-th highest of a[0..n) (1 <= k <= n, no NaN), a reordered:
+ * quickselect, Hoare's partition, descending. */
+static float kth_highest(float *a, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    const int want = k - 1;
+    while (lo < hi) {
+        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot)
+                i++;
+            while (a[j] < pivot)
+                j--;
+            if (i <= j) {
+                const float t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want]; /* between the halves: equal to the pivot */
+    }
+    return a[lo];
+}
+
+int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
+{
+    if (k >= n || k < 1)
+        return fg_ds4_top_k(s, n, k, out);
+    for (int i = 0; i < n; i++) {
+        if (s[i] != s[i])
+            return fg_ds4_top_k(s, n, k, out);
+        tmp[i] = s[i];
+    }
+    /* the rows above the k-th score, then those equal to it from the lowest index until k */
+    const float v = kth_highest(tmp, n, k);
+    int above = 0;
+    for (int i = 0; i < n; i++)
+        above += s[i] > v;
+    int m = 0, ties = k - above;
+    for (int i = 0; i < n; i++)
+        if (s[i] > v || (s[i] == v && ties-- > 0))
+            out[m++] = i;
+    return m;
 }

@@ -34,6 +34,14 @@ void fg_ds4_hca_fold(float *st, const float *k, const float *g, const float *ape
 /* The pooled row of a closed HCA block: row[ch] = acc[ch] / sum[ch]. */
 void fg_ds4_hca_row(const float *st, int D, float *row);
 
+/* ---- dot products ---- */
+
+/* out[x ldo + y] = sum_i a[x lda + i] * bt[i ldb + y] for x < na, y < nb,
+ * i < D: rows of a against the columns of bt (keys stored transposed), each
+ * sum in f32 in channel order from 0, a multiply then an add, exactly the
+ * plain loop whatever the ISA (AVX-512 when the CPU has it). */
+void fg_ds4_dots(const float *a, int na, int lda, const float *bt, int ldb, int nb, int D, float *out, int ldo);
+
 /* ---- indexer ---- */
 
 /* One compressed row's index score for one query:
@@ -41,10 +49,20 @@ void fg_ds4_hca_row(const float *st, int D, float *row);
  * heads in double. q: [Hi][Di], w: [Hi], k: [Di]. */
 float fg_ds4_index_score(const float *q, const float *w, const float *k, int Hi, int Di);
 
+/* The same score of one query for n rows at once, bit for bit: the keys
+ * transposed, kt[i ldk + j] (j < n), through fg_ds4_dots. dots: [Hi][n]
+ * scratch; out: [n]. */
+void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ldk, int n, int Hi, int Di,
+                         float *dots, float *out);
+
 /* The k highest of s[0..n) into out in ascending index order, ties to the
  * lower index (NaN is never higher than anything); all n when k >= n.
  * Returns the count written. */
 int fg_ds4_top_k(const float *s, int n, int k, int *out);
+
+/* The same rows, by a selection of the k-th score (tmp: [n] scratch) instead
+ * of insertion: linear in n, for top-512 over many rows. */
+int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp);
 
 /* ---- attention with a sink ---- */
 
@@ -55,6 +73,15 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out);
  * Start with m = -inf, l = 0, acc = 0. */
 void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float scale, float *m, float *l,
                       float *acc, float *lg);
+
+/* acc[i] += p[k] * rows[k D + i] for k < n in order, each channel's sum in
+ * that sequence (the bits of n axpy calls), rows: [n][D]; AVX-512 keeps
+ * acc in registers over the rows. */
+void fg_ds4_acc_rows(float *acc, const float *p, const float *rows, int n, int D);
+
+/* fg_ds4_attn_tile's update from the tile's logits already computed
+ * (lg[k] = (q . key k) * scale, as fg_ds4_attn_tile writes them). */
+void fg_ds4_attn_update(const float *lg, const float *keys, int n, int D, float *m, float *l, float *acc);
 
 /* out[D] = acc / (l + exp(sink)) at the common maximum: the sink is one more
  * logit in the denominator with no value. */

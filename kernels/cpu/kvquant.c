@@ -9,6 +9,7 @@
 #include "kernels/cpu/kvquant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels/cpu/kvquant_isa.h"
@@ -157,6 +158,18 @@ void fg_kv_quantize_isa(fg_isa isa, fg_kv_format f, const float *x, int n, void 
     }
 }
 
+/* fg_e4m3_to_f32 of every byte, as a table: FP8 rows are decoded for every
+ * cached row that attention reads, and a lookup is several times cheaper than
+ * the call (the same values). */
+static float e4m3_values[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_build(void)
+{
+    for (int v = 0; v < 256; v++)
+        e4m3_values[v] = fg_e4m3_to_f32((uint8_t)v);
+}
+
 void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y)
 {
     const uint8_t *in = src;
@@ -184,8 +197,13 @@ void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y)
     case FG_KV_FP8: {
         float scale;
         memcpy(&scale, in, 4);
+        if (fg_isa_best() == FG_ISA_AVX512) {
+            fg_kv_fp8_dequant_avx512(in + 4, scale, n, y);
+            break;
+        }
+        pthread_once(&e4m3_once, e4m3_build);
         for (int i = 0; i < n; i++)
-            y[i] = scale * fg_e4m3_to_f32(in[4 + i]);
+            y[i] = scale * e4m3_values[in[4 + i]];
         break;
     }
     case FG_KV_FP4: {
@@ -196,8 +214,9 @@ void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y)
         static const float e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
         const uint8_t *scales = in + n / 2;
+        pthread_once(&e4m3_once, e4m3_build);
         for (int k = 0; k < n / 16; k++) {
-            const float s = fg_e4m3_to_f32(scales[k]);
+            const float s = e4m3_values[scales[k]];
             const uint8_t *b = in + 8 * k;
             float *o = y + 16 * k;
             for (int j = 0; j < 8; j++) {

@@ -42,3 +42,34 @@ void fg_kv_fp4_codes16_avx512(const float *x, float s, uint8_t *out)
                                        _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi16(0x00f0)));
     _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(pairs, _mm_setzero_si128()));
 }
+
+/* E4M3 to f32 by its fields: exponent e != 0 rebiased (e + 120) with the
+ * mantissa on top, e = 0 the subnormal m * 2^-9 (exact), code 0x7f a quiet
+ * NaN; the sign bit on top of all three, as fg_e4m3_to_f32. */
+static inline __m512 e4m3_16(__m128i b)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(b);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(v, 3), _mm512_set1_epi32(15));
+    const __m512i m = _mm512_and_si512(v, _mm512_set1_epi32(7));
+    __m512i mag = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                                  _mm512_slli_epi32(m, 20));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(1.0f / 512.0f));
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_castps_si512(sub));
+    const __m512i low = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpeq_epi32_mask(low, _mm512_set1_epi32(0x7f)),
+                                _mm512_set1_epi32(0x7fc00000));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(mag, sign));
+}
+
+void fg_kv_fp8_dequant_avx512(const uint8_t *codes, float scale, int n, float *y)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(s, e4m3_16(_mm_loadu_si128((const __m128i *)(const void *)(codes + i)))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, e4m3_16(_mm_maskz_loadu_epi8(m, codes + i))));
+    }
+}

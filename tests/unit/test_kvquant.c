@@ -324,6 +324,37 @@ static void test_isa_bytes(void)
     CHECK_MSG(bad == 0, "kv quantization: %d rows differ between the reference and avx512", bad);
 }
 
+/* FP8 rows decode to scale * fg_e4m3_to_f32(code) bit for bit (the AVX-512
+ * decoder where the CPU has it): every code, NaN and subnormal codes among
+ * them, at scales that keep, underflow and overflow the products, for every
+ * row length around the vector width (tails). */
+static void test_fp8_decode_bits(void)
+{
+    const float scales[] = {1.0f, 0.37f, 1e-40f, 3e38f, -2.5f};
+    uint8_t row[4 + 256];
+    float y[256];
+    int bad = 0;
+    for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+        for (int n = 1; n <= 256; n += n < 40 ? 1 : 27) {
+            memcpy(row, &scales[si], 4);
+            for (int i = 0; i < n; i++)
+                row[4 + i] = (uint8_t)((i * 37 + n) & 255);
+            fg_kv_dequantize(FG_KV_FP8, row, n, y);
+            for (int i = 0; i < n; i++)
+                bad += fg_test_bits(y[i]) != fg_test_bits(scales[si] * fg_e4m3_to_f32(row[4 + i]));
+        }
+    for (int c = 0; c < 256; c++) { /* every code at every lane position */
+        const float one = 1.0f;
+        memcpy(row, &one, 4);
+        for (int i = 0; i < 16; i++)
+            row[4 + i] = (uint8_t)(c + i);
+        fg_kv_dequantize(FG_KV_FP8, row, 16, y);
+        for (int i = 0; i < 16; i++)
+            bad += fg_test_bits(y[i]) != fg_test_bits(fg_e4m3_to_f32((uint8_t)(c + i)));
+    }
+    CHECK_MSG(bad == 0, "fp8 decode: %d values differ from scale * fg_e4m3_to_f32", bad);
+}
+
 int main(void)
 {
     rng_seed(0xd1b54a32d192ed03ull);
@@ -332,5 +363,6 @@ int main(void)
     test_roundtrip();
     test_zeros_and_extremes();
     test_isa_bytes();
+    test_fp8_decode_bits();
     return TEST_DONE("test_kvquant");
 }

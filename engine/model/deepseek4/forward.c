@@ -5,10 +5,12 @@
  * Q q-LoRA, Hi x Di indexer, G x R output groups, X experts (K used), F
  * expert width, V vocabulary. Matrices go through kernels/cpu/matmul over all
  * T tokens of all sequences at once (each matrix streamed once per run); the
- * cache writes and attention go token by token in batch order, each token on
- * its own sequence's cache at its own position (tok_kv, tok_pos), so a
- * sequence's tokens still meet its ring as it stands when they arrive; heads
- * shared out over the pool.
+ * cache writes go token by token in batch order, each token on its own
+ * sequence's cache at its own position (tok_kv, tok_pos). A token's attention
+ * reads its ring as it stood when the token arrived (a sequence's window rows
+ * are decoded once per layer, before the ring moves on) and only rows closed
+ * at or before it, so the indexer scores a sequence's tokens together and its
+ * tokens attend in parallel, each with the arithmetic it has alone.
  */
 #include "engine/model/deepseek4/forward.h"
 
@@ -25,6 +27,9 @@
 #include "kernels/cpu/vecops.h"
 
 #define KEY_TILE 64 /* keys decoded per step of the online softmax */
+#define IDX_TILE 64 /* index keys decoded (and transposed) per step of the indexer's scoring */
+#define SCORE_CAP ((size_t)1 << 21) /* indexer scores held at once (8 MiB): a chunk's tokens go in groups */
+#define HCA_CAP 2048 /* HCA rows decoded once per sequence and layer (2 MiB each way at D 256); later ones per token */
 #define LOGIT_CHUNK 64 /* rows of logits per LM-head product */
 /* Multiply-adds below which a token's attention or index scoring stays on the
  * calling thread (a pool barrier costs about as much); low enough that the
@@ -32,6 +37,16 @@
 #define PAR_MIN_WORK 4096
 _Static_assert(KEY_TILE == FG_DS4_ATTN_TILE, "the forward tiles attention as ds4_ops.h (the CUDA reference)");
 _Static_assert(FG_DS4_OPS_HC == FG_DS4_HC && FG_DS4_OPS_HC_MIX == FG_DS4_HC_MIX, "ds4_ops.h mixing layout");
+
+/* The scratch of one token's attention. */
+typedef struct attn_ws {
+    float *keys;                  /* [KEY_TILE][D] */
+    float *keys_t;                /* [D][KEY_TILE] the tile transposed, for the dots */
+    float *acc;                   /* [H][D] */
+    float *mh, *lh;               /* [H] running max and sum */
+    float *tile;                  /* [H][KEY_TILE] */
+    uint8_t *rowtmp;              /* a row's page parts (cache.h) */
+} attn_ws;
 
 struct fg_ds4_forward {
     const fg_ds4_model *m;
@@ -79,16 +94,26 @@ struct fg_ds4_forward {
     int *tok_pos;                 /* [T] its position there */
     float *logit_out;             /* [LOGIT_CHUNK][V] */
     float **logit_dst;            /* [LOGIT_CHUNK] where each row goes */
-    /* attention of one token */
-    float *keys;                  /* [KEY_TILE][D] */
+    /* attention: one workspace per pool thread (a prompt's tokens attend in
+     * parallel), or workspace 0 with its heads shared out (one token) */
+    attn_ws *ws;                  /* [n_ws]: one per pool thread */
+    int n_ws;
+    /* keys that all of a sequence's tokens in the batch read, decoded once
+     * per layer, row by row (for the values) and transposed (for the dots) */
+    float *win, *win_t;           /* [W - 1 + T][D], [D][W - 1 + T]: window rows, position win_base first */
+    int win_base, win_ld;
+    float *hca, *hca_t;           /* [hca_cap][D], [D][hca_cap]: HCA rows 0 .. n_hca-1 */
+    int hca_cap, n_hca;
     float *row;                   /* [2D] */
     uint8_t *rowtmp;              /* a row's page parts (cache.h) */
-    float *scores;                /* [max_rows] indexer scores */
-    float *key_buf;               /* [pool threads][Di] a decoded index key per worker */
-    int *sel;                     /* [max(top_k, 1)] */
-    float *acc;                   /* [H][D] */
-    float *mh, *lh;               /* [H] running max and sum */
-    float *tile;                  /* [H][KEY_TILE] */
+    float *scores;                /* [max_rows] the router's scratch */
+    float *iscores;               /* [score_cap] indexer scores of a group of tokens, [token][row] */
+    size_t score_cap;
+    float *key_buf;               /* [pool threads][key_buf_n]: a key, an IDX_TILE of keys transposed, dots */
+    size_t key_buf_n;
+    int *tok_sel;                 /* [T][max(top_k, 1)] each token's top-k rows */
+    int *tok_nsel;                /* [T] their count */
+    float *topk_tmp;              /* [pool threads][max_rows] top-k's scratch */
     void *mm_scratch;
 };
 
@@ -177,9 +202,11 @@ void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
 /* One pool job: heads [h0, h1) over one tile of keys (online softmax). */
 typedef struct tile_job {
     const fg_ds4_forward_t *f;
+    const attn_ws *ws;   /* the running softmax */
     const float *q;      /* [H][D] */
     const float *keys;   /* [n][D] */
-    int n;
+    const float *keys_t; /* [D][ld] */
+    int n, ld;
 } tile_job;
 
 static void tile_run(void *ctx, int ith, int nth)
@@ -190,78 +217,164 @@ static void tile_run(void *ctx, int ith, int nth)
     const float scale = 1.0f / sqrtf((float)D);
     long h0, h1;
     fg_pool_split(f->m->hp.n_head, 1, ith, nth, &h0, &h1);
+    if (h0 >= h1)
+        return;
+    const attn_ws *w = j->ws;
+    /* fg_ds4_attn_tile's logits, its heads' dots at once (the same bits) */
+    fg_ds4_dots(j->q + (size_t)h0 * D, (int)(h1 - h0), D, j->keys_t, j->ld, j->n, D,
+                w->tile + (size_t)h0 * KEY_TILE, KEY_TILE);
     for (long h = h0; h < h1; h++) {
-        fg_ds4_attn_tile(j->q + (size_t)h * D, j->keys, j->n, D, scale, &f->mh[h], &f->lh[h],
-                         f->acc + (size_t)h * D, f->tile + (size_t)h * KEY_TILE);
+        float *lg = w->tile + (size_t)h * KEY_TILE;
+        for (int k = 0; k < j->n; k++)
+            lg[k] *= scale;
+        fg_ds4_attn_update(lg, j->keys, j->n, D, &w->mh[h], &w->lh[h], w->acc + (size_t)h * D);
     }
 }
 
-/* One pool job: the indexer's scores of rows [0, n) for one query. */
-typedef struct score_job {
+/* The CSA rows a token at position p sees: the blocks closed up to it. */
+static int csa_visible(int p) { return (p + 1) / FG_DS4_CSA; }
+
+/* One pool job: the indexer's scores of tokens [t0, t0 + nt) of one
+ * sequence against the rows each sees, into iscores[t - t0][ld] (ld: the
+ * last token's rows). Tiles of IDX_TILE rows are shared out; each is decoded
+ * and transposed once for all the tokens, then scored as one product per
+ * token (fg_ds4_index_scores: the bits of the row-by-row score). */
+typedef struct index_job {
     const fg_ds4_forward_t *f;
     const fg_kv_seq *kv;
-    int il, n;
-    const float *iq;     /* [Hi][Di] */
-    const float *iw;     /* [Hi] */
-} score_job;
+    int il, t0, nt, ld;
+} index_job;
 
-static void score_run(void *ctx, int ith, int nth)
+static void index_run(void *ctx, int ith, int nth)
 {
-    const score_job *j = ctx;
+    const index_job *j = ctx;
     const fg_ds4_forward_t *f = j->f;
     const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
-    float *k = f->key_buf + (size_t)ith * Di;
-    long r0, r1;
-    fg_pool_split(j->n, 16, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) {
-        fg_ds4_key_load(f->cache, j->kv, j->il, (int)r, k);
-        f->scores[r] = fg_ds4_index_score(j->iq, j->iw, k, Hi, Di);
+    float *key = f->key_buf + (size_t)ith * f->key_buf_n, *kt = key + Di, *dots = kt + (size_t)Di * IDX_TILE;
+    long b0, b1;
+    fg_pool_split((j->ld + IDX_TILE - 1) / IDX_TILE, 1, ith, nth, &b0, &b1);
+    for (long b = b0; b < b1; b++) {
+        const int r0 = (int)b * IDX_TILE, nk = j->ld - r0 < IDX_TILE ? j->ld - r0 : IDX_TILE;
+        for (int k = 0; k < nk; k++) {
+            fg_ds4_key_load(f->cache, j->kv, j->il, r0 + k, key);
+            for (int i = 0; i < Di; i++)
+                kt[(size_t)i * IDX_TILE + k] = key[i];
+        }
+        /* a sequence's positions ascend: its later tokens see at least the rows of the earlier */
+        for (int t = j->t0 + j->nt - 1; t >= j->t0; t--) {
+            const int vis = csa_visible(f->tok_pos[t]);
+            if (vis <= r0)
+                break;
+            fg_ds4_index_scores(f->iq + (size_t)t * Hi * Di, f->iw + (size_t)t * Hi, kt, IDX_TILE,
+                                vis - r0 < nk ? vis - r0 : nk, Hi, Di, dots,
+                                f->iscores + (size_t)(t - j->t0) * j->ld + r0);
+        }
+    }
+}
+
+/* One pool job: the top-k of each token of an index_job's scores. */
+static void topk_run(void *ctx, int ith, int nth)
+{
+    const index_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int top_k = f->m->hp.idx_top_k, ksel = top_k > 1 ? top_k : 1;
+    long t0, t1;
+    fg_pool_split(j->nt, 1, ith, nth, &t0, &t1);
+    for (long i = t0; i < t1; i++) {
+        const int t = j->t0 + (int)i;
+        f->tok_nsel[t] = fg_ds4_top_k_tmp(f->iscores + (size_t)i * j->ld, csa_visible(f->tok_pos[t]), top_k,
+                                          f->tok_sel + (size_t)t * ksel, f->topk_tmp + (size_t)ith * f->max_rows);
+    }
+}
+
+/* The indexer of CSA layer il for the batch's n tokens: every token's top-k
+ * rows (tok_sel, tok_nsel), a sequence's tokens scored together in groups
+ * whose scores fit in iscores. The compressor must have taken them all. */
+static void index_batch(fg_ds4_forward_t *f, int il, int n)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    for (int g0 = 0; g0 < n;) {
+        const fg_kv_seq *kv = f->tok_kv[g0];
+        int g1 = g0 + 1;
+        while (g1 < n && f->tok_kv[g1] == kv &&
+               (size_t)(g1 + 1 - g0) * (size_t)csa_visible(f->tok_pos[g1]) <= f->score_cap)
+            g1++;
+        index_job job = {.f = f, .kv = kv, .il = il, .t0 = g0, .nt = g1 - g0,
+                         .ld = csa_visible(f->tok_pos[g1 - 1])};
+        const long work = (long)job.nt * job.ld;
+        if (job.ld > 0) {
+            if (work * hp->idx_head * hp->idx_dim >= PAR_MIN_WORK)
+                fg_pool_run(f->pool, index_run, &job);
+            else
+                index_run(&job, 0, 1);
+        }
+        if (job.nt > 1 && work >= PAR_MIN_WORK)
+            fg_pool_run(f->pool, topk_run, &job);
+        else
+            topk_run(&job, 0, 1);
+        g0 = g1;
     }
 }
 
 typedef struct key_src {
-    int n_window;        /* window positions first..p */
+    int n_window;        /* window positions first..p, decoded in f->win */
     int first;
     int n_rows;          /* then compressed rows: rows[i] (or 0..n_rows-1 when rows is NULL) */
     const int *rows;
 } key_src;
 
 /* softmax(q k / sqrt(D)) with the sink in the denominator, over the keys of
- * src, into out [H][D]. */
-static void attend(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, const float *q, const key_src *src,
-                   float *out)
+ * src, into out [H][D]; par_heads: the heads shared out over the pool (else
+ * all on this thread, one of the pool's). */
+static void attend(const fg_ds4_forward_t *f, attn_ws *w, int il, const fg_kv_seq *kv, const float *q,
+                   const key_src *src, bool par_heads, float *out)
 {
     const fg_ds4_hparams *hp = &f->m->hp;
     const fg_ds4_cache *c = f->cache;
-    const int H = hp->n_head, D = hp->head_dim, W = hp->window;
-    const uint8_t *ring = kv->state + c->layer[il].state_window;
+    const int H = hp->n_head, D = hp->head_dim;
     for (int h = 0; h < H; h++) {
-        f->mh[h] = -INFINITY;
-        f->lh[h] = 0;
+        w->mh[h] = -INFINITY;
+        w->lh[h] = 0;
     }
-    memset(f->acc, 0, (size_t)H * D * sizeof(float));
-    const int total = src->n_window + src->n_rows;
+    memset(w->acc, 0, (size_t)H * D * sizeof(float));
+    const int total = src->n_window + src->n_rows, nw = src->n_window, w0 = src->first - f->win_base;
     for (int k0 = 0; k0 < total; k0 += KEY_TILE) {
         const int nk = total - k0 < KEY_TILE ? total - k0 : KEY_TILE;
-        for (int k = 0; k < nk; k++) {
-            const int i = k0 + k;
-            float *dst = f->keys + (size_t)k * D;
-            if (i < src->n_window)
-                fg_ds4_row_get(c, ring + (size_t)((src->first + i) % W) * c->row_bytes, dst);
-            else {
-                const int j = i - src->n_window;
-                fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, f->rowtmp);
+        tile_job job = {.f = f, .ws = w, .q = q, .n = nk};
+        if (k0 + nk <= nw) { /* all window rows: read where they lie */
+            job.keys = f->win + (size_t)(w0 + k0) * D;
+            job.keys_t = f->win_t + w0 + k0;
+            job.ld = f->win_ld;
+        } else if (k0 >= nw && !src->rows && k0 - nw + nk <= f->n_hca) { /* all decoded HCA rows */
+            job.keys = f->hca + (size_t)(k0 - nw) * D;
+            job.keys_t = f->hca_t + (k0 - nw);
+            job.ld = f->hca_cap;
+        } else {
+            for (int k = 0; k < nk; k++) {
+                const int i = k0 + k;
+                float *dst = w->keys + (size_t)k * D;
+                const int j = i - nw;
+                if (i < nw)
+                    memcpy(dst, f->win + (size_t)(w0 + i) * D, (size_t)D * sizeof(float));
+                else if (!src->rows && j < f->n_hca)
+                    memcpy(dst, f->hca + (size_t)j * D, (size_t)D * sizeof(float));
+                else
+                    fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, w->rowtmp);
+                for (int d = 0; d < D; d++)
+                    w->keys_t[(size_t)d * KEY_TILE + k] = dst[d];
             }
+            job.keys = w->keys;
+            job.keys_t = w->keys_t;
+            job.ld = KEY_TILE;
         }
-        tile_job job = {.f = f, .q = q, .keys = f->keys, .n = nk};
-        if (nk * H * D >= PAR_MIN_WORK)
+        if (par_heads && nk * H * D >= PAR_MIN_WORK)
             fg_pool_run(f->pool, tile_run, &job);
         else
             tile_run(&job, 0, 1);
     }
     const float *sinks = f->m->layers[il].sinks;
     for (int h = 0; h < H; h++)
-        fg_ds4_attn_finish(f->mh[h], f->lh[h], f->acc + (size_t)h * D, sinks[h], D, out + (size_t)h * D);
+        fg_ds4_attn_finish(w->mh[h], w->lh[h], w->acc + (size_t)h * D, sinks[h], D, out + (size_t)h * D);
 }
 
 /* ---------------------------------------------------------------- compressors */
@@ -338,13 +451,86 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
 
 /* ---------------------------------------------------------------- layers */
 
+/* xt[d ld + k] = x[k D + d] for k < n. */
+static void transpose(const float *x, int n, int D, float *xt, int ld)
+{
+    for (int k = 0; k < n; k++)
+        for (int d = 0; d < D; d++)
+            xt[(size_t)d * ld + k] = x[(size_t)k * D + d];
+}
+
+/* The keys that tokens [t0, t1) (one sequence) share, decoded once: into
+ * f->win the ring's rows before the first token, then each token's own row
+ * as the ring stores it (written there, in order, as before); into f->hca
+ * an HCA layer's rows. */
+static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
+{
+    const fg_ds4_cache *c = f->cache;
+    const int D = f->m->hp.head_dim, W = f->m->hp.window;
+    uint8_t *ring = f->tok_kv[t0]->state + c->layer[il].state_window;
+    const int p0 = f->tok_pos[t0];
+    f->win_base = p0 - W + 1 > 0 ? p0 - W + 1 : 0;
+    for (int p = f->win_base; p < p0; p++)
+        fg_ds4_row_get(c, ring + (size_t)(p % W) * c->row_bytes, f->win + (size_t)(p - f->win_base) * D);
+    for (int t = t0; t < t1; t++) {
+        const int p = f->tok_pos[t];
+        uint8_t *slot = ring + (size_t)(p % W) * c->row_bytes;
+        fg_ds4_row_put(c, f->kv + (size_t)t * D, slot);
+        fg_ds4_row_get(c, slot, f->win + (size_t)(p - f->win_base) * D);
+    }
+    transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
+    /* an HCA layer's rows that the last token sees (the others see the same or fewer) */
+    f->n_hca = 0;
+    if (f->m->layers[il].ratio == FG_DS4_HCA) {
+        const int n = (f->tok_pos[t1 - 1] + 1) / FG_DS4_HCA;
+        f->n_hca = n < f->hca_cap ? n : f->hca_cap;
+        for (int j = 0; j < f->n_hca; j++)
+            fg_ds4_comp_load(c, f->tok_kv[t0], il, FG_DS4_HCA, j, f->hca + (size_t)j * D, f->rowtmp);
+        transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
+    }
+}
+
+/* Token t's attention into heads[t]: its window, then the HCA rows it sees or
+ * its top-k CSA rows (index_batch ran). */
+static void attend_token(const fg_ds4_forward_t *f, attn_ws *w, int il, int t, bool par_heads)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const int H = hp->n_head, D = hp->head_dim, W = hp->window, r = f->m->layers[il].ratio;
+    const int p = f->tok_pos[t];
+    key_src src = {.first = p - W + 1 > 0 ? p - W + 1 : 0};
+    src.n_window = p - src.first + 1;
+    if (r == FG_DS4_HCA) {
+        src.n_rows = (p + 1) / r;
+    } else if (r == FG_DS4_CSA) {
+        src.n_rows = f->tok_nsel[t];
+        src.rows = f->tok_sel + (size_t)t * (hp->idx_top_k > 1 ? hp->idx_top_k : 1);
+    }
+    float *o = f->heads + (size_t)t * H * D;
+    attend(f, w, il, f->tok_kv[t], f->q + (size_t)t * H * D, &src, par_heads, o);
+    rope_heads(r ? &f->rope_comp : &f->rope_plain, o, H, D, p, true);
+}
+
+/* One pool job: tokens [t0, t0 + nt) of one sequence, each whole on one
+ * thread (its workspace), dealt round-robin (a token's cost grows with its
+ * position). The same arithmetic as one token with its heads shared out. */
+typedef struct attn_job {
+    const fg_ds4_forward_t *f;
+    int il, t0, nt;
+} attn_job;
+
+static void attn_run(void *ctx, int ith, int nth)
+{
+    const attn_job *j = ctx;
+    for (int i = ith; i < j->nt; i += nth)
+        attend_token(j->f, &j->f->ws[ith], j->il, j->t0 + i, false);
+}
+
 static void attention(fg_ds4_forward_t *f, int il, int n)
 {
     const fg_ds4_hparams *hp = &f->m->hp;
     const fg_ds4_layer *L = &f->m->layers[il];
-    const fg_ds4_cache *c = f->cache;
     const int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, Q = hp->q_lora, r = L->ratio;
-    const int Hi = hp->idx_head, Di = hp->idx_dim, G = hp->out_groups, R = hp->out_lora, W = hp->window;
+    const int Hi = hp->idx_head, Di = hp->idx_dim, G = hp->out_groups, R = hp->out_lora;
     const fg_rope *rope = r ? &f->rope_comp : &f->rope_plain;
     for (int t = 0; t < n; t++)
         fg_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
@@ -379,31 +565,24 @@ static void attention(fg_ds4_forward_t *f, int il, int n)
                 f->iw[(size_t)t * Hi + h] *= iw_scale;
         }
     }
-    for (int t = 0; t < n; t++) {
-        const fg_kv_seq *kv = f->tok_kv[t];
-        uint8_t *ring = kv->state + c->layer[il].state_window;
-        const int p = f->tok_pos[t];
-        fg_ds4_row_put(c, f->kv + (size_t)t * D, ring + (size_t)(p % W) * c->row_bytes);
-        if (r)
-            compress_token(f, il, kv, t, p);
-        key_src src = {.first = p - W + 1 > 0 ? p - W + 1 : 0};
-        src.n_window = p - src.first + 1;
-        const int visible = r ? (p + 1) / r : 0;
-        if (r == FG_DS4_HCA) {
-            src.n_rows = visible;
-        } else if (r == FG_DS4_CSA && visible > 0) {
-            score_job job = {.f = f, .kv = kv, .il = il, .n = visible, .iq = f->iq + (size_t)t * Hi * Di,
-                             .iw = f->iw + (size_t)t * Hi};
-            if ((long)visible * Hi * Di >= PAR_MIN_WORK)
-                fg_pool_run(f->pool, score_run, &job);
-            else
-                score_run(&job, 0, 1);
-            src.n_rows = fg_ds4_top_k(f->scores, visible, hp->idx_top_k, f->sel);
-            src.rows = f->sel;
-        }
-        float *o = f->heads + (size_t)t * H * D;
-        attend(f, il, kv, f->q + (size_t)t * H * D, &src, o);
-        rope_heads(rope, o, H, D, p, true);
+    /* The compressors first: a token's attention reads only rows closed at
+     * or before it, and the indexer scores all the tokens against them at once. */
+    for (int t = 0; t < n && r; t++)
+        compress_token(f, il, f->tok_kv[t], t, f->tok_pos[t]);
+    if (r == FG_DS4_CSA)
+        index_batch(f, il, n);
+    for (int t0 = 0; t0 < n;) {
+        int t1 = t0 + 1;
+        while (t1 < n && f->tok_kv[t1] == f->tok_kv[t0])
+            t1++;
+        window_rows(f, il, t0, t1);
+        attn_job job = {.f = f, .il = il, .t0 = t0, .nt = t1 - t0};
+        if (job.nt > 1 && fg_pool_size(f->pool) > 1)
+            fg_pool_run(f->pool, attn_run, &job);
+        else
+            for (int t = t0; t < t1; t++)
+                attend_token(f, &f->ws[0], il, t, true);
+        t0 = t1;
     }
     /* grouped output LoRA: group g (heads g*H/G ..) through out_a[g], concatenated, out_b */
     const int gd = H * D / G;
@@ -766,17 +945,42 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     f->logit_out = alloc_f((size_t)LOGIT_CHUNK * (size_t)hp->n_vocab, &ok);
     if (!f->tok_kv || !f->logit_dst)
         ok = false;
-    f->keys = alloc_f((size_t)KEY_TILE * D, &ok);
+    f->ws = calloc((size_t)fg_pool_size(pool), sizeof *f->ws);
+    if (f->ws)
+        f->n_ws = fg_pool_size(pool);
+    else
+        ok = false;
+    for (int i = 0; i < f->n_ws; i++) {
+        attn_ws *w = &f->ws[i];
+        w->keys = alloc_f((size_t)KEY_TILE * D, &ok);
+        w->keys_t = alloc_f(D * KEY_TILE, &ok);
+        w->acc = alloc_f(H * D, &ok);
+        w->mh = alloc_f(H, &ok);
+        w->lh = alloc_f(H, &ok);
+        w->tile = alloc_f(H * KEY_TILE, &ok);
+        w->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
+    }
+    f->win_ld = hp->window - 1 + (int)T;
+    f->win = alloc_f((size_t)f->win_ld * D, &ok);
+    f->win_t = alloc_f((size_t)f->win_ld * D, &ok);
+    f->hca_cap = hp->n_ctx_train / FG_DS4_HCA + 1 < HCA_CAP ? hp->n_ctx_train / FG_DS4_HCA + 1 : HCA_CAP;
+    f->hca = alloc_f((size_t)f->hca_cap * D, &ok);
+    f->hca_t = alloc_f((size_t)f->hca_cap * D, &ok);
     f->row = alloc_f(2 * (D > Di ? D : Di), &ok);
     /* a 128-ratio row is gathered as its page parts, which may pad past row_bytes */
     f->rowtmp = alloc_f(f->cache->part_bytes * (FG_DS4_HCA / FG_KV_PAGE_TOKENS) + f->cache->row_bytes, &ok);
     f->scores = alloc_f(score_n, &ok);
-    f->key_buf = alloc_f((size_t)fg_pool_size(pool) * Di, &ok);
-    f->sel = alloc_f((size_t)(hp->idx_top_k > hp->n_expert_used ? hp->idx_top_k : hp->n_expert_used), &ok);
-    f->acc = alloc_f(H * D, &ok);
-    f->mh = alloc_f(H, &ok);
-    f->lh = alloc_f(H, &ok);
-    f->tile = alloc_f(H * KEY_TILE, &ok);
+    /* every token's scores when they fit in SCORE_CAP, else groups of fewer (one at least) */
+    f->score_cap = T * (size_t)f->max_rows;
+    if (f->score_cap > SCORE_CAP)
+        f->score_cap = SCORE_CAP > (size_t)f->max_rows ? SCORE_CAP : (size_t)f->max_rows;
+    f->iscores = alloc_f(f->score_cap, &ok);
+    f->key_buf_n = Di + Di * IDX_TILE + (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE;
+    f->key_buf = alloc_f((size_t)fg_pool_size(pool) * f->key_buf_n, &ok);
+    const size_t ksel = (size_t)(hp->idx_top_k > 1 ? hp->idx_top_k : 1);
+    f->tok_sel = alloc_f(T * ksel, &ok);
+    f->tok_nsel = alloc_f(T, &ok);
+    f->topk_tmp = alloc_f((size_t)fg_pool_size(pool) * (size_t)f->max_rows, &ok);
     f->counts = calloc(X, sizeof *f->counts);
     /* matmul scratch: the largest input width over every type that needs it */
     const int64_t widths[] = {(int64_t)E, (int64_t)E4, 2 * (int64_t)E, (int64_t)Q, (int64_t)(H * D / G),
@@ -808,11 +1012,19 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
         return;
     void *bufs[] = {f->x, f->x1, f->xm, f->flat, f->mix, f->hcw, f->y, f->qa, f->q, f->kv, f->ck, f->cg,
                     f->ik, f->ig, f->iq, f->iw, f->heads, f->grp, f->oa_g, f->oa, f->f, f->router, f->chosen,
-                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->keys, f->row,
-                    f->rowtmp, f->scores, f->key_buf, f->sel, f->acc, f->mh, f->lh, f->tile, f->counts, f->mm_scratch,
-                    f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out};
+                    f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->row,
+                    f->rowtmp, f->scores, f->key_buf, f->counts, f->mm_scratch,
+                    f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out,
+                    f->win, f->win_t, f->hca, f->hca_t, f->iscores, f->tok_sel, f->tok_nsel, f->topk_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    for (int i = 0; i < f->n_ws; i++) {
+        attn_ws *w = &f->ws[i];
+        void *wb[] = {w->keys, w->keys_t, w->acc, w->mh, w->lh, w->tile, w->rowtmp};
+        for (size_t k = 0; k < sizeof wb / sizeof wb[0]; k++)
+            free(wb[k]);
+    }
+    free(f->ws);
     free(f);
 }
 
