@@ -12,7 +12,11 @@
  * 2. Rollback, below the engine (the backend's forward pass): a sequence fed
  *    [t, d1, d2, d3] with d2 rejected, rolled back as the engine does, then
  *    fed its next token, gives that token's logits bit for bit as a sequence
- *    that never drafted (t, d1 one per pass), deepseek2 and deepseek4.
+ *    that never drafted (t, d1 one per pass), deepseek2 and deepseek4. Where
+ *    the model has an MTP block, the second sequence also drafts twice
+ *    (forward_draft must leave its cache as it was); without one the backend
+ *    answers FG_ERR_UNSUPPORTED. With an MTP block the engine drafts with it
+ *    in 1 as well (then lookup only where it fills every slot).
  * 3. Sampled: the joint distribution of the first two generated tokens with
  *    drafts (the second is verified against a lookup draft) against the
  *    exact distribution from the model's logits, by a chi-square bound
@@ -221,8 +225,28 @@ static void check_rollback(const char *file)
         sa.n_tokens = P + 2; /* deepseek2: the rows of d2, d3 dropped */
     }
     feed(b, &sa, &next, 1, lg_a);
-    /* b: plain decoding, one token per pass */
+    /* b: plain decoding, one token per pass; where the model has an MTP
+     * block, two chained drafts first, which by forward_draft's contract
+     * leave the cache as it was (so b's logits below are still a's). */
     feed(b, &sb, prompt, P, NULL);
+    {
+        fg_fwd_seq ds = {.kv = &sb, .n_tokens = 1, .n_logits = 1, .logits = lg_b, .absorbed = true};
+        if (fg_backend_can_draft(b)) {
+            uint8_t *before = sb.state ? malloc(geo.seq_bytes) : NULL;
+            if (before)
+                memcpy(before, sb.state, geo.seq_bytes);
+            int32_t in = drafts[0];
+            for (int k = 0; k < 2; k++) {
+                CHECK_MSG(fg_backend_draft(b, &in, &ds, 1, &d) == FG_OK, "%s", d.msg);
+                in = fg_argmax(lg_b, V);
+                CHECK(in >= 0 && in < V);
+            }
+            CHECK(sb.n_tokens == P && (!before || memcmp(before, sb.state, geo.seq_bytes) == 0));
+            free(before);
+        } else {
+            CHECK(fg_backend_draft(b, &drafts[0], &ds, 1, &d) == FG_ERR_UNSUPPORTED);
+        }
+    }
     feed(b, &sb, &drafts[0], 1, NULL);
     feed(b, &sb, &drafts[1], 1, NULL);
     feed(b, &sb, &next, 1, lg_b);
