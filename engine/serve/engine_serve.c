@@ -478,6 +478,10 @@ static int spec_plan(fg_engine_t *e, fg_session_t *s)
     r->draft_mtp = false;
     if (s->serve.n_replay)
         return s->serve.n_replay + 1; /* no drafts with a replay: its state copy is from before it */
+    if (r->spec_skip > 0) {
+        r->spec_skip--;
+        return 1;
+    }
     const int m = spec_cap(e, s);
     if (m == 0)
         return 1;
@@ -569,6 +573,17 @@ static void spec_verify(fg_engine_t *e, fg_session_t *s, const fg_fwd_seq *fs, s
         r->out[r->n_out++] = r->generated + j < r->p.n_script ? r->p.script[r->generated + j] : t;
         if (!acc)
             break;
+    }
+    /* Back off where drafts do not land (text the history does not repeat, a
+     * weak MTP block): a verification pays when it emits more tokens than the
+     * steps it costs (a stateful rollback costs a replay step); after k that
+     * did not in a row, the session decodes 2^k - 1 steps (at most 31) plainly
+     * before it drafts again, so at no acceptance the waste is a draft pass
+     * in 32 steps. */
+    if (m > 0) {
+        const bool paid = j > (s->seq.state && j < m ? 1 : 0);
+        r->spec_fails = paid ? 0 : r->spec_fails + 1;
+        r->spec_skip = paid ? 0 : (1 << (r->spec_fails < 5 ? r->spec_fails : 5)) - 1;
     }
     r->drafted += m;
     r->accepted += j;

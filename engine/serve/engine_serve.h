@@ -54,6 +54,8 @@ typedef struct fg_response {
     int32_t out[FG_SPEC_MAX_DRAFTS + 1]; /* this step's tokens: accepted drafts, then the one sampled after them */
     int n_out;
     int64_t drafted, accepted;  /* over the response (fg_usage) */
+    int spec_fails;             /* verifications in a row that did not pay (spec_verify) */
+    int spec_skip;              /* decode steps left without drafts: 2^fails - 1 after a failure */
 } fg_response;
 
 /* A full page one prefill of a step computes first: its tenant and chained key. */
