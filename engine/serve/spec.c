@@ -15,7 +15,7 @@ int fg_spec_lookup(const int32_t *hist, int n_hist, int32_t next, int max, int32
     const int lo = n > FG_SPEC_LOOKUP_WINDOW ? n - FG_SPEC_LOOKUP_WINDOW : 0;
     if (max <= 0)
         return 0;
-    for (int g = FG_SPEC_LOOKUP_NGRAM; g >= 1; g--) {
+    for (int g = FG_SPEC_LOOKUP_NGRAM; g >= FG_SPEC_LOOKUP_MIN; g--) {
         if (g >= n)
             continue;
         /* Earlier starts p with tokens p .. p+g-1 equal to the last g, most recent first. */

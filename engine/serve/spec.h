@@ -17,12 +17,13 @@
 
 #define FG_SPEC_MAX_DRAFTS 16     /* most drafts of one session per step (engine option spec_drafts) */
 #define FG_SPEC_LOOKUP_NGRAM 3    /* longest suffix matched; shorter ones are tried after it */
+#define FG_SPEC_LOOKUP_MIN 2      /* shortest: a single token recurs too often by chance (docs/benchmarks.md) */
 #define FG_SPEC_LOOKUP_WINDOW 8192 /* tokens of history searched, the most recent: bounds a step's scan */
 
 /* Prompt lookup over the sequence hist[0..n_hist) followed by next: finds the
  * most recent earlier occurrence of its last g tokens (g = FG_SPEC_LOOKUP_NGRAM
- * down to 1, the longest that occurs) and writes up to max of the tokens that
- * followed it to out. Returns how many (0: no match). */
+ * down to FG_SPEC_LOOKUP_MIN, the longest that occurs) and writes up to max of
+ * the tokens that followed it to out. Returns how many (0: no match). */
 int fg_spec_lookup(const int32_t *hist, int n_hist, int32_t next, int max, int32_t *out);
 
 #endif

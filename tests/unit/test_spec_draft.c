@@ -31,6 +31,12 @@ static void check_lookup(void)
     const int32_t h3[] = {6, 7, 9, 1, 5, 7, 8, 2, 6};
     n = fg_spec_lookup(h3, 9, 7, 1, out);
     CHECK(n == 1 && out[0] == 9);
+    /* A single recurring token is not enough: "5 8 ... 4 5" + next 8 matches
+     * (5 8), but "3 9 ... 4" + next 9 has only the 1-gram (9). */
+    const int32_t h4[] = {5, 8, 1, 4, 5};
+    CHECK(fg_spec_lookup(h4, 5, 8, 2, out) == 2 && out[0] == 1 && out[1] == 4);
+    const int32_t h5[] = {3, 9, 1, 4};
+    CHECK(fg_spec_lookup(h5, 4, 9, 2, out) == 0);
     /* Empty history: the lone next token matches nothing. */
     CHECK(fg_spec_lookup(NULL, 0, 4, 4, out) == 0);
 }
