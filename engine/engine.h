@@ -74,7 +74,7 @@ typedef struct fg_engine_options {
      * distribution. Drafts come from the model's MTP block where the
      * backend runs it, and from prompt lookup (the session's own history) */
     bool speculative;        /* default true */
-    int spec_drafts;         /* most drafts per session and step, 1..16; default 4 */
+    int spec_drafts;         /* most drafts per session and step, 1..16; default 2 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */
     /* expert parallelism (docs/parallel.md): 0 or 1 rank runs every expert
