@@ -14,6 +14,7 @@
  * and call the wakeup callback. Nothing in a step allocates except growing a
  * session's token arrays when input arrives.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -736,26 +737,25 @@ static int plan_step(fg_engine_t *e)
         pre[i].want = fg_share_chunk(e, pre_s[i], left, left < chunk ? left : chunk);
     }
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
-    /* Drafts from what the decodes left, before prompt chunks: a session's
-     * drafts are its tenant's tokens like any other (the credit is the same),
-     * and never cost another session its decode token. */
-    fg_sched_item *spec = e->serve.items + 2 * T;
+    /* Drafts share what the decodes left with prompt chunks, in one round:
+     * a draft is its tenant's token like any other (the same credit), first
+     * among its tenant's, and never costs another session its decode token. */
+    fg_sched_item *spec = pre + n_pre;
     fg_session_t **spec_s = e->serve.cand + 2 * T;
     int n_spec = 0;
     for (int i = 0; i < n_dec; i++) {
         fg_response *r = &dec_s[i]->serve.resp;
-        if (r->n_draft && dec[i].grant == dec[i].want) {
+        if (r->n_draft && dec[i].grant == dec[i].want && !alone) {
             spec[n_spec] = dec[i];
             spec[n_spec].want = r->n_draft;
+            spec[n_spec].priority = INT_MAX;
             spec_s[n_spec++] = dec_s[i];
         }
         r->n_draft = 0;
     }
-    if (n_spec && !alone)
-        budget -= fg_sched_allocate(e->serve.sched, spec, n_spec, budget);
-    for (int i = 0; i < n_spec && !alone; i++)
+    fg_sched_allocate(e->serve.sched, pre, n_pre + n_spec, budget);
+    for (int i = 0; i < n_spec; i++)
         spec_s[i]->serve.resp.n_draft = spec[i].grant;
-    fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
     e->stats.steps_alone += alone && n_pre > 0;
 
     /* Batch order: decodes, then prefills; contiguous tokens per session:
@@ -1001,7 +1001,7 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
 {
     const size_t T = (size_t)e->opt.max_batch_tokens, V = (size_t)e->model->n_vocab;
     if (fg_sampler_create((int)V, &e->serve.sampler, diag) != FG_OK ||
-        fg_sched_create((int)T, SCHED_QUANTUM, &e->serve.sched) != FG_OK)
+        fg_sched_create(2 * (int)T, SCHED_QUANTUM, &e->serve.sched) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
     e->serve.items = calloc(3 * T, sizeof *e->serve.items);
     e->serve.cand = calloc(3 * T, sizeof *e->serve.cand);

@@ -116,7 +116,7 @@ typedef struct fg_engine_serve {
     fg_list all;                    /* adopted sessions (all_link), newest first */
     fg_sampler_t *sampler;
     fg_sched_t *sched;
-    fg_sched_item *items;           /* [3 * max_batch_tokens] decode, prefill, then draft candidates */
+    fg_sched_item *items;           /* [3 * max_batch_tokens] decode, then prefill and draft candidates */
     fg_session_t **cand;            /* [3 * max_batch_tokens] */
     fg_page_claim *claims;          /* [max_batch_tokens] pages the step's prefills will compute first */
     fg_fwd_seq *fseqs;              /* [max_batch_tokens] */
