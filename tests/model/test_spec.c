@@ -5,17 +5,17 @@
  *    plain decoding (a direct-mode run alone: the prompt, then one sampled
  *    token per pass): deepseek2 Q8_0 (tiny-q8_0) for one session alone,
  *    deepseek2 F32 (tiny) and deepseek4 (v4-tiny) alone and six batched, two
- *    of them without drafts. Batched Q8_0 is not asserted: a token's bits
- *    depend on its batch there with or without drafts (plain batched
- *    decoding differs from alone too, in a few of the six runs: the F32
- *    router and raw Q8_0 products take other kernels at other row counts,
- *    and Q8_0's activation rounding turns the last-bit differences into
- *    flipped near ties; docs/engine.md, "Speculative decoding"). F32 and
- *    v4-tiny are held to what test_serve and test_ds4_serve hold batching
- *    to. The prompts repeat themselves, so prompt lookup drafts; drafts are
- *    both accepted and rejected (asserted: the counts are deterministic),
- *    so the rollback runs: deepseek2 drops rows, deepseek4 restores its
- *    state copy and replays (draft_replayed > 0).
+ *    of them without drafts. Not bit-identity: a pass of several tokens
+ *    gives their logits in other last bits than passes of one (the product
+ *    kernels sum in another order by row count), so a near tie can flip, as
+ *    it does with plain batching (batched tiny-q8_0 is not asserted for that
+ *    reason: without drafts 3 of 6 runs differ from alone there;
+ *    docs/engine.md, "Speculative decoding"). These cases hold, and are held
+ *    to what test_serve and test_ds4_serve hold batching to. The prompts
+ *    repeat themselves, so prompt lookup drafts; drafts are both accepted and
+ *    rejected (asserted: the counts are deterministic), so the rollback
+ *    runs: deepseek2 drops rows, deepseek4 restores its state copy and
+ *    replays (draft_replayed > 0).
  * 2. Rollback, below the engine (the backend's forward pass): a sequence fed
  *    [t, d1, d2, d3] with d2 rejected, rolled back as the engine does, then
  *    fed its next token, gives that token's logits bit for bit as a sequence
