@@ -503,8 +503,8 @@ static int spec_plan(fg_engine_t *e, fg_session_t *s)
 /* The MTP block's drafts for every session of the batch that takes them,
  * chained one call per draft (arch.h), greedy: drafts are deterministic
  * proposals. Written into the batch after each session's sampled token. A
- * failed call leaves the rest as copies of that token: any draft is
- * verified, so the output stays right (only acceptance drops). No lock. */
+ * failed call leaves that draft a copy of the token: any draft is verified,
+ * so the output stays right (only acceptance drops). No lock. */
 static void spec_draft_mtp(fg_engine_t *e, int n)
 {
     const int V = e->model->n_vocab;
@@ -521,13 +521,16 @@ static void spec_draft_mtp(fg_engine_t *e, int n)
         rounds = r->n_draft > rounds ? r->n_draft : rounds;
         nd++;
     }
-    bool ok = true;
     for (int k = 0; k < rounds; k++) {
         fg_diag d;
-        ok = ok && fg_engine_draft(e, e->serve.draft_tok, e->serve.draft_seqs, nd, &d) == FG_OK;
+        /* One sequence the block refuses (its architecture's rules: a cache
+         * rolled back since its last run, say) must not cost the others
+         * their drafts: then each alone. */
+        const bool all = fg_engine_draft(e, e->serve.draft_tok, e->serve.draft_seqs, nd, &d) == FG_OK;
         for (int a = 0; a < nd; a++) {
             fg_session_t *s = e->serve.draft_sess[a];
             fg_response *r = &s->serve.resp;
+            const bool ok = all || fg_engine_draft(e, &e->serve.draft_tok[a], &e->serve.draft_seqs[a], 1, &d) == FG_OK;
             const int32_t t = ok ? fg_argmax(e->serve.draft_seqs[a].logits, V) : r->next_token;
             e->serve.draft_tok[a] = t < 0 ? r->next_token : t;
             if (k < r->n_draft) {
