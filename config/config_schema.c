@@ -120,6 +120,17 @@ const fg_cfg_key fg_cfg_keys[] = {
           "session up to all of them: such a step delays nobody's next token, and longer chunks make "
           "prefill over a long history cheaper. Results are the same for any chunking. 0 treats "
           "those steps like any other."),
+    {.path = "model.speculative", .type = FG_CFG_BOOL, .offset = offsetof(fg_config, model.speculative),
+     .def_bool = true,
+     .doc = "Speculative decoding: each decoding session also feeds up to model.speculative_drafts "
+            "proposed tokens (from the model's MTP block where the backend runs it, else from its own "
+            "history), verified in the same step; greedy output is that of plain decoding (docs/engine.md, "
+            "\"Speculative decoding\", says where bits may differ) and sampled output keeps its "
+            "distribution. false decodes one token per session and step."},
+    K_INT(fg_config, "model.speculative_drafts", model.speculative_drafts, 2, 1, 16,
+          "Most draft tokens a session proposes per step with model.speculative; they count against "
+          "its tenant's share of the step like any token. 2 measured best on a CPU, where each "
+          "draft costs about a token's compute (docs/benchmarks.md)."),
     K_ENUM(fg_config, "model.backend", model.backend, backend_names, FG_CONFIG_BACKEND_CPU,
            "Compute backend: cpu, or cuda (needs a CUDA build and a GPU; with topology.ranks > 1 one GPU "
            "per local rank, rank i on device i)."),

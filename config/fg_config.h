@@ -112,6 +112,8 @@ typedef struct fg_config_model {
     int64_t max_context;            /* tokens per session; 0: the model's */
     int64_t prefill_chunk;          /* prompt tokens per session per step */
     int64_t prefill_alone_tokens;   /* prompt tokens of a step that decodes nothing; 0: as any step */
+    bool speculative;               /* speculative decoding on */
+    int64_t speculative_drafts;     /* most draft tokens per session and step */
     fg_config_backend backend;
 } fg_config_model;
 

@@ -18,6 +18,8 @@ void fg_engine_options_default(fg_engine_options *o)
     o->prefill_chunk = 128;
     o->prefill_alone_tokens = 512;
     o->event_capacity = 64;
+    o->speculative = true;
+    o->spec_drafts = 2; /* docs/benchmarks.md, "Speculative decoding" */
     o->text_capacity = 2048;
     o->prefix_cache = true;
 }
@@ -91,6 +93,9 @@ fg_err fg_engine_open(const fg_engine_options *o, fg_engine_t **out, fg_diag *di
     if (o->serve && (o->prefill_chunk < 1 || o->event_capacity < 4 || o->event_capacity > (1 << 20) ||
                      o->text_capacity < 64 || o->text_capacity > (1 << 26)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "prefill_chunk, event_capacity or text_capacity out of range");
+    if (o->serve && o->speculative && (o->spec_drafts < 1 || o->spec_drafts > FG_SPEC_MAX_DRAFTS))
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "spec_drafts %d outside [1, %d]", o->spec_drafts,
+                           FG_SPEC_MAX_DRAFTS);
     if (!fg_isa_supported(o->isa))
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "instruction set %s is not available on this CPU",
                            fg_isa_name(o->isa));
@@ -437,6 +442,15 @@ fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs
     for (int i = 0; i < n; i++)
         e->seq_rank[i] = sessions[i]->ep_rank;
     return fg_ep_ranks_run(e->ep, tokens, seqs, e->seq_rank, n, diag);
+}
+
+bool fg_engine_can_draft(const fg_engine_t *e) { return e->backend && fg_backend_can_draft(e->backend); }
+
+fg_err fg_engine_draft(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, int n, fg_diag *diag)
+{
+    if (!e->backend)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "no MTP drafts under expert parallelism");
+    return fg_backend_draft(e->backend, tokens, seqs, n, diag);
 }
 
 fg_err fg_engine_round(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions, int n,

@@ -67,6 +67,14 @@ typedef struct fg_engine_options {
                                * tokens (at least max_batch_tokens), one session up to all of
                                * them; 0: max_batch_tokens and prefill_chunk as in any step;
                                * default 512 */
+    /* speculative decoding (docs/engine.md, "Speculative decoding"): a
+     * decoding session feeds up to spec_drafts proposed tokens after its
+     * sampled one, verified in the same forward pass; greedy output is
+     * that of plain decoding token for token, sampled output has the same
+     * distribution. Drafts come from the model's MTP block where the
+     * backend runs it, and from prompt lookup (the session's own history) */
+    bool speculative;        /* default true */
+    int spec_drafts;         /* most drafts per session and step, 1..16; default 2 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */
     /* expert parallelism (docs/parallel.md): 0 or 1 rank runs every expert
@@ -201,6 +209,13 @@ typedef struct fg_engine_stats {
     uint64_t batch_tokens_hist[FG_ENGINE_HIST_BUCKETS];
     uint64_t batch_sessions_hist[FG_ENGINE_HIST_BUCKETS];
     uint64_t batch_sessions_sum;   /* sessions over all steps (batch tokens sum: decode + prefill) */
+    /* speculative decoding: drafts fed to verification, by source, and of them accepted (emitted
+     * without a step of their own); replayed: accepted tokens run again after a stateful cache
+     * (deepseek4) was rolled back to before a partly rejected verification */
+    uint64_t draft_tokens;
+    uint64_t draft_tokens_mtp;     /* of draft_tokens, from the MTP block (the rest: prompt lookup) */
+    uint64_t draft_accepted;
+    uint64_t draft_replayed;
 } fg_engine_stats;
 
 void fg_engine_get_stats(fg_engine_t *e, fg_engine_stats *st);
@@ -283,6 +298,7 @@ typedef struct fg_response_params {
      * The ids must stay valid until the response's DONE. NULL/0: off. */
     const int32_t *script;
     int n_script;
+    bool no_drafts;                     /* decode without speculation (its output is the same either way) */
 } fg_response_params;
 
 typedef enum fg_event_type {
@@ -307,6 +323,8 @@ typedef struct fg_usage {
     int64_t input_tokens;   /* context the response was computed from (history + new input) */
     int64_t cached_tokens;  /* of which already in the KV cache at the start */
     int64_t output_tokens;  /* generated */
+    int64_t draft_tokens;   /* speculative drafts verified for it */
+    int64_t draft_accepted; /* of which accepted (part of output_tokens) */
 } fg_usage;
 
 typedef struct fg_event {

@@ -30,6 +30,7 @@
 #include "engine/serve/engine_serve.h"
 #include "engine/serve/sampler.h"
 #include "engine/serve/scheduler.h"
+#include "engine/serve/spec.h"
 #include "kernels/cpu/pool.h"
 
 struct fg_session {
@@ -104,6 +105,12 @@ static inline fg_session_t *fg_all_next(const fg_engine_t *e, const fg_session_t
  * fg_forward_run / fg_ep_ranks_run. */
 fg_err fg_engine_forward(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, fg_session_t *const *sessions,
                          int n, fg_diag *diag);
+
+/* engine.c: MTP drafts (fg_backend_draft) for seqs[n]; whether the engine
+ * has them (a backend that drafts; none under expert parallelism). Errors:
+ * FG_ERR_UNSUPPORTED, those of the backend. */
+bool fg_engine_can_draft(const fg_engine_t *e);
+fg_err fg_engine_draft(fg_engine_t *e, const int32_t *tokens, fg_fwd_seq *seqs, int n, fg_diag *diag);
 
 /* engine.c: with several nodes, an agreement round over this node's batch
  * of n sessions (n may be 0) and the step it agrees on; see

@@ -519,11 +519,12 @@ static void sessions_list(fg_gateway_t *gw, gw_http_req *req, const char *id)
         if (s->tenant != idx)
             continue;
         double idle = now - s->last_activity;
-        json_array_append_new(arr, json_pack("{s:s, s:b, s:b, s:i, s:f, s:b}", "id", s->id, "attached",
+        json_array_append_new(arr, json_pack("{s:s, s:b, s:b, s:i, s:f, s:b, s:I, s:I}", "id", s->id, "attached",
                                              s->sink != NULL, "responding", s->responding, "tokens",
                                              fg_session_length(s->es), "idle_seconds",
                                              idle < 0 ? 0.0 : (double)(int64_t)(idle * 1000) / 1000, "on_disk",
-                                             fg_session_on_disk(s->es)));
+                                             fg_session_on_disk(s->es), "draft_tokens", (json_int_t)s->draft_tokens,
+                                             "draft_accepted", (json_int_t)s->draft_accepted));
     }
     reply_json(req, 200, json_pack("{s:o}", "sessions", arr));
 }

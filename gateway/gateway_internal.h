@@ -141,6 +141,8 @@ struct gw_session {
     uint64_t resp_restored;         /* resp_counter as restored (0: not restored) */
     struct gw_tools *tools_resp;    /* gw_tools.c: the response's tool calls (NULL until the first) */
     uint64_t resp_tokens;           /* tokens of the response in progress so far */
+    uint64_t draft_tokens;          /* speculative drafts verified for its responses (engine usage) */
+    uint64_t draft_accepted;        /* of which accepted */
     int64_t new_input;              /* tokens appended since the last response started (uncached work) */
     int64_t oob_input;              /* tokens appended to this response's out-of-band session (its work at most) */
     int64_t reserved;               /* tokens the quota reserved for the response in progress */

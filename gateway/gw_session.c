@@ -326,6 +326,10 @@ static void record_done(gw_session *s, fg_proto_response_status status, const fg
     m->input_tokens += (uint64_t)(u->input_tokens > 0 ? u->input_tokens : 0);
     m->cached_input_tokens += (uint64_t)(u->cached_tokens > 0 ? u->cached_tokens : 0);
     m->output_tokens += (uint64_t)(u->output_tokens > 0 ? u->output_tokens : 0);
+    m->draft_tokens += (uint64_t)(u->draft_tokens > 0 ? u->draft_tokens : 0);
+    m->draft_accepted += (uint64_t)(u->draft_accepted > 0 ? u->draft_accepted : 0);
+    s->draft_tokens += (uint64_t)(u->draft_tokens > 0 ? u->draft_tokens : 0);
+    s->draft_accepted += (uint64_t)(u->draft_accepted > 0 ? u->draft_accepted : 0);
     gw_hist_observe(&s->gw->metrics.e2e, fg_clock_mono_s() - s->resp_created_at);
 }
 

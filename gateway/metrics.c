@@ -247,6 +247,10 @@ static void render_gateway(fg_gateway_t *gw, text *t)
          offsetof(gw_tenant_counters, cached_input_tokens)},
         {"flashgate_output_tokens_total", "Output tokens of finished responses.",
          offsetof(gw_tenant_counters, output_tokens)},
+        {"flashgate_draft_tokens_total", "Speculative draft tokens verified for finished responses.",
+         offsetof(gw_tenant_counters, draft_tokens)},
+        {"flashgate_draft_accepted_tokens_total", "Of the draft tokens, accepted (emitted without a step of their own).",
+         offsetof(gw_tenant_counters, draft_accepted)},
     };
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++) {
         family(t, counters[c].name, "counter", counters[c].help);
@@ -305,6 +309,18 @@ static void render_engine(fg_gateway_t *gw, text *t)
               (double)st.short_input_tokens);
     put_value(t, "flashgate_engine_prompt_only_steps_total", "counter",
               "Steps in which no session decoded, run at model.prefill_alone_tokens.", (double)st.steps_alone);
+    family(t, "flashgate_engine_draft_tokens_total", "counter",
+           "Speculative draft tokens fed to verification, by source (mtp: the model's MTP block; lookup: "
+           "the session's own history).");
+    put(t, "flashgate_engine_draft_tokens_total{source=\"mtp\"} %llu\n", (unsigned long long)st.draft_tokens_mtp);
+    put(t, "flashgate_engine_draft_tokens_total{source=\"lookup\"} %llu\n",
+        (unsigned long long)(st.draft_tokens - st.draft_tokens_mtp));
+    put_value(t, "flashgate_engine_draft_accepted_total", "counter", "Of the draft tokens, accepted.",
+              (double)st.draft_accepted);
+    put_value(t, "flashgate_engine_draft_replayed_total", "counter",
+              "Accepted tokens run again after a stateful cache (deepseek4) rolled back a partly rejected "
+              "verification.",
+              (double)st.draft_replayed);
     family(t, "flashgate_engine_responses", "gauge",
            "Responses in the engine: running, paused (client behind) or waiting for KV pages (queued).");
     put(t, "flashgate_engine_responses{state=\"running\"} %d\n", st.responding - st.paused - st.waiting_kv);

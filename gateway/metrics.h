@@ -58,6 +58,8 @@ typedef struct gw_tenant_counters {
     uint64_t input_tokens;                 /* response.done usage: context computed from */
     uint64_t cached_input_tokens;          /* of which found in the KV cache */
     uint64_t output_tokens;
+    uint64_t draft_tokens;                 /* response.done usage: speculative drafts verified */
+    uint64_t draft_accepted;               /* of which accepted (part of output_tokens) */
     uint64_t quota_rejections[FG_QUOTA_INVALID + 1]; /* by fg_quota_verdict (index 0 unused) */
 } gw_tenant_counters;
 

@@ -420,6 +420,8 @@ void fg_gateway_engine_options(const fg_config *cfg, fg_gateway_t *gw, fg_engine
     o->max_context = (int)cfg->model.max_context;
     o->prefill_chunk = (int)cfg->model.prefill_chunk;
     o->prefill_alone_tokens = (int)cfg->model.prefill_alone_tokens;
+    o->speculative = cfg->model.speculative;
+    o->spec_drafts = (int)cfg->model.speculative_drafts;
     o->ep_ranks = (int)cfg->topology.ranks;
     o->ep_experts_per_rank = (int)cfg->topology.experts_per_rank;
     o->ep_redundant = (int)cfg->topology.redundant_experts;

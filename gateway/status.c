@@ -230,11 +230,13 @@ static json_t *tenants_json(fg_gateway_t *gw)
                                     json_integer((json_int_t)t->m.quota_rejections[v]));
         }
         json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:s}", "id", t->rec.id,
+            arr, json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:s}", "id", t->rec.id,
                            "name", t->rec.name, "sessions", t->sessions, "streaming", (int)streaming,
                            "responses_started", (json_int_t)t->m.responses_started, "input_tokens",
                            (json_int_t)t->m.input_tokens, "cached_input_tokens", (json_int_t)t->m.cached_input_tokens,
-                           "output_tokens", (json_int_t)t->m.output_tokens, "sessions_opened",
+                           "output_tokens", (json_int_t)t->m.output_tokens, "draft_tokens",
+                           (json_int_t)t->m.draft_tokens, "draft_accepted", (json_int_t)t->m.draft_accepted,
+                           "sessions_opened",
                            (json_int_t)t->m.sessions_opened, "quota_rejections", (json_int_t)rej,
                            "quota_rejections_by_limit", by_limit, "kv_resident_bytes", (json_int_t)res,
                            "kv_disk_bytes", (json_int_t)disk, "fail_mode",

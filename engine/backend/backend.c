@@ -62,6 +62,18 @@ fg_err fg_backend_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, 
     return b->ops->run(b, tokens, seqs, n_seqs, diag);
 }
 
+bool fg_backend_can_draft(const fg_backend_t *b) { return b->can_draft && b->ops->draft; }
+
+fg_err fg_backend_draft(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    if (!fg_backend_can_draft(b))
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           b->kind == FG_BACKEND_CUDA
+                               ? "backend cuda: no MTP drafts (speculative decoding falls back to prompt lookup)"
+                               : "the model has no MTP block to draft with (speculative decoding uses prompt lookup)");
+    return b->ops->draft(b, tokens, seqs, n_seqs, diag);
+}
+
 fg_err fg_backend_kv_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag)
 {
     return b->ops->kv_page_to_host(b, page, diag);

@@ -91,6 +91,18 @@ int fg_backend_max_tokens(const fg_backend_t *b);
  * message has the CUDA error). */
 fg_err fg_backend_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 
+/* Whether fg_backend_draft works here: the cpu backend on a model whose
+ * architecture fills forward_draft (an MTP block); never on cuda. */
+bool fg_backend_can_draft(const fg_backend_t *b);
+
+/* Drafts with the model's MTP block, as fg_arch.forward_draft
+ * (engine/model/arch.h): for each sequence (n_tokens 1, n_logits 1),
+ * tokens[i] follows its cache; logits get the MTP block's prediction of the
+ * token after it; a second call before the next fg_backend_run chains one
+ * further. The caches are left as they were. Errors: FG_ERR_UNSUPPORTED (no
+ * MTP block, or the cuda backend), those of forward_run. */
+fg_err fg_backend_draft(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+
 /* Copies a page's resident contents into its host page (next tier), or back.
  * No-ops on the CPU backend. Errors: FG_ERR_INVALID_ARG (not a page of the
  * store), FG_ERR_IO (device copy failed). */

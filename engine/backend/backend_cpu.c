@@ -1,5 +1,6 @@
 /* backend_cpu.c: the CPU backend: the architecture's forward pass
- * (engine/model/arch.h), unchanged, behind the backend table. Its KV pages are the host pages, so the tier copies are
+ * (engine/model/arch.h), unchanged, behind the backend table (its MTP
+ * drafts too, where the architecture has them). Its KV pages are the host pages, so the tier copies are
  * no-ops. */
 #include <stdlib.h>
 
@@ -17,6 +18,12 @@ static fg_err cpu_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, 
     return c->arch->forward_run(c->fwd, tokens, seqs, n_seqs, diag);
 }
 
+static fg_err cpu_draft(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    cpu_backend *c = (cpu_backend *)b;
+    return c->arch->forward_draft(c->fwd, tokens, seqs, n_seqs, diag);
+}
+
 static fg_err cpu_page_to_host(fg_backend_t *b, uint8_t *page, fg_diag *diag) { return FG_OK; }
 
 static fg_err cpu_page_to_device(fg_backend_t *b, const uint8_t *page, fg_diag *diag) { return FG_OK; }
@@ -28,7 +35,7 @@ static void cpu_close(fg_backend_t *b)
     free(c);
 }
 
-static const fg_backend_ops cpu_ops = {cpu_run, cpu_page_to_host, cpu_page_to_device, cpu_close};
+static const fg_backend_ops cpu_ops = {cpu_run, cpu_page_to_host, cpu_page_to_device, cpu_close, cpu_draft};
 
 fg_err fg_backend_cpu_open(const fg_backend_options *o, fg_backend_t **out, fg_diag *diag)
 {
@@ -50,7 +57,8 @@ fg_err fg_backend_cpu_open(const fg_backend_options *o, fg_backend_t **out, fg_d
         a->forward_count_experts(c->fwd, o->expert_tokens);
     if (o->ep)
         a->forward_set_ep(c->fwd, o->ep);
-    c->base = (struct fg_backend){.ops = &cpu_ops, .kind = FG_BACKEND_CPU, .max_tokens = o->max_tokens};
+    c->base = (struct fg_backend){.ops = &cpu_ops, .kind = FG_BACKEND_CPU, .max_tokens = o->max_tokens,
+                                 .can_draft = a->forward_draft != NULL};
     *out = &c->base;
     return FG_OK;
 }

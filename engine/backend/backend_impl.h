@@ -11,12 +11,15 @@ typedef struct fg_backend_ops {
     fg_err (*kv_page_to_host)(fg_backend_t *b, uint8_t *page, fg_diag *diag);
     fg_err (*kv_page_to_device)(fg_backend_t *b, const uint8_t *page, fg_diag *diag);
     void (*close)(fg_backend_t *b);
+    /* fg_arch.forward_draft's contract; NULL: the backend cannot draft (FG_ERR_UNSUPPORTED). */
+    fg_err (*draft)(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
 } fg_backend_ops;
 
 struct fg_backend {
     const fg_backend_ops *ops;
     fg_backend_kind kind;
     int max_tokens;
+    bool can_draft;      /* draft works: the model has an MTP block and the backend runs it */
 };
 
 /* engine/backend/backend_cpu.c */

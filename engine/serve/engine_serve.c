@@ -14,12 +14,14 @@
  * and call the wakeup callback. Nothing in a step allocates except growing a
  * session's token arrays when input arrives.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/engine_internal.h"
 #include "engine/serve/stop.h"
+#include "kernels/cpu/vecops.h"
 
 #define SCHED_QUANTUM 16 /* tokens of credit per unit of tenant weight per DRR round */
 #define EVENTS_PER_STEP 3 /* TOKEN, DONE and WAITING at most, per session and step */
@@ -93,6 +95,8 @@ static void free_session(fg_engine_t *e, fg_session_t *s)
         fg_list_remove(&s->serve.ready_link);
     if (s->tier.delete_file)
         fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
+    if (s->serve.spec_state)
+        fg_kv_state_free(e->kv, s->serve.spec_state, s->seq.state_owner);
     fg_session_dealloc(s);
 }
 
@@ -118,14 +122,24 @@ static void finish(fg_engine_t *e, fg_session_t *s, fg_finish why, fg_err err)
     uint32_t len = why == FG_FINISH_STOP ? 0 : (uint32_t)r->hold_len;
     fg_event ev = {.type = FG_EVENT_DONE, .response_id = r->id, .finish = why, .error = err,
                    .usage = {.input_tokens = r->input_tokens, .cached_tokens = r->cached_tokens,
-                             .output_tokens = r->generated}};
+                             .output_tokens = r->generated, .draft_tokens = r->drafted,
+                             .draft_accepted = r->accepted}};
     outq_push(e, s, ev, text, len);
-    /* A sampled but unevaluated token becomes the first input of the next turn. */
-    if (r->have_next && fg_tokens_reserve(&s->todo, s->todo.n + 1) == 0) {
-        memmove(s->todo.v + 1, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
-        s->todo.v[0] = r->next_token;
-        s->todo.n++;
-        s->todo_sampled = true;
+    /* A sampled but unevaluated token becomes the first input of the next turn,
+     * after the tokens a rolled-back stateful cache still had to replay. */
+    const int rep = s->serve.n_replay, add = rep + (r->have_next ? 1 : 0);
+    if (add && fg_tokens_reserve(&s->todo, s->todo.n + add) == 0) {
+        memmove(s->todo.v + add, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
+        memcpy(s->todo.v, s->serve.replay, (size_t)rep * sizeof *s->todo.v);
+        if (r->have_next)
+            s->todo.v[rep] = r->next_token;
+        s->todo.n += add;
+        s->todo_sampled = r->have_next && rep == 0; /* (a fork keeps todo[0] only) */
+    }
+    s->serve.n_replay = 0;
+    if (s->serve.spec_state) {
+        fg_kv_state_free(e->kv, s->serve.spec_state, s->seq.state_owner);
+        s->serve.spec_state = NULL;
     }
     if (r->admitted)
         fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* return unused reserved pages */
@@ -152,6 +166,7 @@ static int rewind_point(const fg_engine_t *e, const fg_session_t *s, int keep)
  * its evaluated tokens go back to the input queue and their pages are freed. */
 static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
 {
+    s->serve.n_replay = 0; /* generated tokens: discarded with the response */
     const int keep = rewind_point(e, s, (int)s->serve.resp.cached_tokens), extra = s->seq.n_tokens - keep;
     if (extra > 0 && fg_tokens_reserve(&s->todo, s->todo.n + extra) == 0) {
         memmove(s->todo.v + extra, s->todo.v, (size_t)s->todo.n * sizeof *s->todo.v);
@@ -364,8 +379,10 @@ static uint32_t release_text(fg_engine_t *e, fg_session_t *s, int32_t tok, const
     return (uint32_t)(len - keep);
 }
 
-/* Queues the TOKEN event of a freshly sampled token and ends the response when due. */
-static void emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok)
+/* Queues the TOKEN event of a generated token; returns true (and *why)
+ * when the response ends with it. rows: the tokens in the cache when plain
+ * decoding emits it (accepted drafts after it do not count). */
+static bool emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok, int rows, fg_finish *why)
 {
     fg_response *r = &s->serve.resp;
     r->generated++;
@@ -376,14 +393,215 @@ static void emit_token(fg_engine_t *e, fg_session_t *s, int32_t tok)
     outq_push(e, s, (fg_event){.type = FG_EVENT_TOKEN, .response_id = r->id, .token = tok}, text, len);
     r->have_next = true;
     r->next_token = tok;
-    if (stopped)
-        finish(e, s, FG_FINISH_STOP, FG_OK);
-    else if (tok == fg_tokenizer_eos(e->tok))
-        finish(e, s, FG_FINISH_EOS, FG_OK);
-    else if (r->generated >= r->p.max_tokens)
-        finish(e, s, FG_FINISH_LENGTH, FG_OK);
-    else if (s->seq.n_tokens + 1 > e->n_ctx)
-        finish(e, s, FG_FINISH_CONTEXT, FG_OK);
+    *why = stopped                              ? FG_FINISH_STOP
+           : tok == fg_tokenizer_eos(e->tok)    ? FG_FINISH_EOS
+           : r->generated >= r->p.max_tokens    ? FG_FINISH_LENGTH
+           : rows + 1 > e->n_ctx                ? FG_FINISH_CONTEXT
+                                                : (fg_finish)0;
+    return *why != 0;
+}
+
+/* ---- speculative decoding [step] ---- */
+
+/* Puts a stateful cache back to its copy from before the step: the fed
+ * rows of the step go, and the back tokens the step added to the history;
+ * the first keep of those become replay, run first in the next step. */
+static void spec_restore(fg_engine_t *e, fg_session_t *s, int fed, int back, int keep)
+{
+    memcpy(s->seq.state, s->serve.spec_state, fg_kv_store_geometry(e->kv)->seq_bytes);
+    s->seq.n_tokens -= fed;
+    s->hist.n -= back;
+    memcpy(s->serve.replay, s->hist.v + s->hist.n, (size_t)keep * sizeof *s->serve.replay);
+    s->serve.n_replay = keep;
+}
+
+/* Emits this step's tokens of s in order: like plain decoding, the response
+ * ends at the first that ends it; the accepted drafts after that one leave
+ * the cache (their rows were computed, plain decoding would not have them),
+ * and so does that one, which is sampled and not yet evaluated. */
+static void emit_outputs(fg_engine_t *e, fg_session_t *s)
+{
+    fg_response *r = &s->serve.resp;
+    const int n = r->n_out;
+    r->n_out = 0;
+    for (int i = 0; i < n; i++) {
+        const int later = n - 1 - i; /* accepted drafts evaluated from out[i] on */
+        fg_finish why;
+        if (!emit_token(e, s, r->out[i], s->seq.n_tokens + s->serve.n_replay - later, &why))
+            continue;
+        if (later > 0) {
+            if (s->serve.n_replay >= later) {
+                s->serve.n_replay -= later; /* rolled back already: replay fewer */
+            } else if (s->seq.state) {
+                spec_restore(e, s, n, n, n - later); /* every draft accepted, state advanced: back, replay the rest */
+            } else {
+                s->hist.n -= later;
+                s->seq.n_tokens -= later;
+            }
+        }
+        finish(e, s, why, FG_OK);
+        return;
+    }
+}
+
+/* Drafts this decoding session may feed now: within the tokens the response
+ * may still produce (the one sampled after the drafts included), the
+ * reserved pages and the context, and the room of its output queue for one
+ * TOKEN event each. 0 with speculation off and for scripted responses. */
+static int spec_cap(const fg_engine_t *e, const fg_session_t *s)
+{
+    const fg_response *r = &s->serve.resp;
+    const fg_outq *q = &s->serve.out;
+    if (!e->opt.speculative || r->p.no_drafts || r->p.n_script > 0)
+        return 0;
+    int m = e->opt.spec_drafts < FG_SPEC_MAX_DRAFTS ? e->opt.spec_drafts : FG_SPEC_MAX_DRAFTS;
+    const int rows = s->seq.n_tokens + 1, pages = s->seq.n_pages * FG_KV_PAGE_TOKENS;
+    const int lims[] = {r->p.max_tokens - r->generated - 1, (pages < e->n_ctx ? pages : e->n_ctx) - rows,
+                        q->ev_cap - q->ev_count - EVENTS_PER_STEP,
+                        e->max_token_bytes > 0
+                            ? (int)((q->text_cap - q->text_count - text_room(e)) / (uint32_t)e->max_token_bytes)
+                            : m};
+    for (size_t i = 0; i < sizeof lims / sizeof *lims; i++)
+        m = lims[i] < m ? lims[i] : m;
+    return m > 0 ? m : 0;
+}
+
+/* Chooses a decoding session's drafts for this step (r->draft, n_draft):
+ * prompt lookup where it fills every slot (free), else the MTP block where
+ * the backend has one (its drafts are computed after the plan), else what
+ * lookup found. A stateful cache needs a copy of its state to roll back to;
+ * without one (pool short) it does not draft. Returns the tokens the
+ * session must feed before any draft: its replay and its sampled token. */
+static int spec_plan(fg_engine_t *e, fg_session_t *s)
+{
+    fg_response *r = &s->serve.resp;
+    r->n_draft = 0;
+    r->draft_mtp = false;
+    if (s->serve.n_replay)
+        return s->serve.n_replay + 1; /* no drafts with a replay: its state copy is from before it */
+    if (r->spec_skip > 0) {
+        r->spec_skip--;
+        return 1;
+    }
+    const int m = spec_cap(e, s);
+    if (m == 0)
+        return 1;
+    int n = fg_spec_lookup(s->hist.v, (int)s->hist.n, r->next_token, m, r->draft);
+    if (n < m && e->serve.can_draft) {
+        r->draft_mtp = true;
+        n = m;
+    }
+    if (n > 0 && s->seq.state && !s->serve.spec_state &&
+        !(s->serve.spec_state = fg_kv_state_copy(e->kv, s->seq.state, s->seq.state_owner))) {
+        n = 0;
+        r->draft_mtp = false;
+    }
+    r->n_draft = n;
+    return 1;
+}
+
+/* The MTP block's drafts for every session of the batch that takes them,
+ * chained one call per draft (arch.h), greedy: drafts are deterministic
+ * proposals. Written into the batch after each session's sampled token. A
+ * failed call leaves that draft a copy of the token: any draft is verified,
+ * so the output stays right (only acceptance drops). No lock. */
+static void spec_draft_mtp(fg_engine_t *e, int n)
+{
+    const int V = e->model->n_vocab;
+    int nd = 0, rounds = 0;
+    for (int i = 0; i < n; i++) {
+        fg_session_t *s = e->serve.cand[i];
+        fg_response *r = &s->serve.resp;
+        if (!r->draft_mtp || !r->n_draft || s->todo.n > 0)
+            continue;
+        e->serve.draft_sess[nd] = s;
+        e->serve.draft_tok[nd] = r->next_token;
+        e->serve.draft_seqs[nd] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = 1, .n_logits = 1,
+                                               .logits = e->serve.logits + (size_t)nd * V, .absorbed = true};
+        rounds = r->n_draft > rounds ? r->n_draft : rounds;
+        nd++;
+    }
+    for (int k = 0; k < rounds; k++) {
+        fg_diag d;
+        /* One sequence the block refuses (its architecture's rules: a cache
+         * rolled back since its last run, say) must not cost the others
+         * their drafts: then each alone. */
+        const bool all = fg_engine_draft(e, e->serve.draft_tok, e->serve.draft_seqs, nd, &d) == FG_OK;
+        for (int a = 0; a < nd; a++) {
+            fg_session_t *s = e->serve.draft_sess[a];
+            fg_response *r = &s->serve.resp;
+            const bool ok = all || fg_engine_draft(e, &e->serve.draft_tok[a], &e->serve.draft_seqs[a], 1, &d) == FG_OK;
+            const int32_t t = ok ? fg_argmax(e->serve.draft_seqs[a].logits, V) : r->next_token;
+            e->serve.draft_tok[a] = t < 0 ? r->next_token : t;
+            if (k < r->n_draft) {
+                r->draft[k] = e->serve.draft_tok[a];
+                e->serve.btok[s->serve.batch_at + 1 + k] = r->draft[k];
+            }
+        }
+    }
+}
+
+/* Step counters of speculative decoding, added to the engine's under the lock. */
+typedef struct spec_counts {
+    int64_t drafted, drafted_mtp, accepted, replayed;
+} spec_counts;
+
+/* After the forward pass, for a decoding session: its replayed tokens and
+ * sampled token join the history, its drafts are verified in order
+ * (fg_sampler_verify: the longest accepted prefix, then one token sampled
+ * after it) into r->out, and the cache keeps the rows of what was accepted:
+ * rows past them are dropped, or a stateful cache goes back to its copy and
+ * replays them. fs: its share of the batch (logits of the sampled token and
+ * each draft). No lock. */
+static void spec_verify(fg_engine_t *e, fg_session_t *s, const fg_fwd_seq *fs, spec_counts *c)
+{
+    fg_response *r = &s->serve.resp;
+    const int V = e->model->n_vocab, rep = s->serve.batch_replay;
+    memcpy(s->hist.v + s->hist.n, s->serve.replay, (size_t)rep * sizeof *s->hist.v);
+    s->hist.n += rep;
+    s->serve.n_replay -= rep;
+    memmove(s->serve.replay, s->serve.replay + rep, (size_t)s->serve.n_replay * sizeof *s->serve.replay);
+    c->replayed += rep;
+    r->n_out = 0;
+    if (s->serve.batch_tokens == rep)
+        return; /* replay only (the grant ended there) */
+    s->hist.v[s->hist.n++] = r->next_token;
+    r->have_next = false;
+    const int m = s->serve.batch_tokens - rep - 1;
+    int j = 0;
+    for (;; j++) {
+        const float *lg = fs->logits + (size_t)j * V;
+        bool acc = false;
+        const int32_t t = j < m ? fg_sampler_verify(e->serve.sampler, &r->p.sampling, &r->rng, lg, r->draft[j], &acc)
+                                : fg_sampler_sample(e->serve.sampler, &r->p.sampling, &r->rng, lg);
+        r->out[r->n_out++] = r->generated + j < r->p.n_script ? r->p.script[r->generated + j] : t;
+        if (!acc)
+            break;
+    }
+    /* Back off where drafts do not land (text the history does not repeat, a
+     * weak MTP block): a verification pays when it emits more tokens than the
+     * steps it costs (a stateful rollback costs a replay step); after k that
+     * did not in a row, the session decodes 2^k - 1 steps (at most 31) plainly
+     * before it drafts again, so at no acceptance the waste is a draft pass
+     * in 32 steps. */
+    if (m > 0) {
+        const bool paid = j > (s->seq.state && j < m ? 1 : 0);
+        r->spec_fails = paid ? 0 : r->spec_fails + 1;
+        r->spec_skip = paid ? 0 : (1 << (r->spec_fails < 5 ? r->spec_fails : 5)) - 1;
+    }
+    r->drafted += m;
+    r->accepted += j;
+    c->drafted += m;
+    c->drafted_mtp += r->draft_mtp ? m : 0;
+    c->accepted += j;
+    memcpy(s->hist.v + s->hist.n, r->draft, (size_t)j * sizeof *s->hist.v);
+    s->hist.n += j;
+    if (j < m) {
+        if (s->seq.state)
+            spec_restore(e, s, 1 + m, 1 + j, 1 + j); /* (no replay with drafts) the rows of [next, accepted] are replayed */
+        else
+            s->seq.n_tokens -= m - j; /* within its reserved pages, which it keeps for the next rows */
+    }
 }
 
 /* ---- the step ---- */
@@ -501,7 +719,7 @@ static int plan_step(fg_engine_t *e)
             pre[n_pre] = it; /* want: below, once it is known whether the step decodes */
             pre_s[n_pre++] = s;
         } else if (s->todo.n == 0 && r->have_next && n_dec < T) {
-            it.want = 1;
+            it.want = spec_plan(e, s); /* its replay and sampled token; drafts are granted below */
             dec[n_dec] = it;
             dec_s[n_dec++] = s;
         } else if ((int)s->todo.n <= held_input(e, s) && !r->p.generate) {
@@ -522,11 +740,30 @@ static int plan_step(fg_engine_t *e)
         pre[i].want = fg_share_chunk(e, pre_s[i], left, left < chunk ? left : chunk);
     }
     int budget = alone ? e->step_capacity : T - fg_sched_allocate(e->serve.sched, dec, n_dec, T);
-    fg_sched_allocate(e->serve.sched, pre, n_pre, budget);
+    /* Drafts share what the decodes left with prompt chunks, in one round:
+     * a draft is its tenant's token like any other (the same credit), first
+     * among its tenant's, and never costs another session its decode token. */
+    fg_sched_item *spec = pre + n_pre;
+    fg_session_t **spec_s = e->serve.cand + 2 * T;
+    int n_spec = 0;
+    for (int i = 0; i < n_dec; i++) {
+        fg_response *r = &dec_s[i]->serve.resp;
+        if (r->n_draft && dec[i].grant == dec[i].want && !alone) {
+            spec[n_spec] = dec[i];
+            spec[n_spec].want = r->n_draft;
+            spec[n_spec].priority = INT_MAX;
+            spec_s[n_spec++] = dec_s[i];
+        }
+        r->n_draft = 0;
+    }
+    fg_sched_allocate(e->serve.sched, pre, n_pre + n_spec, budget);
+    for (int i = 0; i < n_spec; i++)
+        spec_s[i]->serve.resp.n_draft = spec[i].grant;
     e->stats.steps_alone += alone && n_pre > 0;
 
-    /* Batch order: decodes, then prefills; contiguous tokens per session. */
-    int n = 0, ntok = 0;
+    /* Batch order: decodes, then prefills; contiguous tokens per session:
+     * a decode's replay, its sampled token, its drafts. */
+    int n = 0, ntok = 0, nrow = 0;
     for (int pass = 0; pass < 2; pass++) {
         fg_sched_item *items = pass ? pre : dec;
         fg_session_t **ss = pass ? pre_s : dec_s;
@@ -535,14 +772,31 @@ static int plan_step(fg_engine_t *e)
             if (!items[i].grant)
                 continue;
             fg_session_t *s = ss[i];
+            fg_response *r = &s->serve.resp;
+            int32_t *dst = e->serve.btok + ntok;
+            s->serve.batch_at = ntok;
             s->serve.batch_tokens = items[i].grant;
-            const int32_t *src = pass ? s->todo.v : &s->serve.resp.next_token;
-            memcpy(e->serve.btok + ntok, src, (size_t)s->serve.batch_tokens * sizeof *src);
-            /* Sample after a decode, or after the chunk that ends the input of a generating response. */
-            s->serve.batch_logits = !pass || (s->serve.batch_tokens == (int)s->todo.n && s->serve.resp.p.generate);
+            if (pass) {
+                memcpy(dst, s->todo.v, (size_t)s->serve.batch_tokens * sizeof *dst);
+                /* Sample after the chunk that ends the input of a generating response. */
+                s->serve.batch_logits = s->serve.batch_tokens == (int)s->todo.n && r->p.generate;
+            } else {
+                const int rep = s->serve.batch_replay =
+                    s->serve.batch_tokens < s->serve.n_replay ? s->serve.batch_tokens : s->serve.n_replay;
+                memcpy(dst, s->serve.replay, (size_t)rep * sizeof *dst);
+                if (s->serve.batch_tokens > rep) {
+                    dst[rep] = r->next_token;
+                    for (int k = 0; k < r->n_draft; k++) /* MTP drafts are written over these copies */
+                        dst[rep + 1 + k] = r->draft_mtp ? r->next_token : r->draft[k];
+                    s->serve.batch_tokens += r->n_draft;
+                }
+                /* Logits after the sampled token and each draft (none with a replay). */
+                s->serve.batch_logits = s->serve.batch_tokens == rep ? 0 : 1 + r->n_draft;
+            }
             e->serve.fseqs[n] = (fg_fwd_seq){.kv = &s->seq, .n_tokens = s->serve.batch_tokens, .n_logits = s->serve.batch_logits,
-                                       .logits = s->serve.batch_logits ? e->serve.logits + (size_t)n * e->model->n_vocab : NULL,
-                                       .absorbed = !pass || s->serve.resp.input_absorbed};
+                                       .logits = s->serve.batch_logits ? e->serve.logits + (size_t)nrow * e->model->n_vocab : NULL,
+                                       .absorbed = !pass || r->input_absorbed};
+            nrow += s->serve.batch_logits;
             e->serve.cand[n++] = s; /* overwrites only entries already read */
             ntok += s->serve.batch_tokens;
         }
@@ -667,6 +921,13 @@ static void *step_main(void *arg)
         fg_diag diag;
         bool stepped;
         double t0 = fg_clock_mono_s();
+        if (e->serve.can_draft)
+            spec_draft_mtp(e, n);
+        for (int i = 0; i < n; i++) { /* the states to roll back to */
+            fg_session_t *s = e->serve.cand[i];
+            if (s->serve.spec_state && s->serve.resp.n_draft && s->todo.n == 0)
+                memcpy(s->serve.spec_state, s->seq.state, fg_kv_store_geometry(e->kv)->seq_bytes);
+        }
         fg_err err = forward_step(e, n, leave, &stepped, &diag);
         double dt = fg_clock_mono_s() - t0;
         if (!stepped || n == 0) { /* a round without a step, or a step without local tokens */
@@ -674,6 +935,7 @@ static void *step_main(void *arg)
             continue;
         }
         int64_t dec_tok = 0, pre_tok = 0, short_tok = 0;
+        spec_counts sc = {0};
         for (int i = 0; i < n; i++) {
             fg_session_t *s = e->serve.cand[i];
             if (err != FG_OK)
@@ -687,16 +949,17 @@ static void *step_main(void *arg)
                 s->todo_sampled = false;
                 pre_tok += s->serve.batch_tokens;
                 short_tok += s->serve.resp.input_absorbed ? s->serve.batch_tokens : 0;
-            } else {
-                s->hist.v[s->hist.n++] = s->serve.resp.next_token;
-                s->serve.resp.have_next = false;
-                dec_tok++;
-            }
-            if (s->serve.batch_logits) {
                 fg_response *r = &s->serve.resp;
-                r->next_token = fg_sampler_sample(e->serve.sampler, &r->p.sampling, &r->rng, e->serve.fseqs[i].logits);
-                if (r->generated < r->p.n_script) /* a scripted response (test/debug): only the id is replaced */
-                    r->next_token = r->p.script[r->generated];
+                r->n_out = 0;
+                if (s->serve.batch_logits) {
+                    r->out[0] = fg_sampler_sample(e->serve.sampler, &r->p.sampling, &r->rng, e->serve.fseqs[i].logits);
+                    if (r->generated < r->p.n_script) /* a scripted response (test/debug): only the id is replaced */
+                        r->out[0] = r->p.script[r->generated];
+                    r->n_out = 1;
+                }
+            } else {
+                spec_verify(e, s, &e->serve.fseqs[i], &sc);
+                dec_tok += s->serve.batch_tokens;
             }
         }
 
@@ -711,14 +974,17 @@ static void *step_main(void *arg)
             }
             fg_share_register(e, s); /* pages that became full */
             s->tier.gen++;
-            if (s->serve.batch_logits)
-                emit_token(e, s, s->serve.resp.next_token);
+            emit_outputs(e, s);
             s->serve.length_snapshot = s->seq.n_tokens;
         }
         e->stats.steps++;
         e->stats.decode_tokens += (uint64_t)dec_tok;
         e->stats.prefill_tokens += (uint64_t)pre_tok;
         e->stats.short_input_tokens += (uint64_t)short_tok;
+        e->stats.draft_tokens += (uint64_t)sc.drafted;
+        e->stats.draft_tokens_mtp += (uint64_t)sc.drafted_mtp;
+        e->stats.draft_accepted += (uint64_t)sc.accepted;
+        e->stats.draft_replayed += (uint64_t)sc.replayed;
         e->stats.step_seconds += dt;
         e->stats.step_time_hist[pow2_bucket(dt / FG_ENGINE_STEP_HIST_BASE_S)]++;
         e->stats.batch_tokens_hist[pow2_bucket((double)(dec_tok + pre_tok))]++;
@@ -738,16 +1004,21 @@ fg_err fg_engine_serve_start(fg_engine_t *e, fg_diag *diag)
 {
     const size_t T = (size_t)e->opt.max_batch_tokens, V = (size_t)e->model->n_vocab;
     if (fg_sampler_create((int)V, &e->serve.sampler, diag) != FG_OK ||
-        fg_sched_create((int)T, SCHED_QUANTUM, &e->serve.sched) != FG_OK)
+        fg_sched_create(2 * (int)T, SCHED_QUANTUM, &e->serve.sched) != FG_OK)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory");
-    e->serve.items = calloc(2 * T, sizeof *e->serve.items);
-    e->serve.cand = calloc(2 * T, sizeof *e->serve.cand);
+    e->serve.items = calloc(3 * T, sizeof *e->serve.items);
+    e->serve.cand = calloc(3 * T, sizeof *e->serve.cand);
+    e->serve.draft_tok = calloc(T, sizeof *e->serve.draft_tok);
+    e->serve.draft_seqs = calloc(T, sizeof *e->serve.draft_seqs);
+    e->serve.draft_sess = calloc(T, sizeof *e->serve.draft_sess);
+    e->serve.can_draft = e->opt.speculative && fg_engine_can_draft(e);
     e->serve.claims = calloc(T, sizeof *e->serve.claims);
     e->serve.fseqs = calloc(T, sizeof *e->serve.fseqs);
     e->serve.btok = calloc((size_t)e->step_capacity, sizeof *e->serve.btok);
     e->serve.logits = malloc(T * V * sizeof *e->serve.logits);
     e->serve.text_scratch = malloc((size_t)FG_MAX_STOP_BYTES + (size_t)e->max_token_bytes + 1);
-    if (!e->serve.items || !e->serve.cand || !e->serve.claims || !e->serve.fseqs || !e->serve.btok || !e->serve.logits || !e->serve.text_scratch)
+    if (!e->serve.items || !e->serve.cand || !e->serve.claims || !e->serve.fseqs || !e->serve.btok || !e->serve.logits || !e->serve.text_scratch ||
+        !e->serve.draft_tok || !e->serve.draft_seqs || !e->serve.draft_sess)
         return fg_diag_set(diag, FG_ERR_NOMEM, "engine: out of memory for %zu batch tokens", T);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->serve.work_cv, NULL);
@@ -804,6 +1075,9 @@ void fg_engine_serve_stop(fg_engine_t *e)
     free(e->serve.btok);
     free(e->serve.logits);
     free(e->serve.text_scratch);
+    free(e->serve.draft_tok);
+    free(e->serve.draft_seqs);
+    free(e->serve.draft_sess);
 }
 
 /* ---- the thread-safe session calls ---- */

@@ -19,6 +19,7 @@
 #include "engine/model/arch.h"
 #include "engine/serve/sampler.h"
 #include "engine/serve/scheduler.h"
+#include "engine/serve/spec.h"
 
 /* A session's bounded output queue: events plus the bytes of their text. */
 typedef struct fg_outq {
@@ -46,6 +47,15 @@ typedef struct fg_response {
     bool admitted;              /* its pages are reserved */
     bool considered;            /* admission pass bookkeeping */
     uint64_t order;             /* request order: the oldest waiting response is admitted first */
+    /* speculative decoding (spec.h) */
+    int32_t draft[FG_SPEC_MAX_DRAFTS]; /* this step's drafts, fed after next_token */
+    int n_draft;
+    bool draft_mtp;             /* this step's drafts come from the MTP block (written after the plan) */
+    int32_t out[FG_SPEC_MAX_DRAFTS + 1]; /* this step's tokens: accepted drafts, then the one sampled after them */
+    int n_out;
+    int64_t drafted, accepted;  /* over the response (fg_usage) */
+    int spec_fails;             /* verifications in a row that did not pay (spec_verify) */
+    int spec_skip;              /* decode steps left without drafts: 2^fails - 1 after a failure */
 } fg_response;
 
 /* A full page one prefill of a step computes first: its tenant and chained key. */
@@ -78,7 +88,16 @@ typedef struct fg_session_serve {
     bool adopted;
     fg_list all_link;               /* on e->serve.all while adopted */
     int batch_tokens;               /* this step: tokens in the batch */
-    int batch_logits;               /* this step: 1 when the step samples for it */
+    int batch_logits;               /* this step: logits rows the step computes for it (0: none) */
+    /* A stateful cache (fg_engine_seq_state) cannot drop rows: before a step
+     * with drafts its state is copied to spec_state, and after a partial
+     * acceptance it goes back there, and the tokens it then lacks (accepted,
+     * and already emitted) run first in the next step, as replay. */
+    int32_t replay[FG_SPEC_MAX_DRAFTS + 1];
+    int n_replay;
+    int batch_replay;               /* this step: of batch_tokens, replayed ones (first) */
+    int batch_at;                   /* this step: its first token's index in btok */
+    uint8_t *spec_state;            /* fg_kv_state_copy of seq.state, held from the first draft to the response's end */
 } fg_session_serve;
 
 /* The engine's part. */
@@ -97,12 +116,16 @@ typedef struct fg_engine_serve {
     fg_list all;                    /* adopted sessions (all_link), newest first */
     fg_sampler_t *sampler;
     fg_sched_t *sched;
-    fg_sched_item *items;           /* [2 * max_batch_tokens] decode then prefill candidates */
-    fg_session_t **cand;            /* [2 * max_batch_tokens] */
+    fg_sched_item *items;           /* [3 * max_batch_tokens] decode, then prefill and draft candidates */
+    fg_session_t **cand;            /* [3 * max_batch_tokens] */
     fg_page_claim *claims;          /* [max_batch_tokens] pages the step's prefills will compute first */
     fg_fwd_seq *fseqs;              /* [max_batch_tokens] */
     int32_t *btok;                  /* [step_capacity] */
-    float *logits;                  /* [max_batch_tokens][n_vocab] */
+    float *logits;                  /* [max_batch_tokens][n_vocab] rows of logits (MTP drafts' first, then the step's) */
+    int32_t *draft_tok;             /* [max_batch_tokens] MTP drafts: each drafting session's input token */
+    fg_fwd_seq *draft_seqs;         /* [max_batch_tokens] */
+    fg_session_t **draft_sess;      /* [max_batch_tokens] */
+    bool can_draft;                 /* [const] the backend drafts with the model's MTP block */
     char *text_scratch;             /* [FG_MAX_STOP_BYTES + max_token_bytes] */
 
     fg_session_t *open_head;        /* [mu] sessions not freed (names are unique among them) */

@@ -138,13 +138,12 @@ uint64_t fg_sampler_rng_init(uint64_t seed)
     return seed ^ 0x9e3779b97f4a7c15ull;
 }
 
-int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits)
+/* The distribution fg_sampler_sample draws from, for temperature > 0: its
+ * support in s->cand[0..n) (best first) with unnormalised weights in
+ * s->probs[0..n); *sum is their total. Returns n (0: every logit NaN). */
+static int build_dist(fg_sampler_t *s, const fg_sampling *p, const float *logits, double *sum_out)
 {
     const int V = s->n_vocab;
-    if (p->temperature == 0.0f) {
-        int best = fg_argmax(logits, V);
-        return best < 0 ? 0 : best;
-    }
     int n = 0;
     if (p->top_k > 0 && p->top_k < V) {
         n = select_top_k(s, logits, p->top_k); /* per token: O(V log k), not a full sort */
@@ -183,12 +182,70 @@ int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, 
     sum = 0;
     for (int i = 0; i < n; i++)
         sum += s->probs[i];
-    double r = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    *sum_out = sum;
+    return n;
+}
+
+/* A uniform draw in [0, 1). */
+static double uniform(uint64_t *rng)
+{
+    return (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* One draw from the first n candidates by weight, skipping index skip (-1: none); sum excludes it. */
+static int32_t draw(const fg_sampler_t *s, int n, double sum, int skip, uint64_t *rng)
+{
+    double r = uniform(rng) * sum;
     double acc = 0;
+    int last = -1;
     for (int i = 0; i < n; i++) {
+        if (i == skip)
+            continue;
         acc += s->probs[i];
+        last = i;
         if (r < acc)
             return s->cand[i].id;
     }
-    return s->cand[n - 1].id;
+    return s->cand[last].id;
+}
+
+int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits)
+{
+    if (p->temperature == 0.0f) {
+        int best = fg_argmax(logits, s->n_vocab);
+        return best < 0 ? 0 : best;
+    }
+    double sum;
+    const int n = build_dist(s, p, logits, &sum);
+    return n == 0 ? 0 : draw(s, n, sum, -1, rng);
+}
+
+int32_t fg_sampler_verify(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits, int32_t draft,
+                          bool *accepted)
+{
+    if (p->temperature == 0.0f) {
+        const int32_t best = fg_sampler_sample(s, p, rng, logits);
+        *accepted = best == draft;
+        return best;
+    }
+    double sum;
+    const int n = build_dist(s, p, logits, &sum);
+    *accepted = false;
+    if (n == 0)
+        return 0;
+    int at = -1;
+    for (int i = 0; i < n && at < 0; i++)
+        if (s->cand[i].id == draft)
+            at = i;
+    /* Accept with probability p(draft); one draw either way, so a seed fixes the outcome. */
+    if (at >= 0 && uniform(rng) * sum < s->probs[at]) {
+        *accepted = true;
+        return draft;
+    }
+    const double rest = at >= 0 ? sum - s->probs[at] : sum;
+    if (!(rest > 0)) { /* draft held all the mass (then it is accepted above but for rounding) */
+        *accepted = true;
+        return draft;
+    }
+    return draw(s, n, rest, at, rng);
 }

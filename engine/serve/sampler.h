@@ -14,6 +14,7 @@
 #ifndef FG_SAMPLER_H
 #define FG_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config/fg_error.h"
@@ -43,5 +44,16 @@ uint64_t fg_sampler_rng_init(uint64_t seed);
 /* Returns the chosen token id; advances *rng when it draws (not for greedy).
  * p must have passed fg_sampling_validate. Logits are not modified. */
 int32_t fg_sampler_sample(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits);
+
+/* Speculative decoding's rule for one draft, a deterministic proposal (q is
+ * a point mass on draft): with p the distribution fg_sampler_sample draws
+ * from, returns draft with probability p(draft) (*accepted true), otherwise
+ * a draw from p with draft removed and renormalised (*accepted false). The
+ * result is distributed exactly as p: P(t) = p(t) for t = draft, and
+ * (1 - p(d)) p(t) / (1 - p(d)) = p(t) for any other t. Greedy: the argmax,
+ * accepted iff it is draft, so the tokens are those of plain decoding.
+ * Advances *rng (one or two draws) unless greedy. */
+int32_t fg_sampler_verify(fg_sampler_t *s, const fg_sampling *p, uint64_t *rng, const float *logits, int32_t draft,
+                          bool *accepted);
 
 #endif

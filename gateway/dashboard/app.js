@@ -13,6 +13,11 @@
 
   // ---- formatting ----
   function fmtInt(v) { return Number(v || 0).toLocaleString("en-US"); }
+  // Speculative drafts accepted of those verified, and the acceptance rate.
+  function fmtDrafts(acc, all) {
+    acc = Number(acc || 0); all = Number(all || 0);
+    return fmtInt(acc) + " / " + fmtInt(all) + (all ? " (" + Math.round(100 * acc / all) + " %)" : "");
+  }
   function fmtBytes(v) {
     v = Number(v || 0);
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -137,7 +142,8 @@
       { label: "quota rejections/s", color: COLORS[1], values: s.quota_rejections || [] }], fmtNum);
 
     const rows = doc.tenants.map((x) => "<tr><td>" + escapeHtml(x.id) + "</td><td>" + fmtInt(x.sessions) + "</td><td>" +
-      fmtInt(x.streaming) + "</td><td>" + fmtInt(x.output_tokens) + "</td><td>" + fmtInt(x.cached_input_tokens) + " / " +
+      fmtInt(x.streaming) + "</td><td>" + fmtInt(x.output_tokens) + "</td><td>" + fmtDrafts(x.draft_accepted, x.draft_tokens) +
+      "</td><td>" + fmtInt(x.cached_input_tokens) + " / " +
       fmtInt(x.input_tokens) + "</td><td>" + fmtBytes(x.kv_resident_bytes) + "</td><td>" + fmtInt(x.quota_rejections) +
       "</td><td>" + (x.fail_mode === "closed" ? "refuse" : "admit (backstop)") + "</td></tr>").join("");
     const body = document.querySelector("#tenants tbody");

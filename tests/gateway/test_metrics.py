@@ -36,6 +36,8 @@ FAMILIES = {
     "flashgate_input_tokens": "counter",
     "flashgate_cached_input_tokens": "counter",
     "flashgate_output_tokens": "counter",
+    "flashgate_draft_tokens": "counter",
+    "flashgate_draft_accepted_tokens": "counter",
     "flashgate_quota_rejections": "counter",
     "flashgate_tenant_kv_bytes": "gauge",
     "flashgate_time_to_first_token_seconds": "histogram",
@@ -47,6 +49,9 @@ FAMILIES = {
     "flashgate_engine_prefill_tokens": "counter",
     "flashgate_engine_short_input_tokens": "counter",
     "flashgate_engine_prompt_only_steps": "counter",
+    "flashgate_engine_draft_tokens": "counter",
+    "flashgate_engine_draft_accepted": "counter",
+    "flashgate_engine_draft_replayed": "counter",
     "flashgate_engine_responses": "gauge",
     "flashgate_engine_step_seconds": "histogram",
     "flashgate_engine_batch_tokens": "histogram",
@@ -174,14 +179,22 @@ async def test_metrics_parse_and_move():
         eq(dh("flashgate_inter_token_seconds"), out - responses_with_output, "inter-token observations")
         eq(dh("flashgate_queue_seconds"), 2, "queue-time observations")
         eq(dh("flashgate_response_seconds"), 2, "end-to-end observations")
-        check(d("flashgate_engine_steps", "flashgate_engine_steps_total") >= out, "engine steps")
+        # speculative decoding: an accepted draft is an output token without a step of its own
+        accepted = d("flashgate_engine_draft_accepted", "flashgate_engine_draft_accepted_total")
+        drafted = sum(d("flashgate_engine_draft_tokens", "flashgate_engine_draft_tokens_total", source=src)
+                      for src in ("mtp", "lookup"))
+        check(0 <= accepted <= drafted, "accepted drafts")
+        eq(d("flashgate_draft_tokens", "flashgate_draft_tokens_total", tenant="acme"), drafted, "tenant drafts")
+        eq(d("flashgate_draft_accepted_tokens", "flashgate_draft_accepted_tokens_total", tenant="acme"), accepted,
+           "tenant accepted drafts")
+        check(d("flashgate_engine_steps", "flashgate_engine_steps_total") >= out - accepted, "engine steps")
         # a response's input is what it evaluated beyond the cache; under 64 tokens it is a short input
         new_input = [u["input_tokens"] - u["input_token_details"]["cached_tokens"] for u in usage]
         eq(d("flashgate_engine_prefill_tokens", "flashgate_engine_prefill_tokens_total"), sum(new_input),
            "prefill tokens")
         eq(d("flashgate_engine_short_input_tokens", "flashgate_engine_short_input_tokens_total"),
            sum(n for n in new_input if n < 64), "short input tokens")
-        check(dh("flashgate_engine_step_seconds") >= out, "step-time observations")
+        check(dh("flashgate_engine_step_seconds") >= out - accepted, "step-time observations")
         check(value(after, "flashgate_kv_pages", tier="resident") >= 1, "resident KV pages")
         check(value(after, "flashgate_tenant_kv_bytes", tier="resident", tenant="acme") > 0, "tenant KV bytes")
         eq(value(after, "flashgate_redis_up"), 1, "Redis up")

@@ -201,7 +201,8 @@ static fg_err cuda_run(fg_backend_t *b, const int32_t *tokens, fg_fwd_seq *seqs,
     return e ? e : fg_cuda_forward_run(c, tokens, seqs, n_seqs, diag);
 }
 
-static const fg_backend_ops cuda_ops = {cuda_run, cuda_page_to_host, cuda_page_to_device, cuda_close};
+/* No MTP drafts on the GPU (draft NULL: fg_backend_draft answers FG_ERR_UNSUPPORTED). */
+static const fg_backend_ops cuda_ops = {cuda_run, cuda_page_to_host, cuda_page_to_device, cuda_close, NULL};
 
 /* A usable device: present, and one this build has kernels for. */
 static fg_err pick_device(int device, int *sm, fg_diag *diag)
