@@ -97,12 +97,17 @@ struct fg_ds4_forward {
     int *draft_slot;              /* [T] the slot of each sequence of a draft call */
     uint8_t *draft_ring;          /* [T][W * row_bytes] each slot's copy of its sequence's MTP ring */
     float *draft_h;               /* [T][4][E] the MTP block's streams at the slot's last draft */
+    struct packed_w *packed;      /* [n_packed] by model weight address: the copies mm() reads instead */
+    int n_packed;
 };
 
 /* ---------------------------------------------------------------- helpers */
 
+static const fg_weight *packed_of(const fg_ds4_forward_t *f, const fg_weight *w);
+
 static int mm(fg_ds4_forward_t *f, const fg_weight *w, int64_t mat, const float *x, int n, float *y)
 {
+    w = packed_of(f, w);
     return fg_matmul(f->pool, f->isa, w->type, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, w->n_in,
                      w->n_out, x, n, y, f->mm_scratch);
 }
@@ -707,6 +712,92 @@ static void *alloc_f(size_t n_floats, bool *ok)
     return p;
 }
 
+/* ---------------------------------------------------------------- packed weights */
+
+/* On AVX-512 every Q8_0 matrix with rows in multiples of 16 is read as a
+ * panel copy packed at create (fg_weight_pack_q8_p16): the panel kernel gives
+ * a token the same bits in any batch, which raw Q8_0's decode, few-token,
+ * tile and panel kernels do not (kernels/cpu/matmul.h), so a verify pass of
+ * k + 1 tokens gives the logits of k + 1 single steps, and a prompt's the
+ * same in any chunking. mm() finds a weight's copy by the model weight's
+ * address. */
+typedef struct packed_w {
+    const fg_weight *src; /* the model's */
+    fg_weight w;          /* what the products read */
+    void *owned;          /* the copy (NULL: shared with an earlier entry of the same data) */
+} packed_w;
+
+static int packed_cmp(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const packed_w *)a)->src, y = (uintptr_t)((const packed_w *)b)->src;
+    return x < y ? -1 : x > y;
+}
+
+static const fg_weight *packed_of(const fg_ds4_forward_t *f, const fg_weight *w)
+{
+    int lo = 0, hi = f->n_packed;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if ((uintptr_t)f->packed[mid].src < (uintptr_t)w)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < f->n_packed && f->packed[lo].src == w ? &f->packed[lo].w : w;
+}
+
+/* Adds src's copy to f->packed (room for it reserved); one copy per data. */
+static int pack_one(fg_ds4_forward_t *f, const fg_weight *src)
+{
+    packed_w *p = &f->packed[f->n_packed];
+    for (int i = 0; i < f->n_packed; i++)
+        if (src->data && f->packed[i].src->data == src->data && f->packed[i].src->type == src->type) {
+            *p = (packed_w){.src = src, .w = f->packed[i].w};
+            f->n_packed++;
+            return 0;
+        }
+    const int r = fg_weight_pack_q8_p16(src, f->m->base.weights_file_mapped, &p->w, &p->owned);
+    p->src = src;
+    f->n_packed += r == 1;
+    return r < 0 ? -1 : 0;
+}
+
+#define PACK_PER_LAYER 21 /* the fg_weight members of fg_ds4_layer */
+
+static fg_err pack_weights(fg_ds4_forward_t *f, fg_diag *diag)
+{
+    const fg_ds4_model *m = f->m;
+    const fg_isa isa = f->isa == FG_ISA_AUTO ? fg_isa_best() : f->isa;
+    if (isa != FG_ISA_AVX512)
+        return FG_OK; /* the scalar reference's products are batch-invariant as they are; AVX2's are not */
+    f->packed = calloc((size_t)m->hp.n_layer_all * PACK_PER_LAYER + 3, sizeof *f->packed);
+    if (!f->packed)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the packed weights");
+    int bad = 0;
+    for (int il = 0; il < m->hp.n_layer_all; il++) {
+        const fg_ds4_layer *L = &m->layers[il];
+        const fg_weight *ws[PACK_PER_LAYER] = {
+            &L->hc_attn.fn, &L->hc_ffn.fn, &L->q_a, &L->q_b, &L->kv, &L->out_a, &L->out_b,
+            &L->comp.kv, &L->comp.gate, &L->idx_proj, &L->idx_q_b, &L->idx_comp.kv, &L->idx_comp.gate,
+            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp,
+            &L->down_shexp, &L->eh_proj};
+        for (int i = 0; i < PACK_PER_LAYER; i++)
+            bad |= pack_one(f, ws[i]);
+    }
+    bad |= pack_one(f, &m->output) | pack_one(f, &m->mtp_output) | pack_one(f, &m->hc_out.fn);
+    if (bad)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the packed weights");
+    qsort(f->packed, (size_t)f->n_packed, sizeof *f->packed, packed_cmp);
+    return FG_OK;
+}
+
+static void pack_destroy(fg_ds4_forward_t *f)
+{
+    for (int i = 0; i < f->n_packed; i++)
+        free(f->packed[i].owned);
+    free(f->packed);
+}
+
 /* ---------------------------------------------------------------- drafts */
 
 /* A chain of drafts of one sequence: the MTP block at positions base,
@@ -971,6 +1062,8 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     }
     if (hp->n_nextn && (e = draft_create(f, diag)) != FG_OK)
         goto fail;
+    if ((e = pack_weights(f, diag)) != FG_OK)
+        goto fail;
     *out = f;
     return FG_OK;
 fail:
@@ -990,6 +1083,7 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     draft_destroy(f);
+    pack_destroy(f);
     free(f);
 }
 
