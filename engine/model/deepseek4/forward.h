@@ -19,7 +19,9 @@
  * fg_fwd_seq.absorbed is deepseek2's and ignored here: deepseek4 has one
  * form, so a token's result never depends on how its input was cut.
  *
- * Lifetimes: weights are the model's (no copies); scratch for max_tokens
+ * Lifetimes: weights are the model's, except on AVX-512 the Q8_0 matrices,
+ * read as P16 panel copies packed at create (forward.c: a token's results
+ * the same bits in any chunk or batch); scratch for max_tokens
  * tokens is sized at create; a run allocates nothing; the per-sequence cache
  * is the sequence's pages and state (cache.h).
  * Thread safety: one caller at a time; the pool's workers run inside a call.
