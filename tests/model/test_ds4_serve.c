@@ -15,8 +15,8 @@
  *    another order on AVX2, so F32 and raw Q8_0 products differ in f32
  *    rounding between a batch and a sequence alone there (on AVX-512
  *    deepseek4 reads Q8_0 as P16 panels and its F32 sums are in one order:
- *    the same bits, test_ds4_draft). Bounds, from what was measured on AVX2
- *    (docs/engine.md):
+ *    the same bits, test_ds4_draft). Bounds, from what was measured before
+ *    that on AVX-512 (docs/engine.md), kept for AVX2:
  *      v4-tiny (F32 weights), f32 cache: measured max |dlogit| 9.8e-6;
  *        bound 1e-4 (deepseek2's test_batch_logits' bound), and the greedy
  *        tokens identical;
