@@ -3,8 +3,12 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/quants.h"
 
@@ -174,4 +178,32 @@ void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out)
         (void)fg_wtype_dequantize_row(w->type, p, out, n);
         break;
     }
+}
+
+int fg_weight_pack_q8_p16(const fg_weight *w, bool drop_src, fg_weight *dst, void **owned)
+{
+    *dst = *w;
+    *owned = NULL;
+    if (!w->data || w->type != FG_WTYPE_Q8_0 ||
+        fg_matmul_q8_p16_bytes(w->n_in, w->n_out) != (size_t)w->n_out * w->row_bytes ||
+        w->mat_bytes != (size_t)w->n_out * w->row_bytes)
+        return 0;
+    const size_t total = (size_t)w->n_mat * w->mat_bytes;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, total) != 0)
+        return -1;
+    for (int64_t i = 0; i < w->n_mat; i++)
+        (void)fg_matmul_pack_q8_p16((const uint8_t *)w->data + (size_t)i * w->mat_bytes, w->n_in, w->n_out,
+                                    (uint8_t *)buf + (size_t)i * w->mat_bytes);
+    if (drop_src) {
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t b = ((uintptr_t)w->data + page - 1) / page * page;
+        const uintptr_t e = ((uintptr_t)w->data + total) / page * page;
+        if (e > b)
+            (void)madvise((void *)b, e - b, MADV_DONTNEED); /* an optimisation: failure costs only memory */
+    }
+    dst->data = buf;
+    dst->type = FG_WTYPE_Q8_0_P16;
+    *owned = buf;
+    return 1;
 }

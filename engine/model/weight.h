@@ -5,7 +5,7 @@
  * key or tensor at fault (FG_ERR_MODEL_HPARAM, _TENSOR, _SHAPE, _TYPE).
  *
  * Owns nothing: a bound weight points into the GGUF mapping, which must
- * outlive it. Pure functions; safe from any thread.
+ * outlive it (a packed copy, fg_weight_pack_q8_p16, is its caller's). Pure functions; safe from any thread.
  */
 #ifndef FG_WEIGHT_H
 #define FG_WEIGHT_H
@@ -60,5 +60,18 @@ uint64_t fg_weight_bytes(const fg_weight *w);
 
 /* Copies row `row` of a 2-D weight into f32 (used for embeddings). */
 void fg_weight_row_f32(const fg_weight *w, int64_t row, float *out);
+
+/* The panel copy of a Q8_0 weight, for the forward passes that pack at
+ * create: each of w's matrices repacked into 16-row panels
+ * (FG_WTYPE_Q8_0_P16, kernels/cpu/matmul.h: the same values and the same
+ * size; the AVX-512 panel kernel gives a token the same bits in any batch,
+ * and small batches its cost per product). drop_src: w's pages are then
+ * dropped from this process (madvise; for a private file mapping, where they
+ * fault back in unchanged if anything reads w again), so the resident memory
+ * stays that of one copy. Returns 1 with *dst (data: *owned, to free()), 0
+ * when w is not Q8_0 with rows in multiples of 16 (*dst = *w, *owned NULL),
+ * -1 when out of memory (the same). The copy is the one thing here that
+ * allocates. */
+int fg_weight_pack_q8_p16(const fg_weight *w, bool drop_src, fg_weight *dst, void **owned);
 
 #endif

@@ -242,31 +242,30 @@ ALWAYS_INLINE void tile_float(const fg_matmul_args *a, const int wtype, const in
             a->y[(t0 + t) * a->n_out + o + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* One row against one token with four independent accumulators: the decode
- * case. Rows are taken one after another, so a thread reads its share of W as
- * a single sequential stream, which the hardware prefetchers follow far better
- * than four interleaved row streams (measured: ~25 against ~14 GB/s). */
+/* One row against one token: the decode case, and a batch's leftover rows
+ * and tokens. One accumulator over the row's 16-wide chunks in order, the
+ * masked tail last, then the reduction: exactly tile_float's sum for one
+ * (row, token), so a token gets the same bits alone, in a tile or beside one,
+ * in any batch (speculative decoding's verify passes need it). Rows are taken
+ * one after another, so a thread reads its share of W as a single sequential
+ * stream, which the hardware prefetchers follow far better than four
+ * interleaved row streams (measured: ~25 against ~14 GB/s); one FMA chain
+ * still consumes 64 bytes per FMA latency, above a core's share of the
+ * bandwidth (as the BF16 kernel below). */
 ALWAYS_INLINE float row_float_1(const fg_matmul_args *a, const int wtype, int64_t o, int64_t t)
 {
     const int64_t n_in = a->n_in;
     const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
     const float *x = a->x + t * n_in;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
-           acc3 = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 64 <= n_in; k += 64) {
-        acc0 = _mm512_fmadd_ps(load_w16(wtype, wr, k), _mm512_loadu_ps(x + k), acc0);
-        acc1 = _mm512_fmadd_ps(load_w16(wtype, wr, k + 16), _mm512_loadu_ps(x + k + 16), acc1);
-        acc2 = _mm512_fmadd_ps(load_w16(wtype, wr, k + 32), _mm512_loadu_ps(x + k + 32), acc2);
-        acc3 = _mm512_fmadd_ps(load_w16(wtype, wr, k + 48), _mm512_loadu_ps(x + k + 48), acc3);
-    }
     for (; k + 16 <= n_in; k += 16)
-        acc0 = _mm512_fmadd_ps(load_w16(wtype, wr, k), _mm512_loadu_ps(x + k), acc0);
+        acc = _mm512_fmadd_ps(load_w16(wtype, wr, k), _mm512_loadu_ps(x + k), acc);
     if (k < n_in) {
         const __mmask16 m = (__mmask16)((1u << (n_in - k)) - 1);
-        acc1 = _mm512_fmadd_ps(load_w16_mask(wtype, wr, k, m), _mm512_maskz_loadu_ps(m, x + k), acc1);
+        acc = _mm512_fmadd_ps(load_w16_mask(wtype, wr, k, m), _mm512_maskz_loadu_ps(m, x + k), acc);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+    return _mm512_reduce_add_ps(acc);
 }
 
 ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t o_begin, int64_t o_end)

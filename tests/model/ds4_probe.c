@@ -10,6 +10,10 @@
  * MTP block's drafts). FORMAT: f32, f16 or fp8. ISA: scalar, avx2, avx512
  * (default: the best). Exit 0, or 1 with the error on stderr.
  *
+ * CHUNK "draft:K": the tokens but the last K in one pass, then K chained
+ * drafts (fg_ds4_forward_draft) of the last K tokens into OUT_LOGITS [K][V]
+ * (OUT_MTP is not written).
+ *
  * CHUNK "checks" instead runs the cache's rules and prints what failed:
  * a sequence cut in the middle refuses to continue (FG_ERR_STATE) and one cut
  * to 0 starts again with the same logits; two sequences in one batch give
@@ -104,6 +108,29 @@ static int checks(fg_ds4_forward_t *f, fg_kv_store_t *kv, const int32_t *tok, in
     return bad ? 1 : 0;
 }
 
+/* The first n - k tokens in one pass, then k chained drafts of the last k into path. */
+static int drafts(fg_ds4_forward_t *f, fg_kv_store_t *kv, const int32_t *tok, int n, int k, size_t V,
+                  const char *path)
+{
+    fg_diag d = {{0}};
+    float *lg = calloc((size_t)n * V, sizeof *lg);
+    fg_kv_seq q;
+    fg_kv_seq_init(&q, n);
+    if (!lg || fg_kv_seq_reserve(kv, &q, n - k) != FG_OK)
+        return fail("reserve", NULL);
+    if (run(f, &q, tok, n - k, lg, &d) != FG_OK)
+        return fail("run", &d);
+    for (int i = 0; i < k; i++) {
+        fg_fwd_seq fs = {.kv = &q, .n_tokens = 1, .n_logits = 1, .logits = lg + (size_t)i * V};
+        if (fg_ds4_forward_draft(f, tok + n - k + i, &fs, 1, &d) != FG_OK)
+            return fail("draft", &d);
+    }
+    const int rc = probe_write_f32(path, lg, (size_t)k * V);
+    fg_kv_seq_free(kv, &q);
+    free(lg);
+    return rc ? fail("write", NULL) : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 7 && argc != 8) {
@@ -116,6 +143,7 @@ int main(int argc, char **argv)
     if (!fg_isa_supported(isa))
         return fail("ISA not available here", NULL);
     const bool run_checks = !strcmp(argv[5], "checks");
+    const int n_draft = !strncmp(argv[5], "draft:", 6) ? atoi(argv[5] + 6) : 0;
     const int format = fg_kv_format_parse(argv[6]);
     int n = 1;
     for (const char *p = argv[2]; *p; p++)
@@ -124,8 +152,8 @@ int main(int argc, char **argv)
     char *s = argv[2];
     for (int i = 0; i < n; i++)
         tok[i] = (int32_t)strtol(s, &s, 10), s += *s == ',';
-    const int chunk = run_checks ? n : atoi(argv[5]);
-    if (chunk < 1 || format < 0)
+    const int chunk = run_checks || n_draft ? n : atoi(argv[5]);
+    if (chunk < 1 || format < 0 || n_draft < 0 || n_draft >= n)
         return 2;
     fg_diag d = {{0}};
     fg_gguf_t *g;
@@ -154,6 +182,16 @@ int main(int argc, char **argv)
     const size_t V = (size_t)am->n_vocab;
     if (run_checks) {
         int rc = checks(f, kv, tok, n, V);
+        fg_ds4_forward_destroy(f);
+        fg_pool_destroy(pool);
+        fg_kv_store_destroy(kv);
+        fg_arch_free(am);
+        fg_gguf_close(g);
+        free(tok);
+        return rc;
+    }
+    if (n_draft) {
+        int rc = drafts(f, kv, tok, n, n_draft, V, argv[3]);
         fg_ds4_forward_destroy(f);
         fg_pool_destroy(pool);
         fg_kv_store_destroy(kv);

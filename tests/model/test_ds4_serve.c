@@ -12,10 +12,11 @@
  *    pass). Attention runs per token on its own sequence's cache; only the
  *    products see the batch: kernels/cpu/matmul picks its kernel by the
  *    number of rows (one token, a few, 4x4 tiles, panels), which sum in
- *    another order, so F32 and raw Q8_0 products differ in f32 rounding
- *    between a batch and a sequence alone (deepseek4 packs no Q8_0 weights
- *    into the batch-invariant P16 panels yet). Bounds, from what was
- *    measured (docs/engine.md):
+ *    another order on AVX2, so F32 and raw Q8_0 products differ in f32
+ *    rounding between a batch and a sequence alone there (on AVX-512
+ *    deepseek4 reads Q8_0 as P16 panels and its F32 sums are in one order:
+ *    the same bits, test_ds4_draft). Bounds, from what was measured before
+ *    that on AVX-512 (docs/engine.md), kept for AVX2:
  *      v4-tiny (F32 weights), f32 cache: measured max |dlogit| 9.8e-6;
  *        bound 1e-4 (deepseek2's test_batch_logits' bound), and the greedy
  *        tokens identical;

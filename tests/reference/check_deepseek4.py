@@ -9,7 +9,8 @@ prompt (HCA emits two rows, the indexer's top-k drops CSA rows) + 32 greedy deco
   * cache vs recompute: the decode steps' logits against one pass over the whole
     sequence, within 1e-5;
   * chunking: the same tokens through one sequence in chunks of 1, 7 and all, identical;
-  * the MTP block's drafts (ds4_probe) within 1e-4 of the reference's;
+  * the MTP block's drafts (ds4_probe) within 1e-4 of the reference's, and 3 chained drafts
+    (forward_draft: each from the MTP block's own h) after 40 tokens;
   * the compact cache formats (f16, fp8) against the reference with the same rounding of
     its cached rows (the codecs written here from kvquant.h's definitions), and measured
     against f32;
@@ -211,6 +212,19 @@ def model_checks(tmp, name, model, generated=False):
         check(d <= 1e-4, "%s: MTP drafts vs reference max |dlogit| = %.3g (<= 1e-4)" % (name, d))
         agree = float(np.mean(np.argmax(m_all, axis=1) == np.argmax(ref_mtp, axis=1)))
         check(agree == 1.0, "%s: MTP argmax agrees at %.3f of positions" % (name, agree))
+        # chained drafts (forward_draft): 40 tokens (past the window), then 3 drafts, each from the
+        # MTP block's own h of the one before, against the reference's chain on its cached path
+        P, K = 40, 3
+        dl = os.path.join(tmp, "drafts.bin")
+        r = subprocess.run([os.path.join(BIN, "ds4_probe"), model, ",".join(map(str, seq[:P + K])), dl, os.devnull,
+                            "draft:%d" % K, "f32"], capture_output=True, text=True)
+        check(r.returncode == 0, "%s: ds4_probe drafts %s" % (name, r.stderr.strip()))
+        if r.returncode == 0:
+            cache = m.new_cache()
+            m.step(cache, seq[:P])
+            ref_d = ref.drafts(m, cache, seq[P:P + K])
+            d = float(np.abs(np.fromfile(dl, dtype="<f4").reshape(K, V) - ref_d).max())
+            check(d <= 1e-4, "%s: %d chained MTP drafts vs reference max |dlogit| = %.3g (<= 1e-4)" % (name, K, d))
 
     # the cache's rules (ds4_probe checks): cut sequences, two sequences in a batch, sharing
     for fmt in ("f32", "fp8"):

@@ -666,6 +666,23 @@ class Model(object):
         return out
 
 
+def drafts(model, cache, tokens):
+    """Chained MTP drafts after the cache, which stays as it was (the engine's forward_draft):
+    the first from (the trunk's last h, tokens[0]) at position cache.pos, each next from (the
+    MTP block's own streams of the one before, tokens[i]) one position further, the MTP block's
+    window (its only cache: ratio 0) on a copy.  -> (len(tokens), V)"""
+    hp = model.hp
+    lc = LayerCache()
+    lc.window = list(cache.layers[hp.n_layer].window)
+    h, out = cache.last_h, []
+    for i, t in enumerate(tokens):
+        xm = model.mtp_input(h, int(t))[None]
+        xm = model._layer_cached(hp.n_layer, xm, cache.pos + i, [int(t)], lc, {})
+        out.append(model.logits_of(xm[0], mtp=True))
+        h = xm[0]
+    return np.array(out)
+
+
 class LayerCache(object):
     """One layer's part of a sequence's cache."""
 

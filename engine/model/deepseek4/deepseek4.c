@@ -58,6 +58,12 @@ static fg_err ds4_forward_run(fg_arch_forward_t *f, const int32_t *tokens, fg_fw
     return fg_ds4_forward_run(fwd(f), tokens, seqs, n_seqs, diag);
 }
 
+static fg_err ds4_forward_draft(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs,
+                                fg_diag *diag)
+{
+    return fg_ds4_forward_draft(fwd(f), tokens, seqs, n_seqs, diag);
+}
+
 static void ds4_forward_count_experts(fg_arch_forward_t *f, _Atomic uint64_t *sink)
 {
     fg_ds4_forward_count_experts(fwd(f), sink);
@@ -90,4 +96,5 @@ const fg_arch fg_arch_deepseek4 = {
     .forward_set_ep = ds4_forward_set_ep,
     .forward_count_experts = ds4_forward_count_experts,
     .layer_experts = ds4_layer_experts,
+    .forward_draft = ds4_forward_draft, /* FG_ERR_UNSUPPORTED for a file without an MTP block */
 };

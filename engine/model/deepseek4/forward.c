@@ -115,12 +115,24 @@ struct fg_ds4_forward {
     int *tok_nsel;                /* [T] their count */
     float *topk_tmp;              /* [pool threads][max_rows] top-k's scratch */
     void *mm_scratch;
+    /* drafts (fg_ds4_forward_draft), with an MTP block */
+    uint64_t run_gen;             /* forward_run calls so far: a chain of drafts lives within one */
+    fg_ds4_cache *dcache;         /* f->cache with the MTP layer's ring at offset 0 (of a slot's copy) */
+    struct ds4_draft *drafts;     /* [T] slots, one per sequence drafting */
+    int *draft_slot;              /* [T] the slot of each sequence of a draft call */
+    uint8_t *draft_ring;          /* [T][W * row_bytes] each slot's copy of its sequence's MTP ring */
+    float *draft_h;               /* [T][4][E] the MTP block's streams at the slot's last draft */
+    struct packed_w *packed;      /* [n_packed] by model weight address: the copies mm() reads instead */
+    int n_packed;
 };
 
 /* ---------------------------------------------------------------- helpers */
 
+static const fg_weight *packed_of(const fg_ds4_forward_t *f, const fg_weight *w);
+
 static int mm(fg_ds4_forward_t *f, const fg_weight *w, int64_t mat, const float *x, int n, float *y)
 {
+    w = packed_of(f, w);
     return fg_matmul(f->pool, f->isa, w->type, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, w->n_in,
                      w->n_out, x, n, y, f->mm_scratch);
 }
@@ -726,6 +738,23 @@ static float *last_h_of(const fg_ds4_forward_t *f, const fg_kv_seq *kv)
     return (float *)(void *)(kv->state + f->cache->state_h);
 }
 
+/* The MTP block's input rows of batch token t: per stream
+ * [enorm(embed(token)); hnorm(h[stream])], into mtp_in. */
+static void mtp_input(fg_ds4_forward_t *f, int t, int32_t token, const float *h)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const fg_ds4_layer *L = &f->m->layers[hp->n_layer];
+    const int E = hp->n_embd;
+    float *e = f->hin;
+    fg_weight_row_f32(&f->m->mtp_embd, token, e);
+    fg_rmsnorm(e, e, L->enorm, E, hp->rms_eps);
+    for (int st = 0; st < FG_DS4_HC; st++) {
+        float *row = f->mtp_in + ((size_t)t * FG_DS4_HC + st) * 2 * E;
+        memcpy(row, e, (size_t)E * sizeof(float));
+        fg_rmsnorm(row + E, h + (size_t)st * E, L->hnorm, E, hp->rms_eps);
+    }
+}
+
 /* Every sequence of the batch at once: n tokens through each matrix. */
 static void run_batch(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, int n)
 {
@@ -752,20 +781,12 @@ static void run_batch(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *se
         layer(f, il, f->x, tokens, n);
     heads_of(f, f->x, seqs, n_seqs, m->output_norm, &m->output, NULL);
     if (hp->n_nextn) {
-        const fg_ds4_layer *L = &m->layers[hp->n_layer];
         /* per stream [enorm(embed(token)); hnorm(h_{p-1})], h_{p-1} from the
          * token before in the batch or, first of its sequence, the state */
         for (int t = 0; t < n; t++) {
             const float *h = f->tok_pos[t] && t && f->tok_kv[t - 1] == f->tok_kv[t] ? f->x + (size_t)(t - 1) * E4
                                                                                     : last_h_of(f, f->tok_kv[t]);
-            float *e = f->hin;
-            fg_weight_row_f32(&m->mtp_embd, tokens[t], e);
-            fg_rmsnorm(e, e, L->enorm, E, hp->rms_eps);
-            for (int st = 0; st < FG_DS4_HC; st++) {
-                float *row = f->mtp_in + ((size_t)t * FG_DS4_HC + st) * 2 * E;
-                memcpy(row, e, (size_t)E * sizeof(float));
-                fg_rmsnorm(row + E, h + (size_t)st * E, L->hnorm, E, hp->rms_eps);
-            }
+            mtp_input(f, t, tokens[t], h);
         }
     }
     for (int i = 0, at = 0; i < n_seqs; at += seqs[i].n_tokens, i++)
@@ -822,6 +843,7 @@ static fg_err check_batch(const fg_ds4_forward_t *f, const int32_t *tokens, cons
 fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
 {
     int total;
+    f->run_gen++; /* ends every chain of drafts */
     const fg_err bad = check_batch(f, tokens, seqs, n_seqs, &total, diag);
     if (bad != FG_OK) {
         if (f->ep) { /* a refused batch still takes part in the exchanges, so that the peers complete */
@@ -867,6 +889,249 @@ static void *alloc_f(size_t n_floats, bool *ok)
     if (!p)
         *ok = false;
     return p;
+}
+
+/* ---------------------------------------------------------------- packed weights */
+
+/* On AVX-512 every Q8_0 matrix with rows in multiples of 16 is read as a
+ * panel copy packed at create (fg_weight_pack_q8_p16): the panel kernel gives
+ * a token the same bits in any batch, which raw Q8_0's decode, few-token,
+ * tile and panel kernels do not (kernels/cpu/matmul.h), so a verify pass of
+ * k + 1 tokens gives the logits of k + 1 single steps, and a prompt's the
+ * same in any chunking. mm() finds a weight's copy by the model weight's
+ * address. */
+typedef struct packed_w {
+    const fg_weight *src; /* the model's */
+    fg_weight w;          /* what the products read */
+    void *owned;          /* the copy (NULL: shared with an earlier entry of the same data) */
+} packed_w;
+
+static int packed_cmp(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const packed_w *)a)->src, y = (uintptr_t)((const packed_w *)b)->src;
+    return x < y ? -1 : x > y;
+}
+
+static const fg_weight *packed_of(const fg_ds4_forward_t *f, const fg_weight *w)
+{
+    int lo = 0, hi = f->n_packed;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if ((uintptr_t)f->packed[mid].src < (uintptr_t)w)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < f->n_packed && f->packed[lo].src == w ? &f->packed[lo].w : w;
+}
+
+/* Adds src's copy to f->packed (room for it reserved); one copy per data. */
+static int pack_one(fg_ds4_forward_t *f, const fg_weight *src)
+{
+    packed_w *p = &f->packed[f->n_packed];
+    for (int i = 0; i < f->n_packed; i++)
+        if (src->data && f->packed[i].src->data == src->data && f->packed[i].src->type == src->type) {
+            *p = (packed_w){.src = src, .w = f->packed[i].w};
+            f->n_packed++;
+            return 0;
+        }
+    const int r = fg_weight_pack_q8_p16(src, f->m->base.weights_file_mapped, &p->w, &p->owned);
+    p->src = src;
+    f->n_packed += r == 1;
+    return r < 0 ? -1 : 0;
+}
+
+#define PACK_PER_LAYER 21 /* the fg_weight members of fg_ds4_layer */
+
+static fg_err pack_weights(fg_ds4_forward_t *f, fg_diag *diag)
+{
+    const fg_ds4_model *m = f->m;
+    const fg_isa isa = f->isa == FG_ISA_AUTO ? fg_isa_best() : f->isa;
+    if (isa != FG_ISA_AVX512)
+        return FG_OK; /* the scalar reference's products are batch-invariant as they are; AVX2's are not */
+    f->packed = calloc((size_t)m->hp.n_layer_all * PACK_PER_LAYER + 3, sizeof *f->packed);
+    if (!f->packed)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the packed weights");
+    int bad = 0;
+    for (int il = 0; il < m->hp.n_layer_all; il++) {
+        const fg_ds4_layer *L = &m->layers[il];
+        const fg_weight *ws[PACK_PER_LAYER] = {
+            &L->hc_attn.fn, &L->hc_ffn.fn, &L->q_a, &L->q_b, &L->kv, &L->out_a, &L->out_b,
+            &L->comp.kv, &L->comp.gate, &L->idx_proj, &L->idx_q_b, &L->idx_comp.kv, &L->idx_comp.gate,
+            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp,
+            &L->down_shexp, &L->eh_proj};
+        for (int i = 0; i < PACK_PER_LAYER; i++)
+            bad |= pack_one(f, ws[i]);
+    }
+    bad |= pack_one(f, &m->output) | pack_one(f, &m->mtp_output) | pack_one(f, &m->hc_out.fn);
+    if (bad)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the packed weights");
+    qsort(f->packed, (size_t)f->n_packed, sizeof *f->packed, packed_cmp);
+    return FG_OK;
+}
+
+static void pack_destroy(fg_ds4_forward_t *f)
+{
+    for (int i = 0; i < f->n_packed; i++)
+        free(f->packed[i].owned);
+    free(f->packed);
+}
+
+/* ---------------------------------------------------------------- drafts */
+
+/* A chain of drafts of one sequence: the MTP block at positions base,
+ * base + 1, .. on a copy of the sequence's MTP ring (the block's only cache:
+ * its compress ratio is 0, model.c), so the sequence itself is only read. */
+typedef struct ds4_draft {
+    const fg_kv_seq *kv;  /* the sequence; NULL: free */
+    uint64_t gen;         /* run_gen of its chain (another: free) */
+    int base;             /* kv->n_tokens when the chain began */
+    int depth;            /* drafts made in the chain before this call; -1: claimed by this call */
+    fg_kv_seq shadow;     /* kv with state = the slot's ring copy, in dcache's layout */
+} ds4_draft;
+
+static fg_err draft_create(fg_ds4_forward_t *f, fg_diag *diag)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const size_t T = (size_t)f->max_tokens, E4 = (size_t)FG_DS4_HC * (size_t)hp->n_embd;
+    const size_t cache_bytes = sizeof *f->cache + (size_t)hp->n_layer_all * sizeof f->cache->layer[0];
+    bool ok = true;
+    f->dcache = malloc(cache_bytes);
+    f->drafts = calloc(T, sizeof *f->drafts);
+    f->draft_slot = calloc(T, sizeof *f->draft_slot);
+    /* row_bytes is a multiple of 4 */
+    f->draft_ring = alloc_f(T * (size_t)hp->window * f->cache->row_bytes / sizeof(float), &ok);
+    f->draft_h = alloc_f(T * E4, &ok);
+    if (!ok || !f->dcache || !f->drafts || !f->draft_slot)
+        return fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the drafts of %d sequences", f->max_tokens);
+    memcpy(f->dcache, f->cache, cache_bytes);
+    f->dcache->layer[hp->n_layer].state_window = 0;
+    return FG_OK;
+}
+
+static void draft_destroy(fg_ds4_forward_t *f)
+{
+    free(f->dcache);
+    free(f->drafts);
+    free(f->draft_slot);
+    free(f->draft_ring);
+    free(f->draft_h);
+}
+
+/* The slot of seqs[i]'s chain, or a free one claimed (depth -1). Errors:
+ * FG_ERR_INVALID_ARG (every slot in use by this chain's sequences). */
+static fg_err draft_claim(fg_ds4_forward_t *f, const fg_kv_seq *kv, int i, fg_diag *diag)
+{
+    int free_slot = -1;
+    for (int s = 0; s < f->max_tokens; s++) {
+        ds4_draft *d = &f->drafts[s];
+        const bool live = d->kv && d->gen == f->run_gen;
+        if (live && d->kv == kv && d->base == kv->n_tokens && d->depth >= 0) {
+            f->draft_slot[i] = s;
+            return FG_OK;
+        }
+        if (!live && free_slot < 0)
+            free_slot = s;
+    }
+    if (free_slot < 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "more than %d sequences drafting between two runs",
+                           f->max_tokens);
+    ds4_draft *d = &f->drafts[free_slot];
+    *d = (ds4_draft){.kv = kv, .gen = f->run_gen, .base = kv->n_tokens, .depth = -1, .shadow = *kv};
+    d->shadow.state = f->draft_ring + (size_t)free_slot * (size_t)f->m->hp.window * f->cache->row_bytes;
+    f->draft_slot[i] = free_slot;
+    return FG_OK;
+}
+
+/* Checks a draft call and claims each sequence's slot; on an error the slots
+ * claimed here are released and nothing else changed. */
+static fg_err draft_check(fg_ds4_forward_t *f, const int32_t *tokens, const fg_fwd_seq *seqs, int n_seqs,
+                          fg_diag *diag)
+{
+    const int V = f->m->hp.n_vocab;
+    if (n_seqs < 0 || n_seqs > f->max_tokens)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "%d sequences in one draft call (at most %d)", n_seqs,
+                           f->max_tokens);
+    for (int i = 0; i < n_seqs; i++) {
+        const fg_fwd_seq *s = &seqs[i];
+        const fg_kv_seq *kv = s->kv;
+        if (s->n_tokens != 1 || s->n_logits != 1 || !s->logits)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "sequence %d: a draft takes 1 token and 1 row of logits (%d tokens, %d logits)", i,
+                               s->n_tokens, s->n_logits);
+        if (!kv || !kv->state)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequence %d: no cache state", i);
+        if (kv->n_tokens && ((const fg_ds4_state_head *)(const void *)kv->state)->n_tokens != kv->n_tokens)
+            return fg_diag_set(diag, FG_ERR_STATE,
+                               "sequence %d: its deepseek4 cache state holds %d tokens, the sequence %d (a "
+                               "deepseek4 sequence cannot be truncated or rewound; start it again)",
+                               i, ((const fg_ds4_state_head *)(const void *)kv->state)->n_tokens, kv->n_tokens);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return fg_diag_set(diag, FG_ERR_TOKEN_ID, "token id %d outside the vocabulary [0, %d)", tokens[i], V);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].kv == kv)
+                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "sequences %d and %d: the same sequence twice", j, i);
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        fg_err e = draft_claim(f, seqs[i].kv, i, diag);
+        const ds4_draft *d = e == FG_OK ? &f->drafts[f->draft_slot[i]] : NULL;
+        if (d && d->base + d->depth + 1 >= f->max_rows * FG_DS4_CSA)
+            e = fg_diag_set(diag, FG_ERR_CONTEXT_FULL, "sequence %d: a draft at position %d exceeds the context %d",
+                            i, d->base + d->depth + 1, f->max_rows * FG_DS4_CSA);
+        if (e != FG_OK) {
+            for (int j = 0; j < i + (d != NULL); j++)
+                if (f->drafts[f->draft_slot[j]].depth < 0)
+                    f->drafts[f->draft_slot[j]].kv = NULL;
+            return e;
+        }
+    }
+    return FG_OK;
+}
+
+fg_err fg_ds4_forward_draft(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag)
+{
+    const fg_ds4_model *m = f->m;
+    const fg_ds4_hparams *hp = &m->hp;
+    if (!hp->n_nextn)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "this deepseek4 model has no MTP block to draft with");
+    if (f->ep)
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED,
+                           "drafts with expert parallelism (a draft is not a collective step of the ranks)");
+    const fg_err bad = draft_check(f, tokens, seqs, n_seqs, diag);
+    if (bad != FG_OK || n_seqs == 0)
+        return bad;
+    const int il = hp->n_layer, E4 = FG_DS4_HC * hp->n_embd;
+    const size_t ring_bytes = (size_t)hp->window * f->cache->row_bytes;
+    for (int i = 0; i < n_seqs; i++) {
+        const fg_kv_seq *kv = seqs[i].kv;
+        ds4_draft *d = &f->drafts[f->draft_slot[i]];
+        float *h = f->draft_h + (size_t)f->draft_slot[i] * E4;
+        if (d->depth < 0) { /* the chain's first: the trunk's h of the last cached position, as a run has it */
+            memcpy(d->shadow.state, kv->state + f->cache->layer[il].state_window, ring_bytes);
+            if (kv->n_tokens)
+                memcpy(h, last_h_of(f, kv), (size_t)E4 * sizeof(float));
+            else
+                memset(h, 0, (size_t)E4 * sizeof(float));
+        }
+        d->depth++;
+        f->tok_kv[i] = &d->shadow;
+        f->tok_pos[i] = d->base + d->depth;
+        mtp_input(f, i, tokens[i], h);
+    }
+    memset(f->counts, 0, (size_t)hp->n_expert * sizeof *f->counts);
+    mm(f, &m->layers[il].eh_proj, 0, f->mtp_in, n_seqs * FG_DS4_HC, f->xm);
+    fg_ds4_cache *const cache = f->cache;
+    f->cache = f->dcache; /* the MTP layer's ring: the slots' copies */
+    layer(f, il, f->xm, tokens, n_seqs);
+    f->cache = cache;
+    heads_of(f, f->xm, seqs, n_seqs, m->mtp_norm, &m->mtp_output, NULL);
+    for (int i = 0; i < n_seqs; i++)
+        memcpy(f->draft_h + (size_t)f->draft_slot[i] * E4, f->xm + (size_t)i * E4, (size_t)E4 * sizeof(float));
+    if (f->count_sink)
+        for (int e = 0; e < hp->n_expert; e++)
+            if (f->counts[e])
+                atomic_fetch_add_explicit(&f->count_sink[e], f->counts[e], memory_order_relaxed);
+    return FG_OK;
 }
 
 fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, int max_tokens, fg_pool_t *pool,
@@ -999,6 +1264,10 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
         e = fg_diag_set(diag, FG_ERR_NOMEM, "forward: out of memory for the scratch of %d tokens", max_tokens);
         goto fail;
     }
+    if (hp->n_nextn && (e = draft_create(f, diag)) != FG_OK)
+        goto fail;
+    if ((e = pack_weights(f, diag)) != FG_OK)
+        goto fail;
     *out = f;
     return FG_OK;
 fail:
@@ -1025,6 +1294,8 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
             free(wb[k]);
     }
     free(f->ws);
+    draft_destroy(f);
+    pack_destroy(f);
     free(f);
 }
 

@@ -19,7 +19,9 @@
  * fg_fwd_seq.absorbed is deepseek2's and ignored here: deepseek4 has one
  * form, so a token's result never depends on how its input was cut.
  *
- * Lifetimes: weights are the model's (no copies); scratch for max_tokens
+ * Lifetimes: weights are the model's, except on AVX-512 the Q8_0 matrices,
+ * read as P16 panel copies packed at create (forward.c: a token's results
+ * the same bits in any chunk or batch); scratch for max_tokens
  * tokens is sized at create; a run allocates nothing; the per-sequence cache
  * is the sequence's pages and state (cache.h).
  * Thread safety: one caller at a time; the pool's workers run inside a call.
@@ -69,5 +71,26 @@ void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c);
  * deepseek4 cache cannot undo); with expert parallelism also the exchange's
  * (see fg_ds4_forward_set_ep). */
 fg_err fg_ds4_forward_run(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs, fg_diag *diag);
+
+/* Drafts with the MTP block (engine/model/arch.h, forward_draft): for each
+ * sequence (n_tokens 1, n_logits 1) its logits get the MTP block's
+ * prediction after tokens[i] at position kv->n_tokens, from the trunk's h of
+ * the last cached position (the state's) and embed(tokens[i]): the bits the
+ * MTP output of a run of tokens[i] alone would have (fg_ds4_forward_set_mtp_out).
+ * A call before the next fg_ds4_forward_run chains: position one further,
+ * from the MTP block's own h of the call before; a run ends every chain.
+ *
+ * The sequences are only read, never written (caches, state, n_tokens, and
+ * no pages needed past n_tokens): the MTP block's only cache is its window
+ * ring (its compress ratio is 0, model.c), so a chain works on a copy of the
+ * sequence's ring (window x row bytes, copied when the chain begins) and
+ * writes its rows there; the next run computes what it would have without
+ * drafts. Up to max_tokens sequences draft between two runs.
+ * Errors (nothing written): FG_ERR_UNSUPPORTED (no MTP block; expert
+ * parallelism: a draft is no collective step), FG_ERR_INVALID_ARG (shape,
+ * a sequence twice, more sequences drafting than max_tokens),
+ * FG_ERR_TOKEN_ID, FG_ERR_STATE, FG_ERR_CONTEXT_FULL. */
+fg_err fg_ds4_forward_draft(fg_ds4_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs,
+                            fg_diag *diag);
 
 #endif
