@@ -16,6 +16,7 @@ gen tiny-bf16.gguf --type bf16
 gen tiny-q8_0.gguf --type q8_0
 gen tiny-chat.gguf --chat-markers              # DeepSeek-V3's chat and tool markers in the vocabulary
 gen tiny-mtp.gguf --nextn 1                    # DeepSeek-V3's MTP block (nextn) after the 4 trunk layers
+gen tiny-mtp-q8_0.gguf --nextn 1 --type q8_0   # the same in Q8_0 (test_spec: rollback bits)
 # mixed types: tiny.gguf with its routed experts in MXFP4 (as llama.cpp's converter writes V4's)
 /usr/bin/python3 "$(dirname "$0")/../reference/retype_tensors.py" "$FG_TEST_DATA/tiny.gguf" \
   "$FG_TEST_DATA/tiny-mxfp4.gguf" 'blk.*.ffn_*_exps.weight=mxfp4'

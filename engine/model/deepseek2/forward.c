@@ -33,8 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "config/base/hash64.h"
 #include "engine/ep/moe_ep.h"
@@ -86,11 +84,13 @@ struct fg_forward {
     _Atomic uint64_t *pick_sink; /* [E] where a run adds its picks (fg_forward_count_experts); NULL: not counted */
 
     /* ---- weights: the layers as the products read them ----
-     * The model's, the routed experts' Q8_0 matrices replaced (AVX-512) by
-     * copies packed at create into 16-row panels (FG_WTYPE_Q8_0_P16,
-     * pack_weight), and f32 copies for the decompressed form. */
+     * The model's, their Q8_0 matrices replaced (AVX-512) by copies packed
+     * at create into 16-row panels (FG_WTYPE_Q8_0_P16, pack_weight), and f32
+     * copies for the decompressed form. */
     fg_layer *layers;         /* [n_layer] */
     void **packed;            /* [n_layer][N_PACKED] owned packed buffers (NULL where not packed) */
+    fg_weight output, mtp_head, mtp_eh_proj; /* the model's, or their packed copies */
+    void *packed_model[3];    /* owned packed buffers of those (NULL where not packed) */
     float *mha_wk;            /* [n_layer][H][nope][kv_lora] k_b, f32 */
     float *mha_wv;            /* [n_layer][kv_lora][H * v] v_b transposed, f32 */
 
@@ -230,43 +230,24 @@ static void *xalloc(size_t n, int *failed)
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Makes *dst the weight the products read for src: src itself, or, where the
- * AVX-512 kernels run and src is Q8_0 with rows in multiples of 16, a copy
- * packed into 16-row panels (the same size; the expert products of 1 .. 12
- * tokens run about twice as fast on it, docs/benchmarks.md). When the model
- * is a file mapping, src's pages are then dropped from this process, so the
- * resident memory stays that of one copy: they fault back in from the file,
- * unchanged, if anything reads src again (expert parallelism, another
- * forward). Returns 0, or -1 when out of memory (dst is then src). */
+ * AVX-512 kernels run, its panel copy (fg_weight_pack_q8_p16): the panel
+ * kernel gives a token the same bits in any batch (the raw Q8_0 kernels sum
+ * the blocks in another order by row count), which speculative decoding's
+ * verify passes need, and runs the expert products of 1 .. 12 tokens about
+ * twice as fast (docs/benchmarks.md). Returns 0, or -1 when out of memory
+ * (dst is then src). */
 static int pack_weight(const fg_forward_t *f, const fg_weight *src, fg_weight *dst, void **owned)
 {
     *dst = *src;
     *owned = NULL;
     const fg_isa isa = f->isa == FG_ISA_AUTO ? fg_isa_best() : f->isa;
-    if (isa != FG_ISA_AVX512 || !src->data || src->type != FG_WTYPE_Q8_0 ||
-        fg_matmul_q8_p16_bytes(src->n_in, src->n_out) != (size_t)src->n_out * src->row_bytes ||
-        src->mat_bytes != (size_t)src->n_out * src->row_bytes)
-        return 0;
-    const size_t total = (size_t)src->n_mat * src->mat_bytes;
-    void *buf = NULL;
-    if (posix_memalign(&buf, 64, total) != 0)
-        return -1;
-    for (int64_t i = 0; i < src->n_mat; i++)
-        (void)fg_matmul_pack_q8_p16((const uint8_t *)src->data + (size_t)i * src->mat_bytes, src->n_in, src->n_out,
-                                    (uint8_t *)buf + (size_t)i * src->mat_bytes);
-    if (f->m->base.weights_file_mapped) {
-        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        const uintptr_t b = ((uintptr_t)src->data + page - 1) / page * page;
-        const uintptr_t e = ((uintptr_t)src->data + total) / page * page;
-        if (e > b)
-            (void)madvise((void *)b, e - b, MADV_DONTNEED); /* an optimisation: failure costs only memory */
-    }
-    dst->data = buf;
-    dst->type = FG_WTYPE_Q8_0_P16;
-    *owned = buf;
-    return 0;
+    if (isa != FG_ISA_AVX512)
+        return 0; /* the scalar reference's products are batch-invariant as they are; AVX2's are not */
+    return fg_weight_pack_q8_p16(src, f->m->base.weights_file_mapped, dst, owned) < 0 ? -1 : 0;
 }
 
-#define N_PACKED 3 /* per layer: the routed experts' gate, up and down matrices */
+#define N_PACKED 15 /* per layer: the Q8_0 matrices of the products (the routed experts first) */
+#define N_PACKED_MODEL 3 /* the output head, the MTP block's head and eh_proj */
 
 /* f->layers: the model's layers, the routed experts packed where
  * pack_weight() packs. */
@@ -281,16 +262,33 @@ static int setup_layers(fg_forward_t *f)
         const fg_layer *src = &f->m->layers[il];
         fg_layer *ly = &f->layers[il];
         *ly = *src;
-        const fg_weight *from[N_PACKED] = {&src->gate_exps, &src->up_exps, &src->down_exps};
-        fg_weight *to[N_PACKED] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
-        /* Only the routed experts are packed: their products run on a few tokens
-         * each, where the panel kernel pays; for the rest (one token in a lone
-         * decode, the whole batch otherwise) the row kernels over the mapped
-         * weights were as fast at 64 sessions and 14 % faster for a lone decode
-         * on one thread (docs/benchmarks.md). */
+        /* Every product's matrix, not only the routed experts' (where the panel
+         * kernel is faster): a lone decode pays for it (the row kernels over the
+         * mapped weights were 14 % faster on one thread, docs/benchmarks.md) so
+         * that a token's result does not depend on its batch (the router is F32:
+         * batch-invariant on AVX-512). */
+        const fg_weight *from[N_PACKED] = {&src->gate_exps, &src->up_exps,   &src->down_exps,  &src->q_a,
+                                           &src->q_b,       &src->kv_a,      &src->attn_out,   &src->ffn_gate,
+                                           &src->ffn_up,    &src->ffn_down,  &src->gate_shexp, &src->up_shexp,
+                                           &src->down_shexp, &src->k_b,      &src->v_b};
+        fg_weight *to[N_PACKED] = {&ly->gate_exps, &ly->up_exps,  &ly->down_exps, &ly->q_a,
+                                   &ly->q_b,       &ly->kv_a,     &ly->attn_out,  &ly->ffn_gate,
+                                   &ly->ffn_up,    &ly->ffn_down, &ly->gate_shexp, &ly->up_shexp,
+                                   &ly->down_shexp, &ly->k_b,      &ly->v_b};
         for (int i = 0; i < N_PACKED; i++)
             if (pack_weight(f, from[i], to[i], &f->packed[(size_t)il * N_PACKED + i]) != 0)
                 return -1;
+    }
+    const fg_model *m = f->m;
+    const fg_weight *from[N_PACKED_MODEL] = {&m->output, &m->mtp.head, &m->mtp.eh_proj};
+    fg_weight *to[N_PACKED_MODEL] = {&f->output, &f->mtp_head, &f->mtp_eh_proj};
+    for (int i = 0; i < N_PACKED_MODEL; i++)
+        if (pack_weight(f, from[i], to[i], &f->packed_model[i]) != 0)
+            return -1;
+    if (m->mtp.head.data == m->output.data) { /* no shared_head_head: one copy of the output head */
+        free(f->packed_model[1]);
+        f->packed_model[1] = NULL;
+        f->mtp_head = f->output;
     }
     return 0;
 }
@@ -512,6 +510,8 @@ void fg_forward_destroy(fg_forward_t *f)
     for (int i = 0; f->packed && i < f->m->base.n_layer_run * N_PACKED; i++)
         free(f->packed[i]);
     free(f->packed);
+    for (int i = 0; i < N_PACKED_MODEL; i++)
+        free(f->packed_model[i]);
     free(f->layers);
     free(f);
 }
@@ -1069,7 +1069,7 @@ void fg_forward_set_ep(fg_forward_t *f, fg_moe_ep_t *ep)
     for (int il = 0; il < f->m->base.n_layer_run; il++) {
         const fg_layer *src = &f->m->layers[il];
         fg_layer *ly = &f->layers[il];
-        for (int i = 0; i < N_PACKED; i++) {
+        for (int i = 0; i < 3; i++) { /* the routed experts (first in setup_layers' lists) */
             free(f->packed[(size_t)il * N_PACKED + i]);
             f->packed[(size_t)il * N_PACKED + i] = NULL;
         }
@@ -1178,7 +1178,7 @@ static void mtp_layer(fg_forward_t *f, const int32_t *tokens, const fg_fwd_seq *
         fg_rmsnorm_isa(f->isa, in, e, m->mtp.enorm, d, hp->rms_eps);
         fg_rmsnorm_isa(f->isa, in + d, f->h_prev + (size_t)t * d, m->mtp.hnorm, d, hp->rms_eps);
     }
-    matmul(f, &m->mtp.eh_proj, 0, f->mtp_in, n, f->x);
+    matmul(f, &f->mtp_eh_proj, 0, f->mtp_in, n, f->x);
     attention_block(f, seqs, &f->layers[NL], NL, slot, n);
     ffn_block(f, &f->layers[NL], n);
 }
@@ -1321,7 +1321,7 @@ fg_err fg_forward_draft(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs
         memcpy(f->draft_h + (size_t)k * d, f->h_cur + si * d, d * sizeof(float));
         f->drafts[k].depth++;
     }
-    logits_block(f, f->draft_seqs, n_seqs, f->h_cur, NULL, &m->mtp.head, NULL);
+    logits_block(f, f->draft_seqs, n_seqs, f->h_cur, NULL, &f->mtp_head, NULL);
     return FG_OK;
 }
 
@@ -1360,12 +1360,12 @@ fg_err fg_forward_run(fg_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, 
         if (f->picks[e])
             atomic_fetch_add_explicit(&f->pick_sink[e], f->picks[e], memory_order_relaxed);
     if (hp->n_nextn) {
-        logits_block(f, seqs, n_seqs, f->h_cur, NULL, &f->m->output, NULL);
+        logits_block(f, seqs, n_seqs, f->h_cur, NULL, &f->output, NULL);
         if (f->mtp_out)
-            logits_block(f, seqs, n_seqs, f->x, f->m->mtp.head_norm, &f->m->mtp.head, f->mtp_out);
+            logits_block(f, seqs, n_seqs, f->x, f->m->mtp.head_norm, &f->mtp_head, f->mtp_out);
         hidden_store(f, seqs, n_seqs);
     } else {
-        logits_block(f, seqs, n_seqs, f->x, f->m->output_norm, &f->m->output, NULL);
+        logits_block(f, seqs, n_seqs, f->x, f->m->output_norm, &f->output, NULL);
     }
     for (int si = 0; si < n_seqs; si++)
         seqs[si].kv->n_tokens += seqs[si].n_tokens;
