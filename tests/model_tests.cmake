@@ -44,6 +44,9 @@ target_link_libraries(ds2_mtp_probe PRIVATE fg_engine)
 set_target_properties(ds2_mtp_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 fg_add_test(reference_deepseek2_mtp COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_deepseek2_mtp.py
             LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)
+# flashgate-modelgen --from keeps the source's MTP block (a Q8_0 copy of a trained model drafts too).
+fg_add_test(modelgen_from COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_modelgen_from.sh
+            LABELS model FIXTURES_REQUIRED models TIMEOUT 120)
 foreach(variant tiny tiny-softmax tiny-groups tiny-lite tiny-yarn)
   fg_add_test(reference_${variant} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_reference.sh ${variant}.gguf
               LABELS "model;reference" FIXTURES_REQUIRED models TIMEOUT 300)

@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "  --tied                     tie the output head to token_embd (no output.weight)\n"
             "  --yarn FACTOR              YaRN rope scaling keys; context_length becomes FACTOR x the preset's\n"
             "  --layers N                 block count (leading dense blocks capped at N)\n"
-            "  --nextn 0|1                DeepSeek-V3's MTP block after the trunk's layers (nextn_predict_layers)\n"
+            "  --nextn 0|1                DeepSeek-V3's MTP block after the trunk's layers (nextn_predict_layers;\n"
+            "                             with --from: the source's)\n"
             "  --bpe-corpus FILE          train the BPE vocabulary on FILE instead of the built-in text\n"
             "  --weights FILE             trained weights (FGW1, engine/model/modelgen.h) instead of random ones\n"
             "  --from GGUF                vocabulary and weights of an F32 model of this preset (convert --type)\n");
@@ -260,6 +261,15 @@ int main(int argc, char **argv)
         if (parse_u64(nextn, 1, &v))
             return bad("--nextn wants 0 or 1, not '%s'", nextn);
         spec.n_nextn = (uint32_t)v;
+    } else if (from) { /* a conversion keeps the source's MTP block unless --nextn says otherwise */
+        fg_gguf_t *g;
+        fg_diag gd = {{0}};
+        uint32_t n = 0;
+        if (fg_gguf_open_file(from, &g, &gd) == FG_OK) {
+            if (fg_gguf_get_u32(g, "deepseek2.nextn_predict_layers", &n) == FG_OK && n <= 1)
+                spec.n_nextn = n;
+            fg_gguf_close(g);
+        }
     }
 
     if (embd) { /* a wider model: rows of 256 for the K-quant test models */
