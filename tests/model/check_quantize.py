@@ -37,8 +37,9 @@ EXACT = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4"]
 # Logit bounds against the F32 model: (median over positions of max |logit - F32 logit|, max over
 # positions, floor of top-1 agreement), 32-34 prompt positions, F32 KV cache. Measured 2026-12-02
 # (x86-64, AVX-512), with q8_0 / q6_k / q4_0 for scale:
-#   english (trained; logit std 2.1): q8_0 0.046, q5_k_m 0.133 (max 0.55, top-1 0.97),
-#     q4_k_m 0.184 (max 1.29, top-1 0.85), q4_0 0.344. Its rows are 128 wide, so most K-type
+#   english (trained, 475 steps): q5_k_m 0.168 (max 0.64, top-1 1.00), q4_k_m 0.186
+#     (max 2.61, top-1 0.97); the earlier 157-step model: q8_0 0.046, q5_k_m 0.133 (max 0.55),
+#     q4_k_m 0.184 (max 1.29), q4_0 0.344. Its rows are 128 wide, so most K-type
 #     tensors fall back to Q5_0/Q5_1/Q8_0 as llama-quantize's do.
 #   tiny-256 (random weights; logit std 3.0): q8_0 0.28, q6_k 0.82, q5_k_m 2.7 (max 12.8),
 #     q4_k_m 3.6 (max 15.5), q4_0 4.6. A random network amplifies weight error and flips expert
@@ -49,7 +50,7 @@ EXACT = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4"]
 # Bounds: about 1.6-2x the measured values.
 BOUNDS = {
     ("tiny-256", "q4_k_m"): (6.0, 25.0, 0.25), ("tiny-256", "q5_k_m"): (4.5, 22.0, 0.35),
-    ("english", "q4_k_m"): (0.35, 2.5, 0.70), ("english", "q5_k_m"): (0.25, 1.1, 0.85),
+    ("english", "q4_k_m"): (0.35, 4.5, 0.70), ("english", "q5_k_m"): (0.30, 1.1, 0.85),
 }
 
 failures = []
