@@ -121,12 +121,15 @@ const fg_cfg_key fg_cfg_keys[] = {
           "prefill over a long history cheaper. Results are the same for any chunking. 0 treats "
           "those steps like any other."),
     {.path = "model.speculative", .type = FG_CFG_BOOL, .offset = offsetof(fg_config, model.speculative),
-     .def_bool = true,
+     .def_bool = false,
      .doc = "Speculative decoding: each decoding session also feeds up to model.speculative_drafts "
             "proposed tokens (from the model's MTP block where the backend runs it, else from its own "
             "history), verified in the same step; greedy output is that of plain decoding (docs/engine.md, "
             "\"Speculative decoding\", says where bits may differ) and sampled output keeps its "
-            "distribution. false decodes one token per session and step."},
+            "distribution. Off by default: it pays where a pass of a few more tokens costs little more "
+            "than one (weights streaming from memory); where the weights sit in cache a draft costs "
+            "nearly a token and the default model's MTP drafts lose (docs/benchmarks.md). false decodes "
+            "one token per session and step."},
     K_INT(fg_config, "model.speculative_drafts", model.speculative_drafts, 2, 1, 16,
           "Most draft tokens a session proposes per step with model.speculative; they count against "
           "its tenant's share of the step like any token. 2 measured best on a CPU, where each "

@@ -18,7 +18,7 @@ void fg_engine_options_default(fg_engine_options *o)
     o->prefill_chunk = 128;
     o->prefill_alone_tokens = 512;
     o->event_capacity = 64;
-    o->speculative = true;
+    o->speculative = false;
     o->spec_drafts = 2; /* docs/benchmarks.md, "Speculative decoding" */
     o->text_capacity = 2048;
     o->prefix_cache = true;

@@ -73,7 +73,7 @@ typedef struct fg_engine_options {
      * that of plain decoding token for token, sampled output has the same
      * distribution. Drafts come from the model's MTP block where the
      * backend runs it, and from prompt lookup (the session's own history) */
-    bool speculative;        /* default true */
+    bool speculative;        /* default false (docs/benchmarks.md: where it pays) */
     int spec_drafts;         /* most drafts per session and step, 1..16; default 2 */
     int event_capacity;      /* output queue events per session; default 64 */
     int text_capacity;       /* output queue text bytes per session; default 2048 */

@@ -172,6 +172,7 @@ int main(int argc, char **argv)
 {
     fg_engine_options eo;
     fg_engine_options_default(&eo);
+    eo.speculative = true; /* the response's no_drafts gives the plain runs */
     eo.model_path = "models/flash-english.gguf";
     eo.serve = true;
     eo.kv_budget_bytes = (size_t)1 << 30;

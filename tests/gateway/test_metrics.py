@@ -128,7 +128,7 @@ def check_histogram(fams, family):
 
 
 async def test_metrics_parse_and_move():
-    async with Server(auth=AUTH) as srv:
+    async with Server(auth=AUTH, model={"speculative": True}) as srv:
         before, _ = scrape(srv)
         for fam, typ in FAMILIES.items():
             check(fam in before, f"family {fam} missing")

@@ -68,6 +68,7 @@ static void options(fg_engine_options *o, const char *file, bool serve, int max_
     o->n_threads = 2;
     o->kv_budget_bytes = (size_t)64 << 20;
     o->serve = serve;
+    o->speculative = true;
     o->spec_drafts = 4;
 }
 
