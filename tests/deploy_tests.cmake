@@ -8,6 +8,9 @@ fg_add_test(deploy_haproxy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/
 # on the others), with the session directory on.
 fg_add_test(deploy_cluster COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.py
             LABELS deploy FIXTURES_REQUIRED models TIMEOUT 300)
+# The same cases on a Redis Cluster of three masters started by the test (redis.mode cluster).
+fg_add_test(deploy_cluster_redis_cluster COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.py
+            --redis=cluster LABELS deploy FIXTURES_REQUIRED models TIMEOUT 300)
 # The systemd unit: systemd-analyze verify in a scratch root holding the installed build.
 fg_add_test(deploy_systemd COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/deploy/check_systemd.sh
             ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR} LABELS deploy TIMEOUT 120)

@@ -23,6 +23,11 @@ adopters, fencing, SIGTERM's release of one session, the HTTP Responses API):
 - an instance drained by SIGTERM (leases far longer than the test, so only its release can free
   them): every one of its idle sessions is resumed through HAProxy on another instance, none lost.
 
+The same cases run on one redis-server (the default) or, with --redis=cluster (or FG_TEST_REDIS=cluster),
+on a Redis Cluster of three masters started by the test (tests/gateway/test_redis_cluster.py's), every
+instance given redis.mode cluster and the three as redis.nodes; the test's own reads of Redis (usage
+total, leases) follow the cluster's redirects.
+
 Needs haproxy (deploy/install-deps.sh test) and redis-server; run with /usr/bin/python3."""
 import asyncio
 import json
@@ -43,17 +48,24 @@ from cdp import Browser  # noqa: E402
 from harness import check, eq, http_get, log, run_tests, wait_for  # noqa: E402
 from test_admin import ADMIN_KEY  # noqa: E402
 from test_haproxy import NAMES, haproxy_up, open_via  # noqa: E402
-from test_quotas import load_turns, make_tenant  # noqa: E402
+from test_quotas import Redis, load_turns, make_tenant  # noqa: E402
+from test_redis_cluster import RedisCluster  # noqa: E402
 from test_session_dir import SETTINGS, TURNS, Cluster, lease, mtime, session_file, uncached  # noqa: E402
 
 TTL_MS = 1500
+REDIS_MODE = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--redis=")),
+                  os.environ.get("FG_TEST_REDIS", "single"))
+if REDIS_MODE not in ("single", "cluster"):
+    sys.exit(f"--redis={REDIS_MODE}: single or cluster")
 
 
 class Fleet(Cluster):
-    """test_session_dir's cluster as HAProxy's three servers gw1..gw3 (admin API on), HAProxy in front."""
+    """test_session_dir's cluster as HAProxy's three servers gw1..gw3 (admin API on), HAProxy in front,
+    on the Redis REDIS_MODE names."""
 
     def __init__(self, ttl_ms=TTL_MS):
-        super().__init__(3, names=NAMES, ttl_ms=ttl_ms, auth={"admin_key": ADMIN_KEY}, server={"drain_timeout_s": 30})
+        super().__init__(3, names=NAMES, redis=RedisCluster if REDIS_MODE == "cluster" else Redis, ttl_ms=ttl_ms,
+                         auth={"admin_key": ADMIN_KEY}, server={"drain_timeout_s": 30})
         self.lb = None
 
     async def __aenter__(self):
@@ -275,6 +287,12 @@ async def test_200_sessions_one_global_limit():
         await clients
         eq(int(fl.redis.cli("GET", "{tenant:wide}:usage:total")), stats["all"],
            "Redis counted what the responses report as used, over the three instances")
+        if REDIS_MODE == "cluster":  # the keys this test relies on are spread over the three masters
+            total = "{tenant:wide}:usage:total"
+            owners = {k: fl.redis.owner(k) for k in (total, "{tenant:capped}:sessions", "{flashgate:instances}:live")}
+            eq(sorted(owners.values()), [0, 1, 2], f"one master each: {owners}")
+            eq(fl.redis.node_cli(fl.redis.ports[owners[total]], "GET", total), str(stats["all"]),
+               "the usage total on its slot's master")
         allowed = tpm + tpm * T / 60.0
         ratio = stats["used"] / allowed
         log(f"    200 sessions placed {stats['placed']}: {stats['ok']} responses, {stats['refused']} refusals, "
@@ -380,4 +398,5 @@ async def test_sigterm_drain_moves_every_idle_session():
 
 
 if __name__ == "__main__":
+    log(f"redis: {REDIS_MODE}")
     run_tests(globals())

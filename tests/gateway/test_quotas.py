@@ -49,6 +49,10 @@ class Redis:
         r = subprocess.run(["redis-cli", "-s", self.sock, *args], capture_output=True, text=True, timeout=10)
         return r.stdout
 
+    def config(self):
+        """flashgate's redis section for this server."""
+        return {"address": self.sock}
+
     def evalsha_calls(self):
         for line in self.cli("INFO", "commandstats").splitlines():
             if line.startswith("cmdstat_evalsha:"):
@@ -66,7 +70,7 @@ class Redis:
 
 
 def shared_server(redis, **kw):
-    return admin_server(redis={"address": redis.sock}, **kw)
+    return admin_server(redis=redis.config(), **kw)
 
 
 def make_tenant(srv, tid, fail_mode="open", **limits):

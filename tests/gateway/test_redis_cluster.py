@@ -31,8 +31,9 @@ def port_free(p):
             return False
 
 
-class Cluster:
-    """Three masters; ports below the ephemeral range, their bus ports (+10000) free too."""
+class RedisCluster:
+    """Three masters; ports below the ephemeral range, their bus ports (+10000) free too. Used as
+    test_quotas.Redis is (start, cli, config, close) by tests that run on either."""
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="fg-gw-cluster-")
@@ -42,10 +43,20 @@ class Cluster:
             base += 16
         self.ports = [base + i for i in range(3)]
 
-    def cli(self, port, *args, cluster=False):
-        r = subprocess.run(["redis-cli", *(["-c"] if cluster else []), "-p", str(port), *args],
-                           capture_output=True, text=True, timeout=30)
+    def node_cli(self, port, *args):
+        """A command to the master on port alone (no redirect followed)."""
+        r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=30)
         return r.stdout.strip()
+
+    def cli(self, *args):
+        """A command to the cluster: sent to the first master, MOVED followed to the key's (-c)."""
+        r = subprocess.run(["redis-cli", "-c", "-p", str(self.ports[0]), *args],
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout
+
+    def config(self, seeds=3):
+        """flashgate's redis section for this cluster, its first seeds masters as the seeds."""
+        return {"mode": "cluster", "nodes": [f"127.0.0.1:{p}" for p in self.ports[:seeds]]}
 
     def start(self):
         for p in self.ports:
@@ -68,10 +79,15 @@ class Cluster:
     def wait(self, port, command, want, timeout=20):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if want in self.cli(port, *command.split()):
+            if want in self.node_cli(port, *command.split()):
                 return
             time.sleep(0.05)
         raise AssertionError(f"redis on {port}: no {want!r} from {command}")
+
+    def owner(self, key):
+        """The index (in ports) of the master that holds key's slot."""
+        slot = int(self.node_cli(self.ports[0], "CLUSTER", "KEYSLOT", key))
+        return next(i for i, (lo, hi) in enumerate(RANGES) if lo <= slot <= hi)
 
     def close(self):
         for p in self.procs:
@@ -81,24 +97,21 @@ class Cluster:
 
 
 async def test_cluster_limits_hold():
-    cluster = Cluster().start()
+    cluster = RedisCluster().start()
     try:
-        def slot(tenant):
-            return int(cluster.cli(cluster.ports[0], "CLUSTER", "KEYSLOT", f"{{tenant:{tenant}}}:config"))
-
-        tid = next(f"cl{k}" for k in range(1000) if slot(f"cl{k}") >= RANGES[1][0])  # not on the seed
-        owner = next(i for i, (lo, hi) in enumerate(RANGES) if lo <= slot(tid) <= hi)
-        async with admin_server(redis={"mode": "cluster", "nodes": [f"127.0.0.1:{cluster.ports[0]}"]}) as srv:
+        tid = next(f"cl{k}" for k in range(1000) if cluster.owner(f"{{tenant:cl{k}}}:config") > 0)  # not on the seed
+        owner = cluster.owner(f"{{tenant:{tid}}}:config")
+        async with admin_server(redis=cluster.config(seeds=1)) as srv:
             key = make_tenant(srv, tid, max_sessions=1)
             a = await open_session(srv, key)
             c = await Conn.open(srv, key=key)
             await c.send({"type": "session.create"})
             quota_error(await c.recv(), "too_many_sessions", retry=False)
-            eq(cluster.cli(cluster.ports[owner], "EXISTS", f"{{tenant:{tid}}}:config"), "1",
+            eq(cluster.node_cli(cluster.ports[owner], "EXISTS", f"{{tenant:{tid}}}:config"), "1",
                f"the tenant's config on master {owner}")
-            eq(cluster.cli(cluster.ports[0], "HGET", f"{{tenant:{tid}}}:config", "max_sessions", cluster=True), "1",
+            eq(cluster.cli("HGET", f"{{tenant:{tid}}}:config", "max_sessions").strip(), "1",
                "read through the cluster")
-            eq(cluster.cli(cluster.ports[owner], "ZCARD", f"{{tenant:{tid}}}:sessions"), "1", "one session lease")
+            eq(cluster.node_cli(cluster.ports[owner], "ZCARD", f"{{tenant:{tid}}}:sessions"), "1", "one session lease")
             for x in (a, c):
                 await x.close()
         log(f"tenant {tid} on master {owner} of {cluster.ports}")

@@ -55,7 +55,7 @@ class Instance(Server):
     """A flashgate in the cluster: its instance id, its url (its port, known once started)."""
 
     def __init__(self, name, pdir, redis, ttl_ms=TTL_MS, **kw):
-        super().__init__(persistence={"dir": pdir}, redis={"address": redis.sock}, **kw)
+        super().__init__(persistence={"dir": pdir}, redis=redis.config(), **kw)
         self.name = name
         self.ttl_ms = ttl_ms
 
@@ -132,16 +132,18 @@ async def reference(turns):
 
 
 class Cluster:
-    """n instances (named by names) on one redis-server and one shared persistence dir; kw go to each Instance."""
+    """n instances (named by names) on one Redis (a test_quotas.Redis, or what redis makes: started,
+    read with cli, reached through its config()) and one shared persistence dir; kw go to each Instance."""
 
-    def __init__(self, n=2, names=("gw-a", "gw-b", "gw-c"), **kw):
+    def __init__(self, n=2, names=("gw-a", "gw-b", "gw-c"), redis=Redis, **kw):
         self.n = n
         self.names = names
+        self.make_redis = redis
         self.kw = kw
 
     async def __aenter__(self):
         self.pdir = tempfile.mkdtemp(prefix="fg-dir-")
-        self.redis = Redis().start()
+        self.redis = self.make_redis().start()
         self.gws = []
         try:
             for name in self.names[:self.n]:
