@@ -235,6 +235,18 @@ static fg_proto_code quota_code(fg_quota_verdict v, const char **param)
     }
 }
 
+/* What a refused session lease says: its verdict in words. */
+static const char *refusal_message(fg_quota_verdict v, char *buf, size_t cap)
+{
+    switch (v) {
+    case FG_QUOTA_SESSIONS: return "the tenant's concurrent-session quota is reached";
+    case FG_QUOTA_UNAVAILABLE: return "quotas cannot be checked now (Redis unreachable)";
+    default:
+        snprintf(buf, cap, "the quota service refused the session (%s)", fg_quota_verdict_name(v));
+        return buf;
+    }
+}
+
 static uint32_t retry_seconds(double s)
 {
     return s <= 0 ? 0 : s < 1 ? 1 : (uint32_t)(s + 0.999);
@@ -285,19 +297,18 @@ static void on_session_lease(void *user, const fg_quota_result *r)
         fg_proto_code code = quota_code(r->verdict, &param);
         gw_session_destroy(s, true);
         fg_proto_error err;
+        char msg[128];
         fg_proto_error_set(&err, code, param, q->has_event_id ? q->event_id : NULL, "%s",
-                           r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
-                                                              : "the tenant's concurrent-session quota is reached");
+                           refusal_message(r->verdict, msg, sizeof msg));
         gw_sink_error(k, &err, quota_retry(r));
         gw_sink_rx_update(k);
     } else if (k) {
         gw_metrics_count_rejection(gw_tenant_at(q->gw, s->tenant), r->verdict);
         const char *param;
         fg_proto_code code = quota_code(r->verdict, &param);
+        char msg[128];
         create_failed(k, s, code, param, q->has_event_id ? q->event_id : NULL,
-                      r->verdict == FG_QUOTA_UNAVAILABLE ? "quotas cannot be checked now (Redis unreachable)"
-                                                         : "the tenant's concurrent-session quota is reached",
-                      quota_retry(r));
+                      refusal_message(r->verdict, msg, sizeof msg), quota_retry(r));
         gw_sink_rx_update(k);
     } else {
         gw_session_destroy(s, q->resume);

@@ -75,7 +75,9 @@ static void decide_local(struct fg_quota *q, fg_qreq *r)
     res->degraded = true;
     fg_tenant_record rec;
     if (!fg_qcache_get(q, r->tenant, &rec)) {
-        res->verdict = FG_QUOTA_UNKNOWN_TENANT;
+        /* not in the cache (not loaded yet from Redis, or gone): its fail mode is unknown,
+         * so the answer is "cannot check now", which the client retries */
+        res->verdict = FG_QUOTA_UNAVAILABLE;
         return;
     }
     const fg_tenant_limits *l = &rec.limits;
