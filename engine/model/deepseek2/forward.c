@@ -44,7 +44,6 @@
 #include "kernels/cpu/vecops.h"
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
-#define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
 #define KEEP_ROWS (FG_DS2_MAX_DRAFTS + 1) /* hidden rows kept per sequence: a verify run's, for any rollback */
 
 /* The trunk hidden rows of one sequence's latest run (the MTP block's h input
@@ -127,7 +126,6 @@ struct fg_forward {
     float *rope_cs;           /* [T][rope] each token's RoPE cos/sin (fg_rope_coefs), once per run */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
-    float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
     float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
     size_t mha_tile_floats, mha_page_tile_floats;
     float *mha_scratch;       /* [nth][mha_scratch_floats] */
@@ -195,7 +193,7 @@ typedef struct attn_args {
     fg_forward_t *f;
     const fg_fwd_seq *seqs;
     int layer, n;
-    bool split_kv;             /* one token, its cache split over the threads */
+    bool split_heads;          /* one token, its heads split over the threads */
     int block;                 /* tokens per block */
 } attn_args;
 
@@ -406,7 +404,6 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->attn_scratch_floats = (fg_mla_attn_scratch_floats(&ap) + 15) & ~(size_t)15;
     int nth = pool ? fg_pool_size(pool) : 1;
     f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
-    f->part = xalloc((size_t)nth * (H * L + 2 * H) * fl, &failed);
     const size_t NL = (size_t)m->base.n_layer_run, NK = (size_t)hp->n_nope, NV = (size_t)hp->n_v;
     f->mha_wk = xalloc(NL * H * NK * L * fl, &failed);
     f->mha_wv = xalloc(NL * L * H * NV * fl, &failed);
@@ -490,7 +487,7 @@ void fg_forward_destroy(fg_forward_t *f)
     void *bufs[] = {f->x, f->xn, f->qa, f->q, f->kva, f->q_lat, f->o_lat, f->q_rope,
                     f->o, f->tmp_d, f->xe, f->ff_gate, f->ff_up, f->router, f->sel_ids, f->sel_w, f->exp_count,
                     f->exp_list, f->exp_list_w, f->route_scratch, f->logit_rows, f->logit_out, f->tok_pos,
-                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->part, f->mm_scratch, f->exp_out,
+                    f->tok_seq, f->tok_nkv, f->rope_cs, f->attn_scratch, f->mm_scratch, f->exp_out,
                     f->shared_out, f->exp_tasks, f->xn_q8, f->iota, f->picks, f->mha_wk, f->mha_wv, f->mha_tiles,
                     f->mha_scratch, f->mha_m, f->mha_l, f->mtp_in, f->h_cur, f->h_prev, f->hid, f->hid_rows,
                     f->drafts, f->draft_h, f->draft_pages, f->draft_slot, f->draft_kv, f->draft_seqs};
@@ -588,8 +585,10 @@ static fg_mla_attn_params attn_params(const attn_args *a, long t)
  * sequence's tokens in a block goes through the cache together
  * (fg_mla_attn_multi: a page dequantized once for up to 32 queries, each
  * query's bits as if alone, so how a prefill is chunked or batched changes
- * nothing). One token (a lone decode): its cache is split over the threads
- * and the parts merged afterwards. */
+ * nothing). One token (a lone decode): its heads are split over the threads
+ * in groups of FG_MLA_ATTN_HEAD_GROUP, each group's bits those of the whole
+ * call; not its cache, since merging parts of a softmax rounds otherwise
+ * than one pass, and a token's bits would then depend on its batch. */
 static void attention_job(void *ctx, int ith, int nth)
 {
     const attn_args *a = ctx;
@@ -597,12 +596,16 @@ static void attention_job(void *ctx, int ith, int nth)
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
-    if (a->split_kv) {
+    if (a->split_heads) {
         fg_mla_attn_params p = attn_params(a, 0);
+        const int G = FG_MLA_ATTN_HEAD_GROUP;
         long b, e;
-        fg_pool_split(p.n_kv, 16, ith, nth, &b, &e);
-        float *part = f->part + (size_t)ith * (H * L + 2 * H);
-        fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
+        fg_pool_split((H + G - 1) / G, 1, ith, nth, &b, &e);
+        const int h0 = (int)b * G, h1 = (int)e * G < H ? (int)e * G : H;
+        if (h0 >= h1)
+            return;
+        p.n_head = h1 - h0;
+        fg_mla_attn(&p, f->q_lat + (size_t)h0 * L, f->q_rope + (size_t)h0 * R, f->o_lat + (size_t)h0 * L, scratch);
         return;
     }
     /* Blocks dealt round-robin: a causal prefill's later queries read more
@@ -813,23 +816,14 @@ static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg
 
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
     attn_args a = {.f = f, .seqs = seqs, .layer = slot, .n = n};
-    a.split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
+    a.split_heads = n == 1 && nth > 1 && hp->n_head > FG_MLA_ATTN_HEAD_GROUP &&
+                    f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
     /* Up to FG_MLA_ATTN_MAX_QUERIES tokens a block, fewer when the absorbed
      * tokens (decodes first in the batch, or one short input) would not give
      * every thread one: a query's bits do not depend on its block. */
     const int per_thread = (n_absorbed + nth - 1) / nth;
     a.block = per_thread < 1 ? 1 : per_thread < FG_MLA_ATTN_MAX_QUERIES ? per_thread : FG_MLA_ATTN_MAX_QUERIES;
     fg_pool_run(f->pool, attention_job, &a);
-    if (a.split_kv) {
-        float *o[FG_MAX_POOL_PARTS], *m[FG_MAX_POOL_PARTS], *l[FG_MAX_POOL_PARTS];
-        int parts = nth < FG_MAX_POOL_PARTS ? nth : FG_MAX_POOL_PARTS;
-        for (int k = 0; k < parts; k++) {
-            o[k] = f->part + (size_t)k * (H * L + 2 * H);
-            m[k] = o[k] + H * L;
-            l[k] = m[k] + H;
-        }
-        fg_mla_attn_merge(H, L, parts, o, m, l, f->o_lat);
-    }
 
     const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
                              .dst = f->o, .dst_stride = H * V};
