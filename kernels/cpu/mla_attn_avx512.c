@@ -33,8 +33,6 @@
 #include "kernels/cpu/mla_attn_isa.h"
 #include "kernels/cpu/numeric.h"
 
-_Static_assert(FG_MLA_ATTN_HEAD_GROUP == 4, "the loops below take heads four at a time");
-
 #define CHUNK FG_MLA_ATTN_CHUNK
 
 /* The four-head loops below must be unrolled for their 16 accumulators to live
