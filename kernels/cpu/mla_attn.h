@@ -67,7 +67,7 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
  * do exactly that, so a caller may also compute the parts (fg_mla_attn_part
  * over [k * PART_ROWS, (k + 1) * PART_ROWS)) on several threads and fold them
  * in order: the same bits as one call, whatever the split. */
-#define FG_MLA_ATTN_PART_ROWS 64
+#define FG_MLA_ATTN_PART_ROWS 128
 
 /* (o, m, l) += the part (o2, m2, l2): o [H][kv_lora], m and l [H]. */
 void fg_mla_attn_fold(int n_head, int kv_lora, float *o, float *m, float *l, const float *o2, const float *m2,

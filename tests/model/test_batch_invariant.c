@@ -16,7 +16,7 @@
 #include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
-#define PROMPT 1060 /* a lone decode's cache in 17 parts of FG_MLA_ATTN_PART_ROWS: 2 rounds on 2 threads */
+#define PROMPT 1060 /* a lone decode's cache in 9 parts of FG_MLA_ATTN_PART_ROWS: 2 rounds on 2 threads */
 #define DECODE 8
 #define NOTHER 3
 #define OTHER 200 /* tokens of each other sequence, at most */

@@ -401,7 +401,7 @@ int main(void)
         for (int f = 0; f < FG_KV__COUNT; f++) {
             run_multi_case((fg_kv_format)f, 4, 64, 16, 20, 7);
             run_multi_case((fg_kv_format)f, 8, 160, 32, 200, 70);
-            run_multi_case((fg_kv_format)f, 4, 64, 16, 100, 70); /* queries ending in the first part and the second */
+            run_multi_case((fg_kv_format)f, 4, 64, 16, 200, 100); /* queries ending in the first part and the second */
             run_multi_case((fg_kv_format)f, 8, 160, 32, 700, 40); /* three parts */
             if (f != FG_KV_FP4)
                 run_multi_case((fg_kv_format)f, 3, 40, 8, 130, 40);

@@ -44,7 +44,7 @@
 #include "kernels/cpu/vecops.h"
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
-#define SPLIT_PARTS 8  /* a lone decode's cache parts per thread and round (attention_job) */
+#define SPLIT_PARTS 4  /* a lone decode's cache parts per thread and round (attention_job) */
 #define KEEP_ROWS (FG_DS2_MAX_DRAFTS + 1) /* hidden rows kept per sequence: a verify run's, for any rollback */
 
 /* The trunk hidden rows of one sequence's latest run (the MTP block's h input
