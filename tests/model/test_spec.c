@@ -8,8 +8,9 @@
  *    without drafts, and tiny-mtp-q8_0 (drafting with its MTP block) alone.
  *    On AVX-512 a token's products are the same bits in any pass (the Q8_0
  *    matrices are read as panel copies, the F32 rows sum as the tiles do:
- *    kernels/cpu/matmul.h) and so is its attention (a lone decode splits its
- *    heads over the threads, not its cache), so a verify pass of several
+ *    kernels/cpu/matmul.h) and so is its attention (every query's cache in
+ *    fixed parts folded in order, a lone decode's parts on several threads:
+ *    kernels/cpu/mla_attn.h), so a verify pass of several
  *    tokens of one sequence, or a step of several sessions, gives the bits
  *    of passes of one (test_batch_invariant checks the logits below the
  *    engine).
