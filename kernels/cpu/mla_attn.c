@@ -38,11 +38,43 @@ static size_t part_scratch_floats(const fg_mla_attn_params *p)
 
 /* The multi-query kernels tile the cache a page at a time. */
 _Static_assert(FG_MLA_ATTN_CHUNK == FG_KV_PAGE_TOKENS, "multi-query tiles are whole pages");
+_Static_assert(FG_MLA_ATTN_PART_ROWS % FG_KV_PAGE_TOKENS == 0, "parts are whole pages, so chunks do not cross them");
+
+/* One query's state of a part: o [H][L], m [H], l [H]. */
+static size_t state_floats(const fg_mla_attn_params *p) { return (size_t)p->n_head * ((size_t)p->kv_lora + 2); }
 
 size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p)
 {
-    /* the part's, then m and l: [H] each for fg_mla_attn, [MAX_QUERIES][H] each for the multi-query call */
-    return part_scratch_floats(p) + 2 * (size_t)p->n_head * FG_MLA_ATTN_MAX_QUERIES;
+    /* the part's, then m and l: [H] each for fg_mla_attn, [MAX_QUERIES][H] each for the multi-query call,
+     * then the states of the part after the first: one, [MAX_QUERIES] for the multi-query call */
+    return part_scratch_floats(p) + (2 * (size_t)p->n_head + state_floats(p)) * FG_MLA_ATTN_MAX_QUERIES;
+}
+
+void fg_mla_attn_fold(int n_head, int kv_lora, float *o, float *m, float *l, const float *o2, const float *m2,
+                      const float *l2)
+{
+    for (int h = 0; h < n_head; h++) {
+        if (l2[h] == 0.0f)
+            continue; /* an empty part */
+        const float mx = m2[h] > m[h] ? m2[h] : m[h];
+        const float wa = l[h] == 0.0f ? 0.0f : expf(m[h] - mx), wb = expf(m2[h] - mx);
+        float *oh = o + (size_t)h * kv_lora;
+        const float *o2h = o2 + (size_t)h * kv_lora;
+        for (int i = 0; i < kv_lora; i++)
+            oh[i] = oh[i] * wa + o2h[i] * wb;
+        l[h] = l[h] * wa + l2[h] * wb;
+        m[h] = mx;
+    }
+}
+
+void fg_mla_attn_finish(int n_head, int kv_lora, float *o, const float *l)
+{
+    for (int h = 0; h < n_head; h++) {
+        float *oh = o + (size_t)h * kv_lora;
+        const float inv = 1.0f / l[h];
+        for (int i = 0; i < kv_lora; i++)
+            oh[i] *= inv;
+    }
 }
 
 /* The kernel the params' isa resolves to: AUTO is the best this CPU runs;
@@ -120,9 +152,37 @@ static void part_scalar(const fg_mla_attn_params *p, int t_begin, int t_end, con
     }
 }
 
+/* Query i's state of its current part after the first, in part [MAX_QUERIES][state]. */
+static void state_at(const fg_mla_attn_params *p, float *part, int i, float **o, float **m, float **l)
+{
+    const int H = p->n_head, L = p->kv_lora;
+    *o = part + (size_t)i * state_floats(p);
+    *m = *o + (size_t)H * L;
+    *l = *m + H;
+}
+
+/* At row t, the end of a part after the first (t a multiple of
+ * FG_MLA_ATTN_PART_ROWS, or the end of the longest query): every query that
+ * read rows of that part folds it into its running state (out_lat, m, l). */
+static void fold_parts(const fg_mla_attn_params *p, int n_q, const int *n_kv, int t, float *out_lat, float *m,
+                       float *l, float *part)
+{
+    const int H = p->n_head, L = p->kv_lora;
+    if (t <= FG_MLA_ATTN_PART_ROWS)
+        return; /* only the first part: it is the state */
+    const int begin = (t - 1) / FG_MLA_ATTN_PART_ROWS * FG_MLA_ATTN_PART_ROWS;
+    for (int i = 0; i < n_q; i++) {
+        if (n_kv[i] <= begin)
+            continue;
+        float *o2, *m2, *l2;
+        state_at(p, part, i, &o2, &m2, &l2);
+        fg_mla_attn_fold(H, L, out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H, o2, m2, l2);
+    }
+}
+
 /* The multi-query reference for n_q <= FG_MLA_ATTN_MAX_QUERIES queries. */
 static void multi_scalar(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
-                         const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+                         const float *q_rope, float *out_lat, float *m, float *l, float *part, float *scratch)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope;
     float *c = scratch, *kr = scratch + L;
@@ -130,15 +190,22 @@ static void multi_scalar(const fg_mla_attn_params *p, int n_q, const int *n_kv, 
     for (int i = 0; i < n_q; i++)
         n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
     for (int t = 0; t < n_max; t++) {
+        if (t % FG_MLA_ATTN_PART_ROWS == 0 && t > FG_MLA_ATTN_PART_ROWS)
+            fold_parts(p, n_q, n_kv, t, out_lat, m, l, part);
         load_row(p, t, c, kr);
         for (int i = 0; i < n_q; i++)
-            if (t < n_kv[i])
-                row_update(p, c, kr, t == 0, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
-                           out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H);
+            if (t < n_kv[i]) {
+                float *o = out_lat + (size_t)i * H * L, *mi = m + (size_t)i * H, *li = l + (size_t)i * H;
+                if (t >= FG_MLA_ATTN_PART_ROWS)
+                    state_at(p, part, i, &o, &mi, &li);
+                row_update(p, c, kr, t % FG_MLA_ATTN_PART_ROWS == 0, q_lat + (size_t)i * H * L,
+                           q_rope + (size_t)i * H * R, o, mi, li);
+            }
     }
+    fold_parts(p, n_q, n_kv, n_max, out_lat, m, l, part);
 }
 
-/* (m, l, o) = (-inf, 0, 0): also an empty part's state (weight 0 in the merge);
+/* (m, l, o) = (-inf, 0, 0): also an empty part's state (weight 0 in the fold);
  * for the fast kernels the first chunk's maximum replaces m with a rescale
  * factor of 0, which clears o and l without reading them. */
 static void state_init(int H, int L, float *o_all, float *m, float *l)
@@ -178,7 +245,8 @@ static void part_fast(const fg_mla_attn_kernels *k, const fg_mla_attn_params *p,
  * the page, each over its own first rows of the tile; so each query's bits
  * are those it gets alone. */
 static void multi_fast(const fg_mla_attn_kernels *k, const fg_mla_attn_params *p, int n_q, const int *n_kv,
-                       const float *q_lat, const float *q_rope, float *out_lat, float *m, float *l, float *scratch)
+                       const float *q_lat, const float *q_rope, float *out_lat, float *m, float *l, float *part,
+                       float *scratch)
 {
     const int H = p->n_head, L = p->kv_lora, R = p->n_rope, C = FG_MLA_ATTN_CHUNK;
     const int stride = fg_mla_attn_row_stride(p);
@@ -190,16 +258,28 @@ static void multi_fast(const fg_mla_attn_kernels *k, const fg_mla_attn_params *p
         n_max = n_kv[i] > n_max ? n_kv[i] : n_max;
     }
     for (int c0 = 0; c0 < n_max; c0 += C) {
+        if (c0 % FG_MLA_ATTN_PART_ROWS == 0 && c0 > 0) { /* a new part: fold the one before, start afresh */
+            fold_parts(p, n_q, n_kv, c0, out_lat, m, l, part);
+            for (int i = 0; i < n_q; i++) {
+                float *o2, *m2, *l2;
+                state_at(p, part, i, &o2, &m2, &l2);
+                if (n_kv[i] > c0)
+                    state_init(H, L, o2, m2, l2);
+            }
+        }
         const int n_tile = n_max - c0 < C ? n_max - c0 : C;
         k->dequant_rows(p, p->pages[c0 / FG_KV_PAGE_TOKENS], 0, n_tile, stride, rows);
         for (int i = 0; i < n_q; i++) {
             const int n = n_kv[i] - c0 < C ? n_kv[i] - c0 : C;
             if (n <= 0)
                 continue;
-            k->chunk_update(p, rows, stride, n, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R,
-                            out_lat + (size_t)i * H * L, m + (size_t)i * H, l + (size_t)i * H, s);
+            float *o = out_lat + (size_t)i * H * L, *mi = m + (size_t)i * H, *li = l + (size_t)i * H;
+            if (c0 >= FG_MLA_ATTN_PART_ROWS)
+                state_at(p, part, i, &o, &mi, &li);
+            k->chunk_update(p, rows, stride, n, q_lat + (size_t)i * H * L, q_rope + (size_t)i * H * R, o, mi, li, s);
         }
     }
+    fold_parts(p, n_q, n_kv, n_max, out_lat, m, l, part);
 }
 
 /* The fast kernels for the params' isa, NULL for the scalar reference. */
@@ -220,7 +300,7 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
         t_begin = 0;
     if (t_end > p->n_kv)
         t_end = p->n_kv;
-    if (t_end <= t_begin) { /* an empty part: weight 0 in the merge */
+    if (t_end <= t_begin) { /* an empty part: weight 0 in the fold */
         state_init(H, L, o_all, m, l);
         return;
     }
@@ -231,48 +311,24 @@ void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const
         part_scalar(p, t_begin, t_end, q_lat, q_rope, o_all, m, l, scratch);
 }
 
-void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
-                       float *out_lat)
-{
-    for (int h = 0; h < n_head; h++) {
-        float mx = -INFINITY;
-        for (int k = 0; k < n_parts; k++)
-            mx = m[k][h] > mx ? m[k][h] : mx;
-        float *out = out_lat + (size_t)h * kv_lora;
-        memset(out, 0, (size_t)kv_lora * sizeof *out);
-        float denom = 0.0f;
-        for (int k = 0; k < n_parts; k++) {
-            if (l[k][h] == 0.0f)
-                continue; /* an empty part */
-            const float w = expf(m[k][h] - mx);
-            denom += w * l[k][h];
-            const float *ok = o[k] + (size_t)h * kv_lora;
-            for (int i = 0; i < kv_lora; i++)
-                out[i] += w * ok[i];
-        }
-        const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-        for (int i = 0; i < kv_lora; i++)
-            out[i] *= inv;
-    }
-}
-
 void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,
                  float *scratch)
 {
-    const int H = p->n_head, L = p->kv_lora;
+    const int H = p->n_head, L = p->kv_lora, P = FG_MLA_ATTN_PART_ROWS;
     float *m = scratch + part_scratch_floats(p); /* [H] running max */
     float *l = m + H;                            /* [H] running denominator */
+    float *o2, *m2, *l2;                         /* the state of a part after the first */
+    state_at(p, scratch + part_scratch_floats(p) + 2 * (size_t)H * FG_MLA_ATTN_MAX_QUERIES, 0, &o2, &m2, &l2);
     if (p->n_kv <= 0) { /* outside the contract; an empty attention is defined as 0 */
         memset(out_lat, 0, (size_t)H * (size_t)L * sizeof *out_lat);
         return;
     }
-    fg_mla_attn_part(p, 0, p->n_kv, q_lat, q_rope, out_lat, m, l, scratch);
-    for (int h = 0; h < H; h++) {
-        float *o = out_lat + (size_t)h * L;
-        const float inv = 1.0f / l[h];
-        for (int i = 0; i < L; i++)
-            o[i] *= inv;
+    fg_mla_attn_part(p, 0, P, q_lat, q_rope, out_lat, m, l, scratch);
+    for (int t = P; t < p->n_kv; t += P) {
+        fg_mla_attn_part(p, t, t + P, q_lat, q_rope, o2, m2, l2, scratch);
+        fg_mla_attn_fold(H, L, out_lat, m, l, o2, m2, l2);
     }
+    fg_mla_attn_finish(H, L, out_lat, l);
 }
 
 void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, const float *q_lat,
@@ -286,10 +342,11 @@ void fg_mla_attn_multi(const fg_mla_attn_params *p, int n_q, const int *n_kv, co
         const int g = n_q - q0 < FG_MLA_ATTN_MAX_QUERIES ? n_q - q0 : FG_MLA_ATTN_MAX_QUERIES;
         const float *ql = q_lat + (size_t)q0 * H * L, *qr = q_rope + (size_t)q0 * H * R;
         float *out = out_lat + (size_t)q0 * H * L;
+        float *part = l + (size_t)H * FG_MLA_ATTN_MAX_QUERIES; /* [MAX_QUERIES]: states of a later part */
         if (fast)
-            multi_fast(fast, p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+            multi_fast(fast, p, g, n_kv + q0, ql, qr, out, m, l, part, scratch);
         else
-            multi_scalar(p, g, n_kv + q0, ql, qr, out, m, l, scratch);
+            multi_scalar(p, g, n_kv + q0, ql, qr, out, m, l, part, scratch);
         for (int i = 0; i < g; i++)
             for (int h = 0; h < H; h++) {
                 float *o = out + ((size_t)i * H + h) * L;

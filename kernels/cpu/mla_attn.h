@@ -59,9 +59,21 @@ size_t fg_mla_attn_scratch_floats(const fg_mla_attn_params *p);
  * denominator l[H] (l = 0 for an empty range). Scratch: fg_mla_attn_scratch_floats. */
 void fg_mla_attn_part(const fg_mla_attn_params *p, int t_begin, int t_end, const float *q_lat,
                       const float *q_rope, float *o, float *m, float *l, float *scratch);
-/* Combines n_parts parts into out_lat[H][kv_lora] (the same softmax as one pass). */
-void fg_mla_attn_merge(int n_head, int kv_lora, int n_parts, float *const *o, float *const *m, float *const *l,
-                       float *out_lat);
+
+/* Every query's attention is taken in parts of this many cached rows (whole
+ * pages), each part a fresh online softmax, the parts folded into the first
+ * from left to right (fg_mla_attn_fold) and the result divided by its
+ * denominator (fg_mla_attn_finish). fg_mla_attn and fg_mla_attn_multi both
+ * do exactly that, so a caller may also compute the parts (fg_mla_attn_part
+ * over [k * PART_ROWS, (k + 1) * PART_ROWS)) on several threads and fold them
+ * in order: the same bits as one call, whatever the split. */
+#define FG_MLA_ATTN_PART_ROWS 128
+
+/* (o, m, l) += the part (o2, m2, l2): o [H][kv_lora], m and l [H]. */
+void fg_mla_attn_fold(int n_head, int kv_lora, float *o, float *m, float *l, const float *o2, const float *m2,
+                      const float *l2);
+/* o[h] /= l[h]: the output of a folded state. */
+void fg_mla_attn_finish(int n_head, int kv_lora, float *o, const float *l);
 
 /* q_lat [H][kv_lora], q_rope [H][n_rope], out_lat [H][kv_lora]. */
 void fg_mla_attn(const fg_mla_attn_params *p, const float *q_lat, const float *q_rope, float *out_lat,

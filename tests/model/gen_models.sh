@@ -17,6 +17,9 @@ gen tiny-q8_0.gguf --type q8_0
 gen tiny-chat.gguf --chat-markers              # DeepSeek-V3's chat and tool markers in the vocabulary
 gen tiny-mtp.gguf --nextn 1                    # DeepSeek-V3's MTP block (nextn) after the 4 trunk layers
 gen tiny-mtp-q8_0.gguf --nextn 1 --type q8_0   # the same in Q8_0 (test_spec: rollback bits)
+# flash-mini's 8 heads at width 128, 2 layers, Q8_0 (test_batch_invariant)
+"$FG_BIN/flashgate-modelgen" --preset flash-mini --seed 1 --embd 128 --layers 2 --type q8_0 \
+  --out "$FG_TEST_DATA/mini8-q8_0.gguf" >/dev/null
 # mixed types: tiny.gguf with its routed experts in MXFP4 (as llama.cpp's converter writes V4's)
 /usr/bin/python3 "$(dirname "$0")/../reference/retype_tensors.py" "$FG_TEST_DATA/tiny.gguf" \
   "$FG_TEST_DATA/tiny-mxfp4.gguf" 'blk.*.ffn_*_exps.weight=mxfp4'

@@ -182,7 +182,10 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int n_kv, int rising
  * with fg_mla_attn alone at that n_kv and the same isa. fg_mla_attn is held to
  * the double-precision reference above, so equality carries its tolerance;
  * equality is what the engine relies on (a query's bits must not depend on
- * which queries share its prefill chunk). */
+ * which queries share its prefill chunk). So is each query's parts of
+ * FG_MLA_ATTN_PART_ROWS rows computed
+ * apart (fg_mla_attn_part, last part first) and folded in order (a lone
+ * decode's cache split over threads). */
 static void run_multi_case(fg_kv_format fmt, int H, int L, int R, int n_rows, int n_q)
 {
     const size_t lat_bytes = fg_kv_bytes(fmt, L), row_bytes = lat_bytes + fg_kv_bytes(fmt, R);
@@ -232,7 +235,9 @@ static void run_multi_case(fg_kv_format fmt, int H, int L, int R, int n_rows, in
         out[i] = -1234.5f;
     fg_mla_attn_multi(&p, n_q, n_kv, q_lat, q_rope, out, scratch);
 
-    int differ = 0, guards = 0, nonzero_empty = 0;
+    const int max_parts = (n_rows + FG_MLA_ATTN_PART_ROWS - 1) / FG_MLA_ATTN_PART_ROWS;
+    float *parts = malloc((size_t)max_parts * (qw + 2 * (size_t)H) * sizeof *parts);
+    int differ = 0, guards = 0, nonzero_empty = 0, parts_differ = 0;
     for (int i = 0; i < n_q; i++) {
         if (n_kv[i] == 0) {
             for (size_t k = 0; k < qw; k++)
@@ -243,6 +248,18 @@ static void run_multi_case(fg_kv_format fmt, int H, int L, int R, int n_rows, in
         pi.n_kv = n_kv[i];
         fg_mla_attn(&pi, q_lat + (size_t)i * qw, q_rope + (size_t)i * rw, one, scratch);
         differ += memcmp(one, out + (size_t)i * qw, qw * sizeof *one) != 0;
+        const int np = (n_kv[i] + FG_MLA_ATTN_PART_ROWS - 1) / FG_MLA_ATTN_PART_ROWS;
+        for (int k = np - 1; k >= 0; k--) {
+            float *o = parts + (size_t)k * (qw + 2 * (size_t)H);
+            fg_mla_attn_part(&pi, k * FG_MLA_ATTN_PART_ROWS, (k + 1) * FG_MLA_ATTN_PART_ROWS,
+                             q_lat + (size_t)i * qw, q_rope + (size_t)i * rw, o, o + qw, o + qw + H, scratch);
+        }
+        for (int k = 1; k < np; k++) {
+            const float *o = parts + (size_t)k * (qw + 2 * (size_t)H);
+            fg_mla_attn_fold(H, L, parts, parts + qw, parts + qw + H, o, o + qw, o + qw + H);
+        }
+        fg_mla_attn_finish(H, L, parts, parts + qw + H);
+        parts_differ += memcmp(parts, one, qw * sizeof *one) != 0;
     }
     for (int i = 0; i < GUARD; i++)
         guards += out[(size_t)n_q * qw + i] != -1234.5f || !isnan(scratch[ns + (size_t)i]);
@@ -250,6 +267,9 @@ static void run_multi_case(fg_kv_format fmt, int H, int L, int R, int n_rows, in
               "multi %s %s H=%d L=%d R=%d rows=%d queries=%d: %d queries differ from fg_mla_attn, %d guards hit, "
               "%d non-zero in the empty query",
               fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, n_rows, n_q, differ, guards, nonzero_empty);
+    CHECK_MSG(parts_differ == 0, "parts %s %s H=%d L=%d R=%d rows=%d: %d queries' folded parts differ from the call",
+              fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, n_rows, parts_differ);
+    free(parts);
 
     free(one);
     free(out);
@@ -359,7 +379,7 @@ int main(void)
             continue;
         }
         rng_seed(0x8cb92ba72f3d8dd7ull);
-        const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200};
+        const int n_kvs[] = {1, 2, 63, 64, 65, 128, 200, 256, 257, 600};
         for (int f = 0; f < FG_KV__COUNT; f++)
             for (size_t a = 0; a < sizeof n_kvs / sizeof n_kvs[0]; a++) {
                 run_case((fg_kv_format)f, 4, 64, 16, n_kvs[a], 0, 1.0f / sqrtf(80.0f));
@@ -381,6 +401,8 @@ int main(void)
         for (int f = 0; f < FG_KV__COUNT; f++) {
             run_multi_case((fg_kv_format)f, 4, 64, 16, 20, 7);
             run_multi_case((fg_kv_format)f, 8, 160, 32, 200, 70);
+            run_multi_case((fg_kv_format)f, 4, 64, 16, 200, 100); /* queries ending in the first part and the second */
+            run_multi_case((fg_kv_format)f, 8, 160, 32, 700, 40); /* three parts */
             if (f != FG_KV_FP4)
                 run_multi_case((fg_kv_format)f, 3, 40, 8, 130, 40);
         }

@@ -44,7 +44,7 @@
 #include "kernels/cpu/vecops.h"
 
 #define LOGIT_CHUNK 64 /* rows of logits computed per LM-head product */
-#define FG_MAX_POOL_PARTS 512 /* the pool's thread cap */
+#define SPLIT_PARTS 4  /* a lone decode's cache parts per thread and round (attention_job) */
 #define KEEP_ROWS (FG_DS2_MAX_DRAFTS + 1) /* hidden rows kept per sequence: a verify run's, for any rollback */
 
 /* The trunk hidden rows of one sequence's latest run (the MTP block's h input
@@ -125,9 +125,9 @@ struct fg_forward {
     int *tok_seq;             /* [T] sequence index of each token */
     int *tok_nkv;             /* [T] cached tokens each token attends over: its position + 1 */
     float *rope_cs;           /* [T][rope] each token's RoPE cos/sin (fg_rope_coefs), once per run */
+    float *part;              /* [SPLIT_PARTS * nth + 1][H * kv_lora + 2H]: a lone decode's parts, the folded m, l */
     float *attn_scratch;      /* [nth][attn_scratch_floats] */
     size_t attn_scratch_floats;
-    float *part;              /* [nth][H * kv_lora + 2H]: one decode token's attention split over threads */
     float *mha_tiles;         /* [nth][mha_tile_floats] each thread's page tile, then its head tile */
     size_t mha_tile_floats, mha_page_tile_floats;
     float *mha_scratch;       /* [nth][mha_scratch_floats] */
@@ -195,7 +195,8 @@ typedef struct attn_args {
     fg_forward_t *f;
     const fg_fwd_seq *seqs;
     int layer, n;
-    bool split_kv;             /* one token, its cache split over the threads */
+    bool split;                /* one token: its cache's parts over the threads */
+    int part0, n_parts;        /* split: this round's parts, dealt to the threads in runs */
     int block;                 /* tokens per block */
 } attn_args;
 
@@ -406,7 +407,7 @@ fg_err fg_forward_create(const fg_model *m, const fg_kv_geometry *geo, int max_t
     f->attn_scratch_floats = (fg_mla_attn_scratch_floats(&ap) + 15) & ~(size_t)15;
     int nth = pool ? fg_pool_size(pool) : 1;
     f->attn_scratch = xalloc((size_t)nth * f->attn_scratch_floats * fl, &failed);
-    f->part = xalloc((size_t)nth * (H * L + 2 * H) * fl, &failed);
+    f->part = xalloc((size_t)(SPLIT_PARTS * nth + 1) * (H * L + 2 * H) * fl, &failed);
     const size_t NL = (size_t)m->base.n_layer_run, NK = (size_t)hp->n_nope, NV = (size_t)hp->n_v;
     f->mha_wk = xalloc(NL * H * NK * L * fl, &failed);
     f->mha_wv = xalloc(NL * L * H * NV * fl, &failed);
@@ -588,8 +589,11 @@ static fg_mla_attn_params attn_params(const attn_args *a, long t)
  * sequence's tokens in a block goes through the cache together
  * (fg_mla_attn_multi: a page dequantized once for up to 32 queries, each
  * query's bits as if alone, so how a prefill is chunked or batched changes
- * nothing). One token (a lone decode): its cache is split over the threads
- * and the parts merged afterwards. */
+ * nothing). One token (a lone decode): the parts of its cache
+ * (FG_MLA_ATTN_PART_ROWS rows each) are dealt to the threads, up to
+ * SPLIT_PARTS per thread a round, and folded in order after each round: the
+ * kernels take every query in those parts, so the token gets the bits it
+ * gets in any batch. */
 static void attention_job(void *ctx, int ith, int nth)
 {
     const attn_args *a = ctx;
@@ -597,12 +601,16 @@ static void attention_job(void *ctx, int ith, int nth)
     const fg_hparams *hp = &f->m->hp;
     const int H = hp->n_head, L = hp->kv_lora, R = hp->n_rope;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
-    if (a->split_kv) {
-        fg_mla_attn_params p = attn_params(a, 0);
+    if (a->split) {
+        const fg_mla_attn_params p = attn_params(a, 0);
+        const int P = FG_MLA_ATTN_PART_ROWS;
         long b, e;
-        fg_pool_split(p.n_kv, 16, ith, nth, &b, &e);
-        float *part = f->part + (size_t)ith * (H * L + 2 * H);
-        fg_mla_attn_part(&p, (int)b, (int)e, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
+        fg_pool_split(a->n_parts, 1, ith, nth, &b, &e);
+        for (long k = b; k < e; k++) {
+            float *part = f->part + (size_t)k * (H * L + 2 * H);
+            const int t = (a->part0 + (int)k) * P;
+            fg_mla_attn_part(&p, t, t + P, f->q_lat, f->q_rope, part, part + H * L, part + H * L + H, scratch);
+        }
         return;
     }
     /* Blocks dealt round-robin: a causal prefill's later queries read more
@@ -813,22 +821,32 @@ static void absorbed_attention(fg_forward_t *f, const fg_fwd_seq *seqs, const fg
 
     const int nth = f->pool ? fg_pool_size(f->pool) : 1;
     attn_args a = {.f = f, .seqs = seqs, .layer = slot, .n = n};
-    a.split_kv = n == 1 && nth > 1 && f->tok_pos[0] + 1 >= 32 * nth; /* worth splitting */
+    const int P = FG_MLA_ATTN_PART_ROWS, n_parts = (f->tok_pos[0] + P) / P; /* of a lone token's n_kv rows */
+    a.split = n == 1 && nth > 1 && n_parts > 1;
     /* Up to FG_MLA_ATTN_MAX_QUERIES tokens a block, fewer when the absorbed
      * tokens (decodes first in the batch, or one short input) would not give
      * every thread one: a query's bits do not depend on its block. */
     const int per_thread = (n_absorbed + nth - 1) / nth;
     a.block = per_thread < 1 ? 1 : per_thread < FG_MLA_ATTN_MAX_QUERIES ? per_thread : FG_MLA_ATTN_MAX_QUERIES;
-    fg_pool_run(f->pool, attention_job, &a);
-    if (a.split_kv) {
-        float *o[FG_MAX_POOL_PARTS], *m[FG_MAX_POOL_PARTS], *l[FG_MAX_POOL_PARTS];
-        int parts = nth < FG_MAX_POOL_PARTS ? nth : FG_MAX_POOL_PARTS;
-        for (int k = 0; k < parts; k++) {
-            o[k] = f->part + (size_t)k * (H * L + 2 * H);
-            m[k] = o[k] + H * L;
-            l[k] = m[k] + H;
+    if (!a.split) {
+        fg_pool_run(f->pool, attention_job, &a);
+    } else {
+        const int slots = SPLIT_PARTS * nth;
+        float *acc = f->part + (size_t)slots * (H * L + 2 * H); /* the folded state's m [H], l [H]; o in o_lat */
+        for (a.part0 = 0; a.part0 < n_parts; a.part0 += slots) {
+            a.n_parts = n_parts - a.part0 < slots ? n_parts - a.part0 : slots;
+            fg_pool_run(f->pool, attention_job, &a);
+            for (int k = 0; k < a.n_parts; k++) {
+                const float *o = f->part + (size_t)k * (H * L + 2 * H);
+                if (a.part0 + k == 0) {
+                    memcpy(f->o_lat, o, (size_t)H * L * sizeof(float));
+                    memcpy(acc, o + H * L, 2 * (size_t)H * sizeof(float));
+                } else {
+                    fg_mla_attn_fold(H, L, f->o_lat, acc, acc + H, o, o + H * L, o + H * L + H);
+                }
+            }
         }
-        fg_mla_attn_merge(H, L, parts, o, m, l, f->o_lat);
+        fg_mla_attn_finish(H, L, f->o_lat, acc + H);
     }
 
     const fg_head_pass vb = {.w = &ly->v_b, .src = f->o_lat, .src_stride = H * L, .src_step = L,
