@@ -180,18 +180,8 @@ int main(int argc, char **argv)
     if (fg_ds4_forward_create(m, &geo, chunk, pool, isa, &f, &d) != FG_OK)
         return fail("forward", &d);
     const size_t V = (size_t)am->n_vocab;
-    if (run_checks) {
-        int rc = checks(f, kv, tok, n, V);
-        fg_ds4_forward_destroy(f);
-        fg_pool_destroy(pool);
-        fg_kv_store_destroy(kv);
-        fg_arch_free(am);
-        fg_gguf_close(g);
-        free(tok);
-        return rc;
-    }
-    if (n_draft) {
-        int rc = drafts(f, kv, tok, n, n_draft, V, argv[3]);
+    if (run_checks || n_draft) {
+        int rc = run_checks ? checks(f, kv, tok, n, V) : drafts(f, kv, tok, n, n_draft, V, argv[3]);
         fg_ds4_forward_destroy(f);
         fg_pool_destroy(pool);
         fg_kv_store_destroy(kv);
