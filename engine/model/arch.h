@@ -128,8 +128,11 @@ struct fg_arch {
      * the next forward_run chains: it drafts one further, from the MTP
      * block's own hidden state of the call before. The sequences' caches and
      * n_tokens are as they were (what the next forward_run computes is what
-     * it would have computed without drafts). NULL when the model has no MTP
-     * block. Errors: those of forward_run. */
+     * it would have computed without drafts). NULL where the architecture
+     * never drafts; FG_ERR_UNSUPPORTED for a model without an MTP block
+     * (deepseek4: also under expert parallelism). Errors also: those of forward_run,
+     * FG_ERR_STATE (a sequence's hidden state of its last position is not
+     * kept, or it changed length between chained drafts). */
     fg_err (*forward_draft)(fg_arch_forward_t *f, const int32_t *tokens, fg_fwd_seq *seqs, int n_seqs,
                             fg_diag *diag);
 };
