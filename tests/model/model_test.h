@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "config/base/clock.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/vecops.h"
@@ -106,6 +107,21 @@ static inline void fg_test_drain(fg_session_t *s, int32_t *got, int *n_got, int 
                 *last = ev[i];
             }
         }
+}
+
+/* Polls runs until each is done, up to 240 s (sanitizer builds are slow;
+ * ctest's timeout is the backstop): drain(runs, i) drains run i's events and
+ * returns whether it is done. */
+static inline bool fg_test_wait_all(void *runs, int n, bool (*drain)(void *runs, int i))
+{
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000)) {
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            left += !drain(runs, i);
+        if (!left)
+            return true;
+    }
+    return false;
 }
 
 /* Greedy tokens of a prompt alone on a direct-mode engine: the prompt as

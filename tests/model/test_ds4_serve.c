@@ -200,21 +200,15 @@ static void drain(run *r)
     fg_test_drain(r->s, r->got, &r->n_got, MAXGEN, &r->done, &r->waited, &r->last);
 }
 
-static bool wait_all(run *runs, int n)
+static bool drain_run(void *runs, int i)
 {
-    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
-        int left = 0;
-        for (int i = 0; i < n; i++)
-            if (!runs[i].done) {
-                drain(&runs[i]);
-                left += !runs[i].done;
-            }
-        if (!left)
-            return true;
-        usleep(1000);
-    }
-    return false;
+    run *r = (run *)runs + i;
+    if (!r->done)
+        drain(r);
+    return r->done;
 }
+
+static bool wait_all(run *runs, int n) { return fg_test_wait_all(runs, n, drain_run); }
 
 /* The first k tokens got equal the alone run's. */
 static bool prefix_of_want(const run *r, int k)

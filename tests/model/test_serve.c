@@ -100,23 +100,15 @@ static void drain(run *r)
     fg_test_drain(r->s, r->got, &r->n_got, MAXGEN, &r->done, &r->waited, &r->last);
 }
 
-/* Polls every unfinished run (except `skip`) until all are done; gives up
- * after 240 s (sanitizer builds are slow; ctest's timeout is the backstop). */
-static bool wait_all(run *runs, int n, const run *skip)
+static bool drain_run(void *runs, int i)
 {
-    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
-        int left = 0;
-        for (int i = 0; i < n; i++)
-            if (&runs[i] != skip && !runs[i].done) {
-                drain(&runs[i]);
-                left += !runs[i].done;
-            }
-        if (!left)
-            return true;
-        usleep(1000);
-    }
-    return false;
+    run *r = (run *)runs + i;
+    if (!r->done)
+        drain(r);
+    return r->done;
 }
+
+static bool wait_all(run *runs, int n) { return fg_test_wait_all(runs, n, drain_run); }
 
 static void check_same(const run *r, const char *what, int i)
 {
@@ -150,7 +142,7 @@ static void check_prefill_alone(fg_engine_t *direct, run *r)
     for (int alone_tokens = 256; alone_tokens >= 0; alone_tokens -= 256) {
         fg_engine_t *e = open_serving_with(64, 32, 64 << 20, alone_tokens);
         start(e, r, 0);
-        CHECK(wait_all(r, 1, NULL));
+        CHECK(wait_all(r, 1));
         check_same(r, alone_tokens ? "prefill alone" : "prefill in chunks", 0);
         fg_engine_stats st;
         fg_engine_get_stats(e, &st);
@@ -230,7 +222,7 @@ int main(void)
     fg_engine_t *e = open_serving(256, 64 << 20);
     for (int i = 0; i < N; i++)
         start(e, &runs[i], (uint32_t)(i % 3));
-    CHECK(wait_all(runs, N, NULL));
+    CHECK(wait_all(runs, N));
     for (int i = 0; i < N; i++) {
         check_same(&runs[i], "batched", i);
         CHECK(runs[i].last.finish == FG_FINISH_LENGTH || runs[i].last.finish == FG_FINISH_EOS);
@@ -253,7 +245,7 @@ int main(void)
         CHECK(fg_session_respond(r->s, &p, NULL, &d) == FG_ERR_BUSY);
         r->done = false;
         r->n_got = 0;
-        CHECK(wait_all(r, 1, NULL));
+        CHECK(wait_all(r, 1));
         /* history = prompt + generated (the last generated token is evaluated now) */
         int64_t hist = r->n_prompt + r->n_want;
         CHECK_MSG(r->last.usage.cached_tokens == hist - 1 && r->last.usage.input_tokens == hist + 5,
@@ -277,7 +269,7 @@ int main(void)
         fg_session_free(runs[i].s);
     for (int i = 4; i < 8; i++)
         fg_session_cancel(runs[i].s);
-    CHECK(wait_all(runs + 4, 28, NULL));
+    CHECK(wait_all(runs + 4, 28));
     for (int i = 4; i < 8; i++) {
         CHECK(runs[i].last.finish == FG_FINISH_CANCELLED || runs[i].n_got == runs[i].n_want);
         /* what came before the cancel is a prefix of the alone run */
@@ -322,11 +314,11 @@ int main(void)
         alone(direct, &runs[i]);
         start(e, &runs[i], 0);
     }
-    CHECK(wait_all(runs + 1, 7, NULL));
+    CHECK(wait_all(runs + 1, 7));
     fg_engine_get_stats(e, &st);
     CHECK_MSG(st.paused >= 1 || runs[0].n_want < 6, "the unread session did not pause (paused %d)", st.paused);
     CHECK(!runs[0].done);
-    CHECK(wait_all(runs, 1, NULL)); /* now read it */
+    CHECK(wait_all(runs, 1)); /* now read it */
     for (int i = 0; i < 8; i++) {
         check_same(&runs[i], "slow reader", i);
         fg_session_free(runs[i].s);

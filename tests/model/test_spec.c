@@ -97,22 +97,15 @@ static void start(fg_engine_t *e, run *r, const fg_response_params *p0)
     r->done = false;
 }
 
-static bool wait_all(run *runs, int n)
+static bool drain_run(void *runs, int i)
 {
-    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
-        int left = 0;
-        for (int i = 0; i < n; i++)
-            if (!runs[i].done) {
-                fg_test_drain(runs[i].s, runs[i].got, &runs[i].n_got, MAXGEN, &runs[i].done, &runs[i].waited,
-                              &runs[i].last);
-                left += !runs[i].done;
-            }
-        if (!left)
-            return true;
-        usleep(500);
-    }
-    return false;
+    run *r = (run *)runs + i;
+    if (!r->done)
+        fg_test_drain(r->s, r->got, &r->n_got, MAXGEN, &r->done, &r->waited, &r->last);
+    return r->done;
 }
+
+static bool wait_all(run *runs, int n) { return fg_test_wait_all(runs, n, drain_run); }
 
 /* ---------------------------------------------------------------- 1. greedy */
 
