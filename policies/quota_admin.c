@@ -161,34 +161,40 @@ static bool bump_version(struct fg_quota *q)
     return ok;
 }
 
-/* Writes one seed if its tenant does not exist; false on a connection failure. */
+/* Writes one seed if its tenant is not in the index. The index entry is
+ * written last: a seed cut off part way (the gateway killed, Redis stopped
+ * between the round trips) leaves no indexed tenant without its keys, and is
+ * written again whole, idempotently, by the next start. False on a
+ * connection failure or an error reply (Redis still loading): tried again. */
 static bool seed_one(struct fg_quota *q, fg_qseed *s)
 {
-    char key[FG_QUOTA_REDIS_KEY_MAX];
-    fg_qkey(key, s->rec.id, "config");
     fg_qcmd c[2];
     redisReply *rep[2] = {NULL, NULL};
-    cmd2(&c[0], "EXISTS", key);
-    bool ok = run(q, c, 1, rep);
-    bool exists = !ok || !rep_int_is(rep[0], 0);
+    cmd3(&c[0], "SISMEMBER", "flashgate:tenants", s->rec.id);
+    bool ok = run(q, c, 1, rep) && rep[0] && rep[0]->type == REDIS_REPLY_INTEGER;
+    bool indexed = ok && rep[0]->integer != 0;
     free_all(c, 1, rep);
-    if (!ok)
+    if (!ok || indexed)
+        return ok;
+    put_cmds(c, &s->rec); /* c[0]: the config now; c[1]: the index entry, last */
+    ok = run(q, c, 1, rep) && rep[0] && rep[0]->type != REDIS_REPLY_ERROR;
+    free_all(c, 1, rep);
+    if (!ok) {
+        fg_qcmd_free(&c[1]);
         return false;
-    if (exists)
-        return true;
-    put_cmds(c, &s->rec);
-    ok = run(q, c, 2, rep);
-    free_all(c, 2, rep);
-    if (!ok)
-        return false;
+    }
     char(*hex)[FG_SHA256_HEX_LEN + 1] = calloc(s->n_hashes + 1, sizeof *hex);
-    if (!hex)
-        return true; /* the tenant is there; its keys can be added by the admin API */
-    for (size_t i = 0; i < s->n_hashes; i++)
+    for (size_t i = 0; hex && i < s->n_hashes; i++)
         fg_sha256_hex(s->hashes[i], hex[i]);
     size_t bound;
-    ok = bind_keys(q, s->rec.id, hex, s->n_hashes, &bound);
+    ok = hex && bind_keys(q, s->rec.id, hex, s->n_hashes, &bound);
     free(hex);
+    if (!ok) {
+        fg_qcmd_free(&c[1]);
+        return false;
+    }
+    ok = run(q, &c[1], 1, rep) && rep[0] && rep[0]->type != REDIS_REPLY_ERROR;
+    free_all(&c[1], 1, rep);
     return ok && bump_version(q);
 }
 

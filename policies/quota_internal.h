@@ -379,7 +379,8 @@ struct fg_quota {
     size_t n_tenants, cap_tenants;
     char cache_version[32];       /* flashgate:tenants:version of the loaded cache */
     int64_t next_refresh_us, next_full_reload_us, next_renew_us, next_replay_us; /* CLOCK_MONOTONIC */
-    bool seeds_pending;           /* a seed request arrived: run seeds */
+    bool seeds_pending;           /* a seed request arrived, or a seed failed: run seeds */
+    int64_t next_seed_us;         /* not before (an error reply, e.g. Redis still loading) */
     fg_qdir dir;                  /* the session directory (off unless enabled) */
 };
 

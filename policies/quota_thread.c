@@ -203,7 +203,8 @@ static void handle_requests(struct fg_quota *q, fg_qreq *list)
 
 static void on_connected(struct fg_quota *q, int64_t now_us)
 {
-    fg_qadmin_run_seeds(q);
+    if (!fg_qadmin_run_seeds(q))
+        q->seeds_pending = true;
     fg_qcache_refresh(q, true);
     fg_qjournal_replay(q);
     renew_all(q); /* leases that expired during the outage come back */
@@ -219,10 +220,12 @@ static void run_timers(struct fg_quota *q)
         on_connected(q, now);
     if (!fg_qconn_up(q))
         return;
-    if (q->seeds_pending) {
+    if (q->seeds_pending && now >= q->next_seed_us) {
         q->seeds_pending = false;
-        if (!fg_qadmin_run_seeds(q))
+        if (!fg_qadmin_run_seeds(q)) {
             q->seeds_pending = true;
+            q->next_seed_us = now + 100 * 1000LL;
+        }
     }
     if (q->journal.n && fg_qconn_up(q) && now >= q->next_replay_us && !fg_qjournal_replay(q))
         q->next_replay_us = now + FG_QUOTA_REFRESH_MS * 1000LL; /* out of memory: not in a tight loop */
@@ -250,8 +253,8 @@ static int64_t next_wake(struct fg_quota *q)
         w = q->dir.next_renew_us;
     if (q->dir.on && q->dir.next_publish_us < w)
         w = q->dir.next_publish_us;
-    if (q->seeds_pending)
-        w = 0;
+    if (q->seeds_pending && q->next_seed_us < w)
+        w = q->next_seed_us;
     return w;
 }
 

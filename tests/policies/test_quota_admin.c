@@ -1,6 +1,7 @@
 /* test_quota_admin.c: tenants and keys through the admin calls, seen by a
- * second gateway within a second; config seeding that never overwrites, and
- * that works from start-up while Redis is down. */
+ * second gateway within a second; config seeding that never overwrites, that
+ * completes a seed cut off part way, and that works from start-up while Redis
+ * is down. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -126,6 +127,15 @@ int test_quota_admin(void)
     CHECK(qh_put(&b, &other) == FG_QUOTA_OK); /* a sync point: after the seed on b's thread */
     CHECK(fg_redis_int(rc, "HGET {tenant:seeded}:config tokens_per_minute") == 1234);
     CHECK(!fg_quota_tenant_by_key(b.q, "sk-seed-3", NULL));
+    /* A seed cut off after its first write (the gateway killed between the
+     * round trips) is written whole by the next start: its keys reach Redis,
+     * so another gateway, which has no seed of it, knows them. */
+    CHECK(fg_redis_int(rc, "HSET {tenant:cut}:config name cut weight 1") == 2);
+    fg_tenant_record cut = qh_record("cut");
+    const char *cut_keys[] = {"sk-cut-1"};
+    fg_quota_tenant_seed(a.q, &cut, cut_keys, 1);
+    CHECK(wait_key(&b, "sk-cut-1", "cut", 5000) >= 0);
+    CHECK(fg_redis_int(rc, "SISMEMBER flashgate:tenants cut") == 1);
 
     /* ---- admin while Redis is down; seeding at a start-up without Redis ---- */
     fg_redis_kill(&fx, SIGKILL);
