@@ -126,6 +126,16 @@ ALWAYS_INLINE float load_w1(int wtype, const uint8_t *row, int64_t k)
 
 /* ---- float-like weights ---- */
 
+/* One (row, token)'s accumulator reduced, then the elements past its last
+ * 8-wide chunk added in order: the one ending of tile_float and row_float_1. */
+ALWAYS_INLINE float float_sum(__m256 acc, const int wtype, const uint8_t *wr, const float *x, int64_t k, int64_t n_in)
+{
+    float sum = hsum256(acc);
+    for (; k < n_in; k++)
+        sum += load_w1(wtype, wr, k) * x[k];
+    return sum;
+}
+
 ALWAYS_INLINE void tile_float(const fg_matmul_args *a, const int wtype, const int R, const int T, int64_t o,
                               int64_t t0)
 {
@@ -162,37 +172,29 @@ ALWAYS_INLINE void tile_float(const fg_matmul_args *a, const int wtype, const in
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            float sum = hsum256(acc[r][t]);
-            for (int64_t kk = k; kk < n_in; kk++)
-                sum += load_w1(wtype, wr[r], kk) * xt[t][kk];
-            a->y[(t0 + t) * a->n_out + o + r] = sum;
-        }
+        for (int r = 0; r < R; r++)
+            a->y[(t0 + t) * a->n_out + o + r] = float_sum(acc[r][t], wtype, wr[r], xt[t], k, n_in);
 }
 
-/* One row against one token, four accumulators: the decode case. Rows one
- * after another make each thread's share of W a single sequential stream,
- * which the hardware prefetchers follow far better than interleaved rows. */
+/* One row against one token: the decode case, and a batch's leftover rows
+ * and tokens. One accumulator over the row's 8-wide chunks in order, then
+ * float_sum: exactly tile_float's sum for one (row, token), so a token gets
+ * the same bits alone, in a tile or beside one, in any batch (speculative
+ * decoding's verify passes need it). Rows one after another make each
+ * thread's share of W a single sequential stream, which the hardware
+ * prefetchers follow far better than interleaved rows; one FMA chain still
+ * consumes 32 bytes of F32 weights per FMA latency, above a core's share of
+ * the bandwidth. */
 ALWAYS_INLINE float row_float_1(const fg_matmul_args *a, const int wtype, int64_t o, int64_t t)
 {
     const int64_t n_in = a->n_in;
     const uint8_t *wr = (const uint8_t *)a->w + (size_t)o * a->row_bytes;
     const float *x = a->x + t * n_in;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
-           acc3 = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 32 <= n_in; k += 32) {
-        acc0 = _mm256_fmadd_ps(load_w8(wtype, wr, k), _mm256_loadu_ps(x + k), acc0);
-        acc1 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 8), _mm256_loadu_ps(x + k + 8), acc1);
-        acc2 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 16), _mm256_loadu_ps(x + k + 16), acc2);
-        acc3 = _mm256_fmadd_ps(load_w8(wtype, wr, k + 24), _mm256_loadu_ps(x + k + 24), acc3);
-    }
     for (; k + 8 <= n_in; k += 8)
-        acc0 = _mm256_fmadd_ps(load_w8(wtype, wr, k), _mm256_loadu_ps(x + k), acc0);
-    float sum = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; k < n_in; k++)
-        sum += load_w1(wtype, wr, k) * x[k];
-    return sum;
+        acc = _mm256_fmadd_ps(load_w8(wtype, wr, k), _mm256_loadu_ps(x + k), acc);
+    return float_sum(acc, wtype, wr, x, k, n_in);
 }
 
 ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t o_begin, int64_t o_end)

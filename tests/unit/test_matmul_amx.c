@@ -28,6 +28,9 @@
 #ifndef AMX_TEST_NAME
 #define AMX_TEST_NAME "test_matmul_amx"
 #endif
+#ifndef AMX_TEST_MAIN
+#define AMX_TEST_MAIN main
+#endif
 
 /* As test_matmul's TOL_Q8_0: the same exact integer block dots and scales,
  * only the f32 sum over blocks rounds in another order. */
@@ -178,11 +181,12 @@ static void check_many(int64_t n_in, int64_t n_tok)
     free(wb);
 }
 
-int main(void)
+int AMX_TEST_MAIN(void);
+int AMX_TEST_MAIN(void)
 {
     if (!fg_isa_supported(FG_ISA_AVX512)) {
         fprintf(stderr, "%s: skipped: this CPU has no AVX-512 (VNNI)\n", AMX_TEST_NAME);
-        return TEST_DONE(AMX_TEST_NAME);
+        return 77;
     }
     if (!fg_matmul_amx(FG_ISA_AVX512)) /* the same bits must hold there: the AMX kernels reproduce them */
         fprintf(stderr, "%s: AMX skipped: no AMX tiles here (no amx_tile/amx_int8, the kernel refused the tile "
