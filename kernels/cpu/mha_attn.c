@@ -62,24 +62,34 @@ void fg_mha_load_page(const fg_mha_attn_params *p, int page, int n_rows, float *
     }
 }
 
+/* Each element is one sum over the latent channels in order; the loops run
+ * the channels outside and the rows or value channels inside, so the inner
+ * loop reads memory in order (the sums and their bits are the same). */
 static void decompress_scalar(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h,
                               float *head_tile)
 {
     const int H = p->n_head, L = p->kv_lora, NK = p->n_nope, NV = p->n_v;
     float *v = head_tile + fg_mha_head_v_offset(p);
-    for (int r = 0; r < n_rows; r++) {
-        for (int j = 0; j < NK; j++) {
-            const float *w = p->wk + ((size_t)h * NK + j) * L;
-            float acc = 0.0f;
-            for (int i = 0; i < L; i++)
-                acc += w[i] * page_tile[(size_t)i * FG_MHA_PAGE + r];
-            head_tile[(size_t)j * FG_MHA_PAGE + r] = acc;
+    for (int j = 0; j < NK; j++) {
+        const float *w = p->wk + ((size_t)h * NK + j) * L;
+        float *k = head_tile + (size_t)j * FG_MHA_PAGE;
+        for (int r = 0; r < n_rows; r++)
+            k[r] = 0.0f;
+        for (int i = 0; i < L; i++) {
+            const float *col = page_tile + (size_t)i * FG_MHA_PAGE;
+            for (int r = 0; r < n_rows; r++)
+                k[r] += w[i] * col[r];
         }
-        for (int j = 0; j < NV; j++) {
-            float acc = 0.0f;
-            for (int i = 0; i < L; i++)
-                acc += page_tile[(size_t)i * FG_MHA_PAGE + r] * p->wv[(size_t)i * H * NV + (size_t)h * NV + j];
-            v[(size_t)r * NV + j] = acc;
+    }
+    for (int r = 0; r < n_rows; r++) {
+        float *vr = v + (size_t)r * NV;
+        for (int j = 0; j < NV; j++)
+            vr[j] = 0.0f;
+        for (int i = 0; i < L; i++) {
+            const float c = page_tile[(size_t)i * FG_MHA_PAGE + r];
+            const float *w = p->wv + (size_t)i * H * NV + (size_t)h * NV;
+            for (int j = 0; j < NV; j++)
+                vr[j] += c * w[j];
         }
     }
 }
@@ -93,13 +103,16 @@ static void attend_scalar(const fg_mha_attn_params *p, const float *page_tile, c
     const float *kr_t = fg_mha_page_kr(p, page_tile), *v = head_tile + fg_mha_head_v_offset(p);
     float *s = scratch;
     float mx = -INFINITY;
+    for (int r = 0; r < n; r++) /* each score one sum, key channels then rope channels in order */
+        s[r] = 0.0f;
+    for (int j = 0; j < NK; j++)
+        for (int r = 0; r < n; r++)
+            s[r] += q_nope[j] * head_tile[(size_t)j * FG_MHA_PAGE + r];
+    for (int j = 0; j < R; j++)
+        for (int r = 0; r < n; r++)
+            s[r] += q_rope[j] * kr_t[(size_t)j * FG_MHA_PAGE + r];
     for (int r = 0; r < n; r++) {
-        float acc = 0.0f;
-        for (int j = 0; j < NK; j++)
-            acc += q_nope[j] * head_tile[(size_t)j * FG_MHA_PAGE + r];
-        for (int j = 0; j < R; j++)
-            acc += q_rope[j] * kr_t[(size_t)j * FG_MHA_PAGE + r];
-        s[r] = p->scale * acc;
+        s[r] *= p->scale;
         mx = s[r] > mx ? s[r] : mx;
     }
     const int first = page == 0;
