@@ -180,8 +180,11 @@ static inline void qd_iq1_m(const uint8_t *b, int n_blocks, int8_t *v, float *s,
 }
 
 /* Decodes n_blocks blocks of a lattice IQ type as fg_quant_decode; returns 0
- * (nothing written) for any other type. */
-static inline int qd_decode_iq(int wtype, const uint8_t *b, int n_blocks, int8_t *v, float *s, float *m)
+ * (nothing written) for any other type. Out of line: inlined into the kernels'
+ * row loops, it changed their code for the other types too and slowed the
+ * K-quants (docs/benchmarks.md); one call per chunk of blocks costs nothing. */
+static __attribute__((noinline)) int qd_decode_iq(int wtype, const uint8_t *b, int n_blocks, int8_t *v, float *s,
+                                                   float *m)
 {
     switch (wtype) {
     case FG_WTYPE_IQ2_XXS: qd_iq2_xxs(b, n_blocks, v, s, m); return 1;
