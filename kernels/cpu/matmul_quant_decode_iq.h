@@ -4,8 +4,8 @@
  * writes.
  *
  * Per sub-block of 32 values: the 4 grid entries (8 of 4 values for IQ3) are
- * loaded by index into one vector (scalar loads and inserts: AVX2 gathers are
- * slower than that on the CPUs this runs on), the 32 sign bits spread to a
+ * loaded by index into one vector (scalar loads and inserts: a vpgatherdd was
+ * slower on Zen 2, docs/benchmarks.md), the 32 sign bits spread to a
  * byte mask by a shuffle and a compare, and each byte negated where its mask
  * is set, (g ^ mask) - mask: the scalar decoder's ~g + 1 per byte. IQ1's
  * 8g +- 1 is sign(8, g) plus the shift's +-1. The scales are formed by the
@@ -34,6 +34,7 @@ static inline uint32_t qd_ksigns4(uint32_t aux)
            (uint32_t)fg_iq_ksigns[(aux >> 14) & 127] << 16 | (uint32_t)fg_iq_ksigns[(aux >> 21) & 127] << 24;
 }
 
+/* Entries i0..i3 of an 8-value grid, entry l in 64-bit lane l. */
 static inline __m256i qd_grid4(const uint64_t *grid, int i0, int i1, int i2, int i3)
 {
     return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
