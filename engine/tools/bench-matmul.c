@@ -2,11 +2,11 @@
  * the F32-widening one (what CPUs without avx512_bf16 run) and vdpbf16ps
  * (activations rounded to BF16 once per call), on a few shapes.
  *
- * With --types: one token's product (decode) on one thread for every weight
- * type, in GB/s of weights read, against the limit that applies: one
- * thread's read bandwidth over a set the size of the matrix (in whichever
- * cache level holds it), or the kernel's own peak on an L2-resident matrix
- * (bench_share: never a share above 100 %).
+ * With --types (--types=q4_K,iq2_xxs,...: those only): one token's product
+ * (decode) on one thread for every weight type, in GB/s of weights read,
+ * against the limit that applies: one thread's read bandwidth over a set the
+ * size of the matrix (in whichever cache level holds it), or the kernel's own
+ * peak on an L2-resident matrix (bench_share: never a share above 100 %).
  *
  * With --amx: Q8_0 and packed Q8_0 batches, AMX tiles (where the CPU and the
  * kernel allow them; run it with FG_AMX=1) against the AVX-512 kernels, in a
@@ -158,13 +158,37 @@ out:
     return result;
 }
 
+/* Whether name is one of the comma-separated names of list (NULL: all). */
+static int type_listed(const char *list, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = list; p;) {
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    return list == NULL;
+}
+
 /* Each type's rate against two limits (bench_share): one thread's read
  * bandwidth over a set the size of its matrix (the product repeats over the
  * same weights, so they stay in whichever level holds them, which is named),
  * and the kernel's own peak, the same product on a matrix cut to half the L2
  * (its compute bound). */
-static int bench_types_run(int64_t n_in, int64_t n_out, int reps)
+static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *only)
 {
+    if (only) { /* every listed name a type of the table */
+        int listed = 1, known = 0;
+        for (const char *p = only; *p; p++)
+            listed += *p == ',';
+        for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++)
+            known += type_listed(only, bench_types[i].name);
+        if (known != listed) {
+            fprintf(stderr, "error: --types=%s: an unknown or repeated type name\n", only);
+            return 2;
+        }
+    }
     const fg_isa isa = fg_isa_best();
     const fg_bench_caches c = bench_caches();
     fg_pool_t *one = fg_pool_create(1);
@@ -179,6 +203,8 @@ static int bench_types_run(int64_t n_in, int64_t n_out, int reps)
            "share");
     for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++) {
         const int wt = bench_types[i].wtype;
+        if (!type_listed(only, bench_types[i].name))
+            continue;
         const size_t row = fg_wtype_row_bytes(wt, n_in);
         const double mb = (double)(row * (size_t)n_out);
         const double s = time_type(wt, isa, n_in, n_out, 1, reps);
@@ -319,9 +345,10 @@ int main(int argc, char **argv)
     int reps = 7;
     int64_t toks[MAX_SHAPES] = {1, 8, 64};
     int n_toks = 3, types = 0, amx = 0;
+    const char *only = NULL; /* --types=LIST */
     static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
                                           {"tokens", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
-                                          {"types", no_argument, 0, 'T'},       {"amx", no_argument, 0, 'A'},
+                                          {"types", optional_argument, 0, 'T'}, {"amx", no_argument, 0, 'A'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     int c;
@@ -330,7 +357,10 @@ int main(int argc, char **argv)
         case 'i': n_in = atoll(optarg); break;
         case 'o': n_out = atoll(optarg); break;
         case 'r': reps = atoi(optarg); break;
-        case 'T': types = 1; break;
+        case 'T':
+            types = 1;
+            only = optarg;
+            break;
         case 'A': amx = 1; break;
         case 't': {
             n_toks = 0;
@@ -346,7 +376,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n"
-                    "       flashgate-bench-matmul --types [--n-in 1024] [--n-out 1024] [--reps 7]\n"
+                    "       flashgate-bench-matmul --types[=q4_K,iq2_xxs,...] [--n-in 1024] [--n-out 1024] [--reps 7]\n"
                     "       flashgate-bench-matmul --amx [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
@@ -359,7 +389,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (types)
-        return bench_types_run(n_in, n_out, reps);
+        return bench_types_run(n_in, n_out, reps, only);
     if (amx)
         return bench_amx_run(n_in, n_out, toks, n_toks, reps);
     shape sh[MAX_SHAPES];

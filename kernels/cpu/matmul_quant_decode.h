@@ -1,9 +1,11 @@
 /* matmul_quant_decode.h: internal to matmul_quant_avx2.c and
  * matmul_quant_avx512.c (both compiled with AVX2 and F16C). AVX2 decoders of
- * the commonest block types into quants.h's decoded form, bit for bit what
+ * every type fg_quant_decode decodes (the lattice IQ types in
+ * matmul_quant_decode_iq.h) into quants.h's decoded form, bit for bit what
  * fg_quant_decode writes (the values are integers; the scales are formed by
  * the same f32 products), so the products' results do not depend on which
- * decoder ran (test_quants' products check it, on both ISAs, for every type).
+ * decoder ran (test_quants' products check it, on both ISAs, for every type;
+ * test_decode_avx2 compares the decoded bytes with fg_quant_decode's).
  */
 #ifndef FG_MATMUL_QUANT_DECODE_H
 #define FG_MATMUL_QUANT_DECODE_H
@@ -29,15 +31,33 @@ static inline __m256i qd_nibbles16(const uint8_t *q)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
 }
 
-/* The fifth bits of Q5_0 / Q5_1 (a little-endian u32 at qh) as 16 in byte j where bit j is set. */
-static inline __m256i qd_bit5(const uint8_t *qh)
+static inline uint32_t qd_u32(const uint8_t *p)
 {
     uint32_t u;
-    memcpy(&u, qh, 4);
+    memcpy(&u, p, 4);
+    return u;
+}
+
+static inline uint16_t qd_u16(const uint8_t *p)
+{
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return u;
+}
+
+/* Byte j of the result is 0xff where bit j of u is set, else 0. */
+static inline __m256i qd_bits32(uint32_t u)
+{
     const __m256i idx = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i by = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), idx);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(by, bit), bit), _mm256_set1_epi8(16));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(by, bit), bit);
+}
+
+/* The fifth bits of Q5_0 / Q5_1 (a little-endian u32 at qh) as 16 in byte j where bit j is set. */
+static inline __m256i qd_bit5(const uint8_t *qh)
+{
+    return _mm256_and_si256(qd_bits32(qd_u32(qh)), _mm256_set1_epi8(16));
 }
 
 /* The IQ4 levels of 32 codes (qd_nibbles16's order). */
@@ -66,6 +86,8 @@ static inline void qd_k4_scales(const uint8_t *b, float *s, float *m)
         m[2 * j] = m[2 * j + 1] = -(dmin * (float)min);
     }
 }
+
+#include "kernels/cpu/matmul_quant_decode_iq.h" /* the lattice IQ types, on the helpers above */
 
 /* Decodes n_blocks blocks of wtype from b into v, s, m as fg_quant_decode;
  * returns 0 if this type has no decoder here (nothing written). */
@@ -206,7 +228,7 @@ static inline int qd_decode(int wtype, const uint8_t *b, int n_blocks, int8_t *v
         }
         return 1;
     }
-    return 0;
+    return qd_decode_iq(wtype, b, n_blocks, v, s, m);
 }
 
 #endif

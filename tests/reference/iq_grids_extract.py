@@ -37,7 +37,8 @@ def main(argv):
     text = open(argv[1]).read()
     delta = re.search(r"#define\s+IQ1S_DELTA\s+([0-9.]+)f", text).group(1)
     out = ["/* iq_grids.h: the grid and sign tables of ggml's lattice IQ weight types (IQ2_XXS,",
-           " * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), internal to kernels/cpu/quants.c.",
+           " * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), internal to kernels/cpu/quants.c",
+           " * and kernels/cpu/matmul_quant_decode_iq.h.",
            " *",
            " * Format data, not code: a block stores indices into these tables, so they are the",
            " * format definition's own, entry for entry, from ggml/src/ggml-common.h (llama.cpp,",

@@ -5,7 +5,8 @@
  * tests/reference/quant_vectors.py computed from the definitions
  * (tests/unit/data/quant_vectors.h), bit for bit; the products' decoded form
  * gives the dequantization's values on random blocks, within each type's
- * range of v; validation of scales (IQ1_M's spread one included) and
+ * range of v; the fast kernels' AVX2 decoders write fg_quant_decode's bytes;
+ * validation of scales (IQ1_M's spread one included) and
  * row lengths.
  *
  * Products (matmul.h): the scalar reference against a float64 dot of the
@@ -27,6 +28,7 @@
 #include "tests/unit/data/quant_vectors.h"
 #include "tests/unit/fg_test.h"
 #include "tests/unit/fg_test_matmul.h"
+#include "tests/unit/quant_decode_avx2.h"
 
 #define GUARD FG_TEST_GUARD
 #define F32_UNIT 0x1p-24
@@ -195,6 +197,86 @@ static void test_decode(void)
     }
     CHECK(fg_quant_decode(FG_WTYPE_Q8_0, NULL, 0, NULL, NULL, NULL) == -1);
     CHECK(!fg_quant_decodes(FG_WTYPE_MXFP4) && !fg_quant_decodes(FG_WTYPE_F32) && !fg_quant_decodes(15));
+}
+
+/* The types whose decoded scale (or minimum) is an F16 field itself: the
+ * scalar widening keeps a signalling NaN, F16C's quiets it, so only there may
+ * two NaNs differ in that bit. Everywhere else a product of the field comes
+ * first, which quiets it alike. */
+static int scale_is_raw_f16(int t)
+{
+    return t == FG_WTYPE_Q4_0 || t == FG_WTYPE_Q4_1 || t == FG_WTYPE_Q5_0 || t == FG_WTYPE_Q5_1 ||
+           t == FG_WTYPE_IQ4_NL;
+}
+
+/* Every type's AVX2 decoder against fg_quant_decode, byte for byte (values,
+ * scales, minima), on random bytes everywhere (over 2001 blocks every grid
+ * index and sign pattern occurs), the F16 fields random too (subnormals,
+ * infinities, NaNs: validation rejects the last two, the decoders still read
+ * them alike), a few set to the extremes; odd block counts, and nothing
+ * written past the last block. */
+static void test_decode_avx2(void)
+{
+    if (!fg_isa_supported(FG_ISA_AVX2)) {
+        printf("test_quants: no AVX2 here, its decoders not compared\n");
+        return;
+    }
+    static const uint16_t extremes[] = {0x7c00 /* inf */, 0xfc00, 0x7d01 /* signalling NaN */, 0xfe00,
+                                        0x0001 /* smallest subnormal */, 0x83ff, 0x7bff /* largest */, 0x0000};
+    static const int counts[] = {1, 3, 2001};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int t = types[ti];
+        int elems, bytes, off[2];
+        fg_wtype_block(t, &elems, &bytes);
+        const int nf = f16_offsets(t, off);
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            const int n = counts[ci];
+            uint8_t *w = malloc((size_t)n * (size_t)bytes);
+            for (size_t i = 0; i < (size_t)n * (size_t)bytes; i++)
+                w[i] = (uint8_t)rng_u32();
+            for (int b = 0; b < n; b++)
+                for (int k = 0; k < nf; k++)
+                    put_f16(w + (size_t)b * (size_t)bytes, off[k],
+                            b < (int)(sizeof extremes / sizeof extremes[0]) ? extremes[(b + k) % 8]
+                                                                         : (uint16_t)rng_u32());
+            const size_t nv = (size_t)n * (size_t)elems + 64, ns = (size_t)n * (size_t)elems / 16 + 16;
+            int8_t *v[2];
+            float *s[2], *m[2];
+            for (int k = 0; k < 2; k++) {
+                v[k] = malloc(nv);
+                s[k] = malloc(ns * sizeof(float));
+                m[k] = malloc(ns * sizeof(float));
+                memset(v[k], 0xa5, nv); /* the tails past n blocks must keep it */
+                memset(s[k], 0xa5, ns * sizeof(float));
+                memset(m[k], 0xa5, ns * sizeof(float));
+            }
+            CHECK(fg_quant_decode(t, w, n, v[0], s[0], m[0]) == 0);
+            CHECK_MSG(fg_test_qd_decode(t, w, n, v[1], s[1], m[1]), "%s: no AVX2 decoder", tname(t));
+            int vbad = 0, sbad = 0;
+            for (size_t i = 0; i < nv; i++)
+                if (v[0][i] != v[1][i] && vbad++ < 4)
+                    fprintf(stderr, "  %s %d blocks: value %zu: %d, AVX2 %d\n", tname(t), n, i, v[0][i], v[1][i]);
+            for (size_t i = 0; i < 2 * ns; i++) {
+                const float a = i < ns ? s[0][i] : m[0][i - ns], c = i < ns ? s[1][i] : m[1][i - ns];
+                if (fg_test_bits(a) != fg_test_bits(c) && !(scale_is_raw_f16(t) && isnan(a) && isnan(c)) &&
+                    sbad++ < 4)
+                    fprintf(stderr, "  %s %d blocks: %s %zu: %a, AVX2 %a\n", tname(t), n, i < ns ? "s" : "m",
+                            i % ns, a, c);
+            }
+            CHECK_MSG(vbad == 0 && sbad == 0, "%s, %d blocks: AVX2 decoder differs in %d values, %d scales/minima",
+                      tname(t), n, vbad, sbad);
+            for (int k = 0; k < 2; k++) {
+                free(v[k]);
+                free(s[k]);
+                free(m[k]);
+            }
+            free(w);
+        }
+    }
+    int8_t v[32];
+    float s[2], m[2];
+    const uint8_t blk[34] = {0};
+    CHECK(!fg_test_qd_decode(FG_WTYPE_Q8_0, blk, 1, v, s, m) && !fg_test_qd_decode(FG_WTYPE_MXFP4, blk, 1, v, s, m));
 }
 
 static void test_validate(void)
@@ -486,6 +568,7 @@ int main(void)
     test_grids();
     test_vectors();
     test_decode();
+    test_decode_avx2();
     test_validate();
     test_errors();
     test_shapes();
