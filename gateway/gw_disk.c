@@ -61,7 +61,7 @@ static job *pop(job **head, job **tail)
 }
 
 /* Tests only: holds a job that reads a file until the gate file exists
- * (true) or the worker stops (false: it is not run, FG_ERR_STATE). */
+ * (false: it runs) or the worker stops (true: it is not run, FG_ERR_STATE). */
 static bool held(gw_disk *d, job *j)
 {
     if (!d->gate)

@@ -325,9 +325,10 @@ static void create_engine_failed(gw_sink *k, const fg_client_event *ev, gw_sessi
     fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
     if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
         fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
+    const char *param = src ? "session.fork_from" : NULL;
     if (k)
-        fail(k, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code,
-             src ? "session.fork_from" : NULL, "%s", code == FG_PROTO_SESSION_LOST ? d->msg : "cannot create a session");
+        fail(k, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code, param, "%s",
+             code == FG_PROTO_SESSION_LOST ? d->msg : "cannot create a session");
 }
 
 /* session.create once its engine session s exists (src: the session it forks,

@@ -17,12 +17,14 @@ socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persis
   session stays usable;
 - fork: session.create with fork_from shares the source's pages (the tenant's resident
   KV bytes in the admin view do not grow) and continues as the source does;
-- fork of a spilled session (persistence.idle_spill_s): the fork continues as its source does;
-  its file is read on gw_disk's worker: while that read is held (debug.restore_gate_file)
-  another client creates a session and streams a whole response, the source's client is not
-  read (its next turn waits for the fork, so the fork is the source as it was), a forking
-  client that leaves and a source evicted meanwhile leak nothing (sanitizers at exit); with
-  a damaged file the fork's first response (which reads it) fails with session_lost, logged;
+- fork of a spilled session (persistence.idle_spill_s): the fork continues as its source does,
+  and events sent in the same write as its session.create run after its answer, in order; the
+  engine's fork is made on gw_disk's worker: while it is held (debug.restore_gate_file)
+  another client creates a session and streams a whole response, neither the forking client
+  nor the source's is read (their next turns wait for the fork, so the fork is the source as
+  it was), and a forking client that leaves, a source evicted and a server stopped meanwhile
+  leak nothing (sanitizers at exit); with a damaged file the fork's first response (which
+  reads it) fails with session_lost, logged;
 - session.close deletes the session's file;
 - a restore runs off the service thread: while one is held in progress (debug.restore_gate_file,
   tests only) another session is created and streams a whole response, and a client that left
@@ -41,8 +43,8 @@ import time
 import websockets.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DATA_DIR, KEYS, Conn, Server, check, check_error, delta_text, eq, run_tests,  # noqa: E402
-                     user_item, wait_for)
+from harness import (DATA_DIR, KEYS, Conn, RawWS, Server, check, check_error, delta_text, eq,  # noqa: E402
+                     run_tests, user_item, wait_for)
 
 ADMIN_KEY = "admin-test-key-0123456789abcdef"
 SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8,
@@ -363,11 +365,18 @@ async def test_fork_of_spilled_session_continues():
     try:
         async with spill_server(pdir) as srv:
             a, sid = await spilled_session(srv, pdir, TURNS[:2])
-            f = await Conn.open(srv)
-            created = await f.create_session({"fork_from": sid}, event_id="fk")
-            eq(created["session"]["instructions"], SETTINGS["instructions"], "the fork has its source's settings")
+            # the events sent with the session.create run after its answer, in order
+            f = RawWS(srv.port)
+            f.send_json_together([{"type": "session.create", "event_id": "fk", "session": {"fork_from": sid}},
+                                  {"type": "conversation.item.create", "item": user_item(TURNS[2])},
+                                  {"type": "response.create"}])
+            events = f.recv_until("response.done")
+            eq([e["type"] for e in events[:3]], ["session.created", "conversation.item.added", "response.created"],
+               "the fork's events, in order")
+            eq(events[0]["session"]["instructions"], SETTINGS["instructions"], "the fork has its source's settings")
+            out_f, done_f = delta_text(events), events[-1]["response"]
+            f.close()
             out_a, done_a = await turn(a, TURNS[2])
-            out_f, done_f = await turn(f, TURNS[2])
             eq(out_f, out_a, "the fork continues as the source does")
             cached = done_f["usage"]["input_token_details"]["cached_tokens"]
             check(cached > 0, f"the fork's history came from the source's cache: {done_f}")
@@ -384,44 +393,45 @@ async def test_fork_from_disk_does_not_stall_others():
             a, sid = await spilled_session(srv, pdir, TURNS[:2])
             f = await Conn.open(srv)
             await f.send({"type": "session.create", "event_id": "fk", "session": {"fork_from": sid}})
-            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 1, "the fork's read started")
-            # the source's client sends its next turn; it is not read until the fork is made
-            await a.send({"type": "conversation.item.create", "item": user_item(TURNS[2])})
-            await a.send({"type": "response.create"})
+            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 1, "the fork started")
+            # both clients send their next turn; neither is read until the fork is made
+            for c in (f, a):
+                await c.send({"type": "conversation.item.create", "item": user_item(TURNS[2])})
+                await c.send({"type": "response.create"})
             # meanwhile the service thread serves another session from its start to its last delta
             o = await Conn.open(srv)
             await o.create_session({"temperature": 0, "max_output_tokens": 24})
             await o.add_user("Tell me a story.")
             events, _, done = await o.respond()
             deltas = [e for e in events if e["type"] == "response.output_text.delta"]
-            check(deltas and finished(done), f"a whole response streamed during the fork's read: {done}")
+            check(deltas and finished(done), f"a whole response streamed while the fork was held: {done}")
             eq(srv.log_events("session_fork_done"), [], "the held fork has not completed yet")
             await f.no_event(within=0.2)  # neither the forking client nor the source's got an answer meanwhile
             await a.no_event(within=0.2)
             open(gate, "w").close()
             created = await f.expect("session.created")
             eq(created["session"]["instructions"], SETTINGS["instructions"], "the fork has its source's settings")
-            eq(f.received[-1]["sequence_number"], 1, "the fork's numbering starts at 1")
-            added = await a.expect("conversation.item.added")
-            check(added["sequence_number"] > 0, "the source's client is read again")
-            events = [await a.expect("response.created")] + await a.recv_until("response.done")
-            out_a, done_a = delta_text(events), events[-1]["response"]
-            check(finished(done_a), f"the source's turn after the fork: {done_a}")
-            out_f, done_f = await turn(f, TURNS[2])
-            eq(out_f, out_a, "the fork is the source as it was before its waiting turn")
-            check(done_f["usage"]["input_token_details"]["cached_tokens"] > 0, f"forked from the cache: {done_f}")
+            eq(created["sequence_number"], 1, "the fork's numbering starts at 1")
+            out = {}
+            for name, c in (("fork", f), ("source", a)):
+                await c.expect("conversation.item.added")
+                events = [await c.expect("response.created")] + await c.recv_until("response.done")
+                check(finished(events[-1]["response"]), f"the {name}'s waiting turn ran: {events[-1]}")
+                out[name] = (delta_text(events), events[-1]["response"])
+            eq(out["fork"][0], out["source"][0], "the fork is the source as it was before its waiting turn")
+            check(out["fork"][1]["usage"]["input_token_details"]["cached_tokens"] > 0, f"forked from the cache: {out}")
 
-            # a forking client that leaves while the read is held, and a source evicted meanwhile
+            # a forking client that leaves while the fork is held, and a source evicted meanwhile
             os.remove(gate)
             await wait_for(lambda: on_disk(srv.port).get(sid), "the source spilled again", timeout=60)
             g, h = await Conn.open(srv), await Conn.open(srv)
             await g.send({"type": "session.create", "session": {"fork_from": sid}})
             await h.send({"type": "session.create", "event_id": "h", "session": {"fork_from": sid}})
-            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 3, "both reads started")
+            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 3, "both forks started")
             g.abort()
             hc = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=15)
             hc.request("DELETE", "/admin/sessions/" + sid, headers={"Authorization": "Bearer " + ADMIN_KEY})
-            eq(hc.getresponse().status, 204, "the source is evicted while it is read")
+            eq(hc.getresponse().status, 204, "the source is evicted while it is forked")
             hc.close()
             closed = await a.expect("session.closed")
             eq(closed["reason"], "evicted", "its client hears it at once")
@@ -440,7 +450,17 @@ async def test_fork_from_disk_does_not_stall_others():
             z = await Conn.open(srv)
             await z.create_session({"fork_from": f.session_id})
             _, done = await turn(z, TURNS[3])
-            check(finished(done), f"a fork of a resident session after all that: {done}")
+            check(finished(done), f"another fork after all that: {done}")
+            # the server stops while a fork is held: a clean exit
+            os.remove(gate)
+            await wait_for(lambda: on_disk(srv.port).get(o.session_id), "another source spilled", timeout=60)
+            y = await Conn.open(srv)
+            await y.send({"type": "session.create", "session": {"fork_from": o.session_id}})
+            await wait_for(lambda: any(e["session"] == o.session_id for e in srv.log_events("session_fork_started")),
+                           "its fork started")
+            srv.signal(signal.SIGTERM)
+            await until_closed(y)
+            srv.assert_clean(await srv.wait_exit())
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
