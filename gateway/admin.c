@@ -516,7 +516,7 @@ static void sessions_list(fg_gateway_t *gw, gw_http_req *req, const char *id)
     json_t *arr = json_array();
     const double now = fg_clock_mono_s();
     for (gw_session *s = gw->sessions; s && idx >= 0; s = s->all_next) {
-        if (s->tenant != idx)
+        if (s->tenant != idx || s->doomed) /* closed, waiting only for gw_disk's worker */
             continue;
         double idle = now - s->last_activity;
         json_array_append_new(arr, json_pack("{s:s, s:b, s:b, s:i, s:f, s:b, s:I, s:I}", "id", s->id, "attached",

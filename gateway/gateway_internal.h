@@ -117,7 +117,10 @@ struct gw_session {
     bool conv_known;                /* conv is the whole conversation (false after some restores) */
     bool restoring;                 /* restored, its id reservation being written on gw_disk's worker
                                        (gw_persist.c): not resumable yet, and not freed meanwhile */
-    bool doomed, doomed_keep_file;  /* destroyed while restoring: done when the write is */
+    uint32_t forks;                 /* session.creates forking it from disk on gw_disk's worker (session_cmd.c):
+                                       not freed, not read from its client and starting no response meanwhile */
+    bool doomed, doomed_keep_file;  /* destroyed while restoring or forked: done when the worker lets it go;
+                                       no lookup by id finds it meanwhile */
 
     /* events */
     uint64_t next_seq;              /* the next sequence number (the first event is 1) */
@@ -255,6 +258,14 @@ static inline const char *gw_session_tenant(gw_session *s)
  * empty. On failure NULL, *err the engine's error (FG_ERR_SESSION_*, ...) and
  * diag its message. */
 gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, fg_err *err, fg_diag *diag);
+/* Whether a fork of src shares its cache (else the new session is empty and
+ * its conversation is prefilled again). */
+bool gw_session_forkable(const gw_session *src);
+/* The end of gw_session_new once the engine answered for s (prepared by
+ * gw_session_prepare): es and e its fork's result (FG_ERR_UNSUPPORTED: no
+ * fork, an empty engine session is made). Enters s in the table; or frees it
+ * and returns NULL with *err and diag as gw_session_new has them. */
+gw_session *gw_session_made(gw_session *s, fg_session_t *es, fg_err e, fg_err *err, fg_diag *diag);
 /* The two halves of a session whose engine session is made elsewhere (a
  * restore on gw_disk's worker): prepare allocates it (id: kept, NULL: a
  * fresh one) and fills *sp for the engine (its user is the session); it is in
@@ -435,8 +446,9 @@ void gw_conn_on_close(gw_conn *c);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
 /* Stops reading a client while its session's output is paused, a quota
- * answer is awaited or its unsent output is above the soft limit (reading
- * starts again at half of it), and reads again when none holds. */
+ * answer, a restore or a fork's read of a file is awaited (its own, or
+ * another client's of its session) or its unsent output is above the soft
+ * limit (reading starts again at half of it), and reads again when none holds. */
 void gw_conn_rx_update(gw_conn *c);
 /* After the connection's unsent output changed (a push, a write): applies the
  * output limits (reading, the soft limit's timer, the close 1008 past the

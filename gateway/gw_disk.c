@@ -1,6 +1,7 @@
 /* gw_disk.c: the worker of gw_disk.h. Two intrusive FIFO lists under one
  * mutex: jobs to run and jobs done; the worker sleeps on a condition
- * variable while nothing is queued. */
+ * variable while nothing is queued. Each job carries its own run function
+ * (restore, fork, save). */
 #include "gateway/gw_disk.h"
 
 #include <libwebsockets.h>
@@ -12,22 +13,27 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct job {
-    bool restore;                   /* else a save */
+typedef struct job job;
+/* What a job does on the worker: its engine call, its answer into err, diag and out. */
+typedef void (*job_run)(gw_disk *d, job *j);
+
+struct job {
+    job_run run;
     fg_engine_t *engine;            /* restore */
-    fg_session_params p;            /* restore: name and tenant_name point into the copies below */
+    fg_session_params p;            /* restore, fork: name and tenant_name point into the copies below */
     char name[65], tenant_name[65];
-    fg_session_t *es;               /* save: its session; restore: the result */
+    fg_session_t *src;              /* save: its session; fork: the source */
+    fg_session_t *out;              /* restore, fork: the new session */
     fg_err err;
     fg_diag diag;
     gw_disk_done done;
     void *user;
     struct job *next;
-} job;
+};
 
 struct gw_disk {
     struct lws_context *ctx;
-    char *gate;                     /* tests only: restores wait for this file */
+    char *gate;                     /* tests only: the jobs that read a file wait for this one */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -54,18 +60,43 @@ static job *pop(job **head, job **tail)
     return j;
 }
 
-/* Tests only: holds a restore until the gate file exists (true) or the worker stops (false). */
-static bool wait_gate(gw_disk *d)
+/* Tests only: holds a job that reads a file until the gate file exists
+ * (false: it runs) or the worker stops (true: it is not run, FG_ERR_STATE). */
+static bool held(gw_disk *d, job *j)
 {
+    if (!d->gate)
+        return false;
     for (;;) {
         pthread_mutex_lock(&d->mu);
         const bool stop = d->stop;
         pthread_mutex_unlock(&d->mu);
-        if (stop || access(d->gate, F_OK) == 0)
-            return !stop;
+        if (stop) {
+            j->err = fg_diag_set(&j->diag, FG_ERR_STATE, "the server stopped before the session file was read");
+            return true;
+        }
+        if (access(d->gate, F_OK) == 0)
+            return false;
         const struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+static void run_restore(gw_disk *d, job *j)
+{
+    if (!held(d, j))
+        j->err = fg_session_restore(j->engine, &j->p, &j->out, &j->diag);
+}
+
+static void run_fork(gw_disk *d, job *j)
+{
+    if (!held(d, j))
+        j->err = fg_session_fork(j->src, &j->p, &j->out, &j->diag);
+}
+
+static void run_save(gw_disk *d, job *j)
+{
+    (void)d;
+    j->err = fg_session_save(j->src, &j->diag);
 }
 
 static void *worker(void *arg)
@@ -80,14 +111,7 @@ static void *worker(void *arg)
             break;
         pthread_mutex_unlock(&d->mu);
         memset(&j->diag, 0, sizeof j->diag);
-        if (j->restore) {
-            if (d->gate && !wait_gate(d))
-                j->err = FG_ERR_STATE; /* stopped while held: not read */
-            else
-                j->err = fg_session_restore(j->engine, &j->p, &j->es, &j->diag);
-        } else {
-            j->err = fg_session_save(j->es, &j->diag);
-        }
+        j->run(d, j);
         pthread_mutex_lock(&d->mu);
         push(&d->done, &d->done_tail, j);
         lws_cancel_service(d->ctx); /* the one lws call other threads may make */
@@ -127,16 +151,35 @@ static fg_err queue(gw_disk *d, job *j)
     return FG_OK;
 }
 
-fg_err gw_disk_restore(gw_disk *d, fg_engine_t *e, const fg_session_params *p, gw_disk_done done, void *user)
+/* A job with a copy of p's strings (restore, fork). */
+static job *job_with_params(job_run run, const fg_session_params *p, gw_disk_done done, void *user)
 {
     job *j = calloc(1, sizeof *j);
     if (!j)
-        return FG_ERR_NOMEM;
-    *j = (job){.restore = true, .engine = e, .p = *p, .done = done, .user = user};
+        return NULL;
+    *j = (job){.run = run, .p = *p, .done = done, .user = user};
     snprintf(j->name, sizeof j->name, "%s", p->name ? p->name : "");
     snprintf(j->tenant_name, sizeof j->tenant_name, "%s", p->tenant_name ? p->tenant_name : "");
-    j->p.name = j->name;
+    j->p.name = p->name ? j->name : NULL;
     j->p.tenant_name = p->tenant_name ? j->tenant_name : NULL;
+    return j;
+}
+
+fg_err gw_disk_restore(gw_disk *d, fg_engine_t *e, const fg_session_params *p, gw_disk_done done, void *user)
+{
+    job *j = job_with_params(run_restore, p, done, user);
+    if (!j)
+        return FG_ERR_NOMEM;
+    j->engine = e;
+    return queue(d, j);
+}
+
+fg_err gw_disk_fork(gw_disk *d, fg_session_t *src, const fg_session_params *p, gw_disk_done done, void *user)
+{
+    job *j = job_with_params(run_fork, p, done, user);
+    if (!j)
+        return FG_ERR_NOMEM;
+    j->src = src;
     return queue(d, j);
 }
 
@@ -145,7 +188,7 @@ fg_err gw_disk_save(gw_disk *d, fg_session_t *s, gw_disk_done done, void *user)
     job *j = calloc(1, sizeof *j);
     if (!j)
         return FG_ERR_NOMEM;
-    *j = (job){.es = s, .done = done, .user = user};
+    *j = (job){.run = run_save, .src = s, .done = done, .user = user};
     return queue(d, j);
 }
 
@@ -157,7 +200,7 @@ void gw_disk_poll(gw_disk *d)
         pthread_mutex_unlock(&d->mu);
         if (!j)
             return;
-        j->done(j->user, j->restore ? j->es : NULL, j->err, &j->diag); /* may queue more */
+        j->done(j->user, j->out, j->err, &j->diag); /* may queue more */
         free(j);
     }
 }

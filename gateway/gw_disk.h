@@ -1,5 +1,6 @@
 /* gw_disk.h: the engine's blocking disk calls off the service thread
- * (gw_disk.c). A session restore (fg_session_restore) or save
+ * (gw_disk.c). A session restore (fg_session_restore), a fork of a session
+ * whose KV is on disk (fg_session_fork may read the source's file) or a save
  * (fg_session_save) reads or writes a whole session file; on the service
  * thread it would stall every other session's deltas for as long. One worker
  * thread runs them in order and hands each result back on the service thread,
@@ -9,8 +10,8 @@
  * on its wakeup. Nothing of lws or the gateway's state is touched by the
  * worker.
  *
- * Threads: gw_disk_new, _restore, _save, _poll and _free on the service
- * thread only.
+ * Threads: gw_disk_new, _restore, _fork, _save, _poll and _free on the
+ * service thread only.
  */
 #ifndef FG_GATEWAY_GW_DISK_H
 #define FG_GATEWAY_GW_DISK_H
@@ -21,13 +22,14 @@
 struct lws_context;
 typedef struct gw_disk gw_disk;
 
-/* A job's result, on the service thread: es the restored session (restore,
- * FG_OK; the callee owns it), err and diag the engine's answer. */
+/* A job's result, on the service thread: es the restored or forked session
+ * (restore, fork; FG_OK; the callee owns it), err and diag the engine's answer. */
 typedef void (*gw_disk_done)(void *user, fg_session_t *es, fg_err err, const fg_diag *diag);
 
 /* Starts the worker; ctx is woken (lws_cancel_service) when a job is done.
  * gate_file (tests only, debug.restore_gate_file; NULL or "": none): a
- * restore waits until that file exists, so a test can hold one in progress.
+ * restore or a fork waits until that file exists, so a test can hold one in
+ * progress.
  * NULL on out of memory or when no thread can be made. */
 gw_disk *gw_disk_new(struct lws_context *ctx, const char *gate_file);
 /* Stops the worker (after its job in hand) and calls each job's done on this
@@ -37,6 +39,9 @@ void gw_disk_free(gw_disk *d);
 /* Queues fg_session_restore(e, p, ...) (p's strings copied). FG_ERR_NOMEM when
  * it cannot be queued (done is then not called). */
 fg_err gw_disk_restore(gw_disk *d, fg_engine_t *e, const fg_session_params *p, gw_disk_done done, void *user);
+/* Queues fg_session_fork(src, p, ...) (p's strings copied); src must stay
+ * open, and start no response, until done. */
+fg_err gw_disk_fork(gw_disk *d, fg_session_t *src, const fg_session_params *p, gw_disk_done done, void *user);
 /* Queues fg_session_save(s); s must stay open until done. */
 fg_err gw_disk_save(gw_disk *d, fg_session_t *s, gw_disk_done done, void *user);
 /* Calls done for every finished job, in order. */

@@ -42,7 +42,7 @@ gw_session *gw_session_find(fg_gateway_t *gw, const char *id, size_t len)
 {
     for (gw_session *s = gw->table[hash_id(id, len) % gw->table_size]; s; s = s->hash_next)
         if (strlen(s->id) == len && memcmp(s->id, id, len) == 0)
-            return s;
+            return s->doomed ? NULL : s; /* destroyed, waiting only for the worker to let it go */
     return NULL;
 }
 
@@ -60,6 +60,15 @@ static void make_id(char *out)
     out[37] = 0;
 }
 
+/* The engine's parameters of s: named by its id and tenant (the engine's session file is <tenant>/<id>.fgs). */
+static void engine_params(const gw_session *s, fg_session_params *sp)
+{
+    const gw_tenant *t = gw_tenant_at(s->gw, s->tenant);
+    int64_t w = t->rec.limits.weight;
+    *sp = (fg_session_params){.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                              .user = (void *)s, .name = s->id, .tenant_name = t->rec.id};
+}
+
 gw_session *gw_session_prepare(fg_gateway_t *gw, int tenant, const char *id, fg_session_params *sp)
 {
     gw_session *s = calloc(1, sizeof *s);
@@ -74,11 +83,7 @@ gw_session *gw_session_prepare(fg_gateway_t *gw, int tenant, const char *id, fg_
         do
             make_id(s->id);
         while (gw_session_find(gw, s->id, strlen(s->id)));
-    const gw_tenant *t = gw_tenant_at(gw, tenant);
-    int64_t w = t->rec.limits.weight;
-    /* named by its id and tenant: the engine's session file is <tenant>/<id>.fgs */
-    *sp = (fg_session_params){.tenant = (uint32_t)tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                              .user = s, .name = s->id, .tenant_name = t->rec.id};
+    engine_params(s, sp);
     return s;
 }
 
@@ -103,6 +108,12 @@ void gw_session_adopt(gw_session *s, fg_session_t *es)
     gw_tenant_at(gw, s->tenant)->sessions++;
 }
 
+bool gw_session_forkable(const gw_session *src)
+{
+    /* Without the token history, or with an instructions change pending, a fork is prefilled again. */
+    return !src->rebuild && src->conv_known;
+}
+
 gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, fg_err *err, fg_diag *diag)
 {
     fg_session_params sp;
@@ -111,17 +122,21 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, f
         *err = fg_diag_set(diag, FG_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    fg_err e = FG_ERR_UNSUPPORTED;
     fg_session_t *es = NULL;
-    if (fork_src && !fork_src->rebuild && fork_src->conv_known) {
-        /* A fork shares the source's cached pages; its queued input is appended after.
-         * Without engine forks (or with an instructions change pending) it is prefilled again. */
-        e = fg_session_fork(fork_src->es, &sp, &es, diag);
-        s->cache_built = e == FG_OK;
-        if (e == FG_ERR_UNSUPPORTED)
-            e = fg_session_create(gw->engine, &sp, &es);
-    } else {
-        e = fg_session_create(gw->engine, &sp, &es);
+    fg_err e = fork_src && gw_session_forkable(fork_src) ? fg_session_fork(fork_src->es, &sp, &es, diag)
+                                                         : FG_ERR_UNSUPPORTED;
+    return gw_session_made(s, es, e, err, diag);
+}
+
+gw_session *gw_session_made(gw_session *s, fg_session_t *es, fg_err e, fg_err *err, fg_diag *diag)
+{
+    /* A fork shares the source's cached pages; its queued input is appended after.
+     * Without engine forks (or without a fork) the session starts empty. */
+    s->cache_built = e == FG_OK;
+    if (e == FG_ERR_UNSUPPORTED) {
+        fg_session_params sp;
+        engine_params(s, &sp);
+        e = fg_session_create(s->gw->engine, &sp, &es);
     }
     if (e != FG_OK) {
         free(s);
@@ -138,7 +153,7 @@ gw_session *gw_session_new(fg_gateway_t *gw, int tenant, gw_session *fork_src, f
 void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
-    if (s->restoring) { /* the worker holds its engine session: freed when it hands it back */
+    if (s->restoring || s->forks) { /* the worker holds its engine session: freed when it hands it back */
         s->doomed = true;
         s->doomed_keep_file = keep_file;
         if (s->sink)
@@ -568,7 +583,7 @@ void gw_sessions_sweep(fg_gateway_t *gw)
     gw_session *next;
     for (gw_session *s = gw->sessions; s; s = next) {
         next = s->all_next;
-        if (!s->sink && !s->responding && now - s->last_activity > idle) {
+        if (!s->sink && !s->responding && !s->doomed && now - s->last_activity > idle) {
             fg_log_at(FG_LOG_INFO, "session_expired", gw_session_tenant(s), s->id, NULL);
             gw_session_destroy(s, false); /* expired: its file goes too */
         }

@@ -12,6 +12,7 @@
 
 #include "config/base/random.h"
 #include "gateway/gateway_internal.h"
+#include "gateway/gw_disk.h"
 #include "gateway/log.h"
 
 void gw_sink_error(gw_sink *k, const fg_proto_error *err, uint32_t retry_after)
@@ -316,41 +317,28 @@ static void on_session_lease(void *user, const fg_quota_result *r)
     free(q);
 }
 
-static void on_session_create(gw_sink *k, const fg_client_event *ev)
+/* The engine session of a session.create could not be made: a fork whose
+ * source's file turned out damaged is session_lost (logged), the rest as the
+ * engine's code has it. k NULL: the client left, only the log. */
+static void create_engine_failed(gw_sink *k, const fg_client_event *ev, gw_session *src, fg_err e, const fg_diag *d)
+{
+    fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
+    if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
+        fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
+    const char *param = src ? "session.fork_from" : NULL;
+    if (k)
+        fail(k, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code, param, "%s",
+             code == FG_PROTO_SESSION_LOST ? d->msg : "cannot create a session");
+}
+
+/* session.create once its engine session s exists (src: the session it forks,
+ * or NULL): src's conversation and settings, then the event's, the tools'
+ * check, the attach and the quota lease. The one path of a fork made at once
+ * and of one made on gw_disk's worker. */
+static void create_with(gw_sink *k, const fg_client_event *ev, gw_session *src, gw_session *s)
 {
     fg_gateway_t *gw = k->gw;
     const fg_proto_session_params *p = &ev->u.session;
-    if (k->session || k->dir_wait)
-        return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
-    if (gw->draining)
-        return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
-    gw_session *src = NULL;
-    if (p->has_fork_from) {
-        src = gw_session_find(gw, p->fork_from.ptr, p->fork_from.len);
-        if (!src || src->tenant != k->tenant)
-            return fail(k, ev, FG_PROTO_SESSION_NOT_FOUND, "session.fork_from", "%s", "no such session");
-        if (src->responding)
-            return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
-                        "the session to fork has a response in progress");
-    }
-    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
-        gw_metrics_count_rejection(gw_tenant_at(gw, k->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
-        return fail(k, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
-    }
-    if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
-        return fail(k, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
-                    "instructions are longer than the server allows");
-    fg_diag d = {{0}};
-    fg_err e;
-    gw_session *s = gw_session_new(gw, k->tenant, src, &e, &d);
-    if (!s) {
-        fg_proto_code code = src ? gw_engine_code(e) : FG_PROTO_INTERNAL_ERROR;
-        if (code == FG_PROTO_SESSION_LOST) /* the source was on disk and its file is damaged */
-            fg_log_at(FG_LOG_ERROR, "session_lost", gw_session_tenant(src), src->id, "\"error\":\"%s\"", fg_err_name(e));
-        return fail(k, ev, code == FG_PROTO_SESSION_NOT_FOUND ? FG_PROTO_INTERNAL_ERROR : code,
-                    src ? "session.fork_from" : NULL, "%s",
-                    code == FG_PROTO_SESSION_LOST ? d.msg : "cannot create a session");
-    }
     if (src) {
         fg_proto_str ins = {src->instructions ? src->instructions : "", src->instructions_len};
         set_instructions(s, &ins);
@@ -361,6 +349,10 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
         memcpy(s->tool_choice_name, src->tool_choice_name, sizeof s->tool_choice_name);
         if (src->tools)
             s->tools = strdup(src->tools);
+        /* src's head changed while the worker forked it (an item deleted, say): the fork
+         * holds the cache as it was, so it is prefilled again at its first response */
+        if (src->rebuild && s->cache_built)
+            s->rebuild = true;
         /* The engine's fork holds src's conversation (its cache and the token its last
          * response sampled) but not src's queued input: the items src received since its
          * last response follow, from the conversation. */
@@ -397,6 +389,157 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
     s->quota_pending = true; /* session.created waits for the lease */
     gw_sink_rx_update(k);
     fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
+}
+
+/* A session.create whose fork_from source is on disk: gw_disk's worker makes
+ * the engine's fork (fg_session_fork, which may read the source's file and
+ * waits for the engine's step thread), and the create goes on in on_forked.
+ * The client's event does not outlive its dispatch, so it is copied, its
+ * strings into blob. Meanwhile neither the forking client nor the source's
+ * is read, and the source starts no response and is not freed (src->forks). */
+struct gw_fork_wait {
+    gw_sink *k;                     /* NULL once the client left */
+    gw_session *src;
+    gw_session *s;                  /* prepared: in no table until the fork is back */
+    fg_client_event ev;             /* the session.create */
+    char *blob;
+};
+
+static void fork_wait_free(struct gw_fork_wait *w)
+{
+    free(w->blob);
+    free(w);
+}
+
+/* Copies ev (a session.create) into w, its strings into w->blob. */
+static bool keep_event(struct gw_fork_wait *w, const fg_client_event *ev)
+{
+    w->ev = *ev;
+    fg_proto_session_params *p = &w->ev.u.session;
+    fg_proto_str *strs[6 + FG_PROTO_MAX_STOP] = {&w->ev.event_id, &p->instructions, &p->model,
+                                                 &p->tools,       &p->tool_choice_name, &p->fork_from};
+    size_t n = 6, bytes = 0;
+    for (uint32_t i = 0; i < p->sampling.n_stop && i < FG_PROTO_MAX_STOP; i++)
+        strs[n++] = &p->sampling.stop[i];
+    for (size_t i = 0; i < n; i++)
+        bytes += strs[i]->len + 1;
+    char *at = w->blob = malloc(bytes);
+    if (!at)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!strs[i]->ptr)
+            continue; /* not given */
+        memcpy(at, strs[i]->ptr, strs[i]->len);
+        at[strs[i]->len] = 0;
+        strs[i]->ptr = at;
+        at += strs[i]->len + 1;
+    }
+    return true;
+}
+
+/* The worker's fork, on the service thread: session.create goes on as if the
+ * fork had been made at once, unless the client left, the server began to
+ * stop or the tenant's sessions filled up meanwhile. */
+static void on_forked(void *user, fg_session_t *es, fg_err e, const fg_diag *diag)
+{
+    struct gw_fork_wait *w = user;
+    gw_sink *k = w->k;
+    gw_session *src = w->src;
+    fg_gateway_t *gw = src->gw;
+    gw_tenant *t = gw_tenant_at(gw, w->s->tenant);
+    fg_diag d = *diag;
+    if (k) {
+        k->fork_wait = NULL;
+        gw_sink_rx_update(k);
+    }
+    const bool stopping = gw->draining, full = t->sessions >= gw->cfg->sessions.max_per_tenant;
+    gw_session *s = NULL;
+    if (k && !stopping && !full) {
+        s = gw_session_made(w->s, es, e, &e, &d);
+    } else {
+        if (es)
+            fg_session_delete(es); /* never shown to a client: its file (if any) goes too */
+        free(w->s);
+    }
+    if (s)
+        create_with(k, &w->ev, src, s);
+    else if (e != FG_OK && e != FG_ERR_UNSUPPORTED)
+        create_engine_failed(k, &w->ev, src, e, &d);
+    else if (k && stopping)
+        fail(k, &w->ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    else if (k) {
+        gw_metrics_count_rejection(t, FG_QUOTA_SESSIONS); /* others were opened meanwhile */
+        fail(k, &w->ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    }
+    fg_log_at(FG_LOG_DEBUG, "session_fork_done", gw_session_tenant(src), src->id, "\"error\":\"%s\",\"client\":%s",
+              fg_err_name(e), k ? "true" : "false");
+    if (--src->forks == 0) {
+        if (src->sink)
+            gw_sink_rx_update(src->sink);
+        if (src->doomed && !src->restoring) /* closed meanwhile */
+            gw_session_destroy(src, src->doomed_keep_file);
+    }
+    fork_wait_free(w);
+}
+
+static void fork_from_disk(gw_sink *k, const fg_client_event *ev, gw_session *src)
+{
+    fg_gateway_t *gw = k->gw;
+    fg_session_params sp;
+    struct gw_fork_wait *w = calloc(1, sizeof *w);
+    if (!w || !keep_event(w, ev) || !(w->s = gw_session_prepare(gw, k->tenant, NULL, &sp)) ||
+        gw_disk_fork(gw->disk, src->es, &sp, on_forked, w) != FG_OK) {
+        if (w) {
+            free(w->s);
+            fork_wait_free(w);
+        }
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    }
+    w->k = k;
+    w->src = src;
+    src->forks++;
+    k->fork_wait = w;
+    gw_sink_rx_update(k);
+    if (src->sink) /* its next response.create waits: a response would change what is forked */
+        gw_sink_rx_update(src->sink);
+    fg_log_at(FG_LOG_DEBUG, "session_fork_started", gw_session_tenant(src), src->id, "\"fork\":\"%s\"", w->s->id);
+}
+
+static void on_session_create(gw_sink *k, const fg_client_event *ev)
+{
+    fg_gateway_t *gw = k->gw;
+    const fg_proto_session_params *p = &ev->u.session;
+    if (k->session || k->dir_wait)
+        return fail(k, ev, FG_PROTO_SESSION_EXISTS, NULL, "%s", "this connection already has a session");
+    if (gw->draining)
+        return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
+    gw_session *src = NULL;
+    if (p->has_fork_from) {
+        src = gw_session_find(gw, p->fork_from.ptr, p->fork_from.len);
+        if (!src || src->tenant != k->tenant)
+            return fail(k, ev, FG_PROTO_SESSION_NOT_FOUND, "session.fork_from", "%s", "no such session");
+        /* a response waiting for its quota's answer is in progress too (as response.create has it) */
+        if (src->responding || src->quota_pending)
+            return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
+                        "the session to fork has a response in progress");
+    }
+    if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
+        gw_metrics_count_rejection(gw_tenant_at(gw, k->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
+        return fail(k, ev, FG_PROTO_TOO_MANY_SESSIONS, NULL, "%s", "the tenant's session limit is reached");
+    }
+    if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
+        return fail(k, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
+                    "instructions are longer than the server allows");
+    /* A fork of a resident source is a page-table copy, made at once; one of a source on
+     * disk may read its file: on gw_disk's worker. */
+    if (src && gw_session_forkable(src) && gw->disk && fg_session_on_disk(src->es))
+        return fork_from_disk(k, ev, src);
+    fg_diag d = {{0}};
+    fg_err e;
+    gw_session *s = gw_session_new(gw, k->tenant, src, &e, &d);
+    if (!s)
+        return create_engine_failed(k, ev, src, e, &d);
+    create_with(k, ev, src, s);
 }
 
 static void on_session_update(gw_sink *k, const fg_client_event *ev)
@@ -438,6 +581,9 @@ void gw_cmd_sink_gone(gw_sink *k)
     if (k->resume_wait)
         k->resume_wait->k = NULL; /* the restore finishes; its session goes back to disk */
     k->resume_wait = NULL;
+    if (k->fork_wait)
+        k->fork_wait->k = NULL; /* the fork finishes; its engine session is deleted then */
+    k->fork_wait = NULL;
 }
 
 static void resume_refused(gw_sink *k, const struct gw_resume_wait *w, fg_proto_code code, const char *param,
@@ -821,6 +967,10 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     gw_session *s = k->session;
     if (s->responding || s->quota_pending)
         return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s", "a response is already in progress");
+    /* its client is not read meanwhile: this is an event read before that, or another transport's */
+    if (s->forks)
+        return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s",
+                    "the session is being forked from its file; retry once the fork's session.created is sent");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     if (!gw_cluster_holds(s)) /* its lease lapsed (this instance was paused or cut off): another may serve it */
@@ -972,6 +1122,8 @@ void gw_cmd_dispatch(gw_sink *k, const fg_client_event *ev)
 {
     if (k->resume_wait) /* read before the reading paused: the restore answers first */
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "a session.resume is in progress on this connection");
+    if (k->fork_wait) /* the same: the fork answers first */
+        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "a session.create is in progress on this connection");
     if (!k->session && ev->type != FG_CLIENT_SESSION_CREATE && ev->type != FG_CLIENT_SESSION_RESUME)
         return fail(k, ev, FG_PROTO_NO_SESSION, NULL, "%s", "send session.create or session.resume first");
     if (k->session)

@@ -684,6 +684,13 @@ class RawWS:
             self.headers[k.strip().lower()] = v.strip()
 
     def send_frame(self, opcode, payload, fin=True):
+        self.sock.sendall(self.frame(opcode, payload, fin))
+
+    def send_json_together(self, objs):
+        """Several text messages in one write, so the server reads them in one go."""
+        self.sock.sendall(b"".join(self.frame(0x1, json.dumps(o).encode()) for o in objs))
+
+    def frame(self, opcode, payload, fin=True):
         b0 = (0x80 if fin else 0) | opcode
         n = len(payload)
         if n < 126:
@@ -694,7 +701,7 @@ class RawWS:
             hdr = struct.pack("!BBQ", b0, 0x80 | 127, n)
         mask = os.urandom(4)
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if n < 4096 else _mask_fast(payload, mask)
-        self.sock.sendall(hdr + mask + masked)
+        return hdr + mask + masked
 
     def send_text(self, data):
         self.send_frame(0x1, data.encode() if isinstance(data, str) else data)

@@ -17,6 +17,14 @@ socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persis
   session stays usable;
 - fork: session.create with fork_from shares the source's pages (the tenant's resident
   KV bytes in the admin view do not grow) and continues as the source does;
+- fork of a spilled session (persistence.idle_spill_s): the fork continues as its source does,
+  and events sent in the same write as its session.create run after its answer, in order; the
+  engine's fork is made on gw_disk's worker: while it is held (debug.restore_gate_file)
+  another client creates a session and streams a whole response, neither the forking client
+  nor the source's is read (their next turns wait for the fork, so the fork is the source as
+  it was), and a forking client that leaves, a source evicted and a server stopped meanwhile
+  leak nothing (sanitizers at exit); with a damaged file the fork's first response (which
+  reads it) fails with session_lost, logged;
 - session.close deletes the session's file;
 - a restore runs off the service thread: while one is held in progress (debug.restore_gate_file,
   tests only) another session is created and streams a whole response, and a client that left
@@ -35,7 +43,8 @@ import time
 import websockets.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DATA_DIR, KEYS, Conn, Server, check, check_error, eq, run_tests, user_item, wait_for  # noqa: E402
+from harness import (DATA_DIR, KEYS, Conn, RawWS, Server, check, check_error, delta_text, eq,  # noqa: E402
+                     run_tests, user_item, wait_for)
 
 ADMIN_KEY = "admin-test-key-0123456789abcdef"
 SETTINGS = {"instructions": "You are a terse tool-using agent.", "temperature": 0, "max_output_tokens": 8,
@@ -330,6 +339,152 @@ async def test_restore_does_not_stall_other_sessions():
             g = await Conn.open(srv2)
             _, resumed = await g.resume(sid2, 0, allow_gap=True)
             eq(resumed["session"]["id"], sid2, "resumed by a new connection")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+def on_disk(port):
+    """{session id: whether its KV is on disk} of tenant acme (the admin view)."""
+    return {x["id"]: x["on_disk"] for x in admin_get(port, "/admin/tenants/acme/sessions")["sessions"]}
+
+
+def spill_server(pdir, **kw):
+    """Sessions spill after a second idle; Redis on (the admin view and the session lease after a fork)."""
+    return Server(persistence={"dir": pdir, "idle_spill_s": 1}, auth={"admin_key": ADMIN_KEY}, **kw)
+
+
+async def spilled_session(srv, pdir, turns):
+    """A session with its turns done whose KV has moved to disk: (conn, id)."""
+    c, sid, _ = await saved_session(srv, pdir, turns)
+    await wait_for(lambda: on_disk(srv.port).get(sid), "the source spilled", timeout=60)
+    return c, sid
+
+
+async def test_fork_of_spilled_session_continues():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        async with spill_server(pdir) as srv:
+            a, sid = await spilled_session(srv, pdir, TURNS[:2])
+            # the events sent with the session.create run after its answer, in order
+            f = RawWS(srv.port)
+            f.send_json_together([{"type": "session.create", "event_id": "fk", "session": {"fork_from": sid}},
+                                  {"type": "conversation.item.create", "item": user_item(TURNS[2])},
+                                  {"type": "response.create"}])
+            events = f.recv_until("response.done")
+            eq([e["type"] for e in events[:3]], ["session.created", "conversation.item.added", "response.created"],
+               "the fork's events, in order")
+            eq(events[0]["session"]["instructions"], SETTINGS["instructions"], "the fork has its source's settings")
+            out_f, done_f = delta_text(events), events[-1]["response"]
+            f.close()
+            out_a, done_a = await turn(a, TURNS[2])
+            eq(out_f, out_a, "the fork continues as the source does")
+            cached = done_f["usage"]["input_token_details"]["cached_tokens"]
+            check(cached > 0, f"the fork's history came from the source's cache: {done_f}")
+            eq(cached, done_a["usage"]["input_token_details"]["cached_tokens"], "the same cached history")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_fork_from_disk_does_not_stall_others():
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    gate = os.path.join(pdir, "gate")
+    try:
+        async with spill_server(pdir, log_level="debug", debug={"restore_gate_file": gate}) as srv:
+            a, sid = await spilled_session(srv, pdir, TURNS[:2])
+            f = await Conn.open(srv)
+            await f.send({"type": "session.create", "event_id": "fk", "session": {"fork_from": sid}})
+            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 1, "the fork started")
+            # both clients send their next turn; neither is read until the fork is made
+            for c in (f, a):
+                await c.send({"type": "conversation.item.create", "item": user_item(TURNS[2])})
+                await c.send({"type": "response.create"})
+            # meanwhile the service thread serves another session from its start to its last delta
+            o = await Conn.open(srv)
+            await o.create_session({"temperature": 0, "max_output_tokens": 24})
+            await o.add_user("Tell me a story.")
+            events, _, done = await o.respond()
+            deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+            check(deltas and finished(done), f"a whole response streamed while the fork was held: {done}")
+            eq(srv.log_events("session_fork_done"), [], "the held fork has not completed yet")
+            await f.no_event(within=0.2)  # neither the forking client nor the source's got an answer meanwhile
+            await a.no_event(within=0.2)
+            open(gate, "w").close()
+            created = await f.expect("session.created")
+            eq(created["session"]["instructions"], SETTINGS["instructions"], "the fork has its source's settings")
+            eq(created["sequence_number"], 1, "the fork's numbering starts at 1")
+            out = {}
+            for name, c in (("fork", f), ("source", a)):
+                await c.expect("conversation.item.added")
+                events = [await c.expect("response.created")] + await c.recv_until("response.done")
+                check(finished(events[-1]["response"]), f"the {name}'s waiting turn ran: {events[-1]}")
+                out[name] = (delta_text(events), events[-1]["response"])
+            eq(out["fork"][0], out["source"][0], "the fork is the source as it was before its waiting turn")
+            check(out["fork"][1]["usage"]["input_token_details"]["cached_tokens"] > 0, f"forked from the cache: {out}")
+
+            # a forking client that leaves while the fork is held, and a source evicted meanwhile
+            os.remove(gate)
+            await wait_for(lambda: on_disk(srv.port).get(sid), "the source spilled again", timeout=60)
+            g, h = await Conn.open(srv), await Conn.open(srv)
+            await g.send({"type": "session.create", "session": {"fork_from": sid}})
+            await h.send({"type": "session.create", "event_id": "h", "session": {"fork_from": sid}})
+            await wait_for(lambda: len(srv.log_events("session_fork_started")) == 3, "both forks started")
+            g.abort()
+            hc = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=15)
+            hc.request("DELETE", "/admin/sessions/" + sid, headers={"Authorization": "Bearer " + ADMIN_KEY})
+            eq(hc.getresponse().status, 204, "the source is evicted while it is forked")
+            hc.close()
+            closed = await a.expect("session.closed")
+            eq(closed["reason"], "evicted", "its client hears it at once")
+            check(sid not in on_disk(srv.port), "an evicted source is gone from the admin view at once")
+            open(gate, "w").close()
+            created = await h.expect("session.created")
+            check(created["session"]["id"] != sid, "the fork of the evicted source is made")
+            await wait_for(lambda: len(srv.log_events("session_fork_done")) == 3, "every fork returned")
+            eq(sorted(e["client"] for e in srv.log_events("session_fork_done")), [False, True, True],
+               "the left client's fork came back to nobody")
+            await wait_for(lambda: not os.path.exists(session_file(pdir, sid)), "the evicted source's file goes")
+            sessions = on_disk(srv.port)
+            eq(sorted(sessions), sorted([f.session_id, o.session_id, h.session_id]),
+               "the sessions left: the forks that were answered and the other client's")
+            # the gateway is healthy
+            z = await Conn.open(srv)
+            await z.create_session({"fork_from": f.session_id})
+            _, done = await turn(z, TURNS[3])
+            check(finished(done), f"another fork after all that: {done}")
+            # the server stops while a fork is held: a clean exit
+            os.remove(gate)
+            await wait_for(lambda: on_disk(srv.port).get(o.session_id), "another source spilled", timeout=60)
+            y = await Conn.open(srv)
+            await y.send({"type": "session.create", "session": {"fork_from": o.session_id}})
+            await wait_for(lambda: any(e["session"] == o.session_id for e in srv.log_events("session_fork_started")),
+                           "its fork started")
+            srv.signal(signal.SIGTERM)
+            await until_closed(y)
+            srv.assert_clean(await srv.wait_exit())
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_fork_of_damaged_spilled_file():
+    """The engine's fork of a source on disk takes its file as its own cache, read when the fork
+    first needs it: a damaged file fails the fork's first response with session_lost."""
+    pdir = tempfile.mkdtemp(prefix="fg-persist-")
+    try:
+        async with spill_server(pdir) as srv:
+            a, sid = await spilled_session(srv, pdir, TURNS[:1])
+            damage_truncate(session_file(pdir, sid))
+            f = await Conn.open(srv)
+            await f.create_session({"fork_from": sid}, event_id="fk")
+            await f.add_user(TURNS[1])
+            _, _, done = await f.respond()
+            eq(done["status"], "failed", f"the fork's first response: {done}")
+            eq(done["status_details"]["error"]["code"], "session_lost", "its file is damaged")
+            await wait_for(lambda: srv.log_events("session_lost"), "logged")
+            eq([e["session"] for e in srv.log_events("session_lost")], [f.session_id], "the lost fork named")
+            check(os.path.exists(session_file(pdir, sid) + ".damaged"), "the file is moved aside")
+            # the fork starts again from its instructions, and the gateway goes on
+            _, done = await turn(f, TURNS[1])
+            check(done["usage"]["input_token_details"]["cached_tokens"] == 0, f"prefilled again: {done}")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
 
