@@ -1,8 +1,9 @@
 /* gw_disk.h: the engine's blocking disk calls off the service thread
- * (gw_disk.c). A session restore (fg_session_restore), a fork of a session
- * whose KV is on disk (fg_session_fork may read the source's file) or a save
- * (fg_session_save) reads or writes a whole session file; on the service
- * thread it would stall every other session's deltas for as long. One worker
+ * (gw_disk.c). A session restore (fg_session_restore) or a save
+ * (fg_session_save) reads or writes a whole session file, and a fork
+ * (fg_session_fork) waits for the engine's step thread to finish its step;
+ * on the service thread each would stall every other session's deltas for
+ * as long. One worker
  * thread runs them in order and hands each result back on the service thread,
  * as the quota calls do (policies/quota.h): the worker only calls the engine
  * (whose fg_session_* calls are thread-safe in serving mode) and

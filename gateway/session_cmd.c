@@ -391,9 +391,9 @@ static void create_with(gw_sink *k, const fg_client_event *ev, gw_session *src, 
     fg_quota_session_open(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->id, on_session_lease, q);
 }
 
-/* A session.create whose fork_from source is on disk: gw_disk's worker makes
- * the engine's fork (fg_session_fork, which may read the source's file and
- * waits for the engine's step thread), and the create goes on in on_forked.
+/* A session.create with fork_from: gw_disk's worker makes the engine's fork
+ * (fg_session_fork waits for the engine's step thread, and for a source on
+ * disk may read its file), and the create goes on in on_forked.
  * The client's event does not outlive its dispatch, so it is copied, its
  * strings into blob. Meanwhile neither the forking client nor the source's
  * is read, and the source starts no response and is not freed (src->forks). */
@@ -482,7 +482,7 @@ static void on_forked(void *user, fg_session_t *es, fg_err e, const fg_diag *dia
     fork_wait_free(w);
 }
 
-static void fork_from_disk(gw_sink *k, const fg_client_event *ev, gw_session *src)
+static void fork_on_worker(gw_sink *k, const fg_client_event *ev, gw_session *src)
 {
     fg_gateway_t *gw = k->gw;
     fg_session_params sp;
@@ -530,10 +530,10 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
     if (p->has_instructions && p->instructions.len > (size_t)gw->cfg->sessions.max_instructions_bytes)
         return fail(k, ev, FG_PROTO_INVALID_VALUE, "session.instructions", "%s",
                     "instructions are longer than the server allows");
-    /* A fork of a resident source is a page-table copy, made at once; one of a source on
-     * disk may read its file: on gw_disk's worker. */
-    if (src && gw_session_forkable(src) && gw->disk && fg_session_on_disk(src->es))
-        return fork_from_disk(k, ev, src);
+    /* The engine makes a fork on its step thread, between steps: waiting for that here
+     * would hold every connection for up to a step, so gw_disk's worker waits. */
+    if (src && gw_session_forkable(src) && gw->disk)
+        return fork_on_worker(k, ev, src);
     fg_diag d = {{0}};
     fg_err e;
     gw_session *s = gw_session_new(gw, k->tenant, src, &e, &d);
