@@ -275,6 +275,7 @@ fg_err fg_share_fork(fg_engine_t *e, fg_session_t *dst, fg_session_t *src)
     if (src->tier.on_disk) {
         dst->tier.on_disk = true;
         strcpy(dst->tier.load_name, src->tier.load_name);
+        dst->tier.load_kept = src->tier.load_kept; /* one more fork the kept file waits for */
     } else {
         fg_err err = fg_kv_seq_share(e->kv, &dst->seq, &src->seq, n);
         if (err == FG_ERR_KV_FULL) { /* no pages for the copy of the state: cold ones go first */

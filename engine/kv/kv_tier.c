@@ -169,6 +169,33 @@ static void save_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     account(e, j, d, true);
 }
 
+/* Another session of s's tenant on disk that loads from the file `name`. */
+static bool loads_from(const fg_session_t *o, const fg_session_t *s, const char *name)
+{
+    return o != s && o->tenant_ix == s->tenant_ix && o->tier.on_disk && strcmp(o->tier.load_name, name) == 0;
+}
+
+void fg_tier_remove_owned(fg_engine_t *e, fg_session_t *s)
+{
+    bool kept = false;
+    for (fg_session_t *o = fg_all_first(e); o; o = fg_all_next(e, o))
+        if (loads_from(o, s, s->name))
+            kept = o->tier.load_kept = true;
+    if (!kept)
+        fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
+}
+
+void fg_tier_release_load(fg_engine_t *e, fg_session_t *s)
+{
+    if (!s->tier.load_kept)
+        return;
+    s->tier.load_kept = false;
+    for (fg_session_t *o = fg_all_first(e); o; o = fg_all_next(e, o))
+        if (o->tier.load_kept && loads_from(o, s, s->tier.load_name))
+            return;
+    fg_tier_remove(e, s->tenant_name, s->tier.load_name, s->tenant_ix);
+}
+
 static fg_session_t *by_uid(fg_engine_t *e, uint64_t uid);
 static bool quiet(const fg_session_t *s);
 
@@ -207,8 +234,10 @@ static void save_finish(fg_engine_t *e, fg_save_job *j)
     }
     if (j->gen > s->tier.file_gen)
         s->tier.file_gen = j->gen;
-    if (j->from_file && s->tier.on_disk)
+    if (j->from_file && s->tier.on_disk) {
+        fg_tier_release_load(e, s);
         strcpy(s->tier.load_name, s->name); /* its own file now holds its rows */
+    }
     if (j->spill && quiet(s) && s->tier.gen == j->gen && !s->tier.on_disk) {
         release_kv(e, s);
         s->tier.on_disk = true;
@@ -741,6 +770,7 @@ static fg_err loaded(fg_engine_t *e, fg_session_t *s, int n, double t0)
 {
     s->seq.n_tokens = n;
     drop_load(s);
+    fg_tier_release_load(e, s);
     s->tier.on_disk = false;
     strcpy(s->tier.load_name, s->name);
     s->share.reg_n = 0;
@@ -879,6 +909,7 @@ void fg_tier_lose(fg_engine_t *e, fg_session_t *s)
     drop_load(s);
     fg_kv_seq_truncate(e->kv, &s->seq, 0);
     fg_share_truncated(s, 0);
+    fg_tier_release_load(e, s);
     s->tier.on_disk = false;
     s->serve.length_snapshot = 0;
     strcpy(s->tier.load_name, s->name);

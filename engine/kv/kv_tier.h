@@ -96,6 +96,7 @@ typedef struct fg_session_tier {
     fg_err save_err;                /* [mu] the latest failure's code */
     bool spill_inflight;            /* [mu] */
     char load_name[FG_NAME_MAX + 1]; /* [step] file its KV loads from (a fork's source) */
+    bool load_kept;                 /* [step] load_name's session is gone: its file waits for its forks */
     bool load_inflight;             /* [mu] the writer thread is reading its file */
     uint8_t *load_buf;              /* [mu] the file, read and validated, until its KV is in pages */
     fg_sfile_view load_view;        /* [mu] into load_buf */
@@ -152,6 +153,13 @@ int fg_tier_tenant(fg_engine_t *e, const char *name);
 void fg_tier_save(fg_engine_t *e, fg_session_t *s, bool spill);
 /* Queues the removal of a session's file [mu]. */
 void fg_tier_remove(fg_engine_t *e, const char *tenant, const char *name, int tenant_ix);
+/* s's removal, freed with fg_session_delete: its file is removed now unless
+ * forks on disk still load from it (load_name), which then keep it
+ * (load_kept) until the last of them no longer needs it [mu, step]. */
+void fg_tier_remove_owned(fg_engine_t *e, fg_session_t *s);
+/* s no longer loads from load_name (loaded, saved its own file, emptied or
+ * freed): a kept file no other fork loads from is removed [mu, step]. */
+void fg_tier_release_load(fg_engine_t *e, fg_session_t *s);
 /* Applies finished writer jobs: releases snapshots, spills, counts, reports failures [mu]. */
 void fg_tier_reap(fg_engine_t *e);
 /* Spills sessions idle for idle_spill_seconds [mu]. */

@@ -94,7 +94,8 @@ static void free_session(fg_engine_t *e, fg_session_t *s)
     if (fg_list_linked(&s->serve.ready_link))
         fg_list_remove(&s->serve.ready_link);
     if (s->tier.delete_file)
-        fg_tier_remove(e, s->tenant_name, s->name, s->tenant_ix);
+        fg_tier_remove_owned(e, s);
+    fg_tier_release_load(e, s);
     if (s->serve.spec_state)
         fg_kv_state_free(e->kv, s->serve.spec_state, s->seq.state_owner);
     fg_session_dealloc(s);

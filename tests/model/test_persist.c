@@ -287,6 +287,65 @@ static void test_restore_and_spill(int n_vocab)
     CHECK(exists(path) && !exists(fpath)); /* free keeps the file, delete removes it */
 }
 
+/* ---- 1b. forks of a spilled session outlive it ---- */
+
+/* Polls until path is gone (its removal is queued on the writer thread). */
+static bool wait_gone(const char *path)
+{
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000))
+        if (!exists(path))
+            return true;
+    return false;
+}
+
+/* Forks of a spilled session take its file as their cache. Deleted (closed,
+ * evicted, expired) before they load, the source leaves its file to them:
+ * both forks continue as a fork made while it lived, a fork of a fork too,
+ * and the file goes once the last of them has loaded. Before, the source's
+ * removal took the forks' cache with it (their next response: not found). */
+static void test_forks_outlive_source(int n_vocab)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/forks", root);
+    path_of(path, sizeof path, dir, "acme", "beta", ".fgs");
+    int32_t prompt[150], in2[4] = {21, 22, 23, 24};
+    test_tokens(prompt, 150, n_vocab, 12);
+    fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true, .idle_spill = 0.05});
+    fg_session_t *s = named(e, "acme", "beta"), *ref = NULL, *f[3] = {NULL, NULL, NULL};
+    fg_diag d = {{0}};
+    run_turn(s, prompt, 150, 8);
+    CHECK(wait_on_disk(s) && exists(path));
+    fg_session_params rp = {.weight = 1, .name = "beta-ref", .tenant_name = "acme"};
+    CHECK(fg_session_fork(s, &rp, &ref, &d) == FG_OK);
+    const char *names[2] = {"beta-f1", "beta-f2"};
+    for (int i = 0; i < 2; i++) {
+        fg_session_params fp = {.weight = 1, .name = names[i], .tenant_name = "acme"};
+        CHECK_MSG(fg_session_fork(s, &fp, &f[i], &d) == FG_OK, "fork %s: %s", names[i], d.msg);
+    }
+    fg_session_params gp = {.weight = 1, .name = "beta-f1-f", .tenant_name = "acme"};
+    if (f[0])
+        CHECK_MSG(fg_session_fork(f[0], &gp, &f[2], &d) == FG_OK, "fork of a fork: %s", d.msg);
+    if (!ref || !f[0] || !f[1] || !f[2]) {
+        fg_engine_close(e);
+        return;
+    }
+    turn want = run_turn(ref, in2, 4, 8); /* while the source lives */
+    fg_session_delete(ref);
+    fg_session_delete(s);
+    for (int i = 0; i < 3; i++) {
+        turn got = run_turn(f[i], in2, 4, 8);
+        CHECK_MSG(got.done && got.last.finish != FG_FINISH_ERROR, "fork %d after its source's deletion: %s", i,
+                  fg_err_name(got.last.error));
+        CHECK_MSG(same_tokens(&got, &want), "fork %d diverged (%d tokens)", i, got.n);
+        if (i < 2)
+            CHECK_MSG(exists(path), "the source's file went while fork %d still needed it", i + 1);
+    }
+    CHECK_MSG(wait_gone(path), "the source's file outlived its last fork's load");
+    for (int i = 0; i < 3; i++)
+        fg_session_delete(f[i]);
+    fg_engine_close(e);
+}
+
 /* ---- 2. damaged files and a full disk ---- */
 
 static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
@@ -857,8 +916,10 @@ int main(void)
     fg_engine_close(probe);
     size_t page_bytes = info.kv_bytes_per_token * FG_KV_PAGE_TOKENS;
     const char *only = getenv("FG_TEST_ONLY"); /* for debugging one part */
-    if (!only || strcmp(only, "restore") == 0)
+    if (!only || strcmp(only, "restore") == 0) {
         test_restore_and_spill(info.n_vocab);
+        test_forks_outlive_source(info.n_vocab);
+    }
     if (!only || strcmp(only, "damage") == 0)
         test_damage(info.n_vocab);
     if (!only || strcmp(only, "expiry") == 0)
