@@ -4,8 +4,8 @@
  *
  * The plan of mha_attn_avx512.c on 8-lane registers (16 of them, so the
  * blocks are smaller), with the same operations per element:
- *   keys:   rows in lanes, 3 key channels x 32 rows per pass over the latent;
- *   values: channels in lanes, 3 rows x 32 value channels per pass;
+ *   keys:   rows in lanes, 2 key channels x 32 rows per pass over the latent;
+ *   values: channels in lanes, 2 rows x 32 value channels per pass;
  *   scores: rows in lanes, up to 4 queries x 16 rows (1-2 queries: x 32) per
  *           pass over the key and rope channels;
  *   o += p_r v_r: up to 4 queries x 16 channels (1-2 queries: x 32, 3: x 24)
@@ -33,8 +33,8 @@
 _Static_assert(PAGE % 32 == 0, "the kernels take a page's rows 16 or 32 at a time");
 
 enum {
-    KC = 3, /* key channels per pass of the key product */
-    VR = 3, /* rows per pass of the value product */
+    KC = 2, /* key channels per pass of the key product */
+    VR = 2, /* rows per pass of the value product */
     VB = 4, /* 8-channel registers per row in the value product */
 };
 
