@@ -1,7 +1,7 @@
 /* mha_attn.c: the decompressed-form attention of mha_attn.h: the scalar
- * reference, the page loading (shared by both kernels: the dequantization is
+ * reference, the page loading (shared by every kernel: the dequantization is
  * fg_kv_dequantize's) and the dispatcher to the AVX-512 kernels
- * (mha_attn_avx512.c).
+ * (mha_attn_avx512.c) and the AVX2 ones (mha_attn_avx2.c).
  *
  * Decompression: every key and value element of a row is one sum over the
  * latent in channel order. Attention: per page, the scores of the rows the
@@ -33,10 +33,14 @@ size_t fg_mha_scratch_floats(const fg_mha_attn_params *p)
     return row > group ? row : group; /* a dequantized row, or a group's scores or weights */
 }
 
-static int use_avx512(const fg_mha_attn_params *p)
+/* The kernel the params' isa resolves to: AUTO is the best this CPU runs;
+ * an ISA the CPU lacks, or SCALAR, runs the reference. */
+static fg_isa kernel_isa(const fg_mha_attn_params *p)
 {
     const fg_isa isa = p->isa == FG_ISA_AUTO ? fg_isa_best() : p->isa;
-    return isa == FG_ISA_AVX512 && fg_isa_supported(FG_ISA_AVX512);
+    if ((isa == FG_ISA_AVX512 || isa == FG_ISA_AVX2) && fg_isa_supported(isa))
+        return isa;
+    return FG_ISA_SCALAR;
 }
 
 void fg_mha_load_page(const fg_mha_attn_params *p, int page, int n_rows, float *page_tile, float *scratch)
@@ -140,17 +144,18 @@ void fg_mha_decompress(const fg_mha_attn_params *p, const float *page_tile, int 
         return;
     if (n_rows > FG_MHA_PAGE)
         n_rows = FG_MHA_PAGE;
-    if (use_avx512(p))
-        fg_mha_decompress_avx512(p, page_tile, n_rows, h, head_tile);
-    else
-        decompress_scalar(p, page_tile, n_rows, h, head_tile);
+    switch (kernel_isa(p)) {
+    case FG_ISA_AVX512: fg_mha_decompress_avx512(p, page_tile, n_rows, h, head_tile); break;
+    case FG_ISA_AVX2: fg_mha_decompress_avx2(p, page_tile, n_rows, h, head_tile); break;
+    default: decompress_scalar(p, page_tile, n_rows, h, head_tile); break;
+    }
 }
 
 void fg_mha_attend(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page, int n_rows,
                    int h, int n_q, const int *n_kv, const float *const *q_nope, const float *const *q_rope,
                    float *const *o, float *const *m, float *const *l, float *scratch)
 {
-    const int avx512 = use_avx512(p);
+    const fg_isa isa = kernel_isa(p);
     for (int i0 = 0; i0 < n_q; i0 += FG_MHA_GROUP) {
         /* the group's queries that reach into this page, with their row counts */
         int idx[FG_MHA_GROUP], n[FG_MHA_GROUP], g = 0;
@@ -163,7 +168,7 @@ void fg_mha_attend(const fg_mha_attn_params *p, const float *page_tile, const fl
                 n[g++] = r;
             }
         }
-        if (!avx512) {
+        if (isa == FG_ISA_SCALAR) {
             for (int k = 0; k < g; k++)
                 attend_scalar(p, page_tile, head_tile, page, n[k], q_nope[idx[k]], q_rope[idx[k]], o[idx[k]],
                               m[idx[k]], l[idx[k]], scratch);
@@ -178,8 +183,10 @@ void fg_mha_attend(const fg_mha_attn_params *p, const float *page_tile, const fl
             mm[k] = m[idx[k]];
             ll[k] = l[idx[k]];
         }
-        if (g > 0)
+        if (g > 0 && isa == FG_ISA_AVX512)
             fg_mha_attend_avx512(p, page_tile, head_tile, page, h, g, n, qn, qr, oo, mm, ll, scratch);
+        else if (g > 0)
+            fg_mha_attend_avx2(p, page_tile, head_tile, page, h, g, n, qn, qr, oo, mm, ll, scratch);
     }
 }
 

@@ -16,7 +16,7 @@
  *   fg_mha_decompress: page tile -> head tile (head h's keys and values);
  *   fg_mha_attend:     several queries' online-softmax states for head h
  *                      updated by the page's rows that each query reaches
- *                      (the AVX-512 kernel takes FG_MHA_GROUP queries per
+ *                      (the vector kernels take FG_MHA_GROUP queries per
  *                      pass over the head tile, so each vector load feeds
  *                      several queries; per query the arithmetic is that of
  *                      a lone query).
@@ -33,9 +33,10 @@
  *   s = scale * (q_nope[h] . k_t[h] + q_rope[h] . kr_t)
  *   out[h] = sum_t softmax(s)_t v_t[h]                         (n_v wide)
  *
- * Kernels: the scalar reference (mha_attn.c) and AVX-512 (mha_attn_avx512.c);
- * `isa` chooses, as in mla_attn.h. They agree to float rounding
- * (tests/unit/test_mha_attn.c).
+ * Kernels: the scalar reference (mha_attn.c), AVX-512 (mha_attn_avx512.c)
+ * and AVX2 (mha_attn_avx2.c, the AVX-512 kernel's operations on 8 lanes, so
+ * the same bits); `isa` chooses, as in mla_attn.h. They agree with the
+ * reference to float rounding (tests/unit/test_mha_attn.c).
  *
  * Thread safety: pure; each thread uses its own tiles and scratch.
  */
@@ -80,7 +81,7 @@ void fg_mha_load_page(const fg_mha_attn_params *p, int page, int n_rows, float *
  * head tile (rows past n_rows: unspecified). */
 void fg_mha_decompress(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h, float *head_tile);
 
-/* Queries that the AVX-512 attention takes through a tile together. */
+/* Queries that the vector kernels take through a tile together. */
 #define FG_MHA_GROUP 4
 
 /* Updates the states of n_q queries for head h by the rows of page `page`

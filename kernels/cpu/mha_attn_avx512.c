@@ -12,7 +12,7 @@
  *           4 rows x 64 channels in 16 registers.
  * Attention keeps rows in lanes: the scores of 64 rows are 4 registers of
  * fused multiply-adds over the key channels (no horizontal sums), the
- * weights exp_avx512.h's exponential, and o += p_j v_j with v's rows in order.
+ * weights exp_simd.h's exponential, and o += p_j v_j with v's rows in order.
  * It takes up to four queries of a head at once: one load of a key or value
  * vector feeds four queries' fused multiply-adds (alone, a query needs more
  * loads than multiply-adds, and loads were the limit: 1.5x faster at 128
@@ -24,7 +24,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/cpu/exp_avx512.h"
+#include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/mha_attn_isa.h"
 
 #define PAGE FG_MHA_PAGE

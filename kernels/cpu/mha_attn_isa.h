@@ -1,6 +1,6 @@
 /* mha_attn_isa.h: internal to mha_attn*.c. The interface between the
- * dispatcher and reference (mha_attn.c) and the AVX-512 kernels, and the
- * tile layouts both share. Nothing outside kernels/cpu/mha_attn*.c includes this.
+ * dispatcher and reference (mha_attn.c) and the AVX2 and AVX-512 kernels,
+ * and the tile layouts they all share. Nothing outside kernels/cpu/mha_attn*.c includes this.
  */
 #ifndef FG_MHA_ATTN_ISA_H
 #define FG_MHA_ATTN_ISA_H
@@ -32,5 +32,11 @@ void fg_mha_decompress_avx512(const fg_mha_attn_params *p, const float *page_til
 void fg_mha_attend_avx512(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page,
                           int h, int n_q, const int *n, const float *const *q_nope, const float *const *q_rope,
                           float *const *o, float *const *m, float *const *l, float *scratch);
+/* The same two on AVX2 + FMA (mha_attn_avx2.c), the same bits. */
+void fg_mha_decompress_avx2(const fg_mha_attn_params *p, const float *page_tile, int n_rows, int h,
+                            float *head_tile);
+void fg_mha_attend_avx2(const fg_mha_attn_params *p, const float *page_tile, const float *head_tile, int page, int h,
+                        int n_q, const int *n, const float *const *q_nope, const float *const *q_rope,
+                        float *const *o, float *const *m, float *const *l, float *scratch);
 
 #endif

@@ -36,31 +36,10 @@
 
 #include "kernels/cpu/mla_attn_isa.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define CHUNK FG_MLA_ATTN_CHUNK
 #define FULL_UNROLL _Pragma("GCC unroll 4")
-
-/* Lanes [0, n) of an 8-lane maskload mask (n >= 8: all). */
-static inline __m256i lanes8(int n)
-{
-    static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    return _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 8 - (n >= 8 ? 8 : n)));
-}
-
-/* 8 floats from p, lanes past n zero and not read. */
-static inline __m256 load8(const float *p, int n)
-{
-    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n));
-}
-
-/* Horizontal sum of 8 lanes, always in this order (halves, then pairs). */
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 8 E4M3 codes (low byte of each int32 lane) to f32, exactly fg_e4m3_to_f32:
  * subnormals as mant * 2^-9, exponent 15 with mantissa 7 as NaN. */

@@ -3,13 +3,13 @@
  * (The plain C loops of vecops.c stay scalar: -O2 vectorises no loop whose
  * count or aliasing is unknown.)
  *
- * SiLU's exp is exp_avx512.h's: silu(g) * up within 3e-7 relative of the
+ * SiLU's exp is exp_simd.h's: silu(g) * up within 3e-7 relative of the
  * scalar reference (test_vecops checks 1e-6, NaN and infinities apart).
  */
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/cpu/exp_avx512.h"
+#include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/vecops_isa.h"
 
 /* g / (1 + e^-g) * up, the reference's operations in its order */

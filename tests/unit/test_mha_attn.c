@@ -1,7 +1,8 @@
 /* test_mha_attn.c: kernels/cpu/mha_attn.h (the decompressed form of MLA
  * attention) against a reference written here in double: keys and values
  * decompressed from the dequantized latent rows in double, scores, a two-pass
- * softmax and the weighted sum in double. Both kernels (scalar, AVX-512).
+ * softmax and the weighted sum in double. Every kernel (scalar, AVX2,
+ * AVX-512) the CPU runs.
  *
  * The cache is laid out as the engine's (pages of FG_KV_PAGE_TOKENS rows,
  * several layers per page, we read layer 1; pages out of address order).
@@ -13,7 +14,10 @@
  *  - a decompressed row's bits do not depend on how many rows its page had
  *    when it was decompressed (a page still filling vs a full one);
  *  - a query attended in a group with other queries (other n_kv: the causal
- *    shape of a chunk) gets the bits it gets alone.
+ *    shape of a chunk; groups of 1 to 4 and a group of 4 plus one) gets the
+ *    bits it gets alone;
+ *  - the AVX2 and AVX-512 kernels give the same bits (where the CPU has both;
+ *    the engine's results are meant not to depend on which one ran).
  */
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +43,41 @@
 #define PAGE FG_KV_PAGE_TOKENS
 
 static fg_isa g_isa;
+
+/* The AVX2 kernel's states (o, m, l of every query and head, before the
+ * division) of each case, in case order, for the AVX-512 run to compare. */
+#define MAX_CASES 128
+static struct {
+    float *o, *m, *l;
+    size_t n_o, n_ml;
+} g_avx2[MAX_CASES];
+static int g_case;
+
+/* Under AVX2 keeps this case's states; under AVX-512 returns how many of
+ * them differ from the AVX2 run's (0 where there was none). */
+static int isa_compare(const float *o, const float *m, const float *l, size_t n_o, size_t n_ml)
+{
+    const int c = g_case++;
+    int differs = 0;
+    if (c >= MAX_CASES)
+        return 0;
+    if (g_isa == FG_ISA_AVX2) {
+        g_avx2[c].o = malloc(n_o * sizeof *o);
+        g_avx2[c].m = malloc(n_ml * sizeof *m);
+        g_avx2[c].l = malloc(n_ml * sizeof *l);
+        memcpy(g_avx2[c].o, o, n_o * sizeof *o);
+        memcpy(g_avx2[c].m, m, n_ml * sizeof *m);
+        memcpy(g_avx2[c].l, l, n_ml * sizeof *l);
+        g_avx2[c].n_o = n_o;
+        g_avx2[c].n_ml = n_ml;
+    } else if (g_isa == FG_ISA_AVX512 && g_avx2[c].o) {
+        for (size_t i = 0; i < n_o; i++)
+            differs += memcmp(&o[i], &g_avx2[c].o[i], sizeof *o) != 0;
+        for (size_t i = 0; i < n_ml; i++)
+            differs += memcmp(&m[i], &g_avx2[c].m[i], sizeof *m) != 0 || memcmp(&l[i], &g_avx2[c].l[i], sizeof *l) != 0;
+    }
+    return differs;
+}
 
 typedef struct cache {
     uint8_t **alloc;
@@ -92,9 +131,10 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
     for (size_t i = 0; i < (size_t)L * H * NV; i++)
         wv[i] = wscale * rng_f();
     /* NQ queries: the first is checked against the reference; all are attended
-     * as one group and alone, which must give the same bits */
-    enum { NQ = 3 };
-    const int nkv_q[NQ] = {n_kv, n_kv > 5 ? n_kv - 5 : 1, (n_kv + 1) / 2};
+     * as one call (a group of 4 and one of 1, fewer in pages some do not
+     * reach), alone, and as calls of 2 and 3, which must give the same bits */
+    enum { NQ = 5 };
+    const int nkv_q[NQ] = {n_kv, n_kv > 5 ? n_kv - 5 : 1, (n_kv + 1) / 2, n_kv > 1 ? n_kv - 1 : 1, n_kv > 40 ? 40 : 1};
     float *qn = malloc((size_t)NQ * H * NK * sizeof *qn), *qr = malloc((size_t)NQ * H * R * sizeof *qr);
     for (int i = 0; i < NQ * H * NK; i++)
         qn[i] = qscale * rng_f();
@@ -165,10 +205,11 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
     float *scratch = malloc((ns + GUARD) * sizeof *scratch);
     for (size_t i = 0; i < ns + GUARD; i++)
         scratch[i] = NAN; /* the kernels must not read scratch before writing it */
-    /* per (query, head): o with guards; [0] grouped, [1] alone */
+    /* per (query, head): o with guards; [0] one call, [1] alone, [2] calls of 2 and 3 */
+    enum { WAYS = 3 };
     const size_t ow = (size_t)NV + GUARD, qh_n = (size_t)NQ * H;
-    float *out[2], *m[2], *l[2];
-    for (int w = 0; w < 2; w++) {
+    float *out[WAYS], *m[WAYS], *l[WAYS];
+    for (int w = 0; w < WAYS; w++) {
         out[w] = malloc(qh_n * ow * sizeof *out[w]);
         m[w] = malloc(qh_n * sizeof *m[w]);
         l[w] = malloc(qh_n * sizeof *l[w]);
@@ -192,12 +233,12 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
                 partial_differs += memcmp(ht[0] + v0, ht[1] + v0, (size_t)NV * sizeof(float)) != 0;
             }
             const float *qnp[NQ], *qrp[NQ];
-            float *op[2][NQ], *mp[2][NQ], *lp[2][NQ];
+            float *op[WAYS][NQ], *mp[WAYS][NQ], *lp[WAYS][NQ];
             for (int q = 0; q < NQ; q++) {
                 const size_t qh = (size_t)q * H + (size_t)h;
                 qnp[q] = qn + qh * NK;
                 qrp[q] = qr + qh * R;
-                for (int w = 0; w < 2; w++) {
+                for (int w = 0; w < WAYS; w++) {
                     op[w][q] = out[w] + qh * ow;
                     mp[w][q] = &m[w][qh];
                     lp[w][q] = &l[w][qh];
@@ -207,18 +248,25 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
             for (int q = 0; q < NQ; q++)
                 fg_mha_attend(&p, pt[0], ht[0], pg, rows, h, 1, &nkv_q[q], &qnp[q], &qrp[q], &op[1][q], &mp[1][q],
                               &lp[1][q], scratch);
+            fg_mha_attend(&p, pt[0], ht[0], pg, rows, h, 2, nkv_q, qnp, qrp, op[2], mp[2], lp[2], scratch);
+            fg_mha_attend(&p, pt[0], ht[0], pg, rows, h, NQ - 2, nkv_q + 2, qnp + 2, qrp + 2, op[2] + 2, mp[2] + 2,
+                          lp[2] + 2, scratch);
         }
     }
     double err = 0.0;
     int nonfinite = 0, guards = 0, group_differs = 0;
-    for (size_t qh = 0; qh < qh_n; qh++) {
-        for (int w = 0; w < 2; w++) {
+    for (size_t qh = 0; qh < qh_n; qh++) /* the unnormalised states, bit for bit */
+        for (int w = 0; w < WAYS; w += 2)
+            group_differs += memcmp(out[w] + qh * ow, out[1] + qh * ow, (size_t)NV * sizeof(float)) != 0 ||
+                             memcmp(&m[w][qh], &m[1][qh], sizeof(float)) != 0 ||
+                             memcmp(&l[w][qh], &l[1][qh], sizeof(float)) != 0;
+    const int isa_differs = isa_compare(out[1], m[1], l[1], qh_n * ow, qh_n);
+    for (size_t qh = 0; qh < qh_n; qh++)
+        for (int w = 0; w < WAYS; w++) {
             fg_mha_finish(NV, out[w] + qh * ow, l[w][qh]);
             for (int i = 0; i < GUARD; i++)
                 guards += out[w][qh * ow + (size_t)NV + (size_t)i] != -1234.5f;
         }
-        group_differs += memcmp(out[0] + qh * ow, out[1] + qh * ow, (size_t)NV * sizeof(float)) != 0;
-    }
     for (int h = 0; h < H; h++) /* query 0 against the reference */
         for (int j = 0; j < NV; j++) {
             const float x = out[0][(size_t)h * ow + (size_t)j];
@@ -230,16 +278,18 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
         guards += pt[0][npt + (size_t)i] != -1234.5f || pt[1][npt + (size_t)i] != -1234.5f ||
                   ht[0][nht + (size_t)i] != -1234.5f || ht[1][nht + (size_t)i] != -1234.5f ||
                   !isnan(scratch[ns + (size_t)i]);
-    CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0 && partial_differs == 0 && group_differs == 0,
+    CHECK_MSG(nonfinite == 0 && err <= TOL && guards == 0 && partial_differs == 0 && group_differs == 0 &&
+                  isa_differs == 0,
               "%s %s H=%d L=%d R=%d nope=%d v=%d n_kv=%d q*%g: err %.3g (tol %.3g), %d non-finite, %d guards hit, "
-              "%d rows differ when their page held fewer rows, %d (query, head) differ grouped vs alone",
+              "%d rows differ when their page held fewer rows, %d (query, head) differ grouped vs alone, "
+              "%d differ from the AVX2 kernel's",
               fg_isa_name(g_isa), fg_kv_format_name(fmt), H, L, R, NK, NV, n_kv, qscale, err, TOL, nonfinite, guards,
-              partial_differs, group_differs);
+              partial_differs, group_differs, isa_differs);
     if (getenv("FG_TEST_VERBOSE"))
         fprintf(stderr, "  %s %s H=%d L=%d R=%d nope=%d v=%d n_kv=%d q*%g: err %.3g\n", fg_isa_name(g_isa),
                 fg_kv_format_name(fmt), H, L, R, NK, NV, n_kv, qscale, err);
 
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         free(out[w]);
         free(m[w]);
         free(l[w]);
@@ -265,9 +315,10 @@ static void run_case(fg_kv_format fmt, int H, int L, int R, int NK, int NV, int 
 
 int main(void)
 {
-    const fg_isa isas[] = {FG_ISA_SCALAR, FG_ISA_AVX512};
+    const fg_isa isas[] = {FG_ISA_SCALAR, FG_ISA_AVX2, FG_ISA_AVX512}; /* AVX2 before AVX-512: isa_compare */
     for (size_t a = 0; a < sizeof isas / sizeof isas[0]; a++) {
         g_isa = isas[a];
+        g_case = 0;
         if (!fg_isa_supported(g_isa)) {
             fprintf(stderr, "  skip %s (not on this CPU)\n", fg_isa_name(g_isa));
             continue;
@@ -285,6 +336,11 @@ int main(void)
                 run_case((fg_kv_format)f, 3, 40, 8, 13, 20, 70, 4.0f);
                 run_case((fg_kv_format)f, 2, 24, 16, 16, 80, 130, 2.0f); /* values wider than one 64-float block */
             }
+    }
+    for (int c = 0; c < MAX_CASES; c++) {
+        free(g_avx2[c].o);
+        free(g_avx2[c].m);
+        free(g_avx2[c].l);
     }
     return TEST_DONE("test_mha_attn");
 }
