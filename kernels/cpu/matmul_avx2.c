@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -86,14 +87,6 @@ void fg_matmul_quant_q8_avx2(const fg_matmul_args *a, int64_t t_begin, int64_t t
 
 /* ---- helpers ---- */
 
-ALWAYS_INLINE float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 ALWAYS_INLINE __m256 load_w8(int wtype, const uint8_t *row, int64_t k)
 {
     switch (wtype) {
@@ -130,7 +123,7 @@ ALWAYS_INLINE float load_w1(int wtype, const uint8_t *row, int64_t k)
  * 8-wide chunk added in order: the one ending of tile_float and row_float_1. */
 ALWAYS_INLINE float float_sum(__m256 acc, const int wtype, const uint8_t *wr, const float *x, int64_t k, int64_t n_in)
 {
-    float sum = hsum256(acc);
+    float sum = hsum8(acc);
     for (; k < n_in; k++)
         sum += load_w1(wtype, wr, k) * x[k];
     return sum;
@@ -254,7 +247,7 @@ static float row_q8_1(const fg_matmul_args *a, int64_t o, int64_t t)
     }
     for (; b < nb; b++)
         acc0 = q8_block_1(wr, xs, xd, b, acc0);
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    return hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
 }
 
 /* Row by row for every batch size: a row stays in L1 while the token loop
@@ -333,7 +326,7 @@ static float mx_chunk_dot(const mx_chunk_avx2 *c, int cb, const int8_t *xs, cons
             acc[k & 3] = mx_block(c, xs, g + k, d8, k, acc[k & 3]);
         }
     }
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 static void rows_mxfp4(const fg_matmul_args *a, int64_t o_begin, int64_t o_end)

@@ -43,6 +43,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/numeric.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -150,14 +151,6 @@ void fg_matmul_q8_needs_avx512(int wtype, int64_t n_tok, int *corr, int *panels,
 }
 
 /* ---- helpers ---- */
-
-ALWAYS_INLINE float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 16 weights of a float-like row starting at element k, widened to f32. */
 ALWAYS_INLINE __m512 load_w16(int wtype, const uint8_t *row, int64_t k)
@@ -360,7 +353,7 @@ ALWAYS_INLINE void tile_q8(const fg_matmul_args *a, const int R, const int T, in
     for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            a->y[(t0 + t) * a->n_out + o + r] = hsum256(acc[r][t]);
+            a->y[(t0 + t) * a->n_out + o + r] = hsum8(acc[r][t]);
 }
 
 /* One Q8_0 block of the decode kernel: the sign trick (|w| as unsigned, q
@@ -397,7 +390,7 @@ static float row_q8_1(const fg_matmul_args *a, int64_t o, int64_t t)
     }
     for (; b < nb; b++)
         acc0 = q8_block_1(wr, xs, xd, b, acc0);
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    return hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
 }
 
 /* ---- Q8_0, a few tokens (2 .. FEW_MAX_TOKENS): the MoE experts' case ----

@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/matmul_quant_decode.h"
 #include "kernels/cpu/quants.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define QCHUNK 64 /* groups: 2 KB of values, 8 K-quant blocks */
 
@@ -30,14 +31,6 @@ typedef struct q_chunk_avx2 {
     float s[2 * QCHUNK] __attribute__((aligned(32))); /* per half group */
     float m[2 * QCHUNK] __attribute__((aligned(32)));
 } q_chunk_avx2;
-
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static void q_decode(int wtype, const uint8_t *blocks, int n_blocks, int groups, q_chunk_avx2 *c)
 {
