@@ -442,10 +442,15 @@ async def test_fork_from_disk_does_not_stall_others():
             await wait_for(lambda: len(srv.log_events("session_fork_done")) == 3, "every fork returned")
             eq(sorted(e["client"] for e in srv.log_events("session_fork_done")), [False, True, True],
                "the left client's fork came back to nobody")
-            await wait_for(lambda: not os.path.exists(session_file(pdir, sid)), "the evicted source's file goes")
             sessions = on_disk(srv.port)
             eq(sorted(sessions), sorted([f.session_id, o.session_id, h.session_id]),
                "the sessions left: the forks that were answered and the other client's")
+            # the fork still loads from the evicted source's file: kept until it has
+            check(os.path.exists(session_file(pdir, sid)), "the evicted source's file stays for its fork")
+            _, done = await turn(h, TURNS[3])
+            check(finished(done), f"the fork of the evicted source continues: {done}")
+            await wait_for(lambda: not os.path.exists(session_file(pdir, sid)),
+                           "the evicted source's file goes once its fork has loaded")
             # the gateway is healthy
             z = await Conn.open(srv)
             await z.create_session({"fork_from": f.session_id})
