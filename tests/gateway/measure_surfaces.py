@@ -78,6 +78,16 @@ class Stats:
     def error(self, what):
         self.errors[what] = self.errors.get(what, 0) + 1
 
+    def delta(self, t0, last):
+        """One session's delta arrived: its TTFT (the first) or its gap since `last`; returns now."""
+        now = time.perf_counter()
+        if last is None:
+            self.ttft.append(now - t0)
+        else:
+            self.gaps.append(now - last)
+        self.deltas += 1
+        return now
+
 
 # ---------------------------------------------------------------- one streamed turn per surface
 
@@ -99,13 +109,7 @@ async def turn_ws(port, st, max_tokens, timeout):
         while True:
             raw = await asyncio.wait_for(ws.recv(), timeout)
             if raw.startswith('{"type":"response.output_text.delta"'):
-                now = time.perf_counter()
-                if last is None:
-                    st.ttft.append(now - t0)
-                else:
-                    st.gaps.append(now - last)
-                last = now
-                st.deltas += 1
+                last = st.delta(t0, last)
                 continue
             ev = json.loads(raw)
             if ev["type"] == "error":
@@ -178,13 +182,7 @@ async def turn_sse(port, st, max_tokens, timeout, surface):
                 elif t in ("error", "response.failed"):
                     return st.error(f"{surface}:{t}")
             if text:
-                now = time.perf_counter()
-                if last is None:
-                    st.ttft.append(now - t0)
-                else:
-                    st.gaps.append(now - last)
-                last = now
-                st.deltas += 1
+                last = st.delta(t0, last)
         st.t_end = max(st.t_end, time.perf_counter())
     finally:
         w.close()
