@@ -25,6 +25,10 @@
 #define FG_EXP_LN2_HI 0.693145751953125f       /* ln2 high part: 16 bits */
 #define FG_EXP_LN2_LO 1.42860682030941723e-6f  /* ln2 - high part */
 
+/* e^r's Taylor coefficients from degree 7 down to 0, in Horner's order. */
+static const float fg_exp_poly[8] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                                     1.0f / 6.0f,    0.5f,          1.0f,          1.0f};
+
 #if defined(__AVX512F__)
 static inline __m512 fg_exp_avx512(__m512 x)
 {
@@ -34,14 +38,10 @@ static inline __m512 fg_exp_avx512(__m512 x)
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FG_EXP_LN2_HI), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FG_EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(fg_exp_poly[0]);
+#pragma GCC unroll 7
+    for (int k = 1; k < 8; k++)
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(fg_exp_poly[k]));
     return _mm512_scalef_ps(p, n);
 }
 #endif
@@ -60,14 +60,10 @@ static inline __m256 fg_exp_avx2(__m256 x)
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(FG_EXP_LN2_HI), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(FG_EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_set1_ps(fg_exp_poly[0]);
+#pragma GCC unroll 7
+    for (int k = 1; k < 8; k++)
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(fg_exp_poly[k]));
     /* |n| <= 217, so each half is a normal power of two; p * 2^n1 is exact
      * and the second product rounds once, to a subnormal, 0 or inf where the
      * result is one (a NaN lane stays NaN: p is NaN). */
