@@ -383,8 +383,8 @@ int fg_engine_take_ready(fg_engine_t *e, void **users, int max);
 /* A new session whose cache starts as src's cached tokens, sharing its pages
  * copy-on-write. Input queued in src but not yet prefilled is not part of it.
  * Works on a source whose KV is on disk: the fork loads from src's file, which
- * a later fg_session_delete of src keeps until no fork needs it any more. p: as for fg_session_create; its
- * tenant_name must equal src's. Errors: FG_ERR_INVALID_ARG (other tenant, bad
+ * a later fg_session_delete of src keeps until no fork needs it any more.
+ * p: as for fg_session_create; its tenant_name must equal src's. Errors: FG_ERR_INVALID_ARG (other tenant, bad
  * params), FG_ERR_BUSY (src has a response in progress), FG_ERR_STATE (direct
  * mode, or the name is open), FG_ERR_NOMEM, FG_ERR_SESSION_* (src's file was
  * damaged when loaded back). */

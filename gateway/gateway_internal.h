@@ -117,7 +117,7 @@ struct gw_session {
     bool conv_known;                /* conv is the whole conversation (false after some restores) */
     bool restoring;                 /* restored, its id reservation being written on gw_disk's worker
                                        (gw_persist.c): not resumable yet, and not freed meanwhile */
-    uint32_t forks;                 /* session.creates forking it from disk on gw_disk's worker (session_cmd.c):
+    uint32_t forks;                 /* session.creates forking it on gw_disk's worker (session_cmd.c):
                                        not freed, not read from its client and starting no response meanwhile */
     bool doomed, doomed_keep_file;  /* destroyed while restoring or forked: done when the worker lets it go;
                                        no lookup by id finds it meanwhile */
@@ -446,8 +446,8 @@ void gw_conn_on_close(gw_conn *c);
 /* Queues an event (gw->scratch) on the connection itself (sequence number 0). */
 void gw_conn_push_own(gw_conn *c);
 /* Stops reading a client while its session's output is paused, a quota
- * answer, a restore or a fork's read of a file is awaited (its own, or
- * another client's of its session) or its unsent output is above the soft
+ * answer, a restore or a fork is awaited (its own, or another client's of
+ * its session) or its unsent output is above the soft
  * limit (reading starts again at half of it), and reads again when none holds. */
 void gw_conn_rx_update(gw_conn *c);
 /* After the connection's unsent output changed (a push, a write): applies the

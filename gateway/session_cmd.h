@@ -43,7 +43,7 @@ struct gw_sink {
     gw_session *session;            /* attached session, or NULL */
     struct gw_dir_wait *dir_wait;   /* a session.resume waiting on the session directory (gw_cluster.c), or NULL */
     struct gw_resume_wait *resume_wait; /* a session.resume whose file is being read, or NULL */
-    struct gw_fork_wait *fork_wait; /* a session.create whose source's file is being read (fork_from), or NULL */
+    struct gw_fork_wait *fork_wait; /* a session.create with fork_from being forked on gw_disk's worker, or NULL */
     uint64_t evt_counter;           /* event ids of the events outside a session */
 };
 
