@@ -23,7 +23,8 @@ socket (docs/protocol.md "Sessions", "After a server restart"; gateway/gw_persis
   another client creates a session and streams a whole response, neither the forking client
   nor the source's is read (their next turns wait for the fork, so the fork is the source as
   it was), and a forking client that leaves, a source evicted and a server stopped meanwhile
-  leak nothing (sanitizers at exit); with a damaged file the fork's first response (which
+  leak nothing (sanitizers at exit); the fork of the evicted source continues from its file,
+  which stays until that fork has loaded it; with a damaged file the fork's first response (which
   reads it) fails with session_lost, logged;
 - session.close deletes the session's file;
 - a restore runs off the service thread: while one is held in progress (debug.restore_gate_file,
