@@ -42,10 +42,10 @@
  * Each weight row is read once per call for the whole batch (the batch loop is
  * inside the row loop), which is what makes batching cheap. For Q8_0 packed
  * panels, MXFP4 and native BF16 a token's outputs are bit-identical whatever
- * batch it is computed in; on AVX-512 so are F32, F16 and widened BF16 (one
- * accumulator per row and token, the same in the decode row and the tiles).
- * Raw Q8_0 is not (decode, few-token, tile and panel kernels sum the blocks
- * in other orders), nor are AVX2's float products. The AMX tile kernels (fg_matmul_amx) compute the
+ * batch it is computed in; so are F32, F16 and widened BF16 on AVX-512 and
+ * AVX2 (one accumulator per row and token, the same in the decode row and the
+ * tiles). Raw Q8_0 is not (decode, few-token, tile and panel kernels sum the
+ * blocks in other orders). The AMX tile kernels (fg_matmul_amx) compute the
  * same integer block dots and apply the scales in the AVX-512 kernels' order:
  * their results are the AVX-512 bits, so this holds with them too.
  *

@@ -6,7 +6,7 @@
  *    token per pass): deepseek2 Q8_0 (tiny-q8_0), deepseek2 F32 (tiny) and
  *    deepseek4 (v4-tiny, MTP drafts) alone and six batched, two of them
  *    without drafts, and tiny-mtp-q8_0 (drafting with its MTP block) alone.
- *    On AVX-512 a token's products are the same bits in any pass (the Q8_0
+ *    On AVX-512 and AVX2 a token's products are the same bits in any pass (the Q8_0
  *    matrices are read as panel copies, the F32 rows sum as the tiles do:
  *    kernels/cpu/matmul.h) and so is its attention (every query's cache in
  *    fixed parts folded in order, a lone decode's parts on several threads:
