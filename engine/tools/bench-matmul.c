@@ -176,7 +176,7 @@ static int type_listed(const char *list, const char *name)
  * same weights, so they stay in whichever level holds them, which is named),
  * and the kernel's own peak, the same product on a matrix cut to half the L2
  * (its compute bound). */
-static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *only)
+static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *only, fg_isa isa)
 {
     if (only) { /* every listed name a type of the table */
         int listed = 1, known = 0;
@@ -189,7 +189,10 @@ static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *on
             return 2;
         }
     }
-    const fg_isa isa = fg_isa_best();
+    if (!fg_isa_supported(isa)) {
+        fprintf(stderr, "error: --isa=%s: this CPU (or this build) cannot run it\n", fg_isa_name(isa));
+        return 2;
+    }
     const fg_bench_caches c = bench_caches();
     fg_pool_t *one = fg_pool_create(1);
     if (!one)
@@ -346,10 +349,11 @@ int main(int argc, char **argv)
     int64_t toks[MAX_SHAPES] = {1, 8, 64};
     int n_toks = 3, types = 0, amx = 0;
     const char *only = NULL; /* --types=LIST */
+    fg_isa isa = FG_ISA_AUTO; /* --isa, for --types */
     static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
                                           {"tokens", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
                                           {"types", optional_argument, 0, 'T'}, {"amx", no_argument, 0, 'A'},
-                                          {"help", no_argument, 0, 'h'},
+                                          {"isa", required_argument, 0, 'I'}, {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "i:o:t:r:h", longs, NULL)) != -1) {
@@ -362,6 +366,12 @@ int main(int argc, char **argv)
             only = optarg;
             break;
         case 'A': amx = 1; break;
+        case 'I':
+            isa = strcmp(optarg, "scalar") == 0 ? FG_ISA_SCALAR
+                  : strcmp(optarg, "avx2") == 0 ? FG_ISA_AVX2
+                  : strcmp(optarg, "avx512") == 0 ? FG_ISA_AVX512
+                                                  : (fg_isa)-1;
+            break;
         case 't': {
             n_toks = 0;
             for (char *s = optarg; *s && n_toks < MAX_SHAPES;) {
@@ -377,6 +387,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n"
                     "       flashgate-bench-matmul --types[=q4_K,iq2_xxs,...] [--n-in 1024] [--n-out 1024] [--reps 7]\n"
+                    "                              [--isa=scalar|avx2|avx512]\n"
                     "       flashgate-bench-matmul --amx [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
@@ -388,8 +399,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: --n-in, --n-out >= 1 (at most 2^28 weights), --tokens 1..4096 each, --reps 1..101\n");
         return 2;
     }
+    if (isa == (fg_isa)-1 || (isa != FG_ISA_AUTO && !types)) {
+        fprintf(stderr, "error: --isa is scalar, avx2 or avx512, and only with --types\n");
+        return 2;
+    }
     if (types)
-        return bench_types_run(n_in, n_out, reps, only);
+        return bench_types_run(n_in, n_out, reps, only, isa == FG_ISA_AUTO ? fg_isa_best() : isa);
     if (amx)
         return bench_amx_run(n_in, n_out, toks, n_toks, reps);
     shape sh[MAX_SHAPES];
