@@ -194,10 +194,15 @@ ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t 
 {
     const int64_t n_tok = a->n_tok;
     if (n_tok < 4) {
-        /* decode and tiny batches: row by row; a row stays in L1 for its next tokens */
-        for (int64_t o = o_begin; o < o_end; o++)
-            for (int64_t t = 0; t < n_tok; t++)
+        /* decode and tiny batches (a verify pass): rows one after another, each
+         * against two tokens at once, so their chains run side by side */
+        for (int64_t o = o_begin; o < o_end; o++) {
+            int64_t t = 0;
+            for (; t + 2 <= n_tok; t += 2)
+                tile_float(a, wtype, 1, 2, o, t);
+            if (t < n_tok)
                 a->y[t * a->n_out + o] = row_float_1(a, wtype, o, t);
+        }
         return;
     }
     int64_t o = o_begin;

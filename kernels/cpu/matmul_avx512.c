@@ -265,10 +265,16 @@ ALWAYS_INLINE void rows_float(const fg_matmul_args *a, const int wtype, int64_t 
 {
     const int64_t n_tok = a->n_tok;
     if (n_tok < TILE_MIN_TOKENS) {
-        /* decode and tiny batches: row by row; a row stays in L1 for its next tokens */
-        for (int64_t o = o_begin; o < o_end; o++)
-            for (int64_t t = 0; t < n_tok; t++)
-                a->y[t * a->n_out + o] = row_float_1(a, wtype, o, t);
+        /* decode and tiny batches (a verify pass): rows one after another, each
+         * against every token at once, so the tokens' chains run side by side */
+        for (int64_t o = o_begin; o < o_end; o++) {
+            if (n_tok == 1)
+                a->y[o] = row_float_1(a, wtype, o, 0);
+            else if (n_tok == 2)
+                tile_float(a, wtype, 1, 2, o, 0);
+            else
+                tile_float(a, wtype, 1, 3, o, 0);
+        }
         return;
     }
     int64_t o = o_begin;

@@ -147,7 +147,7 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
 
     void *scratch = fg_test_alloc_scratch(wtype, n_in, n_tok);
     const int64_t ny = n_out * n_tok;
-    float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny);
+    float *yref = fg_test_alloc_guarded(ny), *y = fg_test_alloc_guarded(ny), *yt = malloc((size_t)n_out * sizeof *yt);
 
     int rc = fg_matmul(NULL, FG_ISA_SCALAR, wtype, w, n_in, n_out, x, n_tok, yref + GUARD, scratch);
     CHECK(rc == 0);
@@ -231,11 +231,20 @@ static void check_case(int wtype, int64_t n_in, int64_t n_out, int64_t n_tok, in
                       fg_isa_name(fast_isas[k]), wtype_name(wtype), p, (long long)n_out, (long long)n_in,
                       (long long)n_tok);
         }
+        if (wtype != FG_WTYPE_Q8_0 && n_tok > 1) /* float types: each token alone gives its row of the batch */
+            for (int64_t t = 0; t < n_tok; t++) {
+                CHECK(fg_matmul(NULL, fast_isas[k], wtype, w, n_in, n_out, x + t * n_in, 1, yt, scratch) == 0);
+                CHECK_MSG(memcmp(yt, y + GUARD + t * n_out, (size_t)n_out * sizeof *y) == 0,
+                          "%s %s %lldx%lld: token %lld alone differs from its row in a batch of %lld",
+                          fg_isa_name(fast_isas[k]), wtype_name(wtype), (long long)n_out, (long long)n_in,
+                          (long long)t, (long long)n_tok);
+            }
     }
     free(bound);
     free(ybf);
     free(yref);
     free(y);
+    free(yt);
     free(scratch);
     free(xmem);
     free(wmem);
