@@ -442,7 +442,7 @@ def test_tools_over_http():
     with DeepSeek's markers."""
     from test_openai_sdk import EOS, FORCED_ARGS, FORCED_NAME, TOOL_SCRIPT
     script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0],
-              TOOL_SCRIPT[2], FORCED_ARGS, FORCED_NAME, "Rain." + EOS]
+              TOOL_SCRIPT[2], FORCED_ARGS, "Cold." + EOS, FORCED_NAME, "Rain." + EOS]
 
     async def go():
         async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
