@@ -457,17 +457,34 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg
                 e = fg_tokens_push(out, &eos, 1);
         }
         return e;
-    case FG_PROTO_ITEM_FUNCTION_CALL:
-        e = marker(tok, ASSISTANT TOOL_CALL_BEGIN, out);
+    case FG_PROTO_ITEM_FUNCTION_CALL: {
+        /* V3's call form, its text between the markers one run as fg_chat_render encodes it: a call
+         * sent back renders as the model wrote it after a forced call's opening (fg_chat_call_prefix) */
+        static const char fence[] = "\n```json\n", close[] = "\n```";
+        const size_t n = item->name.len + sizeof fence - 1 + item->arguments.len + sizeof close - 1;
+        char *run = malloc(n);
+        if (!run)
+            return FG_ERR_NOMEM;
+        char *w = run;
+        memcpy(w, item->name.ptr, item->name.len);
+        w += item->name.len;
+        memcpy(w, fence, sizeof fence - 1);
+        w += sizeof fence - 1;
+        if (item->arguments.len)
+            memcpy(w, item->arguments.ptr, item->arguments.len);
+        w += item->arguments.len;
+        memcpy(w, close, sizeof close - 1);
+        e = marker(tok, ASSISTANT V3_CALL_OPEN, out);
         if (!e)
-            e = push_text(tok, item->name.ptr, item->name.len, 0, out);
+            e = push_text(tok, run, n, 0, out);
+        free(run);
         if (!e)
-            e = marker(tok, TOOL_SEP, out);
-        if (!e)
-            e = push_text(tok, item->arguments.ptr, item->arguments.len, 0, out);
-        if (!e)
-            e = marker(tok, TOOL_CALL_END, out);
+            e = marker(tok, TOOL_CALL_END TOOL_CALLS_END, out);
+        int32_t eos = fg_tokenizer_eos(tok);
+        if (!e && eos >= 0)
+            e = fg_tokens_push(out, &eos, 1);
         return e;
+    }
     case FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT:
         e = marker(tok, TOOL_OUT_BEGIN, out);
         if (!e)

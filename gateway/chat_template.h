@@ -142,8 +142,10 @@ fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tok
 
 /* ---- the v1 session layer's per-item form ----
  *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
- * Tool calls and their outputs are wrapped in DeepSeek's tool markers; markers
- * are encoded with special tokens recognised, user-supplied text never is. */
+ * A tool call is an assistant turn in DeepSeek-V3's call form (as the model
+ * writes it, and as it continues fg_chat_call_prefix), its output wrapped in
+ * the tool-output markers; markers are encoded with special tokens
+ * recognised, user-supplied text never is. */
 
 /* Appends the session head: BOS (if the vocabulary has one) and the instructions. */
 fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, size_t len, fg_tokens *out);

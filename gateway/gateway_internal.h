@@ -345,6 +345,13 @@ typedef struct gw_tools gw_tools;
  * rp->keep_control then. False: out of memory. */
 bool gw_tools_begin(gw_session *s, fg_response_params *rp);
 bool gw_tools_on(const gw_session *s);
+/* The tokens that open the call tool_choice forces ("required", a named
+ * function), appended after the reply marker as the start of the assistant's
+ * turn; NULL: none. Valid until the next gw_tools_begin. */
+const fg_tokens *gw_tools_prefix(const gw_session *s);
+/* Feeds those bytes to the parser, as if the model wrote them: once the
+ * response has started (its events may open the call's item). */
+void gw_tools_prefill(gw_session *s);
 /* The response's released text (gw_tools_on). */
 void gw_tools_text(gw_session *s, const char *text, size_t n);
 /* The response ended (completed: not cut by a limit or a cancel): the parse's end, the reply's check. */

@@ -613,12 +613,7 @@ fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_
     fg_err e = tools_load(tools, len, &set, diag);
     if (e != FG_OK)
         return e;
-    fg_tool_choice c = {.mode = choice == FG_PROTO_TOOL_CHOICE_NONE       ? FG_TOOL_CHOICE_NONE
-                                : choice == FG_PROTO_TOOL_CHOICE_REQUIRED ? FG_TOOL_CHOICE_REQUIRED
-                                : choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? FG_TOOL_CHOICE_NAMED
-                                                                          : FG_TOOL_CHOICE_AUTO};
-    if (c.mode == FG_TOOL_CHOICE_NAMED)
-        snprintf(c.name, sizeof c.name, "%s", choice_name ? choice_name : "");
+    const fg_tool_choice c = fg_tool_choice_from_proto(choice, choice_name);
     e = fg_tool_choice_check(&set, &c, diag);
     if (e != FG_OK)
         *field = "session.tool_choice";

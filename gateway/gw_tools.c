@@ -2,8 +2,12 @@
  * calls in the reply"). A response of a GA session whose tools are rendered
  * runs with keep_control; its released text goes through the session's
  * fg_tool_parser, and the parser's events become the GA events of
- * function_call items after tool_decl's checks. Owns the per-response call
- * list that response.done shows. Service thread only.
+ * function_call items after tool_decl's checks. tool_choice "required" or a
+ * named function is forced by prefill: the opening of a call
+ * (fg_chat_call_prefix) goes into the prompt after the reply marker, as the
+ * start of the assistant's turn, and into the parser before the reply. Owns
+ * the per-response call list that response.done shows, and the prefix.
+ * Service thread only.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +41,8 @@ struct gw_tools {
     uint32_t n_calls;
     uint32_t n_accepted;
     uint32_t rejected_index; /* the parser's index of a call not taken, UINT32_MAX: none */
+    fg_chat_prompt prefix;   /* the forced call's opening (empty: none), fed to the parser first */
+    fg_tokens prefix_tokens; /* its tokens, the prompt's after the reply marker */
 };
 
 void gw_tools_free(gw_session *s)
@@ -48,6 +54,8 @@ void gw_tools_free(gw_session *s)
         free(t->calls[i].args);
     fg_tool_parser_destroy(t->parser);
     fg_tool_set_free(&t->set);
+    fg_chat_prompt_free(&t->prefix);
+    fg_tokens_free(&t->prefix_tokens);
     free(t);
     s->tools_resp = NULL;
 }
@@ -60,7 +68,34 @@ static void reset(gw_tools *t)
     t->n_calls = t->n_accepted = 0;
     t->rejected_index = UINT32_MAX;
     t->on = false;
+    t->prefix.len = t->prefix.n_spans = 0;
+    t->prefix_tokens.n = 0;
     fg_tool_set_free(&t->set);
+}
+
+/* The opening of the call the choice forces, in text and tokens; none where
+ * the choice forces nothing or the prompt format has no prefix yet (V4:
+ * FG_ERR_UNSUPPORTED, so the choice is only checked when the reply ends).
+ * False: out of memory. */
+static bool make_prefix(const gw_session *s, gw_tools *t)
+{
+    const fg_tool_choice *c = &t->choice;
+    if (c->mode != FG_TOOL_CHOICE_REQUIRED && c->mode != FG_TOOL_CHOICE_NAMED)
+        return true;
+    const fg_tokenizer_t *tok = s->gw->tok;
+    fg_chat_family f;
+    fg_diag d;
+    if (fg_chat_family_detect(NULL, 0, tok, &f, &d) != FG_OK)
+        return true; /* refused at session.update: tools need the chat markers */
+    const bool named = c->mode == FG_TOOL_CHOICE_NAMED;
+    fg_err e = fg_chat_call_prefix(f, named ? c->name : NULL, named ? strlen(c->name) : 0, &t->prefix, &d);
+    if (e == FG_OK)
+        e = fg_chat_encode(tok, &t->prefix, &t->prefix_tokens);
+    if (e != FG_OK) {
+        t->prefix.len = t->prefix.n_spans = 0;
+        t->prefix_tokens.n = 0;
+    }
+    return e != FG_ERR_NOMEM;
 }
 
 bool gw_tools_begin(gw_session *s, fg_response_params *rp)
@@ -87,16 +122,19 @@ bool gw_tools_begin(gw_session *s, fg_response_params *rp)
     json_decref(j);
     if (e != FG_OK || t->set.n == 0)
         return e == FG_OK; /* checked at session.update; an empty list renders nothing */
-    memset(&t->choice, 0, sizeof t->choice);
-    t->choice.mode = s->tool_choice == FG_PROTO_TOOL_CHOICE_REQUIRED   ? FG_TOOL_CHOICE_REQUIRED
-                     : s->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION ? FG_TOOL_CHOICE_NAMED
-                                                                       : FG_TOOL_CHOICE_AUTO;
-    if (t->choice.mode == FG_TOOL_CHOICE_NAMED)
-        snprintf(t->choice.name, sizeof t->choice.name, "%s", s->tool_choice_name);
+    t->choice = fg_tool_choice_from_proto(s->tool_choice, s->tool_choice_name);
+    if (!make_prefix(s, t))
+        return false;
     fg_tool_parser_reset(t->parser);
     t->on = true;
     rp->keep_control = true;
     return true;
+}
+
+const fg_tokens *gw_tools_prefix(const gw_session *s)
+{
+    const gw_tools *t = s->tools_resp;
+    return t && t->on && t->prefix_tokens.n ? &t->prefix_tokens : NULL;
 }
 
 bool gw_tools_on(const gw_session *s)
@@ -243,12 +281,21 @@ void gw_tools_text(gw_session *s, const char *text, size_t n)
     fg_tool_parse_feed(s->tools_resp->parser, text, n, on_event, s);
 }
 
+void gw_tools_prefill(gw_session *s)
+{
+    gw_tools *t = s->tools_resp;
+    if (t && t->on && t->prefix.len)
+        gw_tools_text(s, t->prefix.text, t->prefix.len);
+}
+
 void gw_tools_end(gw_session *s, bool completed)
 {
     gw_tools *t = s->tools_resp;
     fg_tool_parse_finish(t->parser, on_event, s);
     fg_tool_verdict v = fg_tool_check_reply(&t->choice, t->n_accepted);
-    if (completed && v != FG_TOOL_V_ACCEPT)
+    /* a forced call the model wrote badly is reported as such already */
+    const bool reported = t->prefix.len && fg_tool_parse_n_malformed(t->parser);
+    if (completed && v != FG_TOOL_V_ACCEPT && !reported)
         emit_error(s, "the reply made no call that tool_choice requires: %s", fg_tool_verdict_name(v));
 }
 

@@ -177,10 +177,7 @@ static fg_err parse_tools(json_t *o, gw_oa_tools *t, gw_oa_error *err)
                       d.msg);
     if (cv && !json_is_null(cv)) {
         t->has_choice = true;
-        t->choice = c.mode == FG_TOOL_CHOICE_NONE       ? FG_PROTO_TOOL_CHOICE_NONE
-                    : c.mode == FG_TOOL_CHOICE_REQUIRED ? FG_PROTO_TOOL_CHOICE_REQUIRED
-                    : c.mode == FG_TOOL_CHOICE_NAMED    ? FG_PROTO_TOOL_CHOICE_FUNCTION
-                                                        : FG_PROTO_TOOL_CHOICE_AUTO;
+        t->choice = fg_tool_choice_to_proto(&c);
         snprintf(t->choice_name, sizeof t->choice_name, "%s", c.mode == FG_TOOL_CHOICE_NAMED ? c.name : "");
     }
     if (n) {

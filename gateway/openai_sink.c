@@ -482,11 +482,10 @@ static void set_tools(gw_oa_call *c, fg_proto_session_params *p)
         p->has_tools = true;
         p->tools = (fg_proto_str){t->json, t->len};
     }
-    if (t->has_choice) {
-        p->has_tool_choice = true;
-        p->tool_choice = t->choice;
-        p->tool_choice_name = (fg_proto_str){t->choice_name, strlen(t->choice_name)};
-    }
+    /* a request's own (absent: "auto"), not the conversation's last: a continued one is not forced again */
+    p->has_tool_choice = true;
+    p->tool_choice = t->has_choice ? t->choice : FG_PROTO_TOOL_CHOICE_AUTO;
+    p->tool_choice_name = (fg_proto_str){t->choice_name, strlen(t->choice_name)};
 }
 
 gw_oa_call *gw_oa_call_new_ws(fg_gateway_t *gw, gw_conn *ws, int tenant, const gw_oa_surface *surface, void *user)
@@ -537,7 +536,7 @@ void gw_oa_call_continue(gw_oa_call *c, gw_session *s)
     watch_client(c);
     gw_session_attach(s, &c->sink, s->next_seq - 1); /* nothing to replay */
     s->last_activity = fg_clock_mono_s();
-    if (c->tools && (c->tools->json || c->tools->has_choice)) { /* this request's tools, as a session.update */
+    if (c->tools) { /* this request's tools and tool_choice, as a session.update */
         fg_client_event ev = {.type = FG_CLIENT_SESSION_UPDATE};
         set_tools(c, &ev.u.session);
         gw_cmd_dispatch(&c->sink, &ev);

@@ -807,6 +807,11 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     if (rp->generate) {
         fg_tokens t = {0};
         code = fg_template_reply(gw->tok, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
+        /* A forced tool call's opening: prompt for the engine, but the reply's tokens in the conversation
+         * (in the message item's range), as the next turn's rendering of the assistant turn writes them. */
+        const fg_tokens *pre = gw_tools_prefix(s);
+        if (code == FG_PROTO_OK && pre && fg_tokens_push(&t, pre->v, pre->n) != FG_OK)
+            code = FG_PROTO_INTERNAL_ERROR;
         /* The marker and a token to generate fit, or nothing is appended: a refusal leaves the session as it was. */
         if (code == FG_PROTO_OK && (size_t)fg_session_room(target) < t.n + 1)
             code = FG_PROTO_CONTEXT_LENGTH_EXCEEDED;
@@ -868,6 +873,8 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
         em = gw_emit_next(s);
         gw_emit_push(s, em, fg_proto_write_item_added(&gw->scratch, em.seq, em.evt, &out));
     }
+    if (rp->generate)
+        gw_tools_prefill(s); /* the forced call's opening, as if the model wrote it */
 }
 
 static void on_reserved(void *user, const fg_quota_result *r)
@@ -1039,8 +1046,9 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
         return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
     /* Reserve all the work the response can do, so that admitting many at once cannot pass the
      * limit: the input to prefill (the session's new items, or all an out-of-band session was
-     * given), the reply marker as this vocabulary spells it, the previous reply's last token (sampled,
-     * never fed back until now) and the whole output budget; response.done settles to what was used. */
+     * given), the reply marker as this vocabulary spells it and a forced call's opening, the
+     * previous reply's last token (sampled, never fed back until now) and the whole output
+     * budget; response.done settles to what was used. */
     q->rp = rp;
     const int64_t out_budget = rp.generate ? rp.max_tokens : 0;
     s->reserved = (s->resp_oob ? s->oob_input : s->new_input) + 1 + out_budget;
@@ -1048,6 +1056,8 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
         fg_tokens reply = {0};
         s->reserved += fg_template_reply(gw->tok, &reply) == FG_OK ? (int64_t)reply.n : 8;
         fg_tokens_free(&reply);
+        const fg_tokens *pre = gw_tools_prefix(s);
+        s->reserved += pre ? (int64_t)pre->n : 0;
     }
     snprintf(s->quota_key, sizeof s->quota_key, "%s:%llu", s->id, (unsigned long long)s->resp_counter + 1);
     s->quota_pending = true;

@@ -404,6 +404,32 @@ fg_err fg_tool_choice_check(const fg_tool_set *s, const fg_tool_choice *c, fg_di
     return FG_OK;
 }
 
+/* Indexed by fg_proto_tool_choice; the two enums list the same four choices. */
+static const fg_tool_choice_mode proto_mode[] = {
+    [FG_PROTO_TOOL_CHOICE_AUTO] = FG_TOOL_CHOICE_AUTO,
+    [FG_PROTO_TOOL_CHOICE_NONE] = FG_TOOL_CHOICE_NONE,
+    [FG_PROTO_TOOL_CHOICE_REQUIRED] = FG_TOOL_CHOICE_REQUIRED,
+    [FG_PROTO_TOOL_CHOICE_FUNCTION] = FG_TOOL_CHOICE_NAMED,
+};
+
+fg_tool_choice fg_tool_choice_from_proto(fg_proto_tool_choice mode, const char *name)
+{
+    fg_tool_choice c = {FG_TOOL_CHOICE_AUTO, ""};
+    if ((unsigned)mode < sizeof proto_mode / sizeof proto_mode[0])
+        c.mode = proto_mode[mode];
+    if (c.mode == FG_TOOL_CHOICE_NAMED)
+        snprintf(c.name, sizeof c.name, "%s", name ? name : "");
+    return c;
+}
+
+fg_proto_tool_choice fg_tool_choice_to_proto(const fg_tool_choice *c)
+{
+    for (unsigned i = 0; i < sizeof proto_mode / sizeof proto_mode[0]; i++)
+        if (proto_mode[i] == c->mode)
+            return (fg_proto_tool_choice)i;
+    return FG_PROTO_TOOL_CHOICE_AUTO;
+}
+
 bool fg_tool_choice_renders(const fg_tool_choice *c) { return c->mode != FG_TOOL_CHOICE_NONE; }
 
 /* ---------------------------------------------------------------- checks */

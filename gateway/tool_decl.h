@@ -68,6 +68,12 @@ fg_err fg_tool_choice_parse(const json_t *v, fg_tool_choice *out, fg_diag *diag)
  * be declared. Errors: FG_ERR_INVALID_ARG saying which. */
 fg_err fg_tool_choice_check(const fg_tool_set *s, const fg_tool_choice *c, fg_diag *diag);
 
+/* The session layer's tool_choice (gateway/protocol.h: the mode, and the name
+ * of FG_PROTO_TOOL_CHOICE_FUNCTION) as tool_decl's, and back: the one mapping
+ * between the two enums. name NULL: "". */
+fg_tool_choice fg_tool_choice_from_proto(fg_proto_tool_choice mode, const char *name);
+fg_proto_tool_choice fg_tool_choice_to_proto(const fg_tool_choice *c);
+
 /* Whether the tool set goes into the prompt: not with "none", so the model is
  * not invited to call what will not be taken. */
 bool fg_tool_choice_renders(const fg_tool_choice *c);

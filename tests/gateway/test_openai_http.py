@@ -438,10 +438,11 @@ def test_client_leaves_mid_stream():
 
 def test_tools_over_http():
     """Function tools with the stock openai client on chat.completions and responses, the scripted
-    output (test_openai_sdk.TOOL_SCRIPT) on a model with DeepSeek's markers."""
-    from test_openai_sdk import TOOL_SCRIPT
+    output (test_openai_sdk.TOOL_SCRIPT, then FORCED_*: tool_choice forced by prefill) on a model
+    with DeepSeek's markers."""
+    from test_openai_sdk import EOS, FORCED_ARGS, FORCED_NAME, TOOL_SCRIPT
     script = [TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0], TOOL_SCRIPT[0], TOOL_SCRIPT[1], TOOL_SCRIPT[0],
-              TOOL_SCRIPT[2]]
+              TOOL_SCRIPT[2], FORCED_ARGS, "Cold." + EOS, FORCED_NAME, "Rain." + EOS]
 
     async def go():
         async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},

@@ -577,6 +577,103 @@ def test_tool_calls_realtime():
     asyncio.run(go())
 
 
+# What the model writes after a forced call's opening (docs/protocol.md "Tool calls in the reply"):
+# named, the arguments on; "required", the name on. Unforced, neither is a call.
+FORCED_ARGS = '{"city": "Paris"}\n```' + _m("tool call end") + _m("tool calls end") + EOS
+FORCED_NAME = 'get_weather\n```json\n{"city": "Oslo"}\n```' + _m("tool call end") + _m("tool calls end") + EOS
+FORCED_SCRIPT = [FORCED_ARGS, FORCED_ARGS, "It is sunny in Paris." + EOS, FORCED_NAME, "Rain." + EOS,
+                 "Not a call." + EOS]
+
+
+def test_tool_choice_forced():
+    """tool_choice "required" and a named function forced by prefill over the GA realtime flow,
+    the scripted output on a model with DeepSeek's markers: the named choice's reply is a call of
+    that function though the model wrote only its arguments (unforced, the same output is no
+    call), its opening is prompt (input tokens) and the next turn finds the whole turn in the
+    cache; "required" lets the model write the name; output that cannot continue the call is a
+    malformed call, not a crash."""
+    def turn(r, item, choice=None):
+        if choice is not None:
+            r.send_json({"type": "session.update", "session": {"tool_choice": choice}})
+            eq(r.recv_event()["type"], "session.updated", f"tool_choice {choice}")
+        r.send_json({"type": "conversation.item.create", "item": item})
+        while r.recv_event()["type"] != "conversation.item.done":
+            pass
+        r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
+        evs = []
+        while not evs or evs[-1]["type"] != "response.done":
+            evs.append(r.recv_event())
+        return evs
+
+    def calls(evs):
+        return [(e["name"], e["arguments"]) for e in evs if e["type"] == "response.function_call_arguments.done"]
+
+    def errors(evs):
+        return [e["error"] for e in evs if e["type"] == "error"]
+
+    def usage(evs):
+        u = evs[-1]["response"]["usage"]
+        return u["input_tokens"], u["input_token_details"]["cached_tokens"], u["output_tokens"]
+
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+    named = {"type": "function", "name": "get_weather"}
+    rocket = {"type": "function", "name": "launch_rocket", "parameters": {"type": "object"}}
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},
+                          debug={"scripted_output": FORCED_SCRIPT}) as srv:
+            sessions = []
+            for choice in ("auto", named):
+                r = RawWS(srv.port, subprotocols=("realtime",))
+                eq(r.recv_event()["type"], "session.created", "a session at connect")
+                r.send_json({"type": "session.update", "session": {"tools": [WEATHER, rocket]}})
+                eq(r.recv_event()["type"], "session.updated", "tools declared")
+                sessions.append(r)
+            # the same output, unforced: text and stray markers, no call
+            evs = turn(sessions[0], user)
+            eq(calls(evs), [], "unforced, the arguments alone are no call")
+            auto_input = usage(evs)[0]
+            # named: the call of that function, its arguments the model's
+            r = sessions[1]
+            evs = turn(r, user, named)
+            eq(calls(evs), [("get_weather", '{"city": "Paris"}')], "the named function is called")
+            eq(errors(evs), [], "no error")
+            resp = evs[-1]["response"]
+            eq(([o["type"] for o in resp["output"]], resp["status"]), (["message", "function_call"], "completed"),
+               "response.done's output")
+            call = resp["output"][1]
+            first = usage(evs)
+            check(first[0] - auto_input >= 4,
+                  f"the call's opening is prompt: {first[0]} input tokens, {auto_input} unforced")
+            # the tool's output, and the next turn reads the whole forced turn from the cache
+            evs = turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'},
+                       "auto")
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq(text, "It is sunny in Paris.", "the reply after the tool")
+            second = usage(evs)
+            check(second[1] >= first[0] + first[2] - 1,
+                  f"the next turn's cache holds the whole forced turn: {second} after {first}")
+            log(f"    (input, cached, output): unforced {auto_input} in, forced {first}, next {second}")
+            # "required": the model names the function
+            evs = turn(r, user, "required")
+            eq(calls(evs), [("get_weather", '{"city": "Oslo"}')], "required: a call")
+            eq(errors(evs), [], "no error")
+            # forced, but the model writes text: a malformed call, the response ends, the session goes on
+            for choice in (named, "required"):
+                evs = turn(r, user, choice)
+                errs = errors(evs)
+                eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
+                check("malformed" in errs[0]["message"], f"a malformed call: {errs[0]['message']}")
+                eq(evs[-1]["response"]["status"], "completed", "the response ends")
+                check(not any(o["type"] == "function_call" and o["status"] == "completed"
+                              for o in evs[-1]["response"]["output"]), "no call taken")
+            for r in sessions:
+                r.close()
+            status, _, _ = http_get(srv.port, "/healthz")
+            eq(status, 200, "the server is fine")
+    asyncio.run(go())
+
+
 def test_agents_tool_round_trip():
     async def go():
         async with TLS.server(model={"path": os.path.join(DATA_DIR, "tiny-chat.gguf")},

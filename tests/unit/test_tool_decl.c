@@ -159,6 +159,20 @@ static void test_choice(void)
     CHECK(choice("{\"type\":\"function\"}", &c, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "tool_choice.name"));
     CHECK(choice("{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}", &c, &d) == FG_ERR_INVALID_ARG &&
           strstr(d.msg, "tool_choice.function.name"));
+    /* the session layer's choice and back: each of the four, the name only with a function */
+    const fg_proto_tool_choice protos[] = {FG_PROTO_TOOL_CHOICE_AUTO, FG_PROTO_TOOL_CHOICE_NONE,
+                                           FG_PROTO_TOOL_CHOICE_REQUIRED, FG_PROTO_TOOL_CHOICE_FUNCTION};
+    const fg_tool_choice_mode modes[] = {FG_TOOL_CHOICE_AUTO, FG_TOOL_CHOICE_NONE, FG_TOOL_CHOICE_REQUIRED,
+                                         FG_TOOL_CHOICE_NAMED};
+    for (int i = 0; i < 4; i++) {
+        c = fg_tool_choice_from_proto(protos[i], "get_weather");
+        CHECK(c.mode == modes[i] && strcmp(c.name, i == 3 ? "get_weather" : "") == 0);
+        CHECK(fg_tool_choice_to_proto(&c) == protos[i]);
+    }
+    c = fg_tool_choice_from_proto(FG_PROTO_TOOL_CHOICE_FUNCTION, NULL);
+    CHECK(c.mode == FG_TOOL_CHOICE_NAMED && c.name[0] == 0);
+    c = fg_tool_choice_from_proto((fg_proto_tool_choice)99, "x");
+    CHECK(c.mode == FG_TOOL_CHOICE_AUTO);
 }
 
 static void test_checks(void)

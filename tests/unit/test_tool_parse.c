@@ -500,6 +500,40 @@ static void test_call_prefix(fg_tokenizer_t *tok)
         CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\"}\nD0:get_weather:{\"city\": \"Oslo\"}") == 0,
                   "%s", r.s);
     }
+    /* In tokens, as the session layer sends them: the generation prompt's tokens and then the
+     * prefix's (rendered alone, after the reply marker) are where the rendering of the finished
+     * assistant turn begins, so the next turn's prompt starts with the forced turn's. */
+    const int32_t calls_begin_id = fg_tokenizer_special_id(tok, CALLS_BEGIN, strlen(CALLS_BEGIN));
+    const int32_t call_begin_id = fg_tokenizer_special_id(tok, CALL_BEGIN, strlen(CALL_BEGIN));
+    const int32_t sep_id = fg_tokenizer_special_id(tok, SEP, strlen(SEP));
+    const fg_chat_call call = {TXT("get_weather"), TXT("{\"city\": \"Oslo\"}")};
+    const fg_chat_msg turn[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0}, {FG_CHAT_ASSISTANT, {NULL, 0}, &call, 1}};
+    const fg_chat_conv done = {turn, 2, false, NULL, 0};
+    fg_chat_prompt whole = {0}, pre = {0};
+    CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &done, tok, &whole, &d) == FG_OK);
+    fg_tokens want_ids = {0};
+    CHECK(fg_chat_encode(tok, &whole, &want_ids) == FG_OK);
+    for (int named = 0; named < 2; named++) {
+        fg_tokens ids = {0};
+        CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK);
+        CHECK(fg_chat_encode(tok, &p, &ids) == FG_OK);
+        const size_t n_prompt = ids.n;
+        pre.len = pre.n_spans = 0;
+        CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, named ? "get_weather" : NULL, named ? 11 : 0, &pre, &d) == FG_OK);
+        CHECK(fg_chat_encode(tok, &pre, &ids) == FG_OK);
+        /* the markers are single special tokens right after the generation prompt */
+        CHECK(ids.n > n_prompt + 4 && ids.v[n_prompt] == calls_begin_id && ids.v[n_prompt + 1] == call_begin_id);
+        bool has_sep = false;
+        for (size_t i = n_prompt + 2; i < ids.n; i++)
+            has_sep |= ids.v[i] == sep_id;
+        CHECK(has_sep && (named || ids.v[ids.n - 1] == sep_id));
+        CHECK_MSG(ids.n < want_ids.n && memcmp(ids.v, want_ids.v, ids.n * sizeof ids.v[0]) == 0,
+                  "named %d: the prompt and prefix are not the start of the rendered turn", named);
+        fg_tokens_free(&ids);
+    }
+    fg_tokens_free(&want_ids);
+    fg_chat_prompt_free(&whole);
+    fg_chat_prompt_free(&pre);
     size_t len0 = p.len;
     CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, "", 0, &p, &d) == FG_ERR_INVALID_ARG);
     CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, NULL, 0, &p, &d) == FG_ERR_UNSUPPORTED);

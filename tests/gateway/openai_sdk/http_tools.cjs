@@ -8,7 +8,10 @@
 // item) continued with function_call_output via previous_response_id,
 // responses.create streamed (the call's item after the message's, its
 // arguments as function_call_arguments.delta pieces), and a malformed call as
-// the SDK's error. Prints one JSON line; exits 1 on
+// the SDK's error, then tool_choice forced by prefill: a named function on
+// chat.completions (the model writes only the arguments), "required" on
+// responses (the model writes the name) continued with the whole turn cached.
+// Prints one JSON line; exits 1 on
 // the first mismatch. Args: npm_dir base_url api_key
 const { createRequire } = require('module');
 const path = require('path');
@@ -128,6 +131,41 @@ const ARGS = '{"city": "Paris"}';
           { status: e.status, code: e.code, message: e.message });
     out.malformed = e.message;
   }
+  // tool_choice forced by prefill (test_openai_sdk.FORCED_ARGS, FORCED_NAME): chat with a named function, the
+  // model writing only the arguments, is that function's call
+  const f1 = await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, messages: [user],
+    tools: chatTools, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  const fc1 = f1.choices[0];
+  check(fc1.finish_reason === 'tool_calls' && fc1.message.tool_calls.length === 1 && fc1.message.content === null &&
+        fc1.message.tool_calls[0].function.name === 'get_weather' && fc1.message.tool_calls[0].function.arguments === ARGS,
+        'chat, a named tool_choice: its call', f1);
+  // the next request repeats that turn as an assistant message with tool_calls: its rendering is the forced
+  // turn's tokens, so every full KV page of it (FG_KV_PAGE_TOKENS, 64) is found in the prefix cache
+  const f1b = await client.chat.completions.create({ model: 'tiny-chat', max_tokens: 200, tools: chatTools,
+    messages: [user, { role: 'assistant', content: null, tool_calls: fc1.message.tool_calls },
+               { role: 'tool', tool_call_id: fc1.message.tool_calls[0].id, content: '{"temp_c": 21}' }] });
+  check(f1b.choices[0].message.content === 'Cold.', 'chat: the reply after the forced call', f1b);
+  const fullPages = Math.floor((f1.usage.prompt_tokens + f1.usage.completion_tokens - 1) / 64) * 64;
+  check(fullPages > f1.usage.prompt_tokens, 'the forced turn ends past a page boundary', f1.usage);
+  check(f1b.usage.prompt_tokens_details.cached_tokens >= fullPages, 'chat: the forced turn is found in the cache',
+        { f1: f1.usage, next: f1b.usage });
+  // responses, "required": the model names the function; continued without tool_choice ("auto": not forced
+  // again), the conversation's cache holds the whole forced turn
+  const respTools = [{ type: 'function', name: 'get_weather', parameters: chatTools[0].function.parameters, strict: false }];
+  const f2 = await client.responses.create({ model: 'tiny-chat', input: 'Weather in Oslo?', max_output_tokens: 200,
+                                             tools: respTools, tool_choice: 'required' });
+  const fc2 = f2.output.find((o) => o.type === 'function_call');
+  check(fc2 && fc2.name === 'get_weather' && fc2.arguments === '{"city": "Oslo"}' && fc2.status === 'completed',
+        'responses, "required": a call', f2.output);
+  const f3 = await client.responses.create({ model: 'tiny-chat', previous_response_id: f2.id, max_output_tokens: 200,
+    tools: respTools, input: [{ type: 'function_call_output', call_id: fc2.call_id, output: '{"temp_c": 3}' }] });
+  check(f3.output_text === 'Rain.', 'the reply after the forced call\'s output', f3.output);
+  check(f3.usage.input_tokens_details.cached_tokens >= f2.usage.input_tokens + f2.usage.output_tokens - 1,
+        'the next turn reads the whole forced turn from the cache', { f2: f2.usage, f3: f3.usage });
+  out.forced = { chat: [f1.usage.prompt_tokens, f1.usage.completion_tokens, f1b.usage.prompt_tokens_details.cached_tokens],
+                 f2: [f2.usage.input_tokens, f2.usage.input_tokens_details.cached_tokens, f2.usage.output_tokens],
+                 f3: [f3.usage.input_tokens, f3.usage.input_tokens_details.cached_tokens, f3.usage.output_tokens] };
+
   // unknown tool types and a bad tool_choice: clear 400s
   for (const [body, param] of [
     [{ tools: [{ type: 'web_search' }] }, 'tools[0]'],
