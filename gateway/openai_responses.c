@@ -99,6 +99,25 @@ static void put_number_or_null(gw_oa_call *c, const char *name, bool has, double
         gw_oa_writef(c, ",\"%s\":null", name);
 }
 
+/* The request's tool_choice and tools, as it gave them (tools verbatim). */
+static void put_tools(gw_oa_call *c, const gw_oa_tools *t)
+{
+    const char *word = t->has_choice ? fg_proto_tool_choice_word(t->choice) : "auto";
+    gw_oa_lit(c, ",\"tool_choice\":");
+    if (word) {
+        gw_oa_writef(c, "\"%s\"", word);
+    } else {
+        gw_oa_lit(c, "{\"type\":\"function\",\"name\":");
+        put_text(c, t->choice_name, strlen(t->choice_name));
+        gw_oa_lit(c, "}");
+    }
+    gw_oa_lit(c, ",\"tools\":");
+    if (t->json)
+        gw_oa_write(c, t->json, t->len);
+    else
+        gw_oa_lit(c, "[]");
+}
+
 /* The Response object; r NULL: in progress (no output, no usage). */
 static void put_response(gw_oa_call *c, const gw_oa_result *r)
 {
@@ -139,7 +158,8 @@ static void put_response(gw_oa_call *c, const gw_oa_result *r)
         gw_oa_lit(c, "null");
     gw_oa_writef(c, ",\"reasoning\":{\"effort\":null,\"summary\":null},\"store\":%s", x->r.store ? "true" : "false");
     put_number_or_null(c, "temperature", c->sampling.has_temperature, c->sampling.temperature);
-    gw_oa_lit(c, ",\"text\":{\"format\":{\"type\":\"text\"}},\"tool_choice\":\"auto\",\"tools\":[]");
+    gw_oa_lit(c, ",\"text\":{\"format\":{\"type\":\"text\"}}");
+    put_tools(c, &x->r.tools);
     put_number_or_null(c, "top_p", c->sampling.has_top_p, c->sampling.top_p);
     gw_oa_lit(c, ",\"truncation\":\"disabled\",\"usage\":");
     if (r)

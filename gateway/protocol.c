@@ -394,16 +394,22 @@ static int read_tools(ctx *c, json_t *s, fg_client_event *ev, fg_proto_session_p
     return keep_json(c, ev, 0, v, &p->tools);
 }
 
+const char *fg_proto_tool_choice_word(fg_proto_tool_choice c)
+{
+    static const char *const words[] = {"auto", "none", "required"};
+    return (unsigned)c < sizeof words / sizeof *words ? words[c] : NULL;
+}
+
 /* tool_choice: "auto" | "none" | "required" | {"type":"function","name":...} */
 static int read_tool_choice(ctx *c, json_t *s, fg_proto_session_params *p)
 {
     json_t *v = field(s, "tool_choice");
     if (!v)
         return 0;
-    static const char *const names[] = {"auto", "none", "required"};
     if (json_is_string(v)) {
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(json_string_value(v), names[i]) && json_string_length(v) == strlen(names[i])) {
+        for (int i = 0; i < FG_PROTO_TOOL_CHOICE_FUNCTION; i++)
+            if (!strcmp(json_string_value(v), fg_proto_tool_choice_word((fg_proto_tool_choice)i)) &&
+                json_string_length(v) == strlen(fg_proto_tool_choice_word((fg_proto_tool_choice)i))) {
                 p->has_tool_choice = true;
                 p->tool_choice = (fg_proto_tool_choice)i;
                 return 0;

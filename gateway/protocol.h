@@ -205,6 +205,10 @@ typedef enum fg_proto_tool_choice {
     FG_PROTO_TOOL_CHOICE_FUNCTION, /* {"type":"function","name":...} */
 } fg_proto_tool_choice;
 
+/* The wire word of a string tool_choice ("auto", "none", "required"); NULL
+ * for FG_PROTO_TOOL_CHOICE_FUNCTION (an object) and out-of-range values. */
+const char *fg_proto_tool_choice_word(fg_proto_tool_choice c);
+
 /* session.create (fork_from allowed) and session.update. The OpenAI GA shape's
  * type ("realtime" only), output_modalities (["text"] only: audio is refused,
  * not dropped) and audio/tracing/include (ignored) are checked here. */

@@ -333,7 +333,7 @@ static fg_err put_session(fg_proto_buf *b, const fg_proto_session_info *s)
     if ((e = put_lit(b, "]")))
         return e;
     if (s->ga) {
-        static const char *const choices[] = {"\"auto\"", "\"none\"", "\"required\""};
+        const char *word = fg_proto_tool_choice_word(s->tool_choice);
         if ((e = put_lit(b, ",\"type\":\"realtime\",\"model\":")) || (e = put_cstr(b, s->model ? s->model : "")) ||
             (e = put_lit(b, ",\"output_modalities\":[\"text\"],\"tools\":")) ||
             (e = put_lit(b, s->tools ? s->tools : "[]")) || (e = put_lit(b, ",\"tool_choice\":")))
@@ -341,7 +341,7 @@ static fg_err put_session(fg_proto_buf *b, const fg_proto_session_info *s)
         if (s->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION)
             e = put_lit(b, "{\"type\":\"function\",\"name\":");
         else
-            e = put_lit(b, choices[s->tool_choice <= FG_PROTO_TOOL_CHOICE_REQUIRED ? s->tool_choice : 0]);
+            e = put_cstr(b, word ? word : "auto");
         if (e || (s->tool_choice == FG_PROTO_TOOL_CHOICE_FUNCTION &&
                   ((e = put_cstr(b, s->tool_choice_name ? s->tool_choice_name : "")) || (e = put_lit(b, "}")))))
             return e;

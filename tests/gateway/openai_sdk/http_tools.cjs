@@ -160,6 +160,11 @@ const ARGS = '{"city": "Paris"}';
   const f3 = await client.responses.create({ model: 'tiny-chat', previous_response_id: f2.id, max_output_tokens: 200,
     tools: respTools, input: [{ type: 'function_call_output', call_id: fc2.call_id, output: '{"temp_c": 3}' }] });
   check(f3.output_text === 'Rain.', 'the reply after the forced call\'s output', f3.output);
+  // the Response object echoes each request's own tool_choice and tools
+  check(f2.tool_choice === 'required' && f3.tool_choice === 'auto' && f2.tools.length === 1 &&
+        f2.tools[0].name === 'get_weather' && f2.tools[0].type === 'function' &&
+        JSON.stringify(f2.tools[0].parameters) === JSON.stringify(respTools[0].parameters),
+        'the Response object\'s tool_choice and tools', { f2: [f2.tool_choice, f2.tools], f3: f3.tool_choice });
   check(f3.usage.input_tokens_details.cached_tokens >= f2.usage.input_tokens + f2.usage.output_tokens - 1,
         'the next turn reads the whole forced turn from the cache', { f2: f2.usage, f3: f3.usage });
   out.forced = { chat: [f1.usage.prompt_tokens, f1.usage.completion_tokens, f1b.usage.prompt_tokens_details.cached_tokens],
