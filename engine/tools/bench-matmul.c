@@ -176,7 +176,8 @@ static int type_listed(const char *list, const char *name)
  * same weights, so they stay in whichever level holds them, which is named),
  * and the kernel's own peak, the same product on a matrix cut to half the L2
  * (its compute bound). */
-static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *only, fg_isa isa)
+static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *only, fg_isa isa, const int64_t *toks,
+                           int n_toks)
 {
     if (only) { /* every listed name a type of the table */
         int listed = 1, known = 0;
@@ -230,6 +231,20 @@ static int bench_types_run(int64_t n_in, int64_t n_out, int reps, const char *on
             printf("%3.0f%% of %s\n", 100.0 * f, which->name);
         else
             printf("%s\n", share);
+    }
+    if (toks) { /* --tokens: the few-token products (a verify pass), per type */
+        printf("few-token products, CPU us per product (median of %d):\n  %-7s", reps, "type");
+        for (int i = 0; i < n_toks; i++)
+            printf(" %7lld tok", (long long)toks[i]);
+        printf("\n");
+        for (size_t i = 0; i < sizeof bench_types / sizeof bench_types[0]; i++) {
+            if (!type_listed(only, bench_types[i].name))
+                continue;
+            printf("  %-7s", bench_types[i].name);
+            for (int k = 0; k < n_toks; k++)
+                printf(" %11.2f", time_type(bench_types[i].wtype, isa, n_in, n_out, toks[k], reps) * 1e6);
+            printf("\n");
+        }
     }
     fg_pool_destroy(one);
     return 0;
@@ -347,7 +362,7 @@ int main(int argc, char **argv)
     int64_t n_in = 1024, n_out = 1024;
     int reps = 7;
     int64_t toks[MAX_SHAPES] = {1, 8, 64};
-    int n_toks = 3, types = 0, amx = 0;
+    int n_toks = 3, types = 0, amx = 0, toks_given = 0;
     const char *only = NULL; /* --types=LIST */
     fg_isa isa = FG_ISA_AUTO; /* --isa, for --types */
     static const struct option longs[] = {{"n-in", required_argument, 0, 'i'}, {"n-out", required_argument, 0, 'o'},
@@ -373,6 +388,7 @@ int main(int argc, char **argv)
                                                   : (fg_isa)-1;
             break;
         case 't': {
+            toks_given = 1;
             n_toks = 0;
             for (char *s = optarg; *s && n_toks < MAX_SHAPES;) {
                 toks[n_toks++] = strtoll(s, &s, 10);
@@ -387,7 +403,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: flashgate-bench-matmul [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n"
                     "       flashgate-bench-matmul --types[=q4_K,iq2_xxs,...] [--n-in 1024] [--n-out 1024] [--reps 7]\n"
-                    "                              [--isa=scalar|avx2|avx512]\n"
+                    "                              [--isa=scalar|avx2|avx512] [--tokens 1,2,3]\n"
                     "       flashgate-bench-matmul --amx [--n-in 1024] [--n-out 1024] [--tokens 1,8,64] [--reps 7]\n");
             return c == 'h' ? 0 : 2;
         }
@@ -404,7 +420,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (types)
-        return bench_types_run(n_in, n_out, reps, only, isa == FG_ISA_AUTO ? fg_isa_best() : isa);
+        return bench_types_run(n_in, n_out, reps, only, isa == FG_ISA_AUTO ? fg_isa_best() : isa,
+                               toks_given ? toks : NULL, n_toks);
     if (amx)
         return bench_amx_run(n_in, n_out, toks, n_toks, reps);
     shape sh[MAX_SHAPES];
