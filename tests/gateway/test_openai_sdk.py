@@ -504,20 +504,25 @@ TOOL_SCRIPT = ["Let me check." + _call("get_weather", '{"city": "Paris"}'),
                _call("launch_rocket", "{}")]
 
 
+def ga_turn(r, item, choice=None):
+    """One GA turn: optionally a session.update of tool_choice, the item, a response; its events."""
+    if choice is not None:
+        r.send_json({"type": "session.update", "session": {"tool_choice": choice}})
+        eq(r.recv_event()["type"], "session.updated", f"tool_choice {choice}")
+    r.send_json({"type": "conversation.item.create", "item": item})
+    while r.recv_event()["type"] != "conversation.item.done":
+        pass
+    r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
+    evs = []
+    while not evs or evs[-1]["type"] != "response.done":
+        evs.append(r.recv_event())
+    return evs
+
+
 def test_tool_calls_realtime():
     """A function tool round trip over the GA realtime flow with the scripted output on a model with
     DeepSeek's markers: the call comes back as a function_call item with its argument events, its
     output goes back, the next reply continues; a malformed and an undeclared call are reported."""
-    def turn(r, item):
-        r.send_json({"type": "conversation.item.create", "item": item})
-        while r.recv_event()["type"] != "conversation.item.done":
-            pass
-        r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
-        evs = []
-        while not evs or evs[-1]["type"] != "response.done":
-            evs.append(r.recv_event())
-        return evs
-
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
 
     async def go():
@@ -527,7 +532,7 @@ def test_tool_calls_realtime():
             eq(r.recv_event()["type"], "session.created", "a session at connect")
             r.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
             eq(r.recv_event()["type"], "session.updated", "tools declared")
-            evs = turn(r, user)
+            evs = ga_turn(r, user)
             types = [e["type"] for e in evs]
             text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
             eq(text, "Let me check.", "the text before the call, without the markers")
@@ -551,7 +556,7 @@ def test_tool_calls_realtime():
             eq(resp["output"][1]["arguments"], '{"city": "Paris"}', "the call in response.done")
             check("error" not in types, f"no error: {types}")
             # the tool's output goes back; the next reply continues
-            evs = turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
+            evs = ga_turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
             text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
             eq((text, evs[-1]["response"]["status"]), ("It is sunny in Paris.", "completed"), "the reply after the tool")
             r.send_json({"type": "conversation.item.retrieve", "item_id": call["id"]})
@@ -559,7 +564,7 @@ def test_tool_calls_realtime():
             eq((got["type"], got["item"]["type"], got["item"]["name"]),
                ("conversation.item.retrieved", "function_call", "get_weather"), "the call item kept")
             # a malformed call: the item ends incomplete, an error names the reason
-            evs = turn(r, user)
+            evs = ga_turn(r, user)
             errs = [e["error"] for e in evs if e["type"] == "error"]
             eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
             check("unterminated" in errs[0]["message"] or "bad_json" in errs[0]["message"] or
@@ -567,7 +572,7 @@ def test_tool_calls_realtime():
             bad = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
             eq(bad[0]["item"]["status"], "incomplete", "the malformed call's item")
             # an undeclared function: reported, no item
-            evs = turn(r, user)
+            evs = ga_turn(r, user)
             errs = [e["error"] for e in evs if e["type"] == "error"]
             eq(len(errs), 1, f"one error: {errs}")
             check("tool_undeclared" in errs[0]["message"], f"the verdict: {errs[0]['message']}")
@@ -592,19 +597,6 @@ def test_tool_choice_forced():
     call), its opening is prompt (input tokens) and the next turn finds the whole turn in the
     cache; "required" lets the model write the name; output that cannot continue the call is a
     malformed call, not a crash."""
-    def turn(r, item, choice=None):
-        if choice is not None:
-            r.send_json({"type": "session.update", "session": {"tool_choice": choice}})
-            eq(r.recv_event()["type"], "session.updated", f"tool_choice {choice}")
-        r.send_json({"type": "conversation.item.create", "item": item})
-        while r.recv_event()["type"] != "conversation.item.done":
-            pass
-        r.send_json({"type": "response.create", "response": {"max_output_tokens": 200}})
-        evs = []
-        while not evs or evs[-1]["type"] != "response.done":
-            evs.append(r.recv_event())
-        return evs
-
     def calls(evs):
         return [(e["name"], e["arguments"]) for e in evs if e["type"] == "response.function_call_arguments.done"]
 
@@ -630,12 +622,12 @@ def test_tool_choice_forced():
                 eq(r.recv_event()["type"], "session.updated", "tools declared")
                 sessions.append(r)
             # the same output, unforced: text and stray markers, no call
-            evs = turn(sessions[0], user)
+            evs = ga_turn(sessions[0], user)
             eq(calls(evs), [], "unforced, the arguments alone are no call")
             auto_input = usage(evs)[0]
             # named: the call of that function, its arguments the model's
             r = sessions[1]
-            evs = turn(r, user, named)
+            evs = ga_turn(r, user, named)
             eq(calls(evs), [("get_weather", '{"city": "Paris"}')], "the named function is called")
             eq(errors(evs), [], "no error")
             resp = evs[-1]["response"]
@@ -646,7 +638,7 @@ def test_tool_choice_forced():
             check(first[0] - auto_input >= 4,
                   f"the call's opening is prompt: {first[0]} input tokens, {auto_input} unforced")
             # the tool's output, and the next turn reads the whole forced turn from the cache
-            evs = turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'},
+            evs = ga_turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'},
                        "auto")
             text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
             eq(text, "It is sunny in Paris.", "the reply after the tool")
@@ -655,12 +647,12 @@ def test_tool_choice_forced():
                   f"the next turn's cache holds the whole forced turn: {second} after {first}")
             log(f"    (input, cached, output): unforced {auto_input} in, forced {first}, next {second}")
             # "required": the model names the function
-            evs = turn(r, user, "required")
+            evs = ga_turn(r, user, "required")
             eq(calls(evs), [("get_weather", '{"city": "Oslo"}')], "required: a call")
             eq(errors(evs), [], "no error")
             # forced, but the model writes text: a malformed call, the response ends, the session goes on
             for choice in (named, "required"):
-                evs = turn(r, user, choice)
+                evs = ga_turn(r, user, choice)
                 errs = errors(evs)
                 eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
                 check("malformed" in errs[0]["message"], f"a malformed call: {errs[0]['message']}")
