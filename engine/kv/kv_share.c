@@ -151,15 +151,25 @@ static bool attach_unit_hits(fg_engine_t *e, fg_session_t *s)
     if (best < 0)
         return wait;
     const int add = (best + 1 - k0) * FG_KV_PAGE_TOKENS;
-    if (fg_tokens_reserve(&s->hist, s->hist.n + add + 1) != 0 || fg_kv_seq_grow_table(&s->seq, best + 1) != FG_OK ||
-        fg_kv_seq_set_state(e->kv, &s->seq, snap) != FG_OK)
-        return wait; /* out of memory, or no pages for the state: computed instead */
+    if (fg_tokens_reserve(&s->hist, s->hist.n + add + 1) != 0 || fg_kv_seq_grow_table(&s->seq, best + 1) != FG_OK)
+        return wait; /* out of memory: computed instead */
+    /* The pages first: held by the session, they are spared when cold pages make room for its state. */
     for (int i = k0; i <= best; i++) {
         const int32_t *tk = s->todo.v + (size_t)(i - k0) * FG_KV_PAGE_TOKENS;
         uint8_t *page = fg_prefix_cache_find(e->share.pc, s->share.phash[i], i ? s->share.phash[i - 1] : 0,
                                              s->tenant_ix, tk, now);
         fg_kv_page_retain(e->kv, page);
         fg_kv_seq_set_page(e->kv, &s->seq, i, page);
+    }
+    fg_err err = fg_kv_seq_set_state(e->kv, &s->seq, snap);
+    if (err == FG_ERR_KV_FULL) {
+        fg_tier_drop_cold(e, fg_kv_store_state_pages(e->kv));
+        snap = fg_prefix_cache_snapshot(e->share.pc, s->share.phash[best]); /* snapshots may have gone too */
+        err = snap ? fg_kv_seq_set_state(e->kv, &s->seq, snap) : FG_ERR_KV_FULL;
+    }
+    if (err != FG_OK) {
+        fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* no pages for the state: computed instead */
+        return wait;
     }
     e->stats.prefix_hits += (uint64_t)(best + 1 - k0);
     s->seq.n_tokens += add;

@@ -11,8 +11,9 @@
  * behind it. The seed corpus is tests/fuzz/corpus/fuzz_session_file/ (files
  * written by the writer, session acme/s1: small, twopages, twopages_fixsum in
  * version 2; v3_small, v3_twopages, v3_twopages_fixsum, v3_page, a page
- * file without state, and v3_page_snap, the page at 64 with the snapshot of
- * its unit's end (first token 64, state of 128 tokens), in version 3).
+ * file without state, and v3_page_snap (and _fixsum), the page at 64 with
+ * the snapshot of its unit's end (first token 64, state of 128 tokens), in
+ * version 3).
  * A parsed file is also checked against the owner acme/s1 (the seeds' names),
  * as a page file (page_file.h) under the key its meta names at the position
  * it names (and at another), and the input's first bytes as a page file name.
