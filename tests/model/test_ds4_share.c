@@ -32,7 +32,10 @@
  *    384, the snapshot read once) with a cache-less run's greedy tokens;
  *    after a restart the files hit again; with the snapshot's bytes flipped
  *    or cut off the page file is refused and moved aside, and the session
- *    computes the prompt (no hit) with the same tokens. */
+ *    computes the prompt (no hit) with the same tokens; sessions with one
+ *    system prompt whose pages idled out to disk without a snapshot where
+ *    they part: the second leaves one there, its page file is replaced by
+ *    one with it, and the third resumes there from disk. */
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -666,6 +669,63 @@ static void check_cold(fg_engine_t *direct, int V, size_t state_pages, size_t pa
     CHECK(system(cmd) == 0);
 }
 
+/* A system prompt of 300 tokens on disk without a snapshot where sessions
+ * part (256): the second session reads its pages back, finds no snapshot,
+ * leaves one while computing, and when that entry idles out its page file
+ * is replaced by one with the snapshot; the third reads both back and
+ * resumes at 256. */
+static void check_cold_learned(fg_engine_t *direct, int V, size_t page_bytes, size_t seq_bytes)
+{
+    enum { N = 3, SYS = 300, L = SYS + 200, PART = 256 };
+    static int32_t prompt[N][L], want[N][MAXGEN];
+    int n_want[N];
+    for (int i = 0; i < N; i++) {
+        test_tokens(prompt[i], SYS, V, 103);
+        test_tokens(prompt[i] + SYS, L - SYS, V, 400 + (unsigned)i);
+        n_want[i] = greedy_alone(direct, prompt[i], L, MAXGEN, want[i]);
+    }
+    char dir[] = "/tmp/fg_ds4_coldlXXXXXX", cmd[64], path[200];
+    CHECK(mkdtemp(dir) != NULL);
+    const uint64_t salt = fg_tenant_salt("default");
+    uint64_t key = 0;
+    for (int k = 0; k < PART / FG_KV_PAGE_TOKENS; k++)
+        key = fg_page_key(key, salt, prompt[0] + (size_t)k * FG_KV_PAGE_TOKENS);
+    snprintf(path, sizeof path, "%s/default/pages/%016llx.fgp", dir, (unsigned long long)key);
+    const long long plain = FG_SFILE_HEADER_V3_BYTES + FG_KV_PAGE_TOKENS * 4 + 32 + (long long)page_bytes + 8;
+    fg_engine_t *e = open_cold(dir, (size_t)64 << 20, 0.05);
+    const long long cached[N] = {0, 0, PART};
+    const uint64_t snaps[N] = {1, 3, 4}; /* each at its input's last boundary (384); the second's at 256 too */
+    for (int i = 0; i < N; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "cold, system prompt: session %d", i);
+        fg_engine_stats st = cold_turn(e, prompt[i], L, want[i], n_want[i], cached[i], what);
+        if (i == 1)
+            CHECK_MSG(st.pages_from_disk >= PART / FG_KV_PAGE_TOKENS && st.snapshots_from_disk == 0,
+                      "session 1: %llu pages, %llu snapshots read back", (unsigned long long)st.pages_from_disk,
+                      (unsigned long long)st.snapshots_from_disk);
+        if (i == 2)
+            CHECK_MSG(st.snapshots_from_disk == 1, "session 2: %llu snapshots read back",
+                      (unsigned long long)st.snapshots_from_disk);
+        /* everything idles out to page files; after the second, the file at 192 gains the snapshot at 256 */
+        struct stat sb = {0};
+        for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000)) {
+            st = stats_of(e);
+            if (stat(path, &sb) != 0)
+                sb.st_size = 0;
+            if (st.kv_pages_used == 0 && st.snapshots_to_disk == snaps[i] &&
+                (sb.st_size == plain + (long long)seq_bytes) == (i > 0))
+                break;
+        }
+        CHECK_MSG(st.kv_pages_used == 0 && st.snapshots_to_disk == snaps[i] &&
+                      sb.st_size == plain + (i > 0 ? (long long)seq_bytes : 0),
+                  "after session %d: %zu pages used, %llu snapshots on disk, the page file at 192 of %lld bytes", i,
+                  st.kv_pages_used, (unsigned long long)st.snapshots_to_disk, (long long)sb.st_size);
+    }
+    fg_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     fg_pool_t *pool = fg_pool_create(2);
@@ -692,6 +752,7 @@ int main(void)
     check_fork_spilled(direct, info.n_vocab);
     check_pressure(direct, info.n_vocab, state_pages, info.kv_page_bytes);
     check_cold(direct, info.n_vocab, state_pages, info.kv_page_bytes, info.kv_seq_bytes);
+    check_cold_learned(direct, info.n_vocab, info.kv_page_bytes, info.kv_seq_bytes);
     fg_engine_close(direct);
     return TEST_DONE("test_ds4_share");
 }
