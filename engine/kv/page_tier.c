@@ -244,7 +244,7 @@ static void write_finish(fg_engine_t *e, fg_save_job *j)
     e->stats.snapshots_to_disk += d->snap;
 }
 
-/* A page file's snapshot onto its listed entry, charged to the tenant (no pool pages: none). */
+/* A page file's snapshot onto its listed entry, charged to the tenant (without free pages for it: none). */
 static void snapshot_back(fg_engine_t *e, const fg_save_job *j)
 {
     if (j->v.state && !fg_prefix_cache_snapshot(e->share.pc, j->key) &&
