@@ -692,7 +692,8 @@ static void check_cold_learned(fg_engine_t *direct, int V, size_t page_bytes, si
         key = fg_page_key(key, salt, prompt[0] + (size_t)k * FG_KV_PAGE_TOKENS);
     snprintf(path, sizeof path, "%s/default/pages/%016llx.fgp", dir, (unsigned long long)key);
     const long long plain = FG_SFILE_HEADER_V3_BYTES + FG_KV_PAGE_TOKENS * 4 + 32 + (long long)page_bytes + 8;
-    fg_engine_t *e = open_cold(dir, (size_t)64 << 20, 0.05);
+    /* idle long enough that pages read back stay listed until the session that waited for them walks again */
+    fg_engine_t *e = open_cold(dir, (size_t)64 << 20, 0.5);
     const long long cached[N] = {0, 0, PART};
     const uint64_t snaps[N] = {1, 3, 4}; /* each at its input's last boundary (384); the second's at 256 too */
     for (int i = 0; i < N; i++) {
