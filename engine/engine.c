@@ -295,6 +295,7 @@ fg_err fg_session_alloc(fg_engine_t *e, const fg_session_params *params, fg_sess
     s->params.tenant_name = s->tenant_name;
     strcpy(s->tier.load_name, s->name);
     s->share.miss_at = -1;
+    s->share.load_k = -1;
     if (e->opt.serve) {
         pthread_mutex_lock(&e->mu);
         s->tenant_ix = fg_tier_tenant(e, s->tenant_name);

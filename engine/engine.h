@@ -196,6 +196,8 @@ typedef struct fg_engine_stats {
     uint64_t pages_to_disk;        /* cold cached pages written as page files when evicted */
     uint64_t pages_from_disk;      /* page files read back into the prefix cache on a miss */
     uint64_t page_files_damaged;   /* page files found damaged (moved aside, the page computed) */
+    uint64_t snapshots_to_disk;    /* of pages_to_disk, those written with their state snapshot (deepseek4) */
+    uint64_t snapshots_from_disk;  /* state snapshots read back with their page files onto cached pages */
     uint64_t saves;                /* session files written (end of turn, spill, shutdown) */
     uint64_t save_errors;          /* writes that failed (disk full, I/O) */
     double spill_seconds;          /* total time writing spilled sessions */

@@ -8,7 +8,9 @@
  * units are listed (a 128-ratio row lands in a unit's first page when its
  * last token arrives), and a hit takes pages up to the deepest unit boundary
  * whose entry also has a state snapshot, and copies that into the session's
- * state. Snapshots are taken where a prefill chunk is cut for them: at the
+ * state; entries that left memory come back from their page files first
+ * (with the snapshot where it went with its page, page_tier.c). Snapshots
+ * are taken where a prefill chunk is cut for them: at the
  * last unit boundary of a session's input (the next session with that whole
  * prompt, or a client that sends the conversation again, resumes there) and
  * at the deepest boundary where a hit found the pages but no snapshot (the
@@ -94,8 +96,10 @@ bool fg_share_next_key(fg_engine_t *e, fg_session_t *s, uint64_t *key)
 
 /* State geometries: the pages of whole units from s's position (a unit
  * boundary) to the deepest boundary with a snapshot, and the snapshot as
- * its state. Page files are not consulted: they carry no snapshots. */
-static void attach_unit_hits(fg_engine_t *e, fg_session_t *s)
+ * its state. When the walk stops at a page on disk, the page files from
+ * there are read back (the pages and snapshots found so far are taken
+ * first) and true says to wait for them, as for deepseek2's pages. */
+static bool attach_unit_hits(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
     const int keep = r->active && r->p.generate ? 1 : 0;
@@ -103,20 +107,23 @@ static void attach_unit_hits(fg_engine_t *e, fg_session_t *s)
     const int avail = ((int)s->todo.n - keep) / FG_KV_PAGE_TOKENS;
     if (!e->share.pc || s->tier.on_disk || k0 % per || s->seq.n_tokens % FG_KV_PAGE_TOKENS ||
         (int)s->hist.n != s->seq.n_tokens || avail < per || s->share.miss_at == s->seq.n_tokens)
-        return;
+        return false;
     if ((k0 && !fg_share_page_keys(e, s, k0 - 1)) || !phash_room(e, s, k0 + avail + 1))
-        return;
+        return false;
     const uint64_t salt = e->tier.tenants[s->tenant_ix].salt;
     const double now = fg_clock_mono_s();
     const uint8_t *snap = NULL;
     int best = -1, matched = k0; /* last page of the deepest unit with a snapshot; pages of whole units found */
-    uint64_t prev = k0 ? s->share.phash[k0 - 1] : 0;
-    for (int k = k0; k - k0 < avail; k++) {
+    uint64_t prev = k0 ? s->share.phash[k0 - 1] : 0, miss = 0;
+    int k = k0;
+    for (; k - k0 < avail; k++) {
         const int32_t *tk = s->todo.v + (size_t)(k - k0) * FG_KV_PAGE_TOKENS;
         const uint64_t key = fg_page_key(prev, salt, tk);
         e->stats.prefix_lookups++;
-        if (!fg_prefix_cache_find(e->share.pc, key, prev, s->tenant_ix, tk, now))
+        if (!fg_prefix_cache_find(e->share.pc, key, prev, s->tenant_ix, tk, now)) {
+            miss = key;
             break;
+        }
         s->share.phash[k] = key; /* past phash_n until taken */
         prev = key;
         if ((k + 1) % per == 0) {
@@ -128,21 +135,41 @@ static void attach_unit_hits(fg_engine_t *e, fg_session_t *s)
             }
         }
     }
-    if (matched > best + 1 && matched > k0)
-        s->share.snap_want = matched * FG_KV_PAGE_TOKENS; /* its prefill leaves a snapshot there */
-    s->share.miss_at = s->seq.n_tokens;
+    /* Past a page being read back, or one on disk past the last wait's stop (progress, or the pool is too
+     * small to hold what the loads bring: then computed). */
+    bool wait = false;
+    if (k - k0 < avail && e->tier.persist)
+        wait = k > s->share.load_k ? fg_ptier_fetch(e, s->tenant_ix, k * FG_KV_PAGE_TOKENS, prev,
+                                                    s->todo.v + (size_t)(k - k0) * FG_KV_PAGE_TOKENS, avail - (k - k0))
+                                   : fg_ptier_loading(e, s->tenant_ix, miss);
+    s->share.load_k = wait ? k : -1;
+    if (!wait) {
+        if (matched > best + 1 && matched > k0)
+            s->share.snap_want = matched * FG_KV_PAGE_TOKENS; /* its prefill leaves a snapshot there */
+        s->share.miss_at = s->seq.n_tokens;
+    }
     if (best < 0)
-        return;
+        return wait;
     const int add = (best + 1 - k0) * FG_KV_PAGE_TOKENS;
-    if (fg_tokens_reserve(&s->hist, s->hist.n + add + 1) != 0 || fg_kv_seq_grow_table(&s->seq, best + 1) != FG_OK ||
-        fg_kv_seq_set_state(e->kv, &s->seq, snap) != FG_OK)
-        return; /* out of memory, or no pages for the state: computed instead */
-    for (int k = k0; k <= best; k++) {
-        const int32_t *tk = s->todo.v + (size_t)(k - k0) * FG_KV_PAGE_TOKENS;
-        uint8_t *page = fg_prefix_cache_find(e->share.pc, s->share.phash[k], k ? s->share.phash[k - 1] : 0,
+    if (fg_tokens_reserve(&s->hist, s->hist.n + add + 1) != 0 || fg_kv_seq_grow_table(&s->seq, best + 1) != FG_OK)
+        return wait; /* out of memory: computed instead */
+    /* The pages first: held by the session, they are spared when cold pages make room for its state. */
+    for (int i = k0; i <= best; i++) {
+        const int32_t *tk = s->todo.v + (size_t)(i - k0) * FG_KV_PAGE_TOKENS;
+        uint8_t *page = fg_prefix_cache_find(e->share.pc, s->share.phash[i], i ? s->share.phash[i - 1] : 0,
                                              s->tenant_ix, tk, now);
         fg_kv_page_retain(e->kv, page);
-        fg_kv_seq_set_page(e->kv, &s->seq, k, page);
+        fg_kv_seq_set_page(e->kv, &s->seq, i, page);
+    }
+    fg_err err = fg_kv_seq_set_state(e->kv, &s->seq, snap);
+    if (err == FG_ERR_KV_FULL) {
+        fg_tier_drop_cold(e, fg_kv_store_state_pages(e->kv));
+        snap = fg_prefix_cache_snapshot(e->share.pc, s->share.phash[best]); /* snapshots may have gone too */
+        err = snap ? fg_kv_seq_set_state(e->kv, &s->seq, snap) : FG_ERR_KV_FULL;
+    }
+    if (err != FG_OK) {
+        fg_kv_seq_truncate(e->kv, &s->seq, s->seq.n_tokens); /* no pages for the state: computed instead */
+        return wait;
     }
     e->stats.prefix_hits += (uint64_t)(best + 1 - k0);
     s->seq.n_tokens += add;
@@ -158,16 +185,15 @@ static void attach_unit_hits(fg_engine_t *e, fg_session_t *s)
         r->cached_tokens += add;
     s->serve.length_snapshot = s->seq.n_tokens;
     s->tier.gen++;
+    return wait;
 }
 
 bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
     const int keep = r->active && r->p.generate ? 1 : 0;
-    if (fg_engine_seq_state(e)) {
-        attach_unit_hits(e, s);
-        return false;
-    }
+    if (fg_engine_seq_state(e))
+        return attach_unit_hits(e, s);
     while (next_page_shareable(e, s) && s->share.miss_at != s->seq.n_tokens) {
         int k = s->seq.n_tokens / FG_KV_PAGE_TOKENS;
         uint64_t prev, key;
@@ -177,7 +203,8 @@ bool fg_share_attach_hits(fg_engine_t *e, fg_session_t *s)
         uint8_t *page = fg_prefix_cache_find(e->share.pc, key, prev, s->tenant_ix, s->todo.v, fg_clock_mono_s());
         if (!page) {
             /* Its page file (and those of the pages after it) may be loaded instead of computed. */
-            if (e->tier.persist && fg_ptier_fetch(e, s->tenant_ix, prev, s->todo.v, (s->todo.n - keep) / FG_KV_PAGE_TOKENS))
+            if (e->tier.persist &&
+                fg_ptier_fetch(e, s->tenant_ix, s->seq.n_tokens, prev, s->todo.v, (s->todo.n - keep) / FG_KV_PAGE_TOKENS))
                 return true;
             s->share.miss_at = s->seq.n_tokens;
             return false;
@@ -236,7 +263,7 @@ void fg_share_register(fg_engine_t *e, fg_session_t *s)
     double now = fg_clock_mono_s();
     for (int k = s->share.reg_n; k < full; k++)
         fg_prefix_cache_insert(e->share.pc, e->kv, s->share.phash[k], k ? s->share.phash[k - 1] : 0, s->tenant_ix,
-                               s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
+                               s->hist.v + (size_t)k * FG_KV_PAGE_TOKENS, k * FG_KV_PAGE_TOKENS, s->seq.pages[k], now);
     if (s->share.reg_n < full)
         s->share.reg_n = full;
     /* The state where a chunk was cut for it, beside the listed page that

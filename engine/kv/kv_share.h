@@ -25,6 +25,9 @@ typedef struct fg_session_share {
     int snap_want;                  /* [step] state geometries: a unit boundary where the cache has the
                                        pages but no snapshot, which this session's prefill takes (0 none) */
     int snap_at;                    /* [step] the boundary this step's chunk was cut at for a snapshot (0 none) */
+    int load_k;                     /* [step] state geometries: the page a wait for page files stopped at (-1
+                                       none); it reads them again only past it, so loads that push each
+                                       other out of a small pool end in computing */
     /* a fork (the forking thread waits on e->done_cv) */
     fg_session_t *fork_src;         /* [mu] */
     bool fork_done;                 /* [mu] */

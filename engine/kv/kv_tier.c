@@ -744,6 +744,8 @@ fg_err fg_tier_check_file(fg_engine_t *e, const char *tenant, const char *name, 
         err = fg_sfile_parse(*buf, *len, &e->tier.expect, v, &d);
     if (err == FG_OK)
         err = fg_sfile_check_owner(v, tenant, name, &d);
+    if (err == FG_OK && v->first_token != 0) /* a history starts at 0: this is a page file renamed */
+        err = fg_diag_set(&d, FG_ERR_SESSION_CORRUPT, "its tokens start at %d, not 0", v->first_token);
     if (err != FG_OK) {
         free(*buf);
         *buf = NULL;

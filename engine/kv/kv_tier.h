@@ -51,8 +51,11 @@ struct fg_save_job {
     uint32_t meta_len;
     uint8_t **pages;                /* [n_pages], one reference each, released by the step thread */
     int n_pages;
-    uint8_t *state;                 /* save: a copy of the sequence's state (seq_bytes), NULL without */
+    uint8_t *state;                 /* save: a copy of the sequence's state (seq_bytes), NULL without;
+                                       page write: a copy of the entry's snapshot, NULL without */
     uint64_t key, prev;             /* page: its key and previous key */
+    int at;                         /* page: the position of its first token */
+    bool replace;                   /* page write: over the key's file without a snapshot (unlisted) */
     uint8_t *rows;                  /* page write: [64][n_layer][row_bytes] copied out of the page (with
                                        per-sequence state: the page as stored) */
     fg_err err;                     /* result */
@@ -67,6 +70,7 @@ typedef struct fg_dpage {
     int tenant_ix;
     fg_dpage_state state;
     bool no_room;                   /* its last load found no free page: the next lookup misses */
+    bool snap;                      /* the file carries a state snapshot (page_file.h) */
     uint64_t bytes;                 /* counted in disk_bytes while listed (ON_DISK, LOADING) */
     double born;                    /* when written (mtime at open): oldest go first */
 } fg_dpage;
@@ -186,13 +190,16 @@ bool fg_tier_path(const fg_engine_t *e, const char *tenant, const char *name, co
  * removes temp files; at open. */
 void fg_ptier_scan(fg_engine_t *e, int tenant_ix, const char *tenant_dir);
 /* Before the cache drops entry id under pressure: queues a page file of it
- * unless its key is on disk already [mu]. */
+ * (with its snapshot where it has one) unless its key is on disk already,
+ * with a snapshot or without one to add [mu]. */
 void fg_ptier_spill(fg_engine_t *e, uint32_t id);
-/* On a cache miss of the page with prev and tokens: when its key (and those
- * of the following full pages of tokens[0, n_pages * 64)) are on disk,
- * queues their loads. Returns true when the first one is loading (wait for
- * it), false for a plain miss [mu]. */
-bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t *tokens, int n_pages);
+/* On a cache miss of the page at position at with prev and tokens: when
+ * its key (and those of the following full pages of tokens[0, n_pages *
+ * 64)) are on disk, queues their loads. Returns true when the first one is
+ * loading (wait for it), false for a plain miss [mu]. */
+bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, int at, uint64_t prev, const int32_t *tokens, int n_pages);
+/* Whether the page file of key is being read back [mu]. */
+bool fg_ptier_loading(const fg_engine_t *e, int tenant_ix, uint64_t key);
 /* Writer thread, mu not held: removes the tenant's oldest page files until
  * need more bytes fit the disk budget (or none is left). */
 void fg_ptier_make_room(fg_engine_t *e, int tenant_ix, uint64_t need);

@@ -30,12 +30,20 @@ void fg_pfile_meta(uint8_t out[FG_PFILE_META_BYTES], uint64_t key, uint64_t prev
     put64(out + 24, tenant_salt);
 }
 
-fg_err fg_pfile_check(const fg_sfile_view *v, uint64_t key, uint64_t tenant_salt, uint64_t *prev, fg_diag *diag)
+fg_err fg_pfile_check(const fg_sfile_view *v, const fg_kv_geometry *geo, uint64_t key, uint64_t tenant_salt, int at,
+                      uint64_t *prev, fg_diag *diag)
 {
     if (v->n_tokens != FG_KV_PAGE_TOKENS || v->n_pending != 0 || v->meta_len != FG_PFILE_META_BYTES ||
-        memcmp(v->meta, PMAGIC, 8) != 0 || v->state)
+        memcmp(v->meta, PMAGIC, 8) != 0)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "not a page file (%d tokens, %u bytes of meta)", v->n_tokens,
                            v->meta_len);
+    /* Version 2 names no position (and holds no state); version 3 must be where the chain has its page. */
+    if (v->version == FG_SFILE_VERSION_PAGES && v->first_token != at)
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "page file of the page at %d, wanted at %d", v->first_token,
+                           at);
+    if (v->state && (at + FG_KV_PAGE_TOKENS) % fg_kv_share_tokens(geo) != 0)
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "a state snapshot on the page at %d, which ends no unit of %d",
+                           at, fg_kv_share_tokens(geo));
     if (get64(v->meta + 24) != tenant_salt)
         return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "page file of another tenant");
     uint64_t k = get64(v->meta + 8), p = get64(v->meta + 16);
@@ -49,9 +57,9 @@ fg_err fg_pfile_check(const fg_sfile_view *v, uint64_t key, uint64_t tenant_salt
     return FG_OK;
 }
 
-uint64_t fg_pfile_size(const fg_kv_geometry *geo)
+uint64_t fg_pfile_size(const fg_kv_geometry *geo, bool snapshot)
 {
-    return fg_sfile_size_with(geo, FG_KV_PAGE_TOKENS, 0, FG_PFILE_META_BYTES, 0); /* a page without state */
+    return fg_sfile_size_with(geo, FG_KV_PAGE_TOKENS, 0, FG_PFILE_META_BYTES, snapshot ? geo->seq_bytes : 0);
 }
 
 void fg_pfile_name(uint64_t key, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)key); }

@@ -14,6 +14,13 @@
  * first, and a page that still does not fit is dropped as before. A damaged
  * file is moved aside (<key>.fgp.damaged) and the page is computed again.
  *
+ * A cache with state (deepseek4) writes an entry's state snapshot into its
+ * page file (page_file.h) and reads it back with the page, charged to the
+ * tenant like any snapshot (fg_kv_state_copy), so a prefix hit, which needs
+ * both, survives the entry leaving memory. The one change a page file gets:
+ * a file without a snapshot is replaced by one with it when its page goes
+ * cold again carrying one (a session left it there meanwhile).
+ *
  * Runs under engine->mu unless it says otherwise.
  */
 #include <dirent.h>
@@ -98,7 +105,9 @@ void fg_ptier_scan(fg_engine_t *e, int tenant_ix, const char *tenant_dir)
         fg_dpage *p = add(e, tenant_ix, key);
         if (!p)
             break;
+        const fg_kv_geometry *geo = &e->tier.expect.geo;
         p->state = FG_DPAGE_ON_DISK;
+        p->snap = geo->seq_bytes && (uint64_t)st.st_size == fg_pfile_size(geo, true); /* read back: checked */
         p->bytes = (uint64_t)st.st_size;
         p->born = (double)st.st_mtime;
         fg_tier_disk_add(e, tenant_ix, (int64_t)p->bytes);
@@ -126,16 +135,17 @@ static bool damage(fg_err err)
 
 void fg_ptier_spill(fg_engine_t *e, uint32_t id)
 {
-    uint64_t key, prev;
-    int tenant;
-    const int32_t *tokens;
-    uint8_t *page;
-    if (!fg_prefix_cache_entry(e->share.pc, id, &key, &prev, &tenant, &tokens, &page) || find(e, tenant, key) >= 0)
-        return; /* already on disk (page files never change) or being written */
-    const fg_kv_geometry *geo = &e->tier.expect.geo;
-    if (e->opt.disk_budget_bytes && fg_pfile_size(geo) > e->opt.disk_budget_bytes)
+    fg_prefix_entry x;
+    if (!fg_prefix_cache_entry(e->share.pc, id, &x))
         return;
-    if (fg_engine_page_to_host(e, page, NULL) != FG_OK)
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
+    bool snap = x.snap && !(e->opt.disk_budget_bytes && fg_pfile_size(geo, true) > e->opt.disk_budget_bytes);
+    const int on = find(e, x.tenant, x.key);
+    /* On disk already (a key names its content) or being written or read, unless a snapshot is to be added. */
+    const bool replace = on >= 0 && snap && !e->tier.dpages[on].snap && e->tier.dpages[on].state == FG_DPAGE_ON_DISK;
+    if ((on >= 0 && !replace) || (e->opt.disk_budget_bytes && fg_pfile_size(geo, snap) > e->opt.disk_budget_bytes))
+        return;
+    if (fg_engine_page_to_host(e, x.page, NULL) != FG_OK)
         return; /* the device copy failed: the page is dropped as without a disk tier */
     fg_save_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -144,32 +154,37 @@ void fg_ptier_spill(fg_engine_t *e, uint32_t id)
     const bool whole = geo->seq_bytes != 0;
     j->tokens = malloc(FG_KV_PAGE_TOKENS * sizeof *j->tokens);
     j->rows = malloc(whole ? geo->page_bytes : FG_KV_PAGE_TOKENS * geo->bytes_per_token);
-    fg_dpage *d = j->tokens && j->rows ? add(e, tenant, key) : NULL;
+    j->state = snap ? malloc(geo->seq_bytes) : NULL; /* the cache frees its own when it drops the entry */
+    if (replace && j->tokens && j->rows && j->state)
+        unlist(e, on); /* the file is replaced: counted again when written */
+    fg_dpage *d = j->tokens && j->rows && (j->state || !snap) ? add(e, x.tenant, x.key) : NULL;
     if (!d) {
-        free(j->tokens);
-        free(j->rows);
-        free(j);
+        fg_tier_free_job(e, j);
         return; /* out of memory: dropped as without a disk tier */
     }
-    memcpy(j->tokens, tokens, FG_KV_PAGE_TOKENS * sizeof *j->tokens);
+    memcpy(j->tokens, x.tokens, FG_KV_PAGE_TOKENS * sizeof *j->tokens);
+    if (snap)
+        memcpy(j->state, x.snap, geo->seq_bytes);
     /* Pages hold [layer][token] rows; files [token][layer]. */
     uint8_t *dst = j->rows;
     if (whole)
-        memcpy(dst, page, geo->page_bytes);
+        memcpy(dst, x.page, geo->page_bytes);
     else
         for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
             for (int il = 0; il < geo->n_layer; il++, dst += geo->row_bytes)
-                memcpy(dst, page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, geo->row_bytes);
+                memcpy(dst, x.page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes, geo->row_bytes);
     j->kind = &write_kind;
-    j->key = key;
-    j->prev = prev;
+    j->key = x.key;
+    j->prev = x.prev;
+    j->at = x.at;
+    j->replace = replace;
     j->n_tokens = FG_KV_PAGE_TOKENS;
-    j->tenant_ix = tenant;
-    strcpy(j->tenant, e->tier.tenants[tenant].name);
+    j->tenant_ix = x.tenant;
+    strcpy(j->tenant, e->tier.tenants[x.tenant].name);
     fg_tier_push_job(e, j);
 }
 
-bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t *tokens, int n_pages)
+bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, int at, uint64_t prev, const int32_t *tokens, int n_pages)
 {
     const uint64_t salt = e->tier.tenants[tenant_ix].salt;
     bool wait = false;
@@ -191,6 +206,7 @@ bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t 
                 break;
             j->kind = &read_kind;
             j->key = key;
+            j->at = at + k * FG_KV_PAGE_TOKENS;
             j->tenant_ix = tenant_ix;
             strcpy(j->tenant, e->tier.tenants[tenant_ix].name);
             d->state = FG_DPAGE_LOADING;
@@ -201,6 +217,12 @@ bool fg_ptier_fetch(fg_engine_t *e, int tenant_ix, uint64_t prev, const int32_t 
         prev = key;
     }
     return wait;
+}
+
+bool fg_ptier_loading(const fg_engine_t *e, int tenant_ix, uint64_t key)
+{
+    const int i = find(e, tenant_ix, key);
+    return i >= 0 && e->tier.dpages[i].state == FG_DPAGE_LOADING;
 }
 
 /* A page file written: listed as on disk (or dropped when the write failed). */
@@ -215,12 +237,23 @@ static void write_finish(fg_engine_t *e, fg_save_job *j)
         return;
     }
     d->state = FG_DPAGE_ON_DISK;
-    d->bytes = fg_pfile_size(&e->tier.expect.geo);
+    d->snap = j->state != NULL;
+    d->bytes = fg_pfile_size(&e->tier.expect.geo, d->snap);
     d->born = fg_clock_mono_s();
     e->stats.pages_to_disk++;
+    e->stats.snapshots_to_disk += d->snap;
 }
 
-/* A page file read: its rows go into a fresh pool page offered to the prefix cache. */
+/* A page file's snapshot onto its listed entry, charged to the tenant (without free pages for it: none). */
+static void snapshot_back(fg_engine_t *e, const fg_save_job *j)
+{
+    if (j->v.state && !fg_prefix_cache_snapshot(e->share.pc, j->key) &&
+        fg_prefix_cache_set_snapshot(e->share.pc, e->kv, j->key, j->v.state))
+        e->stats.snapshots_from_disk++;
+}
+
+/* A page file read: its rows go into a fresh pool page offered to the prefix
+ * cache, with the snapshot it carries. */
 static void read_finish(fg_engine_t *e, fg_save_job *j)
 {
     int i = find(e, j->tenant_ix, j->key);
@@ -238,9 +271,14 @@ static void read_finish(fg_engine_t *e, fg_save_job *j)
     int32_t tk[FG_KV_PAGE_TOKENS];
     for (int t = 0; t < FG_KV_PAGE_TOKENS; t++)
         tk[t] = fg_sfile_token(&j->v, t);
-    if (!e->share.pc || fg_prefix_cache_find(e->share.pc, j->key, j->prev, j->tenant_ix, tk, fg_clock_mono_s()))
-        return; /* computed meanwhile */
-    fg_tier_drop_cold(e, 1); /* may list more page files: the index moves */
+    if (!e->share.pc)
+        return;
+    if (fg_prefix_cache_find(e->share.pc, j->key, j->prev, j->tenant_ix, tk, fg_clock_mono_s())) {
+        snapshot_back(e, j); /* computed meanwhile; a session may not have left its snapshot */
+        return;
+    }
+    /* may list more page files: the index moves */
+    fg_tier_drop_cold(e, 1 + (j->v.state ? fg_kv_store_state_pages(e->kv) : 0));
     if ((i = find(e, j->tenant_ix, j->key)) < 0)
         return;
     d = &e->tier.dpages[i];
@@ -257,10 +295,13 @@ static void read_finish(fg_engine_t *e, fg_save_job *j)
                 memcpy(page + ((size_t)il * FG_KV_PAGE_TOKENS + (size_t)t) * geo->row_bytes,
                        fg_sfile_row(&j->v, geo, il, t), geo->row_bytes);
     if (fg_engine_page_to_device(e, page, NULL) == FG_OK &&
-        fg_prefix_cache_insert(e->share.pc, e->kv, j->key, j->prev, j->tenant_ix, tk, page, fg_clock_mono_s()))
+        fg_prefix_cache_insert(e->share.pc, e->kv, j->key, j->prev, j->tenant_ix, tk, j->at, page,
+                               fg_clock_mono_s())) {
         e->stats.pages_from_disk++;
-    else
+        snapshot_back(e, j); /* without room for it the page is listed alone: no hit ends there */
+    } else {
         d->no_room = true;
+    }
     fg_kv_page_release(e->kv, page); /* the cache holds it now (or nobody) */
 }
 
@@ -310,13 +351,14 @@ static void read_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         j->err = fg_diag_set(d, FG_ERR_IO, "page path too long under %s", e->tier.persist_dir);
         return;
     }
-    j->err = fg_sfile_read(path, fg_pfile_size(&e->tier.expect.geo), &j->buf, &j->len, d);
+    const fg_kv_geometry *geo = &e->tier.expect.geo;
+    j->err = fg_sfile_read(path, fg_pfile_size(geo, geo->seq_bytes != 0), &j->buf, &j->len, d);
     if (j->err == FG_OK)
         j->err = fg_sfile_parse(j->buf, j->len, &e->tier.expect, &j->v, d);
     if (j->err == FG_OK)
         j->err = fg_sfile_check_owner(&j->v, j->tenant, hex, d);
     if (j->err == FG_OK)
-        j->err = fg_pfile_check(&j->v, j->key, salt, &j->prev, d);
+        j->err = fg_pfile_check(&j->v, geo, j->key, salt, j->at, &j->prev, d);
     if (damage(j->err))
         rename(path, aside); /* counted by the step thread (stats.page_files_damaged) */
 }
@@ -331,7 +373,7 @@ static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         return;
     }
     const fg_kv_geometry *geo = &e->tier.expect.geo;
-    uint64_t size = fg_pfile_size(geo);
+    uint64_t size = fg_pfile_size(geo, j->state != NULL);
     if (e->opt.disk_budget_bytes) {
         fg_ptier_make_room(e, j->tenant_ix, size);
         pthread_mutex_lock(&e->mu);
@@ -339,6 +381,8 @@ static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
         pthread_mutex_unlock(&e->mu);
         if (over) {
             j->err = fg_diag_set(d, FG_ERR_DISK_FULL, "page %s: over the disk budget", hex);
+            if (j->replace)
+                unlink(path); /* the older file is no longer listed nor counted */
             return;
         }
     }
@@ -356,8 +400,10 @@ static void write_run(fg_engine_t *e, fg_save_job *j, fg_diag *d)
     fg_sfile_content c = {.model_identity = e->tier.expect.model_identity, .arch = e->tier.expect.arch,
                           .tenant = j->tenant, .geo = geo,
                           .tokens = j->tokens, .n_tokens = FG_KV_PAGE_TOKENS, .meta = meta, .meta_len = sizeof meta,
-                          .rows = j->rows};
+                          .rows = j->rows, .state = j->state, .first_token = geo->seq_bytes ? j->at : 0};
     j->err = fg_sfile_write_as(pages_dir, hex, FG_PFILE_SUFFIX, &c, d);
+    if (j->err != FG_OK && j->replace)
+        unlink(path);
     if (j->err == FG_OK) {
         pthread_mutex_lock(&e->mu);
         fg_tier_disk_add(e, j->tenant_ix, (int64_t)size);

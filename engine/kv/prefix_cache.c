@@ -11,6 +11,7 @@
 typedef struct entry {
     uint64_t key, prev;
     int tenant;              /* -1: free */
+    int at;                  /* position of its first token */
     int32_t next;            /* bucket chain or free list; -1 ends */
     double last_used;
     uint8_t *page;
@@ -99,7 +100,7 @@ uint8_t *fg_prefix_cache_find(fg_prefix_cache_t *c, uint64_t key, uint64_t prev,
 }
 
 bool fg_prefix_cache_insert(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t key, uint64_t prev, int tenant,
-                            const int32_t *tokens, uint8_t *page, double now)
+                            const int32_t *tokens, int at, uint8_t *page, double now)
 {
     for (int32_t i = c->bucket[key & c->mask]; i >= 0; i = c->e[i].next)
         if (c->e[i].key == key)
@@ -112,6 +113,7 @@ bool fg_prefix_cache_insert(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t ke
     x->key = key;
     x->prev = prev;
     x->tenant = tenant;
+    x->at = at;
     x->last_used = now;
     x->page = page;
     x->snap = NULL;
@@ -136,17 +138,13 @@ int fg_prefix_cache_cold(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg
     return n;
 }
 
-bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, uint64_t *key, uint64_t *prev, int *tenant,
-                           const int32_t **tokens, uint8_t **page)
+bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, fg_prefix_entry *out)
 {
     if (id >= c->cap || c->e[id].tenant < 0)
         return false;
     const entry *x = &c->e[id];
-    *key = x->key;
-    *prev = x->prev;
-    *tenant = x->tenant;
-    *tokens = x->tokens;
-    *page = x->page;
+    *out = (fg_prefix_entry){.key = x->key, .prev = x->prev, .tenant = x->tenant, .at = x->at, .tokens = x->tokens,
+                             .page = x->page, .snap = x->snap};
     return true;
 }
 

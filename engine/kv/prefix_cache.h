@@ -54,19 +54,27 @@ void fg_prefix_cache_destroy(fg_prefix_cache_t *c, fg_kv_store_t *kv);
 uint8_t *fg_prefix_cache_find(fg_prefix_cache_t *c, uint64_t key, uint64_t prev, int tenant, const int32_t *tokens,
                               double now);
 /* Lists page under key (retaining it) unless the key is listed or the table
- * is full. Returns true when listed. */
+ * is full; at is the position of its first token in its sequence. Returns
+ * true when listed. */
 bool fg_prefix_cache_insert(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint64_t key, uint64_t prev, int tenant,
-                            const int32_t *tokens, uint8_t *page, double now);
+                            const int32_t *tokens, int at, uint8_t *page, double now);
 
 /* Cold pages (held only by the cache) as eviction candidates, at most max;
  * ids are for fg_prefix_cache_drop. Returns the count. */
 int fg_prefix_cache_cold(const fg_prefix_cache_t *c, const fg_kv_store_t *kv, fg_evict_candidate *out, int max,
                          double now);
-/* The entry id (from fg_prefix_cache_cold): its key, previous key, tenant,
- * tokens [FG_KV_PAGE_TOKENS] and page (not retained). Returns false when
- * the id lists nothing. */
-bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, uint64_t *key, uint64_t *prev, int *tenant,
-                           const int32_t **tokens, uint8_t **page);
+/* What an entry lists; pointers into the table, valid until it changes. */
+typedef struct fg_prefix_entry {
+    uint64_t key, prev;
+    int tenant;
+    int at;                  /* position of its first token */
+    const int32_t *tokens;   /* [FG_KV_PAGE_TOKENS] */
+    uint8_t *page;           /* not retained */
+    const uint8_t *snap;     /* its snapshot (seq_bytes), or NULL */
+} fg_prefix_entry;
+/* The entry id (from fg_prefix_cache_cold) into *out. Returns false when the
+ * id lists nothing. */
+bool fg_prefix_cache_entry(const fg_prefix_cache_t *c, uint32_t id, fg_prefix_entry *out);
 /* Unlists the entry id and releases its page. */
 void fg_prefix_cache_drop(fg_prefix_cache_t *c, fg_kv_store_t *kv, uint32_t id);
 /* Attaches a copy of state (seq_bytes) to the entry listed under key, charged

@@ -115,8 +115,10 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
                            n_layer);
     /* (Page and state sizes are u32 and the page count is bounded: their sum cannot overflow. They are not
      * bounded by this engine's layout, so that another architecture's file gets _MODEL below.) */
-    if (v3 && rd32(buf + 236) != 0)
-        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "reserved header bytes 236..239 are not zero");
+    const uint32_t first = v3 ? rd32(buf + 236) : 0;
+    if (first % FG_KV_PAGE_TOKENS || first > (uint32_t)ex->max_tokens - n_tokens)
+        return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "first token at %u: not a page boundary within the context "
+                           "of %d for %u tokens", first, ex->max_tokens, n_tokens);
     uint64_t want_kv = v3 ? (uint64_t)n_pages_of((int)n_tokens) * page_bytes : (uint64_t)n_tokens * n_layer * row_bytes;
     if (kv_bytes != want_kv)
         return v3 ? fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "KV size %llu does not match %u tokens in %u-byte pages",
@@ -176,12 +178,13 @@ fg_err fg_sfile_parse(const uint8_t *buf, size_t len, const fg_sfile_expect *ex,
         v->pages = v->meta + meta_len;
         v->state = state_bytes ? v->pages + kv_bytes : NULL;
         v->state_len = state_bytes;
-        /* The state must hold exactly the tokens whose pages it comes with. */
-        if (v->state && (state_bytes < 4 || rd32(v->state) != n_tokens)) {
+        v->first_token = (int)first;
+        /* The state must hold exactly the tokens up to the end of the pages it comes with. */
+        if (v->state && (state_bytes < 4 || rd32(v->state) != first + n_tokens)) {
             uint32_t held = state_bytes >= 4 ? rd32(v->state) : 0;
             memset(v, 0, sizeof *v);
-            return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the cache state holds %u tokens, the file %u", held,
-                               n_tokens);
+            return fg_diag_set(diag, FG_ERR_SESSION_CORRUPT, "the cache state holds %u tokens, the file %u from %u",
+                               held, n_tokens, first);
         }
     } else {
         v->rows = v->meta + meta_len;
@@ -373,6 +376,7 @@ fg_err fg_sfile_write_as(const char *dir, const char *name, const char *suffix, 
         wr32(hdr + 224, FG_SFILE_LAYOUT_PAGES);
         wr32(hdr + 228, (uint32_t)geo->page_bytes);
         wr32(hdr + 232, c->state ? (uint32_t)geo->seq_bytes : 0);
+        wr32(hdr + 236, (uint32_t)c->first_token);
         memcpy(hdr + 240, c->arch, an);
     }
     wb_put(w, hdr, v3 ? FG_SFILE_HEADER_V3_BYTES : FG_SFILE_HEADER_BYTES);

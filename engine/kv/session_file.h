@@ -21,8 +21,10 @@
  *        1..64 bytes of [A-Za-z0-9_-], NUL-padded to 64
  *     version 3 only:
  *     224 u32 layout kind (FG_SFILE_LAYOUT_PAGES, "pags")  228 u32 page_bytes
- *     232 u32 state bytes in the file (0: none, as in a page file; else the
- *         geometry's seq_bytes)   236 u32 zero
+ *     232 u32 state bytes in the file (0: none; else the geometry's seq_bytes)
+ *     236 u32 first token: the position in its sequence of the file's first
+ *         token, a multiple of 64 (0 in a session file, whose history starts
+ *         there; a page file's page: page_file.h); zero before page files used it
  *     240 architecture name (general.architecture), 1..15 bytes, NUL-padded to 16
  *   A file is read only as the file it names (fg_sfile_check_owner): a copy
  *   of another session's file is refused instead of adopted. Version 1 files
@@ -34,7 +36,7 @@
  *            v3: pages [ceil(n_tokens / 64)][page_bytes], as stored (the last
  *            one whole), then the state [state bytes], as stored; a state
  *            begins with the i32 count of tokens it holds (deepseek4's
- *            fg_ds4_state_head), which must be n_tokens
+ *            fg_ds4_state_head), which must be first token + n_tokens
  *   checksum u64: fg_hash64 of every byte before it (seed FG_SFILE_MAGIC_SEED)
  *
  * The reader trusts no size from the file: each is bounded by what the
@@ -83,6 +85,7 @@ typedef struct fg_sfile_view {
     const uint8_t *pages;        /* v3: [ceil(n_tokens / 64)][page_bytes] */
     const uint8_t *state;        /* v3: [state_len], or NULL when the file holds none */
     uint32_t state_len;
+    int first_token;             /* v3: the sequence position of token 0 (0 in a session file); v2: 0 */
     char tenant[FG_SFILE_OWNER_BYTES + 1]; /* the names the file gives itself */
     char name[FG_SFILE_OWNER_BYTES + 1];
 } fg_sfile_view;
@@ -99,8 +102,8 @@ uint64_t fg_sfile_max_size(const fg_sfile_expect *ex);
 
 /* Validates a whole file (buf[0..len)). Checks, in order: length of the
  * header and magic (FG_ERR_SESSION_TRUNCATED / _CORRUPT), format version
- * (_VERSION; version 3 also its layout kind), sizes against the engine's
- * bounds (_CORRUPT) and against len (_TRUNCATED when short, _CORRUPT when
+ * (_VERSION; version 3 also its layout kind), sizes and the first token's
+ * position against the engine's bounds (_CORRUPT) and against len (_TRUNCATED when short, _CORRUPT when
  * long), checksum (_CORRUPT), model identity, architecture and geometry
  * (_MODEL), KV cache format, row, page and state sizes and the file version
  * the engine's layout needs (_VERSION), the state's token count, token ids
@@ -145,7 +148,8 @@ typedef struct fg_sfile_content {
     uint8_t *const *pages;       /* [ceil(n_tokens / 64)], or NULL with rows */
     const uint8_t *rows;         /* instead of pages: v2 [n_tokens][n_layer][row_bytes], v3
                                     [ceil(n_tokens / 64)][page_bytes], as in a file */
-    const uint8_t *state;        /* v3: [geo->seq_bytes] of state, or NULL for none (a page file) */
+    const uint8_t *state;        /* v3: [geo->seq_bytes] of state, or NULL for none */
+    int first_token;             /* v3: the sequence position of tokens[0] (0 but in a page file) */
 } fg_sfile_content;
 
 /* Writes <dir>/<name>.fgs atomically (version 2, or 3 where geo has state): <name>.fgs.tmp, fsync, rename, fsync

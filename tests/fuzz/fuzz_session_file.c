@@ -10,11 +10,13 @@
  * trailing checksum is recomputed first, so mutations reach the checks
  * behind it. The seed corpus is tests/fuzz/corpus/fuzz_session_file/ (files
  * written by the writer, session acme/s1: small, twopages, twopages_fixsum in
- * version 2; v3_small, v3_twopages, v3_twopages_fixsum and v3_page, a page
- * file without state, in version 3).
+ * version 2; v3_small, v3_twopages, v3_twopages_fixsum, v3_page, a page
+ * file without state, and v3_page_snap (and _fixsum), the page at 64 with
+ * the snapshot of its unit's end (first token 64, state of 128 tokens), in
+ * version 3).
  * A parsed file is also checked against the owner acme/s1 (the seeds' names),
- * as a page file (page_file.h) under the key its meta names, and the input's
- * first bytes as a page file name.
+ * as a page file (page_file.h) under the key its meta names at the position
+ * it names (and at another), and the input's first bytes as a page file name.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,6 +38,7 @@ static fg_kv_geometry geo_state(void)
     g.page_bytes = 200;
     g.bytes_per_token = (g.page_bytes + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     g.seq_bytes = 24;
+    g.share_tokens = 128;
     return g;
 }
 
@@ -68,10 +71,16 @@ static void parse_as(const uint8_t *buf, size_t size, const fg_kv_geometry *g, c
     if (v.meta_len >= 16) {
         uint64_t key, prev = 0;
         memcpy(&key, v.meta + 8, 8);
-        fg_diag pd = {{0}};
-        if (fg_pfile_check(&v, key, 0x1234, &prev, &pd) != FG_OK && !pd.msg[0])
-            abort();
-        sink += prev;
+        for (int at = v.first_token; at <= v.first_token + FG_KV_PAGE_TOKENS; at += FG_KV_PAGE_TOKENS) {
+            fg_diag pd = {{0}};
+            fg_err pe = fg_pfile_check(&v, g, key, 0x1234, at, &prev, &pd);
+            if (pe != FG_OK && !pd.msg[0])
+                abort();
+            if (pe == FG_OK && ((v.version == FG_SFILE_VERSION_PAGES && at != v.first_token) ||
+                                (v.state && (at + FG_KV_PAGE_TOKENS) % fg_kv_share_tokens(g))))
+                abort(); /* a page file is read only at its own position, a snapshot only at a unit's end */
+            sink += prev;
+        }
     }
     int n_pages = (v.n_tokens + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
     uint8_t *pages[4] = {0};
@@ -86,8 +95,8 @@ static void parse_as(const uint8_t *buf, size_t size, const fg_kv_geometry *g, c
             int32_t held;
             memcpy(state, v.state, sizeof state);
             memcpy(&held, state, 4);
-            if (held != v.n_tokens)
-                abort(); /* the state holds the file's tokens */
+            if (held != v.first_token + v.n_tokens)
+                abort(); /* the state holds the tokens up to the file's last */
         }
     } else {
         fg_sfile_copy_rows(&v, g, &q, v.n_tokens);

@@ -24,12 +24,26 @@
  *    the previous-page case continues like a cache-less run, and so does
  *    its source, and a fork of a spilled session (loaded from the source's
  *    file); in a pool too small for two sessions and a snapshot, the
- *    second session's admission frees the first one's snapshot. */
+ *    second session's admission frees the first one's snapshot.
+ * 3. Cold entries on disk (persist_dir, a pool of one session and a
+ *    snapshot): another session's prompt pushes a prompt's pages and its
+ *    snapshot out to page files (the snapshot in its page's file); a session
+ *    with that prompt then reads them back and takes them (cached_tokens
+ *    384, the snapshot read once) with a cache-less run's greedy tokens;
+ *    after a restart the files hit again; with the snapshot's bytes flipped
+ *    or cut off the page file is refused and moved aside, and the session
+ *    computes the prompt (no hit) with the same tokens; sessions with one
+ *    system prompt whose pages idled out to disk without a snapshot where
+ *    they part: the second leaves one there, its page file is replaced by
+ *    one with it, and the third resumes there from disk. */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/base/clock.h"
 #include "engine/kv/kv_store.h"
+#include "engine/kv/prefix_cache.h"
+#include "engine/kv/session_file.h"
 #include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
@@ -495,6 +509,224 @@ static void check_pressure(fg_engine_t *direct, int V, size_t state_pages, size_
     fg_engine_close(e);
 }
 
+/* ---------------------------------------------------------------- 3. cold entries on disk */
+
+static fg_engine_stats stats_of(fg_engine_t *e)
+{
+    fg_engine_stats st;
+    fg_engine_get_stats(e, &st);
+    return st;
+}
+
+static fg_engine_t *open_cold(const char *dir, size_t budget, double idle_spill)
+{
+    fg_engine_options o;
+    v4_test_options(&o, true);
+    o.kv_budget_bytes = budget;
+    o.prefix_cache = true;
+    o.persist_dir = dir;
+    o.idle_spill_seconds = idle_spill;
+    return open_engine_with(&o);
+}
+
+/* The whole file at path into a malloc'd buffer (*len bytes). */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*len);
+    CHECK(b && fread(b, 1, *len, f) == *len);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, len, f) == len);
+    if (f)
+        fclose(f);
+}
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* One session's turn with prompt on e: its greedy tokens must be want's;
+ * cached_tokens must be `cached`. Returns the engine's stats after it. */
+static fg_engine_stats cold_turn(fg_engine_t *e, const int32_t *prompt, int n, const int32_t *want, int n_want,
+                                 long long cached, const char *what)
+{
+    fg_session_t *s = session(e);
+    run r = turn(s, prompt, n, MAXGEN);
+    same(&r, want, n_want, what, 0);
+    CHECK_MSG(r.last.usage.cached_tokens == cached, "%s: %lld tokens from the cache, want %lld", what,
+              (long long)r.last.usage.cached_tokens, cached);
+    fg_engine_stats st = stats_of(e);
+    CHECK(st.kv_pages_used <= st.kv_pages_total);
+    fg_session_free(s);
+    return st;
+}
+
+static void check_cold(fg_engine_t *direct, int V, size_t state_pages, size_t page_bytes, size_t seq_bytes)
+{
+    enum { L = PROMPT + 2, SHARED = PROMPT / 128 * 128 / FG_KV_PAGE_TOKENS, HIT = SHARED * FG_KV_PAGE_TOKENS };
+    static int32_t prompt[L], other[L], want[MAXGEN], want_o[MAXGEN];
+    test_tokens(prompt, L, V, 101);
+    test_tokens(other, L, V, 102);
+    const int n_want = greedy_alone(direct, prompt, L, MAXGEN, want), n_want_o = greedy_alone(direct, other, L,
+                                                                                              MAXGEN, want_o);
+    char dir[] = "/tmp/fg_ds4_coldXXXXXX", cmd[64], path[200], aside[220];
+    CHECK(mkdtemp(dir) != NULL);
+    /* Room for one session (its pages and state) and one snapshot: what a hit at 384 holds. Another
+     * session's admission then needs the cold pages and the snapshot of the first one's prompt. */
+    const size_t per = state_pages + (L + MAXGEN + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
+    const size_t budget = (per + state_pages) * page_bytes;
+    const uint64_t salt = fg_tenant_salt("default");
+    uint64_t key = 0;
+    for (int k = 0; k < SHARED; k++)
+        key = fg_page_key(key, salt, prompt + (size_t)k * FG_KV_PAGE_TOKENS);
+    snprintf(path, sizeof path, "%s/default/pages/%016llx.fgp", dir, (unsigned long long)key);
+    snprintf(aside, sizeof aside, "%s.damaged", path);
+    /* a page file with the snapshot: a version 3 file of 64 tokens, its page and the state */
+    const long long with_snap = FG_SFILE_HEADER_V3_BYTES + FG_KV_PAGE_TOKENS * 4 + 32 + (long long)page_bytes +
+                                (long long)seq_bytes + 8;
+
+    fg_engine_t *e = open_cold(dir, budget, 0);
+    cold_turn(e, prompt, L, want, n_want, 0, "cold: the first session");
+    cold_turn(e, other, L, want_o, n_want_o, 0, "cold: the other prompt");
+    fg_engine_stats st0 = stats_of(e);
+    for (double t0 = fg_clock_mono_s(); st0.snapshots_to_disk < 1 && fg_clock_mono_s() - t0 < 240; usleep(1000))
+        st0 = stats_of(e);
+    CHECK_MSG(st0.snapshots_to_disk == 1 && st0.pages_to_disk >= 1, "%llu page files written, %llu with a snapshot",
+              (unsigned long long)st0.pages_to_disk, (unsigned long long)st0.snapshots_to_disk);
+    /* the snapshot is in the file of the page that ends at 384 */
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    CHECK_MSG((long long)sb.st_size == with_snap, "the page file at 320: %lld bytes, want %lld with the snapshot",
+              (long long)sb.st_size, with_snap);
+    /* the same prompt: the pages and the snapshot come back; the session continues from 384 */
+    fg_engine_stats st1 = cold_turn(e, prompt, L, want, n_want, HIT, "cold: pages and snapshot from disk");
+    CHECK_MSG(st1.snapshots_from_disk - st0.snapshots_from_disk == 1 && st1.pages_from_disk > st0.pages_from_disk,
+              "%llu snapshots, %llu pages read back", (unsigned long long)(st1.snapshots_from_disk - st0.snapshots_from_disk),
+              (unsigned long long)(st1.pages_from_disk - st0.pages_from_disk));
+    CHECK(st1.page_files_damaged == 0);
+    fprintf(stderr, "v4 cold: %llu page files (%llu with the snapshot) written, %llu pages and the snapshot read back: "
+            "%d tokens cached\n", (unsigned long long)st1.pages_to_disk, (unsigned long long)st1.snapshots_to_disk,
+            (unsigned long long)(st1.pages_from_disk - st0.pages_from_disk), HIT);
+    /* what is left is the cache's: its pages and the snapshots it holds, in the pool's count */
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 60; usleep(1000)) {
+        st1 = stats_of(e);
+        if (st1.kv_pages_used == st1.kv_pages_cached)
+            break;
+    }
+    CHECK_MSG(st1.kv_pages_used == st1.kv_pages_cached && st1.kv_pages_cached >= state_pages,
+              "%zu pages used after the sessions closed, %zu cached", st1.kv_pages_used, st1.kv_pages_cached);
+    fg_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/default", dir);
+    CHECK(system(cmd) == 0);
+
+    /* Idle cold entries go to page files too: all 6 pages and the snapshot, nothing left in the pool. */
+    e = open_cold(dir, (size_t)64 << 20, 0.05);
+    cold_turn(e, prompt, L, want, n_want, 0, "cold: a prompt that idles out");
+    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000)) {
+        st1 = stats_of(e);
+        if (st1.kv_pages_used == 0 && st1.pages_to_disk == SHARED)
+            break;
+    }
+    CHECK_MSG(st1.kv_pages_used == 0 && st1.pages_to_disk == SHARED && st1.snapshots_to_disk == 1,
+              "idle: %zu pages used, %llu page files, %llu with the snapshot", st1.kv_pages_used,
+              (unsigned long long)st1.pages_to_disk, (unsigned long long)st1.snapshots_to_disk);
+    fg_engine_close(e);
+
+    /* The file as written, then three restarts: flipped in the snapshot, cut inside it, as written. */
+    size_t len = 0;
+    uint8_t *good = slurp(path, &len);
+    static const char *const how[3] = {"a flipped snapshot", "a truncated snapshot", "the intact file again"};
+    for (int round = 0; round < 3 && good; round++) {
+        spit(path, good, len);
+        unlink(aside);
+        if (round == 0)
+            corrupt(path, (long)len - 8 - (long)seq_bytes / 2, 0x08, -1);
+        if (round == 1)
+            corrupt(path, 0, 0, (long)(len - seq_bytes / 2));
+        e = open_cold(dir, budget, 0);
+        char what[80];
+        snprintf(what, sizeof what, "cold, after a restart, %s", how[round]);
+        fg_engine_stats st = cold_turn(e, prompt, L, want, n_want, round < 2 ? 0 : HIT, what);
+        CHECK_MSG(st.page_files_damaged == (round < 2 ? 1u : 0u) && st.snapshots_from_disk == (round < 2 ? 0u : 1u),
+                  "%s: %llu page files damaged, %llu snapshots read back", how[round],
+                  (unsigned long long)st.page_files_damaged, (unsigned long long)st.snapshots_from_disk);
+        CHECK_MSG(exists(aside) == (round < 2) && exists(path) == (round == 2), "%s: the file %s moved aside", how[round],
+                  round < 2 ? "was not" : "was");
+        fg_engine_close(e);
+    }
+    free(good);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* A system prompt of 300 tokens on disk without a snapshot where sessions
+ * part (256): the second session reads its pages back, finds no snapshot,
+ * leaves one while computing, and when that entry idles out its page file
+ * is replaced by one with the snapshot; the third reads both back and
+ * resumes at 256. */
+static void check_cold_learned(fg_engine_t *direct, int V, size_t page_bytes, size_t seq_bytes)
+{
+    enum { N = 3, SYS = 300, L = SYS + 200, PART = 256 };
+    static int32_t prompt[N][L], want[N][MAXGEN];
+    int n_want[N];
+    for (int i = 0; i < N; i++) {
+        test_tokens(prompt[i], SYS, V, 103);
+        test_tokens(prompt[i] + SYS, L - SYS, V, 400 + (unsigned)i);
+        n_want[i] = greedy_alone(direct, prompt[i], L, MAXGEN, want[i]);
+    }
+    char dir[] = "/tmp/fg_ds4_coldlXXXXXX", cmd[64], path[200];
+    CHECK(mkdtemp(dir) != NULL);
+    const uint64_t salt = fg_tenant_salt("default");
+    uint64_t key = 0;
+    for (int k = 0; k < PART / FG_KV_PAGE_TOKENS; k++)
+        key = fg_page_key(key, salt, prompt[0] + (size_t)k * FG_KV_PAGE_TOKENS);
+    snprintf(path, sizeof path, "%s/default/pages/%016llx.fgp", dir, (unsigned long long)key);
+    const long long plain = FG_SFILE_HEADER_V3_BYTES + FG_KV_PAGE_TOKENS * 4 + 32 + (long long)page_bytes + 8;
+    /* idle long enough that pages read back stay listed until the session that waited for them walks again */
+    fg_engine_t *e = open_cold(dir, (size_t)64 << 20, 0.5);
+    const long long cached[N] = {0, 0, PART};
+    const uint64_t snaps[N] = {1, 3, 4}; /* each at its input's last boundary (384); the second's at 256 too */
+    for (int i = 0; i < N; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "cold, system prompt: session %d", i);
+        fg_engine_stats st = cold_turn(e, prompt[i], L, want[i], n_want[i], cached[i], what);
+        if (i == 1)
+            CHECK_MSG(st.pages_from_disk >= PART / FG_KV_PAGE_TOKENS && st.snapshots_from_disk == 0,
+                      "session 1: %llu pages, %llu snapshots read back", (unsigned long long)st.pages_from_disk,
+                      (unsigned long long)st.snapshots_from_disk);
+        if (i == 2)
+            CHECK_MSG(st.snapshots_from_disk == 1, "session 2: %llu snapshots read back",
+                      (unsigned long long)st.snapshots_from_disk);
+        /* everything idles out to page files; after the second, the file at 192 gains the snapshot at 256 */
+        struct stat sb = {0};
+        for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000)) {
+            st = stats_of(e);
+            if (stat(path, &sb) != 0)
+                sb.st_size = 0;
+            if (st.kv_pages_used == 0 && st.snapshots_to_disk == snaps[i] &&
+                (sb.st_size == plain + (long long)seq_bytes) == (i > 0))
+                break;
+        }
+        CHECK_MSG(st.kv_pages_used == 0 && st.snapshots_to_disk == snaps[i] &&
+                      sb.st_size == plain + (i > 0 ? (long long)seq_bytes : 0),
+                  "after session %d: %zu pages used, %llu snapshots on disk, the page file at 192 of %lld bytes", i,
+                  st.kv_pages_used, (unsigned long long)st.snapshots_to_disk, (long long)sb.st_size);
+    }
+    fg_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     fg_pool_t *pool = fg_pool_create(2);
@@ -520,6 +752,8 @@ int main(void)
     check_fork(direct, info.n_vocab);
     check_fork_spilled(direct, info.n_vocab);
     check_pressure(direct, info.n_vocab, state_pages, info.kv_page_bytes);
+    check_cold(direct, info.n_vocab, state_pages, info.kv_page_bytes, info.kv_seq_bytes);
+    check_cold_learned(direct, info.n_vocab, info.kv_page_bytes, info.kv_seq_bytes);
     fg_engine_close(direct);
     return TEST_DONE("test_ds4_share");
 }

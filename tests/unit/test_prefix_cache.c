@@ -34,9 +34,9 @@ int main(void)
     fg_prefix_cache_t *c;
     CHECK(fg_prefix_cache_create(4, &c) == FG_OK);
     uint8_t *p1 = fg_kv_page_alloc_for(kv, 3);
-    CHECK(fg_prefix_cache_insert(c, kv, k1, 0, 3, a, p1, 1.0));
+    CHECK(fg_prefix_cache_insert(c, kv, k1, 0, 3, a, 0, p1, 1.0));
     CHECK(fg_kv_page_refs(kv, p1) == 2);
-    CHECK(!fg_prefix_cache_insert(c, kv, k1, 0, 3, a, p1, 1.0)); /* listed once */
+    CHECK(!fg_prefix_cache_insert(c, kv, k1, 0, 3, a, 0, p1, 1.0)); /* listed once */
     CHECK(fg_prefix_cache_find(c, k1, 0, 3, a, 2.0) == p1);
     /* The same key with other tokens, another tenant or another chain: no hit. */
     CHECK(fg_prefix_cache_find(c, k1, 0, 3, b, 2.0) == NULL);
@@ -56,12 +56,12 @@ int main(void)
     for (int i = 0; i < 4; i++) {
         uint8_t *p = fg_kv_page_alloc(kv);
         a[0] = 100 + i;
-        CHECK(fg_prefix_cache_insert(c, kv, fg_page_key(0, s1, a), 0, 0, a, p, 5.0));
+        CHECK(fg_prefix_cache_insert(c, kv, fg_page_key(0, s1, a), 0, 0, a, 0, p, 5.0));
         fg_kv_page_release(kv, p);
     }
     CHECK(fg_kv_store_pages_free(kv) == 0);
     uint8_t extra[8];
-    CHECK(!fg_prefix_cache_insert(c, kv, 12345, 0, 0, a, extra, 5.0));
+    CHECK(!fg_prefix_cache_insert(c, kv, 12345, 0, 0, a, 0, extra, 5.0));
     fg_prefix_cache_destroy(c, kv);
     CHECK(fg_kv_store_pages_free(kv) == 4); /* destroy released every page */
 
@@ -96,8 +96,8 @@ int main(void)
     q1.n_tokens = 200;
     memset(q1.state, 0x3c, g.seq_bytes);
     k2 = fg_page_key(k1, s1, a);
-    CHECK(fg_prefix_cache_insert(c, kv, k1, 0, 5, a, q1.pages[0], 1.0) &&
-          fg_prefix_cache_insert(c, kv, k2, k1, 5, a, q1.pages[1], 1.0));
+    CHECK(fg_prefix_cache_insert(c, kv, k1, 0, 5, a, 0, q1.pages[0], 1.0) &&
+          fg_prefix_cache_insert(c, kv, k2, k1, 5, a, FG_KV_PAGE_TOKENS, q1.pages[1], 1.0));
     CHECK(!fg_prefix_cache_snapshot(c, k2));
     CHECK(fg_prefix_cache_set_snapshot(c, kv, k2, q1.state) && !fg_prefix_cache_set_snapshot(c, kv, k2, q1.state));
     CHECK(!fg_prefix_cache_set_snapshot(c, kv, 12345, q1.state)); /* not listed */
@@ -120,6 +120,13 @@ int main(void)
     fg_kv_seq_free(kv, &q2);
     fg_kv_seq_free(kv, &q1);
     CHECK(fg_prefix_cache_cold(c, kv, ev, 4, 2.0) == 2 && ev[0].pages + ev[1].pages == 1 + 3);
+    /* what a spill to a page file reads of each: its position, and the snapshot of the one that has it */
+    for (int i = 0; i < 2; i++) {
+        fg_prefix_entry x;
+        CHECK(fg_prefix_cache_entry(c, ev[i].id, &x) && x.tenant == 5 && x.tokens && x.page);
+        CHECK(x.key == k2 ? x.prev == k1 && x.at == FG_KV_PAGE_TOKENS && x.snap == sn
+                          : x.key == k1 && x.at == 0 && !x.snap);
+    }
     CHECK(fg_prefix_cache_snapshots(c, kv, ev, 4, 2.0) == 0); /* a cold entry's goes with it */
     CHECK(fg_kv_store_pages_free(kv) == 12 - 2 - 2);           /* the two cold pages and the snapshot */
     fg_prefix_cache_destroy(c, kv);

@@ -5,7 +5,10 @@
  * fields: _VERSION); an intact file of another model or architecture is
  * _MODEL, of another KV format, page size or file version _VERSION; a state
  * whose token count is not the file's is refused even with a valid checksum;
- * a page file (no state) reads as one, a session file does not. */
+ * a page file (no state) reads as one, a session file does not; a page
+ * file at 64 with its unit's snapshot (state of 128 tokens, first token 64)
+ * reads as one at 64 only, and a wrong count, a truncated or flipped
+ * snapshot, a first token off a page or past the context are refused. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 
 #include "config/base/hash64.h"
 #include "engine/kv/page_file.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/kv/session_file.h"
 #include "tests/unit/fg_test.h"
 
@@ -201,21 +205,73 @@ int main(void)
                                .rows = pages[1]};
         CHECK(fg_sfile_write_as(dir, "p", ".fgs", &pc, &d) == FG_OK);
         uint8_t *pb = read_back("p", &len);
-        CHECK(len == fg_pfile_size(&g));
+        CHECK(len == fg_pfile_size(&g, false));
         fg_sfile_view pv;
-        CHECK(fg_sfile_parse(pb, len, &ex, &pv, &d) == FG_OK && !pv.state);
+        CHECK(fg_sfile_parse(pb, len, &ex, &pv, &d) == FG_OK && !pv.state && pv.first_token == 0);
         CHECK(memcmp(fg_sfile_page(&pv, &g, 0), pages[1], g.page_bytes) == 0);
         uint64_t prev = 1;
-        /* its key is not the chained hash of these tokens: refused as corrupt, but not for having a state */
-        CHECK(fg_pfile_check(&pv, 0x77, 0x1234, &prev, &d) == FG_ERR_SESSION_CORRUPT && strstr(d.msg, "key"));
+        /* its key is not the chained hash of these tokens: refused as corrupt */
+        CHECK(fg_pfile_check(&pv, &g, 0x77, 0x1234, 0, &prev, &d) == FG_ERR_SESSION_CORRUPT && strstr(d.msg, "key"));
         free(pb);
-        pc.state = state;
+    }
+
+    /* a page file of the second page of a unit with the snapshot of the unit's end (page_file.h) */
+    {
+        fg_kv_geometry gu = g;
+        gu.share_tokens = 128;
+        fg_sfile_expect exu = expect_of(&gu, id, "deepseek4");
+        const uint64_t salt = 0x1234, prev = 0x55, key = fg_page_key(prev, salt, tokens);
+        uint8_t pm[FG_PFILE_META_BYTES];
+        fg_pfile_meta(pm, key, prev, salt);
+        memcpy(state, &(int32_t){2 * FG_KV_PAGE_TOKENS}, 4);
+        fg_sfile_content pc = {.model_identity = id, .arch = "deepseek4", .tenant = "acme", .geo = &gu,
+                               .tokens = tokens, .n_tokens = FG_KV_PAGE_TOKENS, .meta = pm, .meta_len = sizeof pm,
+                               .rows = pages[1], .state = state, .first_token = FG_KV_PAGE_TOKENS};
+        CHECK(fg_sfile_write_as(dir, "p", ".fgs", &pc, &d) == FG_OK);
+        uint8_t *pb = read_back("p", &len);
+        CHECK(len == fg_pfile_size(&gu, true) && len == fg_pfile_size(&gu, false) + gu.seq_bytes);
+        fg_sfile_view pv;
+        CHECK_MSG(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_OK, "%s", d.msg);
+        CHECK(pv.state && pv.first_token == FG_KV_PAGE_TOKENS && !memcmp(pv.state, state, gu.seq_bytes));
+        CHECK(memcmp(fg_sfile_page(&pv, &gu, 0), pages[1], gu.page_bytes) == 0);
+        uint64_t got = 0;
+        CHECK_MSG(fg_pfile_check(&pv, &gu, key, salt, FG_KV_PAGE_TOKENS, &got, &d) == FG_OK && got == prev, "%s",
+                  d.msg);
+        /* read for a chain that has the page elsewhere: refused */
+        CHECK(fg_pfile_check(&pv, &gu, key, salt, 3 * FG_KV_PAGE_TOKENS, &got, &d) == FG_ERR_SESSION_CORRUPT &&
+              strstr(d.msg, "at 64"));
+        /* the state's count is position + 64: another count, the checksum recomputed, is refused */
+        uint8_t *st = pb + len - 8 - gu.seq_bytes;
+        memcpy(st, &(int32_t){FG_KV_PAGE_TOKENS}, 4);
+        fix_sum(pb, len);
+        CHECK(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_ERR_SESSION_CORRUPT && strstr(d.msg, "state"));
+        /* truncated inside the snapshot, or a bit flipped in it: refused */
+        memcpy(st, &(int32_t){2 * FG_KV_PAGE_TOKENS}, 4);
+        fix_sum(pb, len);
+        CHECK(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_OK);
+        CHECK(fg_sfile_parse(pb, len - 12, &exu, &pv, &d) == FG_ERR_SESSION_TRUNCATED);
+        st[10] ^= 4;
+        CHECK(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_ERR_SESSION_CORRUPT);
+        st[10] ^= 4;
+        /* a first token off a page boundary or past the context, the checksum recomputed */
+        const uint32_t bad[2] = {FG_KV_PAGE_TOKENS + 1, 1024 - 63};
+        for (int i = 0; i < 2; i++) {
+            memcpy(pb + 236, &bad[i], 4);
+            fix_sum(pb, len);
+            CHECK(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_ERR_SESSION_CORRUPT && strstr(d.msg, "first token"));
+        }
+        free(pb);
+        /* the same snapshot on the page at 0, which ends no unit: parses, but is no page file */
         memcpy(state, &(int32_t){FG_KV_PAGE_TOKENS}, 4);
+        pc.first_token = 0;
+        fg_pfile_meta(pm, fg_page_key(0, salt, tokens), 0, salt);
         CHECK(fg_sfile_write_as(dir, "p", ".fgs", &pc, &d) == FG_OK);
         pb = read_back("p", &len);
-        CHECK(fg_sfile_parse(pb, len, &ex, &pv, &d) == FG_OK && pv.state);
-        CHECK(fg_pfile_check(&pv, 0x77, 0x1234, &prev, &d) == FG_ERR_SESSION_CORRUPT && strstr(d.msg, "not a page"));
+        CHECK(fg_sfile_parse(pb, len, &exu, &pv, &d) == FG_OK && pv.state);
+        CHECK(fg_pfile_check(&pv, &gu, fg_page_key(0, salt, tokens), salt, 0, &got, &d) == FG_ERR_SESSION_CORRUPT &&
+              strstr(d.msg, "ends no unit"));
         free(pb);
+        memcpy(state, &held, 4);
     }
     /* a writer without the architecture's name: refused, nothing written */
     c.arch = NULL;
