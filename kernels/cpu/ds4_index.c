@@ -1,4 +1,7 @@
 /* ds4_index.c: the V4 indexer's scores and top-k (ds4_ops.h). */
+#include <stdint.h>
+#include <string.h>
+
 #include "kernels/cpu/ds4_dots_isa.h"
 #include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/matmul.h"
@@ -64,51 +67,75 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out)
     return k;
 }
 
-/* The k-th highest of a[0..n) (1 <= k <= n, no NaN), a reordered:
- * quickselect, Hoare's partition, descending. */
-static float kth_highest(float *a, int n, int k)
+/* f32 order as unsigned order; -0 is taken as +0 (they compare equal). */
+static inline uint32_t ord_of(float x)
 {
-    int lo = 0, hi = n - 1;
-    const int want = k - 1;
-    while (lo < hi) {
-        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
-        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > pivot)
-                i++;
-            while (a[j] < pivot)
-                j--;
-            if (i <= j) {
-                const float t = a[i];
-                a[i++] = a[j];
-                a[j--] = t;
-            }
-        }
-        if (want <= j)
-            hi = j;
-        else if (want >= i)
-            lo = i;
-        else
-            return a[want]; /* between the halves: equal to the pivot */
+    uint32_t u;
+    x += 0.0f;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+static inline float float_of(uint32_t u)
+{
+    u = u & 0x80000000u ? u & 0x7fffffffu : ~u;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* The bin (of the keys' bits [shift, shift + bits)) holding the want-th
+ * highest key (1-based), the count above it subtracted from *want. */
+static uint32_t bin_of(const uint32_t *u, int n, int shift, int bits, int *want, int *count)
+{
+    int hist[1 << 11] = {0};
+    const uint32_t mask = (1u << bits) - 1;
+    for (int i = 0; i < n; i++)
+        hist[(u[i] >> shift) & mask]++;
+    int b = (int)mask;
+    while (hist[b] < *want) {
+        *want -= hist[b];
+        b--;
     }
-    return a[lo];
+    *count = hist[b];
+    return (uint32_t)b;
+}
+
+/* The k-th highest of s[0..n) (1 <= k <= n, no NaN) and the count strictly
+ * above it: radix selection on the order-preserving keys (11, 11, 10 bits),
+ * each pass keeping the keys of the bin that holds it (u: [n] scratch). */
+static float kth_highest(const float *s, int n, int k, uint32_t *u, int *above)
+{
+    for (int i = 0; i < n; i++)
+        u[i] = ord_of(s[i]);
+    int want = k, m = n, cnt;
+    uint32_t key = 0;
+    const int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
+    for (int p = 0; p < 3; p++) {
+        const uint32_t b = bin_of(u, m, shifts[p], bits[p], &want, &cnt);
+        key |= b << shifts[p];
+        if (p == 2)
+            break;
+        int w = 0; /* compact the bin's keys in place */
+        for (int i = 0; i < m; i++)
+            if (((u[i] >> shifts[p]) & ((1u << bits[p]) - 1)) == b)
+                u[w++] = u[i];
+        m = w;
+    }
+    *above = k - want;
+    return float_of(key);
 }
 
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
 {
     if (k >= n || k < 1)
         return fg_ds4_top_k(s, n, k, out);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (s[i] != s[i])
             return fg_ds4_top_k(s, n, k, out);
-        tmp[i] = s[i];
-    }
     /* the rows above the k-th score, then those equal to it from the lowest index until k */
-    const float v = kth_highest(tmp, n, k);
-    int above = 0;
-    for (int i = 0; i < n; i++)
-        above += s[i] > v;
+    int above;
+    const float v = kth_highest(s, n, k, (uint32_t *)(void *)tmp, &above);
     int m = 0, ties = k - above;
     for (int i = 0; i < n; i++)
         if (s[i] > v || (s[i] == v && ties-- > 0))

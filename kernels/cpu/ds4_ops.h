@@ -60,7 +60,7 @@ void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ld
  * Returns the count written. */
 int fg_ds4_top_k(const float *s, int n, int k, int *out);
 
-/* The same rows, by a selection of the k-th score (tmp: [n] scratch) instead
+/* The same rows, by a radix selection of the k-th score (tmp: [n] scratch) instead
  * of insertion: linear in n, for top-512 over many rows. */
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp);
 

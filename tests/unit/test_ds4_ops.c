@@ -141,8 +141,8 @@ static void test_acc_rows(void)
  * order, on distinct scores, heavy ties (signed zeros among them) and NaN */
 static void test_top_k(void)
 {
-    const int ns[] = {1, 2, 31, 100, 1000, 4099}, ks[] = {1, 5, 32, 512, 5000};
-    float *s = malloc(sizeof(float) * 4099), *tmp = malloc(sizeof(float) * 4099);
+    const int ns[] = {1, 2, 31, 100, 1000, 4099, 16384}, ks[] = {1, 5, 32, 512, 700, 5000};
+    float *s = malloc(sizeof(float) * 16384), *tmp = malloc(sizeof(float) * 16384);
     int *a = malloc(sizeof(int) * 5000), *b = malloc(sizeof(int) * 5000);
     int bad = 0, cases = 0;
     for (int kind = 0; kind < 3; kind++)
