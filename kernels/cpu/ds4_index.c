@@ -84,61 +84,86 @@ static inline float float_of(uint32_t u)
     return x;
 }
 
-/* The bin (of the keys' bits [shift, shift + bits)) holding the want-th
- * highest key (1-based), the count above it subtracted from *want. */
-static uint32_t bin_of(const uint32_t *u, int n, int shift, int bits, int *want, int *count)
+#define NBIN 2048 /* radix bins per pass (11 bits) */
+
+/* The bin holding the want-th highest key (1-based) of counts h[4][NBIN]
+ * (four interleaved histograms: a run of keys in one bin then increments
+ * four counters in turn instead of waiting on one), the count above it
+ * subtracted from *want; h cleared for the next pass. */
+static uint32_t bin_of(int (*h)[NBIN], int nbins, int *want)
 {
-    int hist[1 << 11] = {0};
-    const uint32_t mask = (1u << bits) - 1;
-    for (int i = 0; i < n; i++)
-        hist[(u[i] >> shift) & mask]++;
-    int b = (int)mask;
-    while (hist[b] < *want) {
-        *want -= hist[b];
-        b--;
+    int b = nbins - 1;
+    for (;; b--) {
+        const int c = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+        if (c >= *want)
+            break;
+        *want -= c;
     }
-    *count = hist[b];
+    memset(h, 0, sizeof(int[4][NBIN]));
     return (uint32_t)b;
 }
 
 /* The k-th highest of s[0..n) (1 <= k <= n, no NaN) and the count strictly
- * above it: radix selection on the order-preserving keys (11, 11, 10 bits),
- * each pass keeping the keys of the bin that holds it (u: [n] scratch). */
+ * above it: radix selection on the order-preserving keys, the top 11 bits
+ * counted from s, the keys of the bin that holds it kept in u (scratch [n])
+ * and narrowed by the next 11 bits and the last 10 (no branch on the data). */
 static float kth_highest(const float *s, int n, int k, uint32_t *u, int *above)
 {
-    for (int i = 0; i < n; i++)
-        u[i] = ord_of(s[i]);
-    int want = k, m = n, cnt;
-    uint32_t key = 0;
-    const int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
-    for (int p = 0; p < 3; p++) {
-        const uint32_t b = bin_of(u, m, shifts[p], bits[p], &want, &cnt);
-        key |= b << shifts[p];
-        if (p == 2)
-            break;
-        int w = 0; /* compact the bin's keys in place */
-        for (int i = 0; i < m; i++)
-            if (((u[i] >> shifts[p]) & ((1u << bits[p]) - 1)) == b)
-                u[w++] = u[i];
-        m = w;
+    int h[4][NBIN] = {{0}};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            h[j][ord_of(s[i + j]) >> 21]++;
+    for (; i < n; i++)
+        h[0][ord_of(s[i]) >> 21]++;
+    int want = k;
+    const uint32_t b1 = bin_of(h, NBIN, &want);
+    int m = 0;
+    for (i = 0; i < n; i++) {
+        const uint32_t x = ord_of(s[i]);
+        u[m] = x;
+        m += x >> 21 == b1;
     }
+    for (i = 0; i + 4 <= m; i += 4)
+        for (int j = 0; j < 4; j++)
+            h[j][(u[i + j] >> 10) & (NBIN - 1)]++;
+    for (; i < m; i++)
+        h[0][(u[i] >> 10) & (NBIN - 1)]++;
+    const uint32_t b2 = bin_of(h, NBIN, &want);
+    int w = 0;
+    for (i = 0; i < m; i++) {
+        const uint32_t x = u[i];
+        u[w] = x;
+        w += ((x >> 10) & (NBIN - 1)) == b2;
+    }
+    for (i = 0; i + 4 <= w; i += 4)
+        for (int j = 0; j < 4; j++)
+            h[j][u[i + j] & 1023]++;
+    for (; i < w; i++)
+        h[0][u[i] & 1023]++;
+    const uint32_t b3 = bin_of(h, 1024, &want);
     *above = k - want;
-    return float_of(key);
+    return float_of(b1 << 21 | b2 << 10 | b3);
 }
 
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
 {
     if (k >= n || k < 1)
         return fg_ds4_top_k(s, n, k, out);
+    int nan = 0;
     for (int i = 0; i < n; i++)
-        if (s[i] != s[i])
-            return fg_ds4_top_k(s, n, k, out);
+        nan |= s[i] != s[i];
+    if (nan)
+        return fg_ds4_top_k(s, n, k, out);
     /* the rows above the k-th score, then those equal to it from the lowest index until k */
     int above;
     const float v = kth_highest(s, n, k, (uint32_t *)(void *)tmp, &above);
     int m = 0, ties = k - above;
-    for (int i = 0; i < n; i++)
-        if (s[i] > v || (s[i] == v && ties-- > 0))
-            out[m++] = i;
+    for (int i = 0; i < n && m < k; i++) {
+        const int eq = s[i] == v;
+        out[m] = i;
+        m += (s[i] > v) | (eq & (ties > 0));
+        ties -= eq;
+    }
     return m;
 }
