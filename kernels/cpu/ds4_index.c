@@ -103,67 +103,57 @@ static uint32_t bin_of(int (*h)[NBIN], int nbins, int *want)
     return (uint32_t)b;
 }
 
-/* The k-th highest of s[0..n) (1 <= k <= n, no NaN) and the count strictly
- * above it: radix selection on the order-preserving keys, the top 11 bits
- * counted from s, the keys of the bin that holds it kept in u (scratch [n])
- * and narrowed by the next 11 bits and the last 10 (no branch on the data). */
-static float kth_highest(const float *s, int n, int k, uint32_t *u, int *above)
-{
-    int h[4][NBIN] = {{0}};
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++)
-            h[j][ord_of(s[i + j]) >> 21]++;
-    for (; i < n; i++)
-        h[0][ord_of(s[i]) >> 21]++;
-    int want = k;
-    const uint32_t b1 = bin_of(h, NBIN, &want);
-    int m = 0;
-    for (i = 0; i < n; i++) {
-        const uint32_t x = ord_of(s[i]);
-        u[m] = x;
-        m += x >> 21 == b1;
-    }
-    for (i = 0; i + 4 <= m; i += 4)
-        for (int j = 0; j < 4; j++)
-            h[j][(u[i + j] >> 10) & (NBIN - 1)]++;
-    for (; i < m; i++)
-        h[0][(u[i] >> 10) & (NBIN - 1)]++;
-    const uint32_t b2 = bin_of(h, NBIN, &want);
-    int w = 0;
-    for (i = 0; i < m; i++) {
-        const uint32_t x = u[i];
-        u[w] = x;
-        w += ((x >> 10) & (NBIN - 1)) == b2;
-    }
-    for (i = 0; i + 4 <= w; i += 4)
-        for (int j = 0; j < 4; j++)
-            h[j][u[i + j] & 1023]++;
-    for (; i < w; i++)
-        h[0][u[i] & 1023]++;
-    const uint32_t b3 = bin_of(h, 1024, &want);
-    *above = k - want;
-    return float_of(b1 << 21 | b2 << 10 | b3);
-}
-
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
 {
     if (k >= n || k < 1)
         return fg_ds4_top_k(s, n, k, out);
-    int nan = 0;
-    for (int i = 0; i < n; i++)
+    /* the k-th score by radix selection on the order-preserving keys: the top
+     * 11 bits counted over all rows, the next 11 and the last 10 over the
+     * rows of the bin that holds it (no branch on the data) */
+    int h[4][NBIN] = {{0}}, nan = 0, i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            nan |= s[i + j] != s[i + j];
+            h[j][ord_of(s[i + j]) >> 21]++;
+        }
+    for (; i < n; i++) {
         nan |= s[i] != s[i];
+        h[0][ord_of(s[i]) >> 21]++;
+    }
     if (nan)
         return fg_ds4_top_k(s, n, k, out);
-    /* the rows above the k-th score, then those equal to it from the lowest index until k */
-    int above;
-    const float v = kth_highest(s, n, k, (uint32_t *)(void *)tmp, &above);
-    int m = 0, ties = k - above;
-    for (int i = 0; i < n && m < k; i++) {
-        const int eq = s[i] == v;
-        out[m] = i;
-        m += (s[i] > v) | (eq & (ties > 0));
-        ties -= eq;
+    int want = k;
+    const uint32_t b1 = bin_of(h, NBIN, &want);
+    /* the bin's rows from the front of idx, the higher bins' rows from the back, each in index order */
+    int *idx = (int *)(void *)tmp, m = 0, a = 0;
+    for (i = 0; i < n; i++) {
+        const uint32_t top = ord_of(s[i]) >> 21;
+        idx[m] = i;
+        idx[n - 1 - a] = i;
+        m += top == b1;
+        a += top > b1;
     }
-    return m;
+    for (i = 0; i < m; i++)
+        h[i & 3][(ord_of(s[idx[i]]) >> 10) & (NBIN - 1)]++;
+    const uint32_t b2 = bin_of(h, NBIN, &want);
+    for (i = 0; i < m; i++) {
+        const uint32_t x = ord_of(s[idx[i]]);
+        h[i & 3][x & 1023] += ((x >> 10) & (NBIN - 1)) == b2;
+    }
+    const uint32_t b3 = bin_of(h, 1024, &want);
+    const float v = float_of(b1 << 21 | b2 << 10 | b3);
+    /* every row of the higher bins (above v), merged in index order with the
+     * bin's rows above v and those equal to it from the lowest index until k */
+    int ties = want, got = 0, ia = n - 1, ib = 0;
+    const int ea = n - 1 - a;
+    while (ib < m || ia > ea) {
+        if (ib < m && (ia <= ea || idx[ib] < idx[ia])) {
+            const int r = idx[ib++];
+            if (s[r] > v || (s[r] == v && ties-- > 0))
+                out[got++] = r;
+        } else {
+            out[got++] = idx[ia--];
+        }
+    }
+    return got;
 }

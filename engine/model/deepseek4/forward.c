@@ -212,22 +212,6 @@ void fg_ds4_swiglu(fg_isa isa, float *gate, float *up, int n, float c)
 
 /* ---------------------------------------------------------------- attention */
 
-/* xt[d ld + k] = x[k D + d] for k < n, by blocks of 16 rows: each line of
- * xt written whole while the 16 rows stay in L1. */
-static void transpose(const float *x, int n, int D, float *xt, int ld)
-{
-    for (int k0 = 0; k0 < n; k0 += 16) {
-        const int nk = n - k0 < 16 ? n - k0 : 16;
-        const float *xb = x + (size_t)k0 * D;
-        for (int d = 0; d < D; d++) {
-            float *o = xt + (size_t)d * ld + k0;
-            for (int k = 0; k < nk; k++)
-                o[k] = xb[(size_t)k * D + d];
-        }
-    }
-}
-
-
 /* One pool job: heads [h0, h1) over one tile of keys (online softmax). */
 typedef struct tile_job {
     const fg_ds4_forward_t *f;
@@ -286,7 +270,7 @@ static void index_run(void *ctx, int ith, int nth)
         const int r0 = (int)b * IDX_TILE, nk = j->ld - r0 < IDX_TILE ? j->ld - r0 : IDX_TILE;
         for (int k = 0; k < nk; k++)
             fg_ds4_key_load(f->cache, j->kv, j->il, r0 + k, key + (size_t)k * Di);
-        transpose(key, nk, Di, kt, IDX_TILE);
+        fg_ds4_transpose(key, nk, Di, kt, IDX_TILE);
         /* a sequence's positions ascend: its later tokens see at least the rows of the earlier */
         for (int t = j->t0 + j->nt - 1; t >= j->t0; t--) {
             const int vis = csa_visible(f->tok_pos[t]);
@@ -390,7 +374,7 @@ static void attend(const fg_ds4_forward_t *f, attn_ws *w, int il, const fg_kv_se
                 else
                     fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, w->rowtmp);
             }
-            transpose(w->keys, nk, D, w->keys_t, KEY_TILE);
+            fg_ds4_transpose(w->keys, nk, D, w->keys_t, KEY_TILE);
             job.keys = w->keys;
             job.keys_t = w->keys_t;
             job.ld = KEY_TILE;
@@ -498,7 +482,7 @@ static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
         fg_ds4_row_put(c, f->kv + (size_t)t * D, slot);
         fg_ds4_row_get(c, slot, f->win + (size_t)(p - f->win_base) * D);
     }
-    transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
+    fg_ds4_transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
     /* an HCA layer's rows that the last token sees (the others see the same or fewer) */
     f->n_hca = 0;
     if (f->m->layers[il].ratio == FG_DS4_HCA) {
@@ -506,7 +490,7 @@ static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
         f->n_hca = n < f->hca_cap ? n : f->hca_cap;
         for (int j = 0; j < f->n_hca; j++)
             fg_ds4_comp_load(c, f->tok_kv[t0], il, FG_DS4_HCA, j, f->hca + (size_t)j * D, f->rowtmp);
-        transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
+        fg_ds4_transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
     }
 }
 
