@@ -30,11 +30,19 @@ void fg_ds4_attn_tile(const float *q, const float *keys, int n, int D, float sca
     fg_ds4_attn_update(lg, keys, n, D, m, l, acc);
 }
 
-void fg_ds4_attn_update(const float *lg, const float *keys, int n, int D, float *m, float *l, float *acc)
+/* The running max over lg[0..n) in order, as its own function: inlined into
+ * the update, whose max is live across expf calls (so kept on the stack), it
+ * made every step a store and a reload. */
+static __attribute__((noinline)) float tile_max(const float *lg, int n, float mx)
 {
-    float mx = *m;
     for (int k = 0; k < n; k++)
         mx = lg[k] > mx ? lg[k] : mx;
+    return mx;
+}
+
+void fg_ds4_attn_update(const float *lg, const float *keys, int n, int D, float *m, float *l, float *acc)
+{
+    const float mx = tile_max(lg, n, *m);
     const float corr = expf(*m - mx);
     float sum = *l * corr;
     for (int i = 0; i < D; i++)

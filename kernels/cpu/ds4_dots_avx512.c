@@ -125,3 +125,47 @@ void fg_ds4_acc_rows_avx512(float *acc, const float *p, const float *rows, int n
         _mm512_mask_storeu_ps(o + 48, m3, c3);
     }
 }
+
+/* r[0..16) (rows) transposed in registers: pairs, quads, then 128-bit lanes twice */
+static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+    }
+}
+
+void fg_ds4_transpose_avx512(const float *x, int n, int D, float *xt, int ld)
+{
+    for (int k0 = 0; k0 < n; k0 += 16) {
+        const int nk = n - k0 < 16 ? n - k0 : 16;
+        const __mmask16 mk = lanes(nk);
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            const int nd = D - d0 < 16 ? D - d0 : 16;
+            const __mmask16 md = lanes(nd);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++)
+                r[k] = k < nk ? _mm512_maskz_loadu_ps(md, x + (size_t)(k0 + k) * D + d0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int d = 0; d < nd; d++)
+                _mm512_mask_storeu_ps(xt + (size_t)(d0 + d) * ld + k0, mk, r[d]);
+        }
+    }
+}

@@ -1,4 +1,7 @@
 /* ds4_index.c: the V4 indexer's scores and top-k (ds4_ops.h). */
+#include <stdint.h>
+#include <string.h>
+
 #include "kernels/cpu/ds4_dots_isa.h"
 #include "kernels/cpu/ds4_ops.h"
 #include "kernels/cpu/matmul.h"
@@ -64,54 +67,93 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out)
     return k;
 }
 
-/* The k-th highest of a[0..n) (1 <= k <= n, no NaN), a reordered:
- * quickselect, Hoare's partition, descending. */
-static float kth_highest(float *a, int n, int k)
+/* f32 order as unsigned order; -0 is taken as +0 (they compare equal). */
+static inline uint32_t ord_of(float x)
 {
-    int lo = 0, hi = n - 1;
-    const int want = k - 1;
-    while (lo < hi) {
-        const float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
-        const float pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > pivot)
-                i++;
-            while (a[j] < pivot)
-                j--;
-            if (i <= j) {
-                const float t = a[i];
-                a[i++] = a[j];
-                a[j--] = t;
-            }
-        }
-        if (want <= j)
-            hi = j;
-        else if (want >= i)
-            lo = i;
-        else
-            return a[want]; /* between the halves: equal to the pivot */
+    uint32_t u;
+    x += 0.0f;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+static inline float float_of(uint32_t u)
+{
+    u = u & 0x80000000u ? u & 0x7fffffffu : ~u;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+#define NBIN 2048 /* radix bins per pass (11 bits) */
+
+/* The bin holding the want-th highest key (1-based) of counts h[4][NBIN]
+ * (four interleaved histograms: a run of keys in one bin then increments
+ * four counters in turn instead of waiting on one), the count above it
+ * subtracted from *want; h cleared for the next pass. */
+static uint32_t bin_of(int (*h)[NBIN], int nbins, int *want)
+{
+    int b = nbins - 1;
+    for (;; b--) {
+        const int c = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+        if (c >= *want)
+            break;
+        *want -= c;
     }
-    return a[lo];
+    memset(h, 0, sizeof(int[4][NBIN]));
+    return (uint32_t)b;
 }
 
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
 {
     if (k >= n || k < 1)
         return fg_ds4_top_k(s, n, k, out);
-    for (int i = 0; i < n; i++) {
-        if (s[i] != s[i])
-            return fg_ds4_top_k(s, n, k, out);
-        tmp[i] = s[i];
+    /* the k-th score by radix selection on the order-preserving keys: the top
+     * 11 bits counted over all rows, the next 11 and the last 10 over the
+     * rows of the bin that holds it (no branch on the data) */
+    int h[4][NBIN] = {{0}}, nan = 0, i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            nan |= s[i + j] != s[i + j];
+            h[j][ord_of(s[i + j]) >> 21]++;
+        }
+    for (; i < n; i++) {
+        nan |= s[i] != s[i];
+        h[0][ord_of(s[i]) >> 21]++;
     }
-    /* the rows above the k-th score, then those equal to it from the lowest index until k */
-    const float v = kth_highest(tmp, n, k);
-    int above = 0;
-    for (int i = 0; i < n; i++)
-        above += s[i] > v;
-    int m = 0, ties = k - above;
-    for (int i = 0; i < n; i++)
-        if (s[i] > v || (s[i] == v && ties-- > 0))
-            out[m++] = i;
-    return m;
+    if (nan)
+        return fg_ds4_top_k(s, n, k, out);
+    int want = k;
+    const uint32_t b1 = bin_of(h, NBIN, &want);
+    /* the bin's rows from the front of idx, the higher bins' rows from the back, each in index order */
+    int *idx = (int *)(void *)tmp, m = 0, a = 0;
+    for (i = 0; i < n; i++) {
+        const uint32_t top = ord_of(s[i]) >> 21;
+        idx[m] = i;
+        idx[n - 1 - a] = i;
+        m += top == b1;
+        a += top > b1;
+    }
+    for (i = 0; i < m; i++)
+        h[i & 3][(ord_of(s[idx[i]]) >> 10) & (NBIN - 1)]++;
+    const uint32_t b2 = bin_of(h, NBIN, &want);
+    for (i = 0; i < m; i++) {
+        const uint32_t x = ord_of(s[idx[i]]);
+        h[i & 3][x & 1023] += ((x >> 10) & (NBIN - 1)) == b2;
+    }
+    const uint32_t b3 = bin_of(h, 1024, &want);
+    const float v = float_of(b1 << 21 | b2 << 10 | b3);
+    /* every row of the higher bins (above v), merged in index order with the
+     * bin's rows above v and those equal to it from the lowest index until k */
+    int ties = want, got = 0, ia = n - 1, ib = 0;
+    const int ea = n - 1 - a;
+    while (ib < m || ia > ea) {
+        if (ib < m && (ia <= ea || idx[ib] < idx[ia])) {
+            const int r = idx[ib++];
+            if (s[r] > v || (s[r] == v && ties-- > 0))
+                out[got++] = r;
+        } else {
+            out[got++] = idx[ia--];
+        }
+    }
+    return got;
 }

@@ -42,6 +42,10 @@ void fg_ds4_hca_row(const float *st, int D, float *row);
  * plain loop whatever the ISA (AVX-512 when the CPU has it). */
 void fg_ds4_dots(const float *a, int na, int lda, const float *bt, int ldb, int nb, int D, float *out, int ldo);
 
+/* xt[d ldt + k] = x[k D + d] for k < n, d < D: rows laid out as fg_ds4_dots
+ * reads its columns (AVX-512 by 16 x 16 blocks where the CPU has it). */
+void fg_ds4_transpose(const float *x, int n, int D, float *xt, int ldt);
+
 /* ---- indexer ---- */
 
 /* One compressed row's index score for one query:
@@ -60,7 +64,7 @@ void fg_ds4_index_scores(const float *q, const float *w, const float *kt, int ld
  * Returns the count written. */
 int fg_ds4_top_k(const float *s, int n, int k, int *out);
 
-/* The same rows, by a selection of the k-th score (tmp: [n] scratch) instead
+/* The same rows, by a radix selection of the k-th score (tmp: [n] scratch) instead
  * of insertion: linear in n, for top-512 over many rows. */
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp);
 

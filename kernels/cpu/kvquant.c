@@ -209,6 +209,10 @@ void fg_kv_dequantize(fg_kv_format f, const void *src, int n, float *y)
     case FG_KV_FP4: {
         if (n % 16)
             return;
+        if (fg_isa_best() == FG_ISA_AVX512) {
+            fg_kv_fp4_dequant_avx512(in, n, y);
+            break;
+        }
         /* fg_e2m1_to_f32 of every code, as a table: this runs for every cached row
          * in attention, and a lookup is several times cheaper than the call. */
         static const float e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,

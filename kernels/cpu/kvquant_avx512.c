@@ -73,3 +73,24 @@ void fg_kv_fp8_dequant_avx512(const uint8_t *codes, float scale, int n, float *y
         _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, e4m3_16(_mm_maskz_loadu_epi8(m, codes + i))));
     }
 }
+
+void fg_kv_fp4_dequant_avx512(const uint8_t *in, int n, float *y)
+{
+    /* the E2M1 values by code, as kvquant.c's table */
+    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f);
+    const uint8_t *scales = in + n / 2;
+    for (int k0 = 0; k0 < n / 16; k0 += 16) {
+        const int nb = n / 16 - k0 < 16 ? n / 16 - k0 : 16;
+        float s[16];
+        _mm512_storeu_ps(s, e4m3_16(_mm_maskz_loadu_epi8((__mmask16)((1u << nb) - 1), scales + k0)));
+        for (int k = 0; k < nb; k++) {
+            /* byte j: element 2j low nibble, 2j + 1 high */
+            const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(in + 8 * (k0 + k)));
+            const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15));
+            const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+            const __m512i code = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+            _mm512_storeu_ps(y + 16 * (k0 + k), _mm512_mul_ps(_mm512_set1_ps(s[k]), _mm512_permutexvar_ps(code, e2m1)));
+        }
+    }
+}

@@ -4,7 +4,7 @@
  * computed together: fg_ds4_dots (AVX-512 where the CPU has it) against the
  * plain loop for every tail shape, fg_ds4_index_scores against
  * fg_ds4_index_score, dots + fg_ds4_attn_update against fg_ds4_attn_tile,
- * fg_ds4_acc_rows against one fg_axpy per row,
+ * fg_ds4_acc_rows against one fg_axpy per row, fg_ds4_transpose against the definition,
  * fg_ds4_top_k_tmp against fg_ds4_top_k with ties, signed zeros and NaN. */
 #include <math.h>
 #include <stdint.h>
@@ -141,8 +141,8 @@ static void test_acc_rows(void)
  * order, on distinct scores, heavy ties (signed zeros among them) and NaN */
 static void test_top_k(void)
 {
-    const int ns[] = {1, 2, 31, 100, 1000, 4099}, ks[] = {1, 5, 32, 512, 5000};
-    float *s = malloc(sizeof(float) * 4099), *tmp = malloc(sizeof(float) * 4099);
+    const int ns[] = {1, 2, 31, 100, 1000, 4099, 16384}, ks[] = {1, 5, 32, 512, 700, 5000};
+    float *s = malloc(sizeof(float) * 16384), *tmp = malloc(sizeof(float) * 16384);
     int *a = malloc(sizeof(int) * 5000), *b = malloc(sizeof(int) * 5000);
     int bad = 0, cases = 0;
     for (int kind = 0; kind < 3; kind++)
@@ -170,6 +170,34 @@ static void test_top_k(void)
     free(b);
 }
 
+/* fg_ds4_transpose moves every value to its place (AVX-512 by 16 x 16
+ * blocks where the CPU has it): row counts and widths around the block size,
+ * a strided destination whose padding stays untouched */
+static void test_transpose(void)
+{
+    const int ns[] = {1, 5, 15, 16, 17, 33, 64, 130}, Ds[] = {1, 7, 16, 31, 128, 256};
+    int bad = 0, guard = 0;
+    for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+        for (size_t id = 0; id < sizeof Ds / sizeof *Ds; id++) {
+            const int n = ns[in], D = Ds[id], ld = n + 3;
+            float *x = malloc(sizeof(float) * (size_t)n * D), *xt = malloc(sizeof(float) * (size_t)D * ld);
+            fill(x, (size_t)n * D, 1.0f);
+            for (int i = 0; i < D * ld; i++)
+                xt[i] = 1234.5f;
+            fg_ds4_transpose(x, n, D, xt, ld);
+            for (int d = 0; d < D; d++) {
+                for (int k = 0; k < n; k++)
+                    bad += fg_test_bits(xt[(size_t)d * ld + k]) != fg_test_bits(x[(size_t)k * D + d]);
+                for (int k = n; k < ld; k++)
+                    guard += xt[(size_t)d * ld + k] != 1234.5f;
+            }
+            free(x);
+            free(xt);
+        }
+    CHECK_MSG(bad == 0, "fg_ds4_transpose: %d values misplaced", bad);
+    CHECK_MSG(guard == 0, "fg_ds4_transpose: %d padding values written", guard);
+}
+
 int main(void)
 {
     rng_seed(0x3c6ef372fe94f82bull);
@@ -177,6 +205,7 @@ int main(void)
     test_index_scores();
     test_attn();
     test_acc_rows();
+    test_transpose();
     test_top_k();
     return TEST_DONE("test_ds4_ops");
 }

@@ -120,6 +120,15 @@ static void half_put(bool f16, const float *x, int n, uint8_t *dst)
 
 static void half_get(bool f16, const uint8_t *src, int n, float *y)
 {
+    if (!f16) { /* BF16 is an f32's upper half: fg_bf16_to_f32 as a loop the compiler vectorizes */
+        for (int i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            const uint32_t u = (uint32_t)h << 16;
+            memcpy(y + i, &u, sizeof u);
+        }
+        return;
+    }
     for (int i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
@@ -186,6 +195,17 @@ void fg_ds4_comp_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r,
     fg_ds4_row_put(c, x, tmp);
     for (int k = 0; k < parts; k++)
         memcpy(q->pages[j * parts + k] + off, tmp + (size_t)k * c->part_bytes, c->part_bytes);
+}
+
+void fg_ds4_comp_prefetch(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j)
+{
+    if (r > FG_KV_PAGE_TOKENS)
+        return;
+    const int per = FG_KV_PAGE_TOKENS / r;
+    const uint8_t *row = q->pages[j / per] + c->layer[il].page_rows + (size_t)(j % per) * c->row_bytes;
+    for (size_t b = 0; b < c->row_bytes; b += 64)
+        __builtin_prefetch(row + b);
+    __builtin_prefetch(row + c->row_bytes - 1);
 }
 
 void fg_ds4_comp_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j, float *y, uint8_t *tmp)

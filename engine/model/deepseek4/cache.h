@@ -91,6 +91,10 @@ void fg_ds4_flash_geometry(fg_ds4_hparams *hp);
  * its two pages). */
 void fg_ds4_comp_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j, const float *x, uint8_t *tmp);
 void fg_ds4_comp_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j, float *y, uint8_t *tmp);
+/* Asks the CPU to start fetching compressed row j of a ratio r <= 64 layer
+ * (nothing for wider ratios): attention reads its top-k rows in no order the
+ * hardware can predict. */
+void fg_ds4_comp_prefetch(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j);
 void fg_ds4_key_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, const float *x);
 void fg_ds4_key_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, float *y);
 #endif

@@ -31,6 +31,7 @@
 #define SCORE_CAP ((size_t)1 << 21) /* indexer scores held at once (8 MiB): a chunk's tokens go in groups */
 #define HCA_CAP 2048 /* HCA rows decoded once per sequence and layer (2 MiB each way at D 256); later ones per token */
 #define LOGIT_CHUNK 64 /* rows of logits per LM-head product */
+#define PREFETCH_ROWS 6 /* top-k rows fetched ahead of the one being decoded */
 /* Multiply-adds below which a token's attention or index scoring stays on the
  * calling thread (a pool barrier costs about as much); low enough that the
  * test fixture takes both paths. */
@@ -109,7 +110,7 @@ struct fg_ds4_forward {
     float *scores;                /* [max_rows] the router's scratch */
     float *iscores;               /* [score_cap] indexer scores of a group of tokens, [token][row] */
     size_t score_cap;
-    float *key_buf;               /* [pool threads][key_buf_n]: a key, an IDX_TILE of keys transposed, dots */
+    float *key_buf;               /* [pool threads][key_buf_n]: an IDX_TILE of keys, the same transposed, dots */
     size_t key_buf_n;
     int *tok_sel;                 /* [T][max(top_k, 1)] each token's top-k rows */
     int *tok_nsel;                /* [T] their count */
@@ -262,16 +263,14 @@ static void index_run(void *ctx, int ith, int nth)
     const index_job *j = ctx;
     const fg_ds4_forward_t *f = j->f;
     const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
-    float *key = f->key_buf + (size_t)ith * f->key_buf_n, *kt = key + Di, *dots = kt + (size_t)Di * IDX_TILE;
+    float *key = f->key_buf + (size_t)ith * f->key_buf_n, *kt = key + (size_t)Di * IDX_TILE, *dots = kt + (size_t)Di * IDX_TILE;
     long b0, b1;
     fg_pool_split((j->ld + IDX_TILE - 1) / IDX_TILE, 1, ith, nth, &b0, &b1);
     for (long b = b0; b < b1; b++) {
         const int r0 = (int)b * IDX_TILE, nk = j->ld - r0 < IDX_TILE ? j->ld - r0 : IDX_TILE;
-        for (int k = 0; k < nk; k++) {
-            fg_ds4_key_load(f->cache, j->kv, j->il, r0 + k, key);
-            for (int i = 0; i < Di; i++)
-                kt[(size_t)i * IDX_TILE + k] = key[i];
-        }
+        for (int k = 0; k < nk; k++)
+            fg_ds4_key_load(f->cache, j->kv, j->il, r0 + k, key + (size_t)k * Di);
+        fg_ds4_transpose(key, nk, Di, kt, IDX_TILE);
         /* a sequence's positions ascend: its later tokens see at least the rows of the earlier */
         for (int t = j->t0 + j->nt - 1; t >= j->t0; t--) {
             const int vis = csa_visible(f->tok_pos[t]);
@@ -366,15 +365,16 @@ static void attend(const fg_ds4_forward_t *f, attn_ws *w, int il, const fg_kv_se
                 const int i = k0 + k;
                 float *dst = w->keys + (size_t)k * D;
                 const int j = i - nw;
+                if (src->rows && j + PREFETCH_ROWS >= 0 && j + PREFETCH_ROWS < src->n_rows)
+                    fg_ds4_comp_prefetch(c, kv, il, hp->ratio[il], src->rows[j + PREFETCH_ROWS]);
                 if (i < nw)
                     memcpy(dst, f->win + (size_t)(w0 + i) * D, (size_t)D * sizeof(float));
                 else if (!src->rows && j < f->n_hca)
                     memcpy(dst, f->hca + (size_t)j * D, (size_t)D * sizeof(float));
                 else
                     fg_ds4_comp_load(c, kv, il, hp->ratio[il], src->rows ? src->rows[j] : j, dst, w->rowtmp);
-                for (int d = 0; d < D; d++)
-                    w->keys_t[(size_t)d * KEY_TILE + k] = dst[d];
             }
+            fg_ds4_transpose(w->keys, nk, D, w->keys_t, KEY_TILE);
             job.keys = w->keys;
             job.keys_t = w->keys_t;
             job.ld = KEY_TILE;
@@ -463,14 +463,6 @@ static void compress_token(fg_ds4_forward_t *f, int il, const fg_kv_seq *kv, int
 
 /* ---------------------------------------------------------------- layers */
 
-/* xt[d ld + k] = x[k D + d] for k < n. */
-static void transpose(const float *x, int n, int D, float *xt, int ld)
-{
-    for (int k = 0; k < n; k++)
-        for (int d = 0; d < D; d++)
-            xt[(size_t)d * ld + k] = x[(size_t)k * D + d];
-}
-
 /* The keys that tokens [t0, t1) (one sequence) share, decoded once: into
  * f->win the ring's rows before the first token, then each token's own row
  * as the ring stores it (written there, in order, as before); into f->hca
@@ -490,7 +482,7 @@ static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
         fg_ds4_row_put(c, f->kv + (size_t)t * D, slot);
         fg_ds4_row_get(c, slot, f->win + (size_t)(p - f->win_base) * D);
     }
-    transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
+    fg_ds4_transpose(f->win, f->tok_pos[t1 - 1] + 1 - f->win_base, D, f->win_t, f->win_ld);
     /* an HCA layer's rows that the last token sees (the others see the same or fewer) */
     f->n_hca = 0;
     if (f->m->layers[il].ratio == FG_DS4_HCA) {
@@ -498,7 +490,7 @@ static void window_rows(fg_ds4_forward_t *f, int il, int t0, int t1)
         f->n_hca = n < f->hca_cap ? n : f->hca_cap;
         for (int j = 0; j < f->n_hca; j++)
             fg_ds4_comp_load(c, f->tok_kv[t0], il, FG_DS4_HCA, j, f->hca + (size_t)j * D, f->rowtmp);
-        transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
+        fg_ds4_transpose(f->hca, f->n_hca, D, f->hca_t, f->hca_cap);
     }
 }
 
@@ -1240,7 +1232,7 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     if (f->score_cap > SCORE_CAP)
         f->score_cap = SCORE_CAP > (size_t)f->max_rows ? SCORE_CAP : (size_t)f->max_rows;
     f->iscores = alloc_f(f->score_cap, &ok);
-    f->key_buf_n = Di + Di * IDX_TILE + (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE;
+    f->key_buf_n = 2 * (size_t)Di * IDX_TILE + (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE;
     f->key_buf = alloc_f((size_t)fg_pool_size(pool) * f->key_buf_n, &ok);
     const size_t ksel = (size_t)(hp->idx_top_k > 1 ? hp->idx_top_k : 1);
     f->tok_sel = alloc_f(T * ksel, &ok);
