@@ -142,6 +142,12 @@ static fg_err gguf_entry(fg_imatrix_t *m, const char *name, const fg_gguf_tensor
             }
             /* a matrix that saw no input (partial data) weighs every column 1, as llama-quantize does */
             w[j * ne0 + i] = count > 0.0f ? v / count : 1.0f;
+            if (!isfinite(w[j * ne0 + i])) {
+                free(nm);
+                free(w);
+                return fg_diag_set(diag, FG_ERR_INVALID_ARG, "imatrix: %s: value %lld of matrix %lld divided by its "
+                                   "count %g is not finite", name, (long long)i, (long long)j, (double)count);
+            }
         }
     }
     return add_entry(m, nm, w, ne0 * n_mat, diag);

@@ -16,6 +16,12 @@
  *             the weighted (absolute or squared) error drops
  *   iq4       the 16 non-linear levels, scale searched over levels[0] + t
  *             (t = -7..7), codes by nearest level (ties upward)
+ * and, with importance weights (the quant_weights paths of ggml's
+ * quantize_row_*_impl):
+ *   make_qkx3 make_qkx2 with the given weights and squared error, the grid
+ *             nmax - 0.9 + 0.05 is (is = 0..36)
+ *   make_qp   non-negative codes for the sub-block scales and minima,
+ *             weighted by each sub-block's summed weights
  * The super-block scales are then quantized against one F16 scale and every
  * value re-coded against the scale the block really stores.
  */
@@ -1078,7 +1084,7 @@ int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n,
     if (!fg_wtype_quantizes(wtype) || n < 1 || !x || !y)
         return -1;
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]) || (qw && !(qw[i] >= 0 && qw[i] <= 3.0e38f)))
+        if (!isfinite(x[i]) || (qw && !(qw[i] >= 0 && isfinite(qw[i]))))
             return -1;
     uint8_t *out = y;
     switch (wtype) {

@@ -1,6 +1,7 @@
 /* quantize.h: the quantizers, from F32 values to the block types of quants.h
  * and numeric.h, writing the bytes ggml's quantizers write (llama-quantize
- * without an importance matrix): quantize_row_*_ref in ggml-quants.c for Q4_0,
+ * without an importance matrix; with one, fg_wtype_quantize_row_imatrix
+ * below): quantize_row_*_ref in ggml-quants.c for Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and MXFP4, and
  * quantize_iq4_nl / quantize_iq4_xs without weights for IQ4_NL and IQ4_XS
  * (the scale search with 7 tries on each side that llama-quantize runs; the
