@@ -111,6 +111,11 @@ set_tests_properties(quantize_ggml PROPERTIES SKIP_RETURN_CODE 77)
 fg_add_test(bad_inputs_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_inputs.sh
             LABELS model FIXTURES_REQUIRED models)
 
+# flashgate-quantize --imatrix on malformed or mismatched importance matrices, and q2_k_s
+# without one: clear errors naming the entry, no file left, no crash.
+fg_add_test(bad_imatrix_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_bad_imatrix.sh
+            LABELS model FIXTURES_REQUIRED models)
+
 # The GPU self-check: a clear exit 2 where there is no GPU (CI); the op and
 # forward checks where there is one.
 fg_add_test(gpucheck_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_gpucheck.sh

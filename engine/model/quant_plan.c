@@ -23,7 +23,7 @@ enum { /* ggml type ids used by the rules */
 enum { /* llama.cpp's LLAMA_FTYPE numbers */
     F_ALL_F32 = 0, F_F16 = 1, F_Q4_0 = 2, F_Q4_1 = 3, F_Q8_0 = 7, F_Q5_0 = 8, F_Q5_1 = 9, F_Q2_K = 10,
     F_Q3_K_S = 11, F_Q3_K_M = 12, F_Q3_K_L = 13, F_Q4_K_S = 14, F_Q4_K_M = 15, F_Q5_K_S = 16, F_Q5_K_M = 17,
-    F_Q6_K = 18, F_IQ4_NL = 25, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
+    F_Q6_K = 18, F_Q2_K_S = 21, F_IQ4_NL = 25, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
 };
 
 static const struct ftype_info {
@@ -44,7 +44,7 @@ static const struct ftype_info {
     {"q5_k", F_Q5_K_M, T_Q5_K, NULL},      {"q6_k", F_Q6_K, T_Q6_K, NULL},
     {"iq4_nl", F_IQ4_NL, T_IQ4_NL, NULL},  {"iq4_xs", F_IQ4_XS, T_IQ4_XS, NULL},
     {"mxfp4_moe", F_MXFP4_MOE, T_MXFP4, NULL},
-    {"q2_k_s", -1, 0, "its Q2_K tensors need an importance matrix"},
+    {"q2_k_s", F_Q2_K_S, T_Q2_K, NULL},
     {"iq2_xxs", -1, 0, "the IQ2/IQ3/IQ1 lattice types are not written yet"},
     {"iq2_xs", -1, 0, NULL}, {"iq2_s", -1, 0, NULL}, {"iq2_m", -1, 0, NULL}, {"iq3_xxs", -1, 0, NULL},
     {"iq3_xs", -1, 0, NULL}, {"iq3_s", -1, 0, NULL}, {"iq3_m", -1, 0, NULL}, {"iq1_s", -1, 0, NULL},
@@ -70,6 +70,7 @@ struct fg_quant_plan {
     /* the model */
     int n_layer, n_expert, n_gqa;
     bool falcon, tied_embeddings;
+    bool has_imatrix; /* llama-quantize's qs.has_imatrix: some rules differ with one */
     int n_attention_wv;
     /* llama-quantize's counters, advanced per chosen tensor */
     int i_attention_wv, i_ffn_down, i_ffn_gate, i_ffn_up;
@@ -255,6 +256,21 @@ uint32_t fg_quant_plan_file_type(const fg_quant_plan_t *p)
     return (uint32_t)p->ft->ftype;
 }
 
+bool fg_quant_plan_requires_imatrix(const fg_quant_plan_t *p)
+{
+    return p->ft->ftype == F_Q2_K_S;
+}
+
+void fg_quant_plan_set_imatrix(fg_quant_plan_t *p, bool has_imatrix)
+{
+    p->has_imatrix = has_imatrix;
+}
+
+bool fg_quant_plan_tensor_needs_imatrix(const fg_quant_plan_t *p, const char *name, uint32_t type)
+{
+    return type == T_Q2_K && p->ft->ftype == F_Q2_K_S && strcmp(name, "token_embd.weight") != 0;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -336,6 +352,8 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
     } else if (attn_v_like(c)) {
         if (f == F_Q2_K)
             nt = p->n_gqa >= 4 ? T_Q4_K : T_Q3_K;
+        else if (f == F_Q2_K_S && p->n_gqa >= 4)
+            nt = T_Q4_K;
         else if (f == F_Q3_K_M)
             nt = p->i_attention_wv < 2 ? T_Q5_K : T_Q4_K;
         else if (f == F_Q3_K_L)
@@ -357,7 +375,10 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
         const int n = p->n_layer;
         if (f == F_Q2_K)
             nt = T_Q3_K;
-        else if (f == F_Q3_K_M)
+        else if (f == F_Q2_K_S) {
+            if (layer < n / 8)
+                nt = T_Q4_K;
+        } else if (f == F_Q3_K_M)
             nt = layer < n / 16 ? T_Q5_K : !p->falcon || use_more_bits(layer, n) ? T_Q4_K : T_Q3_K;
         else if (f == F_Q3_K_L)
             nt = p->falcon ? T_Q4_K : T_Q5_K;
@@ -366,12 +387,14 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
                 nt = layer < n / 16 ? T_Q6_K : use_more_bits(layer, n) ? T_Q5_K : T_Q4_K;
             else if (use_more_bits(layer, n))
                 nt = T_Q6_K;
-        } else if (layer < n / 8 && (f == F_IQ4_NL || f == F_IQ4_XS))
-            nt = T_Q5_K; /* without an importance matrix */
+        } else if (layer < n / 8 && (f == F_IQ4_NL || f == F_IQ4_XS) && !p->has_imatrix)
+            nt = T_Q5_K;
         else if (f == F_Q5_K_M && use_more_bits(layer, n))
             nt = T_Q6_K;
         else if (f == F_Q4_K_S && !p->falcon && layer < n / 8)
             nt = T_Q5_K;
+        else if ((f == F_Q4_0 || f == F_Q5_0) && p->has_imatrix && layer < n / 8)
+            nt = f == F_Q4_0 ? T_Q4_1 : T_Q5_1; /* llama.cpp's guard for the first ffn_down layers */
         p->i_ffn_down++;
     } else if (c == C_ATTN_OUTPUT) {
         if (!p->falcon) {

@@ -18,9 +18,14 @@
  *      falls back: Q2_K, Q3_K -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K ->
  *      Q8_0; IQ4_XS -> IQ4_NL; F16 if even that does not fit.
  *
+ * With an importance matrix (fg_quant_plan_set_imatrix) llama-quantize's
+ * imatrix rules apply: IQ4_NL/IQ4_XS keep the first eighth of ffn_down in
+ * their type (no Q5_K), Q4_0/Q5_0 put it in Q4_1/Q5_1. Q2_K_S (Q2_K, attn_v
+ * Q4_K where n_gqa >= 4, the first eighth of ffn_down Q4_K) requires one.
+ *
  * Types and file types are ggml's ids and llama.cpp's LLAMA_FTYPE numbers.
  * Mixes whose rules need types this build cannot write (the IQ1/IQ2/IQ3
- * families) or an importance matrix (Q2_K_S) are refused by name.
+ * families) are refused by name.
  *
  * Thread safety: a plan is used by one thread.
  */
@@ -70,6 +75,18 @@ typedef struct fg_quant_choice {
  * names the tensor) when a fallback type is needed and none is defined, or
  * the layer in a tensor name is outside the block count. */
 fg_err fg_quant_plan_choose(fg_quant_plan_t *p, const fg_gguf_tensor *t, fg_quant_choice *out, fg_diag *diag);
+
+/* Whether the mix cannot be made without an importance matrix (Q2_K_S, as
+ * llama-quantize refuses it). */
+bool fg_quant_plan_requires_imatrix(const fg_quant_plan_t *p);
+
+/* Tells the plan whether an importance matrix is given; before choosing. */
+void fg_quant_plan_set_imatrix(fg_quant_plan_t *p, bool has_imatrix);
+
+/* Whether tensor `name` quantized to `type` needs importance weights (Q2_K
+ * in a Q2_K_S file, but token_embd.weight), as llama-quantize refuses to
+ * write it without ("missing importance matrix"). */
+bool fg_quant_plan_tensor_needs_imatrix(const fg_quant_plan_t *p, const char *name, uint32_t type);
 
 /* llama.cpp's LLAMA_FTYPE number of the plan (general.file_type). */
 uint32_t fg_quant_plan_file_type(const fg_quant_plan_t *p);

@@ -16,6 +16,12 @@
  *             the weighted (absolute or squared) error drops
  *   iq4       the 16 non-linear levels, scale searched over levels[0] + t
  *             (t = -7..7), codes by nearest level (ties upward)
+ * and, with importance weights (the quant_weights paths of ggml's
+ * quantize_row_*_impl):
+ *   make_qkx3 make_qkx2 with the given weights and squared error, the grid
+ *             nmax - 0.9 + 0.05 is (is = 0..36)
+ *   make_qp   non-negative codes for the sub-block scales and minima,
+ *             weighted by each sub-block's summed weights
  * The super-block scales are then quantized against one F16 scale and every
  * value re-coded against the scale the block really stores.
  */
@@ -71,6 +77,11 @@ static void put_f16(uint8_t *p, float f)
     p[1] = (uint8_t)(h >> 8);
 }
 
+static float get_f16(const uint8_t *p)
+{
+    return fg_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
 static float f16_round(float f)
 {
     return fg_f16_to_f32(fg_f32_to_f16(f));
@@ -78,8 +89,41 @@ static float f16_round(float f)
 
 /* ---- legacy types (32 values) ---- */
 
-static void q4_0_block(const float *x, uint8_t *b)
+/* The searches, below with the K types. */
+static float make_qx(int n, int nmax, const float *x, int8_t *L, const float *qw);
+static float make_qkx3(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                       uint8_t *Laux, float rmin, float rdelta, int nstep);
+static void imatrix_weights(const float *x, const float *qw, float sigma2, int n, float *w);
+static void put_u32(uint8_t *p, uint32_t v);
+
+/* Legacy blocks with importance weights qw: the row's mean square is sigma2. */
+static void q4_0_weighted(const float *x, uint8_t *b, const float *qw, float sigma2)
 {
+    float w[32];
+    int8_t L[32];
+    imatrix_weights(x, qw, sigma2, 32, w);
+    put_f16(b, make_qx(32, 8, x, L, w));
+    for (int j = 0; j < 16; j++)
+        b[2 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
+static void q4_1_weighted(const float *x, uint8_t *b, const float *qw, float sigma2)
+{
+    float w[32], min;
+    uint8_t L[32], Laux[32];
+    imatrix_weights(x, qw, sigma2, 32, w);
+    put_f16(b, make_qkx3(32, 15, x, w, L, &min, Laux, -0.9f, 0.05f, 36));
+    put_f16(b + 2, -min);
+    for (int j = 0; j < 16; j++)
+        b[4 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
+static void q4_0_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
+{
+    if (qw) {
+        q4_0_weighted(x, b, qw, row_sigma2);
+        return;
+    }
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 32; j++)
         if (amax < fabsf(x[j])) {
@@ -109,8 +153,12 @@ static void min_max(const float *x, float *mn, float *mx)
     *mx = hi;
 }
 
-static void q4_1_block(const float *x, uint8_t *b)
+static void q4_1_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
+    if (qw) {
+        q4_1_weighted(x, b, qw, row_sigma2);
+        return;
+    }
     float min, max;
     min_max(x, &min, &max);
     const float d = (max - min) / 15;
@@ -130,8 +178,43 @@ static void put_u32(uint8_t *p, uint32_t v)
         p[k] = (uint8_t)(v >> (8 * k));
 }
 
-static void q5_0_block(const float *x, uint8_t *b)
+/* Q5_0's and Q5_1's 5-bit codes: low nibbles at qs, fifth bits in the u32 at qh. */
+static void q5_pack(const uint8_t *L, uint8_t *qh_at, uint8_t *qs)
 {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((L[j] & 15) | (L[j + 16] & 15) << 4);
+        qh |= (uint32_t)(L[j] >> 4 & 1) << j;
+        qh |= (uint32_t)(L[j + 16] >> 4 & 1) << (j + 16);
+    }
+    put_u32(qh_at, qh);
+}
+
+static void q5_0_weighted(const float *x, uint8_t *b, const float *qw, float sigma2)
+{
+    float w[32];
+    int8_t L[32];
+    imatrix_weights(x, qw, sigma2, 32, w);
+    put_f16(b, make_qx(32, 16, x, L, w));
+    q5_pack((const uint8_t *)L, b + 2, b + 6);
+}
+
+static void q5_1_weighted(const float *x, uint8_t *b, const float *qw, float sigma2)
+{
+    float w[32], min;
+    uint8_t L[32], Laux[32];
+    imatrix_weights(x, qw, sigma2, 32, w);
+    put_f16(b, make_qkx3(32, 31, x, w, L, &min, Laux, -0.9f, 0.05f, 36));
+    put_f16(b + 2, -min);
+    q5_pack(L, b + 4, b + 8);
+}
+
+static void q5_0_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
+{
+    if (qw) {
+        q5_0_weighted(x, b, qw, row_sigma2);
+        return;
+    }
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 32; j++)
         if (amax < fabsf(x[j])) {
@@ -152,8 +235,12 @@ static void q5_0_block(const float *x, uint8_t *b)
     put_u32(b + 2, qh);
 }
 
-static void q5_1_block(const float *x, uint8_t *b)
+static void q5_1_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
+    if (qw) {
+        q5_1_weighted(x, b, qw, row_sigma2);
+        return;
+    }
     float min, max;
     min_max(x, &min, &max);
     const float d = (max - min) / 31;
@@ -188,8 +275,9 @@ static float signed_max(const float *x, int n)
     return max;
 }
 
-/* Symmetric codes L[i] + nmax in [0, 2 nmax), weights x^2 (rmse type 1); returns the scale. */
-static float make_qx(int n, int nmax, const float *x, int8_t *L)
+/* Symmetric codes L[i] + nmax in [0, 2 nmax), weights qw (NULL: x^2, rmse
+ * type 1); returns the scale. */
+static float make_qx(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
     const float max = signed_max(x, n);
     if (fabsf(max) < GROUP_MAX_EPS) {
@@ -201,7 +289,7 @@ static float make_qx(int n, int nmax, const float *x, int8_t *L)
     for (int i = 0; i < n; i++) {
         int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
         L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
+        float w = qw ? qw[i] : x[i] * x[i];
         sumlx += w * x[i] * l;
         suml2 += w * l * l;
     }
@@ -214,7 +302,7 @@ static float make_qx(int n, int nmax, const float *x, int8_t *L)
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
             int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
-            float w = x[i] * x[i];
+            float w = qw ? qw[i] : x[i] * x[i];
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
@@ -343,6 +431,161 @@ static float make_qkx2(int n, int nmax, const float *x, const float *weights, ui
     return scale;
 }
 
+/* make_qkx2 as the importance-weighted quantizers run it (weights always
+ * given, error squared): the same fit, codes clamped before rounding. */
+static float make_qkx3(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                       uint8_t *Laux, float rmin, float rdelta, int nstep)
+{
+    float min = x[0], max = x[0];
+    float sum_w = weights[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max <= min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)imax(0, imin(nmax, nearest_int(iscale * (x[i] - min))));
+        float diff = scale * L[i] + min - x[i];
+        best += weights[i] * (diff * diff);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            const float v = iscale * (x[i] - min);
+            const int l = v > 0 ? nearest_int(v < nmax ? v : (float)nmax) : 0;
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                cur += weights[i] * (diff * diff);
+            }
+            if (cur < best) {
+                memcpy(L, Laux, (size_t)n);
+                best = cur;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Non-negative codes in [0, nmax] for the (non-negative) sub-block scales or
+ * minima x, weighted by qw: the scale searched over nmax + 0.1 is
+ * (is = -4..4) by weighted squared error, then up to 5 passes moving single
+ * codes while the fit improves; returns the scale. */
+static float make_qp(int n, int nmax, const float *x, uint8_t *L, const float *qw)
+{
+    float max = 0;
+    for (int i = 0; i < n; i++)
+        max = max > x[i] ? max : x[i];
+    if (max < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = nmax / max;
+    float scale = 1 / iscale;
+    float best = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)nearest_int(iscale * x[i]); /* wraps as ggml's uint8_t store does */
+        float diff = x[i] - scale * L[i];
+        best += qw[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0)
+            continue;
+        const float iscale_is = (0.1f * is + nmax) / max;
+        const float scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            float diff = x[i] - scale_is * imin(nmax, nearest_int(iscale_is * x[i]));
+            mse += qw[i] * diff * diff;
+        }
+        if (mse < best) {
+            best = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imin(nmax, nearest_int(iscale * x[i]));
+        L[i] = (uint8_t)l;
+        float w = qw[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = qw[i];
+            float slx = sumlx - w * x[i] * L[i];
+            float sl2 = suml2 - w * L[i] * L[i];
+            if (slx > 0 && sl2 > 0) {
+                int new_l = imin(nmax, nearest_int(x[i] * sl2 / slx));
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (uint8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed)
+            break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* The weights of the importance-weighted searches: the column's importance
+ * times the value's size against the block's spread, sqrt(sigma2 + x^2). */
+static void imatrix_weights(const float *x, const float *qw, float sigma2, int n, float *w)
+{
+    for (int i = 0; i < n; i++)
+        w[i] = qw[i] * sqrtf(sigma2 + x[i] * x[i]);
+}
+
+static float sum_squares(const float *x, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return s;
+}
+
 /* Q2_K and Q3_K pack four 2-bit codes of values l, l+32, l+64, l+96 per byte. */
 static void pack2(const uint8_t *L, uint8_t *qs)
 {
@@ -351,11 +594,46 @@ static void pack2(const uint8_t *L, uint8_t *qs)
             qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
 }
 
-/* Q2_K: scales[16], qs[64], d, dmin. */
-static void q2_k_block(const float *x, uint8_t *b)
+/* Q2_K's codes against the scales the block stores, then packed. */
+static void q2_k_finish(const float *x, uint8_t *b, uint8_t *L)
 {
-    uint8_t L[QK], Laux[16], *sc = b, *qs = b + 16;
+    const uint8_t *sc = b;
+    const float dall = get_f16(b + 80), dmin = get_f16(b + 82);
+    for (int j = 0; j < 16; j++) {
+        const float d = dall * (sc[j] & 15);
+        if (d == 0.0f)
+            continue;
+        const float dm = dmin * (sc[j] >> 4);
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (uint8_t)imax(0, imin(3, nearest_int((x[16 * j + i] + dm) / d)));
+    }
+    pack2(L, b + 16);
+}
+
+/* Q2_K: scales[16], qs[64], d, dmin. */
+static void q2_k_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
+{
+    uint8_t L[QK], Laux[16], *sc = b;
     float weights[16], mins[16], scales[16];
+    if (qw) {
+        float sw[16];
+        uint8_t Ls[16], Lm[16];
+        const float sigma2 = sum_squares(x, QK) / QK;
+        for (int j = 0; j < 16; j++) {
+            imatrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, weights);
+            sw[j] = 0;
+            for (int l = 0; l < 16; l++)
+                sw[j] += weights[l];
+            scales[j] = make_qkx3(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36);
+        }
+        const float dm = make_qp(16, 15, scales, Ls, sw), mm = make_qp(16, 15, mins, Lm, sw);
+        put_f16(b + 80, dm);
+        put_f16(b + 82, mm);
+        for (int j = 0; j < 16; j++)
+            sc[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
+        q2_k_finish(x, b, L);
+        return;
+    }
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; j++) {
         for (int l = 0; l < 16; l++)
@@ -383,51 +661,25 @@ static void q2_k_block(const float *x, uint8_t *b)
     } else {
         put_f16(b + 82, 0.f);
     }
-    const float dall = f16_round(max_scale > 0 ? max_scale / 15.f : 0.f);
-    const float dmin = f16_round(max_min > 0 ? max_min / 15.f : 0.f);
-    for (int j = 0; j < 16; j++) {
-        const float d = dall * (sc[j] & 15);
-        if (d == 0.0f)
-            continue;
-        const float dm = dmin * (sc[j] >> 4);
-        for (int i = 0; i < 16; i++)
-            L[16 * j + i] = (uint8_t)imax(0, imin(3, nearest_int((x[16 * j + i] + dm) / d)));
-    }
-    pack2(L, qs);
+    q2_k_finish(x, b, L);
 }
 
-/* Q3_K: hmask[32], qs[64], scales[12], d. */
-static void q3_k_block(const float *x, uint8_t *b)
+/* Q3_K's 6-bit scale code l (0..63) of sub-block j into the 12 scale bytes. */
+static void q3_k_put_scale(uint8_t *sc, int j, int l)
 {
-    int8_t L[QK];
-    float scales[16];
+    if (j < 8)
+        sc[j] = (uint8_t)(l & 15);
+    else
+        sc[j - 8] = (uint8_t)(sc[j - 8] | (l & 15) << 4);
+    l >>= 4;
+    sc[j % 4 + 8] = (uint8_t)(sc[j % 4 + 8] | l << (2 * (j / 4)));
+}
+
+/* Q3_K's codes against the scales the block stores, then the high bits and packing. */
+static void q3_k_finish(const float *x, uint8_t *b, int8_t *L)
+{
     uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j);
-        float s = fabsf(scales[j]);
-        if (s > amax) {
-            amax = s;
-            max_scale = scales[j];
-        }
-    }
-    memset(sc, 0, 12);
-    float dall = 0.f;
-    if (max_scale != 0.0f) {
-        float iscale = -32.f / max_scale;
-        for (int j = 0; j < 16; j++) {
-            int l = imax(-32, imin(31, (int8_t)nearest_int(iscale * scales[j]))) + 32;
-            if (j < 8)
-                sc[j] = (uint8_t)(l & 15);
-            else
-                sc[j - 8] = (uint8_t)(sc[j - 8] | (l & 15) << 4);
-            l >>= 4;
-            sc[j % 4 + 8] = (uint8_t)(sc[j % 4 + 8] | l << (2 * (j / 4)));
-        }
-        dall = 1 / iscale;
-    }
-    put_f16(b + 108, dall);
-    dall = f16_round(dall);
+    const float dall = get_f16(b + 108);
     for (int j = 0; j < 16; j++) {
         int s = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
         s = (s | ((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
@@ -450,6 +702,65 @@ static void q3_k_block(const float *x, uint8_t *b)
     pack2(U, qs);
 }
 
+/* Q3_K: hmask[32], qs[64], scales[12], d. */
+static void q3_k_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
+{
+    int8_t L[QK];
+    float scales[16];
+    uint8_t *sc = b + 96;
+    memset(sc, 0, 12);
+    if (qw) {
+        float weights[16], sw[16];
+        int8_t Ls[16];
+        const float sigma2 = 2 * sum_squares(x, QK) / QK;
+        for (int j = 0; j < 16; j++) {
+            imatrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, weights);
+            float sumw = 0;
+            for (int l = 0; l < 16; l++)
+                sumw += weights[l];
+            sw[j] = sumw;
+            scales[j] = make_qx(16, 4, x + 16 * j, L + 16 * j, weights);
+        }
+        const float d_block = make_qx(16, 32, scales, Ls, sw);
+        for (int j = 0; j < 16; j++)
+            q3_k_put_scale(sc, j, Ls[j]);
+        put_f16(b + 108, d_block);
+        q3_k_finish(x, b, L);
+        return;
+    }
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j);
+        float s = fabsf(scales[j]);
+        if (s > amax) {
+            amax = s;
+            max_scale = scales[j];
+        }
+    }
+    float dall = 0.f;
+    if (max_scale != 0.0f) {
+        float iscale = -32.f / max_scale;
+        for (int j = 0; j < 16; j++)
+            q3_k_put_scale(sc, j, imax(-32, imin(31, (int8_t)nearest_int(iscale * scales[j]))) + 32);
+        dall = 1 / iscale;
+    }
+    put_f16(b + 108, dall);
+    q3_k_finish(x, b, L);
+}
+
+/* Sub-block j's 6-bit scale and minimum codes into Q4_K's and Q5_K's 12 scale bytes. */
+static void k4_put_codes(uint8_t *s, int j, uint8_t ls, uint8_t lm)
+{
+    if (j < 4) {
+        s[j] = ls;
+        s[j + 4] = lm;
+    } else {
+        s[j + 4] = (uint8_t)((ls & 15) | (lm & 15) << 4);
+        s[j - 4] = (uint8_t)(s[j - 4] | (ls >> 4) << 6);
+        s[j] = (uint8_t)(s[j] | (lm >> 4) << 6);
+    }
+}
+
 /* The 12 scale bytes of Q4_K and Q5_K: eight 6-bit (scale, min) pairs. */
 static void pack_scales_k4(const float *scales, const float *mins, float max_scale, float max_min, uint8_t *s)
 {
@@ -458,16 +769,7 @@ static void pack_scales_k4(const float *scales, const float *mins, float max_sca
     for (int j = 0; j < 8; j++) {
         uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
         uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-        ls = ls < 63 ? ls : 63;
-        lm = lm < 63 ? lm : 63;
-        if (j < 4) {
-            s[j] = ls;
-            s[j + 4] = lm;
-        } else {
-            s[j + 4] = (uint8_t)((ls & 15) | (lm & 15) << 4);
-            s[j - 4] = (uint8_t)(s[j - 4] | (ls >> 4) << 6);
-            s[j] = (uint8_t)(s[j] | (lm >> 4) << 6);
-        }
+        k4_put_codes(s, j, ls < 63 ? ls : 63, lm < 63 ? lm : 63);
     }
 }
 
@@ -482,11 +784,33 @@ static void scale_min_k4(int j, const uint8_t *q, int *d, int *m)
     }
 }
 
+static void k4_finish(const float *x, uint8_t *b, int nmax, uint8_t *L);
+
 /* Q4_K (nmax 15) and Q5_K (31): d, dmin, scales[12], then the codes; L gets the codes. */
-static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep, uint8_t *L)
+static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep, uint8_t *L, const float *qw)
 {
     uint8_t Laux[32];
     float weights[32], mins[8], scales[8];
+    if (qw) {
+        float sw[8];
+        uint8_t Ls[8], Lm[8];
+        const float sigma2 = 2 * sum_squares(x, QK) / QK;
+        for (int j = 0; j < 8; j++) {
+            imatrix_weights(x + 32 * j, qw + 32 * j, sigma2, 32, weights);
+            float sumw = 0;
+            for (int l = 0; l < 32; l++)
+                sumw += weights[l];
+            sw[j] = sumw;
+            scales[j] = make_qkx3(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36);
+        }
+        const float d_block = make_qp(8, 63, scales, Ls, sw), m_block = make_qp(8, 63, mins, Lm, sw);
+        for (int j = 0; j < 8; j++)
+            k4_put_codes(b + 4, j, Ls[j], Lm[j]);
+        put_f16(b, d_block);
+        put_f16(b + 2, m_block);
+        k4_finish(x, b, nmax, L);
+        return;
+    }
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
         float sum_x2 = 0;
@@ -504,7 +828,13 @@ static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep
     pack_scales_k4(scales, mins, max_scale, max_min, b + 4);
     put_f16(b, max_scale / 63.f);
     put_f16(b + 2, max_min / 63.f);
-    const float dall = f16_round(max_scale / 63.f), dmin = f16_round(max_min / 63.f);
+    k4_finish(x, b, nmax, L);
+}
+
+/* Q4_K's and Q5_K's codes against the scales and minima the block stores. */
+static void k4_finish(const float *x, uint8_t *b, int nmax, uint8_t *L)
+{
+    const float dall = get_f16(b), dmin = get_f16(b + 2);
     for (int j = 0; j < 8; j++) {
         int s, m;
         scale_min_k4(j, b + 4, &s, &m);
@@ -517,10 +847,10 @@ static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep
     }
 }
 
-static void q4_k_block(const float *x, uint8_t *b)
+static void q4_k_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
     uint8_t L[QK];
-    k4_block(x, b, 15, -1.f, 20, L);
+    k4_block(x, b, 15, -1.f, 20, L, qw);
     uint8_t *q = b + 16;
     for (int j = 0; j < QK; j += 64, q += 32)
         for (int l = 0; l < 32; l++)
@@ -528,10 +858,10 @@ static void q4_k_block(const float *x, uint8_t *b)
 }
 
 /* Q5_K: d, dmin, scales[12], qh[32], qs[128]. */
-static void q5_k_block(const float *x, uint8_t *b)
+static void q5_k_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
     uint8_t L[QK];
-    k4_block(x, b, 31, -0.5f, 15, L);
+    k4_block(x, b, 31, -0.5f, 15, L, qw);
     uint8_t *qh = b + 16, *ql = b + 48;
     memset(qh, 0, 32);
     uint8_t m1 = 1, m2 = 2;
@@ -555,13 +885,13 @@ static void q5_k_block(const float *x, uint8_t *b)
 }
 
 /* Q6_K: ql[128], qh[64], scales[16] (int8), d. */
-static void q6_k_block(const float *x, uint8_t *b)
+static void q6_k_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
     int8_t L[QK];
     float scales[16];
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ib++) {
-        scales[ib] = make_qx(16, 32, x + 16 * ib, L + 16 * ib);
+        scales[ib] = make_qx(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
         float a = fabsf(scales[ib]);
         if (a > max_abs_scale) {
             max_abs_scale = a;
@@ -610,8 +940,8 @@ static int iq4_index(float x)
     return idx;
 }
 
-/* One sub-block of 32 with weights x^2: its scale, codes in L (ntry = 7). */
-static float iq4_sub(const float *xb, uint8_t *L)
+/* One sub-block of 32 with weights w (NULL: x^2): its scale, codes in L (ntry = 7). */
+static float iq4_sub(const float *xb, uint8_t *L, const float *wt)
 {
     const float max = signed_max(xb, 32);
     if (fabsf(max) < GROUP_MAX_EPS) {
@@ -624,7 +954,7 @@ static float iq4_sub(const float *xb, uint8_t *L)
     for (int j = 0; j < 32; j++) {
         int l = iq4_index(id * xb[j]);
         L[j] = (uint8_t)l;
-        float q = iq4_levels[l], w = xb[j] * xb[j];
+        float q = iq4_levels[l], w = wt ? wt[j] : xb[j] * xb[j];
         sumqx += w * q * xb[j];
         sumq2 += w * q * q;
     }
@@ -634,7 +964,7 @@ static float iq4_sub(const float *xb, uint8_t *L)
         id = (itry + iq4_levels[0]) / max;
         sumqx = sumq2 = 0;
         for (int j = 0; j < 32; j++) {
-            float q = iq4_levels[iq4_index(id * xb[j])], w = xb[j] * xb[j];
+            float q = iq4_levels[iq4_index(id * xb[j])], w = wt ? wt[j] : xb[j] * xb[j];
             sumqx += w * q * xb[j];
             sumq2 += w * q * q;
         }
@@ -653,10 +983,22 @@ static void iq4_pack(const uint8_t *L, int n, uint8_t *qs)
             qs[16 * i + j] = (uint8_t)(L[32 * i + j] | L[32 * i + 16 + j] << 4);
 }
 
-static void iq4_nl_block(const float *x, uint8_t *b)
+/* The importance weights of an IQ4 super-block of n values: sigma2 is twice
+ * their mean square, multiplied in ggml's order. */
+static const float *iq4_weights(const float *x, const float *qw, int n, float *w)
+{
+    if (!qw)
+        return NULL;
+    const float sigma2 = sum_squares(x, n) * (2.f / n);
+    imatrix_weights(x, qw, sigma2, n, w);
+    return w;
+}
+
+static void iq4_nl_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
     uint8_t L[32];
-    float s = iq4_sub(x, L);
+    float w[32];
+    float s = iq4_sub(x, L, iq4_weights(x, qw, 32, w));
     put_f16(b, s);
     float id = s != 0.0f ? 1 / s : 0;
     for (int j = 0; j < 32; j++)
@@ -665,13 +1007,14 @@ static void iq4_nl_block(const float *x, uint8_t *b)
 }
 
 /* IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]. */
-static void iq4_xs_block(const float *x, uint8_t *b)
+static void iq4_xs_block(const float *x, uint8_t *b, const float *qw, float row_sigma2)
 {
     uint8_t L[QK];
-    float scales[8];
+    float scales[8], w[QK];
+    const float *wt = iq4_weights(x, qw, QK, w);
     float max_scale = 0, amax_scale = 0;
     for (int ib = 0; ib < 8; ib++) {
-        scales[ib] = iq4_sub(x + 32 * ib, L + 32 * ib);
+        scales[ib] = iq4_sub(x + 32 * ib, L + 32 * ib, wt ? wt + 32 * ib : NULL);
         float a = fabsf(scales[ib]);
         if (a > amax_scale) {
             amax_scale = a;
@@ -703,7 +1046,9 @@ static void iq4_xs_block(const float *x, uint8_t *b)
 
 /* ---- dispatch ---- */
 
-typedef void (*block_fn)(const float *x, uint8_t *b);
+/* One block of x to b; qw the block's importance weights or NULL, row_sigma2
+ * the row's mean square (the legacy types' weights use it). */
+typedef void (*block_fn)(const float *x, uint8_t *b, const float *qw, float row_sigma2);
 
 static block_fn block_quantizer(int wtype)
 {
@@ -731,10 +1076,15 @@ int fg_wtype_quantizes(int wtype)
 
 int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n)
 {
+    return fg_wtype_quantize_row_imatrix(wtype, x, y, n, NULL);
+}
+
+int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n, const float *qw)
+{
     if (!fg_wtype_quantizes(wtype) || n < 1 || !x || !y)
         return -1;
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
+        if (!isfinite(x[i]) || (qw && !(qw[i] >= 0 && isfinite(qw[i]))))
             return -1;
     uint8_t *out = y;
     switch (wtype) {
@@ -761,7 +1111,8 @@ int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n)
     if (wtype == FG_WTYPE_MXFP4)
         return fg_quantize_row_mxfp4(x, y, n);
     block_fn fn = block_quantizer(wtype);
+    const float row_sigma2 = qw ? sum_squares(x, n) / n : 0.f;
     for (int64_t b = 0; b < n / elems; b++)
-        fn(x + b * elems, out + b * bytes);
+        fn(x + b * elems, out + b * bytes, qw ? qw + b * elems : NULL, row_sigma2);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* quantize.h: the quantizers, from F32 values to the block types of quants.h
  * and numeric.h, writing the bytes ggml's quantizers write (llama-quantize
- * without an importance matrix): quantize_row_*_ref in ggml-quants.c for Q4_0,
+ * without an importance matrix; with one, fg_wtype_quantize_row_imatrix
+ * below): quantize_row_*_ref in ggml-quants.c for Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and MXFP4, and
  * quantize_iq4_nl / quantize_iq4_xs without weights for IQ4_NL and IQ4_XS
  * (the scale search with 7 tries on each side that llama-quantize runs; the
@@ -28,5 +29,14 @@ int fg_wtype_quantizes(int wtype);
  * Returns 0, or -1 for a type it does not write, a bad n, or x holding a NaN
  * or an infinity (ggml's rounding is undefined there; nothing is written). */
 int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n);
+
+/* fg_wtype_quantize_row with an importance matrix: qw holds n weights, one
+ * per column of the row (llama-imatrix's mean squared activations), and the
+ * types with an importance-weighted search (Q2_K .. Q6_K, Q4_0, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, IQ4_XS) write what ggml_quantize_chunk writes with that
+ * imatrix (the quantize_row_*_impl paths); the others ignore it. qw NULL is
+ * fg_wtype_quantize_row. Returns -1 also for a weight that is negative, NaN or
+ * infinite. */
+int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n, const float *qw);
 
 #endif

@@ -6,6 +6,14 @@
    F32 source in that type, every row.
 2. tests/reference/quantize_ref.py (the numpy reference test_quantize's vectors come from) on
    the vectors' inputs equals ggml too, so the checked-in bytes are ggml's.
+4. With an importance matrix (--imatrix; random llama-imatrix data written in both of its formats
+   by tests/reference/imatrix_files.py, one expert of one tensor with no input): every type
+   forced on every tensor of tiny-256, and the q2_k_s mix (llama-quantize's choices, checked here
+   by its rules) on tiny-256, an 8-layer model and the English model: each tensor equals
+   ggml_quantize_chunk of its F32 source with that tensor's imatrix, expert by expert (the weights
+   of expert e start at e * ne[0]); a tensor without an entry, or token_embd with an entry of the
+   wrong size, equals ggml without one. llama_model_quantize takes the imatrix as a C++
+   std::unordered_map, which ctypes cannot build, so these files are not compared whole with it.
 3. Whole files: llama.cpp's llama_model_quantize (libllama, the function llama-quantize calls)
    and flashgate-quantize write byte-identical files for every mix flashgate-quantize accepts,
    from tiny-256.gguf and from the trained models/flash-english.gguf: the same per-tensor types,
@@ -25,6 +33,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import gguf_read  # noqa: E402
 from quantize_ref import TYPES, quantize  # noqa: E402
 from quantize_vectors import inputs  # noqa: E402
+import imatrix_files  # noqa: E402
 
 BIN = os.environ["FG_BIN"]
 DATA = os.environ["FG_TEST_DATA"]
@@ -54,23 +63,42 @@ NAMES = {gid: name for name, (gid, _, _, _) in TYPES.items()}
 failures = []
 
 
-def ggml(gid, x):
-    """x (rows, n) float32 -> ggml's bytes for type gid."""
+def ggml(gid, x, imatrix=None):
+    """x (rows, n) float32 -> ggml's bytes for type gid, with importance weights imatrix (n,)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     _, qk, nb, _ = TYPES[NAMES[gid]]
     out = np.zeros(x.size // qk * nb, dtype=np.uint8)
-    lib.ggml_quantize_chunk(gid, x.ctypes.data, out.ctypes.data, 0, x.shape[0], x.shape[1], None)
+    w = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
+    lib.ggml_quantize_chunk(gid, x.ctypes.data, out.ctypes.data, 0, x.shape[0], x.shape[1],
+                            None if w is None else w.ctypes.data)
     return out.tobytes()
 
 
-def compare_file(src, out, label):
+def ggml_tensor(gid, x, ne, imatrix):
+    """A tensor's bytes as llama-quantize writes them: per expert (ne[2]) with its slice of the
+    imatrix."""
+    experts = ne[2] if len(ne) > 2 else 1
+    x = x.reshape(experts, -1, ne[0])
+    return b"".join(ggml(gid, x[e], None if imatrix is None else imatrix[e * ne[0]:(e + 1) * ne[0]])
+                    for e in range(experts))
+
+
+def compare_file(src, out, label, weights=None, want_types=None):
+    """weights: {tensor: imatrix} the file was written with; want_types: {tensor: type id} the mix
+    must have chosen."""
     a, b = gguf_read.GGUFFile(src), gguf_read.GGUFFile(out)
     n = blocks = 0
+    for name, want_type in (want_types or {}).items():
+        if b.tensors[name].ggml_type != want_type:
+            failures.append("%s: %s is %s, llama-quantize's rules choose %s" % (
+                label, name, NAMES.get(b.tensors[name].ggml_type, b.tensors[name].ggml_type),
+                NAMES.get(want_type, want_type)))
     for name, t in b.tensors.items():
         if t.ggml_type not in NAMES or t.ggml_type == a.tensors[name].ggml_type:
             continue
-        x = np.frombuffer(bytes(a.raw_bytes(name)), dtype="<f4").reshape(-1, t.ne[0])
-        want, got = ggml(t.ggml_type, x), bytes(b.raw_bytes(name))
+        x = np.frombuffer(bytes(a.raw_bytes(name)), dtype="<f4")
+        w = (weights or {}).get(name)
+        want, got = ggml_tensor(t.ggml_type, x, t.ne, w), bytes(b.raw_bytes(name))
         if got != want:
             k = next(i for i in range(len(want)) if got[i] != want[i])
             failures.append("%s: %s (%s) differs from ggml at byte %d" % (label, name, NAMES[t.ggml_type], k))
@@ -79,6 +107,81 @@ def compare_file(src, out, label):
     a.close()
     b.close()
     return n, blocks
+
+
+def quantizable(name, t):
+    """The tensors llama-quantize quantizes in these models (tensor_allows_quantization)."""
+    return (len([n for n in t.ne[1:] if n > 1]) >= 1 and name.endswith("weight") and "_norm.weight" not in name
+            and "ffn_gate_inp" not in name)
+
+
+def q2_k_s_types(g):
+    """llama-quantize's Q2_K_S choices (llama_tensor_get_type_impl) for a deepseek2 model without
+    attn_v-like tensors: output.weight Q6_K, ffn_down* of the first eighth of the blocks Q4_K,
+    the rest Q2_K; then the row fallbacks (Q2_K -> Q4_0, Q4_K -> Q5_0, F16)."""
+    n_layer = g.get("deepseek2.block_count")
+    want = {}
+    for name, t in g.tensors.items():
+        if not quantizable(name, t):
+            continue
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+        ty = 14 if name == "output.weight" else 12 if "ffn_down" in name and layer < n_layer // 8 else 10
+        if t.ne[0] % 256:
+            ty = {10: 2, 12: 6, 14: 8}[ty]
+            if t.ne[0] % 32:
+                ty = 1
+        want[name] = ty
+    return want
+
+
+def run_quantize(args):
+    p = subprocess.run([os.path.join(BIN, "flashgate-quantize"), "--quiet"] + args, capture_output=True, text=True)
+    if p.returncode:
+        failures.append("flashgate-quantize %s failed: %s" % (" ".join(args), p.stderr[-400:]))
+    return p.returncode == 0
+
+
+def imatrix_checks(tmp, src):
+    rng = np.random.default_rng(18)
+    models = [src, os.path.join(tmp, "tiny8-256.gguf"), os.path.join(SRC, "models", "flash-english.gguf")]
+    subprocess.run([os.path.join(BIN, "flashgate-modelgen"), "--preset", "tiny", "--seed", "2", "--embd", "256",
+                    "--layers", "8", "--out", models[1]], check=True, capture_output=True)
+    for mi, model in enumerate(models):
+        g = gguf_read.GGUFFile(model)
+        shapes = {name: (t.ne[0], t.ne[2] if len(t.ne) > 2 else 1) for name, t in g.tensors.items()
+                  if quantizable(name, t) and name != "token_embd.weight"}
+        expert = next(n for n in shapes if shapes[n][1] > 1)
+        entries = imatrix_files.random_entries(shapes, rng, partial={expert: 1})
+        weights = imatrix_files.gguf_weights(entries)
+        # token_embd's entry of the wrong size: llama-quantize quantizes it without one
+        emb = g.tensors["token_embd.weight"].ne[0] + 1
+        entries["token_embd.weight"] = (np.ones((1, emb), np.float32), np.ones(1, np.float32))
+        gfile, dfile = os.path.join(tmp, "imatrix.gguf"), os.path.join(tmp, "imatrix.dat")
+        imatrix_files.write_gguf(gfile, entries)
+        legacy = {n: (int(rng.integers(1, 100)), s) for n, (s, _) in entries.items()}
+        imatrix_files.write_legacy(dfile, legacy)
+        lweights = imatrix_files.legacy_weights(legacy)
+        del lweights["token_embd.weight"]
+        out = os.path.join(tmp, "im-out.gguf")
+        label = os.path.basename(model)
+        runs = []
+        if mi == 0:
+            runs += [("%s imatrix %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", gfile, weights, None)
+                     for tn in sorted(TYPES, key=lambda n: TYPES[n][0])]
+            runs += [("%s imatrix.dat %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", dfile, lweights, None)
+                     for tn in ("q2_K", "q4_K", "iq4_xs", "q5_1")]
+        runs.append(("%s q2_k_s mix" % label, [], "q2_k_s", gfile, weights, q2_k_s_types(g)))
+        runs.append(("%s q2_k_s mix (.dat)" % label, [], "q2_k_s", dfile, lweights, q2_k_s_types(g)))
+        g.close()
+        for label, extra, ftype, imfile, w, want_types in runs:
+            before = len(failures)
+            if os.path.exists(out):
+                os.remove(out)
+            if not run_quantize(["--imatrix", imfile] + extra + [model, out, ftype]):
+                continue
+            n, blocks = compare_file(model, out, label, w, want_types)
+            print("%-44s %3d tensors, %7d blocks: %s" % (label, n, blocks, "identical to ggml with the imatrix"
+                                                         if len(failures) == before else "see failures"))
 
 
 def main():
@@ -116,6 +219,7 @@ def main():
                         same.append(mix)
             print("%s: files byte-identical to llama_model_quantize's for %d of %d mixes (%s)"
                   % (os.path.basename(model), len(same), len(FTYPES), " ".join(same)))
+        imatrix_checks(tmp, src)
     x = inputs()
     for tn, (gid, _, _, _) in sorted(TYPES.items(), key=lambda kv: kv[1][0]):
         if quantize(tn, x) != ggml(gid, x.reshape(-1, x.shape[-1])):
