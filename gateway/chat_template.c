@@ -400,16 +400,24 @@ static fg_err v4_tools(render_out *o, v4_json *j, const fg_chat_tool *t, uint32_
         }
         json_t *name = json_stringn(t[i].name.ptr, t[i].name.len);
         json_t *desc = t[i].description.ptr ? json_stringn(t[i].description.ptr, t[i].description.len) : NULL;
-        bool ok = name && !json_object_set_new(fn, "name", name) && (!t[i].description.ptr || desc) &&
-                  (!desc || !json_object_set_new(fn, "description", desc)) && !json_object_set_new(fn, "parameters", params);
-        if (ok) {
-            if (i)
-                lit(o, "\n");
-            v4_dump(o, j, fn);
-        }
-        json_decref(fn);
-        if (!ok)
+        if (!name || (t[i].description.ptr && !desc)) {
+            json_decref(name);
+            json_decref(desc);
+            json_decref(params);
+            json_decref(fn);
             return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u: a name or description that is not UTF-8", i);
+        }
+        /* each set takes its value, failed or not */
+        int bad_set = json_object_set_new(fn, "name", name);
+        if (desc)
+            bad_set |= json_object_set_new(fn, "description", desc);
+        bad_set |= json_object_set_new(fn, "parameters", params);
+        if (i)
+            lit(o, "\n");
+        if (bad_set && !o->err)
+            o->err = FG_ERR_NOMEM;
+        v4_dump(o, j, fn);
+        json_decref(fn);
     }
     lit(o, "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
     return FG_OK;

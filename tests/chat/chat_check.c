@@ -261,6 +261,10 @@ static void v4_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
     fg_chat_conv tool_conv = {.msgs = &user, .n_msgs = 1, .add_generation_prompt = true, .tools = &bad_tool, .n_tools = 1};
     result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &tool_conv, t, p, &d) == FG_ERR_INVALID_ARG && p->len == 0,
            "a schema that is not an object", "tool parameters");
+    const fg_chat_tool bad_name = {{"\xff", 1}, absent, {"{}", 2}};
+    tool_conv.tools = &bad_name;
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &tool_conv, t, p, &d) == FG_ERR_INVALID_ARG && p->len == 0,
+           "a name that is not UTF-8", "tool name");
 }
 
 static int v4_main(const char *vocab, const char *vectors)
