@@ -8,6 +8,13 @@
  * call; a later tool-call or tool-output block continued with "\n" instead of
  * opened again; an assistant answer after tool outputs without <｜Assistant｜>.
  * tests/chat renders the same conversations with the template itself.
+ *
+ * DeepSeek-V4 (render_v4) follows encode_messages of DeepSeek's
+ * encoding_dsv4.py (docs/protocol.md "Prompt formats"): runs of user and tool
+ * messages merged into one user turn, each turn then written with what its
+ * successor asks for (the reply opening after a user turn), reasoning kept
+ * only where the encoder keeps it, call arguments re-parsed and written as
+ * DSML parameters. tests/chat/v4_vectors.json holds what the encoder wrote.
  */
 #include "gateway/chat_template.h"
 
@@ -15,6 +22,7 @@
 #include <string.h>
 
 #include "config/base/bytes.h"
+#include "gateway/pyjson.h"
 
 /* The markers, spelled in UTF-8 (U+FF5C fullwidth bar, U+2581 lower block). */
 #define BAR "\xef\xbd\x9c"
@@ -33,6 +41,7 @@
 #define TOOL_OUT_END "<" BAR "tool" SP "output" SP "end" BAR ">"
 #define DSML BAR "DSML" BAR
 #define LATEST_REMINDER "<" BAR "latest_reminder" BAR ">"
+#define THINK_START "<think>"
 #define THINK_END "</think>"
 
 /* ---------------------------------------------------------------- families */
@@ -194,6 +203,10 @@ static fg_err check_msg(const fg_chat_msg *m, uint32_t i, fg_diag *diag)
     }
     if (m->role != FG_CHAT_ASSISTANT && !m->content.ptr)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: content is absent", i);
+    if ((e = check_text(m->reasoning, i, "reasoning", diag)))
+        return e;
+    if (m->reasoning.ptr && m->role != FG_CHAT_ASSISTANT)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "message %u: only an assistant message has reasoning", i);
     return FG_OK;
 }
 
@@ -254,7 +267,12 @@ static fg_err check_tools(const fg_chat_conv *conv, fg_diag *diag)
 
 static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, render_out *o, fg_diag *diag)
 {
+    if (conv->thinking)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "DeepSeek-V3's template has no thinking mode");
     for (uint32_t i = 0; i < conv->n_msgs; i++) {
+        if (conv->msgs[i].reasoning.ptr)
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                               "message %u: DeepSeek-V3's template has no place for reasoning", i);
         const fg_chat_msg *m = &conv->msgs[i];
         if (m->role == FG_CHAT_ASSISTANT && m->content.ptr && m->n_calls)
             return fg_diag_set(diag, FG_ERR_INVALID_ARG,
@@ -322,6 +340,210 @@ static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
     return FG_OK;
 }
 
+/* ---------------------------------------------------------------- DeepSeek-V4 */
+
+#define DSML_TAG(t) "<" DSML t
+#define DSML_END(t) "</" DSML t ">"
+
+/* Call arguments and schemas as json.loads reads them, for what jansson reads
+ * alike; what only Python takes (NaN, integers past 64 bits, duplicate keys,
+ * \u0000) fails here, and the caller refuses it rather than write it
+ * differently. */
+static json_t *v4_load(fg_chat_text t, json_error_t *je)
+{
+    return json_loadb(t.ptr ? t.ptr : "", t.len, JSON_REJECT_DUPLICATES, je);
+}
+
+/* Scratch for the re-serialised JSON of one render. */
+typedef struct v4_json {
+    char *buf;
+    size_t len, cap;
+} v4_json;
+
+/* v as the encoder's to_json writes it (json.dumps, ensure_ascii=False); client text. */
+static void v4_dump(render_out *o, v4_json *j, const json_t *v)
+{
+    j->len = 0;
+    fg_err e = fg_pyjson_dump(v, false, &j->buf, &j->len, &j->cap);
+    if (e && !o->err)
+        o->err = e;
+    put(o, j->buf, j->len, false);
+}
+
+/* TOOLS_TEMPLATE of the encoder, one schema line per tool:
+ * {"name": N, "description": D, "parameters": P} (no description key when it is absent). */
+static fg_err v4_tools(render_out *o, v4_json *j, const fg_chat_tool *t, uint32_t n, fg_diag *diag)
+{
+    lit(o, "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools "
+           "by writing a \"" DSML_TAG("tool_calls>") "\" block like the following:\n\n"
+           DSML_TAG("tool_calls>") "\n"
+           DSML_TAG("invoke name=\"$TOOL_NAME\">") "\n"
+           DSML_TAG("parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE") DSML_END("parameter") "\n"
+           "...\n" DSML_END("invoke") "\n"
+           DSML_TAG("invoke name=\"$TOOL_NAME2\">") "\n"
+           "...\n" DSML_END("invoke") "\n" DSML_END("tool_calls") "\n\n"
+           "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, "
+           "booleans, arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n\n"
+           "If thinking_mode is enabled (triggered by " THINK_START "), you MUST output your complete reasoning inside "
+           THINK_START "..." THINK_END " BEFORE any tool calls or final response.\n\n"
+           "Otherwise, output directly after " THINK_END " with tool calls or final response.\n\n"
+           "### Available Tool Schemas\n\n");
+    for (uint32_t i = 0; i < n && !o->err; i++) {
+        json_error_t je;
+        json_t *params = v4_load(t[i].parameters, &je), *fn = json_object();
+        if (!params || !fn || !json_is_object(params)) {
+            json_decref(params);
+            json_decref(fn);
+            return fn ? fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u: parameters are not a JSON object (%s)", i,
+                                    params ? "another JSON value" : je.text)
+                      : fg_diag_set(diag, FG_ERR_NOMEM, "out of memory rendering a prompt");
+        }
+        json_t *name = json_stringn(t[i].name.ptr, t[i].name.len);
+        json_t *desc = t[i].description.ptr ? json_stringn(t[i].description.ptr, t[i].description.len) : NULL;
+        if (!name || (t[i].description.ptr && !desc)) {
+            json_decref(name);
+            json_decref(desc);
+            json_decref(params);
+            json_decref(fn);
+            return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool %u: a name or description that is not UTF-8", i);
+        }
+        /* each set takes its value, failed or not */
+        int bad_set = json_object_set_new(fn, "name", name);
+        if (desc)
+            bad_set |= json_object_set_new(fn, "description", desc);
+        bad_set |= json_object_set_new(fn, "parameters", params);
+        if (i)
+            lit(o, "\n");
+        if (bad_set && !o->err)
+            o->err = FG_ERR_NOMEM;
+        v4_dump(o, j, fn);
+        json_decref(fn);
+    }
+    lit(o, "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+    return FG_OK;
+}
+
+/* One call as encode_arguments_to_dsml writes it: each argument a parameter,
+ * strings as they are (string="true"), other values as JSON. */
+static fg_err v4_call(render_out *o, v4_json *j, const fg_chat_call *c, uint32_t i, uint32_t k, fg_diag *diag)
+{
+    json_error_t je;
+    json_t *args = v4_load(c->arguments, &je);
+    if (!args || !json_is_object(args)) {
+        json_decref(args);
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                           "message %u: tool call %u: the arguments are not a JSON object (%s); DeepSeek-V4's "
+                           "encoder writes each argument as a parameter", i, k, args ? "another JSON value" : je.text);
+    }
+    lit(o, DSML_TAG("invoke name=\""));
+    txt(o, c->name);
+    lit(o, "\">\n");
+    const char *key;
+    json_t *v;
+    bool first = true;
+    json_object_foreach(args, key, v) {
+        lit(o, first ? DSML_TAG("parameter name=\"") : "\n" DSML_TAG("parameter name=\""));
+        first = false;
+        txt(o, (fg_chat_text){key, strlen(key)});
+        lit(o, json_is_string(v) ? "\" string=\"true\">" : "\" string=\"false\">");
+        if (json_is_string(v))
+            txt(o, (fg_chat_text){json_string_value(v), json_string_length(v)});
+        else
+            v4_dump(o, j, v);
+        lit(o, DSML_END("parameter"));
+    }
+    lit(o, "\n" DSML_END("invoke"));
+    json_decref(args);
+    return FG_OK;
+}
+
+static bool v4_user_side(fg_chat_role r) { return r == FG_CHAT_USER || r == FG_CHAT_TOOL; }
+
+/* encode_messages(messages, thinking_mode, drop_thinking=True) with the tools
+ * on the first message (a system message, or an empty one put at the head).
+ * A run of user and tool messages is one user turn (merge_tool_messages), its
+ * parts joined by "\n\n", each output in <tool_result>; results are kept in
+ * the order given (the encoder sorts them by call id, which we do not carry).
+ * Declared tools keep every turn's reasoning (the encoder turns drop_thinking
+ * off); otherwise thinking mode writes it only after the last user turn. */
+static fg_err render_v4(const fg_chat_conv *conv, const fg_tokenizer_t *tok, render_out *o, fg_diag *diag)
+{
+    const fg_chat_msg *m = conv->msgs;
+    const uint32_t n = conv->n_msgs;
+    const bool ends_user = n && v4_user_side(m[n - 1].role);
+    if (ends_user != conv->add_generation_prompt)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG,
+                           ends_user ? "DeepSeek-V4's encoder always opens the reply after a user turn (set "
+                                       "add_generation_prompt)"
+                                     : "DeepSeek-V4's encoder opens a reply only after a user or tool message");
+    const bool drop = conv->n_tools == 0;
+    uint32_t last_user = 0; /* the first message of the last user turn; meaningful when it exists */
+    for (uint32_t i = 0; i < n; i++)
+        if (v4_user_side(m[i].role) && (i == 0 || !v4_user_side(m[i - 1].role)))
+            last_user = i;
+    int32_t bos = fg_tokenizer_bos(tok);
+    if (bos >= 0) {
+        const char *b = fg_tokenizer_token_text(tok, bos);
+        put(o, b, strlen(b), true);
+    }
+    v4_json j = {0};
+    fg_err e = FG_OK;
+    if (conv->n_tools && (n == 0 || m[0].role != FG_CHAT_SYSTEM)) {
+        lit(o, "\n\n");
+        e = v4_tools(o, &j, conv->tools, conv->n_tools, diag);
+    }
+    for (uint32_t i = 0; i < n && !e; i++) {
+        uint32_t end = i + 1; /* the turn is m[i..end) */
+        switch (m[i].role) {
+        case FG_CHAT_SYSTEM:
+            txt(o, m[i].content);
+            if (i == 0 && conv->n_tools) {
+                lit(o, "\n\n");
+                e = v4_tools(o, &j, conv->tools, conv->n_tools, diag);
+            }
+            break;
+        case FG_CHAT_ASSISTANT:
+            if (conv->thinking && (!drop || i > last_user)) {
+                txt(o, m[i].reasoning);
+                lit(o, THINK_END);
+            }
+            txt(o, m[i].content);
+            if (m[i].n_calls) {
+                lit(o, "\n\n" DSML_TAG("tool_calls>") "\n");
+                for (uint32_t k = 0; k < m[i].n_calls && !e; k++) {
+                    if (k)
+                        lit(o, "\n");
+                    e = v4_call(o, &j, &m[i].calls[k], i, k, diag);
+                }
+                lit(o, "\n" DSML_END("tool_calls"));
+            }
+            lit(o, EOS_TEXT);
+            break;
+        case FG_CHAT_USER:
+        case FG_CHAT_TOOL:
+            lit(o, USER);
+            for (end = i; end < n && v4_user_side(m[end].role); end++) {
+                if (end > i)
+                    lit(o, "\n\n");
+                if (m[end].role == FG_CHAT_TOOL)
+                    lit(o, "<tool_result>");
+                txt(o, m[end].content);
+                if (m[end].role == FG_CHAT_TOOL)
+                    lit(o, "</tool_result>");
+            }
+            /* the reply opening, before an assistant turn or at the end */
+            if (end == n || m[end].role == FG_CHAT_ASSISTANT) {
+                lit(o, ASSISTANT);
+                lit(o, conv->thinking && (!drop || i >= last_user) ? THINK_START : THINK_END);
+            }
+            break;
+        }
+        i = end - 1;
+    }
+    free(j.buf);
+    return e;
+}
+
 fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
                       fg_chat_prompt *p, fg_diag *diag)
 {
@@ -342,8 +564,10 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
     case FG_CHAT_DEEPSEEK_V3:
         e = render_v3(conv, tok, &o, diag);
         break;
-    case FG_CHAT_DEEPSEEK_R1:
     case FG_CHAT_DEEPSEEK_V4:
+        e = render_v4(conv, tok, &o, diag);
+        break;
+    case FG_CHAT_DEEPSEEK_R1:
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the %s prompt format is not rendered yet (docs/protocol.md "
                            "\"Prompt formats\")", fg_chat_family_name(family));
     default:

@@ -7,7 +7,9 @@
  *  - fg_chat_*: a whole conversation (messages, tool calls, tool outputs)
  *    rendered byte for byte as the family's reference renders it (DeepSeek-V3:
  *    the Jinja chat_template of its tokenizer_config.json; tests/chat checks
- *    every case against @huggingface/jinja running that text). The renderer
+ *    every case against @huggingface/jinja running that text; DeepSeek-V4:
+ *    encode_messages of DeepSeek's encoding_dsv4.py, checked against vectors
+ *    that script wrote, tests/chat/v4_vectors.json). The renderer
  *    also records which bytes the template itself wrote; fg_chat_encode
  *    matches special tokens (BOS, <｜User｜>, the tool markers) only there, so
  *    a marker typed by a user stays plain text while the template's markers
@@ -18,7 +20,7 @@
  * Memory: fg_chat_render writes into a caller-owned fg_chat_prompt and grows
  * it only when a prompt is longer than any before it (reuse one per session
  * or thread); nothing else allocates except the token vector of
- * fg_chat_encode. No global state; pure functions over an immutable
+ * fg_chat_encode and V4's scratch for re-serialised JSON. No global state; pure functions over an immutable
  * tokenizer, safe from any thread.
  */
 #ifndef FG_CHAT_TEMPLATE_H
@@ -38,7 +40,7 @@
 typedef enum fg_chat_family {
     FG_CHAT_DEEPSEEK_V3 = 1, /* DeepSeek-V3's chat_template (also the vocabulary default) */
     FG_CHAT_DEEPSEEK_R1,     /* a DeepSeek template that strips <think> (R1, V3.1): detected, not rendered yet */
-    FG_CHAT_DEEPSEEK_V4,     /* DeepSeek-V4's encoding_dsv4.py (DSML tools): detected, not rendered yet */
+    FG_CHAT_DEEPSEEK_V4,     /* DeepSeek-V4's encoding_dsv4.py (DSML tools, thinking mode) */
 } fg_chat_family;
 
 /* The GGUF key the template text comes from. */
@@ -79,6 +81,11 @@ typedef struct fg_chat_msg {
     fg_chat_text content;     /* absent: an assistant turn that only calls tools */
     const fg_chat_call *calls; /* assistant only: [n_calls] */
     uint32_t n_calls;
+    /* assistant only: the turn's reasoning (OpenAI's reasoning_content),
+     * absent when it has none. DeepSeek-V4 writes it before the answer in
+     * thinking mode, for the turns its encoder keeps; DeepSeek-V3 has no
+     * place for it (refused). */
+    fg_chat_text reasoning;
 } fg_chat_msg;
 
 /* A function the model may call (gateway/tool_decl.h makes them from a request). */
@@ -97,6 +104,10 @@ typedef struct fg_chat_conv {
      * none: the prompt is exactly the template's. */
     const fg_chat_tool *tools; /* [n_tools] */
     uint32_t n_tools;
+    /* DeepSeek-V4's thinking mode ("thinking", else "chat"): the reply opens
+     * with <think> and the kept turns' reasoning is written. DeepSeek-V3 has
+     * no thinking mode (refused). */
+    bool thinking;
 } fg_chat_conv;
 
 /* Limits a conversation must keep (FG_ERR_INVALID_ARG past them). */
@@ -120,9 +131,12 @@ void fg_chat_prompt_free(fg_chat_prompt *p);
  * gives the BOS text (none when the vocabulary has no BOS).
  * Errors: FG_ERR_INVALID_ARG with the message index and what is wrong (a bad
  * role, an absent text where one is required, a call outside an assistant
- * message, an assistant message with both text and calls, which DeepSeek-V3's
- * template cannot express, limits); FG_ERR_UNSUPPORTED for a family that is
- * detected but not rendered yet; FG_ERR_NOMEM. out is left empty on error. */
+ * message, limits, and what the family's format cannot express: for V3 an
+ * assistant message with both text and calls, reasoning, thinking mode; for
+ * V4 call arguments that are not a JSON object, a generation prompt that
+ * does not follow a user turn or is missing after one);
+ * FG_ERR_UNSUPPORTED for a family that is detected but not rendered yet;
+ * FG_ERR_NOMEM. out is left empty on error. */
 fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_tokenizer_t *tok,
                       fg_chat_prompt *out, fg_diag *diag);
 
@@ -132,7 +146,8 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
  * a named function (name given: up to the opening of its arguments). The
  * reply's parser must be fed the appended bytes (p->text from the old
  * p->len) before the reply. Errors: FG_ERR_INVALID_ARG (a name that is empty
- * or longer than 64 bytes), FG_ERR_UNSUPPORTED (a family not rendered yet),
+ * or longer than 64 bytes), FG_ERR_UNSUPPORTED (a family whose calls are not
+ * parsed yet: R1, V4),
  * FG_ERR_NOMEM; p is unchanged on error. */
 fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag);
 

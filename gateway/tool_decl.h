@@ -93,10 +93,8 @@ fg_tool_verdict fg_tool_check_reply(const fg_tool_choice *c, uint32_t n_accepted
 /* "accept", "tool_undeclared", "tool_choice_none", "tool_not_chosen", "tool_call_missing", or "?" */
 const char *fg_tool_verdict_name(fg_tool_verdict v);
 
-/* Appends v serialised as Python's json.dumps(v) writes it (", " and ": ",
- * ASCII only with lowercase \u escapes, floats as repr) to *buf (malloc'd,
- * grown; *len bytes used, NUL-terminated). Errors: FG_ERR_NOMEM,
- * FG_ERR_INVALID_ARG (nesting deeper than 64). */
+/* fg_pyjson_dump with ensure_ascii (gateway/pyjson.h): the form of V3's tool
+ * declarations. */
 fg_err fg_tool_json_pydump(const json_t *v, char **buf, size_t *len, size_t *cap);
 
 #endif

@@ -25,3 +25,9 @@ set_target_properties(chat_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${FG_BIN})
 fg_add_test(chat_template_deepseek_v3 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/chat/check_chat_templates.sh
             LABELS "tokenizer;gateway" TIMEOUT 600)
 set_tests_properties(chat_template_deepseek_v3 PROPERTIES SKIP_RETURN_CODE 77)
+
+# DeepSeek-V4 prompts against what DeepSeek's encoding_dsv4.py wrote
+# (tests/chat/v4_vectors.json, made by tests/chat/make_v4_vectors.py), markers
+# checked as single ids in a generated V4 vocabulary.
+fg_add_test(chat_template_deepseek_v4 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/chat/check_chat_v4.sh
+            LABELS "tokenizer;gateway" TIMEOUT 120)

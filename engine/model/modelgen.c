@@ -74,8 +74,22 @@ static const char *const CHAT_MARKERS[] = {
     MARK("tool" LOW_BLK "output" LOW_BLK "begin"),
     MARK("tool" LOW_BLK "output" LOW_BLK "end"),
 };
+/* spec.v4_chat_markers: what DeepSeek-V4's encoder writes as markers, so a
+ * V4 test model's vocabulary makes the family detectable and its prompts'
+ * markers single ids. */
+static const char *const V4_CHAT_MARKERS[] = {
+    MARK("User"), MARK("Assistant"), MARK("latest_reminder"), "<think>", "</think>", FW_BAR "DSML" FW_BAR,
+};
 #undef MARK
 #define N_CHAT_MARKERS (sizeof CHAT_MARKERS / sizeof CHAT_MARKERS[0])
+#define N_V4_CHAT_MARKERS (sizeof V4_CHAT_MARKERS / sizeof V4_CHAT_MARKERS[0])
+
+/* The markers a spec adds after EOS. */
+static const char *const *spec_markers(const fg_modelgen_spec *s, uint32_t *n)
+{
+    *n = s->v4_chat_markers ? (uint32_t)N_V4_CHAT_MARKERS : s->chat_markers ? (uint32_t)N_CHAT_MARKERS : 0;
+    return s->v4_chat_markers ? V4_CHAT_MARKERS : CHAT_MARKERS;
+}
 
 /* llama.cpp token types */
 #define TOKEN_TYPE_NORMAL 1
@@ -218,10 +232,14 @@ fg_err fg_modelgen_validate(const fg_modelgen_spec *s, fg_diag *diag)
     if (s->n_vocab < FG_BPE_BYTE_TOKENS + 2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: n_vocab = %u is below 258 (256 bytes + BOS + EOS)",
                            s->n_vocab);
-    if (s->chat_markers && s->n_vocab < FG_BPE_BYTE_TOKENS + 2 + N_CHAT_MARKERS)
+    uint32_t n_marks;
+    spec_markers(s, &n_marks);
+    if (s->chat_markers && s->v4_chat_markers)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: V3's and V4's chat markers are exclusive");
+    if (s->n_vocab < FG_BPE_BYTE_TOKENS + 2 + n_marks)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG,
                            "modelgen: n_vocab = %u is below %u (256 bytes + BOS + EOS + the chat markers)", s->n_vocab,
-                           (unsigned)(FG_BPE_BYTE_TOKENS + 2 + N_CHAT_MARKERS));
+                           (unsigned)(FG_BPE_BYTE_TOKENS + 2 + n_marks));
     if (s->rope_dim % 2)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "modelgen: rope_dim = %u must be even", s->rope_dim);
     if (s->n_nextn > 1)
@@ -698,11 +716,12 @@ static fg_err v2_add_keys(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const 
 
 /* Adds the tokenizer.* keys, the same for every architecture: bytes, merges,
  * then BOS and EOS. *err_key names the key that failed. */
-static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, bool chat_markers, const char **err_key)
+static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, const fg_modelgen_spec *s, const char **err_key)
 {
     fg_err e = FG_OK;
 #define KEY(k) (*err_key = (k), (k))
-    const uint32_t n_marks = chat_markers ? (uint32_t)N_CHAT_MARKERS : 0;
+    uint32_t n_marks;
+    const char *const *marks = spec_markers(s, &n_marks);
     const uint32_t n_tok = bpe->n_tokens + 2 + n_marks;
     const char **texts = malloc(n_tok * sizeof *texts);
     int32_t *types = malloc(n_tok * sizeof *types);
@@ -719,7 +738,7 @@ static fg_err add_vocab(fg_gguf_writer_t *w, const fg_bpe_vocab *bpe, bool chat_
     texts[bpe->n_tokens + 1] = EOS_TEXT;
     types[bpe->n_tokens] = types[bpe->n_tokens + 1] = TOKEN_TYPE_CONTROL;
     for (uint32_t i = 0; i < n_marks; i++) {
-        texts[bpe->n_tokens + 2 + i] = CHAT_MARKERS[i];
+        texts[bpe->n_tokens + 2 + i] = marks[i];
         types[bpe->n_tokens + 2 + i] = TOKEN_TYPE_CONTROL;
     }
     for (uint32_t i = 0; i < bpe->n_merges; i++) {
@@ -768,7 +787,7 @@ static fg_err add_metadata(fg_gguf_writer_t *w, const fg_modelgen_spec *s, const
                            const char **err_key)
 {
     fg_err e = s->arch == FG_MODELGEN_DEEPSEEK4 ? fg_modelgen_v4_add_keys(w, s, err_key) : v2_add_keys(w, s, err_key);
-    return e ? e : add_vocab(w, bpe, s->chat_markers, err_key);
+    return e ? e : add_vocab(w, bpe, s, err_key);
 }
 
 /* The vocabulary of a GGUF this generator wrote (bytes, merges, BOS, EOS) as
@@ -853,10 +872,12 @@ fg_err fg_modelgen_write(const fg_modelgen_spec *spec, const char *path, fg_diag
             return e;
         }
     } else {
+        uint32_t n_marks;
+        spec_markers(spec, &n_marks);
         size_t corpus_len = spec->bpe_text_len;
         const char *corpus = spec->bpe_text ? spec->bpe_text : fg_bpe_builtin_corpus(&corpus_len);
         if ((e = fg_bpe_train(corpus, corpus_len,
-                              spec->n_vocab - FG_BPE_BYTE_TOKENS - 2 - (spec->chat_markers ? (uint32_t)N_CHAT_MARKERS : 0),
+                              spec->n_vocab - FG_BPE_BYTE_TOKENS - 2 - n_marks,
                               &bpe, diag)))
             return e;
     }

@@ -88,6 +88,8 @@ typedef struct fg_modelgen_spec {
     bool chat_markers;             /* after EOS, DeepSeek-V3's chat and tool markers (<｜User｜>,
                                       <｜tool▁calls▁begin｜>, ...) as control tokens; false: none,
                                       the file is as before the option existed */
+    bool v4_chat_markers;          /* after EOS, DeepSeek-V4's chat markers (<｜User｜>, <｜Assistant｜>,
+                                      <｜latest_reminder｜>, <think>, </think>, ｜DSML｜); not with chat_markers */
     uint32_t n_ctx;                /* context_length (tokens) */
     uint32_t n_embd;               /* d */
     uint32_t n_layer;              /* block_count (deepseek2: the trunk's blocks, block_count - n_nextn) */

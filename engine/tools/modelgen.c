@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "                             v4 presets: every matrix, embeddings, router and experts too)\n"
             "  --seed N                   random seed (default 42); same flags + seed = same bytes\n"
             "  --chat-markers             add DeepSeek-V3's chat and tool markers as control tokens\n"
+            "  --v4-chat-markers          add DeepSeek-V4's chat markers (User, Assistant, latest_reminder,\n"
+            "                             <think>, </think>, DSML) as control tokens\n"
             "                             (in n_vocab: fewer BPE merges; without it the file is unchanged)\n"
             "  --embd N                   embedding width instead of the preset's\n"
             "  --help                     this text\n"
@@ -110,7 +112,7 @@ int main(int argc, char **argv)
     const char *preset = NULL, *out = NULL, *type = NULL, *gating = NULL, *groups = NULL, *yarn = NULL,
                *seed = NULL, *layers = NULL, *embd = NULL, *embd_type = NULL, *expert_type = NULL,
                *hash_layers = NULL, *bpe_corpus = NULL, *weights = NULL, *from = NULL, *nextn = NULL;
-    int no_q_lora = 0, tied = 0, chat_markers = 0;
+    int no_q_lora = 0, tied = 0, chat_markers = 0, v4_chat_markers = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -128,6 +130,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--chat-markers") == 0) {
             chat_markers = 1;
+            continue;
+        }
+        if (strcmp(a, "--v4-chat-markers") == 0) {
+            v4_chat_markers = 1;
             continue;
         }
         static const char *const names[] = {"--preset",      "--out",         "--type",       "--gating",
@@ -228,6 +234,7 @@ int main(int argc, char **argv)
     if (tied)
         spec.tied_embeddings = true;
     spec.chat_markers = chat_markers != 0;
+    spec.v4_chat_markers = v4_chat_markers != 0;
     if (yarn) {
         char *end = NULL;
         errno = 0;

@@ -17,6 +17,17 @@
  *    hold exactly n special tokens fewer than the reference's;
  *  - bad conversations are refused with FG_ERR_INVALID_ARG, the families not
  *    rendered yet with FG_ERR_UNSUPPORTED, an unknown template too.
+ *
+ *   chat_check --v4 VOCAB.gguf V4_VECTORS_JSON
+ *
+ * DeepSeek-V4: VOCAB.gguf is a generated model with V4's markers
+ * (flashgate-modelgen --v4-chat-markers); V4_VECTORS_JSON has, per
+ * conversation, the prompt DeepSeek's encoding_dsv4.py made of it
+ * (tests/chat/make_v4_vectors.py). Checks: the family detected from the
+ * vocabulary is deepseek-v4; fg_chat_render writes the same bytes; in the ids
+ * of fg_chat_encode each marker the renderer wrote is one id, as many as it
+ * wrote, marker text in messages stays text, and the ids decode back to the
+ * prompt; what V4's format cannot express is refused with FG_ERR_INVALID_ARG.
  * Prints every mismatch and "passed N of M"; exits 1 unless all pass.
  */
 #include <jansson.h>
@@ -51,13 +62,22 @@ static fg_chat_text text_of(json_t *v)
 typedef struct conv_buf {
     fg_chat_msg msgs[64];
     fg_chat_call calls[64];
+    fg_chat_tool tools[8];
+    char *params[8]; /* the tools' schemas as text, owned */
     fg_chat_conv conv;
 } conv_buf;
+
+static void conv_buf_free(conv_buf *b)
+{
+    for (uint32_t i = 0; i < b->conv.n_tools; i++)
+        free(b->params[i]);
+}
 
 static int build(json_t *c, conv_buf *b)
 {
     json_t *msgs = json_object_get(c, "messages"), *m;
     size_t i, n_calls = 0;
+    b->conv = (fg_chat_conv){0};
     if (json_array_size(msgs) > 64)
         return -1;
     json_array_foreach(msgs, i, m) {
@@ -70,6 +90,7 @@ static int build(json_t *c, conv_buf *b)
                   : !strcmp(role, "assistant") ? FG_CHAT_ASSISTANT
                   : !strcmp(role, "tool") ? FG_CHAT_TOOL : 0;
         o->content = text_of(json_object_get(m, "content"));
+        o->reasoning = text_of(json_object_get(m, "reasoning_content"));
         json_t *calls = json_object_get(m, "tool_calls"), *tc;
         size_t k;
         o->calls = &b->calls[n_calls];
@@ -82,8 +103,20 @@ static int build(json_t *c, conv_buf *b)
             o->n_calls++;
         }
     }
-    b->conv = (fg_chat_conv){b->msgs, (uint32_t)json_array_size(msgs),
-                             json_is_true(json_object_get(c, "add_generation_prompt")), NULL, 0};
+    b->conv = (fg_chat_conv){.msgs = b->msgs,
+                             .n_msgs = (uint32_t)json_array_size(msgs),
+                             .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+                             .tools = b->tools,
+                             .thinking = json_is_true(json_object_get(c, "thinking"))};
+    json_t *tools = json_object_get(c, "tools"), *t;
+    json_array_foreach(tools, i, t) {
+        if (i == 8)
+            return -1;
+        b->params[i] = json_dumps(json_object_get(t, "parameters"), JSON_COMPACT);
+        b->tools[i] = (fg_chat_tool){text_of(json_object_get(t, "name")), text_of(json_object_get(t, "description")),
+                                     {b->params[i], b->params[i] ? strlen(b->params[i]) : 0}};
+        b->conv.n_tools++;
+    }
     return 0;
 }
 
@@ -122,19 +155,21 @@ static void check_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
         const char *name;
         fg_chat_msg m;
     } bad_msgs[] = {
-        {"assistant with text and calls", {FG_CHAT_ASSISTANT, hi, &call, 1}},
-        {"assistant with neither", {FG_CHAT_ASSISTANT, absent, NULL, 0}},
-        {"calls on a user message", {FG_CHAT_USER, hi, &call, 1}},
-        {"user without content", {FG_CHAT_USER, absent, NULL, 0}},
-        {"tool without content", {FG_CHAT_TOOL, absent, NULL, 0}},
-        {"unknown role", {(fg_chat_role)9, hi, NULL, 0}},
-        {"call without a name", {FG_CHAT_ASSISTANT, absent, &noname, 1}},
-        {"length without bytes", {FG_CHAT_USER, bad, NULL, 0}},
-        {"calls count without calls", {FG_CHAT_ASSISTANT, absent, NULL, 2}},
+        {"assistant with text and calls", {FG_CHAT_ASSISTANT, hi, &call, 1, absent}},
+        {"assistant with neither", {FG_CHAT_ASSISTANT, absent, NULL, 0, absent}},
+        {"calls on a user message", {FG_CHAT_USER, hi, &call, 1, absent}},
+        {"user without content", {FG_CHAT_USER, absent, NULL, 0, absent}},
+        {"tool without content", {FG_CHAT_TOOL, absent, NULL, 0, absent}},
+        {"unknown role", {(fg_chat_role)9, hi, NULL, 0, absent}},
+        {"call without a name", {FG_CHAT_ASSISTANT, absent, &noname, 1, absent}},
+        {"length without bytes", {FG_CHAT_USER, bad, NULL, 0, absent}},
+        {"calls count without calls", {FG_CHAT_ASSISTANT, absent, NULL, 2, absent}},
+        {"reasoning (V3 has no place for it)", {FG_CHAT_ASSISTANT, hi, NULL, 0, hi}},
+        {"reasoning on a user message", {FG_CHAT_USER, hi, NULL, 0, hi}},
     };
     for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++) {
-        fg_chat_msg msgs[2] = {{FG_CHAT_USER, hi, NULL, 0}, bad_msgs[i].m};
-        fg_chat_conv c = {msgs, 2, true, NULL, 0};
+        fg_chat_msg msgs[2] = {{.role = FG_CHAT_USER, .content = hi}, bad_msgs[i].m};
+        fg_chat_conv c = {.msgs = msgs, .n_msgs = 2, .add_generation_prompt = true};
         fg_diag d = {{0}};
         fg_err e = fg_chat_render(FG_CHAT_DEEPSEEK_V3, &c, t, p, &d);
         result(e == FG_ERR_INVALID_ARG && p->len == 0 && strstr(d.msg, "message 1"), "refused with the message index",
@@ -142,10 +177,13 @@ static void check_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
         if (e != FG_ERR_INVALID_ARG)
             printf("    got %s: %s\n", fg_err_name(e), d.msg);
     }
-    fg_chat_msg one = {FG_CHAT_USER, hi, NULL, 0};
-    fg_chat_conv c = {&one, 1, true, NULL, 0};
+    fg_chat_msg one = {.role = FG_CHAT_USER, .content = hi};
+    fg_chat_conv c = {.msgs = &one, .n_msgs = 1, .add_generation_prompt = true};
     fg_diag d = {{0}};
-    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &c, t, p, &d) == FG_ERR_UNSUPPORTED, "V4 not rendered yet", "deepseek-v4");
+    c.thinking = true;
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &c, t, p, &d) == FG_ERR_INVALID_ARG, "V3 has no thinking mode",
+           "thinking");
+    c.thinking = false;
     result(fg_chat_render(FG_CHAT_DEEPSEEK_R1, &c, t, p, &d) == FG_ERR_UNSUPPORTED, "R1 not rendered yet", "deepseek-r1");
     result(fg_chat_render((fg_chat_family)0, &c, t, p, &d) == FG_ERR_INVALID_ARG, "unknown family", "family 0");
     fg_chat_family f;
@@ -157,10 +195,159 @@ static void check_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
            "detect");
 }
 
+/* ---------------------------------------------------------------- DeepSeek-V4 */
+
+/* V4's markers as the renderer writes them (and modelgen --v4-chat-markers adds). */
+static const char *const V4_MARKERS[] = {
+    "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<\xef\xbd\x9cUser\xef\xbd\x9c>", "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "<think>", "</think>",
+    "\xef\xbd\x9c" "DSML\xef\xbd\x9c",
+};
+#define N_V4_MARKERS (sizeof V4_MARKERS / sizeof V4_MARKERS[0])
+
+/* Occurrences of marker text in s[n]. */
+static size_t count_text(const char *s, size_t n, const char *mk)
+{
+    size_t c = 0, k = strlen(mk);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, mk, k)) {
+            c++;
+            i += k - 1;
+        }
+    return c;
+}
+
+/* How often the encoder itself wrote a marker: its occurrences in the
+ * reference prompt less those in the conversation's own texts. */
+static size_t count_written(json_t *c, const char *mk)
+{
+    json_t *want = json_object_get(c, "prompt"), *m;
+    size_t n = count_text(json_string_value(want), json_string_length(want), mk), i;
+    json_array_foreach(json_object_get(c, "messages"), i, m) {
+        static const char *const keys[] = {"content", "reasoning_content"};
+        for (size_t k = 0; k < 2; k++) {
+            json_t *v = json_object_get(m, keys[k]);
+            n -= count_text(json_is_string(v) ? json_string_value(v) : "", json_string_length(v), mk);
+        }
+    }
+    return n;
+}
+
+/* What V4's format cannot express, refused with FG_ERR_INVALID_ARG. */
+static void v4_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
+{
+    const fg_chat_text hi = {"hi", 2}, absent = {NULL, 0};
+    const fg_chat_call not_json = {{"f", 1}, {"city=Paris", 10}}, array = {{"f", 1}, {"[1]", 3}},
+                       nan = {{"f", 1}, {"{\"x\": NaN}", 11}}, dup = {{"f", 1}, {"{\"a\":1,\"a\":2}", 13}};
+    const fg_chat_call *bad_calls[] = {&not_json, &array, &nan, &dup};
+    for (size_t i = 0; i < sizeof bad_calls / sizeof bad_calls[0]; i++) {
+        fg_chat_msg m[2] = {{.role = FG_CHAT_USER, .content = hi}, {.role = FG_CHAT_ASSISTANT, .content = absent,
+                                                                    .calls = bad_calls[i], .n_calls = 1}};
+        fg_chat_conv c = {.msgs = m, .n_msgs = 2};
+        fg_diag d = {{0}};
+        fg_err e = fg_chat_render(FG_CHAT_DEEPSEEK_V4, &c, t, p, &d);
+        result(e == FG_ERR_INVALID_ARG && p->len == 0 && strstr(d.msg, "message 1"), "arguments refused",
+               bad_calls[i]->arguments.ptr);
+    }
+    fg_chat_msg user = {.role = FG_CHAT_USER, .content = hi}, ua[2] = {user, {.role = FG_CHAT_ASSISTANT, .content = hi}};
+    fg_chat_conv no_gen = {.msgs = &user, .n_msgs = 1}, gen_after = {.msgs = ua, .n_msgs = 2, .add_generation_prompt = true};
+    fg_diag d = {{0}};
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &no_gen, t, p, &d) == FG_ERR_INVALID_ARG, "the reply opening is "
+           "always written after a user turn", "no generation prompt");
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &gen_after, t, p, &d) == FG_ERR_INVALID_ARG, "no reply opening after "
+           "an assistant turn", "generation prompt after assistant");
+    const fg_chat_tool bad_tool = {{"f", 1}, absent, {"[]", 2}};
+    fg_chat_conv tool_conv = {.msgs = &user, .n_msgs = 1, .add_generation_prompt = true, .tools = &bad_tool, .n_tools = 1};
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &tool_conv, t, p, &d) == FG_ERR_INVALID_ARG && p->len == 0,
+           "a schema that is not an object", "tool parameters");
+    const fg_chat_tool bad_name = {{"\xff", 1}, absent, {"{}", 2}};
+    tool_conv.tools = &bad_name;
+    result(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &tool_conv, t, p, &d) == FG_ERR_INVALID_ARG && p->len == 0,
+           "a name that is not UTF-8", "tool name");
+}
+
+static int v4_main(const char *vocab, const char *vectors)
+{
+    fg_diag d = {{0}};
+    fg_gguf_t *g;
+    fg_tokenizer_t *t;
+    if (fg_gguf_open_file(vocab, &g, &d) != FG_OK || fg_tokenizer_create(g, &t, &d) != FG_OK) {
+        fprintf(stderr, "chat_check: %s: %s\n", vocab, d.msg);
+        return 2;
+    }
+    json_error_t je;
+    json_t *convs = json_load_file(vectors, 0, &je);
+    if (!json_is_array(convs)) {
+        fprintf(stderr, "chat_check: %s: %s\n", vectors, je.text);
+        return 2;
+    }
+    fg_chat_family f = 0;
+    fg_err e = fg_chat_family_detect(NULL, 0, t, &f, &d);
+    result(e == FG_OK && f == FG_CHAT_DEEPSEEK_V4, "family from the vocabulary is deepseek-v4", "detect");
+    int32_t marker_id[N_V4_MARKERS];
+    for (size_t k = 0; k < N_V4_MARKERS; k++) {
+        marker_id[k] = fg_tokenizer_special_id(t, V4_MARKERS[k], strlen(V4_MARKERS[k]));
+        result(marker_id[k] >= 0, "the vocabulary has the marker as a special token", V4_MARKERS[k]);
+    }
+    fg_chat_prompt p = {0};
+    fg_tokens ids = {0};
+    size_t i, cap = 1 << 20;
+    char *back = malloc(cap);
+    json_t *c;
+    json_array_foreach(convs, i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        json_t *want = json_object_get(c, "prompt");
+        conv_buf b;
+        if (build(c, &b)) {
+            result(0, "conversation too big for the checker", name);
+            conv_buf_free(&b);
+            continue;
+        }
+        e = fg_chat_render(FG_CHAT_DEEPSEEK_V4, &b.conv, t, &p, &d);
+        conv_buf_free(&b);
+        size_t n_want = json_string_length(want);
+        bool same = e == FG_OK && p.len == n_want && !memcmp(p.text, json_string_value(want), n_want);
+        result(same, "rendered text equals the encoder's", name);
+        if (e != FG_OK)
+            printf("    %s: %s\n", fg_err_name(e), d.msg);
+        else if (!same)
+            show_diff(json_string_value(want), n_want, p.text, p.len);
+        if (!same)
+            continue;
+        ids.n = 0;
+        size_t n_back = 0;
+        e = fg_chat_encode(t, &p, &ids);
+        bool round = e == FG_OK && fg_tokenizer_decode(t, ids.v, ids.n, true, back, cap, &n_back) == FG_OK &&
+                     n_back == p.len && !memcmp(back, p.text, p.len);
+        result(round, "the ids decode back to the prompt", name);
+        for (size_t k = 0; k < N_V4_MARKERS; k++) {
+            size_t wrote = count_written(c, V4_MARKERS[k]), got = 0;
+            for (size_t q = 0; q < ids.n; q++)
+                got += ids.v[q] == marker_id[k];
+            result(wrote == got, "each marker the renderer wrote is one id, marker text in messages is not", name);
+            if (wrote != got)
+                printf("    %s: written %zu, ids %zu\n", V4_MARKERS[k], wrote, got);
+        }
+    }
+    v4_refusals(t, &p);
+    printf("passed %d of %d\n", n_pass, n_pass + n_fail);
+    free(back);
+    fg_tokens_free(&ids);
+    fg_chat_prompt_free(&p);
+    json_decref(convs);
+    fg_tokenizer_destroy(t);
+    fg_gguf_close(g);
+    return n_fail ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[1], "--v4"))
+        return v4_main(argv[2], argv[3]);
     if (argc != 5) {
-        fprintf(stderr, "usage: chat_check VOCAB.gguf TOKENIZER_CONFIG_JSON CONVERSATIONS_JSON CASES\n");
+        fprintf(stderr, "usage: chat_check VOCAB.gguf TOKENIZER_CONFIG_JSON CONVERSATIONS_JSON CASES\n"
+                        "       chat_check --v4 VOCAB.gguf V4_VECTORS_JSON\n");
         return 2;
     }
     fg_diag d = {{0}};
@@ -212,6 +399,7 @@ int main(int argc, char **argv)
             continue;
         }
         e = fg_chat_render(f, &b.conv, t, &p, &d);
+        conv_buf_free(&b);
         bool same_text = e == FG_OK && p.len == n_text && !memcmp(p.text, want_text, n_text);
         result(same_text, "rendered text equals the template's", name);
         if (e != FG_OK)

@@ -3,8 +3,10 @@
  *
  * The input is (1) a template text for fg_chat_family_detect, (2) a
  * conversation: messages cut at 0x00 bytes, each message's first byte picking
- * its role, whether its content is absent and how many tool calls it has
- * (name and arguments cut from its text at 0x01); and (3) span bounds made
+ * its role, whether its content is absent, how many tool calls it has (name
+ * and arguments cut from its text at 0x01) and whether its text is reasoning
+ * too, rendered as DeepSeek-V3 or DeepSeek-V4 (chat or thinking mode) by the
+ * input's length; and (3) span bounds made
  * from its bytes (valid or not) for fg_tokenizer_encode_spans. Checks the
  * contracts: render either succeeds or fails with a diagnostic and an empty
  * prompt; a rendered prompt's spans are sorted, disjoint and inside it; its
@@ -117,6 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *body = s + at + (len ? 1 : 0);
         size_t body_len = len ? len - 1 : 0;
         m->content = (c & 8) ? (fg_chat_text){NULL, 0} : (fg_chat_text){body, body_len};
+        m->reasoning = (c & 64) ? (fg_chat_text){body, body_len} : (fg_chat_text){NULL, 0};
         m->n_calls = (c >> 4) & 3;
         m->calls = calls[n];
         for (uint32_t k = 0; k < m->n_calls; k++) {
@@ -128,8 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         at += len + 1;
     }
     static fg_chat_prompt p; /* reused across inputs, as a session would */
-    fg_chat_conv conv = {msgs, n, size & 1, NULL, 0};
-    e = fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, t, &p, &d);
+    fg_chat_conv conv = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = size & 1, .thinking = (size & 4) != 0};
+    e = fg_chat_render((size & 2) ? FG_CHAT_DEEPSEEK_V4 : FG_CHAT_DEEPSEEK_V3, &conv, t, &p, &d);
     if (e != FG_OK) {
         if (p.len || p.n_spans || !d.msg[0])
             abort();

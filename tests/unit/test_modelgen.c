@@ -680,6 +680,10 @@ static void test_chat_markers(void)
     unlink(p);
     s.n_vocab = 258 + 10; /* no room for the eleven markers */
     CHECK(fg_modelgen_write(&s, p, &d) == FG_ERR_INVALID_ARG);
+    s = fg_test_preset("tiny");
+    s.chat_markers = s.v4_chat_markers = true; /* one family's markers or the other's */
+    CHECK(fg_modelgen_write(&s, p, &d) == FG_ERR_INVALID_ARG);
+    unlink(p);
 }
 
 int main(void)

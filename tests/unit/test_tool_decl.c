@@ -5,6 +5,7 @@
 #include <jansson.h>
 
 #include "fg_test.h"
+#include "gateway/pyjson.h"
 #include "gateway/tool_decl.h"
 
 static json_t *J(const char *s)
@@ -43,6 +44,16 @@ static void test_pydump(void)
               "[0.1, 0.3333333333333333, 123.0, 100000.0, -0.0, 0.0001, 1.2345678901234568e+16, 0.00012, 1.5e-07, "
               "-2.5e+300]");
     pydump_is("-12345678901234", "-12345678901234");
+
+    /* ensure_ascii=False (DeepSeek-V4's to_json): UTF-8 and DEL as they are, controls still escaped */
+    json_t *v = J("{\"z\":\"\\u00e9\\ud83d\\ude00\\u0001\\u007f\\\"\\n/\"}");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    const char *want = "{\"z\": \"\xc3\xa9\xf0\x9f\x98\x80\\u0001\x7f\\\"\\n/\"}";
+    CHECK(v && fg_pyjson_dump(v, false, &buf, &len, &cap) == FG_OK);
+    CHECK_MSG(buf && strcmp(buf, want) == 0, "ensure_ascii=False: %s", buf);
+    free(buf);
+    json_decref(v);
 }
 
 static fg_err parse_tools(const char *json, fg_tool_set *s, fg_diag *d)

@@ -380,11 +380,11 @@ static void test_round_trip(fg_tokenizer_t *tok)
         {TXT("search-web"), TXT("{\"q\": \"```fences``` \xe6\x97\xa5\", \"n\": [1, 2.5, null]}")},
     };
     const fg_chat_msg msgs[] = {
-        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
-        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
-        {FG_CHAT_ASSISTANT, {NULL, 0}, calls, 2},
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0, {NULL, 0}},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}},
+        {FG_CHAT_ASSISTANT, {NULL, 0}, calls, 2, {NULL, 0}},
     };
-    fg_chat_conv conv = {msgs, 3, false, NULL, 0};
+    fg_chat_conv conv = {.msgs = msgs, .n_msgs = 3};
     fg_chat_prompt p = {0};
     fg_diag d = {{0}};
     CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
@@ -425,10 +425,10 @@ static void test_render_tools(fg_tokenizer_t *tok)
     CHECK_MSG(fg_tool_set_parse(decl, &set, &d) == FG_OK, "%s", d.msg);
     json_decref(decl);
     const fg_chat_msg msgs[] = {
-        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0},
-        {FG_CHAT_USER, TXT("weather?"), NULL, 0},
+        {FG_CHAT_SYSTEM, TXT("be brief"), NULL, 0, {NULL, 0}},
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}},
     };
-    fg_chat_conv conv = {msgs, 2, true, set.tools, set.n};
+    fg_chat_conv conv = {.msgs = msgs, .n_msgs = 2, .add_generation_prompt = true, .tools = set.tools, .n_tools = set.n};
     fg_chat_prompt p = {0};
     CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
     static const char want[] =
@@ -475,8 +475,8 @@ static void test_render_tools(fg_tokenizer_t *tok)
  * the same bytes, and the model's continuation completes the call. */
 static void test_call_prefix(fg_tokenizer_t *tok)
 {
-    const fg_chat_msg msgs[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0}};
-    fg_chat_conv conv = {msgs, 1, true, NULL, 0};
+    const fg_chat_msg msgs[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}}};
+    fg_chat_conv conv = {.msgs = msgs, .n_msgs = 1, .add_generation_prompt = true};
     fg_chat_prompt p = {0};
     fg_diag d = {{0}};
     for (int named = 0; named < 2; named++) {
@@ -507,8 +507,8 @@ static void test_call_prefix(fg_tokenizer_t *tok)
     const int32_t call_begin_id = fg_tokenizer_special_id(tok, CALL_BEGIN, strlen(CALL_BEGIN));
     const int32_t sep_id = fg_tokenizer_special_id(tok, SEP, strlen(SEP));
     const fg_chat_call call = {TXT("get_weather"), TXT("{\"city\": \"Oslo\"}")};
-    const fg_chat_msg turn[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0}, {FG_CHAT_ASSISTANT, {NULL, 0}, &call, 1}};
-    const fg_chat_conv done = {turn, 2, false, NULL, 0};
+    const fg_chat_msg turn[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}}, {FG_CHAT_ASSISTANT, {NULL, 0}, &call, 1, {NULL, 0}}};
+    const fg_chat_conv done = {.msgs = turn, .n_msgs = 2};
     fg_chat_prompt whole = {0}, pre = {0};
     CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V3, &done, tok, &whole, &d) == FG_OK);
     fg_tokens want_ids = {0};
