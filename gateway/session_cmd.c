@@ -522,6 +522,9 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
         if (src->responding || src->quota_pending)
             return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
                         "the session to fork has a response in progress");
+        if (src->cutting)
+            return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
+                        "the session to fork is having its conversation cut; retry once that is answered");
     }
     if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
         gw_metrics_count_rejection(gw_tenant_at(gw, k->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
@@ -971,6 +974,9 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     if (s->forks)
         return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s",
                     "the session is being forked from its file; retry once the fork's session.created is sent");
+    if (s->cutting)
+        return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s",
+                    "the session's conversation is being cut; retry once the item's answer is sent");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     if (!gw_cluster_holds(s)) /* its lease lapsed (this instance was paused or cut off): another may serve it */
