@@ -12,6 +12,8 @@ the gateway's own redis-server:
 - SIGKILL right after a delete's answer, then a restart and session.resume: the restored
   session continues from the cut cache (cached_tokens: the head before the cut, not the uncut
   conversation) with the edited conversation's reply;
+- deepseek4 (v4-tiny), whose cache cannot be cut back: a delete is answered the same, and the next
+  response prefills the edited conversation again (cached_tokens 0) with a fresh session's reply;
 - the cut runs on gw_disk's worker: while one is held (debug.restore_gate_file, tests only)
   another session streams a whole response, the cut session's client gets no answer and is
   not read (its next response.create, sent at once, runs after the answer, in order).
@@ -23,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Conn, Server, check, delta_text, eq, run_tests, user_item, wait_for  # noqa: E402
+from harness import DATA_DIR, Conn, Server, check, delta_text, eq, run_tests, user_item, wait_for  # noqa: E402
 
 SETTINGS = {"instructions": "Be brief.", "temperature": 0, "max_output_tokens": 8}
 # short items: every input stays below FG_SHORT_INPUT (64 tokens), so that a cache built over
@@ -146,6 +148,19 @@ async def test_sigkill_after_delete_serves_the_cut():
             eq(out, ref_out, "the restored session's reply is the edited conversation's")
     finally:
         shutil.rmtree(pdir, ignore_errors=True)
+
+
+async def test_v4_falls_back_to_a_rebuild():
+    async with Server(model={"path": os.path.join(DATA_DIR, "v4-tiny.gguf")}, log_level="debug") as srv:
+        c, ids, sizes = await prefilled_session(srv, ITEMS)
+        await c.send({"type": "conversation.item.delete", "item_id": ids[1]})
+        eq((await c.expect("conversation.item.deleted"))["item_id"], ids[1], "deleted")
+        eq([e["error"] for e in srv.log_events("session_cut_failed")], ["unsupported"],
+           "the engine refused the cut (its state cannot be rewound)")
+        _, out, done = await c.respond()
+        eq(cached(done), 0, "prefilled again from the instructions")
+        ref_out, _ = await fresh_reply(srv, [user_item(ITEMS[0]), user_item(ITEMS[2])])
+        eq(out, ref_out, "the reply is a fresh session's on the edited conversation")
 
 
 async def test_cut_does_not_stall_others():
