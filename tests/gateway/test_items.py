@@ -16,7 +16,10 @@ the gateway's own redis-server:
   response prefills the edited conversation again (cached_tokens 0) with a fresh session's reply;
 - the cut runs on gw_disk's worker: while one is held (debug.restore_gate_file, tests only)
   another session streams a whole response, the cut session's client gets no answer and is
-  not read (its next response.create, sent at once, runs after the answer, in order).
+  not read (its next response.create, sent at once, runs after the answer, in order);
+- an out-of-band response.create (conversation "none") forks the session on gw_disk's worker
+  too: while that is held another session streams, and the client's next event runs after the
+  out-of-band response has begun; the response reads the session's cache (cached_tokens > 0).
 """
 import asyncio
 import os
@@ -185,6 +188,41 @@ async def test_cut_does_not_stall_others():
             events = [await c.expect("response.created")] + await c.recv_until("response.done")
             eq(cached(events[-1]["response"]), sizes[0], "the response after the cut, from the kept head")
             check(delta_text(events), "it replied")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+
+async def test_oob_fork_does_not_stall_others():
+    tmp = tempfile.mkdtemp(prefix="fg-items-gate-")
+    gate = os.path.join(tmp, "gate")
+    try:
+        async with Server(log_level="debug", debug={"restore_gate_file": gate}) as srv:
+            c = await ga_open(srv)
+            await ga_add(c, user_item(ITEMS[0]))
+            await ga_respond(c)
+            await c.send({"type": "response.create", "response": {"conversation": "none", "max_output_tokens": 4}})
+            await c.send({"type": "conversation.item.create", "item": user_item(ITEMS[1])})
+            await wait_for(lambda: srv.log_events("session_oob_fork_started"), "the out-of-band fork started")
+            o = await Conn.open(srv)
+            await o.create_session({"temperature": 0, "max_output_tokens": 24})
+            await o.add_user("Tell me a story.")
+            events, _, done = await o.respond()
+            check([e for e in events if e["type"] == "response.output_text.delta"] and done["status"],
+                  f"a whole response streamed while the fork was held: {done}")
+            eq(srv.log_events("session_oob_fork_done"), [], "the held fork has not completed yet")
+            await c.no_event(within=0.3)
+            open(gate, "w").close()
+            got = await c.recv_until("conversation.item.done")
+            types = [e["type"] for e in got]
+            check("response.created" in types and types.index("response.created") < types.index("conversation.item.added"),
+                  f"the item sent after the response.create follows the response's start: {types}")
+            if "response.done" not in types:
+                got += await c.recv_until("response.done")
+            oob = got[-1]["response"] if got[-1]["type"] == "response.done" else \
+                [e for e in got if e["type"] == "response.done"][0]["response"]
+            eq(oob["conversation_id"], None, "out of band")
+            check(cached(oob) > 0, f"the out-of-band context is a fork of the session's cache: {oob['usage']}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
