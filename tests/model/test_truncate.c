@@ -105,7 +105,7 @@ static int32_t P[NP], Q[NQ], X[NX], Z[NZ];
 static void test_direct(int V)
 {
     fg_engine_t *e = open_engine("tiny.gguf", FG_KV_F32, 256, 2);
-    fg_session_t *a, *b;
+    fg_session_t *a = NULL, *b = NULL;
     CHECK(fg_session_create(e, NULL, &a) == FG_OK && fg_session_create(e, NULL, &b) == FG_OK);
     float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
     fg_diag d = {{0}};
