@@ -1032,6 +1032,18 @@ static void on_oob_forked(void *user, fg_session_t *es, fg_err e, const fg_diag 
         return;
     }
     fg_proto_code code = FG_PROTO_OK;
+    if (s->gw->draining) { /* the drain began meanwhile: no new response */
+        if (es)
+            fg_session_delete(es);
+        drop_oob(s);
+        if (s->sink) {
+            fg_proto_error err;
+            fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, event_id, "%s", "the server is shutting down");
+            gw_sink_error(s->sink, &err, 0);
+        }
+        free(w);
+        return;
+    }
     if (e == FG_OK)
         code = oob_forked(s, es);
     else if (e == FG_ERR_UNSUPPORTED || e == FG_ERR_BUSY) /* no fork: a copy prefilled again */
