@@ -325,6 +325,7 @@ static void cut_answer(gw_session *s, const cut_wait *w)
  * file was written (or could not be: logged) before the client hears of it. */
 static void on_cut(void *user, fg_err cut, fg_err saved, const fg_diag *d)
 {
+    (void)d; /* the engine's words are in the log only as codes */
     cut_wait *w = user;
     gw_session *s = w->s;
     s->cutting = false;
@@ -347,7 +348,6 @@ static void on_cut(void *user, fg_err cut, fg_err saved, const fg_diag *d)
     if (saved != FG_OK && saved != FG_ERR_STATE)
         fg_log_at(FG_LOG_WARN, "session_save_failed", gw_session_tenant(s), s->id,
                   "\"error\":\"%s\",\"when\":\"cut\"", fg_err_name(saved));
-    (void)d;
     fg_log_at(FG_LOG_DEBUG, "session_cut_done", gw_session_tenant(s), s->id,
               "\"kept\":%d,\"error\":\"%s\",\"saved\":\"%s\"", w->keep >= 0 && cut == FG_OK ? w->expect : -1,
               fg_err_name(cut), fg_err_name(saved));
