@@ -288,8 +288,9 @@ const fg_cfg_key fg_cfg_keys[] = {
            "ids) instead of sampled ones; every forward pass still runs. Empty (the default): off, "
            "and nothing can turn it on. The server logs a warning at start when it is set."),
     K_STR(fg_config, "debug.restore_gate_file", debug.restore_gate_file, "", 0,
-          "TESTS ONLY: a session restore from disk (session.resume after a restart) and a fork "
-          "(session.create with fork_from) wait, on their worker thread, "
+          "TESTS ONLY: a session restore from disk (session.resume after a restart), a fork "
+          "(session.create with fork_from, an out-of-band response.create) and a cut "
+          "(conversation.item.delete, .truncate) wait, on their worker thread, "
           "until this file exists, so a test can hold one in progress. Empty (the default): off. "
           "The server logs a warning at start when it is set."),
 };

@@ -281,6 +281,23 @@ fg_err fg_session_eval(fg_session_t *s, const int32_t *tokens, int n, float *log
  * logits: NULL or [vocab]. Errors: as fg_session_eval. */
 fg_err fg_session_eval_sampled(fg_session_t *s, int32_t token, float *logits, fg_diag *diag);
 
+/* Keeps the first n tokens of the session's cache and drops the rest: the
+ * KV rows from n on (pages no longer needed go back; a page another holder
+ * shares, a fork or the prefix cache, is copied before the session writes
+ * it again, never written in place) and, in serving mode, every input token
+ * queued and not yet prefilled, the token the last response sampled
+ * included. The next input then continues the sequence at n. n at or past
+ * the cache's length keeps the whole cache (serving mode: only the queue
+ * goes). Serving mode: the cut is made on the step thread and this call
+ * waits for it (up to a step). A session whose KV is on disk is cut in
+ * place: its load back, and a rewrite of its file, take the first n rows.
+ * The session's file is stale until its next save (fg_session_save writes
+ * it at once). Errors: FG_ERR_INVALID_ARG (n < 0), FG_ERR_BUSY (a response
+ * is in progress), FG_ERR_UNSUPPORTED (a cache with per-sequence state,
+ * deepseek4's, cut anywhere but at 0 or past its length: that state cannot
+ * be rewound; the session is unchanged). */
+fg_err fg_session_truncate(fg_session_t *s, int n, fg_diag *diag);
+
 /* ---- serving mode ---- */
 
 #define FG_MAX_STOPS 4

@@ -50,7 +50,7 @@ void gw_conn_rx_update(gw_conn *c)
 {
     const gw_session *s = c->sink.session;
     /* a client whose events pile up is not read either: its requests would queue more */
-    bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending || s->forks)) ||
+    bool pause = c->over_soft || (s && (s->output_paused || s->quota_pending || s->forks || s->cutting)) ||
                  c->sink.resume_wait || c->sink.fork_wait || c->sink.dir_wait ||
                  (c->closing && c->close_code == FG_PROTO_CLOSE_POLICY);
     if (c->rx_paused != pause) {

@@ -119,7 +119,9 @@ struct gw_session {
                                        (gw_persist.c): not resumable yet, and not freed meanwhile */
     uint32_t forks;                 /* session.creates forking it on gw_disk's worker (session_cmd.c):
                                        not freed, not read from its client and starting no response meanwhile */
-    bool doomed, doomed_keep_file;  /* destroyed while restoring or forked: done when the worker lets it go;
+    bool cutting;                   /* an item delete or truncation cutting its cache on gw_disk's worker
+                                       (gw_realtime.c): the same holds as for forks */
+    bool doomed, doomed_keep_file;  /* destroyed while restoring, forked or cut: done when the worker lets it go;
                                        no lookup by id finds it meanwhile */
 
     /* events */
@@ -367,6 +369,10 @@ void gw_session_add_text(gw_session *s, const char *bytes, size_t n);
 /* Writes the session's record (settings, counters, conversation) into its
  * engine session, to be saved with the KV. Failures are logged, not fatal. */
 void gw_session_store_meta(gw_session *s);
+/* The record s will have once its cache is cut to cached tokens, the head
+ * and conv's first conv_n (no rebuild pending), in gw->meta_buf (*len
+ * bytes, valid until the next record is made); NULL when it cannot be made. */
+const uint8_t *gw_session_meta_cut(gw_session *s, int cached, size_t conv_n, size_t *len);
 /* The one map from an engine error (append, respond, restore, fork, a failed
  * response) to its protocol code; FG_ERR_SESSION_* and FG_ERR_DISK_FULL get
  * their own codes, what has none is internal_error. */

@@ -1,7 +1,7 @@
 /* gw_disk.c: the worker of gw_disk.h. Two intrusive FIFO lists under one
  * mutex: jobs to run and jobs done; the worker sleeps on a condition
  * variable while nothing is queued. Each job carries its own run function
- * (restore, fork, save). */
+ * (restore, fork, save, cut). */
 #include "gateway/gw_disk.h"
 
 #include <libwebsockets.h>
@@ -24,9 +24,16 @@ struct job {
     char name[65], tenant_name[65];
     fg_session_t *src;              /* save: its session; fork: the source */
     fg_session_t *out;              /* restore, fork: the new session */
+    int keep, expect;               /* cut: tokens to keep (-1: none), the cache's length it expects after */
+    int32_t *tail;                  /* cut: the input to queue once cut as expected [n_tail] */
+    int n_tail;
+    void *meta;                     /* cut: the record to set once cut as expected */
+    size_t meta_len;
+    fg_err cut_err;                 /* cut: the cut's answer (err: the save's) */
     fg_err err;
     fg_diag diag;
     gw_disk_done done;
+    gw_disk_cut_done cut_done;      /* cut: called instead of done */
     void *user;
     struct job *next;
 };
@@ -60,7 +67,7 @@ static job *pop(job **head, job **tail)
     return j;
 }
 
-/* Tests only: holds a job that reads a file until the gate file exists
+/* Tests only: holds a restore, a fork or a cut until the gate file exists
  * (false: it runs) or the worker stops (true: it is not run, FG_ERR_STATE). */
 static bool held(gw_disk *d, job *j)
 {
@@ -97,6 +104,29 @@ static void run_save(gw_disk *d, job *j)
 {
     (void)d;
     j->err = fg_session_save(j->src, &j->diag);
+}
+
+static void run_cut(gw_disk *d, job *j)
+{
+    if (held(d, j)) {
+        j->cut_err = j->err;
+        return;
+    }
+    if (j->keep < 0) {
+        j->cut_err = FG_ERR_UNSUPPORTED; /* only the save was asked for */
+    } else if ((j->cut_err = fg_session_truncate(j->src, j->keep, &j->diag)) == FG_OK) {
+        if (fg_session_length(j->src) != j->expect)
+            j->cut_err = fg_diag_set(&j->diag, FG_ERR_STATE, "the cache held %d tokens after the cut, not %d",
+                                     fg_session_length(j->src), j->expect);
+        if (j->cut_err == FG_OK && j->n_tail)
+            j->cut_err = fg_session_append(j->src, j->tail, j->n_tail, &j->diag);
+        if (j->cut_err == FG_OK)
+            j->cut_err = fg_session_set_meta(j->src, j->meta, j->meta_len, &j->diag);
+    }
+    fg_diag save = {{0}};
+    j->err = fg_session_save(j->src, &save);
+    if (j->cut_err == FG_OK && j->err != FG_OK)
+        j->diag = save;
 }
 
 static void *worker(void *arg)
@@ -192,6 +222,44 @@ fg_err gw_disk_save(gw_disk *d, fg_session_t *s, gw_disk_done done, void *user)
     return queue(d, j);
 }
 
+fg_err gw_disk_cut(gw_disk *d, fg_session_t *s, int keep, int expect, const int32_t *tail, int n_tail,
+                   const void *meta, size_t meta_len, gw_disk_cut_done done, void *user)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j || (meta_len && !(j->meta = malloc(meta_len))) ||
+        (n_tail > 0 && !(j->tail = malloc((size_t)n_tail * sizeof *tail)))) {
+        if (j)
+            free(j->meta);
+        free(j);
+        return FG_ERR_NOMEM;
+    }
+    if (meta_len)
+        memcpy(j->meta, meta, meta_len);
+    if (n_tail > 0)
+        memcpy(j->tail, tail, (size_t)n_tail * sizeof *tail);
+    j->n_tail = n_tail > 0 ? n_tail : 0;
+    j->run = run_cut;
+    j->src = s;
+    j->keep = keep;
+    j->expect = expect;
+    j->meta_len = meta_len;
+    j->cut_done = done;
+    j->user = user;
+    return queue(d, j);
+}
+
+/* Hands a job's answer over (may queue more) and frees it. */
+static void finish(job *j)
+{
+    if (j->cut_done)
+        j->cut_done(j->user, j->cut_err, j->err, &j->diag);
+    else
+        j->done(j->user, j->out, j->err, &j->diag);
+    free(j->meta);
+    free(j->tail);
+    free(j);
+}
+
 void gw_disk_poll(gw_disk *d)
 {
     for (;;) {
@@ -200,8 +268,7 @@ void gw_disk_poll(gw_disk *d)
         pthread_mutex_unlock(&d->mu);
         if (!j)
             return;
-        j->done(j->user, j->out, j->err, &j->diag); /* may queue more */
-        free(j);
+        finish(j);
     }
 }
 
@@ -217,10 +284,10 @@ void gw_disk_free(gw_disk *d)
     gw_disk_poll(d);
     job *j;
     while ((j = pop(&d->todo, &d->todo_tail))) { /* never run */
-        fg_diag none = {{0}};
-        snprintf(none.msg, sizeof none.msg, "the server stopped before the session file was read");
-        j->done(j->user, NULL, FG_ERR_STATE, &none);
-        free(j);
+        snprintf(j->diag.msg, sizeof j->diag.msg, "the server stopped before the job ran");
+        j->out = NULL;
+        j->err = j->cut_err = FG_ERR_STATE;
+        finish(j);
     }
     pthread_cond_destroy(&d->cv);
     pthread_mutex_destroy(&d->mu);

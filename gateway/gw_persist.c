@@ -43,11 +43,13 @@ fg_proto_code gw_engine_code(fg_err e)
     }
 }
 
-void gw_session_store_meta(gw_session *s)
+/* Our record of s into gw->meta_buf (*n bytes): rebuild, the engine cache's
+ * length, and the tokens of conv the saved cache holds after the head
+ * (conv_n of them; conv_known false: not known). */
+static fg_err encode_meta(gw_session *s, bool rebuild, int cached, bool conv_known, size_t conv_n, size_t *n,
+                          fg_diag *d)
 {
     fg_gateway_t *gw = s->gw;
-    if (!gw->meta_buf || !s->es)
-        return;
     fg_session_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.tenant, sizeof m.tenant, "%s", gw_tenant_at(gw, s->tenant)->rec.id);
@@ -66,22 +68,39 @@ void gw_session_store_meta(gw_session *s)
     m.evt_counter = s->evt_counter + ID_RESERVE;
     m.item_counter = s->item_counter + ID_RESERVE;
     m.resp_counter = s->resp_counter + ID_RESERVE;
-    m.rebuild = s->rebuild;
+    m.rebuild = rebuild;
+    m.cached_tokens = cached > 0 ? (uint32_t)cached : 0;
+    m.conv_known = conv_known;
+    m.conv = (fg_tokens){s->conv.v, conv_n, s->conv.cap};
+    return fg_session_meta_encode(&m, gw->meta_buf, FG_SESSION_META_MAX_BYTES, n, d);
+}
+
+void gw_session_store_meta(gw_session *s)
+{
+    fg_gateway_t *gw = s->gw;
+    if (!gw->meta_buf || !s->es)
+        return;
     /* The record's tokens must be what the saved cache holds after the head:
      * conv minus the input queued since (not part of the file). A restore
      * compares the lengths and trusts the tokens only when they match. */
-    int len = fg_session_length(s->es);
-    m.cached_tokens = len > 0 ? (uint32_t)len : 0;
     size_t queued = s->new_input > 0 ? (size_t)s->new_input : 0;
-    m.conv_known = s->conv_known && (s->rebuild || queued <= s->conv.n);
-    m.conv = (fg_tokens){s->conv.v, s->rebuild ? s->conv.n : s->conv.n - (m.conv_known ? queued : 0), s->conv.cap};
+    const bool known = s->conv_known && (s->rebuild || queued <= s->conv.n);
     size_t n;
     fg_diag d;
-    fg_err e = fg_session_meta_encode(&m, gw->meta_buf, FG_SESSION_META_MAX_BYTES, &n, &d);
+    fg_err e = encode_meta(s, s->rebuild, fg_session_length(s->es), known,
+                           s->rebuild ? s->conv.n : s->conv.n - (known ? queued : 0), &n, &d);
     if (e == FG_OK)
         e = fg_session_set_meta(s->es, gw->meta_buf, n, &d);
     if (e != FG_OK && e != FG_ERR_UNSUPPORTED)
         fg_log_at(FG_LOG_WARN, "session_meta_failed", gw_session_tenant(s), s->id, "\"error\":\"%s\"", fg_err_name(e));
+}
+
+const uint8_t *gw_session_meta_cut(gw_session *s, int cached, size_t conv_n, size_t *len)
+{
+    fg_diag d;
+    if (!s->gw->meta_buf || encode_meta(s, false, cached, s->conv_known, conv_n, len, &d) != FG_OK)
+        return NULL;
+    return s->gw->meta_buf;
 }
 
 static bool valid_id(const char *id, size_t len)

@@ -4,17 +4,21 @@
  * truncate.
  *
  * Each item keeps a copy of its content and the range of its tokens in the
- * session's conv, so that a delete or a truncation can cut the tokens out. The
- * engine has no call that drops a session's KV after a position, so a cut marks
- * the session for a rebuild (as an instructions change does): the next
- * response prefills the head and the remaining conversation again, and the KV
- * after the cut is gone. Service thread only.
+ * session's conv, so that a delete or a truncation can cut the tokens out.
+ * The cache keeps the KV before the cut: gw_disk's worker cuts the engine
+ * session there (fg_session_truncate waits for a step) and saves it, and the
+ * answer goes from the completion, which queues the conversation after the
+ * cut as the next response's input. Meanwhile the client is not read. Where
+ * the engine cannot cut (deepseek4's cache) the session is rebuilt at its
+ * next response instead, as after an instructions change. Service thread
+ * only.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gateway/gateway_internal.h"
+#include "gateway/gw_disk.h"
 #include "gateway/log.h"
 
 /* ---- the item list ---- */
@@ -260,8 +264,9 @@ static void item_fail(gw_sink *k, const fg_client_event *ev, fg_proto_code code,
 }
 
 /* Cuts part_index's text of an assistant message to keep bytes (back to a
- * character boundary) and re-tokenizes it in place. */
-static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_t keep)
+ * character boundary) and re-tokenizes it in place; *same: its first tokens
+ * that stayed as they were. */
+static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_t keep, size_t *same)
 {
     gw_item *g = &s->items.v[i];
     fg_proto_item it = g->it;
@@ -282,12 +287,119 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
     it.content[part].text.ptr = cut;
     fg_tokens tok = {0};
     fg_proto_code code = FG_PROTO_OK;
-    if (fg_template_item(s->gw->tok, &it, &tok) != FG_OK || !items_splice(s, i, tok.v, tok.n) ||
-        !item_set(&s->items.v[i], &it, id))
+    if (fg_template_item(s->gw->tok, &it, &tok) != FG_OK)
+        code = FG_PROTO_INTERNAL_ERROR;
+    *same = 0;
+    while (code == FG_PROTO_OK && *same < tok.n && *same < g->tok_len && tok.v[*same] == s->conv.v[g->tok_start + *same])
+        ++*same;
+    if (code == FG_PROTO_OK && (!items_splice(s, i, tok.v, tok.n) || !item_set(&s->items.v[i], &it, id)))
         code = FG_PROTO_INTERNAL_ERROR;
     fg_tokens_free(&tok);
     free(cut);
     return code;
+}
+
+/* A cut on gw_disk's worker, and the answer it owes. */
+typedef struct cut_wait {
+    gw_session *s;
+    bool deleted;                   /* conversation.item.deleted, else .truncated */
+    char item_id[FG_PROTO_MAX_ID_BYTES + 1];
+    uint32_t part;
+    uint64_t audio_end_ms;
+    int keep, expect;               /* as asked of the worker (keep < 0: only a save) */
+    int n_tail;                     /* tokens of conv after the cache's expect */
+} cut_wait;
+
+static void cut_answer(gw_session *s, const cut_wait *w)
+{
+    fg_proto_buf *b = &s->gw->scratch;
+    gw_emit em = gw_emit_next(s);
+    gw_emit_push(s, em, w->deleted ? fg_proto_write_item_deleted(b, em.seq, em.evt, w->item_id)
+                                   : fg_proto_write_item_truncated(b, em.seq, em.evt, w->item_id, w->part,
+                                                                   w->audio_end_ms));
+}
+
+/* The worker's answer: the cache holds the head and conv's first expect -
+ * head tokens, and the rest of conv is queued as the next response's input;
+ * or, where it could not be cut, the rebuild stays pending. Either way its
+ * file was written (or could not be: logged) before the client hears of it. */
+static void on_cut(void *user, fg_err cut, fg_err saved, const fg_diag *d)
+{
+    (void)d; /* the engine's words are in the log only as codes */
+    cut_wait *w = user;
+    gw_session *s = w->s;
+    s->cutting = false;
+    if (s->sink)
+        gw_sink_rx_update(s->sink);
+    if (s->doomed) { /* closed meanwhile (evicted, or the server stops) */
+        if (!s->restoring && !s->forks)
+            gw_session_destroy(s, s->doomed_keep_file);
+        free(w);
+        return;
+    }
+    if (w->keep >= 0 && cut == FG_OK) {
+        s->new_input = w->n_tail; /* the conversation after the cut, queued on the worker */
+        s->rebuild = false;
+    } else if (w->keep >= 0) { /* the rebuild stays pending */
+        fg_log_at(cut == FG_ERR_UNSUPPORTED ? FG_LOG_DEBUG : FG_LOG_WARN, "session_cut_failed", gw_session_tenant(s),
+                  s->id, "\"error\":\"%s\"", fg_err_name(cut));
+    }
+    gw_session_store_meta(s);
+    if (saved != FG_OK && saved != FG_ERR_STATE)
+        fg_log_at(FG_LOG_WARN, "session_save_failed", gw_session_tenant(s), s->id,
+                  "\"error\":\"%s\",\"when\":\"cut\"", fg_err_name(saved));
+    fg_log_at(FG_LOG_DEBUG, "session_cut_done", gw_session_tenant(s), s->id,
+              "\"kept\":%d,\"error\":\"%s\",\"saved\":\"%s\"", w->keep >= 0 && cut == FG_OK ? w->expect : -1,
+              fg_err_name(cut), fg_err_name(saved));
+    cut_answer(s, w);
+    free(w);
+}
+
+/* After conv was edited from conv position cut on (the item list already
+ * says so): the engine session keeps its KV of the head and conv[0, cut) and
+ * the file is rewritten, on gw_disk's worker; w answers from there. Until
+ * then the session is marked for a rebuild, in its record too, so that a
+ * file written meanwhile makes a restore prefill again: a crash never
+ * brings back a cache that does not match the conversation. Without an
+ * engine session or the worker the answer goes at once and the rebuild
+ * stays pending. */
+static void cut_start(gw_session *s, size_t cut, cut_wait *w)
+{
+    fg_gateway_t *gw = s->gw;
+    const bool pending = s->rebuild; /* the cache is discarded at the next response anyway */
+    s->rebuild = true;
+    gw_session_store_meta(s);
+    w->s = s;
+    w->keep = w->expect = -1;
+    const uint8_t *meta = NULL;
+    size_t meta_len = 0;
+    fg_tokens head = {0};
+    fg_diag d;
+    if (!pending && s->es && gw_session_head(s, &head, &d) == FG_OK) {
+        const int keep = (int)(head.n + cut), len = fg_session_length(s->es), expect = len < keep ? len : keep;
+        /* a cache without its whole head was never used: it is rebuilt for nothing */
+        if (expect >= (int)head.n && (meta = gw_session_meta_cut(s, expect, (size_t)expect - head.n, &meta_len))) {
+            w->keep = keep;
+            w->expect = expect;
+        }
+    }
+    fg_tokens_free(&head);
+    const int32_t *tail = NULL;
+    if (w->keep >= 0) {
+        const size_t from = cut - (size_t)(w->keep - w->expect); /* conv's index of the cache's end */
+        tail = s->conv.v + from;
+        w->n_tail = (int)(s->conv.n - from);
+    }
+    if (!s->es || !gw->disk ||
+        gw_disk_cut(gw->disk, s->es, w->keep, w->expect, tail, w->n_tail, meta, meta_len, on_cut, w) != FG_OK) {
+        cut_answer(s, w);
+        free(w);
+        return;
+    }
+    s->cutting = true;
+    if (s->sink)
+        gw_sink_rx_update(s->sink);
+    fg_log_at(FG_LOG_DEBUG, "session_cut_started", gw_session_tenant(s), s->id, "\"keep\":%d", w->keep);
 }
 
 void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
@@ -307,41 +419,52 @@ void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
         em = gw_emit_next(s);
         return gw_emit_push(s, em, fg_proto_write_item_retrieved(b, em.seq, em.evt, &out));
     }
-    if (s->responding || it->tok_start == GW_ITEM_DEFERRED)
+    if (s->responding || s->quota_pending || it->tok_start == GW_ITEM_DEFERRED)
         return item_fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "item_id",
                          "the conversation cannot be cut while a response is in progress");
+    if (s->forks || s->cutting) /* events read before its client's reading paused */
+        return item_fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "item_id",
+                         "the session is being forked or cut; retry once that is answered");
     if (!s->conv_known)
         return item_fail(k, ev, FG_PROTO_SESSION_LOST, NULL,
                          "this session was restored without its token history; start a new session to cut it");
+    cut_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return item_fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
+    snprintf(w->item_id, sizeof w->item_id, "%s", it->id);
+    const size_t start = it->tok_start;
     if (ev->type == FG_CLIENT_ITEM_DELETE) {
-        char id[FG_PROTO_MAX_ID_BYTES + 1];
-        snprintf(id, sizeof id, "%s", it->id);
-        if (!items_splice(s, i, NULL, 0))
+        w->deleted = true;
+        if (!items_splice(s, i, NULL, 0)) {
+            free(w);
             return item_fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
+        }
         free(it->blob);
         memmove(&s->items.v[i], &s->items.v[i + 1], (s->items.n - i - 1) * sizeof *s->items.v);
         s->items.n--;
         items_fix_ids(&s->items);
-        s->rebuild = true; /* the KV from the deleted item on is recomputed at the next response */
-        gw_session_store_meta(s);
-        em = gw_emit_next(s);
-        return gw_emit_push(s, em, fg_proto_write_item_deleted(b, em.seq, em.evt, id));
+        return cut_start(s, start, w); /* the KV from the deleted item on goes */
     }
     /* truncate: an assistant message's text */
     const uint32_t part = ev->u.item_ref.content_index;
-    if (it->it.type != FG_PROTO_ITEM_MESSAGE || it->it.role != FG_PROTO_ROLE_ASSISTANT)
-        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "item_id", "only assistant messages can be truncated");
-    if (part >= it->it.n_content)
-        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "content_index", "the item has no such content part");
-    if (!ev->u.item_ref.has_text_end && ev->u.item_ref.audio_end_ms > 0)
-        return item_fail(k, ev, FG_PROTO_INVALID_VALUE, "audio_end_ms",
-                         "the item has no audio: send audio_end_ms 0 (cut all its text) or text_end (bytes to keep)");
-    fg_proto_code code = truncate_item(s, i, part, ev->u.item_ref.has_text_end ? ev->u.item_ref.text_end : 0);
-    if (code != FG_PROTO_OK)
-        return item_fail(k, ev, code, NULL, "out of memory");
-    s->rebuild = true; /* the KV from the cut on is recomputed at the next response */
-    gw_session_store_meta(s);
-    em = gw_emit_next(s);
-    gw_emit_push(s, em, fg_proto_write_item_truncated(b, em.seq, em.evt, ev->u.item_ref.item_id.ptr, part,
-                                                      ev->u.item_ref.audio_end_ms));
+    fg_proto_code code = FG_PROTO_OK;
+    const char *msg = "out of memory", *param = NULL;
+    if (it->it.type != FG_PROTO_ITEM_MESSAGE || it->it.role != FG_PROTO_ROLE_ASSISTANT) {
+        code = FG_PROTO_INVALID_VALUE, param = "item_id", msg = "only assistant messages can be truncated";
+    } else if (part >= it->it.n_content) {
+        code = FG_PROTO_INVALID_VALUE, param = "content_index", msg = "the item has no such content part";
+    } else if (!ev->u.item_ref.has_text_end && ev->u.item_ref.audio_end_ms > 0) {
+        code = FG_PROTO_INVALID_VALUE, param = "audio_end_ms";
+        msg = "the item has no audio: send audio_end_ms 0 (cut all its text) or text_end (bytes to keep)";
+    }
+    size_t same = 0;
+    if (code == FG_PROTO_OK)
+        code = truncate_item(s, i, part, ev->u.item_ref.has_text_end ? ev->u.item_ref.text_end : 0, &same);
+    if (code != FG_PROTO_OK) {
+        free(w);
+        return item_fail(k, ev, code, param, msg);
+    }
+    w->part = part;
+    w->audio_end_ms = ev->u.item_ref.audio_end_ms;
+    cut_start(s, start + same, w); /* the KV from the first changed token on goes */
 }

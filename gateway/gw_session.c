@@ -153,7 +153,7 @@ gw_session *gw_session_made(gw_session *s, fg_session_t *es, fg_err e, fg_err *e
 void gw_session_destroy(gw_session *s, bool keep_file)
 {
     fg_gateway_t *gw = s->gw;
-    if (s->restoring || s->forks) { /* the worker holds its engine session: freed when it hands it back */
+    if (s->restoring || s->forks || s->cutting) { /* the worker holds its engine session: freed when it hands it back */
         s->doomed = true;
         s->doomed_keep_file = keep_file;
         if (s->sink)

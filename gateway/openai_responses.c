@@ -409,7 +409,7 @@ static gw_session *find_previous(fg_gateway_t *gw, gw_oa_call *c, int tenant, co
         gw_oa_fail(c, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id", msg);
         return NULL;
     }
-    if (s->sink || s->responding || s->quota_pending || s->forks) {
+    if (s->sink || s->responding || s->quota_pending || s->forks || s->cutting) {
         gw_oa_fail(c, 409, "invalid_request_error", "response_in_progress", "previous_response_id",
                         "the conversation of this response is in use by another request");
         return NULL;

@@ -513,8 +513,8 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
                                ? ", or server.tls_cert_file / tls_key_file cannot be loaded"
                                : "");
     }
-    /* session restores (and their saves) and forks run on a worker: the service thread never
-     * waits for a file or for the engine's step */
+    /* session restores (and their saves), forks and cuts run on a worker: the service thread
+     * never waits for a file or for the engine's step */
     const char *gate = cfg->debug.restore_gate_file;
     if (!(gw->disk = gw_disk_new(gw->ctx, gate))) {
         fg_gateway_destroy(gw);
@@ -522,7 +522,7 @@ fg_err fg_gateway_create(const fg_config *cfg, fg_gateway_t **out, fg_diag *diag
     }
     if (gate && gate[0])
         fg_log_at(FG_LOG_WARN, "restore_gate_file", NULL, NULL,
-                  "\"note\":\"debug.restore_gate_file is set: session restores and forks wait for a file; "
+                  "\"note\":\"debug.restore_gate_file is set: session restores, forks and cuts wait for a file; "
                   "for tests only\"");
     gw->vhost = lws_get_vhost_by_name(gw->ctx, "default");
     gw->port = gw->vhost ? lws_get_vhost_listen_port(gw->vhost) : (int)cfg->server.port;

@@ -522,6 +522,9 @@ static void on_session_create(gw_sink *k, const fg_client_event *ev)
         if (src->responding || src->quota_pending)
             return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
                         "the session to fork has a response in progress");
+        if (src->cutting)
+            return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, "session.fork_from", "%s",
+                        "the session to fork is having its conversation cut; retry once that is answered");
     }
     if (gw_tenant_at(gw, k->tenant)->sessions >= gw->cfg->sessions.max_per_tenant) {
         gw_metrics_count_rejection(gw_tenant_at(gw, k->tenant), FG_QUOTA_SESSIONS); /* this gateway's own cap */
@@ -922,27 +925,49 @@ static fg_proto_code oob_append(gw_session *s, const int32_t *t, size_t n)
     return gw_engine_code(e);
 }
 
+/* The engine parameters of an out-of-band session: anonymous, never saved. */
+static void oob_params(gw_session *s, fg_session_params *sp)
+{
+    const gw_tenant *t = gw_tenant_at(s->gw, s->tenant);
+    int64_t w = t->rec.limits.weight;
+    *sp = (fg_session_params){.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
+                              .user = s, .name = NULL, .tenant_name = t->rec.id};
+}
+
+/* Whether an out-of-band response's context is a fork of the session: no
+ * input or instructions of its own, and the session's cache is its
+ * conversation. */
+static bool oob_forks(const gw_session *s, const fg_client_event *ev)
+{
+    return !ev->u.response.has_input && !ev->u.response.has_instructions && !s->rebuild && s->conv_known;
+}
+
+/* A fork made (es, e) as an out-of-band context: the items queued since the
+ * session's last response follow (the fork holds the cache, not them). */
+static fg_proto_code oob_forked(gw_session *s, fg_session_t *es)
+{
+    s->oob_es = es;
+    size_t queued = (size_t)s->new_input <= s->conv.n ? (size_t)s->new_input : 0;
+    return queued ? oob_append(s, s->conv.v + s->conv.n - queued, queued) : FG_PROTO_OK;
+}
+
 /* The context of an out-of-band response: with input, the instructions (the
  * response's or the session's) and those items alone; without, a fork of the
- * session (its cache shared) or, where the engine cannot fork, a copy
- * prefilled again. Discarded at response.done. */
-static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
+ * session (its cache shared; on gw_disk's worker, see oob_on_worker, where
+ * there is one) or, where the engine cannot fork, a copy prefilled again.
+ * Discarded at response.done. */
+static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev, bool try_fork)
 {
     fg_gateway_t *gw = s->gw;
-    const gw_tenant *t = gw_tenant_at(gw, s->tenant);
-    int64_t w = t->rec.limits.weight;
-    fg_session_params sp = {.tenant = (uint32_t)s->tenant, .weight = w < 1 ? 1 : w > 1000 ? 1000 : (int)w,
-                            .user = s, .name = NULL, .tenant_name = t->rec.id};
+    fg_session_params sp;
+    oob_params(s, &sp);
     fg_diag d = {{0}};
     s->resp_oob = true;
     s->oob_input = 0;
-    const bool fork = !ev->u.response.has_input && !ev->u.response.has_instructions && !s->rebuild && s->conv_known;
-    fg_err e = fork ? fg_session_fork(s->es, &sp, &s->oob_es, &d) : FG_ERR_UNSUPPORTED;
-    if (e == FG_OK) {
-        /* the fork holds the cache, not the items queued since the last response */
-        size_t queued = (size_t)s->new_input <= s->conv.n ? (size_t)s->new_input : 0;
-        return queued ? oob_append(s, s->conv.v + s->conv.n - queued, queued) : FG_PROTO_OK;
-    }
+    fg_session_t *es = NULL;
+    fg_err e = try_fork && oob_forks(s, ev) ? fg_session_fork(s->es, &sp, &es, &d) : FG_ERR_UNSUPPORTED;
+    if (e == FG_OK)
+        return oob_forked(s, es);
     s->oob_es = NULL;
     if (fg_session_create(gw->engine, &sp, &s->oob_es) != FG_OK) {
         s->oob_es = NULL;
@@ -968,6 +993,99 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev)
     return code;
 }
 
+static void respond_with(gw_session *s, const gw_settings *set, bool generate, const char *event_id);
+
+/* An out-of-band context that could not be made: the response does not run. */
+static void oob_failed(gw_session *s, fg_proto_code code, const char *event_id)
+{
+    drop_oob(s);
+    if (!s->sink)
+        return;
+    fg_proto_error err;
+    fg_proto_error_set(&err, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "response.input" : NULL, event_id, "%s",
+                       code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the response's context does not fit the model's"
+                                                                : "cannot make the out-of-band response's context");
+    gw_sink_error(s->sink, &err, 0);
+}
+
+/* An out-of-band response whose fork of the session gw_disk's worker makes
+ * (fg_session_fork waits for the engine's step): the response goes on in
+ * on_oob_forked. Meanwhile the session is a fork's source (s->forks): its
+ * client is not read, so its later events follow the response's, in order. */
+typedef struct oob_wait {
+    gw_session *s;
+    gw_settings set;                /* the response's settings */
+    bool generate;
+    bool has_event_id;
+    char event_id[FG_PROTO_MAX_ID_BYTES + 1];
+} oob_wait;
+
+static void on_oob_forked(void *user, fg_session_t *es, fg_err e, const fg_diag *diag)
+{
+    (void)diag;
+    oob_wait *w = user;
+    gw_session *s = w->s;
+    const char *event_id = w->has_event_id ? w->event_id : NULL;
+    --s->forks;
+    if (s->sink)
+        gw_sink_rx_update(s->sink);
+    fg_log_at(FG_LOG_DEBUG, "session_oob_fork_done", gw_session_tenant(s), s->id, "\"error\":\"%s\"", fg_err_name(e));
+    if (s->doomed) { /* closed meanwhile: the fork goes with it */
+        if (es)
+            fg_session_delete(es);
+        if (s->forks == 0 && !s->restoring && !s->cutting)
+            gw_session_destroy(s, s->doomed_keep_file);
+        free(w);
+        return;
+    }
+    fg_proto_code code = FG_PROTO_OK;
+    if (s->gw->draining) { /* the drain began meanwhile: no new response */
+        if (es)
+            fg_session_delete(es);
+        drop_oob(s);
+        if (s->sink) {
+            fg_proto_error err;
+            fg_proto_error_set(&err, FG_PROTO_SHUTTING_DOWN, NULL, event_id, "%s", "the server is shutting down");
+            gw_sink_error(s->sink, &err, 0);
+        }
+        free(w);
+        return;
+    }
+    if (e == FG_OK)
+        code = oob_forked(s, es);
+    else if (e == FG_ERR_UNSUPPORTED || e == FG_ERR_BUSY) /* no fork: a copy prefilled again */
+        code = open_oob(s, &(fg_client_event){0}, false);
+    else
+        code = FG_PROTO_INTERNAL_ERROR;
+    if (code != FG_PROTO_OK)
+        oob_failed(s, code, event_id);
+    else
+        respond_with(s, &w->set, w->generate, event_id);
+    free(w);
+}
+
+static void oob_on_worker(gw_session *s, const gw_settings *set, bool generate, const char *event_id)
+{
+    fg_session_params sp;
+    oob_params(s, &sp);
+    oob_wait *w = calloc(1, sizeof *w);
+    if (w) {
+        *w = (oob_wait){.s = s, .set = *set, .generate = generate, .has_event_id = event_id != NULL};
+        if (event_id)
+            snprintf(w->event_id, sizeof w->event_id, "%s", event_id);
+    }
+    s->resp_oob = true;
+    s->oob_input = 0;
+    if (!w || gw_disk_fork(s->gw->disk, s->es, &sp, on_oob_forked, w) != FG_OK) {
+        free(w);
+        return oob_failed(s, FG_PROTO_INTERNAL_ERROR, event_id);
+    }
+    s->forks++;
+    if (s->sink)
+        gw_sink_rx_update(s->sink);
+    fg_log_at(FG_LOG_DEBUG, "session_oob_fork_started", gw_session_tenant(s), s->id, NULL);
+}
+
 static void on_response_create(gw_sink *k, const fg_client_event *ev)
 {
     fg_gateway_t *gw = k->gw;
@@ -978,6 +1096,9 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     if (s->forks)
         return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s",
                     "the session is being forked from its file; retry once the fork's session.created is sent");
+    if (s->cutting)
+        return fail(k, ev, FG_PROTO_RESPONSE_IN_PROGRESS, NULL, "%s",
+                    "the session's conversation is being cut; retry once the item's answer is sent");
     if (gw->draining)
         return fail(k, ev, FG_PROTO_SHUTTING_DOWN, NULL, "%s", "the server is shutting down");
     if (!gw_cluster_holds(s)) /* its lease lapsed (this instance was paused or cut off): another may serve it */
@@ -985,14 +1106,15 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     s->resp_created_at = fg_clock_mono_s();
     if (ev->u.response.has_metadata && !(s->resp_metadata = strdup(ev->u.response.metadata.ptr)))
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    gw_settings set = s->set; /* the session's, under this response's overrides */
+    apply_sampling(&set, &ev->u.response.sampling);
+    const char *event_id = ev->has_event_id ? ev->event_id.ptr : NULL;
+    if (ev->u.response.out_of_band && oob_forks(s, ev) && gw->disk)
+        return oob_on_worker(s, &set, ev->u.response.generate, event_id);
     if (ev->u.response.out_of_band) {
-        fg_proto_code code = open_oob(s, ev);
-        if (code != FG_PROTO_OK) {
-            drop_oob(s);
-            return fail(k, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "response.input" : NULL, "%s",
-                        code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the response's context does not fit the model's"
-                                                                 : "cannot make the out-of-band response's context");
-        }
+        fg_proto_code code = open_oob(s, ev, true);
+        if (code != FG_PROTO_OK)
+            return oob_failed(s, code, event_id);
     } else if (s->rebuild) {
         if (!s->conv_known)
             return fail(k, ev, FG_PROTO_SESSION_LOST, NULL, "%s",
@@ -1023,9 +1145,16 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
         if (code != FG_PROTO_OK)
             return fail(k, ev, code, NULL, "%s", "the conversation does not fit the model's context");
     }
-    gw_settings set = s->set; /* the session's, under this response's overrides */
-    apply_sampling(&set, &ev->u.response.sampling);
-    fg_response_params rp = {.generate = ev->u.response.generate};
+    respond_with(s, &set, ev->u.response.generate, event_id);
+}
+
+/* The rest of response.create once its context is ready: the engine's
+ * parameters from set, then the quota's reservation or the response. */
+static void respond_with(gw_session *s, const gw_settings *sset, bool generate, const char *event_id)
+{
+    fg_gateway_t *gw = s->gw;
+    gw_settings set = *sset;
+    fg_response_params rp = {.generate = generate};
     rp.sampling.temperature = (float)set.temperature;
     rp.sampling.top_p = (float)set.top_p;
     rp.sampling.top_k = (int)set.top_k;
@@ -1035,15 +1164,22 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     rp.n_stop = (int)set.n_stop;
     _Static_assert(sizeof rp.stop == sizeof set.stop, "stop strings: one layout");
     memcpy(rp.stop, set.stop, sizeof rp.stop);
-    if (!gw_tools_begin(s, &rp))
-        return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "out of memory");
+    if (!gw_tools_begin(s, &rp)) {
+        drop_oob(s);
+        if (s->sink) {
+            fg_proto_error err;
+            fg_proto_error_set(&err, FG_PROTO_INTERNAL_ERROR, NULL, event_id, "%s", "out of memory");
+            gw_sink_error(s->sink, &err, 0);
+        }
+        return;
+    }
     if (rp.generate && gw->n_generated < gw->n_scripts) { /* debug.scripted_output: tests only */
         rp.script = gw->scripts[gw->n_generated].v;
         rp.n_script = (int)gw->scripts[gw->n_generated].n;
     }
-    quota_ctx *q = gw->quota ? quota_ctx_new(s, ev) : NULL;
+    quota_ctx *q = gw->quota ? quota_ctx_new_id(s, event_id) : NULL;
     if (!q)
-        return respond_complete(s, &rp, ev->has_event_id ? ev->event_id.ptr : NULL, NULL);
+        return respond_complete(s, &rp, event_id, NULL);
     /* Reserve all the work the response can do, so that admitting many at once cannot pass the
      * limit: the input to prefill (the session's new items, or all an out-of-band session was
      * given), the reply marker as this vocabulary spells it and a forced call's opening, the
@@ -1061,7 +1197,8 @@ static void on_response_create(gw_sink *k, const fg_client_event *ev)
     }
     snprintf(s->quota_key, sizeof s->quota_key, "%s:%llu", s->id, (unsigned long long)s->resp_counter + 1);
     s->quota_pending = true;
-    gw_sink_rx_update(k);
+    if (s->sink)
+        gw_sink_rx_update(s->sink);
     fg_quota_response_reserve(gw->quota, gw_tenant_at(gw, s->tenant)->rec.id, s->quota_key, s->reserved,
                               gw_tenant_kv_bytes(gw, s->tenant),
                               (s->conv_known ? (int64_t)s->conv.n : fg_session_length(s->es) + s->new_input) +

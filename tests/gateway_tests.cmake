@@ -4,7 +4,7 @@
 # on a failure. Run one by hand: FG_BIN=build/bin FG_TEST_DATA=build/testdata /usr/bin/python3
 # tests/gateway/test_errors.py [test names]
 foreach(name protocol_flow errors resume isolation backpressure shutdown concurrency cli admin quotas metrics
-             dashboard logs expert_parallel persist hostile_persist hostile_http hostile_ws v4 session_dir
+             dashboard logs expert_parallel persist hostile_persist hostile_http hostile_ws v4 session_dir items
              redis_cluster)
   fg_add_test(gateway_${name} COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/gateway/test_${name}.py
               LABELS gateway FIXTURES_REQUIRED models TIMEOUT 300)

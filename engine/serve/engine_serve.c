@@ -180,6 +180,51 @@ static void rewind_to_start(fg_engine_t *e, fg_session_t *s)
     }
 }
 
+/* fg_session_truncate's work: the first n cached tokens stay (all of them
+ * when n is past the cache), the rest of the cache and every queued input
+ * token go, the last response's sampled token too. The partial page at the
+ * cut stays in the table: the next response's admission copies it first
+ * when anyone else holds it (own_written_pages; the prefix cache holds every
+ * page it lists), so a listed or shared page is never written. A cache in
+ * its file is cut there: its load and a save from the file take the first n
+ * rows. Direct mode: only the sequence (it keeps no history or queue). */
+static fg_err cut_to(fg_engine_t *e, fg_session_t *s, int n)
+{
+    if (!e->opt.serve) {
+        if (n < s->seq.n_tokens && n > 0 && fg_engine_seq_state(e))
+            return FG_ERR_UNSUPPORTED;
+        if (n < s->seq.n_tokens)
+            fg_kv_seq_truncate(e->kv, &s->seq, n);
+        if (n == 0)
+            fg_kv_seq_drop_state(e->kv, &s->seq);
+        return FG_OK;
+    }
+    if (s->serve.resp.active || s->serve.respond_req || s->serve.responding)
+        return FG_ERR_BUSY;
+    const int len = cache_len(s);
+    if (n > len)
+        n = len;
+    if (n < len && n > 0 && fg_engine_seq_state(e))
+        return FG_ERR_UNSUPPORTED; /* its state (window rings, open blocks) cannot be rewound */
+    s->todo.n = 0;
+    s->todo_sampled = false;
+    s->serve.in.n = 0;
+    if (n < len) {
+        s->hist.n = n;
+        if (!s->tier.on_disk) {
+            fg_kv_seq_truncate(e->kv, &s->seq, n);
+            if (n == 0)
+                fg_kv_seq_drop_state(e->kv, &s->seq);
+        }
+        fg_share_truncated(s, n);
+        s->share.miss_at = -1; /* the tokens after the cut are new: look them up again */
+    }
+    s->serve.committed = s->hist.n;
+    s->serve.length_snapshot = n;
+    s->tier.gen++; /* its file holds the uncut session until the next save */
+    return FG_OK;
+}
+
 static void start_response(fg_engine_t *e, fg_session_t *s)
 {
     fg_response *r = &s->serve.resp;
@@ -628,6 +673,12 @@ static void take_requests(fg_engine_t *e)
             s->share.fork_err = fg_share_fork(e, s, s->share.fork_src);
             s->share.fork_done = true;
             s->tier.last_used = fg_clock_mono_s();
+            pthread_cond_broadcast(&e->done_cv);
+        }
+        if (s->serve.cut_req) { /* before the input: what was queued before the cut goes with it */
+            s->serve.cut_req = false;
+            s->serve.cut_err = cut_to(e, s, s->serve.cut_n);
+            s->serve.cut_done = true;
             pthread_cond_broadcast(&e->done_cv);
         }
         if (!s->tier.last_used)
@@ -1244,6 +1295,37 @@ void fg_session_cancel(fg_session_t *s)
         mark_dirty(e, s);
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+fg_err fg_session_truncate(fg_session_t *s, int n, fg_diag *diag)
+{
+    fg_engine_t *e = s->e;
+    if (n < 0)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "cannot keep %d tokens", n);
+    fg_err err;
+    if (!e->opt.serve) {
+        err = cut_to(e, s, n);
+    } else {
+        pthread_mutex_lock(&e->mu);
+        if (s->serve.responding) {
+            pthread_mutex_unlock(&e->mu);
+            return fg_diag_set(diag, FG_ERR_BUSY, "the session has a response in progress");
+        }
+        s->serve.cut_n = n;
+        s->serve.cut_done = false;
+        s->serve.cut_req = true;
+        mark_dirty(e, s);
+        while (!s->serve.cut_done)
+            pthread_cond_wait(&e->done_cv, &e->mu);
+        err = s->serve.cut_err;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (err == FG_ERR_UNSUPPORTED)
+        return fg_diag_set(diag, err, "this model's cache (%s) cannot be cut back to %d tokens; only to 0 or its "
+                           "length", e->model->arch->name, n);
+    if (err == FG_ERR_BUSY)
+        return fg_diag_set(diag, err, "the session has a response in progress");
+    return err;
 }
 
 int fg_session_poll(fg_session_t *s, fg_event *ev, int max, char *text, size_t text_cap)

@@ -74,6 +74,11 @@ typedef struct fg_session_serve {
     uint64_t req_order;             /* the request's place in e->serve.session_order, taken when it is made */
     uint64_t next_response_id;
     bool cancel_req;
+    /* a cut (fg_session_truncate; the calling thread waits on e->done_cv) */
+    bool cut_req;
+    int cut_n;                      /* tokens to keep */
+    bool cut_done;
+    fg_err cut_err;
     bool freed;                     /* the owner let go; the step thread frees */
     bool responding;                /* from respond() until the DONE event is queued */
     fg_list dirty_link;             /* on e->serve.dirty while it has requests for the step thread */
