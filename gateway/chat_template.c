@@ -675,6 +675,28 @@ fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, siz
     return push_text(tok, instructions, len, 0, out);
 }
 
+/* V4's call item: the reply marker and the turn render_v4 writes for one
+ * call and no text, so a call sent back continues fg_chat_call_prefix as the
+ * model wrote it. Arguments that are not a JSON object: FG_ERR_INVALID_ARG. */
+static fg_err v4_call_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
+{
+    fg_chat_prompt p = {0};
+    render_out o = {&p, FG_OK};
+    v4_json j = {0};
+    fg_diag d;
+    const fg_chat_call c = {{item->name.ptr, item->name.len}, {item->arguments.ptr, item->arguments.len}};
+    lit(&o, ASSISTANT V4_CALLS_OPEN);
+    fg_err e = v4_call(&o, &j, &c, 0, 0, &d);
+    lit(&o, "\n" DSML_END("tool_calls") EOS_TEXT);
+    if (e == FG_OK)
+        e = o.err;
+    if (e == FG_OK)
+        e = fg_chat_encode(tok, &p, out);
+    free(j.buf);
+    fg_chat_prompt_free(&p);
+    return e;
+}
+
 fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
 {
     fg_err e = FG_OK;
@@ -694,6 +716,10 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg
         }
         return e;
     case FG_PROTO_ITEM_FUNCTION_CALL: {
+        fg_chat_family f;
+        fg_diag d;
+        if (fg_chat_family_detect(NULL, 0, tok, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4)
+            return v4_call_item(tok, item, out);
         /* V3's call form, its text between the markers one run as fg_chat_render encodes it: a call
          * sent back renders as the model wrote it after a forced call's opening (fg_chat_call_prefix) */
         static const char fence[] = "\n```json\n", close[] = "\n```";

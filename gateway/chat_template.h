@@ -160,7 +160,8 @@ fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tok
 /* ---- the v1 session layer's per-item form ----
  *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
  * A tool call is an assistant turn in DeepSeek-V3's call form (as the model
- * writes it, and as it continues fg_chat_call_prefix), its output wrapped in
+ * writes it, and as it continues fg_chat_call_prefix; with a DeepSeek-V4
+ * vocabulary render_v4's DSML turn instead), its output wrapped in
  * the tool-output markers; markers are encoded with special tokens
  * recognised, user-supplied text never is. */
 

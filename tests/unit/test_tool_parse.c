@@ -314,8 +314,12 @@ static const char *const vocab_markers[] = {
     "<" B "tool" S "outputs" S "begin" B ">", "<" B "tool" S "outputs" S "end" B ">",
     "<" B "tool" S "output" S "begin" B ">", "<" B "tool" S "output" S "end" B ">"};
 #define N_VM (sizeof vocab_markers / sizeof vocab_markers[0])
+/* DeepSeek-V4's (as modelgen --v4-chat-markers writes them) */
+static const char *const vocab_markers_v4[] = {"<" B "begin" S "of" S "sentence" B ">", EOS, USER, ASSISTANT,
+                                               "<" B "latest_reminder" B ">", "<think>", "</think>", B "DSML" B};
+#define N_VM4 (sizeof vocab_markers_v4 / sizeof vocab_markers_v4[0])
 
-static fg_tokenizer_t *vocab(void)
+static fg_tokenizer_t *vocab_of(const char *const *vm, size_t n_vm)
 {
     static char text[256][5];
     const char *tokens[256 + N_VM];
@@ -325,8 +329,8 @@ static fg_tokenizer_t *vocab(void)
         tokens[b] = text[b];
         types[b] = 1;
     }
-    for (size_t i = 0; i < N_VM; i++) {
-        tokens[256 + i] = vocab_markers[i];
+    for (size_t i = 0; i < n_vm && i < N_VM; i++) {
+        tokens[256 + i] = vm[i];
         types[256 + i] = 3;
     }
     char path[] = "/tmp/test_tool_parse_XXXXXX";
@@ -340,8 +344,8 @@ static fg_tokenizer_t *vocab(void)
     fg_tokenizer_t *t = NULL;
     if (fg_gguf_writer_create(path, 0, &w, &d) || fg_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2") ||
         fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", "deepseek-v3") ||
-        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + N_VM) ||
-        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + n_vm) ||
+        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + n_vm) ||
         fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0) ||
         fg_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 256) ||
         fg_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257) || fg_gguf_writer_begin_data(w, &d) ||
@@ -353,6 +357,8 @@ static fg_tokenizer_t *vocab(void)
     unlink(path);
     return t;
 }
+
+static fg_tokenizer_t *vocab(void) { return vocab_of(vocab_markers, N_VM); }
 
 #define TXT(s) ((fg_chat_text){s, sizeof s - 1})
 
@@ -758,6 +764,53 @@ static void test_dsml_call_prefix(fg_tokenizer_t *tok)
     fg_chat_prompt_free(&p);
 }
 
+/* The session layer's call item on a V4 vocabulary: render_v4's turn after
+ * the reply marker, so it is the reply marker, the prefix and what the model
+ * writes after it; the parser reads its text back as the call. */
+static void test_dsml_call_item(void)
+{
+    fg_tokenizer_t *tok4 = vocab_of(vocab_markers_v4, N_VM4);
+    CHECK(tok4 != NULL);
+    if (!tok4)
+        return;
+    fg_chat_family f = 0;
+    fg_diag d = {{0}};
+    CHECK(fg_chat_family_detect(NULL, 0, tok4, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4);
+    const char args[] = "{\"city\": \"Oslo\", \"days\": [1, 2]}";
+    fg_proto_item it = {.type = FG_PROTO_ITEM_FUNCTION_CALL, .name = {"get_weather", 11},
+                        .arguments = {args, sizeof args - 1}};
+    fg_tokens item = {0}, head = {0};
+    CHECK(fg_template_item(tok4, &it, &item) == FG_OK);
+    /* the reply marker and the prefix's tokens begin it; EOS ends it; its text is the DSML turn */
+    fg_chat_prompt p = {0};
+    CHECK(fg_template_reply(tok4, &head) == FG_OK);
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, "get_weather", 11, &p, &d) == FG_OK);
+    CHECK(fg_chat_encode(tok4, &p, &head) == FG_OK);
+    CHECK(head.n < item.n && memcmp(item.v, head.v, head.n * sizeof head.v[0]) == 0);
+    CHECK(item.n && item.v[item.n - 1] == fg_tokenizer_eos(tok4));
+    static char text[1024];
+    size_t n = 0;
+    CHECK(fg_tokenizer_decode(tok4, item.v, item.n, true, text, sizeof text, &n) == FG_OK);
+    const char want[] = ASSISTANT "\n\n" DS_CALLS "\n" INVOKE("get_weather") PSTR("city", "Oslo") PJSON("days", "[1, 2]")
+        INVOKE_END "\n" DS_CALLS_END EOS;
+    CHECK_MSG(n == sizeof want - 1 && memcmp(text, want, n) == 0, "%s", text);
+    static rec r;
+    memset(&r, 0, sizeof r);
+    r.last = -1;
+    fg_tool_parser_reset(P4);
+    fg_tool_parse_feed(P4, text, n, sink, &r);
+    fg_tool_parse_finish(P4, sink, &r);
+    CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\", \"days\": [1, 2]}\n"
+                          "D0:get_weather:{\"city\": \"Oslo\", \"days\": [1, 2]}") == 0, "%s", r.s);
+    /* arguments V4 cannot write as parameters */
+    it.arguments = (fg_proto_str){"[1]", 3};
+    CHECK(fg_template_item(tok4, &it, &item) == FG_ERR_INVALID_ARG);
+    fg_tokens_free(&item);
+    fg_tokens_free(&head);
+    fg_chat_prompt_free(&p);
+    fg_tokenizer_destroy(tok4);
+}
+
 static void test_dsml(void)
 {
     fg_tool_parser_t *keep = P;
@@ -788,6 +841,7 @@ int main(void)
         test_call_prefix(tok);
         test_dsml_round_trip(tok);
         test_dsml_call_prefix(tok);
+        test_dsml_call_item();
         fg_tokenizer_destroy(tok);
     }
     fg_tool_parser_destroy(P);
