@@ -811,6 +811,48 @@ static void test_dsml_call_item(void)
     fg_tokenizer_destroy(tok4);
 }
 
+/* DSML's delta path allocates nothing either once grown (string parameters
+ * only: a JSON value's check allocates, once per parameter). test_no_alloc
+ * installed the hooks. */
+#if defined(__SANITIZE_ADDRESS__)
+static void test_dsml_no_alloc(void)
+{
+    size_t cap = 96 * 1024, n = 0;
+    char *reply = malloc(cap);
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "w\xc3\xa9%d <b> \n", i);
+    n += (size_t)sprintf(reply + n, "\n\n" DS_CALLS "\n" INVOKE("f"));
+    for (int k = 0; k < 3; k++) {
+        n += (size_t)sprintf(reply + n, "<" DS "parameter name=\"k%d\" string=\"true\">", k);
+        for (int i = 0; i < 700; i++)
+            n += (size_t)sprintf(reply + n, "\"x\xe6\x97\xa5%d\"\n <", i);
+        n += (size_t)sprintf(reply + n, "</" DS "parameter>\n");
+    }
+    size_t before_end = n;
+    n += (size_t)sprintf(reply + n, INVOKE_END "\n" DS_CALLS_END EOS "bye");
+    CHECK(n < cap);
+    fg_tool_parser_reset(P4);
+    fg_tool_parse_feed(P4, reply, n, count_sink, NULL); /* grows the buffers */
+    fg_tool_parse_finish(P4, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P4) == 1 && fg_tool_parse_n_malformed(P4) == 0);
+    fg_tool_parser_reset(P4);
+    n_events = 0;
+    n_allocs = 0;
+    counting = 1;
+    for (size_t i = 0; i < before_end; i++)
+        fg_tool_parse_feed(P4, reply + i, 1, count_sink, NULL);
+    counting = 0;
+    CHECK_MSG(n_allocs == 0, "%ld allocations while feeding DSML", n_allocs);
+    CHECK(n_events > 4000);
+    fg_tool_parse_feed(P4, reply + before_end, n - before_end, count_sink, NULL);
+    fg_tool_parse_finish(P4, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P4) == 1 && fg_tool_parse_n_malformed(P4) == 0);
+    free(reply);
+}
+#else
+static void test_dsml_no_alloc(void) {}
+#endif
+
 static void test_dsml(void)
 {
     fg_tool_parser_t *keep = P;
@@ -819,6 +861,7 @@ static void test_dsml(void)
     test_dsml_malformed();
     test_dsml_chunkings();
     test_dsml_limit();
+    test_dsml_no_alloc();
     P = keep;
 }
 
