@@ -344,6 +344,8 @@ static fg_err render_v3(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
 
 #define DSML_TAG(t) "<" DSML t
 #define DSML_END(t) "</" DSML t ">"
+/* What opens an assistant's calls (after its text; fg_chat_call_prefix's too). */
+#define V4_CALLS_OPEN "\n\n" DSML_TAG("tool_calls>") "\n"
 
 /* Call arguments and schemas as json.loads reads them, for what jansson reads
  * alike; what only Python takes (NaN, integers past 64 bits, duplicate keys,
@@ -509,7 +511,7 @@ static fg_err render_v4(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
             }
             txt(o, m[i].content);
             if (m[i].n_calls) {
-                lit(o, "\n\n" DSML_TAG("tool_calls>") "\n");
+                lit(o, V4_CALLS_OPEN);
                 for (uint32_t k = 0; k < m[i].n_calls && !e; k++) {
                     if (k)
                         lit(o, "\n");
@@ -590,15 +592,25 @@ fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, 
 {
     if (!p || (name && (len == 0 || len > 64)))
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "fg_chat_call_prefix: no prompt, or a name of %zu bytes", len);
-    if (family != FG_CHAT_DEEPSEEK_V3)
+    if (family != FG_CHAT_DEEPSEEK_V3 && family != FG_CHAT_DEEPSEEK_V4)
         return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "the %s prompt format is not rendered yet",
                            fg_chat_family_name(family));
     size_t len0 = p->len, n_spans0 = p->n_spans, end0 = p->n_spans ? p->spans[p->n_spans - 1].end : 0;
     render_out o = {p, FG_OK};
-    lit(&o, V3_CALL_OPEN);
-    if (name) {
-        txt(&o, (fg_chat_text){name, len});
-        lit(&o, "\n```json\n");
+    if (family == FG_CHAT_DEEPSEEK_V4) {
+        /* as render_v4 writes an assistant turn with no text and calls: the block, the first invoke */
+        lit(&o, V4_CALLS_OPEN);
+        if (name) {
+            lit(&o, DSML_TAG("invoke name=\""));
+            txt(&o, (fg_chat_text){name, len});
+            lit(&o, "\">\n");
+        }
+    } else {
+        lit(&o, V3_CALL_OPEN);
+        if (name) {
+            txt(&o, (fg_chat_text){name, len});
+            lit(&o, "\n```json\n");
+        }
     }
     if (o.err) {
         p->len = len0;
@@ -663,6 +675,28 @@ fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, siz
     return push_text(tok, instructions, len, 0, out);
 }
 
+/* V4's call item: the reply marker and the turn render_v4 writes for one
+ * call and no text, so a call sent back continues fg_chat_call_prefix as the
+ * model wrote it. Arguments that are not a JSON object: FG_ERR_INVALID_ARG. */
+static fg_err v4_call_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
+{
+    fg_chat_prompt p = {0};
+    render_out o = {&p, FG_OK};
+    v4_json j = {0};
+    fg_diag d;
+    const fg_chat_call c = {{item->name.ptr, item->name.len}, {item->arguments.ptr, item->arguments.len}};
+    lit(&o, ASSISTANT V4_CALLS_OPEN);
+    fg_err e = v4_call(&o, &j, &c, 0, 0, &d);
+    lit(&o, "\n" DSML_END("tool_calls") EOS_TEXT);
+    if (e == FG_OK)
+        e = o.err;
+    if (e == FG_OK)
+        e = fg_chat_encode(tok, &p, out);
+    free(j.buf);
+    fg_chat_prompt_free(&p);
+    return e;
+}
+
 fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
 {
     fg_err e = FG_OK;
@@ -682,6 +716,10 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg
         }
         return e;
     case FG_PROTO_ITEM_FUNCTION_CALL: {
+        fg_chat_family f;
+        fg_diag d;
+        if (fg_chat_family_detect(NULL, 0, tok, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4)
+            return v4_call_item(tok, item, out);
         /* V3's call form, its text between the markers one run as fg_chat_render encodes it: a call
          * sent back renders as the model wrote it after a forced call's opening (fg_chat_call_prefix) */
         static const char fence[] = "\n```json\n", close[] = "\n```";

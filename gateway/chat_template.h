@@ -145,9 +145,11 @@ fg_err fg_chat_render(fg_chat_family family, const fg_chat_conv *conv, const fg_
  * whether to make one: tool_choice "required" (name NULL: up to the name) or
  * a named function (name given: up to the opening of its arguments). The
  * reply's parser must be fed the appended bytes (p->text from the old
- * p->len) before the reply. Errors: FG_ERR_INVALID_ARG (a name that is empty
- * or longer than 64 bytes), FG_ERR_UNSUPPORTED (a family whose calls are not
- * parsed yet: R1, V4),
+ * p->len) before the reply. DeepSeek-V4: "\n\n<｜DSML｜tool_calls>\n", then
+ * for a name "<｜DSML｜invoke name=\"NAME\">\n", as render_v4 writes an
+ * assistant turn with no text that makes the call. Errors:
+ * FG_ERR_INVALID_ARG (a name that is empty or longer than 64 bytes),
+ * FG_ERR_UNSUPPORTED (a family whose calls are not parsed yet: R1),
  * FG_ERR_NOMEM; p is unchanged on error. */
 fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, fg_chat_prompt *p, fg_diag *diag);
 
@@ -158,7 +160,8 @@ fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tok
 /* ---- the v1 session layer's per-item form ----
  *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
  * A tool call is an assistant turn in DeepSeek-V3's call form (as the model
- * writes it, and as it continues fg_chat_call_prefix), its output wrapped in
+ * writes it, and as it continues fg_chat_call_prefix; with a DeepSeek-V4
+ * vocabulary render_v4's DSML turn instead), its output wrapped in
  * the tool-output markers; markers are encoded with special tokens
  * recognised, user-supplied text never is. */
 

@@ -624,8 +624,7 @@ fg_err gw_tools_check(const fg_gateway_t *gw, const char *tools, size_t len, fg_
                         "this model's vocabulary has no DeepSeek chat markers, so tools cannot be written into its "
                         "prompt (%s)",
                         fd.msg);
-    else if (e == FG_OK && set.n && f != FG_CHAT_DEEPSEEK_V3)
-        /* the session layer writes and parses calls in V3's form only (tool_parse.h) */
+    else if (e == FG_OK && set.n && f != FG_CHAT_DEEPSEEK_V3 && f != FG_CHAT_DEEPSEEK_V4)
         e = fg_diag_set(diag, FG_ERR_UNSUPPORTED, "tools with the %s prompt format: its tool calls are not parsed yet",
                         fg_chat_family_name(f));
     fg_tool_set_free(&set);
@@ -647,7 +646,7 @@ fg_err gw_session_head(const gw_session *s, fg_tokens *out, fg_diag *diag)
     /* The head with tools is the rendered system turn: B{instructions}{tool block}. */
     fg_chat_family f;
     e = fg_chat_family_detect(NULL, 0, gw->tok, &f, diag);
-    if (e == FG_OK && f != FG_CHAT_DEEPSEEK_V3)
+    if (e == FG_OK && f != FG_CHAT_DEEPSEEK_V3 && f != FG_CHAT_DEEPSEEK_V4)
         e = fg_diag_set(diag, FG_ERR_UNSUPPORTED, "tools with the %s prompt format: its tool calls are not parsed yet",
                         fg_chat_family_name(f));
     fg_chat_msg m = {.role = FG_CHAT_SYSTEM, .content = {ins, s->instructions_len}};

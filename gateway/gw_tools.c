@@ -74,9 +74,8 @@ static void reset(gw_tools *t)
 }
 
 /* The opening of the call the choice forces, in text and tokens; none where
- * the choice forces nothing or the prompt format has no prefix yet (V4:
- * FG_ERR_UNSUPPORTED, so the choice is only checked when the reply ends).
- * False: out of memory. */
+ * the choice forces nothing or the prompt format has no prefix (then the
+ * choice is only checked when the reply ends). False: out of memory. */
 static bool make_prefix(const gw_session *s, gw_tools *t)
 {
     const fg_tool_choice *c = &t->choice;
@@ -107,7 +106,11 @@ bool gw_tools_begin(gw_session *s, fg_response_params *rp)
     if (!s->tools_resp) {
         gw_tools *n = calloc(1, sizeof *n);
         fg_diag d;
-        if (!n || fg_tool_parser_create(NULL, &n->parser, &d) != FG_OK) {
+        /* the vocabulary's family writes the calls: V4's in DSML (tools were refused without one) */
+        fg_chat_family f = FG_CHAT_DEEPSEEK_V3;
+        (void)fg_chat_family_detect(NULL, 0, s->gw->tok, &f, &d);
+        const fg_tool_parse_opts po = {.syntax = f == FG_CHAT_DEEPSEEK_V4 ? FG_TOOL_SYNTAX_DSML : FG_TOOL_SYNTAX_V3};
+        if (!n || fg_tool_parser_create(&po, &n->parser, &d) != FG_OK) {
             free(n);
             return false;
         }

@@ -1,4 +1,4 @@
-/* tool_parse.c: DeepSeek-V3 tool calls out of streamed reply text (see tool_parse.h).
+/* tool_parse.c: DeepSeek tool calls out of streamed reply text (see tool_parse.h).
  *
  * Two layers, both byte at a time so that no chunk boundary matters: a marker
  * matcher that holds back a "<｜…" run while it may still become one of
@@ -9,6 +9,11 @@
  * possible closing fence ("\n```" before <｜tool▁call▁end｜>), and ARGS
  * deltas stop where it starts, so the deltas never carry bytes that the end
  * of the call takes back.
+ *
+ * DSML shares the matcher and the block/call/skip states: its tags are
+ * markers too (tool_calls and invoke play the V3 block and call markers),
+ * and the arguments object is written into the same buffer as the tags
+ * arrive, so its deltas are final as soon as they are written.
  */
 #include "gateway/tool_parse.h"
 
@@ -30,13 +35,17 @@ typedef enum marker {
     M_CALL_END,
     M_SEP,
     M_EOS,
+    M_PARAM_OPEN,  /* DSML: <｜DSML｜parameter name=" */
+    M_PARAM_CLOSE, /* DSML: </｜DSML｜parameter> */
     M_OTHER, /* the chat's other control markers: dropped, as without keep_control */
 } marker;
 
-static const struct {
+typedef struct marker_def {
     const char *text;
     marker m;
-} markers[] = {
+} marker_def;
+
+static const marker_def markers[] = {
     {"<" BAR "tool" SP "calls" SP "begin" BAR ">", M_CALLS_BEGIN},
     {"<" BAR "tool" SP "calls" SP "end" BAR ">", M_CALLS_END},
     {"<" BAR "tool" SP "call" SP "begin" BAR ">", M_CALL_BEGIN},
@@ -52,6 +61,23 @@ static const struct {
     {"<" BAR "tool" SP "output" SP "end" BAR ">", M_OTHER},
 };
 #define N_MARKERS (sizeof markers / sizeof markers[0])
+
+#define DSML BAR "DSML" BAR
+static const marker_def dsml_markers[] = {
+    {"<" DSML "tool_calls>", M_CALLS_BEGIN},
+    {"</" DSML "tool_calls>", M_CALLS_END},
+    {"<" DSML "invoke name=\"", M_CALL_BEGIN},
+    {"</" DSML "invoke>", M_CALL_END},
+    {"<" DSML "parameter name=\"", M_PARAM_OPEN},
+    {"</" DSML "parameter>", M_PARAM_CLOSE},
+    {"<" BAR "end" SP "of" SP "sentence" BAR ">", M_EOS},
+    {"<" BAR "begin" SP "of" SP "sentence" BAR ">", M_OTHER},
+    {"<" BAR "User" BAR ">", M_OTHER},
+    {"<" BAR "Assistant" BAR ">", M_OTHER},
+};
+#define N_DSML_MARKERS (sizeof dsml_markers / sizeof dsml_markers[0])
+/* What follows a parameter's name: its kind */
+static const char ATTR_STR[] = "\" string=\"true\">", ATTR_JSON[] = "\" string=\"false\">";
 #define MARKER_MAX 40 /* bytes of the longest marker, with room */
 
 static const char FENCE_OPEN[] = "```json\n";
@@ -65,6 +91,13 @@ typedef enum pstate {
     S_FENCE, /* "```json\n" */
     S_ARGS,  /* the arguments, up to "\n```<｜tool▁call▁end｜>" */
     S_SKIP,  /* after a malformed call: up to the next marker that resynchronises */
+    /* DSML */
+    D_NAME,     /* after <｜DSML｜invoke name=": the name, up to '"' */
+    D_NAME_END, /* the '>' that closes the invoke tag */
+    D_PARAMS,   /* inside the invoke, between parameters */
+    D_KEY,      /* after <｜DSML｜parameter name=": the key, up to '"' */
+    D_ATTR,     /* ATTR_STR or ATTR_JSON (from its second byte) */
+    D_VALUE,    /* the value, up to </｜DSML｜parameter> */
 } pstate;
 
 /* The closing-fence matcher over the arguments: [ws]* ``` [ws]* */
@@ -72,6 +105,9 @@ typedef enum cstate { C_NONE, C_WS1, C_T1, C_T2, C_T3, C_WS2 } cstate;
 
 struct fg_tool_parser {
     size_t max_args;
+    fg_tool_syntax syntax;
+    const marker_def *tab; /* [n_tab] the syntax's markers */
+    size_t n_tab;
     pstate st;
     bool in_block; /* inside <｜tool▁calls▁begin｜> … <｜tool▁calls▁end｜> */
     uint32_t n_begun, n_done, n_bad;
@@ -93,6 +129,13 @@ struct fg_tool_parser {
     cstate cs;
     size_t cstart; /* where the possible closing fence starts in abuf */
 
+    /* DSML: the parameter being read */
+    uint32_t n_params;
+    size_t attr_pos;   /* bytes of ATTR_* matched */
+    unsigned attr_can; /* 1: may still be ATTR_STR, 2: ATTR_JSON */
+    bool is_string;
+    size_t vstart;     /* where a JSON value starts in abuf */
+
     char detail[256];
 };
 
@@ -104,10 +147,16 @@ fg_err fg_tool_parser_create(const fg_tool_parse_opts *opts, fg_tool_parser_t **
     if (max > FG_TOOL_ARGS_MAX)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "tool call arguments limit %zu bytes is above %u", max,
                            FG_TOOL_ARGS_MAX);
+    fg_tool_syntax syn = opts ? opts->syntax : FG_TOOL_SYNTAX_V3;
+    if (syn != FG_TOOL_SYNTAX_V3 && syn != FG_TOOL_SYNTAX_DSML)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "unknown tool-call syntax %d", (int)syn);
     fg_tool_parser_t *p = calloc(1, sizeof *p);
     if (!p)
         return fg_diag_set(diag, FG_ERR_NOMEM, "out of memory for a tool-call parser");
     p->max_args = max;
+    p->syntax = syn;
+    p->tab = syn == FG_TOOL_SYNTAX_DSML ? dsml_markers : markers;
+    p->n_tab = syn == FG_TOOL_SYNTAX_DSML ? N_DSML_MARKERS : N_MARKERS;
     *out = p;
     return FG_OK;
 }
@@ -172,10 +221,27 @@ static size_t utf8_open_tail(const char *s, size_t n)
     return 0;
 }
 
-/* Releases held text; all of it when final, else up to a UTF-8 boundary. */
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* DSML: the whitespace at the end of the held text, which a block that
+ * follows takes ("\n\n" before <｜DSML｜tool_calls>); a buffer of nothing but
+ * whitespace is let go. */
+static size_t ws_tail(const fg_tool_parser_t *p)
+{
+    if (p->syntax != FG_TOOL_SYNTAX_DSML)
+        return 0;
+    size_t k = 0;
+    while (k < p->tlen && is_ws(p->tbuf[p->tlen - 1 - k]))
+        k++;
+    return k < sizeof p->tbuf ? k : 0;
+}
+
+/* Releases held text; all of it when final, else up to a UTF-8 boundary
+ * (and in DSML short of trailing whitespace). */
 static void flush_text(fg_tool_parser_t *p, const out *o, bool final)
 {
-    size_t keep = final ? 0 : utf8_open_tail(p->tbuf, p->tlen);
+    size_t ws = final ? 0 : ws_tail(p);
+    size_t keep = final ? 0 : ws ? ws : utf8_open_tail(p->tbuf, p->tlen);
     size_t n = p->tlen - keep;
     if (n) {
         fg_tool_event ev = {.type = FG_TOOL_EV_TEXT, .index = 0, .name = "", .text = p->tbuf, .len = n};
@@ -188,9 +254,10 @@ static void flush_text(fg_tool_parser_t *p, const out *o, bool final)
 /* Releases the arguments read so far, short of a possible closing fence. */
 static void flush_args(fg_tool_parser_t *p, const out *o)
 {
-    if (p->st != S_ARGS)
+    const bool dsml = p->st >= D_PARAMS && p->st <= D_VALUE;
+    if (p->st != S_ARGS && !dsml)
         return;
-    size_t safe = p->cs == C_NONE ? p->alen : p->cstart;
+    size_t safe = dsml || p->cs == C_NONE ? p->alen : p->cstart;
     if (safe == p->alen)
         safe -= utf8_open_tail(p->abuf + p->aemit, safe - p->aemit);
     if (safe > p->aemit) {
@@ -212,7 +279,7 @@ static void bad(fg_tool_parser_t *p, const out *o, bool no_call, fg_tool_bad why
     va_start(ap, fmt);
     vsnprintf(p->detail, sizeof p->detail, fmt, ap);
     va_end(ap);
-    bool named = !no_call && p->st >= S_FENCE && p->st <= S_ARGS;
+    bool named = !no_call && ((p->st >= S_FENCE && p->st <= S_ARGS) || (p->st >= D_PARAMS && p->st <= D_VALUE));
     fg_tool_event ev = {.type = FG_TOOL_EV_MALFORMED,
                         .index = no_call ? UINT32_MAX : p->n_begun - 1,
                         .name = named ? p->name : "",
@@ -230,7 +297,7 @@ static void begin_call(fg_tool_parser_t *p)
     p->type_len = p->name_len = p->fence_pos = 0;
     p->alen = p->aemit = 0;
     p->cs = C_NONE;
-    p->st = S_TYPE;
+    p->st = p->syntax == FG_TOOL_SYNTAX_DSML ? D_NAME : S_TYPE;
 }
 
 /* A call ended (well or not): back between calls, or to text for a call
@@ -261,11 +328,12 @@ static void resync(fg_tool_parser_t *p, marker m)
     }
 }
 
-static void end_call(fg_tool_parser_t *p, const out *o)
+/* The call's arguments are abuf[0, len): checked, then CALL_DONE. DSML
+ * refuses a key given twice, which V4's renderer could not write back. */
+static void end_call(fg_tool_parser_t *p, const out *o, size_t len)
 {
-    size_t len = p->cstart;
     json_error_t err;
-    json_t *v = json_loadb(p->abuf, len, 0, &err);
+    json_t *v = json_loadb(p->abuf, len, p->syntax == FG_TOOL_SYNTAX_DSML ? JSON_REJECT_DUPLICATES : 0, &err);
     if (!v) {
         bad(p, o, false, FG_TOOL_BAD_JSON, "the arguments of %s are not valid JSON: %s (line %d, column %d)", p->name,
             err.text, err.line, err.column);
@@ -279,7 +347,7 @@ static void end_call(fg_tool_parser_t *p, const out *o)
         after_call(p);
         return;
     }
-    flush_args(p, o); /* what remains before the fence (cs is C_T3 or C_WS2: up to cstart) */
+    flush_args(p, o); /* what remains (V3: before the fence; cs is C_T3 or C_WS2: up to cstart) */
     fg_tool_event ev = {.type = FG_TOOL_EV_CALL_DONE, .index = p->n_begun - 1, .name = p->name,
                         .name_len = p->name_len, .text = p->abuf, .len = len};
     o->sink(o->ctx, &ev);
@@ -288,8 +356,6 @@ static void end_call(fg_tool_parser_t *p, const out *o)
 }
 
 /* ---------------------------------------------------------------- the state machine */
-
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 static void close_restart(fg_tool_parser_t *p, char c, size_t i)
 {
@@ -336,6 +402,115 @@ static void close_step(fg_tool_parser_t *p, char c, size_t i)
             close_restart(p, c, i);
         return;
     }
+}
+
+/* Room for n more argument bytes; false (the call reported, the parse
+ * skipping) past max_args or out of memory. */
+static bool args_room(fg_tool_parser_t *p, const out *o, size_t n)
+{
+    if (p->alen + n <= p->acap)
+        return true;
+    if (p->alen + n > p->max_args) {
+        bad(p, o, false, FG_TOOL_TOO_LONG, "the arguments of %s pass the limit of %zu bytes", p->name, p->max_args);
+        p->st = S_SKIP;
+        return false;
+    }
+    size_t cap = p->acap ? 2 * p->acap : 1024;
+    while (cap < p->alen + n)
+        cap *= 2;
+    if (cap > p->max_args)
+        cap = p->max_args;
+    char *b = realloc(p->abuf, cap);
+    if (!b) {
+        bad(p, o, false, FG_TOOL_TOO_LONG, "out of memory for %zu bytes of arguments", cap);
+        p->st = S_SKIP;
+        return false;
+    }
+    p->abuf = b;
+    p->acap = cap;
+    return true;
+}
+
+/* DSML: appends to the arguments object. */
+static bool args_put(fg_tool_parser_t *p, const out *o, const char *s, size_t n)
+{
+    if (!args_room(p, o, n))
+        return false;
+    memcpy(p->abuf + p->alen, s, n);
+    p->alen += n;
+    return true;
+}
+
+/* DSML: one byte of a key or string value, as json.dumps(ensure_ascii=False) writes it. */
+static bool args_put_escaped(fg_tool_parser_t *p, const out *o, char c)
+{
+    char e[8];
+    switch (c) {
+    case '"':
+        return args_put(p, o, "\\\"", 2);
+    case '\\':
+        return args_put(p, o, "\\\\", 2);
+    case '\n':
+        return args_put(p, o, "\\n", 2);
+    case '\r':
+        return args_put(p, o, "\\r", 2);
+    case '\t':
+        return args_put(p, o, "\\t", 2);
+    case '\b':
+        return args_put(p, o, "\\b", 2);
+    case '\f':
+        return args_put(p, o, "\\f", 2);
+    default:
+        if ((unsigned char)c < 0x20) {
+            snprintf(e, sizeof e, "\\u%04x", (unsigned)(unsigned char)c);
+            return args_put(p, o, e, 6);
+        }
+        return args_put(p, o, &c, 1);
+    }
+}
+
+/* DSML: a byte of the parameter's kind ("true"/"false" in ATTR_*). */
+static void attr_step(fg_tool_parser_t *p, const out *o, char c)
+{
+    const size_t pos = ++p->attr_pos; /* the '"' that ended the key is ATTR_*[0] */
+    if (!(pos < sizeof ATTR_STR - 1 && ATTR_STR[pos] == c))
+        p->attr_can &= ~1u;
+    if (!(pos < sizeof ATTR_JSON - 1 && ATTR_JSON[pos] == c))
+        p->attr_can &= ~2u;
+    if (!p->attr_can) {
+        bad(p, o, false, FG_TOOL_BAD_FENCE, "a parameter of %s is not followed by string=\"true\" or string=\"false\"",
+            p->name);
+        p->st = S_SKIP;
+        return;
+    }
+    const bool str = (p->attr_can & 1u) && pos == sizeof ATTR_STR - 2;
+    if (!str && !((p->attr_can & 2u) && pos == sizeof ATTR_JSON - 2))
+        return;
+    p->is_string = str;
+    if (str && !args_put(p, o, "\"", 1))
+        return;
+    p->vstart = p->alen;
+    p->st = D_VALUE;
+}
+
+/* DSML: a string="false" parameter ended; its value must be one JSON value. */
+static void param_end(fg_tool_parser_t *p, const out *o)
+{
+    if (p->is_string) {
+        if (args_put(p, o, "\"", 1))
+            p->st = D_PARAMS;
+        return;
+    }
+    json_error_t err;
+    json_t *v = json_loadb(p->abuf + p->vstart, p->alen - p->vstart, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
+    if (!v) {
+        bad(p, o, false, FG_TOOL_BAD_JSON, "a string=\"false\" parameter of %s is not one JSON value: %s", p->name,
+            err.text);
+        p->st = S_SKIP;
+        return;
+    }
+    json_decref(v);
+    p->st = D_PARAMS;
 }
 
 static void on_byte(fg_tool_parser_t *p, const out *o, char c)
@@ -398,30 +573,74 @@ static void on_byte(fg_tool_parser_t *p, const out *o, char c)
         }
         return;
     case S_ARGS:
-        if (p->alen == p->acap) {
-            if (p->alen == p->max_args) {
-                bad(p, o, false, FG_TOOL_TOO_LONG, "the arguments of %s pass the limit of %zu bytes", p->name,
-                    p->max_args);
-                p->st = S_SKIP;
-                return;
-            }
-            size_t cap = p->acap ? 2 * p->acap : 1024;
-            if (cap > p->max_args)
-                cap = p->max_args;
-            char *b = realloc(p->abuf, cap);
-            if (!b) {
-                bad(p, o, false, FG_TOOL_TOO_LONG, "out of memory for %zu bytes of arguments", cap);
-                p->st = S_SKIP;
-                return;
-            }
-            p->abuf = b;
-            p->acap = cap;
-        }
+        if (!args_room(p, o, 1))
+            return;
         p->abuf[p->alen] = c;
         close_step(p, c, p->alen);
         p->alen++;
         return;
     case S_SKIP:
+        return;
+    case D_NAME:
+        if (c != '"') {
+            if (p->name_len == FG_NAME_MAX) {
+                bad(p, o, false, FG_TOOL_BAD_NAME, "the function name is longer than %d bytes", FG_NAME_MAX);
+                p->st = S_SKIP;
+                return;
+            }
+            p->name[p->name_len++] = c;
+            return;
+        }
+        p->name[p->name_len] = '\0';
+        if (!fg_name_valid(p->name, p->name_len)) {
+            bad(p, o, false, FG_TOOL_BAD_NAME,
+                p->name_len ? "the function name is not [A-Za-z0-9_-]" : "the call has no function name");
+            p->st = S_SKIP;
+            return;
+        }
+        p->st = D_NAME_END;
+        return;
+    case D_NAME_END:
+        if (c != '>') {
+            bad(p, o, false, FG_TOOL_BAD_NAME, "the invoke tag of %s does not end with \">\"", p->name);
+            p->st = S_SKIP;
+            return;
+        }
+        p->st = D_PARAMS;
+        p->alen = p->aemit = 0;
+        p->n_params = 0;
+        {
+            fg_tool_event ev = {.type = FG_TOOL_EV_CALL_BEGIN, .index = p->n_begun - 1, .name = p->name,
+                                .name_len = p->name_len};
+            o->sink(o->ctx, &ev);
+        }
+        args_put(p, o, "{", 1);
+        return;
+    case D_PARAMS:
+        if (!is_ws(c)) {
+            bad(p, o, false, FG_TOOL_BAD_ORDER, "text between the parameters of %s", p->name);
+            p->st = S_SKIP;
+        }
+        return;
+    case D_KEY:
+        if (c == '"') {
+            if (args_put(p, o, "\": ", 3)) {
+                p->st = D_ATTR;
+                p->attr_pos = 0;
+                p->attr_can = 3;
+            }
+            return;
+        }
+        args_put_escaped(p, o, c);
+        return;
+    case D_ATTR:
+        attr_step(p, o, c);
+        return;
+    case D_VALUE:
+        if (p->is_string)
+            args_put_escaped(p, o, c);
+        else
+            args_put(p, o, &c, 1);
         return;
     }
 }
@@ -431,15 +650,15 @@ static void on_marker(fg_tool_parser_t *p, const out *o, marker m)
     switch (p->st) {
     case S_TEXT:
         if (m == M_CALLS_BEGIN) {
+            p->tlen -= ws_tail(p); /* DSML: the "\n\n" before the block is the block's */
             flush_text(p, o, true);
             p->in_block = true;
             p->st = S_CALLS;
         } else if (m == M_CALL_BEGIN) {
             begin_call(p);
-            bad(p, o, false, FG_TOOL_BAD_ORDER, "a tool call outside <\xef\xbd\x9ctool\xe2\x96\x81" "calls"
-                "\xe2\x96\x81" "begin\xef\xbd\x9c>");
+            bad(p, o, false, FG_TOOL_BAD_ORDER, "a tool call outside a tool-call block");
             p->st = S_SKIP;
-        } else if (m == M_CALL_END || m == M_SEP || m == M_CALLS_END) {
+        } else if (m == M_CALL_END || m == M_SEP || m == M_CALLS_END || m == M_PARAM_OPEN || m == M_PARAM_CLOSE) {
             bad(p, o, true, FG_TOOL_BAD_ORDER, "a tool-call marker outside a call");
         }
         return; /* EOS and the chat markers write nothing */
@@ -481,7 +700,7 @@ static void on_marker(fg_tool_parser_t *p, const out *o, marker m)
         return;
     case S_ARGS:
         if (m == M_CALL_END && (p->cs == C_T3 || p->cs == C_WS2)) {
-            end_call(p, o);
+            end_call(p, o, p->cstart);
             return;
         }
         if (m == M_CALL_END)
@@ -491,8 +710,42 @@ static void on_marker(fg_tool_parser_t *p, const out *o, marker m)
         resync(p, m);
         return;
     case S_SKIP:
-        if (m != M_SEP && m != M_OTHER)
+        if (m != M_SEP && m != M_OTHER && m != M_PARAM_OPEN && m != M_PARAM_CLOSE)
             resync(p, m);
+        return;
+    case D_NAME:
+    case D_NAME_END:
+        bad(p, o, false, FG_TOOL_BAD_NAME, "a marker inside the invoke tag");
+        resync(p, m);
+        return;
+    case D_PARAMS:
+        if (m == M_PARAM_OPEN) {
+            if (p->n_params ? args_put(p, o, ", \"", 3) : args_put(p, o, "\"", 1)) {
+                p->n_params++;
+                p->st = D_KEY;
+            }
+            return;
+        }
+        if (m == M_CALL_END) {
+            if (args_put(p, o, "}", 1))
+                end_call(p, o, p->alen);
+            return;
+        }
+        bad(p, o, false, FG_TOOL_BAD_ORDER, "a marker where a parameter of %s or its end belongs", p->name);
+        resync(p, m);
+        return;
+    case D_KEY:
+    case D_ATTR:
+        bad(p, o, false, FG_TOOL_BAD_FENCE, "a marker inside a parameter tag of %s", p->name);
+        resync(p, m);
+        return;
+    case D_VALUE:
+        if (m == M_PARAM_CLOSE) {
+            param_end(p, o);
+            return;
+        }
+        bad(p, o, false, FG_TOOL_BAD_ORDER, "a marker inside a parameter of %s", p->name);
+        resync(p, m);
         return;
     }
 }
@@ -500,13 +753,13 @@ static void on_marker(fg_tool_parser_t *p, const out *o, marker m)
 /* ---------------------------------------------------------------- markers */
 
 /* 1: mbuf[0, n) begins a marker, 2: is one (*m set), 0: neither. */
-static int marker_match(const char *s, size_t n, marker *m)
+static int marker_match(const fg_tool_parser_t *p, const char *s, size_t n, marker *m)
 {
-    for (size_t i = 0; i < N_MARKERS; i++) {
-        size_t k = strlen(markers[i].text);
-        if (n <= k && memcmp(markers[i].text, s, n) == 0) {
+    for (size_t i = 0; i < p->n_tab; i++) {
+        size_t k = strlen(p->tab[i].text);
+        if (n <= k && memcmp(p->tab[i].text, s, n) == 0) {
             if (n == k)
-                *m = markers[i].m;
+                *m = p->tab[i].m;
             return n == k ? 2 : 1;
         }
     }
@@ -526,7 +779,7 @@ static void step(fg_tool_parser_t *p, const out *o, char c)
         }
         p->mbuf[p->mlen] = c;
         marker m = M_OTHER;
-        int r = marker_match(p->mbuf, p->mlen + 1, &m);
+        int r = marker_match(p, p->mbuf, p->mlen + 1, &m);
         if (r == 1) {
             p->mlen++;
             return;
@@ -576,7 +829,8 @@ void fg_tool_parse_feed(fg_tool_parser_t *p, const char *s, size_t n, fg_tool_si
 void fg_tool_parse_finish(fg_tool_parser_t *p, fg_tool_sink sink, void *ctx)
 {
     const out o = {sink, ctx};
-    size_t n = p->mlen;
+    /* a partial marker is bytes; inside a DSML call, where the call is cut short anyway, it is dropped */
+    size_t n = p->st >= D_NAME && p->st <= D_VALUE ? 0 : p->mlen;
     p->mlen = 0;
     for (size_t i = 0; i < n; i++)
         on_byte(p, &o, p->mbuf[i]);
@@ -588,6 +842,12 @@ void fg_tool_parse_finish(fg_tool_parser_t *p, fg_tool_sink sink, void *ctx)
     case S_NAME:
     case S_FENCE:
     case S_ARGS:
+    case D_NAME:
+    case D_NAME_END:
+    case D_PARAMS:
+    case D_KEY:
+    case D_ATTR:
+    case D_VALUE:
         bad(p, &o, false, FG_TOOL_UNTERMINATED, "the reply ended inside tool call %u", p->n_begun - 1);
         break;
     case S_CALLS:

@@ -3,7 +3,8 @@
  * The input is a reply text, with byte 0x01 followed by k standing for
  * DeepSeek's k-th marker (so random inputs reach the call states), parsed
  * three ways: whole, a byte at a time, and cut where a generator seeded by
- * the input says. Checks the contracts: the three give the same events once
+ * the input says, by a parser of each syntax (V3's markers and DSML's tags;
+ * markers 10 and on are DSML's). Checks the contracts: the three give the same events once
  * adjacent deltas are joined; call indexes only grow; CALL_BEGIN names pass
  * fg_name_valid; a CALL_DONE's arguments are one JSON object and equal its
  * joined ARGS deltas; no delta is empty; MALFORMED has a reason and a
@@ -27,7 +28,11 @@ static const char *const markers[] = {
     "<" B "tool" S "calls" S "begin" B ">", "<" B "tool" S "calls" S "end" B ">", "<" B "tool" S "call" S "begin" B ">",
     "<" B "tool" S "call" S "end" B ">",    "<" B "tool" S "sep" B ">",           "<" B "end" S "of" S "sentence" B ">",
     "<" B "User" B ">",                     "\n```json\n",                         "\n```",
-    "function"};
+    "function",
+#define DS B "DSML" B
+    "<" DS "tool_calls>",                   "</" DS "tool_calls>",                 "<" DS "invoke name=\"",
+    "</" DS "invoke>",                      "<" DS "parameter name=\"",            "</" DS "parameter>",
+    "\" string=\"true\">",                  "\" string=\"false\">",                 "\">\n"};
 #define N_MARKERS (sizeof markers / sizeof markers[0])
 
 typedef struct rec {
@@ -107,7 +112,7 @@ static void sink(void *ctx, const fg_tool_event *ev)
     r->last_index = ev->index;
 }
 
-static fg_tool_parser_t *P;
+static fg_tool_parser_t *P, *parsers[2];
 
 static void run(const char *text, size_t n, int mode, uint64_t seed, rec *r)
 {
@@ -137,9 +142,11 @@ static void run(const char *text, size_t n, int mode, uint64_t seed, rec *r)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!P) {
+    if (!parsers[0]) {
         fg_diag d = {{0}};
-        if (fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 64}, &P, &d))
+        if (fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 64}, &parsers[0], &d) ||
+            fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 64, .syntax = FG_TOOL_SYNTAX_DSML}, &parsers[1],
+                                  &d))
             abort();
     }
     if (size > 1 << 16)
@@ -158,11 +165,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     static rec a, b, c;
-    run(text, n, 0, 0, &a);
-    run(text, n, 1, 0, &b);
-    run(text, n, 2, seed | 1, &c);
-    if (a.n != b.n || a.n != c.n || (a.n && (memcmp(a.s, b.s, a.n) != 0 || memcmp(a.s, c.s, a.n) != 0)))
-        abort();
+    for (int syn = 0; syn < 2; syn++) {
+        P = parsers[syn];
+        run(text, n, 0, 0, &a);
+        run(text, n, 1, 0, &b);
+        run(text, n, 2, seed | 1, &c);
+        if (a.n != b.n || a.n != c.n || (a.n && (memcmp(a.s, b.s, a.n) != 0 || memcmp(a.s, c.s, a.n) != 0)))
+            abort();
+    }
     free(text);
     return 0;
 }

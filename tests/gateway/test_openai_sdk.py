@@ -19,7 +19,10 @@ npm is missing or npm cannot install the packages.
   per-tenant bound;
 - bad input on the new paths over a raw socket and plain HTTP: an unknown subprotocol (400
   with a JSON body naming the supported ones), audio modalities, malformed session.update
-  and item commands; the server stays up.
+  and item commands; the server stays up;
+- tools on a DeepSeek-V4 model (v4-tiny-chat.gguf, V4's chat markers): scripted DSML calls come
+  back as function_call items with JSON-object arguments, a bad parameter is a malformed call, a
+  named tool_choice is forced by V4's prefix (test_tool_calls_v4_realtime).
 """
 import asyncio
 import json
@@ -588,6 +591,72 @@ FORCED_ARGS = '{"city": "Paris"}\n```' + _m("tool call end") + _m("tool calls en
 FORCED_NAME = 'get_weather\n```json\n{"city": "Oslo"}\n```' + _m("tool call end") + _m("tool calls end") + EOS
 FORCED_SCRIPT = [FORCED_ARGS, FORCED_ARGS, "It is sunny in Paris." + EOS, FORCED_NAME, "Rain." + EOS,
                  "Not a call." + EOS]
+
+
+DSML = "\uff5cDSML\uff5c"
+
+
+def _dsml_params(params):
+    return "".join(f'<{DSML}parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+                   f'{v if isinstance(v, str) else json.dumps(v)}</{DSML}parameter>\n' for k, v in params.items())
+
+
+def _dsml_call(name, params):
+    """A DSML call as DeepSeek-V4 writes it (render_v4's form) after text."""
+    return (f"\n\n<{DSML}tool_calls>\n<{DSML}invoke name=\"{name}\">\n" + _dsml_params(params) +
+            f"</{DSML}invoke>\n</{DSML}tool_calls>" + EOS)
+
+
+V4_TOOL_SCRIPT = ["Let me check." + _dsml_call("get_weather", {"city": "Paris", "days": [1, 2]}),
+                  "It is sunny in Paris." + EOS,
+                  f"\n\n<{DSML}tool_calls>\n<{DSML}invoke name=\"get_weather\">\n"
+                  f'<{DSML}parameter name="city" string="false">Paris</{DSML}parameter>\n</{DSML}invoke>' + EOS,
+                  _dsml_params({"city": "Oslo"}) + f"</{DSML}invoke>\n</{DSML}tool_calls>" + EOS]
+
+
+def test_tool_calls_v4_realtime():
+    """Tools on a DeepSeek-V4 model (a generated V4 with V4's chat markers) over the GA realtime flow,
+    the scripted output writing DSML: the call comes back as a function_call item with its arguments
+    as a JSON object, its output goes back, the next reply continues; a parameter that is not JSON is
+    a malformed call; a named tool_choice is forced by V4's prefix, the model writing only the
+    parameters."""
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "v4-tiny-chat.gguf"), "kv_budget_bytes": 64 << 20},
+                          debug={"scripted_output": V4_TOOL_SCRIPT}) as srv:
+            r = RawWS(srv.port, subprotocols=("realtime",))
+            eq(r.recv_event()["type"], "session.created", "a session at connect")
+            r.send_json({"type": "session.update", "session": {"tools": [WEATHER]}})
+            got = r.recv_event()
+            eq(got["type"], "session.updated", f"tools declared on a V4 model: {got}")
+            evs = ga_turn(r, user)
+            types = [e["type"] for e in evs]
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq(text, "Let me check.", "the text before the call, without the block's markers")
+            done = [e for e in evs if e["type"] == "response.function_call_arguments.done"]
+            deltas = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta")
+            eq([(d["name"], d["arguments"]) for d in done], [("get_weather", '{"city": "Paris", "days": [1, 2]}')],
+               f"the DSML call as a JSON object: {types}")
+            eq(deltas, done[0]["arguments"], "the arguments streamed")
+            check("error" not in types, f"no error: {types}")
+            call = evs[-1]["response"]["output"][1]
+            eq((call["type"], call["status"]), ("function_call", "completed"), "the call item in response.done")
+            evs = ga_turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
+            text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+            eq((text, evs[-1]["response"]["status"]), ("It is sunny in Paris.", "completed"), "the reply after the tool")
+            evs = ga_turn(r, user)
+            errs = [e["error"] for e in evs if e["type"] == "error"]
+            eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
+            check("bad_json" in errs[0]["message"], f"the reason: {errs[0]['message']}")
+            bad = [e for e in evs if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+            eq(bad[0]["item"]["status"], "incomplete", "the malformed call's item")
+            evs = ga_turn(r, user, {"type": "function", "name": "get_weather"})
+            eq([(e["name"], e["arguments"]) for e in evs if e["type"] == "response.function_call_arguments.done"],
+               [("get_weather", '{"city": "Oslo"}')], "the named choice forced by V4's prefix")
+            eq([e["error"] for e in evs if e["type"] == "error"], [], "no error")
+            r.close()
+    asyncio.run(go())
 
 
 def test_tool_choice_forced():

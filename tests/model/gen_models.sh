@@ -44,4 +44,5 @@ gen4 v4-tiny.gguf
 gen4 v4-tiny-nohash.gguf --hash-layers 0
 gen4 v4-tiny-mxfp4.gguf --type q8_0 --embd-type bf16 --expert-type mxfp4
 gen4 v4-tiny-mxexp.gguf --expert-type mxfp4    # F32 dense, MXFP4 experts (expert parallelism's bounds)
+gen4 v4-tiny-chat.gguf --v4-chat-markers       # DeepSeek-V4's chat markers and ｜DSML｜ (the V4 tool tests)
 ls -l "$FG_TEST_DATA"/*.gguf

@@ -1,7 +1,8 @@
 /* test_tool_parse.c: gateway/tool_parse.h on scripted replies: one call,
  * parallel calls, text then calls, every chunking of them (each split point,
  * byte at a time, random cuts), malformed calls of every reason with the
- * parse going on after them, and a round trip through fg_chat_render. */
+ * parse going on after them, and a round trip through fg_chat_render; the
+ * same for DeepSeek-V4's DSML, and both families' call prefixes. */
 #include <jansson.h>
 #include <unistd.h>
 
@@ -313,8 +314,12 @@ static const char *const vocab_markers[] = {
     "<" B "tool" S "outputs" S "begin" B ">", "<" B "tool" S "outputs" S "end" B ">",
     "<" B "tool" S "output" S "begin" B ">", "<" B "tool" S "output" S "end" B ">"};
 #define N_VM (sizeof vocab_markers / sizeof vocab_markers[0])
+/* DeepSeek-V4's (as modelgen --v4-chat-markers writes them) */
+static const char *const vocab_markers_v4[] = {"<" B "begin" S "of" S "sentence" B ">", EOS, USER, ASSISTANT,
+                                               "<" B "latest_reminder" B ">", "<think>", "</think>", B "DSML" B};
+#define N_VM4 (sizeof vocab_markers_v4 / sizeof vocab_markers_v4[0])
 
-static fg_tokenizer_t *vocab(void)
+static fg_tokenizer_t *vocab_of(const char *const *vm, size_t n_vm)
 {
     static char text[256][5];
     const char *tokens[256 + N_VM];
@@ -324,8 +329,8 @@ static fg_tokenizer_t *vocab(void)
         tokens[b] = text[b];
         types[b] = 1;
     }
-    for (size_t i = 0; i < N_VM; i++) {
-        tokens[256 + i] = vocab_markers[i];
+    for (size_t i = 0; i < n_vm && i < N_VM; i++) {
+        tokens[256 + i] = vm[i];
         types[256 + i] = 3;
     }
     char path[] = "/tmp/test_tool_parse_XXXXXX";
@@ -339,8 +344,8 @@ static fg_tokenizer_t *vocab(void)
     fg_tokenizer_t *t = NULL;
     if (fg_gguf_writer_create(path, 0, &w, &d) || fg_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2") ||
         fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", "deepseek-v3") ||
-        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + N_VM) ||
-        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_VM) ||
+        fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, 256 + n_vm) ||
+        fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + n_vm) ||
         fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0) ||
         fg_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 256) ||
         fg_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257) || fg_gguf_writer_begin_data(w, &d) ||
@@ -352,6 +357,8 @@ static fg_tokenizer_t *vocab(void)
     unlink(path);
     return t;
 }
+
+static fg_tokenizer_t *vocab(void) { return vocab_of(vocab_markers, N_VM); }
 
 #define TXT(s) ((fg_chat_text){s, sizeof s - 1})
 
@@ -536,28 +543,351 @@ static void test_call_prefix(fg_tokenizer_t *tok)
     fg_chat_prompt_free(&pre);
     size_t len0 = p.len;
     CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V3, "", 0, &p, &d) == FG_ERR_INVALID_ARG);
-    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, NULL, 0, &p, &d) == FG_ERR_UNSUPPORTED);
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_R1, NULL, 0, &p, &d) == FG_ERR_UNSUPPORTED);
     CHECK(p.len == len0);
     fg_chat_prompt_free(&p);
+}
+
+/* ---------------------------------------------------------------- DSML */
+
+#define DS B "DSML" B
+#define DS_CALLS "<" DS "tool_calls>"
+#define DS_CALLS_END "</" DS "tool_calls>"
+#define INVOKE(name) "<" DS "invoke name=\"" name "\">\n"
+#define INVOKE_END "</" DS "invoke>"
+#define PSTR(k, v) "<" DS "parameter name=\"" k "\" string=\"true\">" v "</" DS "parameter>\n"
+#define PJSON(k, v) "<" DS "parameter name=\"" k "\" string=\"false\">" v "</" DS "parameter>\n"
+#define BLOCK(calls) "\n\n" DS_CALLS "\n" calls "\n" DS_CALLS_END
+
+static fg_tool_parser_t *P4; /* FG_TOOL_SYNTAX_DSML */
+
+static void test_dsml_well_formed(void)
+{
+    expect(BLOCK(INVOKE("get_weather") PSTR("city", "Tokyo") INVOKE_END) EOS,
+           "B0:get_weather\nA0:{\"city\": \"Tokyo\"}\nD0:get_weather:{\"city\": \"Tokyo\"}");
+    /* text before the block (the "\n\n" that opens it is not text), after it too */
+    expect("Let me check.  " BLOCK(INVOKE("w") INVOKE_END) " ok" EOS, "T:Let me check.\nB0:w\nA0:{}\nD0:w:{}\nT: ok");
+    /* several calls, parameters of every kind; string values escaped as JSON, JSON values as written */
+    expect(BLOCK(INVOKE("search-web") PSTR("q", "a \"quoted\"\nline\\ <b> </x> <" B "y \xe6\x97\xa5\t\x01")
+                     PJSON("n", "3") PJSON("f", "true") PJSON("list", "[1, {\"a\": null}]")
+                     PJSON("obj", " {\"k\": \"v\"}\n") PSTR("empty", "") PJSON("s", "\"json string\"") INVOKE_END "\n"
+                 INVOKE("noop") INVOKE_END "\n" INVOKE("get_weather") PSTR("city", "Paris") INVOKE_END) EOS,
+           "B0:search-web\nA0:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001\", \"n\": 3, "
+           "\"f\": true, \"list\": [1, {\"a\": null}], \"obj\":  {\"k\": \"v\"}\n, \"empty\": \"\", \"s\": \"json string\"}\n"
+           "D0:search-web:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001\", \"n\": 3, "
+           "\"f\": true, \"list\": [1, {\"a\": null}], \"obj\":  {\"k\": \"v\"}\n, \"empty\": \"\", \"s\": \"json string\"}\n"
+           "B1:noop\nA1:{}\nD1:noop:{}\nB2:get_weather\nA2:{\"city\": \"Paris\"}\nD2:get_weather:{\"city\": \"Paris\"}");
+    /* text only: whitespace at the end is text when no block takes it; V3's markers are text here */
+    expect("hello \n\n" EOS, "T:hello \n\n");
+    expect("a <" DS " b " CALLS_BEGIN ASSISTANT "!", "T:a <" DS " b " CALLS_BEGIN "!");
+    /* a block left open before EOS ends there */
+    expect("\n\n" DS_CALLS "\n" INVOKE("f") INVOKE_END EOS "x", "B0:f\nA0:{}\nD0:f:{}\nT:x");
+}
+
+static void test_dsml_malformed(void)
+{
+    /* a call outside a block, stray tags */
+    expect("hi " INVOKE("f") INVOKE_END " there", "T:hi \nM0:bad_order\nT: there");
+    expect("a</" DS "parameter>b" INVOKE_END "c", "T:a\nM-:bad_order\nT:b\nM-:bad_order\nT:c");
+    expect(BLOCK("oops" INVOKE("f") INVOKE_END), "M-:bad_order\nB0:f\nA0:{}\nD0:f:{}");
+    /* names: invalid, empty, too long, the tag not closed; the parse goes on at the next invoke */
+    expect(BLOCK(INVOKE("bad name") INVOKE_END "\n" INVOKE("ok") INVOKE_END), "M0:bad_name\nB1:ok\nA1:{}\nD1:ok:{}");
+    expect(BLOCK(INVOKE("") INVOKE_END), "M0:bad_name");
+    expect(BLOCK("<" DS "invoke name=\"f\" x>" INVOKE_END), "M0:bad_name");
+    expect(BLOCK("<" DS "invoke name=\"f" INVOKE_END), "M0:bad_name");
+    char buf[512];
+    snprintf(buf, sizeof buf, BLOCK("<" DS "invoke name=\"%0100d\">" INVOKE_END), 0);
+    expect(buf, "M0:bad_name");
+    /* parameters: a kind other than true/false, a tag inside the tag, text between them */
+    expect(BLOCK(INVOKE("f") "<" DS "parameter name=\"a\" string=\"yes\">1</" DS "parameter>" INVOKE_END),
+           "B0:f\nA0:{\"a\": \nM0:bad_fence");
+    expect(BLOCK(INVOKE("f") "<" DS "parameter name=\"a\">1</" DS "parameter>" INVOKE_END),
+           "B0:f\nA0:{\"a\": \nM0:bad_fence");
+    expect(BLOCK(INVOKE("f") "<" DS "parameter name=\"a" INVOKE_END), "B0:f\nA0:{\"a\nM0:bad_fence");
+    expect(BLOCK(INVOKE("f") "oops" PSTR("a", "1") INVOKE_END "\n" INVOKE("g") INVOKE_END),
+           "B0:f\nA0:{\nM0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    /* values: not JSON, more than one JSON value, empty, a key given twice, a tag inside a value */
+    expect(BLOCK(INVOKE("f") PJSON("n", "tru") INVOKE_END), "B0:f\nA0:{\"n\": tru\nM0:bad_json");
+    expect(BLOCK(INVOKE("f") PJSON("n", "1, \"x\": 2") INVOKE_END), "B0:f\nA0:{\"n\": 1, \"x\": 2\nM0:bad_json");
+    expect(BLOCK(INVOKE("f") PJSON("n", "") INVOKE_END), "B0:f\nA0:{\"n\": \nM0:bad_json");
+    expect(BLOCK(INVOKE("f") PSTR("a", "1") PSTR("a", "2") INVOKE_END),
+           "B0:f\nA0:{\"a\": \"1\", \"a\": \"2\"}\nM0:bad_json");
+    expect(BLOCK(INVOKE("f") PSTR("a", "\xff") INVOKE_END), "B0:f\nA0:{\"a\": \"\xff\"}\nM0:bad_json");
+    expect(BLOCK(INVOKE("f") "<" DS "parameter name=\"a\" string=\"true\">abc" INVOKE_END "\n" INVOKE("g") INVOKE_END),
+           "B0:f\nA0:{\"a\": \"abc\nM0:bad_order\nB1:g\nA1:{}\nD1:g:{}");
+    /* cut short anywhere */
+    expect("\n\n" DS_CALLS "\n" INVOKE("f") PSTR("a", "1") "<" DS "param", "B0:f\nA0:{\"a\": \"1\"\nM0:unterminated");
+    expect("\n\n" DS_CALLS "\n" INVOKE("f") "<" DS "parameter name=\"a\" string=\"false\">[1,", "B0:f\nA0:{\"a\": [1,\nM0:unterminated");
+    expect("\n\n" DS_CALLS "\n<" DS "invoke name=\"ge", "M0:unterminated");
+    expect("\n\n" DS_CALLS "\n", "");
+}
+
+static void test_dsml_chunkings(void)
+{
+    every_chunking("Sure \xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80:" BLOCK(INVOKE("get_weather") PSTR("city", "T\xc3\xb6kyo \"<" B "\"")
+                   PJSON("n", "[1, {\"a\": \"</x>\"}]") INVOKE_END "\n" INVOKE("other-fn") INVOKE_END) EOS "tail");
+    every_chunking(BLOCK(INVOKE("bad name") PSTR("a", "1") INVOKE_END "\n" INVOKE("ok") PJSON("k", "1") INVOKE_END));
+    every_chunking("x " INVOKE("f") INVOKE_END BLOCK(INVOKE("g") PJSON("a", "tru") INVOKE_END "\n" INVOKE("h") "oops"));
+    every_chunking(BLOCK(INVOKE("f") "<" DS "parameter name=\"a\" string=\"fals\">1" INVOKE_END));
+}
+
+/* The limit counts the object as written, tags not included. */
+static void test_dsml_limit(void)
+{
+    fg_tool_parser_t *small;
+    fg_diag d = {{0}};
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.max_args = 16, .syntax = FG_TOOL_SYNTAX_DSML}, &small, &d) ==
+          FG_OK);
+    fg_tool_parser_t *keep = P;
+    P = small;
+    const char *r = BLOCK(INVOKE("f") PSTR("a", "0123456789abcdef") INVOKE_END "\n" INVOKE("g") PJSON("b", "1") INVOKE_END);
+    expect(r, "B0:f\nA0:{\"a\": \"012345678\nM0:too_long\nB1:g\nA1:{\"b\": 1}\nD1:g:{\"b\": 1}");
+    every_chunking(r);
+    P = keep;
+    fg_tool_parser_destroy(small);
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.syntax = (fg_tool_syntax)7}, &small, &d) == FG_ERR_INVALID_ARG);
+}
+
+/* All events of a parse, for the round trip. */
+typedef struct got_all {
+    got_calls calls;
+    char text[256];
+    size_t text_len;
+    int n_bad;
+} got_all;
+
+static void collect_all(void *ctx, const fg_tool_event *ev)
+{
+    got_all *g = ctx;
+    if (ev->type == FG_TOOL_EV_TEXT && g->text_len + ev->len < sizeof g->text) {
+        memcpy(g->text + g->text_len, ev->text, ev->len);
+        g->text_len += ev->len;
+    } else if (ev->type == FG_TOOL_EV_CALL_DONE && g->calls.n < 4) {
+        snprintf(g->calls.names[g->calls.n], sizeof g->calls.names[0], "%s", ev->name);
+        snprintf(g->calls.args[g->calls.n], sizeof g->calls.args[0], "%.*s", (int)ev->len, ev->text);
+        g->calls.n++;
+    } else if (ev->type == FG_TOOL_EV_MALFORMED) {
+        g->n_bad++;
+    }
+}
+
+/* render_v4's assistant turn, fed back: the same text and calls (arguments
+ * written as json.dumps writes them come back byte for byte). */
+static void test_dsml_round_trip(fg_tokenizer_t *tok)
+{
+    const fg_chat_call calls[] = {
+        {TXT("get_weather"), TXT("{\"city\": \"Paris\", \"unit\": \"c\"}")},
+        {TXT("search-web"), TXT("{\"q\": \"```fences``` \\\"q\\\"\\n\xe6\x97\xa5 </b>\", \"n\": [1, 2.5, null], "
+                                "\"deep\": {\"a\": {\"b\": false}}, \"k\": 7, \"s\": \"\"}")},
+        {TXT("noop"), TXT("{}")},
+    };
+    const fg_chat_msg msgs[] = {
+        {FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}},
+        {FG_CHAT_ASSISTANT, TXT("Checking."), calls, 3, {NULL, 0}},
+    };
+    fg_chat_conv conv = {.msgs = msgs, .n_msgs = 2};
+    fg_chat_prompt p = {0};
+    fg_diag d = {{0}};
+    CHECK_MSG(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &conv, tok, &p, &d) == FG_OK, "%s", d.msg);
+    const char *reply = strstr(p.text, ASSISTANT "</think>");
+    CHECK(reply != NULL);
+    if (!reply)
+        return;
+    reply += strlen(ASSISTANT "</think>");
+    CHECK(strstr(reply, DS_CALLS) != NULL);
+    for (size_t cut = 0; cut < strlen(reply); cut++) {
+        got_all g = {0};
+        fg_tool_parser_reset(P4);
+        fg_tool_parse_feed(P4, reply, cut, collect_all, &g);
+        fg_tool_parse_feed(P4, reply + cut, strlen(reply) - cut, collect_all, &g);
+        fg_tool_parse_finish(P4, collect_all, &g);
+        CHECK(g.n_bad == 0 && g.calls.n == 3);
+        CHECK_MSG(g.text_len == 9 && memcmp(g.text, "Checking.", 9) == 0, "text %.*s", (int)g.text_len, g.text);
+        for (int i = 0; i < 3 && i < g.calls.n; i++) {
+            CHECK(strlen(g.calls.names[i]) == calls[i].name.len &&
+                  memcmp(g.calls.names[i], calls[i].name.ptr, calls[i].name.len) == 0);
+            CHECK_MSG(strlen(g.calls.args[i]) == calls[i].arguments.len &&
+                          memcmp(g.calls.args[i], calls[i].arguments.ptr, calls[i].arguments.len) == 0,
+                      "cut %zu call %d: %s", cut, i, g.calls.args[i]);
+        }
+        if (g.n_bad || g.calls.n != 3)
+            break;
+    }
+    fg_chat_prompt_free(&p);
+}
+
+/* V4's prefixes: the bytes render_v4 writes for a turn with no text that
+ * makes the call, so the finished turn renders as the prompt and prefix
+ * began it; the parser takes the prefix and the model's rest as one call. */
+static void test_dsml_call_prefix(fg_tokenizer_t *tok)
+{
+    const fg_chat_msg msgs[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}}};
+    const fg_chat_conv conv = {.msgs = msgs, .n_msgs = 1, .add_generation_prompt = true};
+    const fg_chat_call call = {TXT("get_weather"), TXT("{\"city\": \"Oslo\"}")};
+    const fg_chat_msg turn[] = {{FG_CHAT_USER, TXT("weather?"), NULL, 0, {NULL, 0}},
+                                {FG_CHAT_ASSISTANT, {NULL, 0}, &call, 1, {NULL, 0}}};
+    const fg_chat_conv done = {.msgs = turn, .n_msgs = 2};
+    fg_chat_prompt p = {0}, whole = {0};
+    fg_diag d = {{0}};
+    CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &done, tok, &whole, &d) == FG_OK);
+    fg_tokens want_ids = {0};
+    CHECK(fg_chat_encode(tok, &whole, &want_ids) == FG_OK);
+    for (int named = 0; named < 2; named++) {
+        CHECK(fg_chat_render(FG_CHAT_DEEPSEEK_V4, &conv, tok, &p, &d) == FG_OK);
+        size_t len0 = p.len;
+        CHECK_MSG(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, named ? "get_weather" : NULL, named ? 11 : 0, &p, &d) ==
+                      FG_OK, "%s", d.msg);
+        const char *want = named ? "\n\n" DS_CALLS "\n" INVOKE("get_weather") : "\n\n" DS_CALLS "\n";
+        CHECK_MSG(p.len - len0 == strlen(want) && memcmp(p.text + len0, want, strlen(want)) == 0, "%s", p.text + len0);
+        /* the prompt and the prefix are the start of the finished turn, in bytes and in tokens */
+        CHECK(p.len < whole.len && memcmp(p.text, whole.text, p.len) == 0);
+        fg_tokens ids = {0};
+        CHECK(fg_chat_encode(tok, &p, &ids) == FG_OK);
+        CHECK(ids.n < want_ids.n && memcmp(ids.v, want_ids.v, ids.n * sizeof ids.v[0]) == 0);
+        fg_tokens_free(&ids);
+        /* the model's part: exactly what render_v4 writes after the prefix */
+        const char *cont = named ? PSTR("city", "Oslo") INVOKE_END "\n" DS_CALLS_END EOS
+                                 : INVOKE("get_weather") PSTR("city", "Oslo") INVOKE_END "\n" DS_CALLS_END EOS;
+        CHECK_MSG(strcmp(whole.text + p.len, cont) == 0, "the rendered turn goes on: %s", whole.text + p.len);
+        static rec r;
+        memset(&r, 0, sizeof r);
+        r.last = -1;
+        fg_tool_parser_reset(P4);
+        fg_tool_parse_feed(P4, p.text + len0, p.len - len0, sink, &r);
+        fg_tool_parse_feed(P4, cont, strlen(cont), sink, &r);
+        fg_tool_parse_finish(P4, sink, &r);
+        CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\"}\nD0:get_weather:{\"city\": \"Oslo\"}") == 0,
+                  "%s", r.s);
+    }
+    fg_tokens_free(&want_ids);
+    fg_chat_prompt_free(&whole);
+    fg_chat_prompt_free(&p);
+}
+
+/* The session layer's call item on a V4 vocabulary: render_v4's turn after
+ * the reply marker, so it is the reply marker, the prefix and what the model
+ * writes after it; the parser reads its text back as the call. */
+static void test_dsml_call_item(void)
+{
+    fg_tokenizer_t *tok4 = vocab_of(vocab_markers_v4, N_VM4);
+    CHECK(tok4 != NULL);
+    if (!tok4)
+        return;
+    fg_chat_family f = 0;
+    fg_diag d = {{0}};
+    CHECK(fg_chat_family_detect(NULL, 0, tok4, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4);
+    const char args[] = "{\"city\": \"Oslo\", \"days\": [1, 2]}";
+    fg_proto_item it = {.type = FG_PROTO_ITEM_FUNCTION_CALL, .name = {"get_weather", 11},
+                        .arguments = {args, sizeof args - 1}};
+    fg_tokens item = {0}, head = {0};
+    CHECK(fg_template_item(tok4, &it, &item) == FG_OK);
+    /* the reply marker and the prefix's tokens begin it; EOS ends it; its text is the DSML turn */
+    fg_chat_prompt p = {0};
+    CHECK(fg_template_reply(tok4, &head) == FG_OK);
+    CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, "get_weather", 11, &p, &d) == FG_OK);
+    CHECK(fg_chat_encode(tok4, &p, &head) == FG_OK);
+    CHECK(head.n < item.n && memcmp(item.v, head.v, head.n * sizeof head.v[0]) == 0);
+    CHECK(item.n && item.v[item.n - 1] == fg_tokenizer_eos(tok4));
+    static char text[1024];
+    size_t n = 0;
+    CHECK(fg_tokenizer_decode(tok4, item.v, item.n, true, text, sizeof text, &n) == FG_OK);
+    const char want[] = ASSISTANT "\n\n" DS_CALLS "\n" INVOKE("get_weather") PSTR("city", "Oslo") PJSON("days", "[1, 2]")
+        INVOKE_END "\n" DS_CALLS_END EOS;
+    CHECK_MSG(n == sizeof want - 1 && memcmp(text, want, n) == 0, "%s", text);
+    static rec r;
+    memset(&r, 0, sizeof r);
+    r.last = -1;
+    fg_tool_parser_reset(P4);
+    fg_tool_parse_feed(P4, text, n, sink, &r);
+    fg_tool_parse_finish(P4, sink, &r);
+    CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\", \"days\": [1, 2]}\n"
+                          "D0:get_weather:{\"city\": \"Oslo\", \"days\": [1, 2]}") == 0, "%s", r.s);
+    /* arguments V4 cannot write as parameters */
+    it.arguments = (fg_proto_str){"[1]", 3};
+    CHECK(fg_template_item(tok4, &it, &item) == FG_ERR_INVALID_ARG);
+    fg_tokens_free(&item);
+    fg_tokens_free(&head);
+    fg_chat_prompt_free(&p);
+    fg_tokenizer_destroy(tok4);
+}
+
+/* DSML's delta path allocates nothing either once grown (string parameters
+ * only: a JSON value's check allocates, once per parameter). test_no_alloc
+ * installed the hooks. */
+#if defined(__SANITIZE_ADDRESS__)
+static void test_dsml_no_alloc(void)
+{
+    size_t cap = 96 * 1024, n = 0;
+    char *reply = malloc(cap);
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(reply + n, "w\xc3\xa9%d <b> \n", i);
+    n += (size_t)sprintf(reply + n, "\n\n" DS_CALLS "\n" INVOKE("f"));
+    for (int k = 0; k < 3; k++) {
+        n += (size_t)sprintf(reply + n, "<" DS "parameter name=\"k%d\" string=\"true\">", k);
+        for (int i = 0; i < 700; i++)
+            n += (size_t)sprintf(reply + n, "\"x\xe6\x97\xa5%d\"\n <", i);
+        n += (size_t)sprintf(reply + n, "</" DS "parameter>\n");
+    }
+    size_t before_end = n;
+    n += (size_t)sprintf(reply + n, INVOKE_END "\n" DS_CALLS_END EOS "bye");
+    CHECK(n < cap);
+    fg_tool_parser_reset(P4);
+    fg_tool_parse_feed(P4, reply, n, count_sink, NULL); /* grows the buffers */
+    fg_tool_parse_finish(P4, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P4) == 1 && fg_tool_parse_n_malformed(P4) == 0);
+    fg_tool_parser_reset(P4);
+    n_events = 0;
+    n_allocs = 0;
+    counting = 1;
+    for (size_t i = 0; i < before_end; i++)
+        fg_tool_parse_feed(P4, reply + i, 1, count_sink, NULL);
+    counting = 0;
+    CHECK_MSG(n_allocs == 0, "%ld allocations while feeding DSML", n_allocs);
+    CHECK(n_events > 4000);
+    fg_tool_parse_feed(P4, reply + before_end, n - before_end, count_sink, NULL);
+    fg_tool_parse_finish(P4, count_sink, NULL);
+    CHECK(fg_tool_parse_n_done(P4) == 1 && fg_tool_parse_n_malformed(P4) == 0);
+    free(reply);
+}
+#else
+static void test_dsml_no_alloc(void) {}
+#endif
+
+static void test_dsml(void)
+{
+    fg_tool_parser_t *keep = P;
+    P = P4;
+    test_dsml_well_formed();
+    test_dsml_malformed();
+    test_dsml_chunkings();
+    test_dsml_limit();
+    test_dsml_no_alloc();
+    P = keep;
 }
 
 int main(void)
 {
     fg_diag d = {{0}};
     CHECK(fg_tool_parser_create(NULL, &P, &d) == FG_OK);
+    CHECK(fg_tool_parser_create(&(fg_tool_parse_opts){.syntax = FG_TOOL_SYNTAX_DSML}, &P4, &d) == FG_OK);
     test_well_formed();
     test_chunkings();
     test_malformed();
     test_limit();
     test_no_alloc();
+    test_dsml();
     fg_tokenizer_t *tok = vocab();
     CHECK(tok != NULL);
     if (tok) {
         test_round_trip(tok);
         test_render_tools(tok);
         test_call_prefix(tok);
+        test_dsml_round_trip(tok);
+        test_dsml_call_prefix(tok);
+        test_dsml_call_item();
         fg_tokenizer_destroy(tok);
     }
     fg_tool_parser_destroy(P);
+    fg_tool_parser_destroy(P4);
     return TEST_DONE("test_tool_parse");
 }
