@@ -291,6 +291,30 @@ static void bad(fg_tool_parser_t *p, const out *o, bool no_call, fg_tool_bad why
         p->n_bad++;
 }
 
+/* A byte of a function name that ends at `end`: true when c ended a valid
+ * name (NUL-terminated in p->name); false while it grows, or when it is too
+ * long or not a name (reported, the call skipped). */
+static bool name_byte(fg_tool_parser_t *p, const out *o, char c, char end)
+{
+    if (c != end) {
+        if (p->name_len == FG_NAME_MAX) {
+            bad(p, o, false, FG_TOOL_BAD_NAME, "the function name is longer than %d bytes", FG_NAME_MAX);
+            p->st = S_SKIP;
+            return false;
+        }
+        p->name[p->name_len++] = c;
+        return false;
+    }
+    p->name[p->name_len] = '\0';
+    if (!fg_name_valid(p->name, p->name_len)) {
+        bad(p, o, false, FG_TOOL_BAD_NAME,
+            p->name_len ? "the function name is not [A-Za-z0-9_-]" : "the call has no function name");
+        p->st = S_SKIP;
+        return false;
+    }
+    return true;
+}
+
 static void begin_call(fg_tool_parser_t *p)
 {
     p->n_begun++;
@@ -536,22 +560,8 @@ static void on_byte(fg_tool_parser_t *p, const out *o, char c)
         p->type[p->type_len++] = c;
         return;
     case S_NAME:
-        if (c != '\n') {
-            if (p->name_len == FG_NAME_MAX) {
-                bad(p, o, false, FG_TOOL_BAD_NAME, "the function name is longer than %d bytes", FG_NAME_MAX);
-                p->st = S_SKIP;
-                return;
-            }
-            p->name[p->name_len++] = c;
+        if (!name_byte(p, o, c, '\n'))
             return;
-        }
-        p->name[p->name_len] = '\0';
-        if (!fg_name_valid(p->name, p->name_len)) {
-            bad(p, o, false, FG_TOOL_BAD_NAME,
-                p->name_len ? "the function name is not [A-Za-z0-9_-]" : "the call has no function name");
-            p->st = S_SKIP;
-            return;
-        }
         p->st = S_FENCE;
         {
             fg_tool_event ev = {.type = FG_TOOL_EV_CALL_BEGIN, .index = p->n_begun - 1, .name = p->name,
@@ -582,22 +592,8 @@ static void on_byte(fg_tool_parser_t *p, const out *o, char c)
     case S_SKIP:
         return;
     case D_NAME:
-        if (c != '"') {
-            if (p->name_len == FG_NAME_MAX) {
-                bad(p, o, false, FG_TOOL_BAD_NAME, "the function name is longer than %d bytes", FG_NAME_MAX);
-                p->st = S_SKIP;
-                return;
-            }
-            p->name[p->name_len++] = c;
+        if (!name_byte(p, o, c, '"'))
             return;
-        }
-        p->name[p->name_len] = '\0';
-        if (!fg_name_valid(p->name, p->name_len)) {
-            bad(p, o, false, FG_TOOL_BAD_NAME,
-                p->name_len ? "the function name is not [A-Za-z0-9_-]" : "the call has no function name");
-            p->st = S_SKIP;
-            return;
-        }
         p->st = D_NAME_END;
         return;
     case D_NAME_END:
