@@ -146,6 +146,111 @@ static void type_list(char *buf, size_t cap)
             len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? " " : "", fg_ggml_type_name(t));
 }
 
+/* An upper bound on the atoms glibc's regcomp expands PAT into: it copies a
+ * repeated atom once per count, so nested counts multiply ("(.?){255}{255}"
+ * takes gigabytes, ".{255}{255}{255}" overflows the stack). A pattern over
+ * PATTERN_MAX_ATOMS is refused before regcomp sees it. */
+#define PATTERN_MAX_ATOMS 4096.0
+#define PATTERN_MAX_DEPTH 32
+
+static const char *bracket_end(const char *s)
+{
+    s++; /* '[' */
+    if (*s == '^')
+        s++;
+    if (*s == ']')
+        s++;
+    for (; *s && *s != ']'; s++)
+        if (*s == '[' && (s[1] == ':' || s[1] == '.' || s[1] == '=')) {
+            const char *e = strchr(s + 2, s[1]);
+            while (e && e[1] != ']')
+                e = strchr(e + 1, s[1]);
+            if (!e)
+                return s + strlen(s);
+            s = e + 1;
+        }
+    return *s ? s + 1 : s;
+}
+
+/* The count of "{m}", "{m,}" or "{m,n}" at S as the copies it makes, and its
+ * end in *END; 0 when S is not an interval (regcomp then refuses or reads it
+ * literally). */
+static double interval_copies(const char *s, const char **end)
+{
+    double m = 0, n = -1;
+    const char *p = s + 1;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        m = m * 10 + (*p++ - '0');
+    if (*p == ',') {
+        p++;
+        if (*p >= '0' && *p <= '9') {
+            n = 0;
+            while (*p >= '0' && *p <= '9')
+                n = n * 10 + (*p++ - '0');
+        } else {
+            n = m + 1; /* unbounded: the count plus a star */
+        }
+    }
+    if (*p != '}')
+        return 0;
+    *end = p + 1;
+    return (n > m ? n : m) + 1;
+}
+
+static double pattern_atoms(const char *s, int *too_deep)
+{
+    double alts[PATTERN_MAX_DEPTH + 1], seq[PATTERN_MAX_DEPTH + 1], last[PATTERN_MAX_DEPTH + 1];
+    int d = 0;
+    alts[0] = seq[0] = last[0] = 0;
+    while (*s) {
+        double factor = 0;
+        const char *next = s + 1;
+        if (*s == '(') {
+            if (d == PATTERN_MAX_DEPTH) {
+                *too_deep = 1;
+                return 0;
+            }
+            d++;
+            alts[d] = seq[d] = last[d] = 0;
+            s = next;
+            continue;
+        }
+        if (*s == ')' && d > 0) {
+            double g = alts[d] + seq[d] + 1;
+            d--;
+            seq[d] += g;
+            last[d] = g;
+        } else if (*s == '|') {
+            alts[d] += seq[d];
+            seq[d] = last[d] = 0;
+        } else if (*s == '*' || *s == '+' || *s == '?') {
+            factor = 2;
+        } else if (*s == '{' && (factor = interval_copies(s, &next)) != 0) {
+            /* a counted repetition */
+        } else {
+            if (*s == '[')
+                next = bracket_end(s);
+            else if (*s == '\\' && s[1])
+                next = s + 2;
+            seq[d] += 1;
+            last[d] = 1;
+        }
+        if (factor != 0) {
+            seq[d] += last[d] * (factor - 1);
+            last[d] *= factor;
+            if (seq[d] > PATTERN_MAX_ATOMS)
+                return seq[d];
+        }
+        s = next;
+    }
+    double total = 0;
+    for (; d >= 0; d--)
+        total += alts[d] + seq[d];
+    return total;
+}
+
 fg_err fg_quant_plan_add_override(fg_quant_plan_t *p, const char *arg, fg_diag *diag)
 {
     char types[256];
@@ -174,6 +279,17 @@ fg_err fg_quant_plan_add_override(fg_quant_plan_t *p, const char *arg, fg_diag *
     p->ov = ov;
     memcpy(pat, arg, plen);
     pat[plen] = 0;
+    int too_deep = 0;
+    double atoms = pattern_atoms(pat, &too_deep);
+    if (too_deep || atoms > PATTERN_MAX_ATOMS) {
+        fg_err e = too_deep ? fg_diag_set(diag, FG_ERR_INVALID_ARG, "override '%s': pattern '%s' nests groups more "
+                                          "than %d deep", arg, pat, PATTERN_MAX_DEPTH)
+                            : fg_diag_set(diag, FG_ERR_INVALID_ARG, "override '%s': pattern '%s' repeats too much "
+                                          "(it expands past %.0f atoms); use fewer or smaller nested counts", arg,
+                                          pat, PATTERN_MAX_ATOMS);
+        free(pat);
+        return e;
+    }
     int rc = regcomp(&ov[p->n_ov].re, pat, REG_EXTENDED | REG_NOSUB);
     if (rc != 0) {
         char msg[128];
