@@ -370,6 +370,11 @@ static void render_engine(fg_gateway_t *gw, text *t)
               "Cold shared prefix pages written to page files when evicted from memory.", (double)st.pages_to_disk);
     put_value(t, "flashgate_kv_page_files_read_total", "counter",
               "Page files read back into the prefix cache on a miss.", (double)st.pages_from_disk);
+    put_value(t, "flashgate_kv_page_snapshots_written_total", "counter",
+              "Of the page files written, those that carry the sequence state snapshot a deepseek4 hit starts from.",
+              (double)st.snapshots_to_disk);
+    put_value(t, "flashgate_kv_page_snapshots_read_total", "counter",
+              "deepseek4 state snapshots read back with their page files.", (double)st.snapshots_from_disk);
     put_value(t, "flashgate_kv_page_files_damaged_total", "counter",
               "Page files found damaged (moved aside; the page was computed instead).", (double)st.page_files_damaged);
     put_value(t, "flashgate_kv_saves_total", "counter", "Session files written.", (double)st.saves);

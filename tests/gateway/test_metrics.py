@@ -70,6 +70,8 @@ FAMILIES = {
     "flashgate_kv_restores": "counter",
     "flashgate_kv_page_files_written": "counter",
     "flashgate_kv_page_files_read": "counter",
+    "flashgate_kv_page_snapshots_written": "counter",
+    "flashgate_kv_page_snapshots_read": "counter",
     "flashgate_kv_page_files_damaged": "counter",
     "flashgate_kv_saves": "counter",
     "flashgate_kv_save_errors": "counter",
