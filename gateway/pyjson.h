@@ -20,4 +20,9 @@
  * FG_ERR_INVALID_ARG (a NULL argument, nesting deeper than 64). */
 fg_err fg_pyjson_dump(const json_t *v, bool ascii, char **buf, size_t *len, size_t *cap);
 
+/* json.dumps' escape of the ASCII byte c into out: the short escapes ("\\\"",
+ * "\\\\", "\\n", "\\r", "\\t", "\\b", "\\f") and \\u00xx for the other control
+ * bytes. Returns its length, or 0 when c is written as it is. */
+size_t fg_pyjson_escape_byte(unsigned char c, char out[6]);
+
 #endif
