@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config/base/clock.h"
@@ -122,6 +123,39 @@ static inline bool fg_test_wait_all(void *runs, int n, bool (*drain)(void *runs,
             return true;
     }
     return false;
+}
+
+/* One greedy turn of a serving-mode session: its first FG_TEST_MAXGEN tokens,
+ * whether it waited for KV, and its DONE event. */
+#define FG_TEST_MAXGEN 72
+typedef struct fg_test_turn {
+    int32_t tok[FG_TEST_MAXGEN];
+    int n;
+    bool done, waited;
+    fg_event last;
+} fg_test_turn;
+
+/* Appends in[0..n) to s and runs a greedy response of max_tokens to its end;
+ * a turn that does not end, or ends in an error, fails the test. */
+static inline fg_test_turn fg_test_run_turn(fg_session_t *s, const int32_t *in, int n, int max_tokens)
+{
+    fg_test_turn t = {0};
+    fg_diag d = {{0}};
+    if (n)
+        CHECK_MSG(fg_session_append(s, in, n, &d) == FG_OK, "append: %s", d.msg);
+    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
+    CHECK_MSG(fg_session_respond(s, &p, NULL, &d) == FG_OK, "respond: %s", d.msg);
+    for (double t0 = fg_clock_mono_s(); !t.done && fg_clock_mono_s() - t0 < 240; usleep(500))
+        fg_test_drain(s, t.tok, &t.n, FG_TEST_MAXGEN, &t.done, &t.waited, &t.last);
+    CHECK_MSG(t.done && t.last.finish != FG_FINISH_ERROR, "turn: done %d, error %s", t.done,
+              fg_err_name(t.last.error));
+    return t;
+}
+
+/* Whether two turns gave the same, non-empty tokens. */
+static inline bool fg_test_same_turn(const fg_test_turn *a, const fg_test_turn *b)
+{
+    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0;
 }
 
 /* Greedy tokens of a prompt alone on a direct-mode engine: the prompt as

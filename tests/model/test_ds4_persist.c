@@ -33,7 +33,6 @@
 #include "tests/model/model_test.h"
 
 #define NEXT 64
-#define MAXGEN (NEXT + 8)
 
 static char root[256];
 
@@ -140,12 +139,7 @@ static fg_engine_t *open_e(eng_opts x)
     return open_engine_with(&o);
 }
 
-typedef struct turn {
-    int32_t tok[MAXGEN];
-    int n;
-    bool done, waited;
-    fg_event last;
-} turn;
+typedef fg_test_turn turn;
 
 static fg_session_t *named(fg_engine_t *e, const char *name)
 {
@@ -153,26 +147,6 @@ static fg_session_t *named(fg_engine_t *e, const char *name)
     fg_session_t *s = NULL;
     CHECK_MSG(fg_session_create(e, &p, &s) == FG_OK, "create %s", name ? name : "(anonymous)");
     return s;
-}
-
-static turn run_turn(fg_session_t *s, const int32_t *in, int n, int max_tokens)
-{
-    turn t = {0};
-    fg_diag d = {{0}};
-    if (n)
-        CHECK_MSG(fg_session_append(s, in, n, &d) == FG_OK, "append: %s", d.msg);
-    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
-    CHECK_MSG(fg_session_respond(s, &p, NULL, &d) == FG_OK, "respond: %s", d.msg);
-    for (double t0 = fg_clock_mono_s(); !t.done && fg_clock_mono_s() - t0 < 240; usleep(500))
-        fg_test_drain(s, t.tok, &t.n, MAXGEN, &t.done, &t.waited, &t.last);
-    CHECK_MSG(t.done && t.last.finish != FG_FINISH_ERROR, "turn: done %d, error %s", t.done,
-              fg_err_name(t.last.error));
-    return t;
-}
-
-static bool same(const turn *a, const turn *b)
-{
-    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, sizeof a->tok[0] * (size_t)a->n) == 0;
 }
 
 static fg_session_t *restore(fg_engine_t *e, const char *name, fg_err want)
@@ -208,8 +182,8 @@ static void check_restart_and_spill(int n_vocab)
     /* the references: sessions that never leave memory */
     fg_engine_t *e = open_e((eng_opts){0});
     fg_session_t *ra = named(e, NULL), *rb = named(e, NULL);
-    turn ra1 = run_turn(ra, pa, 150, 6), ra2 = run_turn(ra, in2, 5, NEXT);
-    turn rb1 = run_turn(rb, pb, 61, 3), rb2 = run_turn(rb, in2, 5, NEXT);
+    turn ra1 = fg_test_run_turn(ra, pa, 150, 6), ra2 = fg_test_run_turn(ra, in2, 5, NEXT);
+    turn rb1 = fg_test_run_turn(rb, pb, 61, 3), rb2 = fg_test_run_turn(rb, in2, 5, NEXT);
     CHECK(ra2.n == NEXT && rb2.n == NEXT);
     fg_session_free(ra);
     fg_session_free(rb);
@@ -218,8 +192,8 @@ static void check_restart_and_spill(int n_vocab)
     /* turn 1 of each; "alpha" saved by fg_session_save, "beta" by save_all; the engine closes */
     e = open_e((eng_opts){.dir = dir});
     fg_session_t *a = named(e, "alpha"), *b = named(e, "beta");
-    turn a1 = run_turn(a, pa, 150, 6), b1 = run_turn(b, pb, 61, 3);
-    CHECK(same(&a1, &ra1) && same(&b1, &rb1));
+    turn a1 = fg_test_run_turn(a, pa, 150, 6), b1 = fg_test_run_turn(b, pb, 61, 3);
+    CHECK(fg_test_same_turn(&a1, &ra1) && fg_test_same_turn(&b1, &rb1));
     fg_diag d = {{0}};
     CHECK_MSG(fg_session_save(a, &d) == FG_OK, "%s", d.msg);
     CHECK_MSG(fg_engine_save_all(e, &d) == FG_OK, "%s", d.msg);
@@ -236,9 +210,9 @@ static void check_restart_and_spill(int n_vocab)
     b = restore(e, "beta", FG_OK);
     if (a && b) {
         CHECK(fg_session_on_disk(a) && fg_session_on_disk(b));
-        turn a2 = run_turn(a, in2, 5, NEXT), b2 = run_turn(b, in2, 5, NEXT);
-        CHECK_MSG(same(&a2, &ra2), "alpha after the restart: %d tokens, the reference's %d", a2.n, ra2.n);
-        CHECK_MSG(same(&b2, &rb2), "beta after the restart: %d tokens, the reference's %d", b2.n, rb2.n);
+        turn a2 = fg_test_run_turn(a, in2, 5, NEXT), b2 = fg_test_run_turn(b, in2, 5, NEXT);
+        CHECK_MSG(fg_test_same_turn(&a2, &ra2), "alpha after the restart: %d tokens, the reference's %d", a2.n, ra2.n);
+        CHECK_MSG(fg_test_same_turn(&b2, &rb2), "beta after the restart: %d tokens, the reference's %d", b2.n, rb2.n);
         /* only the new input was evaluated: the history came from the file */
         CHECK_MSG(a2.last.usage.cached_tokens == ra2.last.usage.cached_tokens,
                   "alpha: %lld cached tokens, the reference %lld", (long long)a2.last.usage.cached_tokens,
@@ -256,8 +230,8 @@ static void check_restart_and_spill(int n_vocab)
     /* an idle session spills (pages and state back to the pool) and comes back */
     e = open_e((eng_opts){.dir = dir, .idle_spill = 0.05});
     a = named(e, "gamma");
-    a1 = run_turn(a, pa, 150, 6);
-    CHECK(same(&a1, &ra1));
+    a1 = fg_test_run_turn(a, pa, 150, 6);
+    CHECK(fg_test_same_turn(&a1, &ra1));
     bool spilled = false;
     for (double t0 = fg_clock_mono_s(); !spilled && fg_clock_mono_s() - t0 < 240; usleep(1000))
         spilled = fg_session_on_disk(a);
@@ -270,8 +244,8 @@ static void check_restart_and_spill(int n_vocab)
     }
     CHECK_MSG(st.spills >= 1 && st.kv_pages_used == 0, "%llu spills, %zu pages still used by a spilled session",
               (unsigned long long)st.spills, st.kv_pages_used);
-    turn a2 = run_turn(a, in2, 5, NEXT);
-    CHECK_MSG(same(&a2, &ra2), "the spilled session: %d tokens, the reference's %d", a2.n, ra2.n);
+    turn a2 = fg_test_run_turn(a, in2, 5, NEXT);
+    CHECK_MSG(fg_test_same_turn(&a2, &ra2), "the spilled session: %d tokens, the reference's %d", a2.n, ra2.n);
     fg_engine_get_stats(e, &st);
     CHECK(st.restores >= 1);
     fg_session_delete(a);
@@ -324,7 +298,7 @@ static void check_pressure(int n_vocab)
                 for (int i = 0; i < N; i++) {
                     turn *x = &(big ? want : got)[i][t];
                     if (!x->done)
-                        fg_test_drain(s[i], x->tok, &x->n, MAXGEN, &x->done, &x->waited, &x->last);
+                        fg_test_drain(s[i], x->tok, &x->n, FG_TEST_MAXGEN, &x->done, &x->waited, &x->last);
                     left += !x->done;
                 }
             }
@@ -335,7 +309,7 @@ static void check_pressure(int n_vocab)
         if (!big) {
             for (int i = 0; i < N; i++)
                 for (int t = 0; t < 2; t++)
-                    CHECK_MSG(same(&got[i][t], &want[i][t]), "session %d, turn %d: %d tokens, the large pool's %d",
+                    CHECK_MSG(fg_test_same_turn(&got[i][t], &want[i][t]), "session %d, turn %d: %d tokens, the large pool's %d",
                               i, t + 1, got[i][t].n, want[i][t].n);
             CHECK_MSG(st.spills > 0 && st.restores > 0, "a pool of 3 sessions for 6: %llu spills, %llu restores",
                       (unsigned long long)st.spills, (unsigned long long)st.restores);
@@ -355,7 +329,7 @@ static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
 {
     fg_engine_t *e = open_e(x);
     fg_session_t *s = named(e, name);
-    run_turn(s, prompt, n, 4);
+    fg_test_run_turn(s, prompt, n, 4);
     fg_diag d = {{0}};
     CHECK_MSG(fg_engine_save_all(e, &d) == FG_OK, "%s", d.msg);
     fg_session_free(s);
@@ -395,14 +369,14 @@ static void check_damage(int n_vocab)
     /* the reference continuation of the healthy one and of a resident session */
     fg_engine_t *e = open_e((eng_opts){0});
     fg_session_t *r = named(e, NULL);
-    run_turn(r, prompt, 150, 4);
-    turn want = run_turn(r, in2, 5, 8);
+    fg_test_run_turn(r, prompt, 150, 4);
+    turn want = fg_test_run_turn(r, in2, 5, 8);
     fg_session_free(r);
     fg_engine_close(e);
 
     e = open_e(x);
     fg_session_t *live = named(e, "live");
-    turn l1 = run_turn(live, prompt, 150, 4);
+    turn l1 = fg_test_run_turn(live, prompt, 150, 4);
     static const struct {
         const char *name;
         fg_err want;
@@ -421,12 +395,12 @@ static void check_damage(int n_vocab)
     /* the others are untouched: the healthy file restores and continues, the resident session goes on */
     fg_session_t *h = restore(e, "healthy", FG_OK);
     if (h) {
-        turn h2 = run_turn(h, in2, 5, 8);
-        CHECK_MSG(same(&h2, &want), "the healthy session after the damaged ones: %d tokens", h2.n);
+        turn h2 = fg_test_run_turn(h, in2, 5, 8);
+        CHECK_MSG(fg_test_same_turn(&h2, &want), "the healthy session after the damaged ones: %d tokens", h2.n);
         fg_session_free(h);
     }
-    turn l2 = run_turn(live, in2, 5, 8);
-    CHECK(l1.n == 4 && same(&l2, &want));
+    turn l2 = fg_test_run_turn(live, in2, 5, 8);
+    CHECK(l1.n == 4 && fg_test_same_turn(&l2, &want));
     fg_session_free(live);
     fg_engine_close(e);
 }
