@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Usage: check_quantize_ggml.py BINS_DIR  (run by check_quantize_ggml.sh; the package's bins/linux-x64)
 
-1. tiny-256.gguf with every quantizable tensor forced to each of the 13 types, and its Q4_K_M
+1. tiny-256.gguf with every quantizable tensor forced to each of the 13 types and the lattice
+   types IQ3_XXS and IQ3_S (rows of 256 columns; the others fall back to IQ4_NL), and its Q4_K_M
    mix, written by flashgate-quantize: each block-typed tensor equals ggml_quantize_chunk of the
    F32 source in that type, every row.
 2. tests/reference/quantize_ref.py (the numpy reference test_quantize's vectors come from) on
@@ -59,14 +60,20 @@ lib = ctypes.CDLL(os.path.join(sys.argv[1], "libggml-base.so"))
 lib.ggml_quantize_chunk.restype = ctypes.c_size_t
 lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int64, ctypes.c_void_p]
+# The lattice types (no numpy reference in quantize_ref.py): ggml id, values and bytes per block.
+LATTICE = {"iq3_xxs": (18, 256, 98), "iq3_s": (21, 256, 110)}
 NAMES = {gid: name for name, (gid, _, _, _) in TYPES.items()}
+NAMES.update({gid: name for name, (gid, _, _) in LATTICE.items()})
+BLOCKS = {gid: (qk, nb) for gid, qk, nb, _ in TYPES.values()}
+BLOCKS.update({gid: (qk, nb) for gid, qk, nb in LATTICE.values()})
+FORCED = sorted(TYPES, key=lambda n: TYPES[n][0]) + list(LATTICE)  # every type --tensor-type forces
 failures = []
 
 
 def ggml(gid, x, imatrix=None):
     """x (rows, n) float32 -> ggml's bytes for type gid, with importance weights imatrix (n,)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    _, qk, nb, _ = TYPES[NAMES[gid]]
+    qk, nb = BLOCKS[gid]
     out = np.zeros(x.size // qk * nb, dtype=np.uint8)
     w = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
     lib.ggml_quantize_chunk(gid, x.ctypes.data, out.ctypes.data, 0, x.shape[0], x.shape[1],
@@ -103,7 +110,7 @@ def compare_file(src, out, label, weights=None, want_types=None):
             k = next(i for i in range(len(want)) if got[i] != want[i])
             failures.append("%s: %s (%s) differs from ggml at byte %d" % (label, name, NAMES[t.ggml_type], k))
         n += 1
-        blocks += len(want) // TYPES[NAMES[t.ggml_type]][2]
+        blocks += len(want) // BLOCKS[t.ggml_type][1]
     a.close()
     b.close()
     return n, blocks
@@ -167,7 +174,7 @@ def imatrix_checks(tmp, src):
         runs = []
         if mi == 0:
             runs += [("%s imatrix %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", gfile, weights, None)
-                     for tn in sorted(TYPES, key=lambda n: TYPES[n][0])]
+                     for tn in FORCED]
             runs += [("%s imatrix.dat %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", dfile, lweights, None)
                      for tn in ("q2_K", "q4_K", "iq4_xs", "q5_1")]
         runs.append(("%s q2_k_s mix" % label, [], "q2_k_s", gfile, weights, q2_k_s_types(g)))
@@ -187,7 +194,7 @@ def imatrix_checks(tmp, src):
 def main():
     src = os.path.join(DATA, "tiny-256.gguf")
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [(tn, ["--tensor-type", ".=" + tn], "q8_0") for tn in sorted(TYPES, key=lambda n: TYPES[n][0])]
+        runs = [(tn, ["--tensor-type", ".=" + tn], "q8_0") for tn in FORCED]
         runs.append(("q4_k_m mix", [], "q4_k_m"))
         for label, extra, ftype in runs:
             out = os.path.join(tmp, "out.gguf")
