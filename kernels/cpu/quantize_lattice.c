@@ -227,6 +227,7 @@ static float iq3_sub(const lattice *g, const float *xval, float max, const float
     int8_t Laux[32];
     bool on_grid[8], on_grid_aux[8];
     const int ntry = xxs ? 15 : 9;
+    memset(L, 0, 32); /* kept when no scale fits (all weights 0): code 0 is on both grids */
     float best = 0, scale = max / 15;
     for (int k = 0; k < 8; k++)
         on_grid[k] = xxs;
