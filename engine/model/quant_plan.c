@@ -2,7 +2,9 @@
  * llama.cpp's src/llama-quant.cpp (tensor_allows_quantization,
  * llama_tensor_get_type_impl, tensor_type_fallback) for the mixes whose types
  * this build writes. The branches keep llama.cpp's order, since a tensor can
- * match several; the ones for mixes we refuse (IQ1/IQ2/IQ3, TQ) are left out.
+ * match several; the ones for mixes we refuse (IQ1/IQ2, TQ) are left out. A
+ * mix that chooses a type this build does not write for some tensor (IQ3_XXS
+ * puts attn_q and attn_k in IQ2_S) fails on that tensor.
  */
 #include "engine/model/quant_plan.h"
 
@@ -16,14 +18,17 @@
 
 enum { /* ggml type ids used by the rules */
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10,
-    T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30,
+    T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19,
+    T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29,
+    T_BF16 = 30,
     T_MXFP4 = 39,
 };
 
 enum { /* llama.cpp's LLAMA_FTYPE numbers */
     F_ALL_F32 = 0, F_F16 = 1, F_Q4_0 = 2, F_Q4_1 = 3, F_Q8_0 = 7, F_Q5_0 = 8, F_Q5_1 = 9, F_Q2_K = 10,
     F_Q3_K_S = 11, F_Q3_K_M = 12, F_Q3_K_L = 13, F_Q4_K_S = 14, F_Q4_K_M = 15, F_Q5_K_S = 16, F_Q5_K_M = 17,
-    F_Q6_K = 18, F_Q2_K_S = 21, F_IQ4_NL = 25, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
+    F_Q6_K = 18, F_Q2_K_S = 21, F_IQ3_XS = 22, F_IQ3_XXS = 23, F_IQ4_NL = 25, F_IQ3_S = 26, F_IQ3_M = 27,
+    F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
 };
 
 static const struct ftype_info {
@@ -45,9 +50,10 @@ static const struct ftype_info {
     {"iq4_nl", F_IQ4_NL, T_IQ4_NL, NULL},  {"iq4_xs", F_IQ4_XS, T_IQ4_XS, NULL},
     {"mxfp4_moe", F_MXFP4_MOE, T_MXFP4, NULL},
     {"q2_k_s", F_Q2_K_S, T_Q2_K, NULL},
-    {"iq2_xxs", -1, 0, "the IQ2/IQ3/IQ1 lattice types are not written yet"},
-    {"iq2_xs", -1, 0, NULL}, {"iq2_s", -1, 0, NULL}, {"iq2_m", -1, 0, NULL}, {"iq3_xxs", -1, 0, NULL},
-    {"iq3_xs", -1, 0, NULL}, {"iq3_s", -1, 0, NULL}, {"iq3_m", -1, 0, NULL}, {"iq1_s", -1, 0, NULL},
+    {"iq3_xxs", F_IQ3_XXS, T_IQ3_XXS, NULL}, {"iq3_xs", F_IQ3_XS, T_IQ3_S, NULL},
+    {"iq3_s", F_IQ3_S, T_IQ3_S, NULL},       {"iq3_m", F_IQ3_M, T_IQ3_S, NULL},
+    {"iq2_xxs", -1, 0, "the IQ2/IQ1 lattice types are not written yet"},
+    {"iq2_xs", -1, 0, NULL}, {"iq2_s", -1, 0, NULL}, {"iq2_m", -1, 0, NULL}, {"iq1_s", -1, 0, NULL},
     {"iq1_m", -1, 0, NULL},  {"tq1_0", -1, 0, "the ternary types are not written"},
     {"tq2_0", -1, 0, NULL},
 };
@@ -384,7 +390,19 @@ void fg_quant_plan_set_imatrix(fg_quant_plan_t *p, bool has_imatrix)
 
 bool fg_quant_plan_tensor_needs_imatrix(const fg_quant_plan_t *p, const char *name, uint32_t type)
 {
-    return type == T_Q2_K && p->ft->ftype == F_Q2_K_S && strcmp(name, "token_embd.weight") != 0;
+    category c = category_of(name);
+    if (c == C_TOKEN_EMBD || c == C_OUTPUT)
+        return false;
+    switch (type) { /* tensor_requires_imatrix: the lattice types but IQ3_S */
+    case T_IQ3_XXS:
+    case T_IQ2_XXS:
+    case T_IQ2_XS:
+    case T_IQ2_S:
+    case T_IQ1_S:
+    case T_IQ1_M: return true;
+    case T_Q2_K: return p->ft->ftype == F_Q2_K_S;
+    default: return false;
+    }
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -459,16 +477,25 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
     if (c == C_OUTPUT || (p->tied_embeddings && c == C_TOKEN_EMBD)) {
         if (f == F_MXFP4_MOE || p->falcon || t->ne[0] % block_elems(nt) != 0)
             nt = T_Q8_0;
+        else if (f == F_IQ3_XXS)
+            nt = T_Q5_K;
         else if (nt != T_Q8_0)
             nt = T_Q6_K;
     } else if (f == F_MXFP4_MOE) {
         nt = t->n_dims > 2 && t->ne[2] > 1 ? T_MXFP4 : T_Q8_0;
     } else if (c == C_TOKEN_EMBD) {
-        /* only the IQ and ternary mixes change it */
+        if (f == F_IQ3_XXS) /* and the IQ2, IQ1 and ternary mixes */
+            nt = T_IQ3_S;
     } else if (attn_v_like(c)) {
         if (f == F_Q2_K)
             nt = p->n_gqa >= 4 ? T_Q4_K : T_Q3_K;
         else if (f == F_Q2_K_S && p->n_gqa >= 4)
+            nt = T_Q4_K;
+        else if (f == F_IQ3_XXS)
+            nt = p->n_gqa >= 4 ? T_Q4_K : !p->has_imatrix ? T_IQ3_S : T_IQ3_XXS;
+        else if ((f == F_IQ3_XS || f == F_IQ3_S) && p->n_gqa >= 4)
+            nt = T_Q4_K;
+        else if (f == F_IQ3_M)
             nt = T_Q4_K;
         else if (f == F_Q3_K_M)
             nt = p->i_attention_wv < 2 ? T_Q5_K : T_Q4_K;
@@ -486,6 +513,15 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
     } else if (c == C_ATTN_K) {
         if (p->n_expert == 8)
             nt = T_Q8_0;
+        else if (f == F_IQ3_XS)
+            nt = T_IQ3_XXS;
+        else if (f == F_IQ3_XXS)
+            nt = T_IQ2_S;
+    } else if (c == C_ATTN_Q) {
+        if (f == F_IQ3_XS)
+            nt = T_IQ3_XXS;
+        else if (f == F_IQ3_XXS)
+            nt = T_IQ2_S;
     } else if (c == C_FFN_DOWN) {
         FG_TRY(layer_of(p, name, p->i_ffn_down, &layer, diag));
         const int n = p->n_layer;
@@ -494,8 +530,12 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
         else if (f == F_Q2_K_S) {
             if (layer < n / 8)
                 nt = T_Q4_K;
-        } else if (f == F_Q3_K_M)
+        } else if (f == F_IQ3_XXS && !p->has_imatrix)
+            nt = layer < n / 8 ? T_Q4_K : T_Q3_K;
+        else if (f == F_Q3_K_M)
             nt = layer < n / 16 ? T_Q5_K : !p->falcon || use_more_bits(layer, n) ? T_Q4_K : T_Q3_K;
+        else if (f == F_IQ3_M && (layer < n / 8 || (p->n_expert == 8 && use_more_bits(layer, n))))
+            nt = T_Q4_K;
         else if (f == F_Q3_K_L)
             nt = p->falcon ? T_Q4_K : T_Q5_K;
         else if (f == F_Q4_K_M) {
@@ -515,29 +555,37 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
     } else if (c == C_ATTN_OUTPUT) {
         if (!p->falcon) {
             if (p->n_expert == 8) {
-                if (f == F_Q2_K || f == F_Q3_K_S || f == F_Q3_K_M || f == F_IQ4_NL || f == F_Q4_K_S ||
-                    f == F_Q4_K_M || f == F_IQ4_XS)
+                if (f == F_Q2_K || f == F_IQ3_XS || f == F_IQ3_XXS || f == F_Q3_K_S || f == F_Q3_K_M ||
+                    f == F_IQ4_NL || f == F_Q4_K_S || f == F_Q4_K_M || f == F_IQ3_S || f == F_IQ3_M || f == F_IQ4_XS)
                     nt = T_Q5_K;
             } else if (f == F_Q2_K)
                 nt = T_Q3_K;
+            else if (f == F_IQ3_XXS)
+                nt = T_IQ3_S;
             else if (f == F_Q3_K_M)
                 nt = T_Q4_K;
             else if (f == F_Q3_K_L)
                 nt = T_Q5_K;
+            else if (f == F_IQ3_M)
+                nt = T_Q4_K;
         } else if (f == F_Q3_K_L)
             nt = T_Q4_K;
     } else if (c == C_ATTN_QKV) {
-        if (f == F_Q3_K_M || f == F_Q3_K_L)
+        if (f == F_Q3_K_M || f == F_Q3_K_L || f == F_IQ3_M)
             nt = T_Q4_K;
         else if (f == F_Q4_K_M)
             nt = T_Q5_K;
         else if (f == F_Q5_K_M)
             nt = T_Q6_K;
     } else if (c == C_FFN_GATE) {
-        FG_TRY(layer_of(p, name, p->i_ffn_gate, &layer, diag)); /* only the IQ3_XS mix uses it */
+        FG_TRY(layer_of(p, name, p->i_ffn_gate, &layer, diag));
+        if (f == F_IQ3_XS && layer >= p->n_layer / 8 && layer < 7 * p->n_layer / 8)
+            nt = T_IQ3_XXS;
         p->i_ffn_gate++;
     } else if (c == C_FFN_UP) {
         FG_TRY(layer_of(p, name, p->i_ffn_up, &layer, diag));
+        if (f == F_IQ3_XS && layer >= p->n_layer / 8 && layer < 7 * p->n_layer / 8)
+            nt = T_IQ3_XXS;
         p->i_ffn_up++;
     }
     *type = nt;
@@ -552,6 +600,8 @@ static fg_err row_fallback(const fg_gguf_tensor *t, fg_quant_choice *ch, fg_diag
         return FG_OK;
     uint32_t r;
     switch (ch->wanted) {
+    case T_IQ3_XXS:
+    case T_IQ3_S:
     case T_IQ4_XS: r = T_IQ4_NL; break;
     case T_Q2_K:
     case T_Q3_K: r = T_Q4_0; break;
@@ -594,5 +644,8 @@ fg_err fg_quant_plan_choose(fg_quant_plan_t *p, const fg_gguf_tensor *t, fg_quan
             FG_TRY(mix_type(p, t, category_of(t->name), &nt, diag));
     }
     out->type = out->wanted = nt;
+    if (is_block_type(nt) && !fg_wtype_quantizes((int)nt))
+        return fg_diag_set(diag, FG_ERR_UNSUPPORTED, "tensor %s: the %s mix chooses %s, which this build does not "
+                           "write", t->name, p->ft->name, fg_ggml_type_name(nt));
     return is_block_type(nt) ? row_fallback(t, out, diag) : FG_OK;
 }

@@ -83,9 +83,10 @@ bool fg_quant_plan_requires_imatrix(const fg_quant_plan_t *p);
 /* Tells the plan whether an importance matrix is given; before choosing. */
 void fg_quant_plan_set_imatrix(fg_quant_plan_t *p, bool has_imatrix);
 
-/* Whether tensor `name` quantized to `type` needs importance weights (Q2_K
- * in a Q2_K_S file, but token_embd.weight), as llama-quantize refuses to
- * write it without ("missing importance matrix"). */
+/* Whether tensor `name` quantized to `type` needs importance weights, as
+ * llama-quantize refuses to write it without (tensor_requires_imatrix): the
+ * lattice types but IQ3_S (IQ3_XXS is the one written here), and Q2_K in a
+ * Q2_K_S file; never token_embd or output. */
 bool fg_quant_plan_tensor_needs_imatrix(const fg_quant_plan_t *p, const char *name, uint32_t type);
 
 /* llama.cpp's LLAMA_FTYPE number of the plan (general.file_type). */

@@ -31,6 +31,8 @@
 #include <string.h>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize_block.h"
+#include "kernels/cpu/quantize_lattice.h"
 #include "kernels/cpu/numeric.h"
 #include "kernels/cpu/quants.h"
 
@@ -41,16 +43,6 @@ static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static int imin(int a, int b) { return a < b ? a : b; }
-
-/* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves
- * the integer in the low mantissa bits (ggml's nearest_int, bit for bit). */
-static int nearest_int(float f)
-{
-    float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* C's truncating conversions, as ggml's (int8_t) and (uint8_t) casts do them;
  * outside the target's range (only for absurd inputs: a scale that
@@ -70,13 +62,6 @@ static int trunc_u8(float v)
     return v < 256.0f ? (uint8_t)v : 255;
 }
 
-static void put_f16(uint8_t *p, float f)
-{
-    uint16_t h = fg_f32_to_f16(f);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
 static float get_f16(const uint8_t *p)
 {
     return fg_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
@@ -93,7 +78,6 @@ static float f16_round(float f)
 static float make_qx(int n, int nmax, const float *x, int8_t *L, const float *qw);
 static float make_qkx3(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                        uint8_t *Laux, float rmin, float rdelta, int nstep);
-static void imatrix_weights(const float *x, const float *qw, float sigma2, int n, float *w);
 static void put_u32(uint8_t *p, uint32_t v);
 
 /* Legacy blocks with importance weights qw: the row's mean square is sigma2. */
@@ -570,22 +554,6 @@ static float make_qp(int n, int nmax, const float *x, uint8_t *L, const float *q
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-/* The weights of the importance-weighted searches: the column's importance
- * times the value's size against the block's spread, sqrt(sigma2 + x^2). */
-static void imatrix_weights(const float *x, const float *qw, float sigma2, int n, float *w)
-{
-    for (int i = 0; i < n; i++)
-        w[i] = qw[i] * sqrtf(sigma2 + x[i] * x[i]);
-}
-
-static float sum_squares(const float *x, int64_t n)
-{
-    float s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += x[i] * x[i];
-    return s;
-}
-
 /* Q2_K and Q3_K pack four 2-bit codes of values l, l+32, l+64, l+96 per byte. */
 static void pack2(const uint8_t *L, uint8_t *qs)
 {
@@ -1046,11 +1014,7 @@ static void iq4_xs_block(const float *x, uint8_t *b, const float *qw, float row_
 
 /* ---- dispatch ---- */
 
-/* One block of x to b; qw the block's importance weights or NULL, row_sigma2
- * the row's mean square (the legacy types' weights use it). */
-typedef void (*block_fn)(const float *x, uint8_t *b, const float *qw, float row_sigma2);
-
-static block_fn block_quantizer(int wtype)
+static fg_quant_block_fn block_quantizer(int wtype)
 {
     switch (wtype) {
     case FG_WTYPE_Q4_0: return q4_0_block;
@@ -1064,6 +1028,8 @@ static block_fn block_quantizer(int wtype)
     case FG_WTYPE_Q6_K: return q6_k_block;
     case FG_WTYPE_IQ4_NL: return iq4_nl_block;
     case FG_WTYPE_IQ4_XS: return iq4_xs_block;
+    case FG_WTYPE_IQ3_XXS: return fg_quant_iq3_xxs_block;
+    case FG_WTYPE_IQ3_S: return fg_quant_iq3_s_block;
     default: return NULL;
     }
 }
@@ -1110,7 +1076,9 @@ int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n,
     }
     if (wtype == FG_WTYPE_MXFP4)
         return fg_quantize_row_mxfp4(x, y, n);
-    block_fn fn = block_quantizer(wtype);
+    fg_quant_block_fn fn = block_quantizer(wtype);
+    if ((wtype == FG_WTYPE_IQ3_XXS || wtype == FG_WTYPE_IQ3_S) && !fg_quant_lattice_ready(wtype))
+        return -1;
     const float row_sigma2 = qw ? sum_squares(x, n) / n : 0.f;
     for (int64_t b = 0; b < n / elems; b++)
         fn(x + b * elems, out + b * bytes, qw ? qw + b * elems : NULL, row_sigma2);

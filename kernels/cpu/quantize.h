@@ -5,7 +5,9 @@
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and MXFP4, and
  * quantize_iq4_nl / quantize_iq4_xs without weights for IQ4_NL and IQ4_XS
  * (the scale search with 7 tries on each side that llama-quantize runs; the
- * IQ4_NL row function of recent ggml skips that search). F16 and BF16 round to
+ * IQ4_NL row function of recent ggml skips that search), and the lattice types
+ * IQ3_XXS and IQ3_S (quantize_row_iq3_xxs_impl / quantize_row_iq3_s_impl,
+ * quantize_lattice.c; their tables are built at the first call). F16 and BF16 round to
  * nearest even as ggml's conversions do; F32 is copied.
  *
  * Byte identity rests on doing every float operation in ggml's order, in
@@ -33,7 +35,7 @@ int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n);
 /* fg_wtype_quantize_row with an importance matrix: qw holds n weights, one
  * per column of the row (llama-imatrix's mean squared activations), and the
  * types with an importance-weighted search (Q2_K .. Q6_K, Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL, IQ4_XS) write what ggml_quantize_chunk writes with that
+ * Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S) write what ggml_quantize_chunk writes with that
  * imatrix (the quantize_row_*_impl paths); the others ignore it. qw NULL is
  * fg_wtype_quantize_row. Returns -1 also for a weight that is negative, NaN or
  * infinite. */

@@ -230,7 +230,7 @@ def test_bad_input(tmp, src):
     out = os.path.join(tmp, "never.gguf")
     cases = [
         (["x.gguf", out, "q4_k_z"], 2, "unknown type 'q4_k_z'; flashgate-quantize writes: f32 f16 bf16 q8_0"),
-        (["x.gguf", out, "iq2_xxs"], 2, "type 'iq2_xxs' cannot be written: the IQ2/IQ3/IQ1 lattice types"),
+        (["x.gguf", out, "iq2_xxs"], 2, "type 'iq2_xxs' cannot be written: the IQ2/IQ1 lattice types"),
         (["x.gguf", out, "q2_k_s"], 2, "need an importance matrix"),
         (["--tensor-type", "ffn_down_exps", src, out, "q4_k_m"], 2, "is not PATTERN=TYPE"),
         (["--tensor-type", "=q6_k", src, out, "q4_k_m"], 2, "has an empty pattern"),

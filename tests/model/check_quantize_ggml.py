@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """Usage: check_quantize_ggml.py BINS_DIR  (run by check_quantize_ggml.sh; the package's bins/linux-x64)
 
-1. tiny-256.gguf with every quantizable tensor forced to each of the 13 types, and its Q4_K_M
-   mix, written by flashgate-quantize: each block-typed tensor equals ggml_quantize_chunk of the
+1. tiny-256.gguf with every quantizable tensor forced to each of the 13 types and the lattice
+   type IQ3_S (rows of 256 columns; the others fall back to IQ4_NL), and its Q4_K_M mix, written by flashgate-quantize: each block-typed tensor equals ggml_quantize_chunk of the
    F32 source in that type, every row.
 2. tests/reference/quantize_ref.py (the numpy reference test_quantize's vectors come from) on
    the vectors' inputs equals ggml too, so the checked-in bytes are ggml's.
 4. With an importance matrix (--imatrix; random llama-imatrix data written in both of its formats
    by tests/reference/imatrix_files.py, one expert of one tensor with no input): every type
    forced on every tensor of tiny-256, and the q2_k_s mix (llama-quantize's choices, checked here
-   by its rules) on tiny-256, an 8-layer model and the English model: each tensor equals
+   by its rules), the iq3_xxs and iq3_xs mixes on tiny-256, an 8-layer model and the English
+   model, and every type forced (IQ3_XXS too: llama-quantize writes it only with an imatrix, and
+   flashgate-quantize refuses it without one, checked here) on tiny-256: each tensor equals
    ggml_quantize_chunk of its F32 source with that tensor's imatrix, expert by expert (the weights
    of expert e start at e * ne[0]); a tensor without an entry, or token_embd with an entry of the
    wrong size, equals ggml without one. llama_model_quantize takes the imatrix as a C++
@@ -41,7 +43,9 @@ SRC = os.environ["FG_SOURCE_DIR"]
 # flashgate-quantize's mixes and llama.cpp's LLAMA_FTYPE numbers for them
 FTYPES = {"f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11,
           "q3_k_m": 12, "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18,
-          "iq4_nl": 25, "iq4_xs": 30, "mxfp4_moe": 38}
+          "iq4_nl": 25, "iq4_xs": 30, "mxfp4_moe": 38, "iq3_s": 26, "iq3_m": 27}
+# mixes that need an importance matrix (IQ3_XXS tensors): compared tensor by tensor with one
+IMATRIX_MIXES = ("q2_k_s", "iq3_xxs", "iq3_xs")
 LLAMA_QUANTIZE = r"""
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
@@ -59,14 +63,21 @@ lib = ctypes.CDLL(os.path.join(sys.argv[1], "libggml-base.so"))
 lib.ggml_quantize_chunk.restype = ctypes.c_size_t
 lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int64, ctypes.c_void_p]
+# The lattice types (no numpy reference in quantize_ref.py): ggml id, values and bytes per block.
+LATTICE = {"iq3_xxs": (18, 256, 98), "iq3_s": (21, 256, 110)}
 NAMES = {gid: name for name, (gid, _, _, _) in TYPES.items()}
+NAMES.update({gid: name for name, (gid, _, _) in LATTICE.items()})
+BLOCKS = {gid: (qk, nb) for gid, qk, nb, _ in TYPES.values()}
+BLOCKS.update({gid: (qk, nb) for gid, qk, nb in LATTICE.values()})
+FORCED = sorted(TYPES, key=lambda n: TYPES[n][0]) + list(LATTICE)  # every type --tensor-type forces
+PLAIN = [tn for tn in FORCED if tn != "iq3_xxs"]  # llama-quantize writes IQ3_XXS only with an imatrix
 failures = []
 
 
 def ggml(gid, x, imatrix=None):
     """x (rows, n) float32 -> ggml's bytes for type gid, with importance weights imatrix (n,)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    _, qk, nb, _ = TYPES[NAMES[gid]]
+    qk, nb = BLOCKS[gid]
     out = np.zeros(x.size // qk * nb, dtype=np.uint8)
     w = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
     lib.ggml_quantize_chunk(gid, x.ctypes.data, out.ctypes.data, 0, x.shape[0], x.shape[1],
@@ -103,7 +114,7 @@ def compare_file(src, out, label, weights=None, want_types=None):
             k = next(i for i in range(len(want)) if got[i] != want[i])
             failures.append("%s: %s (%s) differs from ggml at byte %d" % (label, name, NAMES[t.ggml_type], k))
         n += 1
-        blocks += len(want) // TYPES[NAMES[t.ggml_type]][2]
+        blocks += len(want) // BLOCKS[t.ggml_type][1]
     a.close()
     b.close()
     return n, blocks
@@ -167,11 +178,12 @@ def imatrix_checks(tmp, src):
         runs = []
         if mi == 0:
             runs += [("%s imatrix %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", gfile, weights, None)
-                     for tn in sorted(TYPES, key=lambda n: TYPES[n][0])]
+                     for tn in FORCED]
             runs += [("%s imatrix.dat %s" % (label, tn), ["--tensor-type", ".=" + tn], "q8_0", dfile, lweights, None)
                      for tn in ("q2_K", "q4_K", "iq4_xs", "q5_1")]
         runs.append(("%s q2_k_s mix" % label, [], "q2_k_s", gfile, weights, q2_k_s_types(g)))
         runs.append(("%s q2_k_s mix (.dat)" % label, [], "q2_k_s", dfile, lweights, q2_k_s_types(g)))
+        runs += [("%s %s mix" % (label, mix), [], mix, gfile, weights, None) for mix in IMATRIX_MIXES[1:]]
         g.close()
         for label, extra, ftype, imfile, w, want_types in runs:
             before = len(failures)
@@ -187,7 +199,7 @@ def imatrix_checks(tmp, src):
 def main():
     src = os.path.join(DATA, "tiny-256.gguf")
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [(tn, ["--tensor-type", ".=" + tn], "q8_0") for tn in sorted(TYPES, key=lambda n: TYPES[n][0])]
+        runs = [(tn, ["--tensor-type", ".=" + tn], "q8_0") for tn in PLAIN]
         runs.append(("q4_k_m mix", [], "q4_k_m"))
         for label, extra, ftype in runs:
             out = os.path.join(tmp, "out.gguf")
@@ -219,6 +231,11 @@ def main():
                         same.append(mix)
             print("%s: files byte-identical to llama_model_quantize's for %d of %d mixes (%s)"
                   % (os.path.basename(model), len(same), len(FTYPES), " ".join(same)))
+        p = subprocess.run([os.path.join(BIN, "flashgate-quantize"), "--quiet", src, os.path.join(tmp, "x.gguf"),
+                            "iq3_xxs"], capture_output=True, text=True)
+        if p.returncode == 0 or "needs importance weights" not in p.stderr:
+            failures.append("flashgate-quantize iq3_xxs without --imatrix: rc %d, %s (llama-quantize refuses it)"
+                            % (p.returncode, p.stderr[-200:]))
         imatrix_checks(tmp, src)
     x = inputs()
     for tn, (gid, _, _, _) in sorted(TYPES.items(), key=lambda kv: kv[1][0]):
