@@ -22,15 +22,37 @@ static void sput(sbuf *b, const char *s, size_t n)
 
 static void sputs(sbuf *b, const char *s) { sput(b, s, strlen(s)); }
 
-static void put_u(sbuf *b, unsigned v)
+static void hex_u(unsigned v, char e[6])
 {
     static const char hex[] = "0123456789abcdef";
-    char e[6] = {'\\', 'u', hex[(v >> 12) & 15], hex[(v >> 8) & 15], hex[(v >> 4) & 15], hex[v & 15]};
+    e[0] = '\\', e[1] = 'u', e[2] = hex[(v >> 12) & 15], e[3] = hex[(v >> 8) & 15], e[4] = hex[(v >> 4) & 15];
+    e[5] = hex[v & 15];
+}
+
+static void put_u(sbuf *b, unsigned v)
+{
+    char e[6];
+    hex_u(v, e);
     sput(b, e, 6);
 }
 
-/* A JSON string as json.dumps escapes it: printable ASCII as is, the five
- * short escapes, other control bytes \u00XX; the rest \uXXXX (UTF-16,
+size_t fg_pyjson_escape_byte(unsigned char c, char e[6])
+{
+    const char s = c == '"' ? '"' : c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't'
+                 : c == '\b' ? 'b' : c == '\f' ? 'f' : 0;
+    if (s) {
+        e[0] = '\\', e[1] = s;
+        return 2;
+    }
+    if (c < 0x20) {
+        hex_u(c, e);
+        return 6;
+    }
+    return 0;
+}
+
+/* A JSON string as json.dumps escapes it: printable ASCII as is, the short
+ * escapes and control bytes (fg_pyjson_escape_byte); the rest \uXXXX (UTF-16,
  * lowercase) with ensure_ascii, as it is (UTF-8) without. jansson has checked
  * that the string is UTF-8. */
 static void put_str(sbuf *b, const char *s, size_t n)
@@ -38,10 +60,10 @@ static void put_str(sbuf *b, const char *s, size_t n)
     sput(b, "\"", 1);
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
-                        : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-        if (esc) {
-            sput(b, esc, 2);
+        char e[6];
+        const size_t el = fg_pyjson_escape_byte(c, e);
+        if (el) {
+            sput(b, e, el);
             i++;
             continue;
         }

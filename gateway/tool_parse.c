@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "config/base/name.h"
+#include "gateway/pyjson.h"
 
 #define BAR "\xef\xbd\x9c"
 #define SP "\xe2\x96\x81"
@@ -468,29 +469,9 @@ static bool args_put(fg_tool_parser_t *p, const out *o, const char *s, size_t n)
 /* DSML: one byte of a key or string value, as json.dumps(ensure_ascii=False) writes it. */
 static bool args_put_escaped(fg_tool_parser_t *p, const out *o, char c)
 {
-    char e[8];
-    switch (c) {
-    case '"':
-        return args_put(p, o, "\\\"", 2);
-    case '\\':
-        return args_put(p, o, "\\\\", 2);
-    case '\n':
-        return args_put(p, o, "\\n", 2);
-    case '\r':
-        return args_put(p, o, "\\r", 2);
-    case '\t':
-        return args_put(p, o, "\\t", 2);
-    case '\b':
-        return args_put(p, o, "\\b", 2);
-    case '\f':
-        return args_put(p, o, "\\f", 2);
-    default:
-        if ((unsigned char)c < 0x20) {
-            snprintf(e, sizeof e, "\\u%04x", (unsigned)(unsigned char)c);
-            return args_put(p, o, e, 6);
-        }
-        return args_put(p, o, &c, 1);
-    }
+    char e[6];
+    const size_t n = fg_pyjson_escape_byte((unsigned char)c, e);
+    return n ? args_put(p, o, e, n) : args_put(p, o, &c, 1);
 }
 
 /* DSML: a byte of the parameter's kind ("true"/"false" in ATTR_*). */
