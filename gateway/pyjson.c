@@ -22,41 +22,37 @@ static void sput(sbuf *b, const char *s, size_t n)
 
 static void sputs(sbuf *b, const char *s) { sput(b, s, strlen(s)); }
 
-static void u_escape(unsigned v, char e[6])
+static void hex_u(unsigned v, char e[6])
 {
     static const char hex[] = "0123456789abcdef";
-    e[0] = '\\';
-    e[1] = 'u';
-    e[2] = hex[(v >> 12) & 15];
-    e[3] = hex[(v >> 8) & 15];
-    e[4] = hex[(v >> 4) & 15];
+    e[0] = '\\', e[1] = 'u', e[2] = hex[(v >> 12) & 15], e[3] = hex[(v >> 8) & 15], e[4] = hex[(v >> 4) & 15];
     e[5] = hex[v & 15];
 }
 
 static void put_u(sbuf *b, unsigned v)
 {
     char e[6];
-    u_escape(v, e);
+    hex_u(v, e);
     sput(b, e, 6);
 }
 
-size_t fg_pyjson_escape_byte(unsigned char c, char out[6])
+size_t fg_pyjson_escape_byte(unsigned char c, char e[6])
 {
-    static const char shorts[] = "\"\"\\\\\nn\rr\tt\bb\ff";
-    for (size_t k = 0; k + 1 < sizeof shorts; k += 2)
-        if ((unsigned char)shorts[k] == c) {
-            out[0] = '\\';
-            out[1] = shorts[k + 1];
-            return 2;
-        }
-    if (c >= 0x20)
-        return 0;
-    u_escape(c, out);
-    return 6;
+    const char s = c == '"' ? '"' : c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't'
+                 : c == '\b' ? 'b' : c == '\f' ? 'f' : 0;
+    if (s) {
+        e[0] = '\\', e[1] = s;
+        return 2;
+    }
+    if (c < 0x20) {
+        hex_u(c, e);
+        return 6;
+    }
+    return 0;
 }
 
-/* A JSON string as json.dumps escapes it: printable ASCII as is, the five
- * short escapes, other control bytes \u00XX; the rest \uXXXX (UTF-16,
+/* A JSON string as json.dumps escapes it: printable ASCII as is, the short
+ * escapes and control bytes (fg_pyjson_escape_byte); the rest \uXXXX (UTF-16,
  * lowercase) with ensure_ascii, as it is (UTF-8) without. jansson has checked
  * that the string is UTF-8. */
 static void put_str(sbuf *b, const char *s, size_t n)
@@ -64,10 +60,10 @@ static void put_str(sbuf *b, const char *s, size_t n)
     sput(b, "\"", 1);
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        char esc[6];
-        size_t elen = fg_pyjson_escape_byte(c, esc);
-        if (elen) {
-            sput(b, esc, elen);
+        char e[6];
+        const size_t el = fg_pyjson_escape_byte(c, e);
+        if (el) {
+            sput(b, e, el);
             i++;
             continue;
         }

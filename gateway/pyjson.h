@@ -20,9 +20,11 @@
  * FG_ERR_INVALID_ARG (a NULL argument, nesting deeper than 64). */
 fg_err fg_pyjson_dump(const json_t *v, bool ascii, char **buf, size_t *len, size_t *cap);
 
-/* json.dumps' escape of the ASCII byte c into out: the short escapes ("\\\"",
- * "\\\\", "\\n", "\\r", "\\t", "\\b", "\\f") and \\u00xx for the other control
- * bytes. Returns its length, or 0 when c is written as it is. */
-size_t fg_pyjson_escape_byte(unsigned char c, char out[6]);
+/* One byte of a JSON string as json.dumps escapes it: the short escapes
+ * (\" \\ \n \r \t \b \f) and other control bytes as \u00XX. Writes the
+ * escape to e and returns its length (2 or 6); returns 0 for a byte that
+ * stands as itself (ensure_ascii=False; with ensure_ascii the caller escapes
+ * bytes >= 0x7f itself). */
+size_t fg_pyjson_escape_byte(unsigned char c, char e[6]);
 
 #endif

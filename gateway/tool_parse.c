@@ -470,7 +470,7 @@ static bool args_put(fg_tool_parser_t *p, const out *o, const char *s, size_t n)
 static bool args_put_escaped(fg_tool_parser_t *p, const out *o, char c)
 {
     char e[6];
-    size_t n = fg_pyjson_escape_byte((unsigned char)c, e);
+    const size_t n = fg_pyjson_escape_byte((unsigned char)c, e);
     return n ? args_put(p, o, e, n) : args_put(p, o, &c, 1);
 }
 

@@ -90,9 +90,10 @@ static inline void test_tokens(int32_t *t, int n, int n_vocab, unsigned seed)
 }
 
 /* Drains a serving-mode session's pending events: tokens into got[cap]
- * (counted in *n_got), whether it waited for KV, and its DONE event. */
-static inline void fg_test_drain(fg_session_t *s, int32_t *got, int *n_got, int cap, bool *done, bool *waited,
-                                 fg_event *last)
+ * (counted in *n_got), whether it waited for KV, its DONE event, and the
+ * error of a SAVE_FAILED event into *save_failed (may be NULL). */
+static inline void fg_test_drain_saves(fg_session_t *s, int32_t *got, int *n_got, int cap, bool *done, bool *waited,
+                                       fg_event *last, fg_err *save_failed)
 {
     fg_event ev[16];
     char text[8192];
@@ -107,7 +108,16 @@ static inline void fg_test_drain(fg_session_t *s, int32_t *got, int *n_got, int 
                 *done = true;
                 *last = ev[i];
             }
+            if (ev[i].type == FG_EVENT_SAVE_FAILED && save_failed)
+                *save_failed = ev[i].error;
         }
+}
+
+/* fg_test_drain_saves without the SAVE_FAILED events. */
+static inline void fg_test_drain(fg_session_t *s, int32_t *got, int *n_got, int cap, bool *done, bool *waited,
+                                 fg_event *last)
+{
+    fg_test_drain_saves(s, got, n_got, cap, done, waited, last, NULL);
 }
 
 /* Polls runs until each is done, up to 240 s (sanitizer builds are slow;
@@ -125,37 +135,79 @@ static inline bool fg_test_wait_all(void *runs, int n, bool (*drain)(void *runs,
     return false;
 }
 
-/* One greedy turn of a serving-mode session: its first FG_TEST_MAXGEN tokens,
- * whether it waited for KV, and its DONE event. */
-#define FG_TEST_MAXGEN 72
+/* A serving-mode session with weight 1 (tenant and name may be NULL). */
+static inline fg_session_t *fg_test_session(fg_engine_t *e, const char *tenant, const char *name)
+{
+    fg_session_params p = {.weight = 1, .name = name, .tenant_name = tenant};
+    fg_session_t *s = NULL;
+    const fg_err err = fg_session_create(e, &p, &s);
+    CHECK_MSG(err == FG_OK, "create %s: %s", name ? name : "(anonymous)", fg_err_name(err));
+    return s;
+}
+
+/* One greedy response of a serving-mode session, as the events told it. */
+#define FG_TEST_TURN_MAX 72
 typedef struct fg_test_turn {
-    int32_t tok[FG_TEST_MAXGEN];
+    int32_t tok[FG_TEST_TURN_MAX]; /* its first FG_TEST_TURN_MAX tokens */
     int n;
-    bool done, waited;
-    fg_event last;
+    bool done, waited;  /* DONE came; it waited for KV */
+    fg_event last;      /* the DONE event: finish, error, usage */
+    fg_err save_failed; /* the error of a SAVE_FAILED event seen, or FG_OK */
 } fg_test_turn;
 
-/* Appends in[0..n) to s and runs a greedy response of max_tokens to its end;
- * a turn that does not end, or ends in an error, fails the test. */
-static inline fg_test_turn fg_test_run_turn(fg_session_t *s, const int32_t *in, int n, int max_tokens)
+static inline void fg_test_turn_drain(fg_session_t *s, fg_test_turn *t)
 {
-    fg_test_turn t = {0};
+    fg_test_drain_saves(s, t->tok, &t->n, FG_TEST_TURN_MAX, &t->done, &t->waited, &t->last, &t->save_failed);
+}
+
+/* Appends in[0..n) (nothing when n is 0) and starts a greedy response of
+ * max_tokens; t is cleared for it. */
+static inline void fg_test_turn_start(fg_session_t *s, const int32_t *in, int n, int max_tokens, fg_test_turn *t)
+{
+    *t = (fg_test_turn){0};
     fg_diag d = {{0}};
     if (n)
         CHECK_MSG(fg_session_append(s, in, n, &d) == FG_OK, "append: %s", d.msg);
     fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
     CHECK_MSG(fg_session_respond(s, &p, NULL, &d) == FG_OK, "respond: %s", d.msg);
-    for (double t0 = fg_clock_mono_s(); !t.done && fg_clock_mono_s() - t0 < 240; usleep(500))
-        fg_test_drain(s, t.tok, &t.n, FG_TEST_MAXGEN, &t.done, &t.waited, &t.last);
-    CHECK_MSG(t.done && t.last.finish != FG_FINISH_ERROR, "turn: done %d, error %s", t.done,
+}
+
+typedef struct fg_test_turns {
+    fg_session_t **s;
+    fg_test_turn *t;
+} fg_test_turns;
+
+static inline bool fg_test_turns_drain(void *runs, int i)
+{
+    fg_test_turns *r = runs;
+    if (!r->t[i].done)
+        fg_test_turn_drain(r->s[i], &r->t[i]);
+    return r->t[i].done;
+}
+
+/* Waits (fg_test_wait_all) for the turns t[i] started on s[i], i < n. */
+static inline bool fg_test_turn_wait(fg_session_t **s, fg_test_turn *t, int n)
+{
+    fg_test_turns r = {s, t};
+    return fg_test_wait_all(&r, n, fg_test_turns_drain);
+}
+
+/* A whole greedy turn (fg_test_turn_start, then its end); fails the test when
+ * it does not end or ends with an error (a test that wants the error starts
+ * and waits itself). */
+static inline fg_test_turn fg_test_turn_run(fg_session_t *s, const int32_t *in, int n, int max_tokens)
+{
+    fg_test_turn t;
+    fg_test_turn_start(s, in, n, max_tokens, &t);
+    CHECK_MSG(fg_test_turn_wait(&s, &t, 1) && t.last.finish != FG_FINISH_ERROR, "turn: done %d, error %s", t.done,
               fg_err_name(t.last.error));
     return t;
 }
 
-/* Whether two turns gave the same, non-empty tokens. */
-static inline bool fg_test_same_turn(const fg_test_turn *a, const fg_test_turn *b)
+/* The same tokens, at least one. */
+static inline bool fg_test_turn_same(const fg_test_turn *a, const fg_test_turn *b)
 {
-    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0;
+    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, sizeof a->tok[0] * (size_t)a->n) == 0;
 }
 
 /* Greedy tokens of a prompt alone on a direct-mode engine: the prompt as

@@ -32,7 +32,7 @@
 #include "engine/model/gguf.h"
 #include "tests/model/model_test.h"
 
-#define NEXT 64
+#define NEXT 64 /* <= FG_TEST_TURN_MAX */
 
 static char root[256];
 
@@ -139,16 +139,6 @@ static fg_engine_t *open_e(eng_opts x)
     return open_engine_with(&o);
 }
 
-typedef fg_test_turn turn;
-
-static fg_session_t *named(fg_engine_t *e, const char *name)
-{
-    fg_session_params p = {.weight = 1, .name = name, .tenant_name = "acme"};
-    fg_session_t *s = NULL;
-    CHECK_MSG(fg_session_create(e, &p, &s) == FG_OK, "create %s", name ? name : "(anonymous)");
-    return s;
-}
-
 static fg_session_t *restore(fg_engine_t *e, const char *name, fg_err want)
 {
     fg_session_params p = {.weight = 1, .name = name, .tenant_name = "acme"};
@@ -181,9 +171,9 @@ static void check_restart_and_spill(int n_vocab)
 
     /* the references: sessions that never leave memory */
     fg_engine_t *e = open_e((eng_opts){0});
-    fg_session_t *ra = named(e, NULL), *rb = named(e, NULL);
-    turn ra1 = fg_test_run_turn(ra, pa, 150, 6), ra2 = fg_test_run_turn(ra, in2, 5, NEXT);
-    turn rb1 = fg_test_run_turn(rb, pb, 61, 3), rb2 = fg_test_run_turn(rb, in2, 5, NEXT);
+    fg_session_t *ra = fg_test_session(e, "acme", NULL), *rb = fg_test_session(e, "acme", NULL);
+    fg_test_turn ra1 = fg_test_turn_run(ra, pa, 150, 6), ra2 = fg_test_turn_run(ra, in2, 5, NEXT);
+    fg_test_turn rb1 = fg_test_turn_run(rb, pb, 61, 3), rb2 = fg_test_turn_run(rb, in2, 5, NEXT);
     CHECK(ra2.n == NEXT && rb2.n == NEXT);
     fg_session_free(ra);
     fg_session_free(rb);
@@ -191,9 +181,9 @@ static void check_restart_and_spill(int n_vocab)
 
     /* turn 1 of each; "alpha" saved by fg_session_save, "beta" by save_all; the engine closes */
     e = open_e((eng_opts){.dir = dir});
-    fg_session_t *a = named(e, "alpha"), *b = named(e, "beta");
-    turn a1 = fg_test_run_turn(a, pa, 150, 6), b1 = fg_test_run_turn(b, pb, 61, 3);
-    CHECK(fg_test_same_turn(&a1, &ra1) && fg_test_same_turn(&b1, &rb1));
+    fg_session_t *a = fg_test_session(e, "acme", "alpha"), *b = fg_test_session(e, "acme", "beta");
+    fg_test_turn a1 = fg_test_turn_run(a, pa, 150, 6), b1 = fg_test_turn_run(b, pb, 61, 3);
+    CHECK(fg_test_turn_same(&a1, &ra1) && fg_test_turn_same(&b1, &rb1));
     fg_diag d = {{0}};
     CHECK_MSG(fg_session_save(a, &d) == FG_OK, "%s", d.msg);
     CHECK_MSG(fg_engine_save_all(e, &d) == FG_OK, "%s", d.msg);
@@ -210,9 +200,9 @@ static void check_restart_and_spill(int n_vocab)
     b = restore(e, "beta", FG_OK);
     if (a && b) {
         CHECK(fg_session_on_disk(a) && fg_session_on_disk(b));
-        turn a2 = fg_test_run_turn(a, in2, 5, NEXT), b2 = fg_test_run_turn(b, in2, 5, NEXT);
-        CHECK_MSG(fg_test_same_turn(&a2, &ra2), "alpha after the restart: %d tokens, the reference's %d", a2.n, ra2.n);
-        CHECK_MSG(fg_test_same_turn(&b2, &rb2), "beta after the restart: %d tokens, the reference's %d", b2.n, rb2.n);
+        fg_test_turn a2 = fg_test_turn_run(a, in2, 5, NEXT), b2 = fg_test_turn_run(b, in2, 5, NEXT);
+        CHECK_MSG(fg_test_turn_same(&a2, &ra2), "alpha after the restart: %d tokens, the reference's %d", a2.n, ra2.n);
+        CHECK_MSG(fg_test_turn_same(&b2, &rb2), "beta after the restart: %d tokens, the reference's %d", b2.n, rb2.n);
         /* only the new input was evaluated: the history came from the file */
         CHECK_MSG(a2.last.usage.cached_tokens == ra2.last.usage.cached_tokens,
                   "alpha: %lld cached tokens, the reference %lld", (long long)a2.last.usage.cached_tokens,
@@ -229,9 +219,9 @@ static void check_restart_and_spill(int n_vocab)
 
     /* an idle session spills (pages and state back to the pool) and comes back */
     e = open_e((eng_opts){.dir = dir, .idle_spill = 0.05});
-    a = named(e, "gamma");
-    a1 = fg_test_run_turn(a, pa, 150, 6);
-    CHECK(fg_test_same_turn(&a1, &ra1));
+    a = fg_test_session(e, "acme", "gamma");
+    a1 = fg_test_turn_run(a, pa, 150, 6);
+    CHECK(fg_test_turn_same(&a1, &ra1));
     bool spilled = false;
     for (double t0 = fg_clock_mono_s(); !spilled && fg_clock_mono_s() - t0 < 240; usleep(1000))
         spilled = fg_session_on_disk(a);
@@ -244,8 +234,8 @@ static void check_restart_and_spill(int n_vocab)
     }
     CHECK_MSG(st.spills >= 1 && st.kv_pages_used == 0, "%llu spills, %zu pages still used by a spilled session",
               (unsigned long long)st.spills, st.kv_pages_used);
-    turn a2 = fg_test_run_turn(a, in2, 5, NEXT);
-    CHECK_MSG(fg_test_same_turn(&a2, &ra2), "the spilled session: %d tokens, the reference's %d", a2.n, ra2.n);
+    fg_test_turn a2 = fg_test_turn_run(a, in2, 5, NEXT);
+    CHECK_MSG(fg_test_turn_same(&a2, &ra2), "the spilled session: %d tokens, the reference's %d", a2.n, ra2.n);
     fg_engine_get_stats(e, &st);
     CHECK(st.restores >= 1);
     fg_session_delete(a);
@@ -262,7 +252,7 @@ static void check_pressure(int n_vocab)
     int32_t prompt[N][150];
     for (int i = 0; i < N; i++)
         test_tokens(prompt[i], 150, n_vocab, 60 + (unsigned)i);
-    turn want[N][2], got[N][2];
+    fg_test_turn want[2][N], got[2][N];
     for (int big = 1; big >= 0; big--) {
         fg_engine_options o;
         v4_test_options(&o, true);
@@ -280,37 +270,22 @@ static void check_pressure(int n_vocab)
         char name[N][16];
         for (int i = 0; i < N; i++) {
             snprintf(name[i], sizeof name[i], "p%d", i);
-            s[i] = named(e, big ? NULL : name[i]);
+            s[i] = fg_test_session(e, "acme", big ? NULL : name[i]);
         }
         for (int t = 0; t < 2; t++) {
-            fg_diag d = {{0}};
-            for (int i = 0; i < N; i++) {
-                turn *x = &(big ? want : got)[i][t];
-                memset(x, 0, sizeof *x);
-                CHECK(fg_session_append(s[i], t ? in2 : prompt[i], t ? 5 : 150, &d) == FG_OK);
-                fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = t ? 16 : 6,
-                                        .generate = true};
-                CHECK_MSG(fg_session_respond(s[i], &p, NULL, &d) == FG_OK, "%s", d.msg);
-            }
-            int left = N;
-            for (double t0 = fg_clock_mono_s(); left && fg_clock_mono_s() - t0 < 240; usleep(500)) {
-                left = 0;
-                for (int i = 0; i < N; i++) {
-                    turn *x = &(big ? want : got)[i][t];
-                    if (!x->done)
-                        fg_test_drain(s[i], x->tok, &x->n, FG_TEST_MAXGEN, &x->done, &x->waited, &x->last);
-                    left += !x->done;
-                }
-            }
-            CHECK_MSG(left == 0, "%d sessions of %d never finished turn %d", left, N, t + 1);
+            fg_test_turn *x = (big ? want : got)[t];
+            for (int i = 0; i < N; i++)
+                fg_test_turn_start(s[i], t ? in2 : prompt[i], t ? 5 : 150, t ? 16 : 6, &x[i]);
+            CHECK_MSG(fg_test_turn_wait(s, x, N), "the sessions never finished turn %d", t + 1);
         }
         fg_engine_stats st;
         fg_engine_get_stats(e, &st);
         if (!big) {
             for (int i = 0; i < N; i++)
                 for (int t = 0; t < 2; t++)
-                    CHECK_MSG(fg_test_same_turn(&got[i][t], &want[i][t]), "session %d, turn %d: %d tokens, the large pool's %d",
-                              i, t + 1, got[i][t].n, want[i][t].n);
+                    CHECK_MSG(fg_test_turn_same(&got[t][i], &want[t][i]),
+                              "session %d, turn %d: %d tokens, the large pool's %d", i, t + 1, got[t][i].n,
+                              want[t][i].n);
             CHECK_MSG(st.spills > 0 && st.restores > 0, "a pool of 3 sessions for 6: %llu spills, %llu restores",
                       (unsigned long long)st.spills, (unsigned long long)st.restores);
             CHECK(st.kv_pages_used <= st.kv_pages_total);
@@ -328,8 +303,8 @@ static void check_pressure(int n_vocab)
 static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
 {
     fg_engine_t *e = open_e(x);
-    fg_session_t *s = named(e, name);
-    fg_test_run_turn(s, prompt, n, 4);
+    fg_session_t *s = fg_test_session(e, "acme", name);
+    fg_test_turn_run(s, prompt, n, 4);
     fg_diag d = {{0}};
     CHECK_MSG(fg_engine_save_all(e, &d) == FG_OK, "%s", d.msg);
     fg_session_free(s);
@@ -368,15 +343,15 @@ static void check_damage(int n_vocab)
 
     /* the reference continuation of the healthy one and of a resident session */
     fg_engine_t *e = open_e((eng_opts){0});
-    fg_session_t *r = named(e, NULL);
-    fg_test_run_turn(r, prompt, 150, 4);
-    turn want = fg_test_run_turn(r, in2, 5, 8);
+    fg_session_t *r = fg_test_session(e, "acme", NULL);
+    fg_test_turn_run(r, prompt, 150, 4);
+    fg_test_turn want = fg_test_turn_run(r, in2, 5, 8);
     fg_session_free(r);
     fg_engine_close(e);
 
     e = open_e(x);
-    fg_session_t *live = named(e, "live");
-    turn l1 = fg_test_run_turn(live, prompt, 150, 4);
+    fg_session_t *live = fg_test_session(e, "acme", "live");
+    fg_test_turn l1 = fg_test_turn_run(live, prompt, 150, 4);
     static const struct {
         const char *name;
         fg_err want;
@@ -395,12 +370,12 @@ static void check_damage(int n_vocab)
     /* the others are untouched: the healthy file restores and continues, the resident session goes on */
     fg_session_t *h = restore(e, "healthy", FG_OK);
     if (h) {
-        turn h2 = fg_test_run_turn(h, in2, 5, 8);
-        CHECK_MSG(fg_test_same_turn(&h2, &want), "the healthy session after the damaged ones: %d tokens", h2.n);
+        fg_test_turn h2 = fg_test_turn_run(h, in2, 5, 8);
+        CHECK_MSG(fg_test_turn_same(&h2, &want), "the healthy session after the damaged ones: %d tokens", h2.n);
         fg_session_free(h);
     }
-    turn l2 = fg_test_run_turn(live, in2, 5, 8);
-    CHECK(l1.n == 4 && fg_test_same_turn(&l2, &want));
+    fg_test_turn l2 = fg_test_turn_run(live, in2, 5, 8);
+    CHECK(l1.n == 4 && fg_test_turn_same(&l2, &want));
     fg_session_free(live);
     fg_engine_close(e);
 }

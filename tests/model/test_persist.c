@@ -30,8 +30,6 @@
 #include "config/base/clock.h"
 #include "tests/model/model_test.h"
 
-#define MAXGEN 16
-
 static char root[256];
 
 typedef struct eng_opts {
@@ -70,82 +68,6 @@ static fg_engine_t *open_e(eng_opts x)
     return e;
 }
 
-static fg_session_t *named(fg_engine_t *e, const char *tenant, const char *name)
-{
-    fg_session_params p = {.weight = 1, .name = name, .tenant_name = tenant};
-    fg_session_t *s = NULL;
-    fg_err err = fg_session_create(e, &p, &s);
-    CHECK_MSG(err == FG_OK, "create %s: %s", name ? name : "(anonymous)", fg_err_name(err));
-    return s;
-}
-
-/* The outcome of one turn. */
-typedef struct turn {
-    int32_t tok[MAXGEN];
-    int n;
-    bool done;
-    fg_event last;
-    fg_err save_failed;    /* error of a SAVE_FAILED event seen, or FG_OK */
-} turn;
-
-static void drain(fg_session_t *s, turn *t)
-{
-    fg_event ev[16];
-    char text[8192];
-    int n;
-    while ((n = fg_session_poll(s, ev, 16, text, sizeof text)) > 0)
-        for (int i = 0; i < n; i++) {
-            if (ev[i].type == FG_EVENT_TOKEN && t->n < MAXGEN)
-                t->tok[t->n++] = ev[i].token;
-            if (ev[i].type == FG_EVENT_DONE) {
-                t->done = true;
-                t->last = ev[i];
-            }
-            if (ev[i].type == FG_EVENT_SAVE_FAILED)
-                t->save_failed = ev[i].error;
-        }
-}
-
-static void start(fg_session_t *s, const int32_t *in, int n, int max_tokens, turn *t)
-{
-    memset(t, 0, sizeof *t);
-    fg_diag d = {{0}};
-    if (n)
-        CHECK_MSG(fg_session_append(s, in, n, &d) == FG_OK, "append: %s", d.msg);
-    fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = max_tokens, .generate = true};
-    CHECK_MSG(fg_session_respond(s, &p, NULL, &d) == FG_OK, "respond: %s", d.msg);
-}
-
-/* Polls until every turn is done; 240 s is only a backstop for slow sanitizer builds. */
-static bool wait_turns(fg_session_t **s, turn *t, int n)
-{
-    for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240;) {
-        int left = 0;
-        for (int i = 0; i < n; i++)
-            if (!t[i].done) {
-                drain(s[i], &t[i]);
-                left += !t[i].done;
-            }
-        if (!left)
-            return true;
-        usleep(500);
-    }
-    return false;
-}
-
-static turn run_turn(fg_session_t *s, const int32_t *in, int n, int max_tokens)
-{
-    turn t;
-    start(s, in, n, max_tokens, &t);
-    CHECK(wait_turns(&s, &t, 1));
-    return t;
-}
-
-static bool same_tokens(const turn *a, const turn *b)
-{
-    return a->n == b->n && a->n > 0 && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0;
-}
-
 static bool wait_on_disk(fg_session_t *s)
 {
     for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(1000))
@@ -172,8 +94,9 @@ static void test_restore_and_spill(int n_vocab)
 
     /* The reference: one session that never leaves memory. */
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
-    fg_session_t *r = named(ref, NULL, NULL);
-    turn r1 = run_turn(r, prompt, 150, 8), r2 = run_turn(r, in2, 5, 8), r3 = run_turn(r, in3, 4, 8);
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn r1 = fg_test_turn_run(r, prompt, 150, 8), r2 = fg_test_turn_run(r, in2, 5, 8),
+                 r3 = fg_test_turn_run(r, in3, 4, 8);
     fg_session_free(r);
     fg_engine_close(ref);
 
@@ -191,14 +114,14 @@ static void test_restore_and_spill(int n_vocab)
 
     /* Turn 1, saved, then the engine goes away. */
     fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true});
-    fg_session_t *s = named(e, "acme", "alpha");
+    fg_session_t *s = fg_test_session(e, "acme", "alpha");
     const char meta[] = "{\"instructions\":\"terse\"}";
     fg_diag d = {{0}};
     CHECK(fg_session_set_meta(s, meta, sizeof meta, &d) == FG_OK);
     static char big[FG_SESSION_META_MAX + 1];
     CHECK(fg_session_set_meta(s, big, sizeof big, &d) == FG_ERR_INVALID_ARG);
-    turn p1 = run_turn(s, prompt, 150, 8);
-    CHECK(same_tokens(&p1, &r1));
+    fg_test_turn p1 = fg_test_turn_run(s, prompt, 150, 8);
+    CHECK(fg_test_turn_same(&p1, &r1));
     CHECK(fg_engine_save_all(e, &d) == FG_OK);
     char path[600];
     path_of(path, sizeof path, dir, "acme", "alpha", ".fgs");
@@ -235,8 +158,8 @@ static void test_restore_and_spill(int n_vocab)
     char got[128] = {0};
     CHECK(fg_session_get_meta(s, got, sizeof got) == sizeof meta && memcmp(got, meta, sizeof meta) == 0);
     CHECK(fg_session_length(s) == 150 + 8 - 1); /* the last sampled token waits as input */
-    turn p2 = run_turn(s, in2, 5, 8);
-    CHECK_MSG(same_tokens(&p2, &r2), "restored session diverged (%d tokens)", p2.n);
+    fg_test_turn p2 = fg_test_turn_run(s, in2, 5, 8);
+    CHECK_MSG(fg_test_turn_same(&p2, &r2), "restored session diverged (%d tokens)", p2.n);
     CHECK(wait_on_disk(s)); /* idle spill */
     fg_engine_stats st;
     fg_engine_get_stats(e, &st);
@@ -249,11 +172,11 @@ static void test_restore_and_spill(int n_vocab)
     fg_session_params other = {.weight = 1, .name = "x", .tenant_name = "other"};
     fg_session_t *g = NULL;
     CHECK(fg_session_fork(s, &other, &g, &d) == FG_ERR_INVALID_ARG && g == NULL);
-    turn p3 = run_turn(s, in3, 4, 8);
-    CHECK_MSG(same_tokens(&p3, &r3), "spilled session diverged (%d tokens)", p3.n);
+    fg_test_turn p3 = fg_test_turn_run(s, in3, 4, 8);
+    CHECK_MSG(fg_test_turn_same(&p3, &r3), "spilled session diverged (%d tokens)", p3.n);
     if (f) {
-        turn f3 = run_turn(f, in3, 4, 8);
-        CHECK_MSG(same_tokens(&f3, &r3), "fork diverged (%d tokens)", f3.n);
+        fg_test_turn f3 = fg_test_turn_run(f, in3, 4, 8);
+        CHECK_MSG(fg_test_turn_same(&f3, &r3), "fork diverged (%d tokens)", f3.n);
         fg_session_delete(f);
     }
     /* Freed and restored at once: the save of its last turn lands before the read. */
@@ -277,7 +200,7 @@ static void test_restore_and_spill(int n_vocab)
         char m2[8] = {0};
         CHECK(fg_session_get_meta(s, m2, sizeof m2) == 2 && memcmp(m2, "v2", 2) == 0);
         CHECK(fg_session_length(s) == len3);
-        turn p4 = run_turn(s, in2, 5, 4); /* and its KV still loads */
+        fg_test_turn p4 = fg_test_turn_run(s, in2, 5, 4); /* and its KV still loads */
         CHECK(p4.done && p4.last.finish == FG_FINISH_LENGTH && p4.last.usage.cached_tokens == len3);
         fg_session_free(s);
     }
@@ -311,9 +234,9 @@ static void test_forks_outlive_source(int n_vocab)
     int32_t prompt[150], in2[4] = {21, 22, 23, 24};
     test_tokens(prompt, 150, n_vocab, 12);
     fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true, .idle_spill = 0.05});
-    fg_session_t *s = named(e, "acme", "beta"), *ref = NULL, *f[3] = {NULL, NULL, NULL};
+    fg_session_t *s = fg_test_session(e, "acme", "beta"), *ref = NULL, *f[3] = {NULL, NULL, NULL};
     fg_diag d = {{0}};
-    run_turn(s, prompt, 150, 8);
+    fg_test_turn_run(s, prompt, 150, 8);
     CHECK(wait_on_disk(s) && exists(path));
     fg_session_params rp = {.weight = 1, .name = "beta-ref", .tenant_name = "acme"};
     CHECK(fg_session_fork(s, &rp, &ref, &d) == FG_OK);
@@ -329,14 +252,14 @@ static void test_forks_outlive_source(int n_vocab)
         fg_engine_close(e);
         return;
     }
-    turn want = run_turn(ref, in2, 4, 8); /* while the source lives */
+    fg_test_turn want = fg_test_turn_run(ref, in2, 4, 8); /* while the source lives */
     fg_session_delete(ref);
     fg_session_delete(s);
     for (int i = 0; i < 3; i++) {
-        turn got = run_turn(f[i], in2, 4, 8);
+        fg_test_turn got = fg_test_turn_run(f[i], in2, 4, 8);
         CHECK_MSG(got.done && got.last.finish != FG_FINISH_ERROR, "fork %d after its source's deletion: %s", i,
                   fg_err_name(got.last.error));
-        CHECK_MSG(same_tokens(&got, &want), "fork %d diverged (%d tokens)", i, got.n);
+        CHECK_MSG(fg_test_turn_same(&got, &want), "fork %d diverged (%d tokens)", i, got.n);
         if (i < 2)
             CHECK_MSG(exists(path), "the source's file went while fork %d still needed it", i + 1);
     }
@@ -351,8 +274,8 @@ static void test_forks_outlive_source(int n_vocab)
 static void save_one(eng_opts x, const char *name, const int32_t *prompt, int n)
 {
     fg_engine_t *e = open_e(x);
-    fg_session_t *s = named(e, "acme", name);
-    run_turn(s, prompt, n, 4);
+    fg_session_t *s = fg_test_session(e, "acme", name);
+    fg_test_turn_run(s, prompt, n, 4);
     fg_diag d;
     CHECK(fg_engine_save_all(e, &d) == FG_OK);
     fg_session_free(s);
@@ -420,9 +343,9 @@ static void test_damage(int n_vocab)
 
     /* The reference continuation of the healthy one. */
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
-    fg_session_t *r = named(ref, NULL, NULL);
-    run_turn(r, prompt, 100, 4);
-    turn r2 = run_turn(r, in2, 3, 4);
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn_run(r, prompt, 100, 4);
+    fg_test_turn r2 = fg_test_turn_run(r, in2, 3, 4);
     fg_session_free(r);
     fg_engine_close(ref);
 
@@ -453,8 +376,8 @@ static void test_damage(int n_vocab)
     fg_diag d = {{0}};
     CHECK(fg_session_restore(e, &hp, &h, &d) == FG_OK);
     if (h) {
-        turn h2 = run_turn(h, in2, 3, 4);
-        CHECK(same_tokens(&h2, &r2));
+        fg_test_turn h2 = fg_test_turn_run(h, in2, 3, 4);
+        CHECK(fg_test_turn_same(&h2, &r2));
         fg_session_free(h);
     }
     /* A session on disk whose file is damaged before it is loaded back: the
@@ -466,8 +389,10 @@ static void test_damage(int n_vocab)
         CHECK(fg_session_on_disk(sp));
         path_of(p, sizeof p, dir, "acme", "spilled", ".fgs");
         corrupt(p, -20, 0x01, -1);
-        turn t = run_turn(sp, in2, 3, 4);
-        CHECK(t.done && t.last.finish == FG_FINISH_ERROR && t.last.error == FG_ERR_SESSION_CORRUPT);
+        fg_test_turn t;
+        fg_test_turn_start(sp, in2, 3, 4, &t);
+        CHECK(fg_test_turn_wait(&sp, &t, 1) && t.last.finish == FG_FINISH_ERROR &&
+              t.last.error == FG_ERR_SESSION_CORRUPT);
         CHECK(fg_session_length(sp) == 0 && !fg_session_on_disk(sp));
         fg_session_free(sp);
     }
@@ -477,15 +402,15 @@ static void test_damage(int n_vocab)
     char dir2[512];
     snprintf(dir2, sizeof dir2, "%s/full", root);
     e = open_e((eng_opts){.dir = dir2, .prefix = true, .disk_budget = 4096});
-    fg_session_t *s = named(e, "acme", "big");
-    turn t1 = run_turn(s, prompt, 100, 4);
+    fg_session_t *s = fg_test_session(e, "acme", "big");
+    fg_test_turn t1 = fg_test_turn_run(s, prompt, 100, 4);
     CHECK(t1.done && t1.last.finish == FG_FINISH_LENGTH);
     for (double t0 = fg_clock_mono_s(); t1.save_failed == FG_OK && fg_clock_mono_s() - t0 < 240; usleep(1000))
-        drain(s, &t1);
+        fg_test_turn_drain(s, &t1);
     CHECK_MSG(t1.save_failed == FG_ERR_DISK_FULL, "save failure: %s", fg_err_name(t1.save_failed));
     CHECK(!fg_session_on_disk(s));
-    turn t2 = run_turn(s, in2, 3, 4);
-    CHECK(same_tokens(&t2, &r2));
+    fg_test_turn t2 = fg_test_turn_run(s, in2, 3, 4);
+    CHECK(fg_test_turn_same(&t2, &r2));
     CHECK(fg_engine_save_all(e, &d) == FG_ERR_DISK_FULL);
     fg_engine_stats st;
     fg_engine_get_stats(e, &st);
@@ -512,20 +437,20 @@ static void test_sharing_exact(int n_vocab, size_t page_bytes)
         test_tokens(prompt[i], PRE, n_vocab, 44);
         test_tokens(prompt[i] + PRE, SUF, n_vocab, 45 + (unsigned)i);
     }
-    turn want[K], got[K];
+    fg_test_turn want[K], got[K];
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
     for (int i = 0; i < K; i++) {
-        fg_session_t *r = named(ref, NULL, NULL);
-        want[i] = run_turn(r, prompt[i], PRE + SUF, 8);
+        fg_session_t *r = fg_test_session(ref, NULL, NULL);
+        want[i] = fg_test_turn_run(r, prompt[i], PRE + SUF, 8);
         fg_session_free(r);
     }
     fg_engine_close(ref);
     fg_engine_t *e = open_e((eng_opts){.prefix = true});
     fg_session_t *s[K];
     for (int i = 0; i < K; i++) {
-        s[i] = named(e, "t1", NULL);
-        got[i] = run_turn(s[i], prompt[i], PRE + SUF, 8);
-        CHECK_MSG(same_tokens(&got[i], &want[i]), "session %d: tokens differ with sharing", i);
+        s[i] = fg_test_session(e, "t1", NULL);
+        got[i] = fg_test_turn_run(s[i], prompt[i], PRE + SUF, 8);
+        CHECK_MSG(fg_test_turn_same(&got[i], &want[i]), "session %d: tokens differ with sharing", i);
         CHECK(got[i].last.usage.cached_tokens == (i ? 256 : 0));
     }
     for (int i = 0; i < K; i++)
@@ -534,9 +459,9 @@ static void test_sharing_exact(int n_vocab, size_t page_bytes)
     /* The cache keeps the shared pages after their sessions end; another
      * tenant with the same prompt gets no hit and holds its own copy. */
     const int shared = 256 / FG_KV_PAGE_TOKENS;
-    fg_session_t *a = named(e, "t2", "a");
-    turn ta = run_turn(a, prompt[0], PRE + SUF, 8);
-    CHECK(same_tokens(&ta, &want[0]) && ta.last.usage.cached_tokens == 0);
+    fg_session_t *a = fg_test_session(e, "t2", "a");
+    fg_test_turn ta = fg_test_turn_run(a, prompt[0], PRE + SUF, 8);
+    CHECK(fg_test_turn_same(&ta, &want[0]) && ta.last.usage.cached_tokens == 0);
     fg_tenant_kv_usage u1, u2;
     CHECK(fg_engine_tenant_usage(e, "t1", &u1) == FG_OK && fg_engine_tenant_usage(e, "t2", &u2) == FG_OK);
     CHECK_MSG(u1.resident_kv_bytes == (uint64_t)shared * page_bytes, "t1 keeps %llu bytes",
@@ -558,8 +483,8 @@ static void test_sharing_exact(int n_vocab, size_t page_bytes)
     const int fork_full = fg_session_length(a) / FG_KV_PAGE_TOKENS; /* full pages at the fork: stay shared */
     (void)before;
     int32_t more[3] = {3, 4, 5};
-    turn fa = run_turn(a, more, 3, 4), ff = run_turn(f, more, 3, 4);
-    CHECK(same_tokens(&fa, &ff));
+    fg_test_turn fa = fg_test_turn_run(a, more, 3, 4), ff = fg_test_turn_run(f, more, 3, 4);
+    CHECK(fg_test_turn_same(&fa, &ff));
     fg_engine_get_stats(e, &st);
     /* t1's cached pages, plus each side's pages, less the full pages both still share. */
     int each = (fg_session_length(a) + FG_KV_PAGE_TOKENS - 1) / FG_KV_PAGE_TOKENS;
@@ -583,15 +508,15 @@ static void test_sharing(int n_vocab, size_t page_bytes)
     }
     fg_engine_t *e = open_e((eng_opts){.prefix = true});
     static fg_session_t *s[NS];
-    static turn t[NS];
+    static fg_test_turn t[NS];
     for (int i = 0; i < NS; i++)
-        s[i] = named(e, "t1", NULL);
+        s[i] = fg_test_session(e, "t1", NULL);
     /* The first computes the system prompt; the others find its pages. */
-    start(s[0], prompt[0], SYS + 1, 1, &t[0]);
-    CHECK(wait_turns(s, t, 1));
+    fg_test_turn_start(s[0], prompt[0], SYS + 1, 1, &t[0]);
+    CHECK(fg_test_turn_wait(s, t, 1));
     for (int i = 1; i < NS; i++)
-        start(s[i], prompt[i], SYS + 1, 1, &t[i]);
-    CHECK(wait_turns(s, t, NS));
+        fg_test_turn_start(s[i], prompt[i], SYS + 1, 1, &t[i]);
+    CHECK(fg_test_turn_wait(s, t, NS));
     const int shared = SYS / FG_KV_PAGE_TOKENS;
     for (int i = 1; i < NS; i++)
         CHECK_MSG(t[i].last.usage.cached_tokens == SYS, "session %d: %lld cached", i,
@@ -625,20 +550,20 @@ static void test_sharing_together(int n_vocab, size_t page_bytes)
         prompt[i][PRE] = 7 + i;
     }
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
-    fg_session_t *r = named(ref, NULL, NULL);
-    turn want = run_turn(r, prompt[N - 1], PRE + 1, 4);
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn want = fg_test_turn_run(r, prompt[N - 1], PRE + 1, 4);
     fg_session_free(r);
     fg_engine_close(ref);
 
     fg_engine_t *e = open_e((eng_opts){.prefix = true});
     fg_session_t *s[N];
-    turn t[N];
+    fg_test_turn t[N];
     for (int i = 0; i < N; i++)
-        s[i] = named(e, "t1", NULL);
+        s[i] = fg_test_session(e, "t1", NULL);
     for (int i = 0; i < N; i++)
-        start(s[i], prompt[i], PRE + 1, 4, &t[i]);
-    CHECK(wait_turns(s, t, N));
-    CHECK_MSG(same_tokens(&t[N - 1], &want), "tokens differ when the prompt's pages came from another session");
+        fg_test_turn_start(s[i], prompt[i], PRE + 1, 4, &t[i]);
+    CHECK(fg_test_turn_wait(s, t, N));
+    CHECK_MSG(fg_test_turn_same(&t[N - 1], &want), "tokens differ when the prompt's pages came from another session");
     long long cached = 0;
     for (int i = 0; i < N; i++)
         cached += t[i].last.usage.cached_tokens;
@@ -667,7 +592,7 @@ static void test_budget(int n_vocab, size_t page_bytes)
         test_tokens(prompt[i], 150, n_vocab, 500 + (unsigned)i);
     for (int k = 0; k < TURNS; k++)
         test_tokens(in[k], 4, n_vocab, 900 + (unsigned)k);
-    static turn want[TURNS][N], got[TURNS][N];
+    static fg_test_turn want[TURNS][N], got[TURNS][N];
     fg_session_t *s[N];
     char names[N][16];
     for (int i = 0; i < N; i++)
@@ -675,11 +600,11 @@ static void test_budget(int n_vocab, size_t page_bytes)
 
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
     for (int i = 0; i < N; i++)
-        s[i] = named(ref, NULL, NULL);
+        s[i] = fg_test_session(ref, NULL, NULL);
     for (int k = 0; k < TURNS; k++) {
         for (int i = 0; i < N; i++)
-            start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &want[k][i]);
-        CHECK(wait_turns(s, want[k], N));
+            fg_test_turn_start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &want[k][i]);
+        CHECK(fg_test_turn_wait(s, want[k], N));
     }
     for (int i = 0; i < N; i++)
         fg_session_free(s[i]);
@@ -690,16 +615,16 @@ static void test_budget(int n_vocab, size_t page_bytes)
     snprintf(dir, sizeof dir, "%s/budget", root);
     fg_engine_t *e = open_e((eng_opts){.dir = dir, .prefix = true, .kv_budget = 8 * page_bytes});
     for (int i = 0; i < N; i++)
-        s[i] = named(e, "acme", names[i]);
+        s[i] = fg_test_session(e, "acme", names[i]);
     size_t max_used = 0, total = 0;
     for (int k = 0; k < TURNS; k++) {
         for (int i = 0; i < N; i++)
-            start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &got[k][i]);
+            fg_test_turn_start(s[i], k ? in[k] : prompt[i], k ? 4 : 150, 8, &got[k][i]);
         for (double t0 = fg_clock_mono_s(); fg_clock_mono_s() - t0 < 240; usleep(500)) {
             int left = 0;
             for (int i = 0; i < N; i++)
                 if (!got[k][i].done) {
-                    drain(s[i], &got[k][i]);
+                    fg_test_turn_drain(s[i], &got[k][i]);
                     left += !got[k][i].done;
                 }
             fg_engine_stats st;
@@ -715,7 +640,8 @@ static void test_budget(int n_vocab, size_t page_bytes)
                         (unsigned long long)st.restores);
         }
         for (int i = 0; i < N; i++)
-            CHECK_MSG(same_tokens(&got[k][i], &want[k][i]), "turn %d session %d differs from the large pool", k, i);
+            CHECK_MSG(fg_test_turn_same(&got[k][i], &want[k][i]), "turn %d session %d differs from the large pool", k,
+                      i);
     }
     fg_engine_stats st;
     fg_engine_get_stats(e, &st);
@@ -775,8 +701,8 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     test_tokens(big, C_BIG, n_vocab, 72);
     test_tokens(big2, C_BIG, n_vocab, 73);
     fg_engine_t *ref = open_e((eng_opts){.prefix = false});
-    fg_session_t *r = named(ref, NULL, NULL);
-    turn want = run_turn(r, prompt, C_SYS + C_Q, C_GEN);
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn want = fg_test_turn_run(r, prompt, C_SYS + C_Q, C_GEN);
     fg_session_free(r);
     fg_engine_close(ref);
 
@@ -785,12 +711,12 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     /* 8 pages: the system prompt's 4 cached pages must go when a 480-token session runs. */
     eng_opts x = {.prefix = true, .dir = dir, .kv_budget = 8 * page_bytes};
     fg_engine_t *e = open_e(x);
-    fg_session_t *a = named(e, "t1", NULL);
-    turn ta = run_turn(a, prompt, C_SYS + C_Q, C_GEN);
-    CHECK(same_tokens(&ta, &want));
+    fg_session_t *a = fg_test_session(e, "t1", NULL);
+    fg_test_turn ta = fg_test_turn_run(a, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(fg_test_turn_same(&ta, &want));
     fg_session_free(a);
-    fg_session_t *b = named(e, "t1", NULL);
-    turn tb = run_turn(b, big, C_BIG, C_GEN);
+    fg_session_t *b = fg_test_session(e, "t1", NULL);
+    fg_test_turn tb = fg_test_turn_run(b, big, C_BIG, C_GEN);
     CHECK(tb.done && tb.last.error == FG_OK);
     fg_session_free(b);
     CHECK_MSG(wait_pages_written(e, 4), "%llu page files written, want 4",
@@ -799,10 +725,10 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     CHECK(st0.disk_bytes >= 4 * (uint64_t)(96 + FG_KV_PAGE_TOKENS * (4 + page_bytes / FG_KV_PAGE_TOKENS) + 32 + 8));
 
     /* A new session with the same prompt: its 4 pages come back from disk, only the question is computed. */
-    fg_session_t *c = named(e, "t1", NULL);
-    turn tc = run_turn(c, prompt, C_SYS + C_Q, C_GEN);
+    fg_session_t *c = fg_test_session(e, "t1", NULL);
+    fg_test_turn tc = fg_test_turn_run(c, prompt, C_SYS + C_Q, C_GEN);
     fg_engine_stats st1 = stats_of(e);
-    CHECK_MSG(same_tokens(&tc, &want), "continuation differs after pages came back from disk");
+    CHECK_MSG(fg_test_turn_same(&tc, &want), "continuation differs after pages came back from disk");
     CHECK_MSG(tc.last.usage.cached_tokens == C_SYS, "cached_tokens %lld, want %d",
               (long long)tc.last.usage.cached_tokens, C_SYS);
     CHECK_MSG(st1.pages_from_disk - st0.pages_from_disk == 4, "%llu pages from disk",
@@ -821,10 +747,10 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     CHECK(exists(path));
     corrupt(path, 400, 0x10, -1);
     e = open_e(x);
-    fg_session_t *d = named(e, "t1", NULL);
-    turn td = run_turn(d, prompt, C_SYS + C_Q, C_GEN);
+    fg_session_t *d = fg_test_session(e, "t1", NULL);
+    fg_test_turn td = fg_test_turn_run(d, prompt, C_SYS + C_Q, C_GEN);
     fg_engine_stats st2 = stats_of(e);
-    CHECK_MSG(same_tokens(&td, &want), "continuation differs with a damaged page file");
+    CHECK_MSG(fg_test_turn_same(&td, &want), "continuation differs with a damaged page file");
     CHECK_MSG(td.last.usage.cached_tokens >= FG_KV_PAGE_TOKENS && td.last.usage.cached_tokens < C_SYS,
               "cached_tokens %lld with page 1 damaged", (long long)td.last.usage.cached_tokens);
     CHECK(td.last.error == FG_OK && st2.pages_from_disk >= 1);
@@ -832,14 +758,14 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     fg_session_free(d);
 
     /* Tenant t2 with the same prompt: no hit from t1's files; its own pages get their own files. */
-    fg_session_t *t2 = named(e, "t2", NULL);
-    turn tt = run_turn(t2, prompt, C_SYS + C_Q, C_GEN);
-    CHECK(same_tokens(&tt, &want) && tt.last.usage.cached_tokens == 0);
+    fg_session_t *t2 = fg_test_session(e, "t2", NULL);
+    fg_test_turn tt = fg_test_turn_run(t2, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(fg_test_turn_same(&tt, &want) && tt.last.usage.cached_tokens == 0);
     CHECK(stats_of(e).pages_from_disk == st2.pages_from_disk);
     fg_session_free(t2);
     uint64_t written = stats_of(e).pages_to_disk;
-    fg_session_t *b2 = named(e, "t3", NULL);
-    turn tb2 = run_turn(b2, big2, C_BIG, C_GEN);
+    fg_session_t *b2 = fg_test_session(e, "t3", NULL);
+    fg_test_turn tb2 = fg_test_turn_run(b2, big2, C_BIG, C_GEN);
     CHECK(tb2.done && tb2.last.error == FG_OK);
     fg_session_free(b2);
     CHECK(wait_pages_written(e, written + 4));
@@ -857,17 +783,17 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     /* With idle_spill_seconds, cold cached pages go to page files without any pressure too. */
     snprintf(dir, sizeof dir, "%s/cold_idle", root);
     e = open_e((eng_opts){.prefix = true, .dir = dir, .idle_spill = 0.3});
-    fg_session_t *i1 = named(e, "t1", NULL);
-    turn ti = run_turn(i1, prompt, C_SYS + C_Q, C_GEN);
-    CHECK(same_tokens(&ti, &want));
+    fg_session_t *i1 = fg_test_session(e, "t1", NULL);
+    fg_test_turn ti = fg_test_turn_run(i1, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(fg_test_turn_same(&ti, &want));
     fg_session_free(i1);
     CHECK(wait_pages_written(e, 4));
     fg_engine_stats st3 = stats_of(e);
     CHECK_MSG(st3.kv_pages_cached == 0 && st3.kv_pages_used == 0, "%zu cached, %zu used pages after the idle move",
               st3.kv_pages_cached, st3.kv_pages_used);
-    fg_session_t *i2 = named(e, "t1", NULL);
-    turn ti2 = run_turn(i2, prompt, C_SYS + C_Q, C_GEN);
-    CHECK(same_tokens(&ti2, &want) && ti2.last.usage.cached_tokens == C_SYS);
+    fg_session_t *i2 = fg_test_session(e, "t1", NULL);
+    fg_test_turn ti2 = fg_test_turn_run(i2, prompt, C_SYS + C_Q, C_GEN);
+    CHECK(fg_test_turn_same(&ti2, &want) && ti2.last.usage.cached_tokens == C_SYS);
     CHECK(stats_of(e).pages_from_disk - st3.pages_from_disk >= 4); /* more when one idled out before it was taken */
     fg_session_free(i2);
     fg_engine_close(e);
@@ -880,8 +806,8 @@ static void test_cold_pages(int n_vocab, size_t page_bytes)
     const int32_t *ins[3] = {prompt, big, big2};
     const int lens[3] = {C_SYS + C_Q, C_BIG, C_BIG};
     for (int k = 0; k < 3; k++) {
-        fg_session_t *q = named(e, "t1", NULL);
-        turn tq = run_turn(q, ins[k], lens[k], C_GEN);
+        fg_session_t *q = fg_test_session(e, "t1", NULL);
+        fg_test_turn tq = fg_test_turn_run(q, ins[k], lens[k], C_GEN);
         CHECK(tq.done && tq.last.error == FG_OK);
         fg_session_free(q);
         CHECK(stats_of(e).disk_bytes <= 5 * pfile);

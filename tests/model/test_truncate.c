@@ -21,8 +21,6 @@
 #include "kernels/cpu/mla_attn.h" /* FG_KV_PAGE_TOKENS */
 #include "tests/model/model_test.h"
 
-typedef fg_test_turn turn;
-
 static fg_engine_t *serving(const char *file, bool prefix, const char *dir, double idle_spill)
 {
     fg_engine_options o;
@@ -38,14 +36,6 @@ static fg_engine_t *serving(const char *file, bool prefix, const char *dir, doub
     o.persist_dir = dir;
     o.idle_spill_seconds = idle_spill;
     return open_engine_with(&o);
-}
-
-static fg_session_t *session(fg_engine_t *e, const char *name)
-{
-    fg_session_params p = {.weight = 1, .name = name};
-    fg_session_t *s = NULL;
-    CHECK(fg_session_create(e, &p, &s) == FG_OK);
-    return s;
 }
 
 static void fill(int32_t *t, int n, int n_vocab, uint32_t seed)
@@ -91,8 +81,8 @@ static void test_serving(void)
     fg_engine_t *e = serving("tiny.gguf", true, NULL, 0), *ref = serving("tiny.gguf", false, NULL, 0);
     fg_diag d = {{0}};
     /* s: the prompt, a turn (its sampled token queued), then forked */
-    fg_session_t *s = session(e, NULL);
-    turn t0 = fg_test_run_turn(s, P, NP, 4);
+    fg_session_t *s = fg_test_session(e, NULL, NULL);
+    fg_test_turn t0 = fg_test_turn_run(s, P, NP, 4);
     fg_session_params fp = {.weight = 1};
     fg_session_t *f = NULL;
     CHECK(fg_session_fork(s, &fp, &f, &d) == FG_OK);
@@ -100,28 +90,28 @@ static void test_serving(void)
     CHECK_MSG(fg_session_truncate(s, KEEP, &d) == FG_OK, "truncate: %s", d.msg);
     CHECK(fg_session_length(s) == KEEP);
     CHECK(fg_session_room(s) == fg_session_room(f) + (fg_session_length(f) + 1 - KEEP)); /* its queue went too */
-    turn ts = fg_test_run_turn(s, Q, NQ, 8);
+    fg_test_turn ts = fg_test_turn_run(s, Q, NQ, 8);
     CHECK_MSG(ts.last.usage.cached_tokens == KEEP, "cached %lld", (long long)ts.last.usage.cached_tokens);
     /* the straight run: the kept head and the new input, nothing else */
     int32_t pq[KEEP + NQ];
     memcpy(pq, P, KEEP * sizeof *P);
     memcpy(pq + KEEP, Q, NQ * sizeof *Q);
-    fg_session_t *r = session(ref, NULL);
-    turn tr = fg_test_run_turn(r, pq, KEEP + NQ, 8);
-    CHECK_MSG(fg_test_same_turn(&ts, &tr), "the cut session answers as a session sent only the head and the new input");
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn tr = fg_test_turn_run(r, pq, KEEP + NQ, 8);
+    CHECK_MSG(fg_test_turn_same(&ts, &tr), "the cut session answers as a session sent only the head and the new input");
     fg_session_free(r);
     /* the fork and a session taking the listed pages answer as the uncut session would */
-    r = session(ref, NULL);
-    turn u0 = fg_test_run_turn(r, P, NP, 4);
-    CHECK(fg_test_same_turn(&u0, &t0));
-    turn ur = fg_test_run_turn(r, Z, NZ, 8);
-    turn tf = fg_test_run_turn(f, Z, NZ, 8);
-    CHECK_MSG(fg_test_same_turn(&tf, &ur), "the fork's shared pages are untouched by the cut session's writes");
-    fg_session_t *g = session(e, NULL);
-    turn tg = fg_test_run_turn(g, P, NP, 4);
+    r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn u0 = fg_test_turn_run(r, P, NP, 4);
+    CHECK(fg_test_turn_same(&u0, &t0));
+    fg_test_turn ur = fg_test_turn_run(r, Z, NZ, 8);
+    fg_test_turn tf = fg_test_turn_run(f, Z, NZ, 8);
+    CHECK_MSG(fg_test_turn_same(&tf, &ur), "the fork's shared pages are untouched by the cut session's writes");
+    fg_session_t *g = fg_test_session(e, NULL, NULL);
+    fg_test_turn tg = fg_test_turn_run(g, P, NP, 4);
     CHECK_MSG(tg.last.usage.cached_tokens >= 2 * FG_KV_PAGE_TOKENS, "g took the listed pages (cached %lld)",
               (long long)tg.last.usage.cached_tokens);
-    CHECK_MSG(fg_test_same_turn(&tg, &t0), "the prefix cache's pages are untouched by the cut session's writes");
+    CHECK_MSG(fg_test_turn_same(&tg, &t0), "the prefix cache's pages are untouched by the cut session's writes");
     /* refused during a response */
     fg_response_params p = {.sampling = fg_sampling_default(), .max_tokens = 8, .generate = true};
     CHECK(fg_session_append(g, Z, NZ, &d) == FG_OK && fg_session_respond(g, &p, NULL, &d) == FG_OK);
@@ -149,8 +139,8 @@ static void test_on_disk(void)
     mkdir(dir, 0755);
     fg_engine_t *e = serving("tiny.gguf", true, dir, 0.2), *ref = serving("tiny.gguf", false, NULL, 0);
     fg_diag d = {{0}};
-    fg_session_t *s = session(e, "cut-on-disk");
-    fg_test_run_turn(s, P, NP, 4);
+    fg_session_t *s = fg_test_session(e, NULL, "cut-on-disk");
+    fg_test_turn_run(s, P, NP, 4);
     bool spilled = false;
     for (double t0 = fg_clock_mono_s(); !spilled && fg_clock_mono_s() - t0 < 60; usleep(2000))
         spilled = fg_session_on_disk(s);
@@ -158,14 +148,14 @@ static void test_on_disk(void)
     CHECK_MSG(fg_session_truncate(s, KEEP, &d) == FG_OK, "truncate on disk: %s", d.msg);
     CHECK(fg_session_length(s) == KEEP && fg_session_on_disk(s));
     CHECK_MSG(fg_session_save(s, &d) == FG_OK, "the file rewritten from itself: %s", d.msg);
-    turn ts = fg_test_run_turn(s, Q, NQ, 8);
+    fg_test_turn ts = fg_test_turn_run(s, Q, NQ, 8);
     int32_t pq[KEEP + NQ];
     memcpy(pq, P, KEEP * sizeof *P);
     memcpy(pq + KEEP, Q, NQ * sizeof *Q);
-    fg_session_t *r = session(ref, NULL);
-    turn tr = fg_test_run_turn(r, pq, KEEP + NQ, 8);
-    CHECK_MSG(ts.last.usage.cached_tokens == KEEP && fg_test_same_turn(&ts, &tr), "the session cut on disk continues (cached %lld)",
-              (long long)ts.last.usage.cached_tokens);
+    fg_session_t *r = fg_test_session(ref, NULL, NULL);
+    fg_test_turn tr = fg_test_turn_run(r, pq, KEEP + NQ, 8);
+    CHECK_MSG(ts.last.usage.cached_tokens == KEEP && fg_test_turn_same(&ts, &tr),
+              "the session cut on disk continues (cached %lld)", (long long)ts.last.usage.cached_tokens);
     fg_session_delete(s);
     fg_session_free(r);
     fg_engine_close(e);
@@ -187,14 +177,14 @@ static void test_v4(void)
     fg_diag d = {{0}};
     fg_session_t *s = NULL, *r = NULL;
     CHECK(fg_session_create(e, NULL, &s) == FG_OK && fg_session_create(e, NULL, &r) == FG_OK);
-    turn t0 = fg_test_run_turn(s, p, 40, 4);
+    fg_test_turn t0 = fg_test_turn_run(s, p, 40, 4);
     const int len = fg_session_length(s);
     CHECK(fg_session_truncate(s, 20, &d) == FG_ERR_UNSUPPORTED && fg_session_length(s) == len);
     CHECK(fg_session_truncate(s, len, &d) == FG_OK && fg_session_length(s) == len); /* the queue only */
     CHECK(fg_session_truncate(s, 0, &d) == FG_OK && fg_session_length(s) == 0);
-    turn t1 = fg_test_run_turn(s, p, 40, 4);
-    turn t2 = fg_test_run_turn(r, p, 40, 4);
-    CHECK(fg_test_same_turn(&t0, &t1) && fg_test_same_turn(&t1, &t2)); /* cut to nothing: as a fresh session */
+    fg_test_turn t1 = fg_test_turn_run(s, p, 40, 4);
+    fg_test_turn t2 = fg_test_turn_run(r, p, 40, 4);
+    CHECK(fg_test_turn_same(&t0, &t1) && fg_test_turn_same(&t1, &t2)); /* cut to nothing: as a fresh session */
     fg_session_free(s);
     fg_session_free(r);
     fg_engine_close(e);

@@ -568,13 +568,15 @@ static void test_dsml_well_formed(void)
     /* text before the block (the "\n\n" that opens it is not text), after it too */
     expect("Let me check.  " BLOCK(INVOKE("w") INVOKE_END) " ok" EOS, "T:Let me check.\nB0:w\nA0:{}\nD0:w:{}\nT: ok");
     /* several calls, parameters of every kind; string values escaped as JSON, JSON values as written */
-    expect(BLOCK(INVOKE("search-web") PSTR("q", "a \"quoted\"\nline\\ <b> </x> <" B "y \xe6\x97\xa5\t\x01")
+    expect(BLOCK(INVOKE("search-web") PSTR("q", "a \"quoted\"\nline\\ <b> </x> <" B "y \xe6\x97\xa5\t\x01\r\b\f\x1f")
                      PJSON("n", "3") PJSON("f", "true") PJSON("list", "[1, {\"a\": null}]")
                      PJSON("obj", " {\"k\": \"v\"}\n") PSTR("empty", "") PJSON("s", "\"json string\"") INVOKE_END "\n"
                  INVOKE("noop") INVOKE_END "\n" INVOKE("get_weather") PSTR("city", "Paris") INVOKE_END) EOS,
-           "B0:search-web\nA0:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001\", \"n\": 3, "
+           "B0:search-web\nA0:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001"
+           "\\r\\b\\f\\u001f\", \"n\": 3, "
            "\"f\": true, \"list\": [1, {\"a\": null}], \"obj\":  {\"k\": \"v\"}\n, \"empty\": \"\", \"s\": \"json string\"}\n"
-           "D0:search-web:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001\", \"n\": 3, "
+           "D0:search-web:{\"q\": \"a \\\"quoted\\\"\\nline\\\\ <b> </x> <" B "y \xe6\x97\xa5\\t\\u0001"
+           "\\r\\b\\f\\u001f\", \"n\": 3, "
            "\"f\": true, \"list\": [1, {\"a\": null}], \"obj\":  {\"k\": \"v\"}\n, \"empty\": \"\", \"s\": \"json string\"}\n"
            "B1:noop\nA1:{}\nD1:noop:{}\nB2:get_weather\nA2:{\"city\": \"Paris\"}\nD2:get_weather:{\"city\": \"Paris\"}");
     /* text only: whitespace at the end is text when no block takes it; V3's markers are text here */
