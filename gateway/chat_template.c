@@ -461,6 +461,84 @@ static fg_err v4_call(render_out *o, v4_json *j, const fg_chat_call *c, uint32_t
 
 static bool v4_user_side(fg_chat_role r) { return r == FG_CHAT_USER || r == FG_CHAT_TOOL; }
 
+/* V4's pieces, one message at a time (render_v4 and the session's items).
+ * What goes between two messages depends on both, so each piece first writes
+ * the end of the turn left open (v4_before), then its own bytes. */
+typedef enum v4_next { V4_NEXT_SYSTEM, V4_NEXT_USER, V4_NEXT_ASSISTANT, V4_NEXT_CALL, V4_NEXT_END } v4_next;
+
+/* think: the reply opening is "<think>" (else "</think>"). Returns what stays open. */
+static fg_template_tail v4_before(render_out *o, fg_template_tail t, v4_next next, bool think)
+{
+    switch (t) {
+    case FG_TEMPLATE_TAIL_USER:
+        if (next == V4_NEXT_USER) { /* merge_tool_messages: one user turn */
+            lit(o, "\n\n");
+            return t;
+        }
+        if (next == V4_NEXT_ASSISTANT || next == V4_NEXT_CALL) {
+            lit(o, ASSISTANT);
+            lit(o, think ? THINK_START : THINK_END);
+        }
+        return FG_TEMPLATE_TAIL_NONE;
+    case FG_TEMPLATE_TAIL_ASSISTANT:
+        if (next == V4_NEXT_CALL)
+            return t; /* the calls go after the text */
+        lit(o, EOS_TEXT);
+        return FG_TEMPLATE_TAIL_NONE;
+    case FG_TEMPLATE_TAIL_CALLS:
+        if (next == V4_NEXT_CALL) {
+            lit(o, "\n");
+            return t;
+        }
+        lit(o, "\n" DSML_END("tool_calls") EOS_TEXT);
+        return FG_TEMPLATE_TAIL_NONE;
+    case FG_TEMPLATE_TAIL_NONE:
+        break;
+    }
+    return FG_TEMPLATE_TAIL_NONE;
+}
+
+/* A user message or a tool output (tool: in <tool_result>). */
+static void v4_user_part(render_out *o, fg_template_tail *t, bool tool, const fg_chat_text *parts, uint32_t n)
+{
+    *t = v4_before(o, *t, V4_NEXT_USER, false);
+    if (*t != FG_TEMPLATE_TAIL_USER)
+        lit(o, USER);
+    if (tool)
+        lit(o, "<tool_result>");
+    for (uint32_t k = 0; k < n; k++)
+        txt(o, parts[k]);
+    if (tool)
+        lit(o, "</tool_result>");
+    *t = FG_TEMPLATE_TAIL_USER;
+}
+
+/* An assistant message's reasoning (reasoning non-NULL: written, with its
+ * "</think>") and text; its calls and end follow. think: as v4_before's. */
+static void v4_assistant_text(render_out *o, fg_template_tail *t, bool think, const fg_chat_text *reasoning,
+                              const fg_chat_text *parts, uint32_t n)
+{
+    *t = v4_before(o, *t, V4_NEXT_ASSISTANT, think);
+    if (reasoning) {
+        txt(o, *reasoning);
+        lit(o, THINK_END);
+    }
+    for (uint32_t k = 0; k < n; k++)
+        txt(o, parts[k]);
+    *t = FG_TEMPLATE_TAIL_ASSISTANT;
+}
+
+/* One call of an assistant turn: the block opens at its first. */
+static fg_err v4_call_piece(render_out *o, fg_template_tail *t, v4_json *j, const fg_chat_call *c, uint32_t i,
+                            uint32_t k, fg_diag *diag)
+{
+    fg_template_tail was = v4_before(o, *t, V4_NEXT_CALL, false);
+    if (was != FG_TEMPLATE_TAIL_CALLS)
+        lit(o, V4_CALLS_OPEN);
+    *t = FG_TEMPLATE_TAIL_CALLS;
+    return v4_call(o, j, c, i, k, diag);
+}
+
 /* encode_messages(messages, thinking_mode, drop_thinking=True) with the tools
  * on the first message (a system message, or an empty one put at the head).
  * A run of user and tool messages is one user turn (merge_tool_messages), its
@@ -494,10 +572,13 @@ static fg_err render_v4(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
         lit(o, "\n\n");
         e = v4_tools(o, &j, conv->tools, conv->n_tools, diag);
     }
+    fg_template_tail t = FG_TEMPLATE_TAIL_NONE;
     for (uint32_t i = 0; i < n && !e; i++) {
-        uint32_t end = i + 1; /* the turn is m[i..end) */
+        /* thinking kept: every turn with tools, else only after the last user turn */
+        const bool keep = conv->thinking && (!drop || i > last_user);
         switch (m[i].role) {
         case FG_CHAT_SYSTEM:
+            t = v4_before(o, t, V4_NEXT_SYSTEM, false);
             txt(o, m[i].content);
             if (i == 0 && conv->n_tools) {
                 lit(o, "\n\n");
@@ -505,43 +586,20 @@ static fg_err render_v4(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
             }
             break;
         case FG_CHAT_ASSISTANT:
-            if (conv->thinking && (!drop || i > last_user)) {
-                txt(o, m[i].reasoning);
-                lit(o, THINK_END);
-            }
-            txt(o, m[i].content);
-            if (m[i].n_calls) {
-                lit(o, V4_CALLS_OPEN);
-                for (uint32_t k = 0; k < m[i].n_calls && !e; k++) {
-                    if (k)
-                        lit(o, "\n");
-                    e = v4_call(o, &j, &m[i].calls[k], i, k, diag);
-                }
-                lit(o, "\n" DSML_END("tool_calls"));
-            }
-            lit(o, EOS_TEXT);
+            v4_assistant_text(o, &t, keep, keep ? &m[i].reasoning : NULL, &m[i].content, 1);
+            for (uint32_t k = 0; k < m[i].n_calls && !e; k++)
+                e = v4_call_piece(o, &t, &j, &m[i].calls[k], i, k, diag);
+            t = v4_before(o, t, V4_NEXT_END, false); /* a message is one turn */
             break;
         case FG_CHAT_USER:
         case FG_CHAT_TOOL:
-            lit(o, USER);
-            for (end = i; end < n && v4_user_side(m[end].role); end++) {
-                if (end > i)
-                    lit(o, "\n\n");
-                if (m[end].role == FG_CHAT_TOOL)
-                    lit(o, "<tool_result>");
-                txt(o, m[end].content);
-                if (m[end].role == FG_CHAT_TOOL)
-                    lit(o, "</tool_result>");
-            }
-            /* the reply opening, before an assistant turn or at the end */
-            if (end == n || m[end].role == FG_CHAT_ASSISTANT) {
-                lit(o, ASSISTANT);
-                lit(o, conv->thinking && (!drop || i >= last_user) ? THINK_START : THINK_END);
-            }
+            v4_user_part(o, &t, m[i].role == FG_CHAT_TOOL, &m[i].content, 1);
             break;
         }
-        i = end - 1;
     }
+    /* the reply opening after the last user turn */
+    if (!e && t == FG_TEMPLATE_TAIL_USER)
+        v4_before(o, t, V4_NEXT_ASSISTANT, conv->thinking);
     free(j.buf);
     return e;
 }
@@ -675,30 +733,95 @@ fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, siz
     return push_text(tok, instructions, len, 0, out);
 }
 
-/* V4's call item: the reply marker and the turn render_v4 writes for one
- * call and no text, so a call sent back continues fg_chat_call_prefix as the
- * model wrote it. Arguments that are not a JSON object: FG_ERR_INVALID_ARG. */
-static fg_err v4_call_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
+static bool is_v4(const fg_tokenizer_t *tok)
+{
+    fg_chat_family f;
+    fg_diag d;
+    return fg_chat_family_detect(NULL, 0, tok, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4;
+}
+
+/* V4's item: render_v4's piece for the message it is (a function_call: an
+ * assistant message's call), after what the items before left open. */
+static fg_err v4_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const fg_proto_item *item, fg_tokens *out)
 {
     fg_chat_prompt p = {0};
     render_out o = {&p, FG_OK};
     v4_json j = {0};
     fg_diag d;
-    const fg_chat_call c = {{item->name.ptr, item->name.len}, {item->arguments.ptr, item->arguments.len}};
-    lit(&o, ASSISTANT V4_CALLS_OPEN);
-    fg_err e = v4_call(&o, &j, &c, 0, 0, &d);
-    lit(&o, "\n" DSML_END("tool_calls") EOS_TEXT);
+    fg_template_tail t = *tail;
+    fg_chat_text parts[FG_PROTO_MAX_PARTS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; item->type == FG_PROTO_ITEM_MESSAGE && i < item->n_content && i < FG_PROTO_MAX_PARTS; i++)
+        parts[n++] = (fg_chat_text){item->content[i].text.ptr, item->content[i].text.len};
+    fg_err e = FG_OK;
+    switch (item->type) {
+    case FG_PROTO_ITEM_MESSAGE:
+        if (item->role == FG_PROTO_ROLE_USER) {
+            v4_user_part(&o, &t, false, parts, n);
+        } else if (item->role == FG_PROTO_ROLE_ASSISTANT) {
+            v4_assistant_text(&o, &t, false, NULL, parts, n);
+        } else { /* system (and developer) messages: their text, as render_v4 writes a system message */
+            t = v4_before(&o, t, V4_NEXT_SYSTEM, false);
+            for (uint32_t k = 0; k < n; k++)
+                txt(&o, parts[k]);
+        }
+        break;
+    case FG_PROTO_ITEM_FUNCTION_CALL: {
+        const fg_chat_call c = {{item->name.ptr, item->name.len}, {item->arguments.ptr, item->arguments.len}};
+        e = v4_call_piece(&o, &t, &j, &c, 0, 0, &d);
+        break;
+    }
+    case FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT: {
+        const fg_chat_text out_text = {item->output.ptr, item->output.len};
+        v4_user_part(&o, &t, true, &out_text, 1);
+        break;
+    }
+    default:
+        e = FG_ERR_INVALID_ARG;
+    }
     if (e == FG_OK)
         e = o.err;
     if (e == FG_OK)
         e = fg_chat_encode(tok, &p, out);
+    if (e == FG_OK)
+        *tail = t;
     free(j.buf);
     fg_chat_prompt_free(&p);
     return e;
 }
 
-fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out)
+/* V4's end of the open turn (next: what follows), then, for a reply, its opening. */
+static fg_err v4_end(const fg_tokenizer_t *tok, fg_template_tail *tail, bool reply, fg_tokens *out)
 {
+    fg_chat_prompt p = {0};
+    render_out o = {&p, FG_OK};
+    fg_template_tail t = v4_before(&o, *tail, V4_NEXT_END, false);
+    if (reply) { /* after a user turn as render_v4 writes it; elsewhere (the encoder opens no reply there) the same */
+        lit(&o, ASSISTANT THINK_END);
+        t = FG_TEMPLATE_TAIL_NONE;
+    } else if (*tail == FG_TEMPLATE_TAIL_USER) {
+        t = FG_TEMPLATE_TAIL_USER;
+    }
+    fg_err e = o.err ? o.err : fg_chat_encode(tok, &p, out);
+    if (e == FG_OK)
+        *tail = t;
+    fg_chat_prompt_free(&p);
+    return e;
+}
+
+fg_err fg_template_close(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out)
+{
+    if (!tail || !is_v4(tok))
+        return FG_OK;
+    return v4_end(tok, tail, false, out);
+}
+
+fg_err fg_template_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const fg_proto_item *item, fg_tokens *out)
+{
+    if (is_v4(tok)) {
+        fg_template_tail none = FG_TEMPLATE_TAIL_NONE;
+        return v4_item(tok, tail ? tail : &none, item, out);
+    }
     fg_err e = FG_OK;
     switch (item->type) {
     case FG_PROTO_ITEM_MESSAGE:
@@ -716,10 +839,6 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg
         }
         return e;
     case FG_PROTO_ITEM_FUNCTION_CALL: {
-        fg_chat_family f;
-        fg_diag d;
-        if (fg_chat_family_detect(NULL, 0, tok, &f, &d) == FG_OK && f == FG_CHAT_DEEPSEEK_V4)
-            return v4_call_item(tok, item, out);
         /* V3's call form, its text between the markers one run as fg_chat_render encodes it: a call
          * sent back renders as the model wrote it after a forced call's opening (fg_chat_call_prefix) */
         static const char fence[] = "\n```json\n", close[] = "\n```";
@@ -758,7 +877,11 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg
     return FG_ERR_INVALID_ARG;
 }
 
-fg_err fg_template_reply(const fg_tokenizer_t *tok, fg_tokens *out)
+fg_err fg_template_reply(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out)
 {
+    if (is_v4(tok)) {
+        fg_template_tail none = FG_TEMPLATE_TAIL_NONE;
+        return v4_end(tok, tail ? tail : &none, true, out);
+    }
     return marker(tok, ASSISTANT, out);
 }

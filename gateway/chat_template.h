@@ -14,8 +14,8 @@
  *    matches special tokens (BOS, <｜User｜>, the tool markers) only there, so
  *    a marker typed by a user stays plain text while the template's markers
  *    become single ids, as the reference tokenizer makes them.
- *  - fg_template_*: the per-item form the v1 session layer appends to a live
- *    session (kept until the session core renders through fg_chat_*).
+ *  - fg_template_*: the per-item form the session layer appends to a live
+ *    session, built from the same pieces as fg_chat_render.
  *
  * Memory: fg_chat_render writes into a caller-owned fg_chat_prompt and grows
  * it only when a prompt is longer than any before it (reuse one per session
@@ -157,19 +157,39 @@ fg_err fg_chat_call_prefix(fg_chat_family family, const char *name, size_t len, 
  * spans (fg_tokenizer_encode_spans). Errors: FG_ERR_NOMEM, FG_ERR_INVALID_ARG. */
 fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tokens *out);
 
-/* ---- the v1 session layer's per-item form ----
+/* ---- the session layer's per-item form ----
  *   BOS instructions  <｜User｜>text  <｜Assistant｜>text EOS  ...  <｜Assistant｜>(generation)
- * A tool call is an assistant turn in DeepSeek-V3's call form (as the model
- * writes it, and as it continues fg_chat_call_prefix; with a DeepSeek-V4
- * vocabulary render_v4's DSML turn instead), its output wrapped in
- * the tool-output markers; markers are encoded with special tokens
- * recognised, user-supplied text never is. */
+ * DeepSeek-V3: each item its own piece; a tool call in V3's call form (as the
+ * model writes it, and as it continues fg_chat_call_prefix), its output in
+ * the tool-output markers. DeepSeek-V4: render_v4's pieces, one message at a
+ * time, so head + items + reply is fg_chat_render's prompt of the same
+ * conversation (non-thinking mode; each item one message, a function_call
+ * an assistant message's call). What V4 writes between two messages depends
+ * on both, so the end of an item's turn is written by the next item (or the
+ * reply): the tail says what the items so far leave open (docs/protocol.md
+ * "Prompt formats"). Markers are encoded with special tokens recognised,
+ * user-supplied text never is. */
+
+/* What the items so far leave open (DeepSeek-V4; V3 leaves nothing open). */
+typedef enum fg_template_tail {
+    FG_TEMPLATE_TAIL_NONE = 0,  /* nothing: the head, a system message, a closed (generated) turn */
+    FG_TEMPLATE_TAIL_USER,      /* a user turn (user messages, tool outputs) without its reply opening */
+    FG_TEMPLATE_TAIL_ASSISTANT, /* an assistant message without its end (calls or EOS may follow) */
+    FG_TEMPLATE_TAIL_CALLS,     /* an assistant's call block, not closed */
+} fg_template_tail;
 
 /* Appends the session head: BOS (if the vocabulary has one) and the instructions. */
 fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, size_t len, fg_tokens *out);
-/* Appends one conversation item. */
-fg_err fg_template_item(const fg_tokenizer_t *tok, const fg_proto_item *item, fg_tokens *out);
-/* Appends the assistant marker that starts a generated reply. */
-fg_err fg_template_reply(const fg_tokenizer_t *tok, fg_tokens *out);
+/* Appends one conversation item after the items that left *tail (updated;
+ * NULL: nothing open, not updated). Errors: FG_ERR_INVALID_ARG (V4: call
+ * arguments that are not a JSON object), FG_ERR_NOMEM; *tail is unchanged on error. */
+fg_err fg_template_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const fg_proto_item *item, fg_tokens *out);
+/* Appends what ends the open turn and the assistant marker that starts a
+ * generated reply (V4: "<｜Assistant｜></think>"); *tail becomes NONE, as the
+ * generated reply closes its own turn. tail NULL: nothing open. */
+fg_err fg_template_reply(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out);
+/* Appends the end of an open assistant turn (V4: its call block's end, EOS;
+ * nothing for another tail, or V3) and sets *tail to NONE unless it is USER. */
+fg_err fg_template_close(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out);
 
 #endif

@@ -112,6 +112,8 @@ struct gw_session {
     /* the conversation after the head, as tokens (to rebuild on an instructions change) */
     fg_tokens conv;
     fg_tokens deferred;             /* items added during a response: they follow its output */
+    fg_template_tail tail;          /* what conv's items leave open for the next item or reply (chat_template.h) */
+    fg_template_tail oob_tail;      /* the same for an out-of-band response's context */
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
     bool cache_built;               /* the engine session already holds head + conv (a fork, a restore) */
     bool conv_known;                /* conv is the whole conversation (false after some restores) */

@@ -270,8 +270,9 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate)
     fg_gateway_t *gw = s->gw;
     fg_tokens head = {0}, reply = {0};
     fg_diag d;
+    fg_template_tail tail = s->tail; /* a copy: only counted here */
     bool ok = gw_session_head(s, &head, &d) == FG_OK &&
-              (!generate || fg_template_reply(gw->tok, &reply) == FG_OK);
+              (!generate || fg_template_reply(gw->tok, &tail, &reply) == FG_OK);
     size_t need = head.n + s->conv.n + (generate ? reply.n + 1 : 0);
     fg_tokens_free(&head);
     fg_tokens_free(&reply);

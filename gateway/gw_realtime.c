@@ -287,8 +287,19 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
     it.content[part].text.ptr = cut;
     fg_tokens tok = {0};
     fg_proto_code code = FG_PROTO_OK;
-    if (fg_template_item(s->gw->tok, &it, &tok) != FG_OK)
+    /* rendered after what the item before left open, and closed if its tokens were (a generated reply's EOS) */
+    const gw_item *before = i ? &s->items.v[i - 1] : NULL;
+    fg_template_tail tail = before && (before->it.type == FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT ||
+                                       (before->it.type == FG_PROTO_ITEM_MESSAGE && before->it.role == FG_PROTO_ROLE_USER))
+                                ? FG_TEMPLATE_TAIL_USER
+                                : FG_TEMPLATE_TAIL_NONE;
+    const int32_t eos = fg_tokenizer_eos(s->gw->tok);
+    const bool closed = g->tok_len && eos >= 0 && s->conv.v[g->tok_start + g->tok_len - 1] == eos;
+    if (fg_template_item(s->gw->tok, &tail, &it, &tok) != FG_OK ||
+        (closed && fg_template_close(s->gw->tok, &tail, &tok) != FG_OK))
         code = FG_PROTO_INTERNAL_ERROR;
+    if (code == FG_PROTO_OK && i + 1 == s->items.n)
+        s->tail = tail;
     *same = 0;
     while (code == FG_PROTO_OK && *same < tok.n && *same < g->tok_len && tok.v[*same] == s->conv.v[g->tok_start + *same])
         ++*same;

@@ -344,6 +344,7 @@ static void create_with(gw_sink *k, const fg_client_event *ev, gw_session *src, 
         set_instructions(s, &ins);
         s->set = src->set;
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
+        s->tail = src->tail;
         gw_items_copy(&s->items, &src->items);
         s->tool_choice = src->tool_choice;
         memcpy(s->tool_choice_name, src->tool_choice_name, sizeof s->tool_choice_name);
@@ -727,7 +728,8 @@ static void on_item_create(gw_sink *k, const fg_client_event *ev)
         snprintf(id, sizeof id, "%s", item.id.ptr);
     }
     fg_tokens t = {0};
-    if (fg_template_item(k->gw->tok, &item, &t) != FG_OK) {
+    fg_template_tail tail = s->tail; /* kept only once the item is in */
+    if (fg_template_item(k->gw->tok, &tail, &item, &t) != FG_OK) {
         fg_tokens_free(&t);
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
     }
@@ -744,6 +746,7 @@ static void on_item_create(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "item" : NULL, "%s",
                     code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the item does not fit the model's context"
                                                              : "cannot add the item");
+    s->tail = tail;
     if (!id[0]) /* numbered once the item is in: a refused item takes no id */
         snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
     char prev[FG_PROTO_MAX_ID_BYTES + 1] = "";
@@ -809,7 +812,8 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     const size_t item_start = s->conv.n;
     if (rp->generate) {
         fg_tokens t = {0};
-        code = fg_template_reply(gw->tok, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
+        fg_template_tail tail = s->resp_oob ? s->oob_tail : s->tail;
+        code = fg_template_reply(gw->tok, &tail, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
         /* A forced tool call's opening: prompt for the engine, but the reply's tokens in the conversation
          * (in the message item's range), as the next turn's rendering of the assistant turn writes them. */
         const fg_tokens *pre = gw_tools_prefix(s);
@@ -822,8 +826,10 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
             code = gw_engine_code(fg_session_append(target, t.v, (int)t.n, &d));
         else if (code == FG_PROTO_OK)
             code = append_tokens(s, t.v, t.n);
-        if (code == FG_PROTO_OK && !s->resp_oob)
+        if (code == FG_PROTO_OK && !s->resp_oob) {
             fg_tokens_push(&s->conv, t.v, t.n);
+            s->tail = tail; /* the reply closes its own turn; items added meanwhile follow it */
+        }
         fg_tokens_free(&t);
         msg = "no room left in the model's context for a reply";
     }
@@ -982,11 +988,14 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev, bool try
                              : FG_PROTO_INTERNAL_ERROR;
     if (code == FG_PROTO_OK)
         code = oob_append(s, tok.v, tok.n);
-    if (code == FG_PROTO_OK && !ev->u.response.has_input && s->conv.n)
+    s->oob_tail = FG_TEMPLATE_TAIL_NONE;
+    if (code == FG_PROTO_OK && !ev->u.response.has_input && s->conv.n) {
         code = oob_append(s, s->conv.v, s->conv.n);
+        s->oob_tail = s->tail;
+    }
     for (uint32_t i = 0; code == FG_PROTO_OK && i < ev->u.response.n_input; i++) {
         tok.n = 0;
-        code = fg_template_item(gw->tok, &ev->u.response.input[i], &tok) == FG_OK ? oob_append(s, tok.v, tok.n)
+        code = fg_template_item(gw->tok, &s->oob_tail, &ev->u.response.input[i], &tok) == FG_OK ? oob_append(s, tok.v, tok.n)
                                                                                   : FG_PROTO_INTERNAL_ERROR;
     }
     fg_tokens_free(&tok);
@@ -1190,7 +1199,8 @@ static void respond_with(gw_session *s, const gw_settings *sset, bool generate, 
     s->reserved = (s->resp_oob ? s->oob_input : s->new_input) + 1 + out_budget;
     if (rp.generate) {
         fg_tokens reply = {0};
-        s->reserved += fg_template_reply(gw->tok, &reply) == FG_OK ? (int64_t)reply.n : 8;
+        fg_template_tail tail = s->resp_oob ? s->oob_tail : s->tail; /* a copy: only counted here */
+        s->reserved += fg_template_reply(gw->tok, &tail, &reply) == FG_OK ? (int64_t)reply.n : 8;
         fg_tokens_free(&reply);
         const fg_tokens *pre = gw_tools_prefix(s);
         s->reserved += pre ? (int64_t)pre->n : 0;

@@ -27,7 +27,9 @@
  * vocabulary is deepseek-v4; fg_chat_render writes the same bytes; in the ids
  * of fg_chat_encode each marker the renderer wrote is one id, as many as it
  * wrote, marker text in messages stays text, and the ids decode back to the
- * prompt; what V4's format cannot express is refused with FG_ERR_INVALID_ARG.
+ * prompt; what V4's format cannot express is refused with FG_ERR_INVALID_ARG;
+ * for the non-thinking conversations, the session layer's per-item path
+ * (fg_template_head/item/reply) gives the same ids as the whole render.
  * Prints every mismatch and "passed N of M"; exits 1 unless all pass.
  */
 #include <jansson.h>
@@ -267,6 +269,76 @@ static void v4_refusals(const fg_tokenizer_t *t, fg_chat_prompt *p)
            "a name that is not UTF-8", "tool name");
 }
 
+/* The session layer's per-item path (non-thinking: what sessions run): the
+ * leading system message (or none) and the tools as the session's head, each
+ * other message as its items (an assistant's text a message item, each call
+ * a function_call item, a tool message a function_call_output), then the
+ * reply marker or the open turn's close; the ids must be fg_chat_encode's of
+ * fg_chat_render's prompt. */
+static void v4_items_check(const fg_tokenizer_t *t, const fg_chat_conv *conv, const char *name)
+{
+    if (conv->thinking)
+        return;
+    fg_diag d = {{0}};
+    fg_chat_prompt p = {0};
+    fg_tokens want = {0}, got = {0};
+    bool ok = fg_chat_render(FG_CHAT_DEEPSEEK_V4, conv, t, &p, &d) == FG_OK && fg_chat_encode(t, &p, &want) == FG_OK;
+    uint32_t i = 0;
+    fg_chat_text ins = {"", 0};
+    if (conv->n_msgs && conv->msgs[0].role == FG_CHAT_SYSTEM)
+        ins = conv->msgs[i++].content;
+    if (conv->n_tools) { /* as gw_session_head: the rendered system turn with the tools */
+        fg_chat_msg sys = {.role = FG_CHAT_SYSTEM, .content = ins};
+        fg_chat_conv head = {.msgs = &sys, .n_msgs = 1, .tools = conv->tools, .n_tools = conv->n_tools};
+        ok = ok && fg_chat_render(FG_CHAT_DEEPSEEK_V4, &head, t, &p, &d) == FG_OK && fg_chat_encode(t, &p, &got) == FG_OK;
+    } else {
+        ok = ok && fg_template_head(t, ins.ptr, ins.len, &got) == FG_OK;
+    }
+    fg_template_tail tail = FG_TEMPLATE_TAIL_NONE;
+    for (; ok && i < conv->n_msgs; i++) {
+        const fg_chat_msg *m = &conv->msgs[i];
+        fg_proto_item it = {.type = FG_PROTO_ITEM_MESSAGE, .n_content = 1};
+        it.content[0].text = (fg_proto_str){m->content.ptr ? m->content.ptr : "", m->content.len};
+        switch (m->role) {
+        case FG_CHAT_SYSTEM:
+            it.role = FG_PROTO_ROLE_SYSTEM;
+            break;
+        case FG_CHAT_USER:
+            it.role = FG_PROTO_ROLE_USER;
+            break;
+        case FG_CHAT_ASSISTANT:
+            it.role = FG_PROTO_ROLE_ASSISTANT;
+            break;
+        case FG_CHAT_TOOL:
+            it = (fg_proto_item){.type = FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT,
+                                 .output = {m->content.ptr ? m->content.ptr : "", m->content.len}};
+            break;
+        }
+        if (m->role != FG_CHAT_ASSISTANT || m->content.ptr)
+            ok = fg_template_item(t, &tail, &it, &got) == FG_OK;
+        for (uint32_t k = 0; ok && k < m->n_calls; k++) {
+            fg_proto_item call = {.type = FG_PROTO_ITEM_FUNCTION_CALL,
+                                  .name = {m->calls[k].name.ptr, m->calls[k].name.len},
+                                  .arguments = {m->calls[k].arguments.ptr, m->calls[k].arguments.len}};
+            ok = fg_template_item(t, &tail, &call, &got) == FG_OK;
+        }
+    }
+    ok = ok && (conv->add_generation_prompt ? fg_template_reply(t, &tail, &got) : fg_template_close(t, &tail, &got)) == FG_OK;
+    bool same = ok && got.n == want.n && !memcmp(got.v, want.v, got.n * sizeof *got.v);
+    result(same, "head + items + reply (the session's per-item path) are the rendered prompt's ids", name);
+    if (ok && !same) {
+        static char a[1 << 16], b[1 << 16];
+        size_t na = 0, nb = 0;
+        fg_tokenizer_decode(t, want.v, want.n, true, a, sizeof a, &na);
+        fg_tokenizer_decode(t, got.v, got.n, true, b, sizeof b, &nb);
+        printf("    ids %zu, per item %zu\n", want.n, got.n);
+        show_diff(a, na < sizeof a ? na : sizeof a - 1, b, nb < sizeof b ? nb : sizeof b - 1);
+    }
+    fg_tokens_free(&want);
+    fg_tokens_free(&got);
+    fg_chat_prompt_free(&p);
+}
+
 static int v4_main(const char *vocab, const char *vectors)
 {
     fg_diag d = {{0}};
@@ -305,6 +377,8 @@ static int v4_main(const char *vocab, const char *vectors)
             continue;
         }
         e = fg_chat_render(FG_CHAT_DEEPSEEK_V4, &b.conv, t, &p, &d);
+        if (e == FG_OK)
+            v4_items_check(t, &b.conv, name);
         conv_buf_free(&b);
         size_t n_want = json_string_length(want);
         bool same = e == FG_OK && p.len == n_want && !memcmp(p.text, json_string_value(want), n_want);

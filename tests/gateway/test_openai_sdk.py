@@ -642,10 +642,17 @@ def test_tool_calls_v4_realtime():
             check("error" not in types, f"no error: {types}")
             call = evs[-1]["response"]["output"][1]
             eq((call["type"], call["status"]), ("function_call", "completed"), "the call item in response.done")
+            u1 = evs[-1]["response"]["usage"]
             evs = ga_turn(r, {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temp_c": 21}'})
             text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
             eq((text, evs[-1]["response"]["status"]), ("It is sunny in Paris.", "completed"), "the reply after the tool")
+            # the tool output is appended after the call turn: all of the previous turn is cached
+            # (but its last sampled token, fed only now)
+            u2 = evs[-1]["response"]["usage"]
+            eq(u2["input_token_details"]["cached_tokens"], u1["total_tokens"] - 1, f"turn 2 cached: {u1} {u2}")
             evs = ga_turn(r, user)
+            u3 = evs[-1]["response"]["usage"]
+            eq(u3["input_token_details"]["cached_tokens"], u2["total_tokens"] - 1, f"turn 3 cached: {u2} {u3}")
             errs = [e["error"] for e in evs if e["type"] == "error"]
             eq([e["code"] for e in errs], ["tool_call_invalid"], f"one error: {errs}")
             check("bad_json" in errs[0]["message"], f"the reason: {errs[0]['message']}")

@@ -782,10 +782,12 @@ static void test_dsml_call_item(void)
     fg_proto_item it = {.type = FG_PROTO_ITEM_FUNCTION_CALL, .name = {"get_weather", 11},
                         .arguments = {args, sizeof args - 1}};
     fg_tokens item = {0}, head = {0};
-    CHECK(fg_template_item(tok4, &it, &item) == FG_OK);
+    fg_template_tail tail = FG_TEMPLATE_TAIL_USER, tail2 = FG_TEMPLATE_TAIL_USER; /* after a user turn */
+    CHECK(fg_template_item(tok4, &tail, &it, &item) == FG_OK && tail == FG_TEMPLATE_TAIL_CALLS);
+    CHECK(fg_template_close(tok4, &tail, &item) == FG_OK && tail == FG_TEMPLATE_TAIL_NONE);
     /* the reply marker and the prefix's tokens begin it; EOS ends it; its text is the DSML turn */
     fg_chat_prompt p = {0};
-    CHECK(fg_template_reply(tok4, &head) == FG_OK);
+    CHECK(fg_template_reply(tok4, &tail2, &head) == FG_OK);
     CHECK(fg_chat_call_prefix(FG_CHAT_DEEPSEEK_V4, "get_weather", 11, &p, &d) == FG_OK);
     CHECK(fg_chat_encode(tok4, &p, &head) == FG_OK);
     CHECK(head.n < item.n && memcmp(item.v, head.v, head.n * sizeof head.v[0]) == 0);
@@ -793,20 +795,21 @@ static void test_dsml_call_item(void)
     static char text[1024];
     size_t n = 0;
     CHECK(fg_tokenizer_decode(tok4, item.v, item.n, true, text, sizeof text, &n) == FG_OK);
-    const char want[] = ASSISTANT "\n\n" DS_CALLS "\n" INVOKE("get_weather") PSTR("city", "Oslo") PJSON("days", "[1, 2]")
+    const char want[] = ASSISTANT "</think>\n\n" DS_CALLS "\n" INVOKE("get_weather") PSTR("city", "Oslo") PJSON("days", "[1, 2]")
         INVOKE_END "\n" DS_CALLS_END EOS;
     CHECK_MSG(n == sizeof want - 1 && memcmp(text, want, n) == 0, "%s", text);
     static rec r;
     memset(&r, 0, sizeof r);
     r.last = -1;
     fg_tool_parser_reset(P4);
-    fg_tool_parse_feed(P4, text, n, sink, &r);
+    const size_t opening = sizeof ASSISTANT "</think>" - 1; /* the reply marker: the model writes what follows */
+    fg_tool_parse_feed(P4, text + opening, n - opening, sink, &r);
     fg_tool_parse_finish(P4, sink, &r);
     CHECK_MSG(strcmp(r.s, "B0:get_weather\nA0:{\"city\": \"Oslo\", \"days\": [1, 2]}\n"
                           "D0:get_weather:{\"city\": \"Oslo\", \"days\": [1, 2]}") == 0, "%s", r.s);
     /* arguments V4 cannot write as parameters */
     it.arguments = (fg_proto_str){"[1]", 3};
-    CHECK(fg_template_item(tok4, &it, &item) == FG_ERR_INVALID_ARG);
+    CHECK(fg_template_item(tok4, NULL, &it, &item) == FG_ERR_INVALID_ARG);
     fg_tokens_free(&item);
     fg_tokens_free(&head);
     fg_chat_prompt_free(&p);
