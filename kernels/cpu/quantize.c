@@ -1077,7 +1077,7 @@ int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n,
     if (wtype == FG_WTYPE_MXFP4)
         return fg_quantize_row_mxfp4(x, y, n);
     fg_quant_block_fn fn = block_quantizer(wtype);
-    if ((wtype == FG_WTYPE_IQ3_XXS || wtype == FG_WTYPE_IQ3_S) && !fg_quant_lattice_ready(wtype))
+    if (!fg_quant_lattice_ready(wtype))
         return -1;
     const float row_sigma2 = qw ? sum_squares(x, n) / n : 0.f;
     for (int64_t b = 0; b < n / elems; b++)

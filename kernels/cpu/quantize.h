@@ -7,7 +7,7 @@
  * (the scale search with 7 tries on each side that llama-quantize runs; the
  * IQ4_NL row function of recent ggml skips that search), and the lattice types
  * IQ3_XXS and IQ3_S (quantize_row_iq3_xxs_impl / quantize_row_iq3_s_impl,
- * quantize_lattice.c; their tables are built at the first call). F16 and BF16 round to
+ * quantize_iq3.c; their tables are built at the first call). F16 and BF16 round to
  * nearest even as ggml's conversions do; F32 is copied.
  *
  * Byte identity rests on doing every float operation in ggml's order, in

@@ -1,7 +1,7 @@
 /* quantize_block.h: what the quantizer files share, internal to
- * kernels/cpu/quantize.c and kernels/cpu/quantize_lattice.c: ggml's rounding,
+ * kernels/cpu/quantize.c and the lattice quantizers (quantize_iq*.c): ggml's rounding,
  * the F16 store and the importance weights, each in ggml's order of float
- * operations (both files are compiled with -ffp-contract=off, quantize.h). */
+ * operations (all quantize*.c files are compiled with -ffp-contract=off, quantize.h). */
 #ifndef FG_QUANTIZE_BLOCK_H
 #define FG_QUANTIZE_BLOCK_H
 
