@@ -338,7 +338,7 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
 }
 
 /* After a delete at i: the item now at i, which opened after was (what the
- * deleted item left open), opens after what the items before it leave open,
+ * deleted item, or a v1 reply after it, left open), opens after what the items before it leave open,
  * as in a fresh session: a client item is rendered again; a generated reply
  * keeps its output after the reply opening that follows them. False on out
  * of memory (its tokens stay as they were). */
@@ -509,7 +509,9 @@ void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
     const size_t start = it->tok_start;
     if (ev->type == FG_CLIENT_ITEM_DELETE) {
         w->deleted = true;
-        const fg_template_tail was = tail_before(s, start + it->tok_len, i + 1);
+        /* what the next item opened after (the deleted one's tail, or a reply's between them) */
+        const fg_template_tail was = i + 1 < s->items.n ? tail_before(s, s->items.v[i + 1].tok_start, i + 1)
+                                                        : FG_TEMPLATE_TAIL_NONE;
         if (!items_splice(s, i, NULL, 0)) {
             free(w);
             return item_fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");

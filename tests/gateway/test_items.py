@@ -288,6 +288,23 @@ async def test_v4_delete_a_call_between_items():
         eq((done["usage"]["input_tokens"], out), want, "the output after the cut opens as in a fresh session")
 
 
+async def test_v4_delete_a_call_before_a_reply():
+    """The reply generated after a call opened by closing the call block; with the call deleted its
+    opening is the one after the user turn, and the next prompt is a fresh session's."""
+    eos = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+    async with v4_server(debug={"scripted_output": ["Sunny." + eos, "Bye." + eos, "Bye." + eos]}) as srv:
+        c = await ga_open(srv)
+        ids = [await ga_add(c, it) for it in (user_item("Weather?"), CALL)]
+        out, _ = await ga_respond(c)
+        eq(out, "Sunny.", "the scripted reply")
+        await c.send({"type": "conversation.item.delete", "item_id": ids[1]})
+        eq((await c.expect("conversation.item.deleted"))["item_id"], ids[1], "deleted")
+        await ga_add(c, user_item("Thanks."))
+        _, done = await ga_respond(c)
+        want, _ = await v4_fresh(srv, [user_item("Weather?"), assistant_item("Sunny."), user_item("Thanks.")])
+        eq(done["usage"]["input_tokens"], want, "the reply after the cut opens after the user turn")
+
+
 async def test_v4_restored_after_a_call():
     """A session whose last item is a call, saved with the call in its cache and restored by a
     restarted gateway: the output item closes the call block as in the session that never stopped."""
