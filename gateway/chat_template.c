@@ -454,7 +454,7 @@ static fg_err v4_call(render_out *o, v4_json *j, const fg_chat_call *c, uint32_t
             v4_dump(o, j, v);
         lit(o, DSML_END("parameter"));
     }
-    lit(o, "\n" DSML_END("invoke"));
+    lit(o, "\n</" DSML "invoke"); /* its ">": the next piece's (v4_before) */
     json_decref(args);
     return FG_OK;
 }
@@ -466,14 +466,21 @@ static bool v4_user_side(fg_chat_role r) { return r == FG_CHAT_USER || r == FG_C
  * the end of the turn left open (v4_before), then its own bytes. */
 typedef enum v4_next { V4_NEXT_SYSTEM, V4_NEXT_USER, V4_NEXT_ASSISTANT, V4_NEXT_CALL, V4_NEXT_END } v4_next;
 
-/* think: the reply opening is "<think>" (else "</think>"). Returns what stays open. */
+/* think: the reply opening is "<think>" (else "</think>"). Returns what stays open.
+ * A tool output and a call end before their last ">", which is written here:
+ * DeepSeek's pre-tokenizer joins punctuation with the newlines after it
+ * (">\n\n", ">\n"), so each piece must end where the split is certain (a
+ * letter before punctuation), or the pieces' ids would not be the whole's. */
 static fg_template_tail v4_before(render_out *o, fg_template_tail t, v4_next next, bool think)
 {
+    if (t == FG_TEMPLATE_TAIL_RESULT || t == FG_TEMPLATE_TAIL_CALLS)
+        lit(o, ">");
     switch (t) {
     case FG_TEMPLATE_TAIL_USER:
+    case FG_TEMPLATE_TAIL_RESULT:
         if (next == V4_NEXT_USER) { /* merge_tool_messages: one user turn */
             lit(o, "\n\n");
-            return t;
+            return FG_TEMPLATE_TAIL_USER;
         }
         if (next == V4_NEXT_ASSISTANT || next == V4_NEXT_CALL) {
             lit(o, ASSISTANT);
@@ -509,8 +516,8 @@ static void v4_user_part(render_out *o, fg_template_tail *t, bool tool, const fg
     for (uint32_t k = 0; k < n; k++)
         txt(o, parts[k]);
     if (tool)
-        lit(o, "</tool_result>");
-    *t = FG_TEMPLATE_TAIL_USER;
+        lit(o, "</tool_result"); /* its ">": the next piece's (v4_before) */
+    *t = tool ? FG_TEMPLATE_TAIL_RESULT : FG_TEMPLATE_TAIL_USER;
 }
 
 /* An assistant message's reasoning (reasoning non-NULL: written, with its
@@ -598,7 +605,7 @@ static fg_err render_v4(const fg_chat_conv *conv, const fg_tokenizer_t *tok, ren
         }
     }
     /* the reply opening after the last user turn */
-    if (!e && t == FG_TEMPLATE_TAIL_USER)
+    if (!e && (t == FG_TEMPLATE_TAIL_USER || t == FG_TEMPLATE_TAIL_RESULT))
         v4_before(o, t, V4_NEXT_ASSISTANT, conv->thinking);
     free(j.buf);
     return e;
@@ -784,7 +791,7 @@ static fg_err v4_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const f
     if (e == FG_OK)
         e = fg_chat_encode(tok, &p, out);
     if (e == FG_OK)
-        *tail = t;
+        *tail = fg_template_tail_after(item); /* what the piece left open (t) */
     free(j.buf);
     fg_chat_prompt_free(&p);
     return e;
@@ -799,14 +806,31 @@ static fg_err v4_end(const fg_tokenizer_t *tok, fg_template_tail *tail, bool rep
     if (reply) { /* after a user turn as render_v4 writes it; elsewhere (the encoder opens no reply there) the same */
         lit(&o, ASSISTANT THINK_END);
         t = FG_TEMPLATE_TAIL_NONE;
-    } else if (*tail == FG_TEMPLATE_TAIL_USER) {
-        t = FG_TEMPLATE_TAIL_USER;
+    } else if (*tail == FG_TEMPLATE_TAIL_USER || *tail == FG_TEMPLATE_TAIL_RESULT) {
+        t = FG_TEMPLATE_TAIL_USER; /* a user turn stays open (its ">" written) */
     }
     fg_err e = o.err ? o.err : fg_chat_encode(tok, &p, out);
     if (e == FG_OK)
         *tail = t;
     fg_chat_prompt_free(&p);
     return e;
+}
+
+fg_template_tail fg_template_tail_after(const fg_proto_item *item)
+{
+    switch (item ? item->type : FG_PROTO_ITEM_MESSAGE) {
+    case FG_PROTO_ITEM_MESSAGE:
+        if (!item)
+            return FG_TEMPLATE_TAIL_NONE;
+        return item->role == FG_PROTO_ROLE_USER        ? FG_TEMPLATE_TAIL_USER
+               : item->role == FG_PROTO_ROLE_ASSISTANT ? FG_TEMPLATE_TAIL_ASSISTANT
+                                                       : FG_TEMPLATE_TAIL_NONE;
+    case FG_PROTO_ITEM_FUNCTION_CALL:
+        return FG_TEMPLATE_TAIL_CALLS;
+    case FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT:
+        return FG_TEMPLATE_TAIL_RESULT;
+    }
+    return FG_TEMPLATE_TAIL_NONE;
 }
 
 fg_err fg_template_close(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out)

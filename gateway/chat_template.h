@@ -170,18 +170,29 @@ fg_err fg_chat_encode(const fg_tokenizer_t *tok, const fg_chat_prompt *p, fg_tok
  * "Prompt formats"). Markers are encoded with special tokens recognised,
  * user-supplied text never is. */
 
-/* What the items so far leave open (DeepSeek-V4; V3 leaves nothing open). */
+/* What the items so far leave open (DeepSeek-V4; V3's items leave nothing
+ * open and ignore it). A tool output and a call end before their last ">",
+ * which the next item or the reply writes, so that every item ends where
+ * DeepSeek's pre-tokenizer must split (docs/protocol.md "Prompt formats"). */
 typedef enum fg_template_tail {
     FG_TEMPLATE_TAIL_NONE = 0,  /* nothing: the head, a system message, a closed (generated) turn */
-    FG_TEMPLATE_TAIL_USER,      /* a user turn (user messages, tool outputs) without its reply opening */
+    FG_TEMPLATE_TAIL_USER,      /* a user turn ending in a user message, without its reply opening */
     FG_TEMPLATE_TAIL_ASSISTANT, /* an assistant message without its end (calls or EOS may follow) */
-    FG_TEMPLATE_TAIL_CALLS,     /* an assistant's call block, not closed */
+    FG_TEMPLATE_TAIL_CALLS,     /* an assistant's call block, not closed: "...</｜DSML｜invoke" */
+    FG_TEMPLATE_TAIL_RESULT,    /* a user turn ending in a tool output: "...</tool_result" */
 } fg_template_tail;
+#define FG_TEMPLATE_TAIL_MAX FG_TEMPLATE_TAIL_RESULT
+
+/* What item leaves open after it, as fg_template_item sets *tail (the one
+ * rule for every caller): a user message USER, a tool output RESULT, an
+ * assistant message ASSISTANT, a call CALLS, a system message NONE. A
+ * generated reply is no item: it closes its own turn (NONE, fg_template_reply). */
+fg_template_tail fg_template_tail_after(const fg_proto_item *item);
 
 /* Appends the session head: BOS (if the vocabulary has one) and the instructions. */
 fg_err fg_template_head(const fg_tokenizer_t *tok, const char *instructions, size_t len, fg_tokens *out);
-/* Appends one conversation item after the items that left *tail (updated;
- * NULL: nothing open, not updated). Errors: FG_ERR_INVALID_ARG (V4: call
+/* Appends one conversation item after the items that left *tail (updated to
+ * fg_template_tail_after(item); NULL: nothing open, not updated). Errors: FG_ERR_INVALID_ARG (V4: call
  * arguments that are not a JSON object), FG_ERR_NOMEM; *tail is unchanged on error. */
 fg_err fg_template_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const fg_proto_item *item, fg_tokens *out);
 /* Appends what ends the open turn and the assistant marker that starts a
@@ -189,7 +200,8 @@ fg_err fg_template_item(const fg_tokenizer_t *tok, fg_template_tail *tail, const
  * generated reply closes its own turn. tail NULL: nothing open. */
 fg_err fg_template_reply(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out);
 /* Appends the end of an open assistant turn (V4: its call block's end, EOS;
- * nothing for another tail, or V3) and sets *tail to NONE unless it is USER. */
+ * a tool output's ">"; nothing for another tail, or V3) and sets *tail to
+ * NONE, or USER after a user turn (which stays open). */
 fg_err fg_template_close(const fg_tokenizer_t *tok, fg_template_tail *tail, fg_tokens *out);
 
 #endif

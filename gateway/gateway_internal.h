@@ -54,6 +54,8 @@ typedef struct gw_item {
     char id[FG_PROTO_MAX_ID_BYTES + 1];
     char *blob;
     size_t tok_start, tok_len;      /* tokens conv[tok_start .. +tok_len) */
+    bool generated;                 /* a response's output (its message, its calls): it closed its own
+                                       turn, so it leaves nothing open (chat_template.h) */
 } gw_item;
 
 typedef struct gw_items {
@@ -112,8 +114,10 @@ struct gw_session {
     /* the conversation after the head, as tokens (to rebuild on an instructions change) */
     fg_tokens conv;
     fg_tokens deferred;             /* items added during a response: they follow its output */
-    fg_template_tail tail;          /* what conv's items leave open for the next item or reply (chat_template.h) */
-    fg_template_tail oob_tail;      /* the same for an out-of-band response's context */
+    fg_template_tail restored_tail; /* what conv[0, restored_n) leaves open, from a restored session's record
+                                       (NONE otherwise); past it, the items say (gw_session_tail) */
+    size_t restored_n;
+    fg_template_tail oob_tail;      /* what an out-of-band response's context leaves open for its reply */
     bool rebuild;                   /* instructions changed: re-prefill at the next response */
     bool cache_built;               /* the engine session already holds head + conv (a fork, a restore) */
     bool conv_known;                /* conv is the whole conversation (false after some restores) */
@@ -323,14 +327,24 @@ void gw_emit_push(gw_session *s, gw_emit em, fg_err written);
 void gw_session_cancel(gw_session *s);
 
 /* gw_realtime.c: the OpenAI GA flow's items and events */
-/* Registers an item (copied) with its token range; false on out of memory. */
-bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len);
+/* Registers an item (copied) with its token range; generated: a response's
+ * output (gw_item.generated). False on out of memory. */
+bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len,
+                   bool generated);
 void gw_items_free(gw_items *l);
 bool gw_items_copy(gw_items *dst, const gw_items *src);
 /* The id of the last item, or NULL. */
 const char *gw_items_last_id(const gw_items *l);
 /* After a response: deferred items get their place after its output. */
 void gw_items_place_deferred(gw_session *s, size_t at);
+/* What conv[0, pos) leaves open for what follows (chat_template.h), from the
+ * items (the last one in conv ending at pos) and, before them, the restored
+ * record's tail; pos within an item, or after tokens no item holds (a v1
+ * reply), leaves nothing open. */
+fg_template_tail gw_items_tail_at(const gw_session *s, size_t pos);
+/* What the next item or reply follows: the items queued behind the response
+ * in progress (or, with none, the reply: nothing open), else conv's end. */
+fg_template_tail gw_session_tail(const gw_session *s);
 /* The beta name of the GA event in json (response.text.delta for
  * response.output_text.delta, ...), or NULL when it kept its name. */
 const char *gw_ga_beta_name(const char *json);

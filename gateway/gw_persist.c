@@ -72,6 +72,7 @@ static fg_err encode_meta(gw_session *s, bool rebuild, int cached, bool conv_kno
     m.cached_tokens = cached > 0 ? (uint32_t)cached : 0;
     m.conv_known = conv_known;
     m.conv = (fg_tokens){s->conv.v, conv_n, s->conv.cap};
+    m.tail = gw_items_tail_at(s, conv_n);
     return fg_session_meta_encode(&m, gw->meta_buf, FG_SESSION_META_MAX_BYTES, n, d);
 }
 
@@ -226,6 +227,9 @@ static void on_restored(void *user, fg_session_t *es, fg_err e, const fg_diag *d
         m.conv = (fg_tokens){0};
         s->conv_known = true;
     }
+    /* the next item follows the restored history (no items hold it) */
+    s->restored_tail = m.tail;
+    s->restored_n = s->conv.n;
     fg_tokens_free(&head);
     fg_session_meta_free(&m);
     r->len = len;
@@ -270,7 +274,7 @@ bool gw_session_rebuild_fits(gw_session *s, bool generate)
     fg_gateway_t *gw = s->gw;
     fg_tokens head = {0}, reply = {0};
     fg_diag d;
-    fg_template_tail tail = s->tail; /* a copy: only counted here */
+    fg_template_tail tail = gw_session_tail(s); /* only counted here */
     bool ok = gw_session_head(s, &head, &d) == FG_OK &&
               (!generate || fg_template_reply(gw->tok, &tail, &reply) == FG_OK);
     size_t need = head.n + s->conv.n + (generate ? reply.n + 1 : 0);

@@ -73,7 +73,8 @@ static bool item_set(gw_item *dst, const fg_proto_item *src, const char *id)
     return true;
 }
 
-bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len)
+bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t tok_start, size_t tok_len,
+                   bool generated)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
@@ -91,6 +92,7 @@ bool gw_items_push(gw_items *l, const fg_proto_item *it, const char *id, size_t 
     d->it.id = (fg_proto_str){d->id, strlen(d->id)}; /* d stays put until the next realloc */
     d->tok_start = tok_start;
     d->tok_len = tok_len;
+    d->generated = generated;
     l->n++;
     return true;
 }
@@ -107,7 +109,8 @@ void gw_items_free(gw_items *l)
 bool gw_items_copy(gw_items *dst, const gw_items *src)
 {
     for (size_t i = 0; i < src->n; i++)
-        if (!gw_items_push(dst, &src->v[i].it, src->v[i].id, src->v[i].tok_start, src->v[i].tok_len))
+        if (!gw_items_push(dst, &src->v[i].it, src->v[i].id, src->v[i].tok_start, src->v[i].tok_len,
+                           src->v[i].generated))
             return false;
     items_fix_ids(dst);
     return true;
@@ -135,6 +138,36 @@ void gw_items_place_deferred(gw_session *s, size_t at)
             s->items.v[i].tok_start = at;
             at += s->items.v[i].tok_len;
         }
+}
+
+/* gw_items_tail_at judged by the items before index below only. */
+static fg_template_tail tail_before(const gw_session *s, size_t pos, size_t below)
+{
+    for (size_t i = below; i-- > 0;) {
+        const gw_item *g = &s->items.v[i];
+        if (g->tok_start == GW_ITEM_DEFERRED || g->tok_start > pos)
+            continue;
+        const size_t end = g->tok_start + g->tok_len;
+        if (end != pos || g->generated) /* within it, after a reply, or a reply itself: closed */
+            return FG_TEMPLATE_TAIL_NONE;
+        return fg_template_tail_after(&g->it);
+    }
+    return pos == s->restored_n ? s->restored_tail : FG_TEMPLATE_TAIL_NONE;
+}
+
+fg_template_tail gw_items_tail_at(const gw_session *s, size_t pos)
+{
+    return tail_before(s, pos, s->items.n);
+}
+
+fg_template_tail gw_session_tail(const gw_session *s)
+{
+    for (size_t i = s->items.n; s->responding && i-- > 0;) {
+        const gw_item *g = &s->items.v[i];
+        if (g->tok_start == GW_ITEM_DEFERRED)
+            return g->generated ? FG_TEMPLATE_TAIL_NONE : fg_template_tail_after(&g->it);
+    }
+    return gw_items_tail_at(s, s->conv.n);
 }
 
 /* Replaces item i's tokens in conv with t[0..n); the later items move. */
@@ -216,7 +249,7 @@ void gw_ga_response_begin(gw_session *s, size_t tok_start)
         snprintf(prev_copy, sizeof prev_copy, "%s", prev);
     fg_proto_item out = response_item(s, "in_progress", false);
     if (!s->resp_oob) { /* an out-of-band response's item is in no conversation */
-        if (gw_items_push(&s->items, &out, s->item_id, tok_start, 0))
+        if (gw_items_push(&s->items, &out, s->item_id, tok_start, 0, true))
             s->resp_item = s->items.n - 1;
     } else {
         s->resp_item = SIZE_MAX - 1; /* shown, not kept (gateway_internal.h) */
@@ -286,20 +319,14 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
     cut[keep] = 0;
     it.content[part].text.ptr = cut;
     fg_tokens tok = {0};
-    fg_proto_code code = FG_PROTO_OK;
-    /* rendered after what the item before left open, and closed if its tokens were (a generated reply's EOS) */
-    const gw_item *before = i ? &s->items.v[i - 1] : NULL;
-    fg_template_tail tail = before && (before->it.type == FG_PROTO_ITEM_FUNCTION_CALL_OUTPUT ||
-                                       (before->it.type == FG_PROTO_ITEM_MESSAGE && before->it.role == FG_PROTO_ROLE_USER))
-                                ? FG_TEMPLATE_TAIL_USER
-                                : FG_TEMPLATE_TAIL_NONE;
+    /* rendered after what the items before left open, and closed if its tokens were (a generated reply's EOS) */
+    fg_template_tail tail = tail_before(s, g->tok_start, i);
     const int32_t eos = fg_tokenizer_eos(s->gw->tok);
     const bool closed = g->tok_len && eos >= 0 && s->conv.v[g->tok_start + g->tok_len - 1] == eos;
+    fg_proto_code code = FG_PROTO_OK;
     if (fg_template_item(s->gw->tok, &tail, &it, &tok) != FG_OK ||
         (closed && fg_template_close(s->gw->tok, &tail, &tok) != FG_OK))
         code = FG_PROTO_INTERNAL_ERROR;
-    if (code == FG_PROTO_OK && i + 1 == s->items.n)
-        s->tail = tail;
     *same = 0;
     while (code == FG_PROTO_OK && *same < tok.n && *same < g->tok_len && tok.v[*same] == s->conv.v[g->tok_start + *same])
         ++*same;
@@ -308,6 +335,42 @@ static fg_proto_code truncate_item(gw_session *s, size_t i, uint32_t part, size_
     fg_tokens_free(&tok);
     free(cut);
     return code;
+}
+
+/* After a delete at i: the item now at i, which opened after was (what the
+ * deleted item, or a v1 reply after it, left open), opens after what the items before it leave open,
+ * as in a fresh session: a client item is rendered again; a generated reply
+ * keeps its output after the reply opening that follows them. False on out
+ * of memory (its tokens stay as they were). */
+static bool follow_again(gw_session *s, size_t i, fg_template_tail was)
+{
+    if (i >= s->items.n || s->items.v[i].tok_start == GW_ITEM_DEFERRED || !s->items.v[i].tok_len)
+        return true;
+    gw_item *g = &s->items.v[i];
+    const fg_tokenizer_t *tk = s->gw->tok;
+    fg_template_tail tail = tail_before(s, g->tok_start, i);
+    if (tail == was)
+        return true;
+    fg_tokens tok = {0}, old = {0};
+    bool ok;
+    if (!g->generated) {
+        const int32_t eos = fg_tokenizer_eos(tk);
+        const bool closed = eos >= 0 && s->conv.v[g->tok_start + g->tok_len - 1] == eos;
+        ok = fg_template_item(tk, &tail, &g->it, &tok) == FG_OK &&
+             (!closed || fg_template_close(tk, &tail, &tok) == FG_OK);
+    } else {
+        ok = fg_template_reply(tk, &was, &old) == FG_OK && fg_template_reply(tk, &tail, &tok) == FG_OK;
+        const int32_t *v = s->conv.v + g->tok_start;
+        if (ok && old.n <= g->tok_len && !memcmp(v, old.v, old.n * sizeof *v))
+            ok = fg_tokens_push(&tok, v + old.n, g->tok_len - old.n) == FG_OK;
+        else
+            tok.n = 0; /* it does not start with that opening: left as it is */
+    }
+    if (ok && (tok.n || !g->generated))
+        ok = items_splice(s, i, tok.v, tok.n);
+    fg_tokens_free(&tok);
+    fg_tokens_free(&old);
+    return ok;
 }
 
 /* A cut on gw_disk's worker, and the answer it owes. */
@@ -446,6 +509,9 @@ void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
     const size_t start = it->tok_start;
     if (ev->type == FG_CLIENT_ITEM_DELETE) {
         w->deleted = true;
+        /* what the next item opened after (the deleted one's tail, or a reply's between them) */
+        const fg_template_tail was = i + 1 < s->items.n ? tail_before(s, s->items.v[i + 1].tok_start, i + 1)
+                                                        : FG_TEMPLATE_TAIL_NONE;
         if (!items_splice(s, i, NULL, 0)) {
             free(w);
             return item_fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "out of memory");
@@ -454,6 +520,8 @@ void gw_ga_item_command(gw_sink *k, const fg_client_event *ev)
         memmove(&s->items.v[i], &s->items.v[i + 1], (s->items.n - i - 1) * sizeof *s->items.v);
         s->items.n--;
         items_fix_ids(&s->items);
+        if (!follow_again(s, i, was)) /* the item after it opened after what the deleted one left open */
+            fg_log_at(FG_LOG_ERROR, "item_not_kept", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
         return cut_start(s, start, w); /* the KV from the deleted item on goes */
     }
     /* truncate: an assistant message's text */

@@ -195,7 +195,7 @@ static void call_done(gw_session *s, gw_call *c, const char *status)
         snprintf(prev_copy, sizeof prev_copy, "%s", prev);
     it.status = NULL;
     /* its tokens are the response's (in the message item's range): placed after it, none of its own */
-    if (!gw_items_push(&s->items, &it, c->item_id, GW_ITEM_DEFERRED, 0))
+    if (!gw_items_push(&s->items, &it, c->item_id, GW_ITEM_DEFERRED, 0, true))
         fg_log_at(FG_LOG_ERROR, "item_not_kept", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
     it.status = "completed";
     em = gw_emit_next(s);

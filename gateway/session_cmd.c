@@ -344,7 +344,8 @@ static void create_with(gw_sink *k, const fg_client_event *ev, gw_session *src, 
         set_instructions(s, &ins);
         s->set = src->set;
         fg_tokens_push(&s->conv, src->conv.v, src->conv.n);
-        s->tail = src->tail;
+        s->restored_tail = src->restored_tail;
+        s->restored_n = src->restored_n;
         gw_items_copy(&s->items, &src->items);
         s->tool_choice = src->tool_choice;
         memcpy(s->tool_choice_name, src->tool_choice_name, sizeof s->tool_choice_name);
@@ -728,7 +729,7 @@ static void on_item_create(gw_sink *k, const fg_client_event *ev)
         snprintf(id, sizeof id, "%s", item.id.ptr);
     }
     fg_tokens t = {0};
-    fg_template_tail tail = s->tail; /* kept only once the item is in */
+    fg_template_tail tail = gw_session_tail(s);
     if (fg_template_item(k->gw->tok, &tail, &item, &t) != FG_OK) {
         fg_tokens_free(&t);
         return fail(k, ev, FG_PROTO_INTERNAL_ERROR, NULL, "%s", "cannot tokenize the item");
@@ -746,14 +747,13 @@ static void on_item_create(gw_sink *k, const fg_client_event *ev)
         return fail(k, ev, code, code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "item" : NULL, "%s",
                     code == FG_PROTO_CONTEXT_LENGTH_EXCEEDED ? "the item does not fit the model's context"
                                                              : "cannot add the item");
-    s->tail = tail;
     if (!id[0]) /* numbered once the item is in: a refused item takes no id */
         snprintf(id, sizeof id, "item_%llu", (unsigned long long)++s->item_counter);
     char prev[FG_PROTO_MAX_ID_BYTES + 1] = "";
     if (last)
         snprintf(prev, sizeof prev, "%s", last);
     item.id = (fg_proto_str){id, strlen(id)};
-    if (!gw_items_push(&s->items, &item, id, at, n_tok))
+    if (!gw_items_push(&s->items, &item, id, at, n_tok, false))
         fg_log_at(FG_LOG_ERROR, "item_not_kept", gw_session_tenant(s), s->id, "\"reason\":\"out_of_memory\"");
     if (s->ga && s->items.n && !strcmp(s->items.v[s->items.n - 1].id, id))
         return gw_ga_item_added(s, &s->items.v[s->items.n - 1], last ? prev : NULL);
@@ -812,7 +812,7 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
     const size_t item_start = s->conv.n;
     if (rp->generate) {
         fg_tokens t = {0};
-        fg_template_tail tail = s->resp_oob ? s->oob_tail : s->tail;
+        fg_template_tail tail = s->resp_oob ? s->oob_tail : gw_session_tail(s);
         code = fg_template_reply(gw->tok, &tail, &t) == FG_OK ? FG_PROTO_OK : FG_PROTO_INTERNAL_ERROR;
         /* A forced tool call's opening: prompt for the engine, but the reply's tokens in the conversation
          * (in the message item's range), as the next turn's rendering of the assistant turn writes them. */
@@ -826,10 +826,8 @@ static void respond_complete(gw_session *s, fg_response_params *rp, const char *
             code = gw_engine_code(fg_session_append(target, t.v, (int)t.n, &d));
         else if (code == FG_PROTO_OK)
             code = append_tokens(s, t.v, t.n);
-        if (code == FG_PROTO_OK && !s->resp_oob) {
+        if (code == FG_PROTO_OK && !s->resp_oob) /* the reply closes its own turn; items added meanwhile follow it */
             fg_tokens_push(&s->conv, t.v, t.n);
-            s->tail = tail; /* the reply closes its own turn; items added meanwhile follow it */
-        }
         fg_tokens_free(&t);
         msg = "no room left in the model's context for a reply";
     }
@@ -953,6 +951,7 @@ static bool oob_forks(const gw_session *s, const fg_client_event *ev)
 static fg_proto_code oob_forked(gw_session *s, fg_session_t *es)
 {
     s->oob_es = es;
+    s->oob_tail = gw_session_tail(s); /* the reply follows the session's conversation */
     size_t queued = (size_t)s->new_input <= s->conv.n ? (size_t)s->new_input : 0;
     return queued ? oob_append(s, s->conv.v + s->conv.n - queued, queued) : FG_PROTO_OK;
 }
@@ -991,7 +990,7 @@ static fg_proto_code open_oob(gw_session *s, const fg_client_event *ev, bool try
     s->oob_tail = FG_TEMPLATE_TAIL_NONE;
     if (code == FG_PROTO_OK && !ev->u.response.has_input && s->conv.n) {
         code = oob_append(s, s->conv.v, s->conv.n);
-        s->oob_tail = s->tail;
+        s->oob_tail = gw_session_tail(s);
     }
     for (uint32_t i = 0; code == FG_PROTO_OK && i < ev->u.response.n_input; i++) {
         tok.n = 0;
@@ -1199,7 +1198,7 @@ static void respond_with(gw_session *s, const gw_settings *sset, bool generate, 
     s->reserved = (s->resp_oob ? s->oob_input : s->new_input) + 1 + out_budget;
     if (rp.generate) {
         fg_tokens reply = {0};
-        fg_template_tail tail = s->resp_oob ? s->oob_tail : s->tail; /* a copy: only counted here */
+        fg_template_tail tail = s->resp_oob ? s->oob_tail : gw_session_tail(s); /* only counted here */
         s->reserved += fg_template_reply(gw->tok, &tail, &reply) == FG_OK ? (int64_t)reply.n : 8;
         fg_tokens_free(&reply);
         const fg_tokens *pre = gw_tools_prefix(s);

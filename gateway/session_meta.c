@@ -14,7 +14,9 @@
 #define FLAG_HAS_SEED 1u
 #define FLAG_REBUILD 2u
 #define FLAG_CONV_KNOWN 4u
-#define FLAGS_ALL (FLAG_HAS_SEED | FLAG_REBUILD | FLAG_CONV_KNOWN)
+#define TAIL_SHIFT 3                /* bits 3..5: the tail */
+#define TAIL_MASK (7u << TAIL_SHIFT)
+#define FLAGS_ALL (FLAG_HAS_SEED | FLAG_REBUILD | FLAG_CONV_KNOWN | TAIL_MASK)
 
 /* ---- writing ---- */
 
@@ -67,7 +69,7 @@ static void put_varint(wbuf *w, uint32_t v)
 static void put_head(wbuf *w, const fg_session_meta *m, bool conv_known, uint32_t n_conv)
 {
     uint16_t flags = (uint16_t)((m->has_seed ? FLAG_HAS_SEED : 0) | (m->rebuild ? FLAG_REBUILD : 0) |
-                                (conv_known ? FLAG_CONV_KNOWN : 0));
+                                (conv_known ? FLAG_CONV_KNOWN : 0) | ((unsigned)m->tail << TAIL_SHIFT));
     put(w, META_MAGIC, 4);
     put_u(w, FG_SESSION_META_VERSION, 2);
     put_u(w, flags, 2);
@@ -105,6 +107,8 @@ fg_err fg_session_meta_encode(const fg_session_meta *m, uint8_t *buf, size_t cap
     if (m->n_stop > FG_PROTO_MAX_STOP)
         return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session record: %u stop strings (at most %d)", m->n_stop,
                            FG_PROTO_MAX_STOP);
+    if ((unsigned)m->tail > FG_TEMPLATE_TAIL_MAX)
+        return fg_diag_set(diag, FG_ERR_INVALID_ARG, "session record: tail %d", (int)m->tail);
     for (uint32_t i = 0; i < m->n_stop; i++) {
         size_t sl = strnlen(m->stop[i], sizeof m->stop[i]);
         if (sl < 1 || sl > FG_PROTO_MAX_STOP_BYTES)
@@ -211,6 +215,10 @@ fg_err fg_session_meta_decode(const uint8_t *buf, size_t len, fg_session_meta *m
     m->has_seed = flags & FLAG_HAS_SEED;
     m->rebuild = flags & FLAG_REBUILD;
     m->conv_known = flags & FLAG_CONV_KNOWN;
+    const unsigned tail = (unsigned)(flags & TAIL_MASK) >> TAIL_SHIFT;
+    if (tail > FG_TEMPLATE_TAIL_MAX)
+        return bad(m, diag, "unknown tail");
+    m->tail = (fg_template_tail)tail;
     m->temperature = get_f64(&r);
     m->top_p = get_f64(&r);
     m->min_p = get_f64(&r);

@@ -5,7 +5,8 @@
  * event and id counters, and the conversation's tokens when they fit.
  *
  * Format (little-endian, version 1):
- *   "FGSM" u16 version u16 flags
+ *   "FGSM" u16 version u16 flags (bit 0 has_seed, 1 rebuild, 2 conv_known,
+ *   3..5 the tail: what the conversation's tokens leave open, chat_template.h)
  *   u8 len + tenant id
  *   f64 temperature, top_p, min_p; u32 top_k; u64 seed; u32 max_output_tokens
  *   u8 n_stop, then per stop: u8 len + bytes
@@ -50,6 +51,7 @@ typedef struct fg_session_meta {
     uint32_t cached_tokens;         /* tokens in the engine's cache when the record was made */
     bool rebuild;                   /* instructions changed since the cache was built */
     bool conv_known;                /* conv holds the conversation after the head */
+    fg_template_tail tail;          /* what the conversation the record covers leaves open for the next item */
     fg_tokens conv;                 /* encode: the caller's; decode: owned (fg_session_meta_free) */
 } fg_session_meta;
 

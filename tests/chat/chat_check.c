@@ -30,6 +30,14 @@
  * prompt; what V4's format cannot express is refused with FG_ERR_INVALID_ARG;
  * for the non-thinking conversations, the session layer's per-item path
  * (fg_template_head/item/reply) gives the same ids as the whole render.
+ *
+ *   chat_check --v4-split VOCAB.gguf OUT.gguf V4_VECTORS_JSON
+ *
+ * The same checks on a copy of VOCAB.gguf written to OUT.gguf with V4's own
+ * pre-tokenizer (deepseek-v3) and tokens for ">\n", ">\n\n", "\n\n" and
+ * "\n\n<" (the pieces that pre-tokenizer can make where two items meet),
+ * which the whole renders must hold: where the per-item path ends an item
+ * decides whether its ids are the whole render's.
  * Prints every mismatch and "passed N of M"; exits 1 unless all pass.
  */
 #include <jansson.h>
@@ -38,6 +46,7 @@
 #include <string.h>
 
 #include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/chat_template.h"
 
@@ -339,7 +348,97 @@ static void v4_items_check(const fg_tokenizer_t *t, const fg_chat_conv *conv, co
     fg_chat_prompt_free(&p);
 }
 
-static int v4_main(const char *vocab, const char *vectors)
+/* Byte-level BPE symbols ('\n' is U+010A "Ċ") that DeepSeek's pre-tokenizer
+ * can put in one piece across two items: ">\n" (a call, then the next call
+ * or the block's end), ">\n\n" (a tool output, then the next part of the
+ * user turn), and "\n\n<". */
+static const char *const JOINED[] = {"\xc4\x8a\xc4\x8a", ">\xc4\x8a", ">\xc4\x8a\xc4\x8a", "\xc4\x8a\xc4\x8a<"};
+#define N_JOINED (sizeof JOINED / sizeof JOINED[0])
+static const char *const JOINED_MERGES[] = {"\xc4\x8a \xc4\x8a", "> \xc4\x8a", "> \xc4\x8a\xc4\x8a",
+                                            ">\xc4\x8a \xc4\x8a", "\xc4\x8a\xc4\x8a <"};
+#define N_JOINED_MERGES (sizeof JOINED_MERGES / sizeof JOINED_MERGES[0])
+
+/* Writes to out a copy of src's vocabulary with DeepSeek-V3's pre-tokenizer
+ * ("deepseek-v3", as V4 ships) and the JOINED tokens with their merges
+ * appended (those it lacks), the other keys copied. 0 on success. */
+static int write_split_vocab(const char *src, const char *out)
+{
+    fg_diag d = {{0}};
+    fg_gguf_t *g;
+    if (fg_gguf_open_file(src, &g, &d) != FG_OK) {
+        fprintf(stderr, "chat_check: %s: %s\n", src, d.msg);
+        return 2;
+    }
+    fg_gguf_writer_t *w = NULL;
+    fg_gguf_vtype et;
+    uint64_t n_tok = 0, n_merge = 0;
+    fg_err e = fg_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok);
+    if (!e)
+        e = fg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merge);
+    const uint64_t cap_tok = n_tok + N_JOINED, cap_merge = n_merge + N_JOINED_MERGES;
+    const char **tok = calloc(cap_tok, sizeof *tok), **merge = calloc(cap_merge, sizeof *merge);
+    uint64_t *tok_len = calloc(cap_tok, sizeof *tok_len), *merge_len = calloc(cap_merge, sizeof *merge_len);
+    int32_t *type = calloc(cap_tok, sizeof *type);
+    if (!e && (!tok || !merge || !tok_len || !merge_len || !type))
+        e = FG_ERR_NOMEM;
+    fg_gguf_str v;
+    for (uint64_t i = 0; !e && i < n_tok; i++) {
+        int64_t ty = 1;
+        e = fg_gguf_get_arr_str(g, "tokenizer.ggml.tokens", i, &v);
+        if (!e)
+            e = fg_gguf_get_arr_i64(g, "tokenizer.ggml.token_type", i, &ty);
+        tok[i] = v.ptr, tok_len[i] = v.len, type[i] = (int32_t)ty;
+    }
+    for (uint64_t i = 0; !e && i < n_merge; i++) {
+        e = fg_gguf_get_arr_str(g, "tokenizer.ggml.merges", i, &v);
+        merge[i] = v.ptr, merge_len[i] = v.len;
+    }
+    for (size_t k = 0; !e && k < N_JOINED; k++) {
+        bool have = false;
+        for (uint64_t i = 0; i < n_tok && !have; i++)
+            have = tok_len[i] == strlen(JOINED[k]) && !memcmp(tok[i], JOINED[k], tok_len[i]);
+        if (!have)
+            tok[n_tok] = JOINED[k], tok_len[n_tok] = strlen(JOINED[k]), type[n_tok++] = 1; /* normal */
+    }
+    for (size_t k = 0; !e && k < N_JOINED_MERGES; k++) {
+        bool have = false;
+        for (uint64_t i = 0; i < n_merge && !have; i++)
+            have = merge_len[i] == strlen(JOINED_MERGES[k]) && !memcmp(merge[i], JOINED_MERGES[k], merge_len[i]);
+        if (!have)
+            merge[n_merge] = JOINED_MERGES[k], merge_len[n_merge++] = strlen(JOINED_MERGES[k]);
+    }
+    if (!e)
+        e = fg_gguf_writer_create(out, 0, &w, &d);
+    for (uint64_t i = 0; !e && i < fg_gguf_key_count(g); i++) {
+        const char *key = fg_gguf_key_name(g, i);
+        if (!strcmp(key, "tokenizer.ggml.tokens") || !strcmp(key, "tokenizer.ggml.token_type") ||
+            !strcmp(key, "tokenizer.ggml.merges") || !strcmp(key, "tokenizer.ggml.pre"))
+            continue;
+        uint64_t len;
+        const void *raw = fg_gguf_key_raw(g, i, &len);
+        e = fg_gguf_writer_add_raw(w, key, (uint32_t)fg_gguf_key_type(g, i), raw, len);
+    }
+    if (!e)
+        e = fg_gguf_writer_add_str(w, "tokenizer.ggml.pre", "deepseek-v3");
+    if (!e)
+        e = fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, tok_len, n_tok);
+    if (!e)
+        e = fg_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", type, n_tok);
+    if (!e)
+        e = fg_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merge, merge_len, n_merge);
+    if (!e)
+        e = fg_gguf_writer_begin_data(w, &d);
+    if (!e)
+        e = fg_gguf_writer_finish(w, &d);
+    if (e)
+        fprintf(stderr, "chat_check: writing %s: %s %s\n", out, fg_err_name(e), d.msg);
+    fg_gguf_writer_destroy(w);
+    free(tok), free(tok_len), free(type), free(merge), free(merge_len);
+    fg_gguf_close(g);
+    return e ? 2 : 0;
+}
+
+static int v4_main(const char *vocab, const char *vectors, bool split)
 {
     fg_diag d = {{0}};
     fg_gguf_t *g;
@@ -361,6 +460,23 @@ static int v4_main(const char *vocab, const char *vectors)
     for (size_t k = 0; k < N_V4_MARKERS; k++) {
         marker_id[k] = fg_tokenizer_special_id(t, V4_MARKERS[k], strlen(V4_MARKERS[k]));
         result(marker_id[k] >= 0, "the vocabulary has the marker as a special token", V4_MARKERS[k]);
+    }
+    int32_t joined_id[N_JOINED];
+    size_t joined_seen[N_JOINED] = {0};
+    for (size_t k = 0; split && k < N_JOINED; k++) {
+        fg_tokens one = {0};
+        const char *text = k == 0 ? "\n\n" : k == 1 ? ">\n" : k == 2 ? ">\n\n" : "\n\n<";
+        joined_id[k] = -1;
+        if (fg_tokens_reserve(&one, 8) == FG_OK) {
+            size_t got = 0;
+            if (fg_tokenizer_encode(t, text, strlen(text), false, 0, one.v, one.cap, &got) == FG_OK && got == 1)
+                joined_id[k] = one.v[0];
+        }
+        fg_tokens_free(&one);
+        /* "\n\n<" is never one piece under this split (the newlines are one before "<"): in the vocabulary
+         * all the same, in case the pre-tokenizer joined them */
+        if (k < 3)
+            result(joined_id[k] >= 0, "the split vocabulary has the joined piece as one token", JOINED[k]);
     }
     fg_chat_prompt p = {0};
     fg_tokens ids = {0};
@@ -392,6 +508,9 @@ static int v4_main(const char *vocab, const char *vectors)
         ids.n = 0;
         size_t n_back = 0;
         e = fg_chat_encode(t, &p, &ids);
+        for (size_t k = 0; split && k < N_JOINED; k++)
+            for (size_t q = 0; q < ids.n; q++)
+                joined_seen[k] += ids.v[q] == joined_id[k];
         bool round = e == FG_OK && fg_tokenizer_decode(t, ids.v, ids.n, true, back, cap, &n_back) == FG_OK &&
                      n_back == p.len && !memcmp(back, p.text, p.len);
         result(round, "the ids decode back to the prompt", name);
@@ -404,6 +523,9 @@ static int v4_main(const char *vocab, const char *vectors)
                 printf("    %s: written %zu, ids %zu\n", V4_MARKERS[k], wrote, got);
         }
     }
+    /* the vectors meet there: two calls, two tool outputs, an output and a user message */
+    for (size_t k = 1; split && k < 3; k++)
+        result(joined_seen[k] > 0, "the whole renders hold the joined piece (the per-item check covers it)", JOINED[k]);
     v4_refusals(t, &p);
     printf("passed %d of %d\n", n_pass, n_pass + n_fail);
     free(back);
@@ -418,10 +540,15 @@ static int v4_main(const char *vocab, const char *vectors)
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--v4"))
-        return v4_main(argv[2], argv[3]);
+        return v4_main(argv[2], argv[3], false);
+    if (argc == 5 && !strcmp(argv[1], "--v4-split")) {
+        int rc = write_split_vocab(argv[2], argv[3]);
+        return rc ? rc : v4_main(argv[3], argv[4], true);
+    }
     if (argc != 5) {
         fprintf(stderr, "usage: chat_check VOCAB.gguf TOKENIZER_CONFIG_JSON CONVERSATIONS_JSON CASES\n"
-                        "       chat_check --v4 VOCAB.gguf V4_VECTORS_JSON\n");
+                        "       chat_check --v4 VOCAB.gguf V4_VECTORS_JSON\n"
+                        "       chat_check --v4-split VOCAB.gguf OUT.gguf V4_VECTORS_JSON\n");
         return 2;
     }
     fg_diag d = {{0}};

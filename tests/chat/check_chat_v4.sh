@@ -12,3 +12,5 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$FG_BIN/flashgate-modelgen" --preset v4-tiny --v4-chat-markers --out "$work/v4.gguf" >/dev/null
 "$FG_BIN/chat_check" --v4 "$work/v4.gguf" "$here/v4_vectors.json"
+# again with V4's own pre-tokenizer and tokens that join across items (">\n\n", ">\n")
+"$FG_BIN/chat_check" --v4-split "$work/v4.gguf" "$work/v4-split.gguf" "$here/v4_vectors.json"

@@ -227,5 +227,115 @@ async def test_oob_fork_does_not_stall_others():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# DeepSeek-V4's per-item prompt (docs/protocol.md "Prompt formats"): an item first closes what the one
+# before left open, so after an edit the items next to it must open as in a fresh session of the same
+# conversation. v4-tiny-chat has V4's markers; its cache cannot be cut back, so each edited session is
+# prefilled again, and its input tokens and greedy reply must be a fresh session's.
+V4_CHAT = os.path.join(DATA_DIR, "v4-tiny-chat.gguf")
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": '{"temp_c": 21}'}
+
+
+def v4_server(**kw):
+    return Server(model={"path": V4_CHAT, "kv_budget_bytes": 64 << 20}, **kw)
+
+
+async def v4_fresh(srv, items):
+    """(input tokens, greedy reply) of a fresh GA session sent items."""
+    r = await ga_open(srv)
+    for it in items:
+        await ga_add(r, it)
+    out, done = await ga_respond(r)
+    await r.close()
+    return done["usage"]["input_tokens"], out
+
+
+async def test_v4_truncate_after_a_call():
+    async with v4_server() as srv:
+        c = await ga_open(srv)
+        ids = [await ga_add(c, it) for it in (user_item("Weather?"), CALL, assistant_item("It is sunny."))]
+        await c.send({"type": "conversation.item.truncate", "item_id": ids[2], "content_index": 0,
+                      "audio_end_ms": 0, "text_end": 2})
+        eq((await c.expect("conversation.item.truncated"))["item_id"], ids[2], "truncated")
+        await ga_add(c, user_item("Thanks."))
+        out, done = await ga_respond(c)
+        want = await v4_fresh(srv, [user_item("Weather?"), CALL, assistant_item("It"), user_item("Thanks.")])
+        eq((done["usage"]["input_tokens"], out), want,
+           "the cut message after the call closes the call block as a fresh session's does")
+
+
+async def test_v4_delete_the_last_item():
+    async with v4_server() as srv:
+        c = await ga_open(srv)
+        ids = [await ga_add(c, it) for it in (user_item("Weather?"), CALL)]
+        await c.send({"type": "conversation.item.delete", "item_id": ids[1]})
+        eq((await c.expect("conversation.item.deleted"))["item_id"], ids[1], "deleted")
+        await ga_add(c, user_item("Hello again."))
+        out, done = await ga_respond(c)
+        want = await v4_fresh(srv, [user_item("Weather?"), user_item("Hello again.")])
+        eq((done["usage"]["input_tokens"], out), want,
+           "the next item follows the user turn left open, not the deleted call")
+
+
+async def test_v4_delete_a_call_between_items():
+    async with v4_server() as srv:
+        c = await ga_open(srv)
+        ids = [await ga_add(c, it) for it in (user_item("Weather?"), CALL, OUTPUT)]
+        await c.send({"type": "conversation.item.delete", "item_id": ids[1]})
+        eq((await c.expect("conversation.item.deleted"))["item_id"], ids[1], "deleted")
+        out, done = await ga_respond(c)
+        want = await v4_fresh(srv, [user_item("Weather?"), OUTPUT])
+        eq((done["usage"]["input_tokens"], out), want, "the output after the cut opens as in a fresh session")
+
+
+async def test_v4_delete_a_call_before_a_reply():
+    """The reply generated after a call opened by closing the call block; with the call deleted its
+    opening is the one after the user turn, and the next prompt is a fresh session's."""
+    eos = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+    async with v4_server(debug={"scripted_output": ["Sunny." + eos, "Bye." + eos, "Bye." + eos]}) as srv:
+        c = await ga_open(srv)
+        ids = [await ga_add(c, it) for it in (user_item("Weather?"), CALL)]
+        out, _ = await ga_respond(c)
+        eq(out, "Sunny.", "the scripted reply")
+        await c.send({"type": "conversation.item.delete", "item_id": ids[1]})
+        eq((await c.expect("conversation.item.deleted"))["item_id"], ids[1], "deleted")
+        await ga_add(c, user_item("Thanks."))
+        _, done = await ga_respond(c)
+        want, _ = await v4_fresh(srv, [user_item("Weather?"), assistant_item("Sunny."), user_item("Thanks.")])
+        eq(done["usage"]["input_tokens"], want, "the reply after the cut opens after the user turn")
+
+
+async def test_v4_restored_after_a_call():
+    """A session whose last item is a call, saved with the call in its cache and restored by a
+    restarted gateway: the output item closes the call block as in the session that never stopped."""
+    pdir = tempfile.mkdtemp(prefix="fg-items-v4-")
+    try:
+        async with v4_server(persistence={"dir": pdir}) as srv:
+            c = await Conn.open(srv)
+            await c.create_session(SETTINGS)
+            await c.add_user("Weather?")
+            await c.add_item(CALL)
+            _, _, done = await c.respond({"generate": False})
+            held = done["usage"]["input_tokens"]
+            sid, last = c.session_id, c.last_seq
+            await c.close()
+        async with v4_server(persistence={"dir": pdir}) as srv2:
+            c2 = await Conn.open(srv2)
+            await c2.resume(sid, last)
+            await c2.add_item(OUTPUT)
+            _, out, done = await c2.respond()
+            check(0 < held - 1 <= cached(done) <= held,
+                  f"restored with the call in its cache (but maybe its last token): {cached(done)} of {held}")
+            ref = await Conn.open(srv2)
+            await ref.create_session(SETTINGS)
+            for it in (user_item("Weather?"), CALL, OUTPUT):
+                await ref.add_item(it)
+            _, ref_out, ref_done = await ref.respond()
+            eq((done["usage"]["input_tokens"], out), (ref_done["usage"]["input_tokens"], ref_out),
+               "the restored session's prompt and reply are those of one that never stopped")
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -455,6 +455,28 @@ def test_tools_over_http():
     asyncio.run(go())
 
 
+def test_v4_text_and_calls_cached():
+    """chat.completions on a DeepSeek-V4 model (v4-tiny-chat.gguf, V4's markers) with the stock client:
+    the reply's text and two DSML calls (scripted) sent back as one assistant message with the two tool
+    results, then with a user message: the third request's cached_tokens cover every whole 128-token
+    unit of the first prompt and reply, which V4's prefix cache shares only where the second request's
+    lookup found them (tests/gateway/openai_sdk/http_v4_calls.cjs)."""
+    from test_openai_sdk import EOS, _dsml_params
+    dsml = "\uff5cDSML\uff5c"
+
+    def invoke(city):
+        return f'<{dsml}invoke name="get_weather">\n' + _dsml_params({"city": city}).rstrip("\n") + f"\n</{dsml}invoke>"
+    script = ["Let me check both.\n\n" + f"<{dsml}tool_calls>\n" + invoke("Paris") + "\n" + invoke("Oslo") +
+              f"\n</{dsml}tool_calls>" + EOS, "Sunny in Paris, cold in Oslo." + EOS, "You are welcome." + EOS]
+
+    async def go():
+        async with Server(model={"path": os.path.join(DATA_DIR, "v4-tiny-chat.gguf"), "kv_budget_bytes": 64 << 20},
+                          debug={"scripted_output": script}) as srv:
+            res = node("http_v4_calls.cjs", f"http://127.0.0.1:{srv.port}/v1", KEYS["acme"], tls=TLS)
+            log(f"    {res}")
+    asyncio.run(go())
+
+
 if __name__ == "__main__":
     if not npm_ready():
         sys.exit(SKIP)

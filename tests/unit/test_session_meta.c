@@ -1,6 +1,7 @@
 /* test_session_meta.c: the gateway's session record (gateway/session_meta.h).
  *
  * - a record decodes into exactly the settings, counters and tokens encoded;
+ * - the tail (what the conversation leaves open) round-trips, one past the last is refused;
  * - a conversation too big for the buffer is left out (conv_known false),
  *   the settings still fit; settings that cannot fit are an error;
  * - every truncation and every single-bit flip either decodes or fails with
@@ -34,6 +35,7 @@ static void fill(fg_session_meta *m, int32_t *toks, size_t n)
     m->resp_counter = 9;
     m->cached_tokens = 777;
     m->conv_known = true;
+    m->tail = FG_TEMPLATE_TAIL_CALLS;
     for (size_t i = 0; i < n; i++)
         toks[i] = (int32_t)((i * 2654435761u) % 200000u);
     m->conv = (fg_tokens){toks, n, n};
@@ -57,7 +59,16 @@ static void test_round_trip(void)
     CHECK(out.next_seq == 1234 && out.evt_counter == 1300 && out.item_counter == 17 && out.resp_counter == 9);
     CHECK(out.cached_tokens == 777 && !out.rebuild);
     CHECK(out.conv_known && out.conv.n == 5000 && !memcmp(out.conv.v, toks, sizeof toks));
+    CHECK(out.tail == FG_TEMPLATE_TAIL_CALLS);
     fg_session_meta_free(&out);
+    for (int t = 0; t <= FG_TEMPLATE_TAIL_MAX; t++) { /* every tail, as written */
+        m.tail = (fg_template_tail)t;
+        CHECK(fg_session_meta_encode(&m, buf, sizeof buf, &len, &d) == FG_OK);
+        CHECK(fg_session_meta_decode(buf, len, &out, &d) == FG_OK && (int)out.tail == t);
+        fg_session_meta_free(&out);
+    }
+    m.tail = (fg_template_tail)(FG_TEMPLATE_TAIL_MAX + 1);
+    CHECK(fg_session_meta_encode(&m, buf, sizeof buf, &len, &d) == FG_ERR_INVALID_ARG);
 }
 
 static void test_too_big(void)
@@ -105,6 +116,9 @@ static void test_damage(void)
         }
     }
     CHECK(decoded > 0 && decoded < (int)(len * 8)); /* flips in values decode, flips in structure do not */
+    memcpy(copy, buf, len);
+    copy[6] |= 7u << 3; /* flags bits 3..5: a tail past the last */
+    CHECK(fg_session_meta_decode(copy, len, &out, &d) == FG_ERR_INVALID_ARG && strstr(d.msg, "tail") != NULL);
     memcpy(copy, buf, len);
     copy[4] = 2; /* version 2 */
     CHECK(fg_session_meta_decode(copy, len, &out, &d) == FG_ERR_UNSUPPORTED);
