@@ -114,7 +114,7 @@ void fg_ds4_prune_pack(const uint8_t *const *keys, int n, int Di, int32_t *pk, f
             const float t = (float)bs * sc; /* exact: a 4-bit scale times an integer under 2^8 */
             sum = sum + t;
         }
-        k1[j] = sum * FG_DS4_PRUNE_K1_UP;
+        k1[j] = sum * (0.5f * FG_DS4_PRUNE_K1_UP); /* the pairs hold 2 x the values */
     }
 }
 

@@ -63,15 +63,17 @@ void fg_ds4_prune_pack_avx512(const uint8_t *const *keys, int n, int Di, int32_t
     /* 16 pairs of every row in row order through the tables, then transposed into pk */
     int32_t rows[T * 16];
     for (int g = 0; g < G; g += 16) {
+        const int ng = G - g < 16 ? G - g : 16; /* 8 in the last group when Di % 32 */
+        const __mmask16 mg = (__mmask16)((1u << ng) - 1);
         for (int j = 0; j < T; j++) {
             __m512i x = _mm512_setzero_si512();
             if (j < n)
-                x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(keys[j] + g)));
+                x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mg, keys[j] + g));
             const __m512i lo = _mm512_permutexvar_epi32(_mm512_and_si512(x, m15), tlo);
             const __m512i hi = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 4), thi);
-            _mm512_storeu_si512(rows + 16 * j, _mm512_or_si512(lo, hi));
+            _mm512_mask_storeu_epi32(rows + ng * j, mg, _mm512_or_si512(lo, hi));
         }
-        fg_ds4_transpose_avx512((const float *)(const void *)rows, T, 16, (float *)(void *)(pk + (size_t)g * T), T);
+        fg_ds4_transpose_avx512((const float *)(const void *)rows, T, ng, (float *)(void *)(pk + (size_t)g * T), T);
     }
     for (int b = 0; b < NB; b++)
         for (int j = 0; j < T; j++)
@@ -85,7 +87,7 @@ void fg_ds4_prune_pack_avx512(const uint8_t *const *keys, int n, int Di, int32_t
                 bs = _mm512_add_epi32(bs, _mm512_madd_epi16(_mm512_abs_epi16(_mm512_loadu_si512(pk + (size_t)g * T + v)), ones));
             sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_cvtepi32_ps(bs), _mm512_loadu_ps(ps + (size_t)b * T + v)));
         }
-        _mm512_storeu_ps(k1 + v, _mm512_mul_ps(sum, _mm512_set1_ps(FG_DS4_PRUNE_K1_UP)));
+        _mm512_storeu_ps(k1 + v, _mm512_mul_ps(sum, _mm512_set1_ps(0.5f * FG_DS4_PRUNE_K1_UP)));
     }
 }
 
