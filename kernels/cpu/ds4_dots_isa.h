@@ -1,6 +1,7 @@
-/* ds4_dots_isa.h: internal to ds4_dots*.c, ds4_index.c and ds4_attn.c. The
- * AVX-512 versions of fg_ds4_dots, of fg_ds4_index_scores' sum over heads,
- * of fg_ds4_acc_rows and of fg_ds4_transpose (ds4_ops.h), bit for bit the plain C loops.
+/* ds4_dots_isa.h: internal to ds4_dots*.c, ds4_index.c, ds4_attn.c and
+ * ds4_prune*.c. The AVX-512 versions of fg_ds4_dots, of fg_ds4_index_scores'
+ * sum over heads, of fg_ds4_acc_rows, of fg_ds4_transpose and of the pruned
+ * scoring's kernels (ds4_ops.h), bit for bit the plain C loops.
  */
 #ifndef FG_DS4_DOTS_ISA_H
 #define FG_DS4_DOTS_ISA_H

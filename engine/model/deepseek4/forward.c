@@ -124,7 +124,7 @@ struct fg_ds4_forward {
     float *pk1;                   /* [max_rows + IDX_TILE] */
     float *pqt;                   /* [T][Di][Hi] the queries transposed */
     uint64_t *pmask;              /* [pool threads][max_rows / 64 + 1] the rows that may be in a token's top-k */
-    float *pbuf;                  /* [pool threads][3 * max_rows]: the floors' scratch, kept rows, their scores */
+    float *pbuf;                  /* [pool threads][2 * max_rows]: the floors' scratch or the kept rows' scores, the kept rows */
     void *mm_scratch;
     /* drafts (fg_ds4_forward_draft), with an MTP block */
     uint64_t run_gen;             /* forward_run calls so far: a chain of drafts lives within one */
@@ -373,8 +373,8 @@ static void prune_top_run(void *ctx, int ith, int nth)
     const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim, top_k = f->m->hp.idx_top_k;
     const int ksel = top_k > 1 ? top_k : 1;
     float *key = f->key_buf + (size_t)ith * f->key_buf_n, *dots = key + 2 * (size_t)Di * IDX_TILE;
-    float *tmp = f->topk_tmp + (size_t)ith * f->max_rows, *pb = f->pbuf + (size_t)ith * 3 * f->max_rows;
-    float *lo = pb, *ex = pb + 2 * (size_t)f->max_rows;
+    float *tmp = f->topk_tmp + (size_t)ith * f->max_rows, *pb = f->pbuf + (size_t)ith * 2 * f->max_rows;
+    float *lo = pb, *ex = pb; /* the floors' scratch, then (once marked) the kept rows' exact scores */
     int *keep = (int *)(void *)(pb + f->max_rows);
     uint64_t *mask = f->pmask + (size_t)ith * (size_t)(f->max_rows / 64 + 1);
     long t0, t1;
@@ -1392,7 +1392,7 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     f->pk1 = alloc_f((size_t)f->max_rows + IDX_TILE, &ok);
     f->pqt = alloc_f(T * (size_t)(Hi > 0 ? Hi : 1) * (size_t)(Di > 0 ? Di : 1), &ok);
     f->pmask = alloc_f(2 * (size_t)fg_pool_size(pool) * (size_t)(f->max_rows / 64 + 1), &ok);
-    f->pbuf = alloc_f((size_t)fg_pool_size(pool) * 3 * (size_t)f->max_rows, &ok);
+    f->pbuf = alloc_f((size_t)fg_pool_size(pool) * 2 * (size_t)f->max_rows, &ok);
     f->counts = calloc(X, sizeof *f->counts);
     /* matmul scratch: the largest input width over every type that needs it */
     const int64_t widths[] = {(int64_t)E, (int64_t)E4, 2 * (int64_t)E, (int64_t)Q, (int64_t)(H * D / G),
