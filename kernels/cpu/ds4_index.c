@@ -1,4 +1,6 @@
 /* ds4_index.c: the V4 indexer's scores and top-k (ds4_ops.h). */
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -103,29 +105,23 @@ static uint32_t bin_of(int (*h)[NBIN], int nbins, int *want)
     return (uint32_t)b;
 }
 
-int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
+/* The k-th highest of s[0..n) (1 <= k < n, no NaN) by radix selection on the
+ * order-preserving keys: the top 11 bits counted over all rows, the next 11
+ * and the last 10 over the rows of the bin that holds it (no branch on the
+ * data). idx ([n] scratch) holds that bin's m rows from the front and the
+ * higher bins' *above rows from the back, each in index order; *want: how
+ * many of the rows equal to the k-th are in the top k. */
+static float kth_select(const float *s, int n, int k, int *idx, int *m_out, int *above, int *want_out)
 {
-    if (k >= n || k < 1)
-        return fg_ds4_top_k(s, n, k, out);
-    /* the k-th score by radix selection on the order-preserving keys: the top
-     * 11 bits counted over all rows, the next 11 and the last 10 over the
-     * rows of the bin that holds it (no branch on the data) */
-    int h[4][NBIN] = {{0}}, nan = 0, i = 0;
+    int h[4][NBIN] = {{0}}, i = 0;
     for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) {
-            nan |= s[i + j] != s[i + j];
+        for (int j = 0; j < 4; j++)
             h[j][ord_of(s[i + j]) >> 21]++;
-        }
-    for (; i < n; i++) {
-        nan |= s[i] != s[i];
+    for (; i < n; i++)
         h[0][ord_of(s[i]) >> 21]++;
-    }
-    if (nan)
-        return fg_ds4_top_k(s, n, k, out);
     int want = k;
     const uint32_t b1 = bin_of(h, NBIN, &want);
-    /* the bin's rows from the front of idx, the higher bins' rows from the back, each in index order */
-    int *idx = (int *)(void *)tmp, m = 0, a = 0;
+    int m = 0, a = 0;
     for (i = 0; i < n; i++) {
         const uint32_t top = ord_of(s[i]) >> 21;
         idx[m] = i;
@@ -141,10 +137,29 @@ int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
         h[i & 3][x & 1023] += ((x >> 10) & (NBIN - 1)) == b2;
     }
     const uint32_t b3 = bin_of(h, 1024, &want);
-    const float v = float_of(b1 << 21 | b2 << 10 | b3);
+    *m_out = m;
+    *above = a;
+    *want_out = want;
+    return float_of(b1 << 21 | b2 << 10 | b3);
+}
+
+static bool has_nan(const float *s, int n)
+{
+    int nan = 0;
+    for (int i = 0; i < n; i++)
+        nan |= s[i] != s[i];
+    return nan != 0;
+}
+
+int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
+{
+    if (k >= n || k < 1 || has_nan(s, n))
+        return fg_ds4_top_k(s, n, k, out);
+    int *idx = (int *)(void *)tmp, m, a, ties;
+    const float v = kth_select(s, n, k, idx, &m, &a, &ties);
     /* every row of the higher bins (above v), merged in index order with the
      * bin's rows above v and those equal to it from the lowest index until k */
-    int ties = want, got = 0, ia = n - 1, ib = 0;
+    int got = 0, ia = n - 1, ib = 0;
     const int ea = n - 1 - a;
     while (ib < m || ia > ea) {
         if (ib < m && (ia <= ea || idx[ib] < idx[ia])) {
@@ -156,4 +171,18 @@ int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp)
         }
     }
     return got;
+}
+
+float fg_ds4_kth(const float *s, int n, int k, float *tmp)
+{
+    if (n < 1 || k < 1 || has_nan(s, n))
+        return -INFINITY;
+    if (k >= n) { /* the lowest */
+        float v = s[0];
+        for (int i = 1; i < n; i++)
+            v = s[i] < v ? s[i] : v;
+        return v;
+    }
+    int m, a, ties;
+    return kth_select(s, n, k, (int *)(void *)tmp, &m, &a, &ties);
 }

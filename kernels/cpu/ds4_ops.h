@@ -11,7 +11,9 @@
 #ifndef FG_DS4_OPS_H
 #define FG_DS4_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define FG_DS4_OPS_HC 4      /* hyper-connection streams */
 #define FG_DS4_OPS_HC_MIX 24 /* pre[4], post[4], comb[4][4] (comb[d][s] at 8 + 4d + s) */
@@ -67,6 +69,53 @@ int fg_ds4_top_k(const float *s, int n, int k, int *out);
 /* The same rows, by a radix selection of the k-th score (tmp: [n] scratch) instead
  * of insertion: linear in n, for top-512 over many rows. */
 int fg_ds4_top_k_tmp(const float *s, int n, int k, int *out, float *tmp);
+
+/* The k-th highest of s[0..n) (the lowest when k >= n; -inf when n < 1, k < 1
+ * or a NaN is among them), by fg_ds4_top_k_tmp's selection (tmp: [n] scratch). */
+float fg_ds4_kth(const float *s, int n, int k, float *tmp);
+
+/* ---- the indexer's pruned scoring (docs/engine.md, "The indexer's pruned scoring") ----
+ * Every row is pre-scored from its FP4 key as stored (E2M1 codes, one E4M3
+ * scale per 16 channels) against int16 codes of the query; a pre-score is
+ * within ab[0] k1 + ab[1] of the exact score (fg_ds4_index_score's bits), so
+ * a row whose pre-score plus that is below the k-th highest pre-score minus
+ * it cannot be in the exact top-k, ties included. */
+
+#define FG_DS4_PRUNE_TILE 64      /* rows per packed key tile */
+#define FG_DS4_PRUNE_MAX_DIM 1024 /* Di and Hi up to which the bound's rounding term holds */
+#define FG_DS4_PRUNE_K1_UP (1.0f + 0x1p-14f) /* k1: its f32 sum over the Di / 16 blocks times this bounds the l1 norm */
+
+/* A query's int16 codes as pairs qp [Hi][Di / 2] (low half channel 2g, high
+ * half 2g + 1), its steps alpha [Hi] (head h's q ~ 2 alpha[h] code) and its
+ * rows' bound coefficients ab [2]. Returns false (score this query exactly)
+ * for Di % 16, Di or Hi over 1024, a non-finite q or w, or a non-zero
+ * max |q[h]| or |w[h]| outside [2^-40, 2^40]. */
+bool fg_ds4_prune_query(const float *q, const float *w, int Hi, int Di, int32_t *qp, float *alpha, float *ab);
+
+/* n <= FG_DS4_PRUNE_TILE FP4 keys (kvquant.h's layout, Di channels) into the
+ * pre-scores' layout: pk [Di / 2][FG_DS4_PRUNE_TILE] pairs of 2 x E2M1 values
+ * as int16 (in [-12, 12]), ps [Di / 16][FG_DS4_PRUNE_TILE] block scales,
+ * rows past n zero; k1[j] >= the key's l1 norm (the same bits on every ISA). */
+void fg_ds4_prune_pack(const uint8_t *const *keys, int n, int Di, int32_t *pk, float *ps, float *k1);
+
+/* pre[j] for j < n: per head the blocks' integer dots (exact), each through
+ * a fused multiply-add by its scale in block order, times alpha[h]; then
+ * over the heads in order, s = fma(w[h], p, s) for p > 0. The same bits on
+ * every ISA (VNNI vpdpwssd where the CPU has it). */
+void fg_ds4_prune_scores(const int32_t *qp, const float *alpha, const float *w, int Hi, int Di, const int32_t *pk,
+                         const float *ps, int n, float *pre);
+
+/* The rows of n that may be in the exact top-k (1 <= k < n) as bits of mask
+ * [(n + 63) / 64] (row r: bit r % 64 of word r / 64); returns their count,
+ * at least k. lo, tmp: [n] scratch. */
+int fg_ds4_prune_mark(const float *pre, const float *k1, const float *ab, int n, int k, uint64_t *mask, float *lo,
+                      float *tmp);
+
+/* out[c] = fg_ds4_index_score(q, w, keys + idx[c] Di, Hi, Di) for c < m, bit
+ * for bit, from the query transposed (qt [Di][Hi]) so that the heads are
+ * the vector's lanes: for scattered rows. dots: [4 Hi] scratch. */
+void fg_ds4_index_score_rows(const float *qt, const float *w, int Hi, int Di, const float *keys, const int *idx, int m,
+                             float *dots, float *out);
 
 /* ---- attention with a sink ---- */
 

@@ -5,13 +5,18 @@
  * plain loop for every tail shape, fg_ds4_index_scores against
  * fg_ds4_index_score, dots + fg_ds4_attn_update against fg_ds4_attn_tile,
  * fg_ds4_acc_rows against one fg_axpy per row, fg_ds4_transpose against the definition,
- * fg_ds4_top_k_tmp against fg_ds4_top_k with ties, signed zeros and NaN. */
+ * fg_ds4_top_k_tmp against fg_ds4_top_k with ties, signed zeros and NaN; the
+ * pruned scoring's kernels against their plain definitions, its bound
+ * against the exact scores, and its top-k against the exact top-k, ties
+ * included, on inputs made to tie at the k-th row. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/ds4_ops.h"
+#include "kernels/cpu/kvquant.h"
+#include "kernels/cpu/numeric.h"
 #include "kernels/cpu/vecops.h"
 #include "tests/unit/fg_test.h"
 
@@ -198,6 +203,237 @@ static void test_transpose(void)
     CHECK_MSG(guard == 0, "fg_ds4_transpose: %d padding values written", guard);
 }
 
+/* ---- the pruned scoring ---- */
+
+/* n FP4 keys [n][bytes] from random rows (a few all-zero blocks, scales
+ * spread over 2^-6 .. 2^6), and their f32 values [n][Di] */
+static void prune_keys(int n, int Di, int dup, uint8_t *raw, size_t bytes, float *kf)
+{
+    float *x = malloc(sizeof(float) * (size_t)Di);
+    for (int r = 0; r < n; r++) {
+        if (dup > 1 && r % dup) { /* a copy of the row before: scores that tie */
+            memcpy(raw + (size_t)r * bytes, raw + (size_t)(r - 1) * bytes, bytes);
+        } else {
+            const float mag = ldexpf(1.0f, (int)(rng_u32() % 13) - 6);
+            for (int i = 0; i < Di; i++)
+                x[i] = (i / 16) % 5 == 3 && r % 3 == 0 ? 0.0f : rng_f() * mag;
+            fg_kv_quantize(FG_KV_FP4, x, Di, raw + (size_t)r * bytes);
+        }
+        fg_kv_dequantize(FG_KV_FP4, raw + (size_t)r * bytes, Di, kf + (size_t)r * Di);
+    }
+    free(x);
+}
+
+/* The pruned scoring of one query over n rows: its top-k into sel (count
+ * returned), the kept count in *kept; -1 when the query is not pruned. */
+static int prune_top_k(const float *q, const float *w, int Hi, int Di, const uint8_t *raw, size_t bytes,
+                       const float *kf, int n, int k, int *sel, int *kept)
+{
+    int32_t *qp = malloc(sizeof(int32_t) * (size_t)Hi * Di / 2), *pk = malloc(sizeof(int32_t) * (size_t)Di / 2 * 64);
+    float alpha[64], ab[2], *ps = malloc(sizeof(float) * (size_t)Di / 16 * 64);
+    float *k1 = malloc(sizeof(float) * (size_t)(n + 64)), *pre = malloc(sizeof(float) * (size_t)n);
+    float *lo = malloc(sizeof(float) * (size_t)n), *tmp = malloc(sizeof(float) * (size_t)n);
+    float *ex = malloc(sizeof(float) * (size_t)n), *qt = malloc(sizeof(float) * (size_t)Hi * Di);
+    float *dots = malloc(sizeof(float) * 4 * (size_t)Hi);
+    uint64_t *mask = malloc(sizeof(uint64_t) * (size_t)(n / 64 + 1));
+    int *keep = malloc(sizeof(int) * (size_t)n), got = -1;
+    if (fg_ds4_prune_query(q, w, Hi, Di, qp, alpha, ab)) {
+        for (int r0 = 0; r0 < n; r0 += 64) {
+            const uint8_t *rows[64];
+            const int nk = n - r0 < 64 ? n - r0 : 64;
+            for (int j = 0; j < nk; j++)
+                rows[j] = raw + (size_t)(r0 + j) * bytes;
+            fg_ds4_prune_pack(rows, nk, Di, pk, ps, k1 + r0);
+            fg_ds4_prune_scores(qp, alpha, w, Hi, Di, pk, ps, nk, pre + r0);
+        }
+        *kept = fg_ds4_prune_mark(pre, k1, ab, n, k, mask, lo, tmp);
+        int m = 0;
+        for (int r = 0; r < n; r++)
+            if (mask[r / 64] >> (r % 64) & 1)
+                keep[m++] = r;
+        for (int h = 0; h < Hi; h++)
+            for (int i = 0; i < Di; i++)
+                qt[(size_t)i * Hi + h] = q[(size_t)h * Di + i];
+        int *idx = malloc(sizeof(int) * (size_t)(m > 0 ? m : 1));
+        for (int c = 0; c < m; c++)
+            idx[c] = keep[c];
+        fg_ds4_index_score_rows(qt, w, Hi, Di, kf, idx, m, dots, ex);
+        got = fg_ds4_top_k_tmp(ex, m, k, sel, tmp);
+        for (int x = 0; x < got; x++)
+            sel[x] = keep[sel[x]];
+        *kept = *kept == m ? m : -1;
+        free(idx);
+    }
+    free(qp); free(pk); free(ps); free(k1); free(pre); free(lo); free(tmp); free(ex); free(qt); free(dots);
+    free(mask); free(keep);
+    return got;
+}
+
+/* the kernels against their definitions: the tile's pairs and scales, k1 an
+ * upper bound of each l1 norm within 2^-10, the pre-scores' bits (the
+ * fused multiply-adds in order), every pre-score within its bound of
+ * the exact score, the scattered rows' exact scores, the marked rows */
+static void test_prune_kernels(void)
+{
+    const int His[] = {1, 8, 9, 17, 64}, Dis[] = {16, 128}, ns[] = {1, 15, 16, 17, 63, 64};
+    int bad_pack = 0, bad_k1 = 0, bad_pre = 0, bad_bound = 0, bad_rows = 0, bad_mark = 0, cases = 0;
+    for (size_t ih = 0; ih < sizeof His / sizeof *His; ih++)
+        for (size_t id = 0; id < sizeof Dis / sizeof *Dis; id++)
+            for (size_t in = 0; in < sizeof ns / sizeof *ns; in++) {
+                const int Hi = His[ih], Di = Dis[id], n = ns[in], G = Di / 2, NB = Di / 16;
+                const size_t bytes = fg_kv_bytes(FG_KV_FP4, Di);
+                uint8_t *raw = malloc(bytes * 64);
+                float *kf = malloc(sizeof(float) * 64 * (size_t)Di), *q = malloc(sizeof(float) * (size_t)Hi * Di);
+                float w[64], alpha[64], ab[2], ps[8 * 64], k1[64], pre[64], ex[64], qt[64 * 128], dots[4 * 64];
+                int32_t qp[64 * 64], pk[64 * 64];
+                prune_keys(n, Di, 1, raw, bytes, kf);
+                for (int i = 0; i < Hi * Di; i++)
+                    q[i] = rng_f() * (i % 7 == 0 ? 3.0f : 0.5f);
+                for (int h = 0; h < Hi; h++)
+                    w[h] = h % 4 == 3 ? -rng_f() : rng_f();
+                CHECK(fg_ds4_prune_query(q, w, Hi, Di, qp, alpha, ab));
+                const uint8_t *rows[64];
+                for (int j = 0; j < n; j++)
+                    rows[j] = raw + (size_t)j * bytes;
+                fg_ds4_prune_pack(rows, n, Di, pk, ps, k1);
+                for (int j = 0; j < 64; j++) {
+                    double l1 = 0;
+                    for (int i = 0; i < Di; i++) {
+                        const uint8_t c = j < n ? (uint8_t)(raw[(size_t)j * bytes + i / 2] >> (i % 2 * 4) & 15) : 0;
+                        const int v = (int)(2 * fg_e2m1_to_f32(c));
+                        const int32_t got = pk[(size_t)(i / 2) * 64 + j];
+                        bad_pack += (i % 2 ? got >> 16 : (int16_t)got) != v;
+                        l1 += j < n ? fabs((double)kf[(size_t)j * Di + i]) : 0;
+                    }
+                    for (int b = 0; b < NB; b++)
+                        bad_pack += fg_test_bits(ps[b * 64 + j]) !=
+                                    fg_test_bits(j < n ? fg_e4m3_to_f32(raw[(size_t)j * bytes + G + b]) : 0.0f);
+                    bad_k1 += !(k1[j] >= l1 && k1[j] <= l1 * (1 + 0x1p-10) + 0x1p-100);
+                }
+                fg_ds4_prune_scores(qp, alpha, w, Hi, Di, pk, ps, n, pre);
+                for (int j = 0; j < n; j++) {
+                    float s = 0;
+                    for (int h = 0; h < Hi; h++) {
+                        float acc = 0;
+                        for (int b = 0; b < NB; b++) {
+                            int32_t d = 0;
+                            for (int g = 8 * b; g < 8 * b + 8; g++) {
+                                const int32_t x = qp[h * G + g], y = pk[g * 64 + j];
+                                d += (int16_t)x * (int16_t)y + (x >> 16) * (y >> 16);
+                            }
+                            acc = fmaf((float)d, ps[b * 64 + j], acc);
+                        }
+                        const float p = acc * alpha[h];
+                        if (p > 0)
+                            s = fmaf(w[h], p, s);
+                    }
+                    bad_pre += fg_test_bits(s) != fg_test_bits(pre[j]);
+                    const float e = fg_ds4_index_score(q, w, kf + (size_t)j * Di, Hi, Di);
+                    bad_bound += !(fabsf(pre[j] - e) <= ab[0] * k1[j] + ab[1]);
+                }
+                for (int h = 0; h < Hi; h++)
+                    for (int i = 0; i < Di; i++)
+                        qt[i * Hi + h] = q[h * Di + i];
+                int idx[64];
+                for (int c = 0; c < n; c++)
+                    idx[c] = (c * 7) % n;
+                fg_ds4_index_score_rows(qt, w, Hi, Di, kf, idx, n, dots, ex);
+                for (int c = 0; c < n; c++)
+                    bad_rows += fg_test_bits(ex[c]) != fg_test_bits(fg_ds4_index_score(q, w, kf + (size_t)idx[c] * Di, Hi, Di));
+                if (n > 2) {
+                    const int k = n / 3;
+                    float lo[64], tmp[64], srt[64];
+                    uint64_t mask;
+                    const int m = fg_ds4_prune_mark(pre, k1, ab, n, k, &mask, lo, tmp);
+                    for (int r = 0; r < n; r++) {
+                        const float b = ab[0] * k1[r];
+                        srt[r] = pre[r] - (b + ab[1]);
+                    }
+                    for (int a = 0; a < n; a++) /* descending: srt[k - 1] is the floor */
+                        for (int c = a + 1; c < n; c++)
+                            if (srt[c] > srt[a]) {
+                                const float t = srt[a];
+                                srt[a] = srt[c];
+                                srt[c] = t;
+                            }
+                    uint64_t want = 0;
+                    for (int r = 0; r < n; r++) {
+                        const float b = ab[0] * k1[r];
+                        want |= (uint64_t)!(pre[r] + (b + ab[1]) < srt[k - 1]) << r;
+                    }
+                    bad_mark += mask != want || m != __builtin_popcountll(want) || m < k;
+                }
+                cases++;
+                free(raw);
+                free(kf);
+                free(q);
+            }
+    CHECK_MSG(bad_pack == 0, "fg_ds4_prune_pack: %d pairs or scales differ from the codes", bad_pack);
+    CHECK_MSG(bad_k1 == 0, "fg_ds4_prune_pack: %d l1 norms not bounded within 2^-10", bad_k1);
+    CHECK_MSG(bad_pre == 0, "fg_ds4_prune_scores: %d pre-scores differ from the definition's bits", bad_pre);
+    CHECK_MSG(bad_bound == 0, "fg_ds4_prune_query: %d pre-scores outside their bound of the exact score", bad_bound);
+    CHECK_MSG(bad_rows == 0, "fg_ds4_index_score_rows: %d scores differ from fg_ds4_index_score", bad_rows);
+    CHECK_MSG(bad_mark == 0, "fg_ds4_prune_mark: %d of %d cases mark other rows", bad_mark, cases);
+}
+
+/* the pruned top-k is the exact top-k (fg_ds4_top_k over every exact score):
+ * random keys (where most rows must drop out), keys repeated in runs so
+ * that scores tie at the k-th row, all keys equal, a query of one large
+ * channel, heads with zero queries or negative weights */
+static void test_prune_top_k(void)
+{
+    const int ns[] = {600, 2048, 5000}, ks[] = {1, 7, 512};
+    const int Hi = 8, Di = 128;
+    const size_t bytes = fg_kv_bytes(FG_KV_FP4, Di);
+    uint8_t *raw = malloc(bytes * 5000);
+    float *kf = malloc(sizeof(float) * 5000 * Di), *ex = malloc(sizeof(float) * 5000), q[8 * 128], w[8];
+    int a[512], b[512], bad = 0, cases = 0, pruned_random = 0, random_cases = 0, unpruned = 0;
+    for (int kind = 0; kind < 5; kind++)
+        for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+            for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++) {
+                const int n = ns[in], k = ks[ik];
+                prune_keys(n, Di, kind == 1 ? 5 : kind == 2 ? n : 1, raw, bytes, kf);
+                for (int i = 0; i < Hi * Di; i++)
+                    q[i] = kind == 3 ? (i % Di == 5 ? 40.0f : rng_f() * 1e-3f) : rng_f();
+                for (int h = 0; h < Hi; h++)
+                    w[h] = kind == 4 ? (h % 2 ? -rng_f() : rng_f()) : rng_f() * 0.5f + 0.5f;
+                if (kind == 4)
+                    for (int i = 0; i < Di; i++)
+                        q[2 * Di + i] = 0.0f;
+                for (int r = 0; r < n; r++)
+                    ex[r] = fg_ds4_index_score(q, w, kf + (size_t)r * Di, Hi, Di);
+                const int na = fg_ds4_top_k(ex, n, k, a);
+                int kept = 0;
+                const int nb = prune_top_k(q, w, Hi, Di, raw, bytes, kf, n, k, b, &kept);
+                if (nb < 0) {
+                    unpruned++;
+                    continue;
+                }
+                bad += na != nb || memcmp(a, b, sizeof(int) * (size_t)na) != 0 || kept < k;
+                if (kind == 0 && k < n / 4) {
+                    random_cases++;
+                    pruned_random += kept < n / 2;
+                }
+                cases++;
+            }
+    CHECK_MSG(unpruned == 0, "fg_ds4_prune_query refused %d queries", unpruned);
+    CHECK_MSG(bad == 0, "pruned top-k: %d of %d cases choose other rows than the exact top-k", bad, cases);
+    CHECK_MSG(pruned_random == random_cases, "pruned top-k: %d of %d random cases dropped half the rows",
+              pruned_random, random_cases);
+    /* a query out of the bound's range is refused, not pruned */
+    q[3] = INFINITY;
+    int32_t qp[8 * 64];
+    float alpha[8], ab[2];
+    CHECK(!fg_ds4_prune_query(q, w, Hi, Di, qp, alpha, ab));
+    q[3] = 0x1p-60f;
+    for (int i = 0; i < Di; i++)
+        q[i] = i == 3 ? 0x1p-60f : 0.0f;
+    CHECK(!fg_ds4_prune_query(q, w, Hi, Di, qp, alpha, ab));
+    free(raw);
+    free(kf);
+    free(ex);
+}
+
 int main(void)
 {
     rng_seed(0x3c6ef372fe94f82bull);
@@ -207,5 +443,7 @@ int main(void)
     test_acc_rows();
     test_transpose();
     test_top_k();
+    test_prune_kernels();
+    test_prune_top_k();
     return TEST_DONE("test_ds4_ops");
 }

@@ -228,10 +228,15 @@ void fg_ds4_key_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, 
     fg_ds4_key_put(c, x, q->pages[j / per] + c->layer[il].page_keys + (size_t)(j % per) * c->key_bytes);
 }
 
-void fg_ds4_key_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, float *y)
+const uint8_t *fg_ds4_key_at(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j)
 {
     const int per = FG_KV_PAGE_TOKENS / FG_DS4_CSA;
-    fg_ds4_key_get(c, q->pages[j / per] + c->layer[il].page_keys + (size_t)(j % per) * c->key_bytes, y);
+    return q->pages[j / per] + c->layer[il].page_keys + (size_t)(j % per) * c->key_bytes;
+}
+
+void fg_ds4_key_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, float *y)
+{
+    fg_ds4_key_get(c, fg_ds4_key_at(c, q, il, j), y);
 }
 
 void fg_ds4_flash_geometry(fg_ds4_hparams *hp)

@@ -97,4 +97,6 @@ void fg_ds4_comp_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, 
 void fg_ds4_comp_prefetch(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int r, int j);
 void fg_ds4_key_store(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, const float *x);
 void fg_ds4_key_load(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j, float *y);
+/* Index key j of CSA layer il as stored (fp8 format: kvquant.h's FP4 bytes). */
+const uint8_t *fg_ds4_key_at(const fg_ds4_cache *c, const fg_kv_seq *q, int il, int j);
 #endif

@@ -28,6 +28,7 @@
 
 #define KEY_TILE 64 /* keys decoded per step of the online softmax */
 #define IDX_TILE 64 /* index keys decoded (and transposed) per step of the indexer's scoring */
+#define PRUNE_MIN_K 4 /* visible rows per top-k row from which a token's index scores are pruned */
 #define SCORE_CAP ((size_t)1 << 21) /* indexer scores held at once (8 MiB): a chunk's tokens go in groups */
 #define HCA_CAP 2048 /* HCA rows decoded once per sequence and layer (2 MiB each way at D 256); later ones per token */
 #define LOGIT_CHUNK 64 /* rows of logits per LM-head product */
@@ -36,6 +37,7 @@
  * calling thread (a pool barrier costs about as much); low enough that the
  * test fixture takes both paths. */
 #define PAR_MIN_WORK 4096
+_Static_assert(IDX_TILE == FG_DS4_PRUNE_TILE, "the pruned scoring packs the indexer's tiles");
 _Static_assert(KEY_TILE == FG_DS4_ATTN_TILE, "the forward tiles attention as ds4_ops.h (the CUDA reference)");
 _Static_assert(FG_DS4_OPS_HC == FG_DS4_HC && FG_DS4_OPS_HC_MIX == FG_DS4_HC_MIX, "ds4_ops.h mixing layout");
 
@@ -115,6 +117,14 @@ struct fg_ds4_forward {
     int *tok_sel;                 /* [T][max(top_k, 1)] each token's top-k rows */
     int *tok_nsel;                /* [T] their count */
     float *topk_tmp;              /* [pool threads][max_rows] top-k's scratch */
+    /* the indexer's pruned scoring (ds4_ops.h): per token its int16 query and bound, per row its key's l1 norm */
+    int32_t *pqp;                 /* [T][Hi * Di / 2] */
+    float *palpha, *pab;          /* [T][Hi] steps, [T][2] bound coefficients */
+    char *pstate;                 /* [T] pruned or not */
+    float *pk1;                   /* [max_rows + IDX_TILE] */
+    float *pqt;                   /* [T][Di][Hi] the queries transposed */
+    uint64_t *pmask;              /* [pool threads][max_rows / 64 + 1] the rows that may be in a token's top-k */
+    float *pbuf;                  /* [pool threads][2 * max_rows]: the floors' scratch or the kept rows' scores, the kept rows */
     void *mm_scratch;
     /* drafts (fg_ds4_forward_draft), with an MTP block */
     uint64_t run_gen;             /* forward_run calls so far: a chain of drafts lives within one */
@@ -298,6 +308,142 @@ static void topk_run(void *ctx, int ith, int nth)
     }
 }
 
+/* The pruned scoring (ds4_ops.h, docs/engine.md "The indexer's pruned
+ * scoring"): every row's bounded pre-score from its FP4 key as stored, the
+ * rows that may be in the exact top-k, their exact scores (the bits above),
+ * top-k among them; the same rows as topk_run over every exact score. */
+
+/* A thread's packed tile, in key_buf past index_run's part: pk [Di/2][IDX_TILE], then ps [Di/16][IDX_TILE]. */
+static int32_t *prune_pk(const fg_ds4_forward_t *f, int ith)
+{
+    const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
+    return (int32_t *)(void *)(f->key_buf + (size_t)ith * f->key_buf_n + 2 * (size_t)Di * IDX_TILE +
+                               (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE);
+}
+
+/* Pass 1: each tile packed once; the pruned tokens' pre-scores, the others' exact scores (index_run's). */
+static void prune_pre_run(void *ctx, int ith, int nth)
+{
+    const index_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim;
+    float *key = f->key_buf + (size_t)ith * f->key_buf_n, *kt = key + (size_t)Di * IDX_TILE, *dots = kt + (size_t)Di * IDX_TILE;
+    int32_t *pk = prune_pk(f, ith);
+    float *ps = (float *)(void *)(pk + (size_t)Di / 2 * IDX_TILE);
+    long b0, b1;
+    fg_pool_split((j->ld + IDX_TILE - 1) / IDX_TILE, 1, ith, nth, &b0, &b1);
+    for (long b = b0; b < b1; b++) {
+        const int r0 = (int)b * IDX_TILE, nk = j->ld - r0 < IDX_TILE ? j->ld - r0 : IDX_TILE;
+        const uint8_t *rows[IDX_TILE];
+        for (int k = 0; k < nk; k++)
+            rows[k] = fg_ds4_key_at(f->cache, j->kv, j->il, r0 + k);
+        fg_ds4_prune_pack(rows, nk, Di, pk, ps, f->pk1 + r0);
+        bool decoded = false;
+        for (int t = j->t0 + j->nt - 1; t >= j->t0; t--) {
+            const int vis = csa_visible(f->tok_pos[t]);
+            if (vis <= r0)
+                break;
+            const int nv = vis - r0 < nk ? vis - r0 : nk;
+            float *out = f->iscores + (size_t)(t - j->t0) * j->ld + r0;
+            if (f->pstate[t]) {
+                fg_ds4_prune_scores(f->pqp + (size_t)t * Hi * (Di / 2), f->palpha + (size_t)t * Hi,
+                                    f->iw + (size_t)t * Hi, Hi, Di, pk, ps, nv, out);
+                continue;
+            }
+            if (!decoded) {
+                for (int k = 0; k < nk; k++)
+                    fg_ds4_key_load(f->cache, j->kv, j->il, r0 + k, key + (size_t)k * Di);
+                fg_ds4_transpose(key, nk, Di, kt, IDX_TILE);
+                decoded = true;
+            }
+            fg_ds4_index_scores(f->iq + (size_t)t * Hi * Di, f->iw + (size_t)t * Hi, kt, IDX_TILE, nv, Hi, Di, dots,
+                                out);
+        }
+    }
+}
+
+/* Pass 2, per token: a pruned one's floor and the rows at or above it,
+ * those rows decoded and scored exactly (IDX_TILE at a time, the heads in
+ * the lanes), and its top-k among them in index order, so that ties go as
+ * over all rows; topk_run's for the others. */
+static void prune_top_run(void *ctx, int ith, int nth)
+{
+    const index_job *j = ctx;
+    const fg_ds4_forward_t *f = j->f;
+    const int Hi = f->m->hp.idx_head, Di = f->m->hp.idx_dim, top_k = f->m->hp.idx_top_k;
+    const int ksel = top_k > 1 ? top_k : 1;
+    float *key = f->key_buf + (size_t)ith * f->key_buf_n, *dots = key + 2 * (size_t)Di * IDX_TILE;
+    float *tmp = f->topk_tmp + (size_t)ith * f->max_rows, *pb = f->pbuf + (size_t)ith * 2 * f->max_rows;
+    float *lo = pb, *ex = pb; /* the floors' scratch, then (once marked) the kept rows' exact scores */
+    int *keep = (int *)(void *)(pb + f->max_rows);
+    uint64_t *mask = f->pmask + (size_t)ith * (size_t)(f->max_rows / 64 + 1);
+    long t0, t1;
+    fg_pool_split(j->nt, 1, ith, nth, &t0, &t1);
+    for (long i = t0; i < t1; i++) {
+        const int t = j->t0 + (int)i, vis = csa_visible(f->tok_pos[t]);
+        const float *sc = f->iscores + (size_t)i * j->ld;
+        int *sel = f->tok_sel + (size_t)t * ksel;
+        if (!f->pstate[t]) {
+            f->tok_nsel[t] = fg_ds4_top_k_tmp(sc, vis, top_k, sel, tmp);
+            continue;
+        }
+        fg_ds4_prune_mark(sc, f->pk1, f->pab + 2 * (size_t)t, vis, top_k, mask, lo, tmp);
+        int nk = 0;
+        for (int w = 0; w < (vis + 63) / 64; w++)
+            for (uint64_t bits = mask[w]; bits; bits &= bits - 1)
+                keep[nk++] = 64 * w + __builtin_ctzll(bits);
+        const float *qt = f->pqt + (size_t)t * Hi * Di, *wt = f->iw + (size_t)t * Hi;
+        for (int c0 = 0; c0 < nk; c0 += IDX_TILE) {
+            const int nc = nk - c0 < IDX_TILE ? nk - c0 : IDX_TILE;
+            int idx[IDX_TILE];
+            for (int c = 0; c < nc; c++) {
+                if (c + PREFETCH_ROWS < nc)
+                    __builtin_prefetch(fg_ds4_key_at(f->cache, j->kv, j->il, keep[c0 + c + PREFETCH_ROWS]));
+                fg_ds4_key_load(f->cache, j->kv, j->il, keep[c0 + c], key + (size_t)c * Di);
+                idx[c] = c;
+            }
+            fg_ds4_index_score_rows(qt, wt, Hi, Di, key, idx, nc, dots, ex + c0);
+        }
+        const int n = fg_ds4_top_k_tmp(ex, nk, top_k, sel, tmp);
+        for (int x = 0; x < n; x++)
+            sel[x] = keep[sel[x]];
+        f->tok_nsel[t] = n;
+    }
+}
+
+/* Marks the tokens [g0, g1) to prune: FP4 keys, the ISA, rows enough, a query that bounds. */
+static bool prune_plan(fg_ds4_forward_t *f, int g0, int g1)
+{
+    const fg_ds4_hparams *hp = &f->m->hp;
+    const int Hi = hp->idx_head, Di = hp->idx_dim;
+    const bool can = f->cache->format == FG_KV_FP8 && fg_isa_best() == FG_ISA_AVX512 && hp->idx_top_k >= 1;
+    bool any = false;
+    for (int t = g0; t < g1; t++) {
+        const int vis = csa_visible(f->tok_pos[t]);
+        f->pstate[t] = can && vis > hp->idx_top_k && vis >= PRUNE_MIN_K * hp->idx_top_k &&
+                       fg_ds4_prune_query(f->iq + (size_t)t * Hi * Di, f->iw + (size_t)t * Hi, Hi, Di,
+                                          f->pqp + (size_t)t * Hi * (Di / 2), f->palpha + (size_t)t * Hi,
+                                          f->pab + 2 * (size_t)t);
+        if (f->pstate[t]) { /* the query transposed, for the exact scores of scattered rows */
+            const float *q = f->iq + (size_t)t * Hi * Di;
+            float *qt = f->pqt + (size_t)t * Hi * Di;
+            for (int h = 0; h < Hi; h++)
+                for (int i = 0; i < Di; i++)
+                    qt[(size_t)i * Hi + h] = q[(size_t)h * Di + i];
+            any = true;
+        }
+    }
+    return any;
+}
+
+static void run_par(fg_ds4_forward_t *f, bool par, void (*fn)(void *, int, int), index_job *job)
+{
+    if (par)
+        fg_pool_run(f->pool, fn, job);
+    else
+        fn(job, 0, 1);
+}
+
 /* The indexer of CSA layer il for the batch's n tokens: every token's top-k
  * rows (tok_sel, tok_nsel), a sequence's tokens scored together in groups
  * whose scores fit in iscores. The compressor must have taken them all. */
@@ -313,16 +459,15 @@ static void index_batch(fg_ds4_forward_t *f, int il, int n)
         index_job job = {.f = f, .kv = kv, .il = il, .t0 = g0, .nt = g1 - g0,
                          .ld = csa_visible(f->tok_pos[g1 - 1])};
         const long work = (long)job.nt * job.ld;
-        if (job.ld > 0) {
-            if (work * hp->idx_head * hp->idx_dim >= PAR_MIN_WORK)
-                fg_pool_run(f->pool, index_run, &job);
-            else
-                index_run(&job, 0, 1);
+        const bool par = work * hp->idx_head * hp->idx_dim >= PAR_MIN_WORK, par_t = job.nt > 1 && work >= PAR_MIN_WORK;
+        if (job.ld > 0 && prune_plan(f, g0, g1)) {
+            run_par(f, par, prune_pre_run, &job);
+            run_par(f, par_t, prune_top_run, &job);
+        } else {
+            if (job.ld > 0)
+                run_par(f, par, index_run, &job);
+            run_par(f, par_t, topk_run, &job);
         }
-        if (job.nt > 1 && work >= PAR_MIN_WORK)
-            fg_pool_run(f->pool, topk_run, &job);
-        else
-            topk_run(&job, 0, 1);
         g0 = g1;
     }
 }
@@ -1232,12 +1377,22 @@ fg_err fg_ds4_forward_create(const fg_ds4_model *m, const fg_kv_geometry *geo, i
     if (f->score_cap > SCORE_CAP)
         f->score_cap = SCORE_CAP > (size_t)f->max_rows ? SCORE_CAP : (size_t)f->max_rows;
     f->iscores = alloc_f(f->score_cap, &ok);
-    f->key_buf_n = 2 * (size_t)Di * IDX_TILE + (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE;
+    /* keys, transposed, dots, then the pruned scoring's packed tile (pairs, block scales) */
+    f->key_buf_n = 2 * (size_t)Di * IDX_TILE + (size_t)(Hi > 0 ? Hi : 1) * IDX_TILE + (size_t)Di / 2 * IDX_TILE +
+                   (size_t)Di / 16 * IDX_TILE;
     f->key_buf = alloc_f((size_t)fg_pool_size(pool) * f->key_buf_n, &ok);
     const size_t ksel = (size_t)(hp->idx_top_k > 1 ? hp->idx_top_k : 1);
     f->tok_sel = alloc_f(T * ksel, &ok);
     f->tok_nsel = alloc_f(T, &ok);
     f->topk_tmp = alloc_f((size_t)fg_pool_size(pool) * (size_t)f->max_rows, &ok);
+    f->pqp = alloc_f(T * (size_t)(Hi > 0 ? Hi : 1) * (size_t)(Di / 2 > 0 ? Di / 2 : 1), &ok);
+    f->palpha = alloc_f(T * (size_t)(Hi > 0 ? Hi : 1), &ok);
+    f->pab = alloc_f(2 * T, &ok);
+    f->pstate = alloc_f(T / 4 + 1, &ok);
+    f->pk1 = alloc_f((size_t)f->max_rows + IDX_TILE, &ok);
+    f->pqt = alloc_f(T * (size_t)(Hi > 0 ? Hi : 1) * (size_t)(Di > 0 ? Di : 1), &ok);
+    f->pmask = alloc_f(2 * (size_t)fg_pool_size(pool) * (size_t)(f->max_rows / 64 + 1), &ok);
+    f->pbuf = alloc_f((size_t)fg_pool_size(pool) * 2 * (size_t)f->max_rows, &ok);
     f->counts = calloc(X, sizeof *f->counts);
     /* matmul scratch: the largest input width over every type that needs it */
     const int64_t widths[] = {(int64_t)E, (int64_t)E4, 2 * (int64_t)E, (int64_t)Q, (int64_t)(H * D / G),
@@ -1276,7 +1431,8 @@ void fg_ds4_forward_destroy(fg_ds4_forward_t *f)
                     f->wts, f->tok_of, f->w_of, f->ein, f->eg, f->eu, f->ed, f->mtp_in, f->hin, f->row,
                     f->rowtmp, f->scores, f->key_buf, f->counts, f->mm_scratch,
                     f->cache, f->tok_pos, f->tok_kv, f->logit_dst, f->logit_out,
-                    f->win, f->win_t, f->hca, f->hca_t, f->iscores, f->tok_sel, f->tok_nsel, f->topk_tmp};
+                    f->win, f->win_t, f->hca, f->hca_t, f->iscores, f->tok_sel, f->tok_nsel, f->topk_tmp,
+                    f->pqp, f->palpha, f->pab, f->pstate, f->pk1, f->pqt, f->pmask, f->pbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     for (int i = 0; i < f->n_ws; i++) {
