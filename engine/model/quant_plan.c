@@ -27,8 +27,8 @@ enum { /* ggml type ids used by the rules */
 enum { /* llama.cpp's LLAMA_FTYPE numbers */
     F_ALL_F32 = 0, F_F16 = 1, F_Q4_0 = 2, F_Q4_1 = 3, F_Q8_0 = 7, F_Q5_0 = 8, F_Q5_1 = 9, F_Q2_K = 10,
     F_Q3_K_S = 11, F_Q3_K_M = 12, F_Q3_K_L = 13, F_Q4_K_S = 14, F_Q4_K_M = 15, F_Q5_K_S = 16, F_Q5_K_M = 17,
-    F_Q6_K = 18, F_IQ2_XXS = 19, F_IQ2_XS = 20, F_Q2_K_S = 21, F_IQ3_XS = 22, F_IQ3_XXS = 23, F_IQ4_NL = 25, F_IQ3_S = 26, F_IQ3_M = 27,
-    F_IQ2_S = 28, F_IQ2_M = 29, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
+    F_Q6_K = 18, F_IQ2_XXS = 19, F_IQ2_XS = 20, F_Q2_K_S = 21, F_IQ3_XS = 22, F_IQ3_XXS = 23, F_IQ4_NL = 25,
+    F_IQ3_S = 26, F_IQ3_M = 27, F_IQ2_S = 28, F_IQ2_M = 29, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
 };
 
 static const struct ftype_info {

@@ -40,10 +40,11 @@ int fg_wtype_requires_imatrix(int wtype);
 /* fg_wtype_quantize_row with an importance matrix: qw holds n weights, one
  * per column of the row (llama-imatrix's mean squared activations), and the
  * types with an importance-weighted search (Q2_K .. Q6_K, Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*) write what ggml_quantize_chunk writes with that
- * imatrix (the quantize_row_*_impl paths); the others ignore it. qw NULL is
- * fg_wtype_quantize_row, which returns -1 for the fg_wtype_requires_imatrix types. Returns -1 also for a weight that is negative, NaN or
- * infinite. */
+ * Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*) write what ggml_quantize_chunk
+ * writes with that imatrix (the quantize_row_*_impl paths); the others ignore
+ * it. qw NULL is fg_wtype_quantize_row, which returns -1 for the
+ * fg_wtype_requires_imatrix types. Returns -1 also for a weight that is
+ * negative, NaN or infinite. */
 int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n, const float *qw);
 
 #endif
