@@ -12,8 +12,9 @@
    by tests/reference/imatrix_files.py, one expert of one tensor with no input): every type
    forced on every tensor of tiny-256, and the q2_k_s and IQ2 mixes (llama-quantize's choices,
    checked here by its rules), the iq3_xxs and iq3_xs mixes on tiny-256, an 8-layer model and the
-   English model, and every type forced (IQ3_XXS and IQ2_* too: llama-quantize writes them only
-   with an imatrix, and flashgate-quantize refuses them without one, checked here for the mixes
+   English model (not iq2_xs, iq2_m on the 8-layer one; and iq3_xxs, iq2_xxs, iq2_s on one with
+   tied embeddings and a plain attn_q, which iq3_xxs puts in IQ2_S), and every type forced (IQ3_XXS and IQ2_* too: llama-quantize writes them
+   only with an imatrix, and flashgate-quantize refuses them without one, checked here for the mixes
    against llama_model_quantize's refusal) on tiny-256: each tensor equals
    ggml_quantize_chunk of its F32 source with that tensor's imatrix, expert by expert (the weights
    of expert e start at e * ne[0]); a tensor without an entry, or token_embd with an entry of the
@@ -142,7 +143,7 @@ def q2_k_s_types(g):
         if not quantizable(name, t):
             continue
         layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
-        ty = 14 if name == "output.weight" else 12 if "ffn_down" in name and layer < n_layer // 8 else 10
+        ty = 14 if is_output(g, name) else 12 if "ffn_down" in name and layer < n_layer // 8 else 10
         if t.ne[0] % 256:
             ty = {10: 2, 12: 6, 14: 8}[ty]
             if t.ne[0] % 32:
@@ -151,10 +152,15 @@ def q2_k_s_types(g):
     return want
 
 
+def is_output(g, name):
+    """output.weight, or token_embd where it is tied to the output (no output.weight)."""
+    return name == "output.weight" or (name == "token_embd.weight" and "output.weight" not in g.tensors)
+
+
 def low_bit_types(g, mix):
     """llama-quantize's choices for the IQ2 mixes (llama_tensor_get_type_impl's low-bit branch) in
-    these deepseek2 models (no attn_v-like or attn_k tensors): output.weight Q5_K; token_embd Q2_K
-    (IQ2_XXS, IQ2_XS) or IQ3_S (IQ2_S, IQ2_M); the first n_layer/8 ffn_down* tensors in
+    these deepseek2 models (no attn_v-like or attn_k tensors): output.weight (or a tied token_embd)
+    Q5_K; token_embd Q2_K (IQ2_XXS, IQ2_XS) or IQ3_S (IQ2_S, IQ2_M); the first n_layer/8 ffn_down* tensors in
     llama-quantize's order (layer, then name) Q2_K or IQ3_S; attn_output Q5_K with 8 experts, else
     IQ3_S for IQ2_S/IQ2_M; the rest the mix's type (IQ2_S's is IQ2_XS, IQ2_M's IQ2_S); then the
     row fallbacks (IQ* -> IQ4_NL, Q2_K -> Q4_0, Q5_K -> Q5_1, Q8_0, F16)."""
@@ -169,7 +175,7 @@ def low_bit_types(g, mix):
         if not quantizable(name, t):
             continue
         ty = default
-        if name == "output.weight":
+        if is_output(g, name):
             ty = 13 if t.ne[0] % 256 == 0 else 8
         elif name == "token_embd.weight":
             ty = more
@@ -195,9 +201,13 @@ def run_quantize(args):
 
 def imatrix_checks(tmp, src):
     rng = np.random.default_rng(18)
-    models = [src, os.path.join(tmp, "tiny8-256.gguf"), os.path.join(SRC, "models", "flash-english.gguf")]
+    models = [src, os.path.join(tmp, "tiny8-256.gguf"), os.path.join(SRC, "models", "flash-english.gguf"),
+              os.path.join(tmp, "tiny-lite-256.gguf")]
     subprocess.run([os.path.join(BIN, "flashgate-modelgen"), "--preset", "tiny", "--seed", "2", "--embd", "256",
                     "--layers", "8", "--out", models[1]], check=True, capture_output=True)
+    # tied embeddings (token_embd takes the output's rule) and a plain attn_q (IQ3_XXS puts it in IQ2_S)
+    subprocess.run([os.path.join(BIN, "flashgate-modelgen"), "--preset", "tiny", "--seed", "3", "--embd", "256",
+                    "--tied", "--no-q-lora", "--out", models[3]], check=True, capture_output=True)
     for mi, model in enumerate(models):
         g = gguf_read.GGUFFile(model)
         shapes = {name: (t.ne[0], t.ne[2] if len(t.ne) > 2 else 1) for name, t in g.tensors.items()
@@ -227,9 +237,14 @@ def imatrix_checks(tmp, src):
                      for tn in ("q2_K", "q4_K", "iq4_xs", "q5_1")]
         runs.append(("%s q2_k_s mix" % label, [], "q2_k_s", gfile, weights, q2_k_s_types(g)))
         runs.append(("%s q2_k_s mix (.dat)" % label, [], "q2_k_s", dfile, lweights, q2_k_s_types(g)))
-        runs += [("%s %s mix" % (label, mix), [], mix, gfile, weights,
-                  low_bit_types(g, mix) if mix in IQ2_FTYPES else None) for mix in IMATRIX_MIXES[1:]]
+        attn_q = {n: 22 for n in g.tensors if n.endswith("attn_q.weight")}  # IQ3_XXS's attn_q: IQ2_S
+        runs += [("%s %s mix" % (label, mix), [], mix, gfile, weights, low_bit_types(g, mix) if mix in IQ2_FTYPES
+                  else attn_q if mix == "iq3_xxs" else None) for mix in IMATRIX_MIXES[1:]]
         g.close()
+        if mi == 1:  # the 8-layer model adds the first ffn_down's rule: iq2_xs, iq2_m choose as xxs, s
+            runs = [r for r in runs if r[2] not in ("iq2_xs", "iq2_m")]
+        if mi == 3:  # the tied model: the rules it adds, at a third of the cost
+            runs = [r for r in runs if r[2] in ("iq3_xxs", "iq2_xxs", "iq2_s")]
         for label, extra, ftype, imfile, w, want_types in runs:
             before = len(failures)
             if os.path.exists(out):
