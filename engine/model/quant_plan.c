@@ -2,9 +2,9 @@
  * llama.cpp's src/llama-quant.cpp (tensor_allows_quantization,
  * llama_tensor_get_type_impl, tensor_type_fallback) for the mixes whose types
  * this build writes. The branches keep llama.cpp's order, since a tensor can
- * match several; the ones for mixes we refuse (IQ1/IQ2, TQ) are left out. A
- * mix that chooses a type this build does not write for some tensor (IQ3_XXS
- * puts attn_q and attn_k in IQ2_S) fails on that tensor.
+ * match several; the ones for mixes we refuse (IQ1, TQ) are left out. A
+ * mix that chooses a type this build does not write for some tensor fails on
+ * that tensor.
  */
 #include "engine/model/quant_plan.h"
 
@@ -27,8 +27,8 @@ enum { /* ggml type ids used by the rules */
 enum { /* llama.cpp's LLAMA_FTYPE numbers */
     F_ALL_F32 = 0, F_F16 = 1, F_Q4_0 = 2, F_Q4_1 = 3, F_Q8_0 = 7, F_Q5_0 = 8, F_Q5_1 = 9, F_Q2_K = 10,
     F_Q3_K_S = 11, F_Q3_K_M = 12, F_Q3_K_L = 13, F_Q4_K_S = 14, F_Q4_K_M = 15, F_Q5_K_S = 16, F_Q5_K_M = 17,
-    F_Q6_K = 18, F_Q2_K_S = 21, F_IQ3_XS = 22, F_IQ3_XXS = 23, F_IQ4_NL = 25, F_IQ3_S = 26, F_IQ3_M = 27,
-    F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
+    F_Q6_K = 18, F_IQ2_XXS = 19, F_IQ2_XS = 20, F_Q2_K_S = 21, F_IQ3_XS = 22, F_IQ3_XXS = 23, F_IQ4_NL = 25,
+    F_IQ3_S = 26, F_IQ3_M = 27, F_IQ2_S = 28, F_IQ2_M = 29, F_IQ4_XS = 30, F_BF16 = 32, F_MXFP4_MOE = 38,
 };
 
 static const struct ftype_info {
@@ -52,8 +52,9 @@ static const struct ftype_info {
     {"q2_k_s", F_Q2_K_S, T_Q2_K, NULL},
     {"iq3_xxs", F_IQ3_XXS, T_IQ3_XXS, NULL}, {"iq3_xs", F_IQ3_XS, T_IQ3_S, NULL},
     {"iq3_s", F_IQ3_S, T_IQ3_S, NULL},       {"iq3_m", F_IQ3_M, T_IQ3_S, NULL},
-    {"iq2_xxs", -1, 0, "the IQ2/IQ1 lattice types are not written yet"},
-    {"iq2_xs", -1, 0, NULL}, {"iq2_s", -1, 0, NULL}, {"iq2_m", -1, 0, NULL}, {"iq1_s", -1, 0, NULL},
+    {"iq2_xxs", F_IQ2_XXS, T_IQ2_XXS, NULL}, {"iq2_xs", F_IQ2_XS, T_IQ2_XS, NULL},
+    {"iq2_s", F_IQ2_S, T_IQ2_XS, NULL},      {"iq2_m", F_IQ2_M, T_IQ2_S, NULL},
+    {"iq1_s", -1, 0, "the IQ1 lattice types are not written yet"},
     {"iq1_m", -1, 0, NULL},  {"tq1_0", -1, 0, "the ternary types are not written"},
     {"tq2_0", -1, 0, NULL},
 };
@@ -331,6 +332,18 @@ static category category_of(const char *name)
     return C_OTHER;
 }
 
+/* The mixes of llama_tensor_get_type_impl's low-bit branch (there with IQ1_S
+ * and IQ1_M), and those of them that keep more bits (IQ3_S, not Q2_K). */
+static bool low_bit_mix(int f)
+{
+    return f == F_IQ2_XXS || f == F_IQ2_XS || f == F_IQ2_S || f == F_IQ2_M;
+}
+
+static bool iq2_s_or_m(int f)
+{
+    return f == F_IQ2_S || f == F_IQ2_M;
+}
+
 static bool attn_v_like(category c)
 {
     return c == C_ATTN_V || c == C_ATTN_QKV || c == C_ATTN_KV_B;
@@ -477,15 +490,34 @@ static fg_err mix_type(fg_quant_plan_t *p, const fg_gguf_tensor *t, category c, 
     if (c == C_OUTPUT || (p->tied_embeddings && c == C_TOKEN_EMBD)) {
         if (f == F_MXFP4_MOE || p->falcon || t->ne[0] % block_elems(nt) != 0)
             nt = T_Q8_0;
-        else if (f == F_IQ3_XXS)
+        else if (f == F_IQ3_XXS || low_bit_mix(f))
             nt = T_Q5_K;
         else if (nt != T_Q8_0)
             nt = T_Q6_K;
     } else if (f == F_MXFP4_MOE) {
         nt = t->n_dims > 2 && t->ne[2] > 1 ? T_MXFP4 : T_Q8_0;
     } else if (c == C_TOKEN_EMBD) {
-        if (f == F_IQ3_XXS) /* and the IQ2, IQ1 and ternary mixes */
+        if (f == F_IQ2_XXS || f == F_IQ2_XS) /* and the IQ1 and ternary mixes */
+            nt = T_Q2_K;
+        else if (iq2_s_or_m(f) || f == F_IQ3_XXS)
             nt = T_IQ3_S;
+    } else if (low_bit_mix(f)) {
+        const uint32_t more = iq2_s_or_m(f) ? T_IQ3_S : T_Q2_K;
+        if (attn_v_like(c)) {
+            nt = p->n_gqa >= 4 || p->n_expert >= 4 ? T_Q4_K : more;
+            p->i_attention_wv++;
+        } else if (p->n_expert == 8 && c == C_ATTN_K) {
+            nt = T_Q4_K;
+        } else if (c == C_FFN_DOWN) { /* by the counter, not the layer in the name */
+            if (p->i_ffn_down < p->n_layer / 8)
+                nt = more;
+            p->i_ffn_down++;
+        } else if (c == C_ATTN_OUTPUT) {
+            if (p->n_expert == 8)
+                nt = T_Q5_K;
+            else if (iq2_s_or_m(f))
+                nt = T_IQ3_S;
+        }
     } else if (attn_v_like(c)) {
         if (f == F_Q2_K)
             nt = p->n_gqa >= 4 ? T_Q4_K : T_Q3_K;
@@ -600,6 +632,9 @@ static fg_err row_fallback(const fg_gguf_tensor *t, fg_quant_choice *ch, fg_diag
         return FG_OK;
     uint32_t r;
     switch (ch->wanted) {
+    case T_IQ2_XXS:
+    case T_IQ2_XS:
+    case T_IQ2_S:
     case T_IQ3_XXS:
     case T_IQ3_S:
     case T_IQ4_XS: r = T_IQ4_NL; break;

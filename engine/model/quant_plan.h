@@ -24,8 +24,8 @@
  * Q4_K where n_gqa >= 4, the first eighth of ffn_down Q4_K) requires one.
  *
  * Types and file types are ggml's ids and llama.cpp's LLAMA_FTYPE numbers.
- * Mixes whose rules need types this build cannot write (the IQ1/IQ2/IQ3
- * families) are refused by name.
+ * Mixes whose rules need types this build cannot write (the IQ1 and
+ * ternary families) are refused by name.
  *
  * Thread safety: a plan is used by one thread.
  */
@@ -85,7 +85,7 @@ void fg_quant_plan_set_imatrix(fg_quant_plan_t *p, bool has_imatrix);
 
 /* Whether tensor `name` quantized to `type` needs importance weights, as
  * llama-quantize refuses to write it without (tensor_requires_imatrix): the
- * lattice types but IQ3_S (IQ3_XXS is the one written here), and Q2_K in a
+ * lattice types but IQ3_S (IQ3_XXS and IQ2_* are written here), and Q2_K in a
  * Q2_K_S file; never token_embd or output. */
 bool fg_quant_plan_tensor_needs_imatrix(const fg_quant_plan_t *p, const char *name, uint32_t type);
 

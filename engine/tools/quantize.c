@@ -39,7 +39,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: flashgate-quantize [options] IN.gguf OUT.gguf TYPE\n"
                "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q6_k, or a mix as llama-quantize makes it:\n"
                "        q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m iq4_nl iq4_xs mxfp4_moe\n"
-               "        (q2_k_s only with --imatrix)\n"
+               "        iq3_xxs iq3_xs iq3_s iq3_m iq2_xxs iq2_xs iq2_s iq2_m\n"
+               "        (q2_k_s only with --imatrix; iq3_xxs, iq3_xs and iq2_* need it for their lattice tensors)\n"
                "  --imatrix FILE              importance matrix from llama-imatrix (GGUF or legacy .dat):\n"
                "                              the tensors it covers are quantized with its weights\n"
                "  --tensor-type PATTERN=TYPE  tensors whose name matches PATTERN (a POSIX extended regular\n"
@@ -281,6 +282,13 @@ static int run(const opts *o)
         if (c->type != t->type && !qw[i] && fg_quant_plan_tensor_needs_imatrix(plan, t->name, c->type)) {
             e = fg_diag_set(&diag, FG_ERR_INVALID_ARG, "tensor %s: %s in a %s file needs importance weights and %s; "
                             "llama-quantize refuses it too", t->name, fg_ggml_type_name(c->type), o->type,
+                            im ? "the importance matrix has no entry for it" : "no --imatrix was given");
+            goto fail;
+        }
+        if (c->type != t->type && !qw[i] && fg_wtype_requires_imatrix((int)c->type)) {
+            /* token_embd and output escape the rule above; ggml's quantizer would abort */
+            e = fg_diag_set(&diag, FG_ERR_INVALID_ARG, "tensor %s: %s cannot be written without importance weights "
+                            "(ggml's quantizer requires them) and %s", t->name, fg_ggml_type_name(c->type),
                             im ? "the importance matrix has no entry for it" : "no --imatrix was given");
             goto fail;
         }

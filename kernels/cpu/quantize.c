@@ -488,7 +488,7 @@ static float make_qkx3(int n, int nmax, const float *x, const float *weights, ui
  * minima x, weighted by qw: the scale searched over nmax + 0.1 is
  * (is = -4..4) by weighted squared error, then up to 5 passes moving single
  * codes while the fit improves; returns the scale. */
-static float make_qp(int n, int nmax, const float *x, uint8_t *L, const float *qw)
+float fg_quant_make_qp(int n, int nmax, const float *x, uint8_t *L, const float *qw)
 {
     float max = 0;
     for (int i = 0; i < n; i++)
@@ -594,7 +594,7 @@ static void q2_k_block(const float *x, uint8_t *b, const float *qw, float row_si
                 sw[j] += weights[l];
             scales[j] = make_qkx3(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36);
         }
-        const float dm = make_qp(16, 15, scales, Ls, sw), mm = make_qp(16, 15, mins, Lm, sw);
+        const float dm = fg_quant_make_qp(16, 15, scales, Ls, sw), mm = fg_quant_make_qp(16, 15, mins, Lm, sw);
         put_f16(b + 80, dm);
         put_f16(b + 82, mm);
         for (int j = 0; j < 16; j++)
@@ -771,7 +771,7 @@ static void k4_block(const float *x, uint8_t *b, int nmax, float rmin, int nstep
             sw[j] = sumw;
             scales[j] = make_qkx3(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36);
         }
-        const float d_block = make_qp(8, 63, scales, Ls, sw), m_block = make_qp(8, 63, mins, Lm, sw);
+        const float d_block = fg_quant_make_qp(8, 63, scales, Ls, sw), m_block = fg_quant_make_qp(8, 63, mins, Lm, sw);
         for (int j = 0; j < 8; j++)
             k4_put_codes(b + 4, j, Ls[j], Lm[j]);
         put_f16(b, d_block);
@@ -1030,6 +1030,9 @@ static fg_quant_block_fn block_quantizer(int wtype)
     case FG_WTYPE_IQ4_XS: return iq4_xs_block;
     case FG_WTYPE_IQ3_XXS: return fg_quant_iq3_xxs_block;
     case FG_WTYPE_IQ3_S: return fg_quant_iq3_s_block;
+    case FG_WTYPE_IQ2_XXS: return fg_quant_iq2_xxs_block;
+    case FG_WTYPE_IQ2_XS: return fg_quant_iq2_xs_block;
+    case FG_WTYPE_IQ2_S: return fg_quant_iq2_s_block;
     default: return NULL;
     }
 }
@@ -1040,6 +1043,11 @@ int fg_wtype_quantizes(int wtype)
            wtype == FG_WTYPE_MXFP4 || block_quantizer(wtype) != NULL;
 }
 
+int fg_wtype_requires_imatrix(int wtype)
+{
+    return wtype == FG_WTYPE_IQ2_XXS || wtype == FG_WTYPE_IQ2_XS;
+}
+
 int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n)
 {
     return fg_wtype_quantize_row_imatrix(wtype, x, y, n, NULL);
@@ -1047,7 +1055,7 @@ int fg_wtype_quantize_row(int wtype, const float *x, void *y, int64_t n)
 
 int fg_wtype_quantize_row_imatrix(int wtype, const float *x, void *y, int64_t n, const float *qw)
 {
-    if (!fg_wtype_quantizes(wtype) || n < 1 || !x || !y)
+    if (!fg_wtype_quantizes(wtype) || n < 1 || !x || !y || (!qw && fg_wtype_requires_imatrix(wtype)))
         return -1;
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i]) || (qw && !(qw[i] >= 0 && isfinite(qw[i]))))

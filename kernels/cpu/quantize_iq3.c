@@ -99,26 +99,6 @@ static float iq3_sub(const fg_lattice *g, const float *xval, float max, const fl
     return scale;
 }
 
-static float max32(const float *v)
-{
-    float max = v[0];
-    for (int i = 1; i < 32; i++)
-        max = max > v[i] ? max : v[i];
-    return max;
-}
-
-/* |x| of 8 values to xval; bit i of the result set where x[i] < 0. */
-static uint8_t abs_signs8(const float *x, float *xval)
-{
-    uint8_t s = 0;
-    for (int i = 0; i < 8; i++) {
-        xval[i] = x[i] >= 0 ? x[i] : -x[i];
-        if (x[i] < 0)
-            s |= (uint8_t)(1 << i);
-    }
-    return s;
-}
-
 /* The grid entry of group k's codes (on the grid by construction). */
 static int iq3_entry(const fg_lattice *g, const int8_t *L)
 {
@@ -157,24 +137,9 @@ void fg_quant_iq3_xxs_block(const float *x, uint8_t *b, const float *qw, float r
         const float *xb = x + 32 * ib;
         iq3_weights(xb, qw ? qw + 32 * ib : NULL, sigma2, w, waux);
         uint8_t signs[4];
-        for (int k = 0; k < 4; k++) {
-            uint8_t s = abs_signs8(xb + 8 * k, xval + 8 * k);
-            if (__builtin_popcount(s) % 2) {
-                int imin = 0;
-                float min = w[8 * k] * xb[8 * k] * xb[8 * k];
-                for (int i = 1; i < 8; i++) {
-                    float ax = w[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
-                    if (ax < min) {
-                        min = ax;
-                        imin = i;
-                    }
-                }
-                xval[8 * k + imin] = -xval[8 * k + imin];
-                s ^= (uint8_t)(1 << imin);
-            }
-            signs[k] = s & 127;
-        }
-        const float max = max32(xval);
+        for (int k = 0; k < 4; k++)
+            signs[k] = even_signs8(xb + 8 * k, w + 8 * k, xval + 8 * k);
+        const float max = max_of(xval, 32);
         if (max < 1e-8f) {
             scales[ib] = 0;
             continue;
@@ -226,7 +191,7 @@ void fg_quant_iq3_s_block(const float *x, uint8_t *b, const float *qw, float row
         uint8_t s4[4];
         for (int k = 0; k < 4; k++)
             s4[k] = abs_signs8(xb + 8 * k, xval + 8 * k);
-        const float max = max32(xval);
+        const float max = max_of(xval, 32);
         if (!max) {
             /* ggml skips it without advancing its qs and signs cursors: the
              * next sub-block's entries and signs take this one's place */

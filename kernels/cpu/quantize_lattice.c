@@ -69,6 +69,15 @@ static void lattice_build(fg_lattice *g, const void *grid, const uint8_t *levels
     for (int i = 0; i < g->map_size; i++) {
         if (g->map[i] >= 0)
             continue;
+        const size_t start = len;
+        if (!push_u16(&nb, &len, &cap, 0))
+            goto fail;
+        g->map[i] = -(int32_t)start - 1;
+        bool formed = true; /* the quantizers clamp codes to the grid's levels: others keep an empty list */
+        for (int k = 0; k < g->dim; k++)
+            formed &= (i >> g->bits * k & mask) < nlevels;
+        if (!formed)
+            continue;
         int dmin = 1 << 30;
         for (int j = 0; j < g->size; j++) {
             int d = 0;
@@ -79,9 +88,6 @@ static void lattice_build(fg_lattice *g, const void *grid, const uint8_t *levels
             d2[j] = d;
             dmin = d < dmin ? d : dmin;
         }
-        const size_t start = len;
-        if (!push_u16(&nb, &len, &cap, 0))
-            goto fail;
         /* the entries at the nwant smallest distances, nearest first, ties by index */
         for (int have = 0, dist = dmin; have < g->nwant; have++) {
             int next = 1 << 30;
@@ -96,7 +102,6 @@ static void lattice_build(fg_lattice *g, const void *grid, const uint8_t *levels
             dist = next;
         }
         nb[start] = (uint16_t)(len - start - 1);
-        g->map[i] = -(int32_t)start - 1;
     }
     free(d2);
     g->neighbours = nb;
@@ -109,7 +114,12 @@ fail:
 
 static fg_lattice iq3xxs_lattice = {.size = 256, .dim = 4, .bits = 3, .nwant = 2, .map_size = 4096};
 static fg_lattice iq3s_lattice = {.size = 512, .dim = 4, .bits = 3, .nwant = 3, .map_size = 4096};
+static fg_lattice iq2xxs_lattice = {.size = 256, .dim = 8, .bits = 2, .nwant = 2, .map_size = 43692};
+static fg_lattice iq2xs_lattice = {.size = 512, .dim = 8, .bits = 2, .nwant = 2, .map_size = 43692};
+static fg_lattice iq2s_lattice = {.size = 1024, .dim = 8, .bits = 2, .nwant = 1, .map_size = 43692};
 static pthread_once_t iq3xxs_once = PTHREAD_ONCE_INIT, iq3s_once = PTHREAD_ONCE_INIT;
+static pthread_once_t iq2xxs_once = PTHREAD_ONCE_INIT, iq2xs_once = PTHREAD_ONCE_INIT, iq2s_once = PTHREAD_ONCE_INIT;
+static const uint8_t iq2_levels[3] = {8, 25, 43};
 
 static void iq3xxs_build(void)
 {
@@ -123,11 +133,18 @@ static void iq3s_build(void)
     lattice_build(&iq3s_lattice, fg_iq3s_grid, levels, 8);
 }
 
+static void iq2xxs_build(void) { lattice_build(&iq2xxs_lattice, fg_iq2xxs_grid, iq2_levels, 3); }
+static void iq2xs_build(void) { lattice_build(&iq2xs_lattice, fg_iq2xs_grid, iq2_levels, 3); }
+static void iq2s_build(void) { lattice_build(&iq2s_lattice, fg_iq2s_grid, iq2_levels, 3); }
+
 const fg_lattice *fg_lattice_of(int wtype)
 {
     switch (wtype) {
     case FG_WTYPE_IQ3_XXS: pthread_once(&iq3xxs_once, iq3xxs_build); return &iq3xxs_lattice;
     case FG_WTYPE_IQ3_S: pthread_once(&iq3s_once, iq3s_build); return &iq3s_lattice;
+    case FG_WTYPE_IQ2_XXS: pthread_once(&iq2xxs_once, iq2xxs_build); return &iq2xxs_lattice;
+    case FG_WTYPE_IQ2_XS: pthread_once(&iq2xs_once, iq2xs_build); return &iq2xs_lattice;
+    case FG_WTYPE_IQ2_S: pthread_once(&iq2s_once, iq2s_build); return &iq2s_lattice;
     default: return NULL;
     }
 }

@@ -9,7 +9,9 @@
  * on the uniform grid of levels 2l + 1, then looks the codes up in a map from
  * every code combination to its grid entry; a combination off the grid has a
  * list of neighbours instead (the grid entries at the nwant smallest squared
- * distances, in (distance, index) order, as ggml's qsort leaves them).
+ * distances, in (distance, index) order, as ggml's qsort leaves them; an
+ * empty list for a combination with a code past the grid's levels, which the
+ * quantizers never form).
  *
  * Thread safety: the tables are built once per lattice (pthread_once) and only
  * read after that, so the block functions are pure. */
@@ -56,5 +58,10 @@ int fg_lattice_nearest(const fg_lattice *g, int u, const float *xval, const floa
 
 void fg_quant_iq3_xxs_block(const float *x, uint8_t *b, const float *qw, float row_sigma2);
 void fg_quant_iq3_s_block(const float *x, uint8_t *b, const float *qw, float row_sigma2);
+/* IQ2_XXS and IQ2_XS need qw (ggml's quantizers assert it; without, b is
+ * zeroed and fg_wtype_quantize_row_imatrix refuses first); IQ2_S takes NULL. */
+void fg_quant_iq2_xxs_block(const float *x, uint8_t *b, const float *qw, float row_sigma2);
+void fg_quant_iq2_xs_block(const float *x, uint8_t *b, const float *qw, float row_sigma2);
+void fg_quant_iq2_s_block(const float *x, uint8_t *b, const float *qw, float row_sigma2);
 
 #endif

@@ -63,17 +63,21 @@ static void check_plan(char **lines, int n)
 
 static void check_quantizers(const uint8_t *data, size_t size)
 {
-    static float x[256], y[256];
+    static float x[256], y[256], ones[256];
     static uint8_t q[256 * sizeof(float)]; /* F32 is the largest */
     memset(x, 0, sizeof x);
     memcpy(x, data, size < sizeof x ? size : sizeof x);
+    for (int i = 0; i < 256; i++)
+        ones[i] = 1;
     int finite = 1;
     for (int i = 0; i < 256; i++)
         finite &= isfinite(x[i]) != 0;
     for (int t = 0; t < 64; t++) {
         if (!fg_wtype_quantizes(t))
             continue;
-        int r = fg_wtype_quantize_row(t, x, q, 256);
+        if (fg_wtype_requires_imatrix(t) && fg_wtype_quantize_row(t, x, q, 256) != -1)
+            abort(); /* refused without weights, as ggml asserts */
+        int r = fg_wtype_quantize_row_imatrix(t, x, q, 256, fg_wtype_requires_imatrix(t) ? ones : NULL);
         if (r != (finite ? 0 : -1))
             abort();
         if (r || t == 0)

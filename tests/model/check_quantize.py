@@ -230,7 +230,17 @@ def test_bad_input(tmp, src):
     out = os.path.join(tmp, "never.gguf")
     cases = [
         (["x.gguf", out, "q4_k_z"], 2, "unknown type 'q4_k_z'; flashgate-quantize writes: f32 f16 bf16 q8_0"),
-        (["x.gguf", out, "iq2_xxs"], 2, "type 'iq2_xxs' cannot be written: the IQ2/IQ1 lattice types"),
+        (["x.gguf", out, "iq1_s"], 2, "type 'iq1_s' cannot be written: the IQ1 lattice types"),
+        # IQ2 tensors need an importance matrix (llama-quantize's tensor_requires_imatrix) ...
+        ([src, out, "iq2_xxs"], 1, "iq2_xxs in a iq2_xxs file needs importance weights and no --imatrix"),
+        ([src, out, "iq2_s"], 1, "iq2_xs in a iq2_s file needs importance weights and no --imatrix"),
+        (["--tensor-type", ".=iq2_s", src, out, "q8_0"], 1, "iq2_s in a q8_0 file needs importance weights"),
+        # ... and ggml's IQ2_XXS and IQ2_XS quantizers even on token_embd and output, where
+        # llama-quantize lets them through and ggml aborts
+        (["--tensor-type", "output=iq2_xxs", src, out, "q8_0"], 1,
+         "tensor output.weight: iq2_xxs cannot be written without importance weights"),
+        (["--tensor-type", "token_embd=iq2_xs", src, out, "q8_0"], 1,
+         "tensor token_embd.weight: iq2_xs cannot be written without importance weights"),
         (["x.gguf", out, "q2_k_s"], 2, "need an importance matrix"),
         (["--tensor-type", "ffn_down_exps", src, out, "q4_k_m"], 2, "is not PATTERN=TYPE"),
         (["--tensor-type", "=q6_k", src, out, "q4_k_m"], 2, "has an empty pattern"),
@@ -239,7 +249,7 @@ def test_bad_input(tmp, src):
         (["--tensor-type", "(.?){255}{255}=q6_k", src, out, "q4_k_m"], 2, "repeats too much"),
         (["--tensor-type", ".{255}{255}{255}=q6_k", src, out, "q4_k_m"], 2, "repeats too much"),
         (["--tensor-type", "(" * 40 + "a" + ")" * 40 + "=q6_k", src, out, "q4_k_m"], 2, "nests groups more than 32"),
-        (["--tensor-type", "ffn_down=iq2_xxs", src, out, "q4_k_m"], 2, "is not written by this build"),
+        (["--tensor-type", "ffn_down=tq1_0", src, out, "q4_k_m"], 2, "is not written by this build"),
         (["--threads", "0", src, out, "q4_k_m"], 2, "--threads wants a number"),
         ([src, out], 2, "usage:"),
         ([os.path.join(SRC, "README.md"), out, "q4_k_m"], 1, "not a GGUF file"),

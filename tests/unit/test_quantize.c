@@ -142,8 +142,16 @@ static void test_errors(void)
     float x[256] = {0}, y[256];
     uint8_t out[1024];
     CHECK(!fg_wtype_quantizes(FG_WTYPE_Q8_0_P16));
-    CHECK(!fg_wtype_quantizes(16)); /* iq2_xxs: not written */
-    CHECK(fg_wtype_quantize_row(16, x, out, 256) == -1);
+    CHECK(!fg_wtype_quantizes(34)); /* tq1_0: not written */
+    CHECK(fg_wtype_quantize_row(34, x, out, 256) == -1);
+    /* ggml's IQ2_XXS and IQ2_XS quantizers need importance weights; IQ2_S does not */
+    static float ones[256];
+    for (int i = 0; i < 256; i++)
+        ones[i] = 1;
+    CHECK(fg_wtype_requires_imatrix(FG_WTYPE_IQ2_XXS) && fg_wtype_requires_imatrix(FG_WTYPE_IQ2_XS));
+    CHECK(!fg_wtype_requires_imatrix(FG_WTYPE_IQ2_S) && !fg_wtype_requires_imatrix(FG_WTYPE_IQ3_XXS));
+    CHECK(fg_wtype_quantize_row(FG_WTYPE_IQ2_XXS, x, out, 256) == -1);
+    CHECK(fg_wtype_quantize_row(FG_WTYPE_IQ2_XS, x, out, 256) == -1);
     CHECK(fg_wtype_quantize_row(FG_WTYPE_Q4_K, x, out, 128) == -1); /* not a whole block */
     CHECK(fg_wtype_quantize_row(FG_WTYPE_Q4_0, x, out, 0) == -1);
     x[3] = NAN;
@@ -154,9 +162,10 @@ static void test_errors(void)
     /* an all-zero block: every type writes a block that dequantizes to zeros */
     static const int all[] = {FG_WTYPE_Q4_0, FG_WTYPE_Q4_1, FG_WTYPE_Q5_0, FG_WTYPE_Q5_1, FG_WTYPE_Q8_0,
                               FG_WTYPE_Q2_K, FG_WTYPE_Q3_K, FG_WTYPE_Q4_K, FG_WTYPE_Q5_K, FG_WTYPE_Q6_K,
-                              FG_WTYPE_IQ4_NL, FG_WTYPE_IQ4_XS, FG_WTYPE_MXFP4};
+                              FG_WTYPE_IQ4_NL, FG_WTYPE_IQ4_XS, FG_WTYPE_MXFP4, FG_WTYPE_IQ3_XXS, FG_WTYPE_IQ3_S,
+                              FG_WTYPE_IQ2_XXS, FG_WTYPE_IQ2_XS, FG_WTYPE_IQ2_S};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
-        CHECK(fg_wtype_quantize_row(all[k], x, out, 256) == 0);
+        CHECK(fg_wtype_quantize_row_imatrix(all[k], x, out, 256, fg_wtype_requires_imatrix(all[k]) ? ones : NULL) == 0);
         CHECK(fg_wtype_dequantize_row(all[k], out, y, 256) == 0);
         int nonzero = 0;
         for (int i = 0; i < 256; i++)
