@@ -2,16 +2,9 @@
 // text agent against flashgate: one message, and the session's history must
 // hold the user message and the whole assistant reply (the text of every
 // delta). Prints one JSON line; exits 1 on a mismatch. Args: npm_dir wss_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, url, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail } = require('./common.cjs');
+const [url, apiKey] = args;
 const { RealtimeAgent, RealtimeSession } = req('@openai/agents-realtime');
-
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
 
 (async () => {
   const agent = new RealtimeAgent({ name: 'helper', instructions: 'Be brief.' });

@@ -3,17 +3,10 @@
 // TOOL_SCRIPT): the model's call reaches the tool's execute, the SDK sends its
 // output back and asks for the next reply, which the history then holds.
 // Prints one JSON line; exits 1 on a mismatch. Args: npm_dir wss_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, url, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail } = require('./common.cjs');
+const [url, apiKey] = args;
 const { RealtimeAgent, RealtimeSession, tool } = req('@openai/agents-realtime');
 const { z } = req('zod');
-
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
 
 (async () => {
   const calls = [];

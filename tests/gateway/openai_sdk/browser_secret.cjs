@@ -6,20 +6,12 @@
 // ws package stands in for the browser's (same constructor and events). One
 // text turn; the secret's instructions are the session's. Prints one JSON
 // line; exits 1 on the first mismatch. Args: npm_dir base_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail, check } = require('./common.cjs');
+const [baseURL, apiKey] = args;
 const { OpenAI } = req('openai');
 const ws = req('ws');
 globalThis.WebSocket = globalThis.WebSocket || ws.WebSocket || ws;
 const { OpenAIRealtimeWebSocket } = req('openai/realtime/websocket');
-
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
-const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
 
 (async () => {
   const server = new OpenAI({ baseURL, apiKey, maxRetries: 0 });

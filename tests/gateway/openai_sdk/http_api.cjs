@@ -6,17 +6,9 @@
 // SDK's errors for an unknown model, a bad role, another tenant's
 // previous_response_id and stored responses, and a deleted one. Prints one JSON line with what it
 // saw; exits 1 on the first mismatch. Args: npm_dir base_url api_key other_tenant_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, baseURL, apiKey, otherKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail, check } = require('./common.cjs');
+const [baseURL, apiKey, otherKey] = args;
 const { OpenAI } = req('openai');
-
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
-const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
 
 // Long enough to fill whole KV pages, which the prefix cache shares.
 const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(30);

@@ -14,17 +14,10 @@
 // calls and their results is, id for id, the turn the model wrote.
 // Prints one JSON line; exits 1 on the first mismatch.
 // Args: npm_dir base_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail, check } = require('./common.cjs');
+const [baseURL, apiKey] = args;
 const { OpenAI } = req('openai');
 
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
-const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
 const UNIT = 128; // V4's unit of prefix sharing (share_tokens)
 
 (async () => {

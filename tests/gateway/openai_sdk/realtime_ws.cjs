@@ -2,18 +2,10 @@
 // realtime client over wss:// with only baseURL and apiKey set, one text turn,
 // and the GA event sequence checked. Prints one JSON line with what it saw;
 // exits 1 on the first mismatch. Args: npm_dir base_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail, check } = require('./common.cjs');
+const [baseURL, apiKey] = args;
 const { OpenAI } = req('openai');
 const { OpenAIRealtimeWS } = req('openai/realtime/ws');
-
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
-const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
 
 (async () => {
   const client = new OpenAI({ baseURL, apiKey });

@@ -5,18 +5,11 @@
 // with previous_response_id (its turn cached), a stored one continued too,
 // refusals as error events that leave the connection usable. Prints one JSON
 // line; exits 1 on the first mismatch. Args: npm_dir base_url api_key
-const { createRequire } = require('module');
-const path = require('path');
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'x.js'));
+const { args, req, fail, check } = require('./common.cjs');
+const [baseURL, apiKey] = args;
 const { OpenAI } = req('openai');
 const { ResponsesWS } = req('openai/resources/responses/ws');
 
-function fail(msg, extra) {
-  console.log(JSON.stringify({ ok: false, error: msg, extra }));
-  process.exit(1);
-}
-const check = (cond, msg, extra) => { if (!cond) fail(msg, extra); };
 const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
 
 (async () => {
